@@ -1,0 +1,189 @@
+"""Argument validation shared by every public function.
+
+Every public function validates its inputs first, in a fixed order (convert, shape, domain), and
+raises ``TypeError`` or ``ValueError`` whose message names the parameter, the rule, the value received
+and how to fix the call, e.g.::
+
+    tau must be > 0 (decay length in effort units); got tau=0.0. Pass a positive tau.
+
+Nothing here is public API; the messages are (tests/test_validation.py pins them).
+"""
+
+from __future__ import annotations
+
+import numbers
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__: list[str] = []
+
+_MAX_SHOWN = 60
+
+
+def _show(value: Any) -> str:
+    """``repr`` of a received value, shortened for messages."""
+    if isinstance(value, np.ndarray):
+        text = np.array2string(value, threshold=8, edgeitems=3)
+        text = f"array of shape {value.shape}: {text}"
+    else:
+        text = repr(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def invalid(name: str, rule: str, value: Any, fix: str) -> ValueError:
+    """Build the standard ``ValueError``: ``{name} must {rule}; got {name}={value}. {fix}``."""
+    return ValueError(f"{name} must {rule}; got {name}={_show(value)}. {fix}")
+
+
+def wrong_type(name: str, expected: str, value: Any, fix: str) -> TypeError:
+    """Build the standard ``TypeError`` for an argument of the wrong kind."""
+    return TypeError(
+        f"{name} must be {expected}; got {name}={_show(value)} "
+        f"of type {type(value).__name__}. {fix}"
+    )
+
+
+def as_int(value: Any, *, name: str, minimum: int | None = None, meaning: str = "") -> int:
+    """An integer parameter (bool and non-integral floats rejected), optionally ``>= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise wrong_type(name, "an integer", value, f"Pass {name} as an int.")
+    result = int(value)
+    if minimum is not None and result < minimum:
+        what = f" ({meaning})" if meaning else ""
+        raise invalid(name, f"be >= {minimum}{what}", value, f"Pass {name} >= {minimum}.")
+    return result
+
+
+def as_real(
+    value: Any,
+    *,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    meaning: str = "",
+) -> float:
+    """A finite real scalar parameter in an optional interval."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise wrong_type(name, "a real number", value, f"Pass {name} as a float.")
+    result = float(value)
+    what = f" ({meaning})" if meaning else ""
+    if not np.isfinite(result):
+        raise invalid(name, f"be finite{what}", value, f"Pass a finite {name}.")
+    if low is not None and (result <= low if low_open else result < low):
+        op = ">" if low_open else ">="
+        raise invalid(name, f"be {op} {low:g}{what}", value, f"Pass {name} {op} {low:g}.")
+    if high is not None and (result >= high if high_open else result > high):
+        op = "<" if high_open else "<="
+        raise invalid(name, f"be {op} {high:g}{what}", value, f"Pass {name} {op} {high:g}.")
+    return result
+
+
+def as_float_array(
+    value: ArrayLike, *, name: str, ndim: int | tuple[int, ...] | None = None
+) -> NDArray[np.float64]:
+    """Convert to a float64 array; reject non-numeric input, a wrong ``ndim``, NaN and infinity."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise wrong_type(
+            name, "an array of real numbers", value, f"Pass {name} as a numeric array."
+        ) from None
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if arr.ndim not in allowed:
+            dims = " or ".join(f"{d}-D" for d in allowed)
+            raise invalid(name, f"be {dims}", arr, f"Pass a {dims} array (got shape {arr.shape}).")
+    if not np.all(np.isfinite(arr)):
+        bad = np.flatnonzero(~np.isfinite(arr.ravel()))
+        raise invalid(
+            name,
+            "contain only finite values (no NaN or infinity)",
+            arr,
+            f"Remove or replace the non-finite entries (first at flat index {int(bad[0])}).",
+        )
+    return arr
+
+
+def require_same_shape(a: NDArray[Any], b: NDArray[Any], *, names: tuple[str, str]) -> None:
+    """Both arrays must have one shape; the message shows both shapes."""
+    if a.shape != b.shape:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same shape; got {names[0]}.shape={a.shape} "
+            f"and {names[1]}.shape={b.shape}. Pass arrays of matching shape (one entry per token)."
+        )
+
+
+def require_in_unit_interval(arr: NDArray[np.float64], *, name: str, meaning: str) -> None:
+    """Every entry of ``arr`` must lie in [0, 1]."""
+    bad = (arr < 0.0) | (arr > 1.0)
+    if np.any(bad):
+        first = int(np.flatnonzero(bad.ravel())[0])
+        raise invalid(
+            name,
+            f"lie in [0, 1] ({meaning})",
+            arr,
+            f"Entry {first} is {arr.ravel()[first]!r}; pass values in [0, 1].",
+        )
+
+
+def require_frozen_distribution(dist: Any, *, name: str = "dist") -> None:
+    """``dist`` must be a frozen ``scipy.stats`` distribution (has cdf, sf, ppf and mean)."""
+    needed = ("cdf", "sf", "ppf", "mean", "pdf")
+    if not all(callable(getattr(dist, attr, None)) for attr in needed):
+        raise wrong_type(
+            name,
+            "a frozen scipy.stats continuous distribution",
+            dist,
+            "Pass e.g. scipy.stats.lognorm(s=1.0, scale=np.exp(6.0)) (frozen: parameters given).",
+        )
+
+
+def as_pmf(pmf: Any, *, name: str = "pmf") -> tuple[NDArray[np.float64] | list[Fraction], bool]:
+    """Validate a pmf over lengths ``1..M``.
+
+    Returns ``(values, exact)``: a list of ``Fraction`` (``exact=True``) when every entry is a
+    ``Fraction`` or an ``int``, else a float64 array. Rejects an empty pmf, negative or non-finite
+    entries, and a pmf that does not sum to one (exactly for Fractions; within ``1e-9`` otherwise).
+    """
+    items = list(pmf) if not isinstance(pmf, np.ndarray) else None
+    if (
+        items is not None
+        and items
+        and all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in items)
+        and any(isinstance(x, Fraction) for x in items)
+    ):
+        fracs = [Fraction(x) for x in items]
+        if any(x < 0 for x in fracs):
+            i = next(i for i, x in enumerate(fracs) if x < 0)
+            raise invalid(
+                name, "be non-negative", pmf, f"Entry {i} is {fracs[i]}; probabilities are >= 0."
+            )
+        total = sum(fracs, Fraction(0))
+        if total != 1:
+            raise invalid(
+                name,
+                "sum to 1 exactly (Fraction mode)",
+                pmf,
+                f"It sums to {total}; divide every entry by the total.",
+            )
+        return fracs, True
+    arr = as_float_array(pmf, name=name, ndim=1)
+    if arr.size == 0:
+        raise invalid(name, "be non-empty", arr, "Pass at least one probability (lengths 1..M).")
+    if np.any(arr < 0):
+        i = int(np.flatnonzero(arr < 0)[0])
+        raise invalid(name, "be non-negative", arr, f"Entry {i} is {arr[i]!r}; use >= 0.")
+    float_total = float(arr.sum())
+    if abs(float_total - 1.0) > 1e-9:
+        raise invalid(
+            name,
+            "sum to 1 (within 1e-9)",
+            arr,
+            f"It sums to {float_total!r}; divide every entry by the total.",
+        )
+    return arr, False

@@ -1,0 +1,69 @@
+"""The ``refimpl`` command: wires subcommands to the modules that implement them.
+
+Each subcommand lives in the module that owns it and exposes two functions::
+
+    def configure(parser: argparse.ArgumentParser) -> None: ...   # add its options
+    def run(args: argparse.Namespace) -> int: ...                  # do the work, return exit code
+
+Only the chosen subcommand's module is imported, so ``refimpl --help`` and ``refimpl check`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NamedTuple
+
+__all__ = ["main"]
+
+
+class _Command(NamedTuple):
+    module: str
+    summary: str
+
+
+COMMANDS: dict[str, _Command] = {
+    "lab": _Command("refimpl.lab.cli", "run the whole lab and write a report (the main job)"),
+    "simulate": _Command("refimpl.sim.cli", "simulate the asynchronous rollout queue"),
+    "check": _Command("refimpl.testing.check_cli", "check a logged trace against the reference"),
+    "sweep": _Command("refimpl.sweep.cli", "run a parameter sweep on a local pool or Dask"),
+}
+
+
+def _parser(chosen: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="refimpl",
+        description="Reference functions, simulator and lab for asynchronous RL of language models.",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.summary, description=command.summary)
+        if name == chosen:
+            importlib.import_module(command.module).configure(p)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return f"refimpl {version('refimpl')}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``refimpl`` command line; return the exit code.
+
+    Examples
+    --------
+    >>> sorted(COMMANDS)
+    ['check', 'lab', 'simulate', 'sweep']
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in args_list if not a.startswith("-")), None)
+    parser = _parser(chosen if chosen in COMMANDS else None)
+    args = parser.parse_args(args_list)
+    module = importlib.import_module(COMMANDS[args.command].module)
+    code: int = module.run(args)
+    return code

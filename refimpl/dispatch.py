@@ -1,0 +1,3 @@
+"""(under construction)"""
+
+__all__: list[str] = []
