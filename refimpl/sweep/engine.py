@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -237,9 +238,21 @@ def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
 # --- engines ----------------------------------------------------------------------------------
 
 
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the parent, which cancels the queue and lets running cells end."""
+def _worker_init(parent_pid: int) -> None:
+    """Set up a pool process: Ctrl-C is the parent's business, and the parent's death is ours.
+
+    The parent cancels the queue on Ctrl-C and lets running cells end. If the parent dies without
+    cleaning up (``SIGKILL``, a crash), a watchdog thread ends this process within half a second
+    instead of leaving it orphaned.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="refimpl-sweep-watchdog", daemon=True).start()
 
 
 def _died(cell: Cell, exc: BaseException) -> dict[str, Any]:
@@ -272,7 +285,9 @@ def _run_local(cells: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")
 
     def new_pool(n: int) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=n, mp_context=context, initializer=_ignore_sigint)
+        return ProcessPoolExecutor(
+            max_workers=n, mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
+        )
 
     todo = iter(cells)
     pool = new_pool(workers)
