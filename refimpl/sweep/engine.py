@@ -347,7 +347,13 @@ def _import_distributed() -> Any:
 def _run_dask(
     cells: list[Cell], workers: int | None, scheduler: str | None
 ) -> Iterator[dict[str, Any]]:
-    """Submit cells to a Dask cluster (``scheduler``) or to a loopback ``LocalCluster``."""
+    """Submit cells to a Dask cluster (``scheduler``) or to a loopback ``LocalCluster``.
+
+    Dask retries a task whose worker died on another worker up to
+    ``distributed.scheduler.allowed-failures`` times (default 3), then fails it with
+    ``KilledWorker``. Cells that fail that way are run again at the end, one at a time, and only
+    those that fail again are recorded as failed.
+    """
     distributed = _import_distributed()
     cluster = None
     if scheduler is None:
@@ -356,12 +362,12 @@ def _run_dask(
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
-            dashboard_address=None,
+            dashboard_address="127.0.0.1:0",  # any free port: None would still bind 8787
         )
         client = distributed.Client(cluster)
     else:
         try:
-            client = distributed.Client(scheduler, timeout="30s")
+            client = distributed.Client(scheduler)
         except OSError as exc:
             raise OSError(
                 f"cannot reach the Dask scheduler at {scheduler!r} ({exc}). Start one with "
@@ -381,17 +387,29 @@ def _run_dask(
             inflight[fut.key] = cell
             futures.add(fut)
 
+    suspects: list[Cell] = []
     try:
         fill()
         for fut in futures:
             cell = inflight.pop(fut.key)
             try:
                 record: dict[str, Any] = fut.result()
-            except Exception as exc:  # KilledWorker and friends: the cell's worker was lost
+            except Exception:  # KilledWorker and friends: a worker holding this cell was lost
+                suspects.append(cell)
+            else:
+                yield record
+            fut.release()
+            fill()
+        # A lost worker takes every cell assigned to it along; run those again one at a time,
+        # so that only the cell that kills its worker is recorded as failed.
+        for cell in suspects:
+            fut = client.submit(execute_cell, cell, pure=False)
+            try:
+                record = fut.result()
+            except Exception as exc:
                 record = _died(cell, exc)
             fut.release()
             yield record
-            fill()
     finally:
         futures.clear()
         client.close()
