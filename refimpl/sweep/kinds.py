@@ -75,7 +75,7 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
     while left > 0:
         x = rng.standard_normal(min(left, _BUSY_CHUNK))
         total += float(x.sum())
-        total_sq += float(np.dot(x, x))
+        total_sq += float(np.square(x).sum())  # not np.dot: BLAS threads would oversubscribe
         left -= x.size
     return {"mean": total / draws, "mean_square": total_sq / draws}
 
