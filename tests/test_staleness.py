@@ -348,7 +348,10 @@ def _check_weights_finite_non_negative(
         for w in outs:
             assert np.all(np.isfinite(w))
             assert np.all(w >= 0.0)
-        assert np.all(outs[3] <= cap)
+        for w in outs[:4]:
+            assert np.all(w <= cap)  # truncation and the decoupled mask never exceed the cap
+        for w in outs[4:]:
+            assert np.all(w <= 1.0 / max(band, 1e-3))  # masked weights stay inside the band
 
     return check
 
