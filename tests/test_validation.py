@@ -90,6 +90,12 @@ def _staleness_cases() -> list[Case]:
             r"token_versions must be >= 0",
         ),
         Case(
+            "st-trained-step-shape",
+            lambda: st.sample_staleness([3, 3], [1, 2, 3]),
+            ValueError,
+            r"trained_step.shape=\(2,\) and token_versions.shape=\(3, 1\)",
+        ),
+        Case(
             "st-trained-step-type",
             lambda: st.sample_staleness(2.5, [1]),
             TypeError,
