@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -18,12 +19,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from refimpl import (
     EffortFrontier,
+    EffortPolicy,
     effort_frontier,
     effort_penalty,
     optimal_length,
     pareto_front,
     saturating_quality,
     shaped_reward,
+    train_effort_policy,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -363,3 +366,90 @@ def test_pareto_front_keeps_every_copy_of_a_duplicate_and_handles_empty_input() 
     empty = pareto_front([], [])
     assert empty.shape == (0,)
     assert empty.dtype == np.intp
+
+
+# ---------------------------------------------------------------------------------------------
+# the effort-conditioned toy policy
+# ---------------------------------------------------------------------------------------------
+
+
+class Problem(TypedDict):
+    q_max: float
+    lam: float
+    k0: float
+    b_min: float
+    tau: float
+
+
+PROBLEM: Problem = {"q_max": 1.0, "lam": 100.0, "k0": 0.005, "b_min": 0.0, "tau": 1.0}
+
+
+@pytest.fixture(scope="module")
+def trained() -> list[EffortPolicy]:
+    return [train_effort_policy(**PROBLEM, b_max=4.0, rng=seed) for seed in range(3)]
+
+
+def test_training_from_a_seed_is_bit_identical() -> None:
+    a = train_effort_policy(**PROBLEM, b_max=4.0, rng=7, steps=200, noise=0.01)
+    b = train_effort_policy(
+        **PROBLEM, b_max=4.0, rng=np.random.default_rng(7), steps=200, noise=0.01
+    )
+    for name in EffortPolicy._fields:
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    c = train_effort_policy(**PROBLEM, b_max=4.0, rng=8, steps=200, noise=0.01)
+    assert not np.array_equal(a.mean_coef, c.mean_coef)  # the seed matters
+
+
+def test_learned_mean_length_approaches_the_optimal_length(trained: list[EffortPolicy]) -> None:
+    # Training is deterministic given the seed, so this cannot flake; the tolerance covers the
+    # approximation bias of the degree-6 features and the residual spread (measured <= 0.6% for seeds
+    # 0-3, see train_effort_policy's Notes) with a margin of about 3x.
+    b = np.linspace(0.0, 4.0, 41)
+    target = optimal_length(b, **PROBLEM)
+    for policy in trained:
+        np.testing.assert_allclose(policy.mean_length(b), target, rtol=0.02)
+
+
+def test_untrained_policy_is_far_from_the_optimum() -> None:
+    # the previous test can fail: one step of training leaves the mean length near λ·e^{σ²/2}
+    policy = train_effort_policy(**PROBLEM, b_max=4.0, rng=0, steps=1)
+    b = np.linspace(0.0, 4.0, 41)
+    error = np.abs(policy.mean_length(b) / optimal_length(b, **PROBLEM) - 1.0)
+    assert error.max() > 0.02
+
+
+def test_one_trained_policy_traces_the_analytic_frontier(trained: list[EffortPolicy]) -> None:
+    b = np.linspace(0.0, 4.0, 41)
+    front = effort_frontier(b, **PROBLEM)
+    for policy in trained:
+        points = policy.evaluate(b)
+        np.testing.assert_allclose(points.cost, front.cost, rtol=0.02)
+        np.testing.assert_allclose(points.quality, front.quality, rtol=0.01)
+        # below the frontier: no policy beats the optimum's reward at any effort
+        k = effort_penalty(b, k0=0.005, b_min=0.0, tau=1.0)
+        assert np.all(points.quality - k * points.cost <= front.quality - k * front.cost + 1e-12)
+        # a frontier: many non-dominated cost/quality points from one set of parameters
+        assert len(pareto_front(points.cost, points.quality)) == b.size
+
+
+def test_policy_quality_quadrature_matches_monte_carlo(trained: list[EffortPolicy]) -> None:
+    # 20_000 draws; the standard error of the mean quality is below std(Q)/sqrt(n) <= 1/141 · std;
+    # 6 standard errors gives a false-failure rate below 1e-8 (Gaussian tail).
+    policy = trained[0]
+    rng = np.random.default_rng(1)
+    b = np.full(20_000, 0.5)
+    q = saturating_quality(policy.sample_lengths(b, rng=rng), q_max=1.0, lam=100.0)
+    expected = float(policy.evaluate(0.5).quality)
+    assert abs(q.mean() - expected) <= 6.0 * q.std() / math.sqrt(q.size) + 1e-12
+
+
+def test_policy_rejects_efforts_outside_its_training_range(trained: list[EffortPolicy]) -> None:
+    with pytest.raises(ValueError, match=r"b must lie in the trained effort range"):
+        trained[0].mean_length([1.0, 5.0])
+
+
+def test_policy_methods_keep_the_shape_of_b(trained: list[EffortPolicy]) -> None:
+    policy = trained[0]
+    assert policy.mean_length(1.0).shape == ()
+    assert policy.evaluate(np.ones((2, 3))).quality.shape == (2, 3)
+    assert policy.sample_lengths(np.ones(4), rng=np.random.default_rng(0)).shape == (4,)
