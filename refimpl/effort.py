@@ -137,7 +137,8 @@ def effort_penalty(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> NDAr
     ``k(b_min) = k0`` (EF1), ``dk/db = −k/τ`` (EF2), ``k(b + τ) = k(b)/e`` (EF3); ``k`` is strictly
     decreasing in ``b`` when ``k0 > 0`` (until it underflows). For large ``(b − b_min)/τ`` (beyond about
     745 plus ``ln k0``) the price underflows to exactly 0; it never overflows and never warns, even when
-    ``(b − b_min)/τ`` itself exceeds the float64 range. Accuracy: a few ulp (one ``exp``).
+    ``(b − b_min)/τ`` itself exceeds the float64 range. Accuracy: relative error about
+    ``(1 + (b − b_min)/τ)`` ulp (the rounding of the exponent, amplified by ``exp``).
 
     References
     ----------
