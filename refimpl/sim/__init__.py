@@ -21,7 +21,7 @@ import numpy as np
 
 from refimpl._validation import invalid
 from refimpl.sim._config import MODES, OVER_BOUND_ACTIONS, PARTIAL_POLICIES, SimConfig
-from refimpl.sim._event import _Stuck, run_events
+from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
 from refimpl.sim._lengths import LengthSupply, OutOfLengths
 from refimpl.sim._trace import STATUS, STATUS_NAMES, SimSummary, SimTrace, summarize
 from refimpl.sim._vector import run_vector
@@ -141,7 +141,8 @@ def simulate(
         canonical = True
     else:
         try:
-            raw = run_events(config, supply, taus, progress=progress)
+            run = run_async_fast if fast_path_applies(config) else run_events
+            raw = run(config, supply, taus, progress=progress)
         except _Stuck:
             raise RuntimeError(
                 "the simulation can make no further progress before the last trainer step (no "

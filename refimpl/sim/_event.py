@@ -33,7 +33,17 @@ from refimpl.sim._config import SimConfig
 from refimpl.sim._lengths import LengthSupply
 from refimpl.sim._trace import STATUS, RawTrace
 
-__all__ = ["run_events"]
+__all__ = ["fast_path_applies", "run_async_fast", "run_events"]
+
+
+def fast_path_applies(cfg: SimConfig) -> bool:
+    """Whether :func:`run_async_fast` covers ``cfg``."""
+    return (
+        cfg.mode == "async"
+        and cfg.partial == "none"
+        and cfg.preempt_rate == 0.0
+        and cfg.slowdown is None
+    )
 
 _TRAINED = STATUS["trained"]
 _DROPPED = STATUS["dropped"]
@@ -473,4 +483,182 @@ def run_events(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
         end_time=t,
         generator_busy=gen_busy,
         trainer_busy=trainer_busy,
+    )
+
+
+def run_async_fast(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
+    cfg: SimConfig,
+    supply: LengthSupply,
+    trainer_times: NDArray[np.float64],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> RawTrace:
+    """The event engine's loop for ``async`` without partial rollouts, preemption or slowdown.
+
+    Same event order and semantics as :func:`run_events` (trainer time and dropping over the bound
+    included), but it records only three numbers per completion (slot, time, current version): in
+    this mode each completion relaunches its slot at once, so launch times, rollout ids and indices
+    follow from those. The agreement tests run both loops.
+    """
+    n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
+    target = steps * b
+    tt, pre = cfg.token_time, cfg.prefill_time
+    plain = tt == 1.0 and pre == 0.0  # l * 1.0 + 0.0 == l exactly
+
+    def durations(m: NDArray[np.float64]) -> list[list[float]]:
+        rows: list[list[float]] = (m if plain else m * tt + pre).tolist()
+        return rows
+
+    drows = durations(supply.matrix)
+    k_cols = len(drows[0])
+    drop_over = cfg.over_bound == "drop"
+    eta = cfg.eta if cfg.eta is not None else 0
+    taus = trainer_times.tolist()
+
+    # rollout ids: 0..N-1 are the initial launches (slot = id); completion c launches id N + c
+    c_slot = array("i")
+    c_time = array("d")
+    c_ver = array("i")
+    k_rid = array("q")  # consumption records (drop mode only)
+    k_step = array("i")
+    k_keep = array("b")
+    nxt = [1] * n_slots
+    heap = [(drows[s][0], 0, s, s, s) for s in range(n_slots)]
+    heapq.heapify(heap)
+    push = heapq.heappush
+    pop = heapq.heappop
+    slot_append = c_slot.append
+    time_append = c_time.append
+    ver_append = c_ver.append
+    seq = n_slots
+    version = 0
+    j = 0
+    training = False
+    n_comp = 0
+    n_batch = 0  # samples accepted into the batch being filled (drop mode)
+    buffer: deque[int] = deque()
+    publish_times = [0.0] * steps
+    report_every = 1 << 14
+    t = 0.0
+    while True:
+        t, prio, _, x, s = pop(heap)
+        if prio == 0:
+            slot_append(s)
+            time_append(t)
+            ver_append(version)
+            k = nxt[s]
+            if k >= k_cols:
+                supply.extend(slot=s, needed=k + 1)
+                drows = durations(supply.matrix)
+                k_cols = len(drows[0])
+            nxt[s] = k + 1
+            push(heap, (t + drows[s][k], 0, seq, n_slots + n_comp, s))
+            seq += 1
+            n_comp += 1
+            if progress is not None and n_comp % report_every == 0:
+                progress(report_every)
+            if training or j >= steps:
+                if drop_over:
+                    buffer.append(x)
+                continue
+            if not drop_over:
+                if n_comp >= (j + 1) * b:
+                    training = True
+                    push(heap, (t + taus[j], 1, seq, j, -1))
+                    seq += 1
+                    j += 1
+                continue
+            buffer.append(x)
+        else:
+            publish_times[x] = t
+            version = x + 1
+            training = False
+            if version == steps:
+                break
+            if not drop_over:
+                if n_comp >= (j + 1) * b:
+                    training = True
+                    push(heap, (t + taus[j], 1, seq, j, -1))
+                    seq += 1
+                    j += 1
+                continue
+        # drop mode: the trainer pulls from the buffer
+        while buffer:
+            rid = buffer.popleft()
+            k_rid.append(rid)
+            k_step.append(j)
+            if j - (c_ver[rid - n_slots] if rid >= n_slots else 0) > eta:
+                k_keep.append(0)
+                continue
+            k_keep.append(1)
+            n_batch += 1
+            if n_batch == b:
+                n_batch = 0
+                training = True
+                push(heap, (t + taus[j], 1, seq, j, -1))
+                seq += 1
+                j += 1
+                break
+    if progress is not None:
+        progress(n_comp % report_every)
+    # --- rebuild the per-rollout columns (rollout id order)
+    cs = np.frombuffer(c_slot, dtype=np.int32) if n_comp else np.zeros(0, np.int32)
+    ct = np.frombuffer(c_time, dtype=np.float64) if n_comp else np.zeros(0)
+    cv = np.frombuffer(c_ver, dtype=np.int32) if n_comp else np.zeros(0, np.int32)
+    n = n_slots + n_comp
+    slot = np.concatenate([np.arange(n_slots, dtype=np.int32), cs])
+    launch = np.concatenate([np.zeros(n_slots), ct])
+    version_a = np.concatenate([np.zeros(n_slots, dtype=np.int32), cv])
+    # completion c finished the slot's previous launch: its k-th completion finished rollout
+    # (slot, k), launched by the slot's (k-1)-th completion (or initially)
+    by_slot = np.argsort(cs, kind="stable")
+    first = np.ones(n_comp, dtype=bool)
+    first[1:] = cs[by_slot][1:] != cs[by_slot][:-1]
+    prev_c = np.empty(n_comp, dtype=np.int64)
+    prev_c[by_slot[1:]] = by_slot[:-1]
+    done_rid = np.where(first[np.argsort(by_slot)], cs.astype(np.int64), n_slots + prev_c)
+    index = np.zeros(n, dtype=np.int32)
+    within = np.arange(n_comp) - np.maximum.accumulate(np.where(first, np.arange(n_comp), 0))
+    index[n_slots + by_slot] = within + 1
+    finish = np.full(n, np.nan)
+    finish[done_rid] = ct
+    status = np.full(n, _UNFINISHED, dtype=np.int8)
+    status[done_rid] = _PENDING
+    rank = np.full(n, -1, dtype=np.int64)
+    step = np.full(n, -1, dtype=np.int32)
+    if not drop_over:
+        tr = done_rid[:target]
+        rank[tr] = np.arange(tr.size)
+        step[tr] = np.arange(tr.size) // b
+        status[tr] = _TRAINED
+    else:
+        krid = np.frombuffer(k_rid, dtype=np.int64) if len(k_rid) else np.zeros(0, np.int64)
+        kstep = np.frombuffer(k_step, dtype=np.int32) if len(k_step) else np.zeros(0, np.int32)
+        keep = (np.frombuffer(k_keep, dtype=np.int8) if len(k_keep) else np.zeros(0, np.int8)) > 0
+        step[krid] = kstep
+        status[krid[~keep]] = _DROPPED
+        tr = krid[keep]
+        status[tr] = _TRAINED
+        rank[tr] = np.arange(tr.size)
+    stale = np.where(step >= 0, step - version_a, -1).astype(np.int32)
+    busy = float(np.sum(np.where(np.isnan(finish), t, finish) - launch))
+    return RawTrace(
+        slot=slot,
+        index=index,
+        launch_time=launch,
+        finish_time=finish,
+        length=supply.matrix[slot, index],
+        launch_version=version_a,
+        min_version=version_a,
+        step=step,
+        staleness=stale,
+        status=status,
+        rank=rank,
+        wasted_tokens=None,
+        recomputed_tokens=None,
+        segments=None,
+        publish_times=np.asarray(publish_times, dtype=np.float64),
+        end_time=t,
+        generator_busy=busy,
+        trainer_busy=float(np.sum(trainer_times)),
     )

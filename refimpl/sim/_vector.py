@@ -31,31 +31,40 @@ from refimpl.sim._trace import STATUS, RawTrace
 __all__ = ["run_vector"]
 
 
-def _tie_ranked_order(
-    finish: NDArray[np.float64], prev: NDArray[np.int64], slot: NDArray[np.int64], n_slots: int
-) -> NDArray[np.int64]:
-    """Indices of ``finish`` in processing order (see the module docstring)."""
-    order = np.argsort(finish, kind="stable")
+def _processing_order(
+    finish: NDArray[np.float64], prev: NDArray[np.int64], slot: NDArray[np.int32], n_slots: int
+) -> tuple[NDArray[np.intp], NDArray[np.int64] | None]:
+    """Completions in processing order (see the module docstring).
+
+    Returns ``(order, lo)``: ``order[p]`` is the completion processed ``p``-th; ``lo[p]`` the first
+    position holding the same time (``None`` when no two completions tie).
+    """
+    order = np.argsort(finish)
     fs = finish[order]
-    tied_pos = np.flatnonzero(fs[1:] == fs[:-1])
-    if tied_pos.size == 0:
-        return order
+    same = fs[1:] == fs[:-1]
+    if not same.any():
+        return order, None
+    tied_pos = np.flatnonzero(same)
     mark = np.zeros(fs.size, dtype=bool)
     mark[tied_pos] = True
     mark[tied_pos + 1] = True
     pos = np.flatnonzero(mark)  # positions (in processing order) occupied by tied completions
     items = order[pos]
     rank = np.empty(order.size, dtype=np.int64)
-    # initial launches rank below every completion, by slot index
     while True:
         rank[order] = np.arange(order.size)
         p = prev[items]
-        key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items] - n_slots)
+        # initial launches rank below every completion, by slot index
+        key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items].astype(np.int64) - n_slots)
         new_items = items[np.lexsort((key, finish[items]))]
         if np.array_equal(new_items, items):
-            return order
+            break
         items = new_items
         order[pos] = items
+    start = np.ones(fs.size, dtype=bool)
+    start[1:] = ~same
+    lo = np.maximum.accumulate(np.where(start, np.arange(fs.size), 0))
+    return order, lo
 
 
 def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
@@ -64,61 +73,72 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     while True:
         lengths = supply.matrix
         k_cols = lengths.shape[1]
-        dur = lengths * cfg.token_time + cfg.prefill_time
+        if cfg.token_time == 1.0 and cfg.prefill_time == 0.0:
+            dur = lengths  # l * 1.0 + 0.0 == l exactly
+        else:
+            dur = lengths * cfg.token_time + cfg.prefill_time
         fin = np.cumsum(dur, axis=1)
-        flat = fin.ravel()
-        if flat.size < target:
-            supply.extend(slot=0, needed=target // n_slots + 1)
+        if fin.size < target:
+            supply.extend(slot=0, needed=-(-target // n_slots) + 1)
             continue
-        t_end = float(np.partition(flat, target - 1)[target - 1])
-        last = fin[:, -1]
-        short = np.flatnonzero(last <= t_end)
+        t_end = float(np.partition(fin.ravel(), target - 1)[target - 1])
+        n_done = np.count_nonzero(fin <= t_end, axis=1)
+        short = np.flatnonzero(n_done >= k_cols)
         if short.size:
             supply.extend(slot=int(short[0]), needed=k_cols + 1)
             continue
         break
-    # completions up to t_end, in slot-major order
-    done = fin <= t_end
-    n_done = done.sum(axis=1)  # completions per slot (< K, checked above)
     n_launched = n_done + 1
-    cidx = np.flatnonzero(done.ravel())
-    c_slot = cidx // k_cols
-    c_col = cidx - c_slot * k_cols
-    c_fin = flat[cidx]
-    c_prev = np.where(c_col > 0, np.arange(cidx.size) - 1, -1)
-    order = _tie_ranked_order(c_fin, c_prev.astype(np.int64), c_slot.astype(np.int64), n_slots)
-    del c_prev
-    rank_of = np.empty(cidx.size, dtype=np.int64)
-    rank_of[order] = np.arange(cidx.size)
-    publish = c_fin[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
-    # rows: every launched rollout, slot-major (slot, column)
-    n_rows = int(n_launched.sum())
+    launched = np.arange(k_cols)[None, :] < n_launched[:, None]
+    # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
+    length = lengths[launched]
+    finish = fin[launched]
+    del launched, fin
+    n_rows = finish.size
     row_start = np.zeros(n_slots + 1, dtype=np.int64)
     np.cumsum(n_launched, out=row_start[1:])
+    last_row = row_start[1:] - 1
+    launch = np.empty(n_rows)
+    launch[1:] = finish[:-1]
+    launch[row_start[:-1]] = 0.0
+    is_comp = np.ones(n_rows, dtype=bool)
+    is_comp[last_row] = False
+    comp_rows = np.flatnonzero(is_comp)
+    c_fin = finish[comp_rows]
     slot = np.repeat(np.arange(n_slots, dtype=np.int32), n_launched)
-    col = (np.arange(n_rows, dtype=np.int64) - row_start[slot]).astype(np.int32)
-    length = lengths[slot, col]
-    finish_all = fin[slot, col]
-    launch = np.where(col > 0, fin[slot, np.maximum(col - 1, 0)], 0.0)
-    # map completions to rows: completion (slot, col) is row row_start[slot] + col
-    c_row = row_start[c_slot] + c_col
-    del c_slot, c_col, cidx
+    index = (np.arange(n_rows, dtype=np.int64) - row_start[:-1][slot]).astype(np.int32)
+    # predecessor completion (by position among completions) of each completion; -1 for the first
+    c_prev = np.arange(-1, comp_rows.size - 1, dtype=np.int64)
+    c_prev[index[comp_rows] == 0] = -1
+    order, lo_sorted = _processing_order(c_fin, c_prev, slot[comp_rows], n_slots)
+    del c_prev
     crank = np.full(n_rows, -1, dtype=np.int64)
-    crank[c_row] = rank_of
-    del rank_of, c_row, order
-    version = np.searchsorted(publish, launch, side="left").astype(np.int32)
+    crank[comp_rows[order]] = np.arange(comp_rows.size)
+    publish = c_fin[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
+    # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
+    # lo = first processing position holding the predecessor's finish time
+    if lo_sorted is None:
+        lo = crank
+    else:
+        lo = np.full(n_rows, -1, dtype=np.int64)
+        lo[comp_rows[order]] = lo_sorted
+    version = np.zeros(n_rows, dtype=np.int32)
+    v = np.minimum(lo[:-1] // b, steps).astype(np.int32)
+    version[1:] = v
+    version[row_start[:-1]] = 0
+    del v, lo
     trained = (crank >= 0) & (crank < target)
     step = np.where(trained, crank // b, -1).astype(np.int32)
     stale = np.where(trained, step - version, -1).astype(np.int32)
-    status = np.where(
-        trained, STATUS["trained"], np.where(crank >= 0, STATUS["pending"], STATUS["unfinished"])
-    ).astype(np.int8)
-    finish = np.where(crank >= 0, finish_all, np.nan)
-    busy = float(np.sum(np.minimum(finish_all, t_end) - launch))
+    status = np.full(n_rows, STATUS["pending"], dtype=np.int8)
+    status[trained] = STATUS["trained"]
+    status[last_row] = STATUS["unfinished"]
+    busy = float(np.sum(np.minimum(finish, t_end) - launch))
+    finish[last_row] = np.nan
     rank = np.where(trained, crank, -1)
     return RawTrace(
         slot=slot,
-        index=col,
+        index=index,
         launch_time=launch,
         finish_time=finish,
         length=length,
