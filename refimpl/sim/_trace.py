@@ -243,6 +243,7 @@ class SimSummary(NamedTuple):
     staleness_mean: float
     staleness_max: int
     staleness_hist: NDArray[np.int64]
+    staleness_quantiles: NDArray[np.float64]
     token_staleness_mean: float
     length_mean: float
     length_std: float
@@ -265,6 +266,9 @@ class SimSummary(NamedTuple):
             "trainer_idle": self.trainer_idle,
             "generator_idle": self.generator_idle,
             "staleness_mean": self.staleness_mean,
+            "staleness_p50": float(self.staleness_quantiles[0]),
+            "staleness_p90": float(self.staleness_quantiles[1]),
+            "staleness_p99": float(self.staleness_quantiles[2]),
             "staleness_max": self.staleness_max,
             "staleness_hist": self.staleness_hist.tolist(),
             "token_staleness_mean": self.token_staleness_mean,
@@ -302,7 +306,7 @@ def summarize(trace: SimTrace) -> SimSummary:
     SimSummary
         ``trained``, ``steps``, ``end_time``, ``throughput`` (trained samples per simulated time
         unit), ``trainer_idle`` and ``generator_idle`` (fractions of ``[0, end_time]``),
-        ``staleness_mean``/``_max``/``_hist`` over trained samples (SPEC §1 staleness),
+        ``staleness_mean``/``_max``/``_hist``/``_quantiles`` (50, 90, 99 %) over trained samples (SPEC §1 staleness),
         ``token_staleness_mean`` (per-token ``step − v_t``, averaged over trained tokens),
         trained ``length_mean``/``_std``/``_quantiles`` (50, 90, 99 %), ``launched_length_mean``
         (every launched rollout: an unbiased sample of the length law), ``length_bias`` (relative
@@ -347,10 +351,13 @@ def summarize(trace: SimTrace) -> SimSummary:
         end_time=end,
         throughput=n_tr / end if end > 0 else float("nan"),
         trainer_idle=1.0 - trace.trainer_busy / end if end > 0 else float("nan"),
-        generator_idle=1.0 - trace.generator_busy / (cfg.slots * end) if end > 0 else float("nan"),
+        generator_idle=max(0.0, 1.0 - trace.generator_busy / (cfg.slots * end))
+        if end > 0
+        else float("nan"),
         staleness_mean=float(stale.mean()) if n_tr else float("nan"),
         staleness_max=int(stale.max()) if n_tr else 0,
         staleness_hist=hist,
+        staleness_quantiles=np.percentile(stale, [50, 90, 99]) if n_tr else np.full(3, np.nan),
         token_staleness_mean=tok_stale,
         length_mean=mean,
         length_std=float(lens.std()) if n_tr else float("nan"),
