@@ -194,7 +194,9 @@ class SimTrace:
     def training_order(self) -> NDArray[np.int64]:
         """Row indices of the trained samples in the order the trainer consumed them."""
         trained = np.flatnonzero(self.rank >= 0)
-        return trained[np.argsort(self.rank[trained], kind="stable")]
+        order = np.empty(trained.size, dtype=np.int64)
+        order[self.rank[trained]] = trained  # ranks of trained samples are exactly 0..n-1
+        return order
 
     def token_versions(self, row: int) -> tuple[NDArray[np.float64], NDArray[np.int32]]:
         """``(token_starts, versions)`` of one rollout's version segments."""
@@ -327,8 +329,9 @@ def summarize(trace: SimTrace) -> SimSummary:
     cfg = trace.config
     trained = trace.status == STATUS["trained"]
     n_tr = int(trained.sum())
-    stale = trace.staleness[trained].astype(np.int64)
-    lens = trace.length[trained]
+    order = trace.training_order()  # statistics in training order, as the peer sums them
+    stale = trace.staleness[order].astype(np.int64)
+    lens = trace.length[order]
     end = trace.end_time
     hist = np.bincount(stale) if n_tr else np.zeros(0, dtype=np.int64)
     # per-token staleness over trained samples
