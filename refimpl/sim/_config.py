@@ -348,7 +348,7 @@ class SimConfig:
                 "lengths",
                 "be > 0 (tokens per rollout)",
                 arr,
-                f"Entry [{i}, {k}] is {arr[i, k]!r}; pass positive lengths.",
+                f"Entry [{i}, {k}] is {float(arr[i, k])!r}; pass positive lengths.",
             )
         arr = np.ascontiguousarray(arr)
         arr.setflags(write=False)
