@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -27,7 +27,9 @@ def _check_invariants(trace: SimTrace) -> None:
     trained = trace.status == STATUS["trained"]
     assert int(trained.sum()) == cfg.steps * cfg.batch
     assert np.all(trace.staleness[trained] >= 0)
-    np.testing.assert_array_equal(trace.staleness[trained], (trace.step - trace.min_version)[trained])
+    np.testing.assert_array_equal(
+        trace.staleness[trained], (trace.step - trace.min_version)[trained]
+    )
     # each step trains exactly B samples, ranks are 0..n-1 and follow the steps
     np.testing.assert_array_equal(np.bincount(trace.step[trained]), np.full(cfg.steps, cfg.batch))
     order = trace.training_order()
@@ -45,7 +47,8 @@ def _check_invariants(trace: SimTrace) -> None:
     assert np.all(trace.wasted_tokens <= trace.length + 1e-9)
     # token versions: segments start at token 0, are increasing in tokens and versions
     off = trace.segment_offsets
-    assert off[0] == 0 and off[-1] == trace.segment_tokens.size
+    assert off[0] == 0
+    assert off[-1] == trace.segment_tokens.size
     assert np.all(np.diff(off) >= 1)
     np.testing.assert_array_equal(trace.segment_tokens[off[:-1]], 0.0)
     np.testing.assert_array_equal(trace.segment_versions[off[:-1]], trace.min_version)
@@ -115,18 +118,21 @@ def test_the_invariant_check_rejects_a_trace_with_an_off_by_one_version() -> Non
 @pytest.mark.parametrize("mode", ["async", "sync", "first_k", "admission"])
 def test_seeded_runs_reproduce_exactly(mode: str) -> None:
     kw: dict[str, Any] = {"eta": 1} if mode == "admission" else {}
-    make = lambda seed: SimConfig(  # noqa: E731
-        slots=6,
-        batch=4,
-        steps=30,
-        mode=mode,
-        seed=seed,
-        lengths=scipy.stats.lognorm(s=1.0, scale=20.0),
-        trainer_time=scipy.stats.expon(scale=3.0),
-        preempt_rate=0.01,
-        preempt_duration=5.0,
-        **kw,
-    )
+
+    def make(seed: int) -> SimConfig:
+        return SimConfig(
+            slots=6,
+            batch=4,
+            steps=30,
+            mode=mode,
+            seed=seed,
+            lengths=scipy.stats.lognorm(s=1.0, scale=20.0),
+            trainer_time=scipy.stats.expon(scale=3.0),
+            preempt_rate=0.01,
+            preempt_duration=5.0,
+            **kw,
+        )
+
     a, b, c = simulate(make(3)), simulate(make(3)), simulate(make(4))
     for name in SimTrace.COLUMNS:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
@@ -203,7 +209,8 @@ def test_restart_trains_only_rollouts_launched_under_the_current_version() -> No
     trace = simulate(cfg)
     s = trace.summary()
     assert s.staleness_max == 0
-    assert s.aborted > 0 and s.wasted_tokens > 0
+    assert s.aborted > 0
+    assert s.wasted_tokens > 0
     assert s.length_bias < 0  # long rollouts are aborted more often
     plain = simulate(SimConfig(slots=8, batch=4, steps=100, lengths=_lengths(1, 8, 5000)))
     assert plain.summary().staleness_max > 0  # without restart they are stale
@@ -229,7 +236,8 @@ def test_partial_rollouts_mix_versions_but_keep_the_oldest_for_staleness(partial
     # tokens of each segment: versions grow along the rollout
     row = int(np.flatnonzero(trained & (counts > 1))[0])
     tokens, versions = trace.token_versions(row)
-    assert tokens[0] == 0 and np.all(np.diff(versions) > 0)
+    assert tokens[0] == 0
+    assert np.all(np.diff(versions) > 0)
 
 
 def test_keep_kv_keeps_sample_staleness_and_freshens_tokens() -> None:
@@ -274,7 +282,8 @@ def test_preemption_without_persisted_kv_recomputes_the_prefix() -> None:
     kept = simulate(SimConfig(**base, persist_kv=True)).summary()
     lost = simulate(SimConfig(**base, persist_kv=False)).summary()
     none = simulate(SimConfig(**{**base, "preempt_rate": 0.0, "preempt_duration": 0.0})).summary()
-    assert kept.recomputed_tokens == 0 and lost.recomputed_tokens > 0
+    assert kept.recomputed_tokens == 0
+    assert lost.recomputed_tokens > 0
     assert lost.end_time > kept.end_time > none.end_time
     assert kept.generator_idle > none.generator_idle
 
@@ -282,7 +291,8 @@ def test_preemption_without_persisted_kv_recomputes_the_prefix() -> None:
 def test_a_constant_slowdown_is_a_slower_token_time() -> None:
     lengths = _lengths(3, 6, 400)
     slow = simulate(
-        SimConfig(slots=6, batch=5, steps=40, lengths=lengths, slowdown=lambda b: 2.0), engine="event"
+        SimConfig(slots=6, batch=5, steps=40, lengths=lengths, slowdown=lambda b: 2.0),
+        engine="event",
     )
     fast = simulate(SimConfig(slots=6, batch=5, steps=40, lengths=lengths, token_time=2.0))
     np.testing.assert_array_equal(slow.staleness, fast.staleness)
@@ -309,9 +319,10 @@ def test_trainer_time_idles_the_generators_only_in_sync() -> None:
 
 def test_an_explicit_matrix_that_is_too_short_says_how_many_lengths_are_needed() -> None:
     cfg = SimConfig(slots=2, batch=2, steps=10, lengths=np.ones((2, 5)))
+    engine: Literal["vector", "event"]
     for engine in ("vector", "event"):
         with pytest.raises(OutOfLengths, match=r"slot \d needs at least \d+ lengths"):
-            simulate(cfg, engine=engine)  # type: ignore[arg-type]
+            simulate(cfg, engine=engine)
 
 
 def test_drawn_lengths_extend_when_a_slot_runs_out() -> None:
@@ -321,7 +332,7 @@ def test_drawn_lengths_extend_when_a_slot_runs_out() -> None:
 
 
 def test_trace_exports_to_arrow_parquet_and_pandas(tmp_path: Path) -> None:
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]
 
     trace = simulate(SimConfig(slots=4, batch=4, steps=10, partial="keep_kv", seed=3))
     table = trace.to_arrow()

@@ -45,7 +45,8 @@ def _peer_dir() -> Path:
 def _load_peer() -> ModuleType:
     path = _peer_dir() / "simpy_queue.py"
     spec = importlib.util.spec_from_file_location("simpy_queue_peer", path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -136,8 +137,19 @@ def test_cli_json_matches_the_peer_json(tmp_path: Path, capsys: pytest.CaptureFi
     stale, tlen, t_end = peer.simulate_store(lengths, 64, 4_000 // 64)
     want = peer.summarize(stale, tlen)
     code = main(
-        ["simulate", "--slots", "32", "--batch", "64", "--rollouts", "4000"]
-        + ["--lengths-npy", str(path), "--json", "--no-progress"]
+        [
+            "simulate",
+            "--slots",
+            "32",
+            "--batch",
+            "64",
+            "--rollouts",
+            "4000",
+            "--lengths-npy",
+            str(path),
+            "--json",
+            "--no-progress",
+        ]
     )
     assert code == 0
     got = json.loads(capsys.readouterr().out)

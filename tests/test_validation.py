@@ -46,6 +46,7 @@ EFFORT_CASES: list[Case] = []
 # refimpl.sim
 # ---------------------------------------------------------------------------------------------
 
+
 def _sim(**kw: Any) -> Any:
     from refimpl.sim import SimConfig
 

@@ -54,7 +54,7 @@ def peer_columns(slots: int, rollouts: int) -> int:
     >>> peer_columns(256, 1_000_000)
     4947
     """
-    return int(math.ceil(rollouts / slots * 1.25)) + 64
+    return math.ceil(rollouts / slots * 1.25) + 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +156,7 @@ class SimConfig:
     slowdown_table: NDArray[np.float64] | None = field(default=None, init=False, repr=False)
     length_kind: str = field(default="lognormal", init=False, repr=False)
 
-    def __post_init__(self) -> None:  # noqa: C901 - one check per field, in order
+    def __post_init__(self) -> None:
         s = object.__setattr__
         n = as_int(self.slots, name="slots", minimum=1, meaning="generation slots")
         b = as_int(self.batch, name="batch", minimum=1, meaning="samples per trainer step")
@@ -192,7 +192,11 @@ class SimConfig:
             s(self, "steps", as_int(self.steps, name="steps", minimum=1, meaning="trainer steps"))
         mode = _choice(self.mode, name="mode", allowed=MODES)
         s(self, "leftovers", _choice(self.leftovers, name="leftovers", allowed=LEFTOVERS))
-        s(self, "over_bound", _choice(self.over_bound, name="over_bound", allowed=OVER_BOUND_ACTIONS))
+        s(
+            self,
+            "over_bound",
+            _choice(self.over_bound, name="over_bound", allowed=OVER_BOUND_ACTIONS),
+        )
         s(self, "partial", _choice(self.partial, name="partial", allowed=PARTIAL_POLICIES))
         if self.launch is not None:
             if mode != "first_k":
@@ -241,7 +245,9 @@ class SimConfig:
             s(
                 self,
                 name,
-                as_real(getattr(self, name), name=name, low=0.0, low_open=low_open, meaning=what[1:-1]),
+                as_real(
+                    getattr(self, name), name=name, low=0.0, low_open=low_open, meaning=what[1:-1]
+                ),
             )
         if not isinstance(self.persist_kv, bool):
             raise wrong_type("persist_kv", "a bool", self.persist_kv, "Pass True or False.")
@@ -341,7 +347,9 @@ class SimConfig:
                 f"Pass an N x K matrix with N={self.slots} (got {arr.shape[0]} rows).",
             )
         if arr.shape[1] < 1:
-            raise invalid("lengths", "have at least one column", arr, "Pass K >= 1 lengths per slot.")
+            raise invalid(
+                "lengths", "have at least one column", arr, "Pass K >= 1 lengths per slot."
+            )
         if np.any(arr <= 0):
             i, k = np.argwhere(arr <= 0)[0]
             raise invalid(
@@ -376,9 +384,13 @@ class SimConfig:
         if self.mode == "sync":
             return self.batch <= self.slots
         if self.mode == "first_k":
-            return self.leftovers == "drop" and self.launch is not None and self.launch <= self.slots
+            return (
+                self.leftovers == "drop" and self.launch is not None and self.launch <= self.slots
+            )
         return False
 
     def initial_columns(self) -> int:
         """Columns drawn at first for a drawn length law (the peer's rule, on the trained target)."""
-        return peer_columns(self.slots, self.trained_target if self.rollouts is None else self.rollouts)
+        return peer_columns(
+            self.slots, self.trained_target if self.rollouts is None else self.rollouts
+        )

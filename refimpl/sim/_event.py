@@ -45,6 +45,7 @@ def fast_path_applies(cfg: SimConfig) -> bool:
         and cfg.slowdown is None
     )
 
+
 _TRAINED = STATUS["trained"]
 _DROPPED = STATUS["dropped"]
 _ABORTED = STATUS["aborted"]
@@ -58,7 +59,7 @@ class _Stuck(RuntimeError):
     pass
 
 
-def run_events(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
+def run_events(
     cfg: SimConfig,
     supply: LengthSupply,
     trainer_times: NDArray[np.float64],
@@ -350,10 +351,7 @@ def run_events(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
             t = v_clock = ev[0]
         else:
             tr = heap[0][0] if heap else math.inf
-            if gheap:
-                tg = t + (gheap[0][0] - v_clock) * slow[busy]
-            else:
-                tg = math.inf
+            tg = t + (gheap[0][0] - v_clock) * slow[busy] if gheap else math.inf
             if tg == math.inf and tr == math.inf:
                 raise _Stuck
             if tg <= tr:
@@ -413,7 +411,9 @@ def run_events(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
             assert prng is not None
             s = ev[4]
             down[s] = False
-            push(heap, (t + float(prng.exponential(1.0 / cfg.preempt_rate)), 0, seq, _PREEMPT, s, 0))
+            push(
+                heap, (t + float(prng.exponential(1.0 / cfg.preempt_rate)), 0, seq, _PREEMPT, s, 0)
+            )
             seq += 1
             rid = paused[s]
             if rid >= 0:
@@ -466,7 +466,7 @@ def run_events(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
 
     return RawTrace(
         slot=col(r_slot, np.int32),
-        index=col(r_idx, np.int32),
+        column=col(r_idx, np.int32),
         launch_time=col(r_launch, np.float64),
         finish_time=col(r_finish, np.float64),
         length=col(r_len, np.float64),
@@ -486,7 +486,7 @@ def run_events(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
     )
 
 
-def run_async_fast(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
+def run_async_fast(
     cfg: SimConfig,
     supply: LengthSupply,
     trainer_times: NDArray[np.float64],
@@ -644,7 +644,7 @@ def run_async_fast(  # noqa: C901, PLR0912, PLR0915 - one tight loop, on purpose
     busy = float(np.sum(np.where(np.isnan(finish), t, finish) - launch))
     return RawTrace(
         slot=slot,
-        index=index,
+        column=index,
         launch_time=launch,
         finish_time=finish,
         length=supply.matrix[slot, index],

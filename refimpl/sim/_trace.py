@@ -23,7 +23,7 @@ class RawTrace(NamedTuple):
     """What an engine hands back (columns may be ``None`` = all zero / one segment per rollout)."""
 
     slot: NDArray[Any]
-    index: NDArray[Any]
+    column: NDArray[Any]  # the trace's ``index`` (tuple.index is taken)
     launch_time: NDArray[np.float64]
     finish_time: NDArray[np.float64]
     length: NDArray[np.float64]
@@ -135,7 +135,7 @@ class SimTrace:
     def from_raw(cls, raw: RawTrace, config: SimConfig, *, canonical: bool) -> SimTrace:
         """Freeze an engine's output; reorder rows canonically unless they already are."""
         n = raw.slot.size
-        perm = None if canonical else np.lexsort((raw.index, raw.slot))
+        perm = None if canonical else np.lexsort((raw.column, raw.slot))
         cols: dict[str, Any] = {}
         dtypes = {
             "slot": np.int32,
@@ -153,7 +153,7 @@ class SimTrace:
             "recomputed_tokens": np.float64,
         }
         for name, dt in dtypes.items():
-            arr = getattr(raw, name)
+            arr = getattr(raw, "column" if name == "index" else name)
             if arr is None:
                 arr = np.zeros(n, dtype=dt)
             arr = np.asarray(arr)

@@ -138,7 +138,7 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     rank = np.where(trained, crank, -1)
     return RawTrace(
         slot=slot,
-        index=index,
+        column=index,
         launch_time=launch,
         finish_time=finish,
         length=length,
@@ -201,7 +201,7 @@ def _stepwise(cfg: SimConfig, supply: LengthSupply, trainer_times: NDArray[np.fl
     trained_step = np.where(sel, step, -1).astype(np.int32)
     return RawTrace(
         slot=np.repeat(slots, steps),
-        index=np.tile(np.arange(steps, dtype=np.int32), n),
+        column=np.tile(np.arange(steps, dtype=np.int32), n),
         launch_time=launch_r,
         finish_time=stop,
         length=length,

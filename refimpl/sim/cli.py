@@ -24,7 +24,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``simulate`` options to ``parser``."""
     g = parser.add_argument_group("run")
     g.add_argument("--slots", type=int, default=256, help="N generation slots (default 256)")
-    g.add_argument("--batch", type=int, default=512, help="B samples per trainer step (default 512)")
+    g.add_argument(
+        "--batch", type=int, default=512, help="B samples per trainer step (default 512)"
+    )
     g.add_argument(
         "--rollouts",
         type=int,
@@ -34,10 +36,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--steps", type=int, default=None, help="trainer steps (instead of --rollouts)")
     g.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
     g.add_argument(
-        "--mode", choices=["async", "sync", "first_k", "admission"], default="async", help="dispatch"
+        "--mode",
+        choices=["async", "sync", "first_k", "admission"],
+        default="async",
+        help="dispatch",
     )
     g.add_argument("--launch", type=int, default=None, help="first_k: rollouts launched per step")
-    g.add_argument("--leftovers", choices=["drop", "carry"], default="drop", help="first_k leftovers")
+    g.add_argument(
+        "--leftovers", choices=["drop", "carry"], default="drop", help="first_k leftovers"
+    )
     g.add_argument("--eta", type=int, default=None, help="staleness bound η (default: none)")
     g.add_argument(
         "--over-bound", choices=["keep", "drop"], default="keep", help="samples with s > η"
@@ -49,7 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     lg.add_argument("--mu", type=float, default=6.0, help="lognormal log-mean (default 6)")
     lg.add_argument("--sigma", type=float, default=1.0, help="lognormal log-sd (default 1)")
     lg.add_argument(
-        "--lengths-npy", metavar="FILE", default=None, help="N x K float64 matrix of per-slot lengths"
+        "--lengths-npy",
+        metavar="FILE",
+        default=None,
+        help="N x K float64 matrix of per-slot lengths",
     )
     lg.add_argument(
         "--lengths-pmf",
@@ -79,14 +89,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     pg.add_argument("--reprefill-token-time", type=float, default=0.0, help="re-prefill time/token")
     pg.add_argument("--preempt-rate", type=float, default=0.0, help="preemptions per slot per time")
-    pg.add_argument("--preempt-duration", type=float, default=0.0, help="time a preempted slot is lost")
+    pg.add_argument(
+        "--preempt-duration", type=float, default=0.0, help="time a preempted slot is lost"
+    )
     pg.add_argument(
         "--no-persist-kv", action="store_true", help="re-prefill after preemption (no saved KV)"
     )
     pg.add_argument("--kv-restore-time", type=float, default=0.0, help="time to reload saved KV")
     og = parser.add_argument_group("output")
     og.add_argument("--json", action="store_true", help="print one JSON object")
-    og.add_argument("--trace", metavar="FILE.parquet", default=None, help="write the trace (Parquet)")
+    og.add_argument(
+        "--trace", metavar="FILE.parquet", default=None, help="write the trace (Parquet)"
+    )
     og.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
@@ -161,9 +175,13 @@ def run(args: argparse.Namespace) -> int:
     bar = tqdm(
         total=cfg.trained_target, file=sys.stderr, disable=not show, unit="rollout", leave=False
     )
+
+    def advance(n: int) -> None:
+        bar.update(n)
+
     t0 = time.perf_counter()
     try:
-        trace = simulate(cfg, engine=args.engine, progress=bar.update)
+        trace = simulate(cfg, engine=args.engine, progress=advance)
     except (ValueError, TypeError, RuntimeError) as err:
         bar.close()
         print(f"refimpl simulate: {err}", file=sys.stderr)
