@@ -334,18 +334,23 @@ def summarize(trace: SimTrace) -> SimSummary:
     lens = trace.length[order]
     end = trace.end_time
     hist = np.bincount(stale) if n_tr else np.zeros(0, dtype=np.int64)
-    # per-token staleness over trained samples
-    off = trace.segment_offsets
-    seg_rows = np.repeat(np.arange(len(trace)), np.diff(off))
-    seg_end = np.empty_like(trace.segment_tokens)
-    seg_end[:-1] = trace.segment_tokens[1:]
-    last = off[1:] - 1
-    seg_end[last[last >= 0]] = trace.length[np.diff(off) > 0]
-    seg_tr = trained[seg_rows]
-    seg_tokens = (seg_end - trace.segment_tokens)[seg_tr]
-    seg_stale = (trace.step[seg_rows] - trace.segment_versions)[seg_tr]
-    tok_total = float(seg_tokens.sum())
-    tok_stale = float((seg_tokens * seg_stale).sum() / tok_total) if tok_total > 0 else float("nan")
+    # per-token staleness over trained samples, weighted by tokens
+    if trace.segment_tokens.size == len(trace):  # one version per rollout
+        tok_total = float(lens.sum())
+        tok_weighted = float((lens * stale).sum())
+    else:
+        off = trace.segment_offsets
+        counts = np.diff(off)
+        seg_rows = np.repeat(np.arange(len(trace)), counts)
+        seg_end = np.empty_like(trace.segment_tokens)
+        seg_end[:-1] = trace.segment_tokens[1:]
+        seg_end[off[1:] - 1] = trace.length  # every rollout has >= 1 segment
+        seg_tr = trained[seg_rows]
+        seg_tokens = (seg_end - trace.segment_tokens)[seg_tr]
+        seg_stale = (trace.step[seg_rows] - trace.segment_versions)[seg_tr]
+        tok_total = float(seg_tokens.sum())
+        tok_weighted = float((seg_tokens * seg_stale).sum())
+    tok_stale = tok_weighted / tok_total if tok_total > 0 else float("nan")
     launched_mean = float(trace.length.mean()) if len(trace) else float("nan")
     mean = float(lens.mean()) if n_tr else float("nan")
     return SimSummary(
