@@ -20,10 +20,11 @@ from typing import Literal
 import numpy as np
 
 from refimpl._validation import invalid
-from refimpl.sim._config import MODES, OVER_BOUND_ACTIONS, PARTIAL_POLICIES, SimConfig
+from refimpl.sim import _config, _trace
+from refimpl.sim._config import SimConfig
 from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
 from refimpl.sim._lengths import LengthSupply, OutOfLengths
-from refimpl.sim._trace import STATUS, STATUS_NAMES, SimSummary, SimTrace, summarize
+from refimpl.sim._trace import SimSummary, SimTrace, summarize
 from refimpl.sim._vector import run_vector
 
 __all__ = [
@@ -41,6 +42,17 @@ __all__ = [
 ]
 
 Engine = Literal["auto", "vector", "event"]
+
+#: The dispatch modes of :class:`SimConfig` (``mode=``).
+MODES: tuple[str, ...] = _config.MODES
+#: What the trainer does with a sample over the staleness bound (``over_bound=``).
+OVER_BOUND_ACTIONS: tuple[str, ...] = _config.OVER_BOUND_ACTIONS
+#: What happens to in-flight rollouts at each publication (``partial=``).
+PARTIAL_POLICIES: tuple[str, ...] = _config.PARTIAL_POLICIES
+#: Names of the trace's status codes, by code.
+STATUS_NAMES: tuple[str, ...] = _trace.STATUS_NAMES
+#: Status code by name (``trace.status == STATUS["trained"]``).
+STATUS: dict[str, int] = _trace.STATUS
 
 
 def _trainer_times(cfg: SimConfig) -> np.ndarray:
