@@ -352,3 +352,79 @@ def test_trace_columns_are_read_only() -> None:
     trace = simulate(SimConfig(slots=2, batch=2, steps=2, seed=0))
     with pytest.raises(ValueError, match="read-only"):
         trace.staleness[0] = 5
+
+
+# ---------------------------------------------------------------------------------------------
+# the simulator against refimpl.staleness (the definitions it must follow)
+# ---------------------------------------------------------------------------------------------
+
+
+@st.composite
+def async_configs(draw: st.DrawFn) -> SimConfig:
+    slots = draw(st.integers(1, 8))
+    batch = draw(st.integers(1, 10))
+    eta = draw(st.none() | st.integers(0, 3))
+    kw: dict[str, Any] = {"eta": eta}
+    if eta is not None and draw(st.booleans()):
+        kw["over_bound"] = "drop"
+    if draw(st.booleans()):
+        kw["preempt_rate"] = 0.05
+        kw["preempt_duration"] = 2.0
+    return SimConfig(
+        slots=slots,
+        batch=batch,
+        steps=draw(st.integers(1, 15)),
+        lengths=scipy.stats.randint(1, 5),
+        trainer_time=draw(st.sampled_from([0.0, 1.0, 2.5])),
+        seed=draw(st.integers(0, 2**16)),
+        **kw,
+    )
+
+
+@settings(max_examples=50)
+@given(async_configs())
+def test_async_launch_versions_follow_refimpl_policy_version(cfg: SimConfig) -> None:
+    """Every async launch sees v(t) = #{j : T_j < t} (refimpl.policy_version, the tie rule)."""
+    import refimpl
+
+    trace = simulate(cfg)
+    want = refimpl.policy_version(trace.launch_time, publish_times=trace.publish_times)
+    np.testing.assert_array_equal(trace.launch_version, want.astype(np.int32))
+
+
+def test_policy_version_check_rejects_sync_semantics() -> None:
+    """The check is not vacuous: in sync mode a step's launches follow its publication and see
+    the new version, which policy_version (a launch *at* the publication instant) would not give."""
+    import refimpl
+
+    trace = simulate(SimConfig(slots=2, batch=2, steps=4, mode="sync", lengths=np.ones((2, 8))))
+    want = refimpl.policy_version(trace.launch_time, publish_times=trace.publish_times)
+    assert not np.array_equal(trace.launch_version, want)
+
+
+@pytest.mark.parametrize("partial", ["none", "recompute", "keep_kv", "restart"])
+@pytest.mark.parametrize("mode", ["async", "admission"])
+def test_trained_staleness_is_refimpl_sample_staleness_of_the_token_versions(
+    partial: str, mode: str
+) -> None:
+    import refimpl
+
+    cfg = SimConfig(
+        slots=8,
+        batch=4,
+        steps=80,
+        mode=mode,
+        eta=1 if mode == "admission" else None,
+        partial=partial,
+        reprefill_token_time=0.2,
+        preempt_rate=0.01,
+        preempt_duration=3.0,
+        persist_kv=False,
+        lengths=scipy.stats.randint(1, 12),
+        seed=4,
+    )
+    trace = simulate(cfg)
+    order = trace.training_order()
+    versions = [trace.token_versions(int(r))[1] for r in order]
+    want = refimpl.sample_staleness(trace.step[order], versions).sample
+    np.testing.assert_array_equal(trace.staleness[order], want.astype(np.int32))

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from refimpl.sim._config import SimConfig
 from refimpl.sim._lengths import LengthSupply
 from refimpl.sim._trace import STATUS, RawTrace
+from refimpl.staleness import admission_capacity
 
 __all__ = ["fast_path_applies", "run_async_fast", "run_events"]
 
@@ -130,6 +131,7 @@ def run_events(
     training = False
     rank_counter = 0
     admitted = 0  # accepted + running (admission mode)
+    running = 0  # rollouts in flight, generating or paused (admission mode)
     pending_launch = 0
     buffer: deque[int] = deque()
     batch: list[int] = []
@@ -209,11 +211,19 @@ def run_events(
                 admit()
 
     def admit() -> None:
-        nonlocal admitted
-        cap = (eta + version + 1) * b - admitted
+        nonlocal admitted, running
+        cap = admission_capacity(
+            eta=eta,
+            version=version,
+            batch=b,
+            accepted=admitted - running,
+            running=running,
+            max_concurrent=n_slots,
+        )
         while cap > 0 and idle:
             s = idle.popleft()
             admitted += 1
+            running += 1
             cap -= 1
             launch(s)
 
@@ -284,7 +294,7 @@ def run_events(
         pending_launch += max(need, 0)
 
     def publish_partial() -> None:
-        nonlocal seq, admitted
+        nonlocal seq, admitted, running
         for s in range(n_slots):
             rid = slot_rid[s]
             if rid >= 0:
@@ -297,6 +307,7 @@ def run_events(
                     stop_generating(s)
                     if admission:
                         admitted -= 1
+                        running -= 1
                     free_slot(s)
                     continue
                 new_segment(rid, k, version)
@@ -320,6 +331,7 @@ def run_events(
                     paused[s] = -1
                     if admission:
                         admitted -= 1
+                        running -= 1
                     continue
                 new_segment(rid, k, version)
                 if partial == "recompute":
@@ -373,6 +385,8 @@ def run_events(
             stop_generating(s)
             buffer.append(rid)
             completed += 1
+            if admission:
+                running -= 1
             if progress is not None and completed % report_every == 0:
                 progress(report_every)
             free_slot(s)
