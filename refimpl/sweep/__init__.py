@@ -11,15 +11,25 @@ See ``docs/howto/sweeps.md`` for a walk-through, from a laptop to a Dask cluster
 
 from refimpl.sweep.engine import ENGINES, journal_path, run
 from refimpl.sweep.grid import Cell, Grid, GridError, expand, load_grid, parse_grid
-from refimpl.sweep.kinds import KINDS, busy, execute_cell, resolve_kind
+from refimpl.sweep.kinds import (
+    CLOSED_FORMS,
+    KINDS,
+    busy,
+    closed_form,
+    execute_cell,
+    resolve_kind,
+    simulate,
+)
 
 __all__ = [
+    "CLOSED_FORMS",
     "ENGINES",
     "KINDS",
     "Cell",
     "Grid",
     "GridError",
     "busy",
+    "closed_form",
     "execute_cell",
     "expand",
     "journal_path",
@@ -27,4 +37,5 @@ __all__ = [
     "parse_grid",
     "resolve_kind",
     "run",
+    "simulate",
 ]

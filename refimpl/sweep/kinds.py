@@ -18,7 +18,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "busy", "execute_cell", "resolve_kind"]
+__all__ = [
+    "CLOSED_FORMS",
+    "KINDS",
+    "busy",
+    "closed_form",
+    "execute_cell",
+    "resolve_kind",
+    "simulate",
+]
 
 KindFunction = Callable[[dict[str, Any], int], Mapping[str, float]]
 
@@ -80,9 +88,235 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
     return {"mean": total / draws, "mean_square": total_sq / draws}
 
 
+# --- length laws in a grid ------------------------------------------------------------------
+
+
+def _length_law(params: dict[str, Any]) -> Any:
+    """Pop the length-law parameters from ``params`` and build the law (or ``None``).
+
+    ``law = "NAME"`` names a continuous ``scipy.stats`` distribution; its parameters come from the
+    table ``law_args`` and from parameters ``law_ARG`` (so that ``law_s`` can be an axis);
+    ``pmf = [p1, p2, ...]`` is a pmf over lengths ``1..M`` instead.
+    """
+    import scipy.stats
+
+    name = params.pop("law", None)
+    args = params.pop("law_args", {})
+    if not isinstance(args, Mapping):
+        raise TypeError(f"law_args must be a table of the law's parameters; got {args!r}.")
+    args = dict(args)
+    for key in [k for k in params if k.startswith("law_")]:
+        args[key[4:]] = params.pop(key)
+    pmf = params.pop("pmf", None)
+    if pmf is not None:
+        if name is not None or args:
+            raise ValueError(
+                "give the length law either as pmf = [...] or as law = NAME (with law_args), "
+                "not both."
+            )
+        return np.asarray(pmf, dtype=np.float64)
+    if name is None:
+        if args:
+            raise ValueError(
+                f"law parameters {sorted(args)} were given without law = NAME; add e.g. "
+                'law = "lognorm".'
+            )
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"law must be the name of a scipy.stats distribution; got law={name!r}.")
+    family = getattr(scipy.stats, name, None)
+    if not isinstance(family, scipy.stats.rv_continuous):
+        raise ValueError(
+            f"law={name!r} is not a continuous scipy.stats distribution; use e.g. "
+            '"lognorm", "expon", "gamma", "weibull_min", "pareto", "uniform".'
+        )
+    shapes = [s.strip() for s in (family.shapes or "").split(",") if s.strip()]
+    allowed = [*shapes, "loc", "scale"]
+    unknown = [a for a in args if a not in allowed]
+    if unknown:
+        raise ValueError(
+            f"law={name!r} has no parameter {unknown[0]!r}; it takes {', '.join(allowed)} "
+            f"(give them as law_args = {{...}} or law_NAME)."
+        )
+    missing = [a for a in shapes if a not in args]
+    if missing:
+        raise ValueError(
+            f"law={name!r} needs its shape parameter {missing[0]!r}; add law_{missing[0]} = VALUE."
+        )
+    return family(**args)
+
+
+def _flatten(name: str, result: Any) -> dict[str, float]:
+    """Metrics of a result: a NamedTuple's fields, a scalar under ``name``, an array as name_1..."""
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        return {f: float(getattr(result, f)) for f in result._fields}
+    arr = np.asarray(result, dtype=np.float64)
+    if arr.ndim == 0:
+        return {name: float(arr)}
+    return {f"{name}_{i + 1}": float(x) for i, x in enumerate(arr.ravel())}
+
+
+def _reject_unknown(kind: str, params: Mapping[str, Any], allowed: Any) -> None:
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"{kind} takes no parameter {unknown[0]!r}; it takes {', '.join(sorted(allowed))}. "
+            "Remove it from [fixed] or [axes]."
+        )
+
+
+#: closed_form's functions: what their first argument is, and their keyword parameters.
+CLOSED_FORMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "length_bias": ("law or pmf", ("n", "k")),
+    "selected_mean": ("law", ("n", "k")),
+    "selected_pmf": ("pmf", ("n", "k")),
+    "expected_max": ("law", ("n",)),
+    "async_speedup": ("law", ("n",)),
+    "fluid_steady_state": ("law", ("slots", "batch", "eta")),
+}
+
+
+def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
+    r"""A closed-form computation of :mod:`refimpl.dispatch`, called with the cell's parameters.
+
+    .. math::
+
+                ext{metrics} = 	exttt{refimpl.FUNCTION}(	ext{law}, **	ext{params})
+
+    The function is one of :data:`CLOSED_FORMS`: ``length_bias``, ``selected_mean``,
+    ``selected_pmf``, ``expected_max``, ``async_speedup``, ``fluid_steady_state``. The result
+    becomes the metrics: a NamedTuple's fields (``length_bias`` gives ``true_mean``,
+    ``selected_mean``, ``ratio``, ``total_variation``, ``kl_divergence``), a number under the
+    function's name, an array as ``NAME_1, NAME_2, ...`` (per length).
+
+    Parameters
+    ----------
+    params : dict
+        ``function`` (the name); the length law as ``law = "NAME"`` (a continuous
+        ``scipy.stats`` distribution) with its parameters in ``law_args = {...}`` or as ``law_ARG``
+        (so ``law_s`` can be an axis), or as ``pmf = [p1, ..., pM]``; then the function's keyword
+        parameters (``n``, ``k``; or ``slots``, ``batch``, ``eta``).
+    seed : int
+        Not used: closed forms are deterministic (replicates give identical rows).
+
+    Returns
+    -------
+    dict
+        The metrics.
+
+    Raises
+    ------
+    ValueError, TypeError
+        An unknown function or parameter, a missing or malformed law, and whatever the function
+        raises for its arguments (its message says how to fix them).
+
+    Notes
+    -----
+    This kind only wires a grid to :mod:`refimpl.dispatch`; the formulas and their proofs live
+    there.
+
+    Examples
+    --------
+    >>> m = closed_form({"function": "length_bias", "law": "expon", "n": 2, "k": 1}, 0)
+    >>> round(m["ratio"], 10)
+    0.5
+    >>> closed_form({"function": "length_bias", "pmf": [0.5, 0.5], "n": 2, "k": 1}, 0)["selected_mean"]
+    1.25
+    """
+    import refimpl
+
+    params = dict(params)
+    name = params.pop("function", None)
+    if name is None:
+        raise ValueError(
+            f"closed_form needs function = NAME, one of {', '.join(CLOSED_FORMS)}; add it to "
+            "[fixed]."
+        )
+    if name not in CLOSED_FORMS:
+        raise ValueError(
+            f"closed_form has no function {name!r}; it offers {', '.join(CLOSED_FORMS)}."
+        )
+    first, keywords = CLOSED_FORMS[name]
+    law = _length_law(params)
+    _reject_unknown(f"closed_form function {name!r}", params, keywords)
+    is_pmf = isinstance(law, np.ndarray)
+    if law is None or (first == "law" and is_pmf) or (first == "pmf" and not is_pmf):
+        how = {
+            "law": 'law = "NAME" (a scipy.stats distribution)',
+            "pmf": "pmf = [p1, ..., pM]",
+            "law or pmf": 'law = "NAME" or pmf = [p1, ..., pM]',
+        }[first]
+        raise ValueError(f"closed_form function {name!r} needs its length law as {how}.")
+    result = getattr(refimpl, name)(law, **params)
+    return _flatten(name, result)
+
+
+def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
+    r"""One run of the rollout-queue simulator (:func:`refimpl.sim.simulate`) and its summary.
+
+    .. math::
+
+                ext{metrics} = 	exttt{simulate}(	exttt{SimConfig}(**	ext{params},
+        \ 	ext{seed}=	ext{cell seed})).	exttt{summary()}
+
+    Parameters
+    ----------
+    params : dict
+        The fields of :class:`refimpl.sim.SimConfig` (``slots``, ``batch``, ``rollouts`` or
+        ``steps``, ``mode``, ``eta``, ``over_bound``, ``partial``, ...), except ``seed`` (the
+        sweep's) and ``slowdown``; the lengths as ``law = "NAME"`` with ``law_args``/``law_ARG``
+        (a continuous ``scipy.stats`` law), or ``pmf = [...]``, or neither (the lognormal of
+        ``lognormal_mu`` and ``lognormal_sigma``, drawn as the SimPy peer draws it).
+    seed : int
+        The cell's seed, the run's ``SimConfig.seed``.
+
+    Returns
+    -------
+    dict
+        The scalar entries of ``SimSummary.to_json_dict()`` (the keys of ``refimpl simulate
+        --json``): ``throughput``, ``staleness_mean``, ``length_mean``, ``length_bias``,
+        ``dropped``, ...
+
+    Raises
+    ------
+    ValueError, TypeError
+        A ``seed`` parameter, an unknown parameter, a malformed law, and whatever ``SimConfig``
+        rejects (its message names the field and the fix).
+
+    Examples
+    --------
+    >>> m = simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
+    >>> m["trained_rollouts"], m == simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
+    (64.0, True)
+    """
+    import dataclasses
+
+    from refimpl.sim import SimConfig
+    from refimpl.sim import simulate as run_simulation
+
+    params = dict(params)
+    if "seed" in params:
+        raise ValueError(
+            "simulate takes its seed from the sweep (one per cell); remove the seed parameter "
+            "and set sweep.seed for the root of all seeds."
+        )
+    lengths = _length_law(params)
+    fields = {f.name for f in dataclasses.fields(SimConfig) if f.init}
+    _reject_unknown("simulate", params, fields - {"seed", "slowdown", "lengths"})
+    config = SimConfig(**params, lengths=lengths, seed=seed)
+    summary = run_simulation(config).summary().to_json_dict()
+    return {
+        key: float(value)
+        for key, value in summary.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
 #: The built-in cell kinds, by the name a grid's ``sweep.kind`` uses.
 KINDS: dict[str, KindFunction] = {
     "busy": busy,
+    "closed_form": closed_form,
+    "simulate": simulate,
 }
 
 
