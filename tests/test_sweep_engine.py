@@ -118,12 +118,12 @@ def test_a_failing_cell_is_recorded_with_its_error_and_the_sweep_goes_on() -> No
 
 def test_a_cell_that_kills_its_worker_fails_alone(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
-    grid = _recorded_grid(log, n=3, replicates=1)
+    grid = _recorded_grid(log, n=2, replicates=1)
     grid["axes"]["die"] = [False, True]
     table = sweep.run(grid, engine="local", workers=2).to_pylist()
     died = [row for row in table if row["die"]]
-    assert len(died) == 3
-    assert len(table) == 6
+    assert len(died) == 2
+    assert len(table) == 4
     assert all(row["status"] == "error" and "died" in row["error"] for row in died)
     assert all(row["status"] == "ok" for row in table if not row["die"])
 
@@ -144,7 +144,7 @@ def test_metrics_listed_in_the_grid_are_kept_and_a_missing_one_is_a_cell_error()
 
 def test_an_interrupted_sweep_resumes_without_recomputing_finished_cells(tmp_path: Path) -> None:
     log, out = tmp_path / "log.jsonl", tmp_path / "r.parquet"
-    grid = _recorded_grid(log, n=8, replicates=2, sleep=0.05)
+    grid = _recorded_grid(log, n=6, replicates=2, sleep=0.05)
     seen: list[int] = []
 
     def interrupt_after_five(record: Any) -> None:
@@ -159,18 +159,18 @@ def test_an_interrupted_sweep_resumes_without_recomputing_finished_cells(tmp_pat
     first_run = _executions(log)
     log.unlink()
 
-    table = sweep.run(grid, out=out, engine="local", workers=2)
+    table = sweep.run(grid, out=out, engine="serial")  # resuming is the same on every engine
     second_run = _executions(log)
     assert not set(second_run) & set(seen), "a journaled cell was computed again"
-    assert len(second_run) == len(set(second_run)) == 16 - len(seen)
+    assert len(second_run) == len(set(second_run)) == 12 - len(seen)
     assert set(first_run) <= set(table.column("seed").to_pylist())
-    assert table.num_rows == 16
+    assert table.num_rows == 12
     assert table.column("x_plus_seed_mod_7").to_pylist() == [
         float(x + s % 7) for x, s in zip(table.column("x").to_pylist(), table.column("seed").to_pylist(), strict=True)
     ]  # fmt: skip
-    # A third run computes nothing.
+    # A third run computes nothing (on any engine: skipping happens before dispatch).
     log.unlink()
-    again = sweep.run(grid, out=out, engine="local", workers=2)
+    again = sweep.run(grid, out=out, engine="serial")
     assert not log.exists()
     assert _without_wall_time(again).equals(_without_wall_time(table))
     # The resumed table is the table of an uninterrupted run.
@@ -210,7 +210,7 @@ def test_a_killed_sweep_loses_only_the_running_cells(tmp_path: Path) -> None:
     finished = [json.loads(line)["seed"] for line in journal.read_text().splitlines()[1:]]
     assert 3 <= len(finished) < 12
     log.unlink()
-    table = sweep.run(grid_file, out=out, engine="local", workers=2)
+    table = sweep.run(grid_file, out=out, engine="serial")
     assert not set(_executions(log)) & set(finished)
     assert sorted(_executions(log) + finished) == sorted(table.column("seed").to_pylist())
     assert table.num_rows == 12
@@ -338,7 +338,7 @@ def test_the_command_writes_the_table_and_exits_1_when_cells_failed(
 ) -> None:
     grid = _write(tmp_path / "g.toml", '[sweep]\nkind = "busy"\n[axes]\ndraws = [10, 0]\n')
     out = tmp_path / "r.parquet"
-    assert main(["sweep", str(grid), "--out", str(out), "--workers", "1", "--quiet"]) == 1
+    assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 1
     assert "2 of 2 cells" in capsys.readouterr().err
     table = pq.read_table(out)
     assert table.column("status").to_pylist() == ["ok", "error"]

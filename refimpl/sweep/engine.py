@@ -279,8 +279,8 @@ def _run_local(cells: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
     """A spawn-started process pool with at most ``2 * workers`` cells handed out at a time.
 
     When a worker process dies, every cell handed out fails with ``BrokenProcessPool``; those cells
-    are then run one at a time, each in a fresh one-process pool, so only the cell that kills its
-    process is recorded as failed, and the sweep continues in a new pool.
+    are then run one at a time in a one-process pool (a fresh one after each death), so only the
+    cell that kills its process is recorded as failed, and the sweep continues in a new pool.
     """
     context = multiprocessing.get_context("spawn")
 
@@ -317,20 +317,28 @@ def _run_local(cells: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
                 suspects += inflight.values()  # all of them failed with the pool
                 inflight.clear()
                 pool.shutdown(wait=True)
-                for cell in suspects:
-                    yield _isolated(cell, new_pool)
+                yield from _isolated(suspects, new_pool)
                 pool = new_pool(workers)
             fill()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _isolated(cell: Cell, new_pool: Callable[[int], ProcessPoolExecutor]) -> dict[str, Any]:
-    with new_pool(1) as solo:
-        try:
-            return solo.submit(execute_cell, cell).result()
-        except BrokenProcessPool as exc:
-            return _died(cell, exc)
+def _isolated(
+    cells: list[Cell], new_pool: Callable[[int], ProcessPoolExecutor]
+) -> Iterator[dict[str, Any]]:
+    """Run cells one at a time in a one-process pool, replaced only when a cell kills it."""
+    solo = new_pool(1)
+    try:
+        for cell in cells:
+            try:
+                yield solo.submit(execute_cell, cell).result()
+            except BrokenProcessPool as exc:
+                yield _died(cell, exc)
+                solo.shutdown(wait=True)
+                solo = new_pool(1)
+    finally:
+        solo.shutdown(wait=True, cancel_futures=True)
 
 
 def _import_distributed() -> Any:
