@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -270,17 +270,23 @@ def _died(cell: Cell, exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _run_serial(cells: list[Cell]) -> Iterator[dict[str, Any]]:
+def _run_serial(cells: list[Cell]) -> Generator[dict[str, Any], None, None]:
     for cell in cells:
         yield execute_cell(cell)
 
 
-def _run_local(cells: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
+def _run_local(
+    cells: list[Cell], workers: int, say: Callable[[str], None]
+) -> Generator[dict[str, Any], None, None]:
     """A spawn-started process pool with at most ``2 * workers`` cells handed out at a time.
 
     When a worker process dies, every cell handed out fails with ``BrokenProcessPool``; those cells
     are then run one at a time in a one-process pool (a fresh one after each death), so only the
     cell that kills its process is recorded as failed, and the sweep continues in a new pool.
+
+    On ``KeyboardInterrupt`` (Ctrl-C while waiting, or thrown in by the consumer) the cells not yet
+    started are cancelled, the running ones are waited for and yielded, then ``KeyboardInterrupt``
+    is raised. A second interrupt abandons the running cells (their processes are terminated).
     """
     context = multiprocessing.get_context("spawn")
 
@@ -292,18 +298,34 @@ def _run_local(cells: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
     todo = iter(cells)
     pool = new_pool(workers)
     inflight: dict[Future[dict[str, Any]], Cell] = {}
+    interrupted = False
+    abandoned = True  # until the loop ends normally
 
     def fill() -> None:
-        while len(inflight) < 2 * workers:
+        while not interrupted and len(inflight) < 2 * workers:
             cell = next(todo, None)
             if cell is None:
                 return
             inflight[pool.submit(execute_cell, cell)] = cell
 
+    def stop_queue() -> None:
+        nonlocal interrupted
+        if interrupted:  # a second interrupt: give up on the running cells
+            raise KeyboardInterrupt
+        interrupted = True
+        for fut in [f for f in inflight if f.cancel()]:
+            del inflight[fut]
+        if inflight:
+            say(f"interrupted: waiting for {len(inflight)} running cells (Ctrl-C again to abandon)")
+
     try:
         fill()
         while inflight:
-            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            try:
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                stop_queue()
+                continue
             suspects: list[Cell] = []
             for fut in done:
                 cell = inflight.pop(fut)
@@ -312,16 +334,25 @@ def _run_local(cells: list[Cell], workers: int) -> Iterator[dict[str, Any]]:
                 except BrokenProcessPool:
                     suspects.append(cell)
                     continue
-                yield record
-            if suspects:
+                try:
+                    yield record
+                except KeyboardInterrupt:
+                    stop_queue()
+            if suspects and not interrupted:
                 suspects += inflight.values()  # all of them failed with the pool
                 inflight.clear()
                 pool.shutdown(wait=True)
                 yield from _isolated(suspects, new_pool)
                 pool = new_pool(workers)
             fill()
+        abandoned = False
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if abandoned:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()  # private attribute; best effort on a second Ctrl-C
+        pool.shutdown(wait=not abandoned, cancel_futures=True)
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 def _isolated(
@@ -354,7 +385,7 @@ def _import_distributed() -> Any:
 
 def _run_dask(
     cells: list[Cell], workers: int | None, scheduler: str | None
-) -> Iterator[dict[str, Any]]:
+) -> Generator[dict[str, Any], None, None]:
     """Submit cells to a Dask cluster (``scheduler``) or to a loopback ``LocalCluster``.
 
     Dask retries a task whose worker died on another worker up to
@@ -384,7 +415,7 @@ def _run_dask(
             ) from None
     todo = iter(cells)
     futures = distributed.as_completed()
-    inflight: dict[str, Cell] = {}
+    inflight: dict[str, tuple[Any, Cell]] = {}
 
     def fill() -> None:
         while len(inflight) < _DASK_INFLIGHT:
@@ -392,32 +423,39 @@ def _run_dask(
             if cell is None:
                 return
             fut = client.submit(execute_cell, cell, pure=False)
-            inflight[fut.key] = cell
+            inflight[fut.key] = (fut, cell)
             futures.add(fut)
 
     suspects: list[Cell] = []
     try:
-        fill()
-        for fut in futures:
-            cell = inflight.pop(fut.key)
-            try:
-                record: dict[str, Any] = fut.result()
-            except Exception:  # KilledWorker and friends: a worker holding this cell was lost
-                suspects.append(cell)
-            else:
-                yield record
-            fut.release()
+        try:
             fill()
-        # A lost worker takes every cell assigned to it along; run those again one at a time,
-        # so that only the cell that kills its worker is recorded as failed.
-        for cell in suspects:
-            fut = client.submit(execute_cell, cell, pure=False)
-            try:
-                record = fut.result()
-            except Exception as exc:
-                record = _died(cell, exc)
-            fut.release()
-            yield record
+            for fut in futures:
+                _, cell = inflight.pop(fut.key)
+                try:
+                    record: dict[str, Any] = fut.result()
+                except Exception:  # KilledWorker and friends: a worker holding this cell was lost
+                    suspects.append(cell)
+                else:
+                    yield record
+                fut.release()
+                fill()
+            # A lost worker takes every cell assigned to it along; run those again one at a
+            # time, so that only the cell that kills its worker is recorded as failed.
+            for cell in suspects:
+                fut = client.submit(execute_cell, cell, pure=False)
+                try:
+                    record = fut.result()
+                except Exception as exc:
+                    record = _died(cell, exc)
+                fut.release()
+                yield record
+        except KeyboardInterrupt:
+            # Keep the cells that have finished already; the others are cancelled with the client.
+            finished = [f for f, _ in inflight.values() if f.status == "finished"]
+            for fut in finished:
+                yield fut.result()
+            raise
     finally:
         futures.clear()
         client.close()
@@ -570,21 +608,41 @@ def run(
     if engine == "serial":
         stream = _run_serial(todo)
     elif engine == "local":
-        stream = _run_local(todo, workers or os.cpu_count() or 1)
+
+        def say(message: str) -> None:
+            if progress:
+                bar.write(message, file=sys.stderr)
+
+        stream = _run_local(todo, workers or os.cpu_count() or 1, say)
     else:
         stream = _run_dask(todo, workers, scheduler)
     remaining = len(todo)
+
+    def keep(record: dict[str, Any]) -> None:
+        nonlocal remaining, failed
+        if journal is not None:
+            journal.append(record)
+        records[record["cell_id"]] = record
+        remaining -= 1
+        failed += record["status"] != "ok"
+        bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
+        bar.update(1)
+
     try:
-        for record in stream:
-            if journal is not None:
-                journal.append(record)
-            records[record["cell_id"]] = record
-            remaining -= 1
-            failed += record["status"] != "ok"
-            bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
-            bar.update(1)
-            if on_record is not None:
-                on_record(record)
+        try:
+            for record in stream:
+                keep(record)
+                if on_record is not None:
+                    on_record(record)
+        except KeyboardInterrupt:
+            # Let the engine finish the running cells and journal them (on_record is not called).
+            try:
+                keep(stream.throw(KeyboardInterrupt()))
+                for record in stream:
+                    keep(record)
+            except StopIteration:
+                pass
+            raise
     finally:
         close = getattr(stream, "close", None)
         if close is not None:
