@@ -538,6 +538,8 @@ def run(
         ``engine="dask"`` without ``dask.distributed`` installed (the message says what to install).
     KeyboardInterrupt
         After journaling what finished and writing the partial table to ``out``; rerun to resume.
+        The local pool cancels the queued cells and finishes the running ones first (a second
+        interrupt abandons them); Dask keeps the cells that had finished and cancels the rest.
 
     Notes
     -----
@@ -605,7 +607,7 @@ def run(
         dynamic_ncols=True,
     )
     bar.set_postfix_str(f"failed={failed} remaining={len(todo)}", refresh=False)
-    if engine == "serial":
+    if engine == "serial" or not todo:  # nothing to run: start no pool and no cluster
         stream = _run_serial(todo)
     elif engine == "local":
 
