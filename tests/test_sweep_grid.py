@@ -10,6 +10,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refimpl.sweep import Grid, GridError, expand, load_grid, parse_grid
 from refimpl.sweep.grid import cell_identity
@@ -217,3 +219,53 @@ def test_the_example_grid_parses() -> None:
     root = Path(__file__).resolve().parent.parent
     for path in sorted((root / "examples" / "sweeps").glob("*.toml")):
         assert load_grid(path).n_cells >= 1
+
+
+# --- properties over random grids ------------------------------------------------------------
+
+
+@given(
+    start=st.integers(-50, 50),
+    length=st.integers(0, 60),
+    step=st.integers(1, 7),
+    descending=st.booleans(),
+)
+def test_an_integer_range_is_pythons_range_with_stop_included(
+    start: int, length: int, step: int, descending: bool
+) -> None:
+    sign = -1 if descending else 1
+    stop = start + sign * length
+    axis = _grid({"x": {"start": start, "stop": stop, "step": sign * step}}).axes["x"]
+    assert axis == tuple(range(start, stop + sign, sign * step))
+
+
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=0, max_size=3),
+    replicates=st.integers(1, 3),
+    order=st.randoms(use_true_random=False),
+)
+def test_cells_keep_their_ids_and_seeds_whatever_the_order_of_axes_and_values(
+    sizes: list[int], replicates: int, order: Any
+) -> None:
+    axes = {f"a{i}": list(range(n)) for i, n in enumerate(sizes)}
+    shuffled_names = list(axes)
+    order.shuffle(shuffled_names)
+    shuffled = {}
+    for name in shuffled_names:
+        values = list(axes[name])
+        order.shuffle(values)
+        shuffled[name] = values
+
+    def identities(g: Grid) -> dict[tuple[Any, ...], tuple[str, int]]:
+        return {
+            (tuple(sorted(c.axes.items())), c.replicate): (c.cell_id, c.seed) for c in expand(g)
+        }
+
+    a = identities(_grid(axes, replicates=replicates))
+    b = identities(_grid(shuffled, replicates=replicates))
+    assert a == b
+    assert (
+        len(a)
+        == len({seed for _, seed in a.values()})
+        == _grid(axes, replicates=replicates).n_cells
+    )

@@ -519,7 +519,11 @@ def _range(spec: Mapping[str, Any], path: str) -> tuple[Scalar, ...]:
                 step,
                 "Flip its sign or swap start and stop.",
             )
-        count = math.floor((stop - start) / step * (1 + 1e-12) + 1e-9) + 1
+        exact = all(isinstance(x, int) for x in (start, stop, step))
+        if exact:
+            count = (stop - start) // step + 1
+        else:  # stop counts as reached within rounding: 0.0 to 0.3 by 0.1 gives 4 values
+            count = math.floor((stop - start) / step * (1 + 1e-12) + 1e-9) + 1
         if count > _MAX_AXIS_VALUES:
             raise _fail(
                 f"{path}.step",
@@ -527,7 +531,7 @@ def _range(spec: Mapping[str, Any], path: str) -> tuple[Scalar, ...]:
                 step,
                 "Use a larger step.",
             )
-        if all(isinstance(x, int) for x in (start, stop, step)):
+        if exact:
             values = [start + i * step for i in range(count)]
         else:
             values = [float(start + i * step) for i in range(count)]
