@@ -12,7 +12,7 @@ scales as ``S(ℓ)^{n-k}``.
 
 from __future__ import annotations
 
-import mpmath as mp
+import mpmath as mp  # type: ignore[import-untyped]  # no stubs; pyproject override pending
 import numpy as np
 import pytest
 
@@ -54,8 +54,8 @@ def reference_pi(pmf: np.ndarray, n: int, k: int, indices: list[int]) -> list[mp
 
 
 def _normed(values: list[float]) -> np.ndarray:
-    arr = np.array(values)
-    return arr / arr.sum()
+    arr = np.array(values, dtype=np.float64)
+    return np.asarray(arr / arr.sum(), dtype=np.float64)
 
 
 CASES = [
