@@ -336,7 +336,8 @@ def _pi_float(p: FloatArray, n: int, k: int) -> FloatArray:
     # Narrow intervals (both differences cancel): expand S_Y about the midpoint m of the interval,
     #   pi = S_Y(m) - (h^2/24) f'(m) - (h^4/1920) f'''(m) + O(h^6 f^(5)),  f the Beta(k, n-k) density,
     # and where that expansion has not converged, an 8-point Gauss-Legendre rule on the interval.
-    narrow = np.flatnonzero((loss > 64.0) & (h > 0))
+    # (Where the ends agree, e.g. S_Y = 1 or 0 to float64, the clip below already gives pi.)
+    narrow = np.flatnonzero((loss > 64.0) & (h > 0) & (sy_lo > sy_hi))
     if narrow.size:
         hh = h[narrow]
         mt = t_end[narrow] + hh / 2.0
