@@ -405,6 +405,18 @@ def test_expected_max_and_speedup_closed_forms() -> None:
         )
 
 
+def test_expected_max_of_heavy_tailed_pareto_lengths() -> None:
+    # Pareto(b) on [1, inf): E[max of n] = Γ(n+1) Γ(1-1/b) / Γ(n+1-1/b); the singular upper tail
+    # takes the adaptive fallback of the quadrature.
+    for b in (1.5, 3.0):
+        for n in (1, 2, 50):
+            want = math.exp(
+                math.lgamma(n + 1) + math.lgamma(1 - 1 / b) - math.lgamma(n + 1 - 1 / b)
+            )
+            found = refimpl.expected_max(scipy.stats.pareto(b=b), n=n)
+            assert found == pytest.approx(want, rel=1e-8)
+
+
 # ---------------------------------------------------------------------------------------------
 # censoring
 # ---------------------------------------------------------------------------------------------
