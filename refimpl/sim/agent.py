@@ -375,6 +375,8 @@ class RolloutTrace(NamedTuple):
     """Trainer step that consumed the rollout, ``-1`` if it was not trained."""
     staleness: NDArray[np.int64]
     """``trained_step − version``, ``-1`` if not trained."""
+    rank: NDArray[np.int64]
+    """Completion rank (0-based; the trainer's order), ``-1`` for an aborted rollout."""
     status: NDArray[np.int64]
     """Index into :data:`ROLLOUT_STATUSES`."""
     tool_time: NDArray[np.float64]
@@ -577,6 +579,7 @@ class _Engine:
         "r_k",
         "r_launch",
         "r_len",
+        "r_rank",
         "r_seg",
         "r_slot",
         "r_stale",
@@ -628,6 +631,7 @@ class _Engine:
         self.r_version: list[int] = []
         self.r_step: list[int] = []
         self.r_stale: list[int] = []
+        self.r_rank: list[int] = []
         self.r_status: list[int] = []
         self.c_rollout: list[int] = []
         self.c_index: list[int] = []
@@ -738,6 +742,7 @@ class _Engine:
         self.r_version.append(self.version)
         self.r_step.append(-1)
         self.r_stale.append(-1)
+        self.r_rank.append(-1)
         self.r_status.append(_PENDING)
         self.r_tool.append(0.0)
         self.r_exec.append(0.0)
@@ -765,6 +770,7 @@ class _Engine:
         self.r_finish[r] = t
         n = self.completed
         self.completed = n + 1
+        self.r_rank[r] = n
         if n < self.target:
             step = n // self.cfg.batch
             self.r_step[r] = step
@@ -841,7 +847,7 @@ class _Engine:
             self.a_arrive[a] = t
             self.admit(a, s, t)
             return
-        if cfg.admission == "redirect" and self.a_redirects[a] < cfg.max_redirects:
+        if cfg.admission == "redirect" and self.a_redirects[a] < (cfg.max_redirects or 0):
             visited = self.a_visited[a]
             others = [x for x in range(cfg.shards) if not (visited >> x) & 1]
             if others:
@@ -906,15 +912,19 @@ class _Engine:
                 self.admit(nxt, s, t)
                 break
 
+    def leave_queue(self, s: int, t: float) -> None:
+        """An attempt timed out while queued at ``s`` (lazily removed from the deque)."""
+        self.touch(s, t)
+        self.s_nq[s] -= 1
+
     def end_attempt(self, a: int, t: float, outcome: int) -> None:
         s = self.a_shard[a]
         state = self.a_state[a]
         self.a_state[a] = _A_ENDED
         if state == _A_SERVICE:
             self.release(a, s, t, alive=outcome == _COMPLETED)
-        else:  # timed out while queued: leaves the queue (lazily removed from the deque)
-            self.touch(s, t)
-            self.s_nq[s] -= 1
+        else:
+            self.leave_queue(s, t)
         self.a_outcome[a] = outcome
         self.a_depart[a] = t
         c = self.a_call[a]
@@ -1079,6 +1089,7 @@ def simulate_agent(config: AgentConfig) -> AgentResult:
         version=_i64(eng.r_version),
         trained_step=_i64(eng.r_step),
         staleness=_i64(eng.r_stale),
+        rank=_i64(eng.r_rank),
         status=_i64(eng.r_status),
         tool_time=_f64(eng.r_tool),
         tool_exec_time=_f64(eng.r_exec),
