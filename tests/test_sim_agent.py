@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
+import refimpl
 from refimpl.sim import agent
 from refimpl.sim.agent import (
     AgentConfig,
@@ -510,6 +511,41 @@ def test_staleness_is_step_minus_launch_version() -> None:
     )
     np.testing.assert_array_equal(r.trained_step[trained], r.rank[trained] // res.config.batch)
     assert np.all(r.staleness[trained] >= 0)
+
+
+def _launch_version_mismatches(res: AgentResult) -> int:
+    """Launch versions against refimpl.policy_version (SPEC §1 tie rule) at the publication times:
+    version j+1 is published when the rollout of completion rank (j+1)·B − 1 finishes."""
+    r = res.rollouts
+    b = res.config.batch
+    ranks = np.arange(1, res.config.steps + 1) * b - 1
+    by_rank = np.empty(int(r.rank.max()) + 1, dtype=np.int64)
+    done = r.rank >= 0
+    by_rank[r.rank[done]] = np.flatnonzero(done)
+    publish = r.finish_time[by_rank[ranks]]
+    expected = refimpl.policy_version(r.launch_time, publish_times=publish)
+    return int(np.sum(expected != r.version))
+
+
+def test_launch_versions_follow_the_tie_rule() -> None:
+    # integer lengths and latencies: many launches coincide with a publication
+    cfg = dataclasses.replace(
+        _FAULTY, lengths=st.randint(1, 20), tool_latency=st.randint(0, 5), crash_rate=0.0
+    )
+    res = simulate_agent(cfg)
+    assert _launch_version_mismatches(res) == 0
+    assert _launch_version_mismatches(simulate_agent(_FAULTY)) == 0
+
+
+def test_tie_rule_check_rejects_a_version_read_after_the_bump(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def bump_now(self: Any, t: float) -> None:
+        self.version += 1
+
+    monkeypatch.setattr(agent._Engine, "batch_full", bump_now)
+    cfg = dataclasses.replace(_FAULTY, lengths=st.randint(1, 20), crash_rate=0.0)
+    assert _launch_version_mismatches(simulate_agent(cfg)) > 0
 
 
 # ---------------------------------------------------------------------------------------------

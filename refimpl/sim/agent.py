@@ -57,6 +57,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import as_float_array, as_int, as_real, invalid, wrong_type
+from refimpl.staleness import sample_staleness
 
 __all__ = [
     "ADMISSION_POLICIES",
@@ -483,6 +484,10 @@ class AgentSummary(NamedTuple):
     trained_length_mean: float
     length_ratio: float
     """``trained_length_mean / launched_length_mean`` (1 = no length bias; < 1 short-biased)."""
+    length_bias: float
+    """``length_ratio − 1``, the plain simulator's relative bias of the trained mean length."""
+    length_ks: float
+    """Kolmogorov distance ``sup_ℓ |F_trained(ℓ) − F_launched(ℓ)|`` of the empirical length laws."""
 
 
 class AgentResult(NamedTuple):
@@ -582,7 +587,6 @@ class _Engine:
         "r_rank",
         "r_seg",
         "r_slot",
-        "r_stale",
         "r_status",
         "r_step",
         "r_tool",
@@ -630,7 +634,6 @@ class _Engine:
         self.r_issued: list[int] = []
         self.r_version: list[int] = []
         self.r_step: list[int] = []
-        self.r_stale: list[int] = []
         self.r_rank: list[int] = []
         self.r_status: list[int] = []
         self.c_rollout: list[int] = []
@@ -741,7 +744,6 @@ class _Engine:
         self.r_seg.append(length * cfg.token_time / (turns + 1))
         self.r_version.append(self.version)
         self.r_step.append(-1)
-        self.r_stale.append(-1)
         self.r_rank.append(-1)
         self.r_status.append(_PENDING)
         self.r_tool.append(0.0)
@@ -774,7 +776,6 @@ class _Engine:
         if n < self.target:
             step = n // self.cfg.batch
             self.r_step[r] = step
-            self.r_stale[r] = step - self.r_version[r]
             self.r_status[r] = _TRAINED
             if (n + 1) % self.cfg.batch == 0:
                 self.batch_full(t)
@@ -1079,6 +1080,13 @@ def simulate_agent(config: AgentConfig) -> AgentResult:
         )
     eng = _Engine(config)
     drain = eng.run()
+    # staleness from refimpl.staleness (SPEC §1): s = j − min_t v_t, one launch version per rollout
+    status = np.asarray(eng.r_status, dtype=np.int64)
+    step = np.asarray(eng.r_step, dtype=np.int64)
+    version = np.asarray(eng.r_version, dtype=np.int64)
+    staleness = np.full(status.size, -1, dtype=np.int64)
+    trained = status == _TRAINED
+    staleness[trained] = sample_staleness(step[trained], version[trained]).sample.astype(np.int64)
     rollouts = RolloutTrace(
         slot=_i64(eng.r_slot),
         launch_index=_i64(eng.r_k),
@@ -1088,7 +1096,7 @@ def simulate_agent(config: AgentConfig) -> AgentResult:
         calls=_i64(eng.r_calls),
         version=_i64(eng.r_version),
         trained_step=_i64(eng.r_step),
-        staleness=_i64(eng.r_stale),
+        staleness=_ro(staleness),
         rank=_i64(eng.r_rank),
         status=_i64(eng.r_status),
         tool_time=_f64(eng.r_tool),
@@ -1194,7 +1202,18 @@ def _summarize(
         launched_length_mean=launched_mean,
         trained_length_mean=trained_mean,
         length_ratio=trained_mean / launched_mean,
+        length_bias=trained_mean / launched_mean - 1.0,
+        length_ks=_kolmogorov_distance(r.length[trained], r.length),
     )
+
+
+def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
+    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point)."""
+    xs, ys = np.sort(x), np.sort(y)
+    grid = np.concatenate([xs, ys])
+    fx = np.searchsorted(xs, grid, side="right") / xs.size
+    fy = np.searchsorted(ys, grid, side="right") / ys.size
+    return float(np.max(np.abs(fx - fy)))
 
 
 # ---------------------------------------------------------------------------------------------
