@@ -451,6 +451,23 @@ def test_herding_check_rejects_a_router_that_ignores_load(monkeypatch: pytest.Mo
 # ---------------------------------------------------------------------------------------------
 
 
+def test_redirect_equals_queue_under_a_consistent_view() -> None:
+    """With δ = 0 the router's choice is full only when every shard is full, so local admission with
+    redirection has nowhere to send an attempt: the run is the queueing run, event for event."""
+    q = simulate_agent(dataclasses.replace(_ROUTING, refresh=0.0, seed=4))
+    r = simulate_agent(dataclasses.replace(_ROUTING, refresh=0.0, admission="redirect", seed=4))
+    assert q.summary.queued_attempts > 0
+    assert r.summary.redirected_attempts == 0
+    for x, y in zip(q.attempts, r.attempts, strict=True):
+        np.testing.assert_array_equal(x, y)
+    stale_q = simulate_agent(dataclasses.replace(_ROUTING, refresh=20.0, seed=4))
+    stale_r = simulate_agent(
+        dataclasses.replace(_ROUTING, refresh=20.0, admission="redirect", seed=4)
+    )
+    assert stale_r.summary.redirected_attempts > 0
+    assert stale_r.summary.queue_wait_mean < stale_q.summary.queue_wait_mean
+
+
 def test_seeded_runs_reproduce_exactly() -> None:
     a = simulate_agent(_FAULTY)
     b = simulate_agent(_FAULTY)

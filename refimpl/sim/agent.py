@@ -23,7 +23,10 @@ The model, in the conventions of SPEC §1 and of the plain simulator:
 - **Local admission**: a shard admits an attempt if one of its ``capacity`` containers is free; else,
   with ``admission='queue'``, the attempt waits in the shard's FIFO queue, and with
   ``admission='redirect'`` the shard sends it (instantly) to the least loaded shard it has not
-  visited, in the router's view, up to ``max_redirects`` times, after which it queues where it is.
+  visited among those that the router's view shows with a free container, up to ``max_redirects``
+  times; when the view shows none (or the budget is spent) it queues where it is. With a consistent
+  view (``δ = 0``) the router's first choice is full only when every shard is, so ``redirect`` then
+  behaves exactly as ``queue``; redirection repairs the errors of a stale view.
 - A container starts in ``cold_start`` time units if it is new, crashed, killed or idle for longer than
   ``keepalive``; else in ``warm_start`` (a free shard hands out its most recently released container).
 - **Faults**: while occupied, a container crashes at rate ``crash_rate`` (Poisson). A crashed or
@@ -187,7 +190,8 @@ class AgentConfig:
     admission : {'queue', 'redirect'}
         What a shard with no free container does with an arriving attempt.
     max_redirects : int
-        Redirects per attempt (``>= 0``; ``admission='redirect'`` only). Default ``shards − 1``.
+        Redirects per attempt (``>= 0``; ``admission='redirect'`` only). ``None`` (default):
+        ``shards − 1``, i.e. every other shard may be tried once.
     refresh : float
         ``δ >= 0``: the router's view of shard load is refreshed every ``δ`` (``0`` = consistent).
     cold_start, warm_start : float
@@ -221,8 +225,8 @@ class AgentConfig:
     --------
     >>> import scipy.stats as st
     >>> cfg = AgentConfig(slots=4, batch=4, steps=3, lengths=st.expon(scale=10.0), turns=2)
-    >>> cfg.capacity is None, cfg.admission, cfg.max_redirects
-    (True, 'queue', 0)
+    >>> cfg.capacity is None, cfg.admission, cfg.turns
+    (True, 'queue', 2)
     >>> AgentConfig(slots=4, batch=4, steps=3, lengths=st.expon(scale=10.0), refresh=-1.0)
     Traceback (most recent call last):
     ...
@@ -312,13 +316,12 @@ class AgentConfig:
         put(
             self, "admission", _choice(self.admission, name="admission", allowed=ADMISSION_POLICIES)
         )
-        if self.max_redirects is None:
-            put(self, "max_redirects", self.shards - 1 if self.admission == "redirect" else 0)
-        put(
-            self,
-            "max_redirects",
-            as_int(self.max_redirects, name="max_redirects", minimum=0, meaning="per attempt"),
-        )
+        if self.max_redirects is not None:
+            put(
+                self,
+                "max_redirects",
+                as_int(self.max_redirects, name="max_redirects", minimum=0, meaning="per attempt"),
+            )
         for name, meaning in (
             ("refresh", "router view refresh period δ; 0 = consistent view"),
             ("cold_start", "start time of a cold container"),
@@ -576,6 +579,7 @@ class _Engine:
         "last_t",
         "launching",
         "len_stream",
+        "max_redirects",
         "r_calls",
         "r_done_service",
         "r_exec",
@@ -626,6 +630,7 @@ class _Engine:
         self.completed = 0
         self.target = cfg.steps * cfg.batch
         self.launching = True
+        self.max_redirects: int = cfg.shards - 1 if cfg.max_redirects is None else cfg.max_redirects
         self.end_time = math.nan
         self.slot_k = [0] * cfg.slots
         self.r_slot: list[int] = []
@@ -848,12 +853,15 @@ class _Engine:
             self.a_arrive[a] = t
             self.admit(a, s, t)
             return
-        if cfg.admission == "redirect" and self.a_redirects[a] < (cfg.max_redirects or 0):
+        if cfg.admission == "redirect" and self.a_redirects[a] < self.max_redirects:
             visited = self.a_visited[a]
-            others = [x for x in range(cfg.shards) if not (visited >> x) & 1]
+            loads = self.loads()
+            others = [
+                x for x in range(cfg.shards) if not (visited >> x) & 1 and loads[x] < self.cap
+            ]
             if others:
                 self.s_redirected[s] += 1
-                target = _least_loaded(self.loads(), others)
+                target = _least_loaded(loads, others)
                 self.a_redirects[a] += 1
                 self.a_visited[a] = visited | (1 << target)
                 self.arrive(a, target, t)
