@@ -70,7 +70,7 @@ def _training_order(res: AgentResult) -> tuple[NDArray[np.int64], NDArray[np.flo
     """Staleness and lengths of the trained rollouts in the trainer's order (completion rank)."""
     r = res.rollouts
     trained = np.flatnonzero(r.status == 0)
-    order = trained[np.argsort(r.rank[trained])]
+    order = trained[np.argsort(r.completion_rank[trained])]
     return r.staleness[order], r.length[order]
 
 
@@ -326,7 +326,7 @@ def _call_accounting_errors(res: AgentResult) -> list[str]:
     if np.any(np.isnan(r.finish_time)):
         errors.append("a rollout never finished (the run must drain)")
     per_rollout = np.bincount(c.rollout, minlength=r.calls.size)
-    full = r.status != 2
+    full = r.status != agent.ROLLOUT_STATUSES.index("aborted")
     if not np.array_equal(per_rollout[full], r.calls[full]):
         errors.append("a finished rollout issued a different number of calls than it planned")
     return errors
@@ -526,7 +526,9 @@ def test_staleness_is_step_minus_launch_version() -> None:
     np.testing.assert_array_equal(
         r.staleness[trained], r.trained_step[trained] - r.version[trained]
     )
-    np.testing.assert_array_equal(r.trained_step[trained], r.rank[trained] // res.config.batch)
+    np.testing.assert_array_equal(
+        r.trained_step[trained], r.completion_rank[trained] // res.config.batch
+    )
     assert np.all(r.staleness[trained] >= 0)
 
 
@@ -536,9 +538,9 @@ def _launch_version_mismatches(res: AgentResult) -> int:
     r = res.rollouts
     b = res.config.batch
     ranks = np.arange(1, res.config.steps + 1) * b - 1
-    by_rank = np.empty(int(r.rank.max()) + 1, dtype=np.int64)
-    done = r.rank >= 0
-    by_rank[r.rank[done]] = np.flatnonzero(done)
+    by_rank = np.empty(int(r.completion_rank.max()) + 1, dtype=np.int64)
+    done = r.completion_rank >= 0
+    by_rank[r.completion_rank[done]] = np.flatnonzero(done)
     publish = r.finish_time[by_rank[ranks]]
     expected = refimpl.policy_version(r.launch_time, publish_times=publish)
     return int(np.sum(expected != r.version))
@@ -669,6 +671,12 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         lambda: AgentConfig(slots=1, batch=1, steps=1, lengths=st.norm()),
         ValueError,
         r"lengths must be supported on \[0, inf\)",
+    ),
+    (
+        "lengths-zero-mass",
+        lambda: AgentConfig(slots=1, batch=1, steps=1, lengths=st.poisson(3.0)),
+        ValueError,
+        r"lengths must put no mass on 0 tokens .*poisson\(mu, loc=1\)",
     ),
     (
         "turns-continuous",

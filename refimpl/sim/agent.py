@@ -86,20 +86,22 @@ __all__ = [
 ADMISSION_POLICIES: tuple[str, ...] = ("queue", "redirect")
 RECOVERY_MODES: tuple[str, ...] = ("replay", "reexecute")
 FAILURE_ACTIONS: tuple[str, ...] = ("continue", "abort")
-#: Status codes of :attr:`RolloutTrace.status` (index = code).
-ROLLOUT_STATUSES: tuple[str, ...] = ("trained", "untrained", "aborted")
+#: Status codes of :attr:`RolloutTrace.status` (index = code), the plain simulator's codes. An agent
+#: run has no staleness bound and drains, so only ``trained``, ``aborted`` (a failed call with
+#: ``on_failure='abort'``) and ``pending`` (finished, never consumed: after the last step) occur.
+ROLLOUT_STATUSES: tuple[str, ...] = ("trained", "dropped", "aborted", "unfinished", "pending")
 #: Status codes of :attr:`CallTrace.status` (index = code; -1 would mean "lost": never produced).
 CALL_STATUSES: tuple[str, ...] = ("completed", "failed")
 #: Outcome codes of :attr:`AttemptTrace.outcome` (index = code).
 ATTEMPT_OUTCOMES: tuple[str, ...] = ("completed", "crashed", "timed_out")
 
-_TRAINED, _UNTRAINED, _ABORTED = 0, 1, 2
+_TRAINED, _ABORTED, _UNTRAINED = 0, 2, 4
 _COMPLETED, _FAILED = 0, 1
 _CRASHED, _TIMED_OUT = 1, 2
 _PENDING = -1
 
 # Event kinds and priorities at equal times (router refresh first, publication last: tie rule).
-_SEG_END, _ARRIVE, _DONE, _CRASH, _TIMEOUT, _RETRY, _REFRESH, _PUBLISH = range(8)
+_SEG_END, _DONE, _CRASH, _TIMEOUT, _RETRY, _REFRESH, _PUBLISH = range(7)
 _PRIO_REFRESH, _PRIO_EVENT, _PRIO_PUBLISH = 0, 1, 2
 # Attempt states.
 _A_QUEUED, _A_SERVICE, _A_ENDED = 1, 2, 3
@@ -114,6 +116,10 @@ def _is_frozen_law(obj: Any) -> bool:
     return all(callable(getattr(obj, a, None)) for a in ("rvs", "cdf", "ppf", "mean", "support"))
 
 
+def _is_discrete(law: Any) -> bool:
+    return callable(getattr(law, "pmf", None)) and not callable(getattr(law, "pdf", None))
+
+
 def _as_law(value: Any, *, name: str, meaning: str, integer: bool = False) -> Any:
     """A constant ``>= 0`` (float, or int when ``integer``) or a frozen scipy.stats law on [0, inf)."""
     if _is_frozen_law(value):
@@ -126,10 +132,7 @@ def _as_law(value: Any, *, name: str, meaning: str, integer: bool = False) -> An
                 f"Its support starts at {low}; pass a law of non-negative values "
                 "(e.g. scipy.stats.expon(scale=2.0)).",
             )
-        is_discrete = callable(getattr(value, "pmf", None)) and not callable(
-            getattr(value, "pdf", None)
-        )
-        if integer and not is_discrete:
+        if integer and not _is_discrete(value):
             raise wrong_type(
                 name,
                 "an int or a frozen discrete scipy.stats law",
@@ -263,7 +266,15 @@ class AgentConfig:
         put(self, "batch", as_int(self.batch, name="batch", minimum=1, meaning="rollouts per step"))
         put(self, "steps", as_int(self.steps, name="steps", minimum=1, meaning="trainer steps"))
         if _is_frozen_law(self.lengths):
-            put(self, "lengths", _as_law(self.lengths, name="lengths", meaning="decoded tokens"))
+            law = _as_law(self.lengths, name="lengths", meaning="decoded tokens")
+            if _is_discrete(law) and float(law.support()[0]) < 1.0:
+                raise invalid(
+                    "lengths",
+                    "put no mass on 0 tokens (a discrete law must be supported on 1, 2, ...)",
+                    law,
+                    "Shift the law, e.g. scipy.stats.poisson(mu, loc=1), or use a continuous law.",
+                )
+            put(self, "lengths", law)
         elif self.lengths is None:
             raise invalid(
                 "lengths",
@@ -379,8 +390,9 @@ class RolloutTrace(NamedTuple):
     """Trainer step that consumed the rollout, ``-1`` if it was not trained."""
     staleness: NDArray[np.int64]
     """``trained_step − version``, ``-1`` if not trained."""
-    rank: NDArray[np.int64]
-    """Completion rank (0-based; the trainer's order), ``-1`` for an aborted rollout."""
+    completion_rank: NDArray[np.int64]
+    """Completion rank (0-based; for a trained rollout its position in training order, the plain
+    simulator's ``rank``), ``-1`` for an aborted rollout."""
     status: NDArray[np.int64]
     """Index into :data:`ROLLOUT_STATUSES`."""
     tool_time: NDArray[np.float64]
@@ -1105,7 +1117,7 @@ def simulate_agent(config: AgentConfig) -> AgentResult:
         version=_i64(eng.r_version),
         trained_step=_i64(eng.r_step),
         staleness=_ro(staleness),
-        rank=_i64(eng.r_rank),
+        completion_rank=_i64(eng.r_rank),
         status=_i64(eng.r_status),
         tool_time=_f64(eng.r_tool),
         tool_exec_time=_f64(eng.r_exec),
