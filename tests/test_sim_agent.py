@@ -749,6 +749,30 @@ def test_bad_config_says_what_to_change(
         call()
 
 
+def test_a_run_where_every_rollout_aborts_stops_with_advice() -> None:
+    cfg = AgentConfig(
+        slots=2,
+        batch=2,
+        steps=1,
+        lengths=st.expon(),
+        turns=1,
+        tool_latency=5.0,
+        timeout=1.0,
+        max_attempts=1,
+        on_failure="abort",
+    )
+    with pytest.raises(ValueError, match=r"raise timeout or max_attempts"):
+        simulate_agent(cfg)
+
+
+def test_drain_time_is_the_last_real_event_not_a_stale_timeout() -> None:
+    cfg = dataclasses.replace(_FAULTY, timeout=1e6, crash_rate=0.0)
+    res = simulate_agent(cfg)
+    assert res.summary.drain_time == max(
+        float(np.nanmax(res.rollouts.finish_time)), float(np.nanmax(res.attempts.depart_time))
+    )
+
+
 def test_length_matrix_that_runs_out_says_how_many_columns_were_needed() -> None:
     cfg = AgentConfig(
         slots=2,

@@ -572,6 +572,7 @@ class _Engine:
         "a_shard",
         "a_state",
         "a_visited",
+        "aborted",
         "c_attempts",
         "c_end",
         "c_exec",
@@ -640,6 +641,7 @@ class _Engine:
         self.seq = 0
         self.version = 0
         self.completed = 0
+        self.aborted = 0
         self.target = cfg.steps * cfg.batch
         self.launching = True
         self.max_redirects: int = cfg.shards - 1 if cfg.max_redirects is None else cfg.max_redirects
@@ -819,6 +821,14 @@ class _Engine:
         if status == _FAILED and self.cfg.on_failure == "abort":
             self.r_finish[r] = t
             self.r_status[r] = _ABORTED
+            self.aborted += 1
+            if self.aborted > 1000 + 100 * self.target:
+                raise ValueError(
+                    f"on_failure='abort' must leave some rollouts to train; {self.aborted} "
+                    f"rollouts were aborted while only {self.completed} of {self.target} finished. "
+                    "Calls fail far more often than they succeed: raise timeout or max_attempts, "
+                    "lower crash_rate, or pass on_failure='continue'."
+                )
             if self.launching:
                 self.launch(self.r_slot[r], t)
             return
@@ -975,36 +985,37 @@ class _Engine:
             self.push(cfg.refresh, _PRIO_REFRESH, _REFRESH, 1)
         heap = self.heap
         pop = heapq.heappop
-        t = 0.0
+        last = 0.0  # time of the last event that changed anything (stale events are skipped)
         while heap:
             t, _prio, _seq, kind, ref = pop(heap)
             if kind == _SEG_END:
                 self.segment_end(ref, t)
-            elif kind == _DONE:
-                if self.a_state[ref] == _A_SERVICE:
-                    self.end_attempt(ref, t, _COMPLETED)
-            elif kind == _CRASH:
-                if self.a_state[ref] == _A_SERVICE:
-                    self.end_attempt(ref, t, _CRASHED)
+            elif kind in (_DONE, _CRASH):
+                if self.a_state[ref] != _A_SERVICE:
+                    continue
+                self.end_attempt(ref, t, _COMPLETED if kind == _DONE else _CRASHED)
             elif kind == _TIMEOUT:
-                if self.a_state[ref] in (_A_QUEUED, _A_SERVICE):
-                    self.end_attempt(ref, t, _TIMED_OUT)
+                if self.a_state[ref] == _A_ENDED:
+                    continue
+                self.end_attempt(ref, t, _TIMED_OUT)
             elif kind == _RETRY:
                 self.start_attempt(ref, t)
             elif kind == _PUBLISH:
                 self.version += 1
-            elif kind == _REFRESH and heap:
-                # the snapshot at ref·δ, and the next refresh while anything else is pending
-                self.view = [q + b for q, b in zip(self.s_nq, self.s_busy, strict=True)]
-                self.push((ref + 1) * cfg.refresh, _PRIO_REFRESH, _REFRESH, ref + 1)
+            else:  # _REFRESH: the snapshot at ref·δ; the next one while anything else is pending
+                if heap:
+                    self.view = [q + b for q, b in zip(self.s_nq, self.s_busy, strict=True)]
+                    self.push((ref + 1) * cfg.refresh, _PRIO_REFRESH, _REFRESH, ref + 1)
+                continue
+            last = t
         if self.completed < self.target:
             raise RuntimeError(
                 f"internal error: the run stalled after {self.completed} of {self.target} rollouts "
                 "(a rollout never finished); please report it with the config."
             )
         for s in range(cfg.shards):
-            self.touch(s, t)
-        return t
+            self.touch(s, last)
+        return last
 
 
 def _i64(values: list[Any]) -> NDArray[np.int64]:
