@@ -639,6 +639,20 @@ def test_cli_functions_run_a_configured_simulation(tmp_path: Path, peer: ModuleT
     res = simulate_agent(cfg2)
     _assert_equals_peer(res, peer.simulate_store(lengths, 8, 8))
     assert agent_summary_dict(res)["utilisation"] is None
+    # --lengths-pmf (lengths 1..M) and --steps; the default law is lognormal(--mu, --sigma)
+    cfg3 = agent_config_from_args(
+        p.parse_args(["--steps", "3", "--batch", "4", "--slots", "4", "--tool-turns", "1",
+                      "--lengths-pmf", "0.5,0,0.5"])
+    )  # fmt: skip
+    assert cfg3 is not None
+    assert cfg3.steps == 3
+    assert set(simulate_agent(cfg3).rollouts.length.tolist()) <= {1.0, 3.0}
+    cfg4 = agent_config_from_args(
+        p.parse_args(["--tool-turns", "0", "--mu", "2", "--sigma", "0.5"])
+    )
+    assert cfg4 is not None
+    assert cfg4.steps == 100_000 // 512
+    assert cfg4.lengths.mean() == pytest.approx(np.exp(2 + 0.125))
 
 
 BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [

@@ -1355,8 +1355,9 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
     """Add the agent-rollout options (``--tool-*``, ``--agent-*``) to a ``refimpl simulate`` parser.
 
     Agent mode is on when ``--tool-turns`` is given. The run's ``--slots``, ``--batch``,
-    ``--rollouts`` (``steps = rollouts // batch``), ``--seed`` and ``--lengths-npy`` are the plain
-    simulator's options; ``standalone=True`` adds them too (for use without ``refimpl.sim.cli``).
+    ``--rollouts`` (``steps = rollouts // batch``) or ``--steps``, ``--seed``, ``--mu``/``--sigma``,
+    ``--lengths-npy``, ``--lengths-pmf`` and ``--token-time`` are the plain simulator's options
+    (``refimpl.sim.cli``); ``standalone=True`` adds them too, for use without it.
 
     Parameters
     ----------
@@ -1381,9 +1382,14 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
     if standalone:
         parser.add_argument("--slots", type=int, default=256, help="generation slots N")
         parser.add_argument("--batch", type=int, default=512, help="rollouts per trainer step B")
-        parser.add_argument("--rollouts", type=int, default=100_000, help="steps = rollouts // B")
+        parser.add_argument("--rollouts", type=int, default=None, help="steps = rollouts // B")
+        parser.add_argument("--steps", type=int, default=None, help="trainer steps")
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--mu", type=float, default=6.0, help="lognormal log-mean")
+        parser.add_argument("--sigma", type=float, default=1.0, help="lognormal log-sd")
         parser.add_argument("--lengths-npy", default=None, help="N × K float64 length matrix")
+        parser.add_argument("--lengths-pmf", default=None, help="pmf over lengths 1..M")
+        parser.add_argument("--token-time", type=float, default=1.0, help="time per token")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
     g = parser.add_argument_group(
         "agent rollouts (tool calls in sandbox pools; on when --tool-turns is given)"
@@ -1393,10 +1399,10 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
     )
     g.add_argument(
         "--agent-lengths",
-        default="lognorm:s=1,scale=403.4287934927351",
-        help="decoded tokens per rollout (a scipy.stats law; ignored with --lengths-npy)",
+        default=None,
+        help="decoded tokens per rollout as a scipy.stats law, 'lognorm:s=1,scale=400' "
+        "(default: lognormal(--mu, --sigma); --lengths-npy / --lengths-pmf take precedence)",
     )
-    g.add_argument("--token-time", type=float, default=1.0, help="decode time per token")
     g.add_argument(
         "--tool-latency", default="0", help="call service time: NUMBER or a law, 'expon:scale=20'"
     )
@@ -1453,24 +1459,43 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
     """
     if getattr(args, "tool_turns", None) is None:
         return None
+    import scipy.stats
+
     slots = int(args.slots)
     batch = as_int(args.batch, name="batch", minimum=1, meaning="rollouts per trainer step")
-    rollouts = int(args.rollouts)
-    if rollouts < batch:
-        raise invalid("rollouts", f"be >= batch ({batch})", rollouts, "Pass --rollouts >= --batch.")
-    path = getattr(args, "lengths_npy", None)
+    steps = getattr(args, "steps", None)
+    if steps is None:
+        rollouts = getattr(args, "rollouts", None)
+        rollouts = 100_000 if rollouts is None else int(rollouts)
+        if rollouts < batch:
+            raise invalid(
+                "rollouts", f"be >= batch ({batch})", rollouts, "Pass --rollouts >= --batch."
+            )
+        steps = rollouts // batch
     lengths: Any
+    path = getattr(args, "lengths_npy", None)
+    pmf = getattr(args, "lengths_pmf", None)
+    if path and pmf:
+        raise invalid(
+            "--lengths-npy", "not be combined with --lengths-pmf", path, "Pass one of them."
+        )
     if path:
         lengths = np.load(path)
-    else:
+    elif pmf:
+        p = as_float_array([float(x) for x in str(pmf).split(",")], name="--lengths-pmf", ndim=1)
+        lengths = scipy.stats.rv_discrete(values=(np.arange(1, p.size + 1), p / p.sum()))
+    elif getattr(args, "agent_lengths", None):
         lengths = _law_from_text(args.agent_lengths, option="--agent-lengths")
+    else:
+        mu, sigma = float(getattr(args, "mu", 6.0)), float(getattr(args, "sigma", 1.0))
+        lengths = scipy.stats.lognorm(s=sigma, scale=math.exp(mu))
     return AgentConfig(
         slots=slots,
         batch=batch,
-        steps=rollouts // batch,
+        steps=steps,
         lengths=lengths,
         turns=_law_from_text(args.tool_turns, option="--tool-turns", integer=True),
-        token_time=args.token_time,
+        token_time=getattr(args, "token_time", 1.0),
         tool_latency=_law_from_text(args.tool_latency, option="--tool-latency"),
         shards=args.tool_shards,
         capacity=args.tool_capacity,
