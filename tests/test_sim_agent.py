@@ -24,6 +24,7 @@ from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
 import refimpl
+import refimpl.sim as sim
 from refimpl.sim import agent
 from refimpl.sim.agent import (
     AgentConfig,
@@ -135,6 +136,49 @@ def test_zero_latency_calls_on_unlimited_capacity_reduce_exactly_to_the_simpy_pe
     _assert_equals_peer(res, expected)
 
 
+def _plain_trace_mismatches(res: AgentResult, trace: Any) -> list[str]:
+    """Compare the agent run with refimpl.sim's trace, rollout by rollout, matched by (slot, column);
+    every rollout the plain simulator trained must be trained identically here."""
+    r = res.rollouts
+    ours = {
+        (int(s), int(k)): i for i, (s, k) in enumerate(zip(r.slot, r.launch_index, strict=True))
+    }
+    trained = np.flatnonzero(trace.status == sim.STATUS["trained"])
+    errors = []
+    if int((r.status == 0).sum()) != trained.size:
+        errors.append(f"{int((r.status == 0).sum())} trained here, {trained.size} in refimpl.sim")
+    try:
+        idx = np.array([ours[(int(trace.slot[i]), int(trace.index[i]))] for i in trained])
+    except KeyError as missing:
+        return [*errors, f"rollout {missing} trained by refimpl.sim was never launched here"]
+    for mine, theirs in (
+        ("trained_step", "step"),
+        ("staleness", "staleness"),
+        ("version", "launch_version"),
+        ("launch_time", "launch_time"),
+        ("finish_time", "finish_time"),
+        ("length", "length"),
+    ):
+        if not np.array_equal(getattr(r, mine)[idx], getattr(trace, theirs)[trained]):
+            errors.append(f"{mine} differs from refimpl.sim's {theirs}")
+    if res.summary.end_time != trace.end_time:
+        errors.append(f"end time {res.summary.end_time} != {trace.end_time}")
+    return errors
+
+
+@pytest.mark.parametrize(("turns", "shards"), [(0, 1), (3, 2)])
+def test_reduces_exactly_to_refimpl_sim(peer: ModuleType, turns: int, shards: int) -> None:
+    slots, batch, steps = 12, 8, 60
+    lengths = _dyadic_lengths(peer, slots, steps * batch, seed=9)
+    trace = sim.simulate(sim.SimConfig(slots=slots, batch=batch, steps=steps, lengths=lengths))
+    res = simulate_agent(
+        AgentConfig(
+            slots=slots, batch=batch, steps=steps, lengths=lengths, turns=turns, shards=shards
+        )
+    )
+    assert _plain_trace_mismatches(res, trace) == []
+
+
 def test_reduction_rejects_a_version_read_after_the_bump(
     peer: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +194,8 @@ def test_reduction_rejects_a_version_read_after_the_bump(
     res = simulate_agent(AgentConfig(slots=8, batch=16, steps=50, lengths=lengths))
     with pytest.raises(AssertionError):
         _assert_equals_peer(res, expected)
+    trace = sim.simulate(sim.SimConfig(slots=8, batch=16, steps=50, lengths=lengths))
+    assert _plain_trace_mismatches(res, trace) != []
 
 
 # ---------------------------------------------------------------------------------------------
