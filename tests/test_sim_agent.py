@@ -613,6 +613,68 @@ def test_tie_rule_check_rejects_a_version_read_after_the_bump(
     assert _launch_version_mismatches(simulate_agent(cfg)) > 0
 
 
+def _publication_times(res: AgentResult) -> NDArray[np.float64]:
+    r = res.rollouts
+    by_rank = {int(k): i for i, k in enumerate(r.completion_rank) if k >= 0}
+    b = res.config.batch
+    return np.array([r.finish_time[by_rank[(j + 1) * b - 1]] for j in range(res.config.steps)])
+
+
+def _in_flight_staleness_counts(res: AgentResult) -> NDArray[np.int64]:
+    """count_k = #{trained i : j_i > k, launch_i <= T_k}: the rollouts held by slots at the k-th
+    publication that are trained later. By the tie rule v_i = #{k : T_k < launch_i}, so
+    s_i = j_i − v_i = #{k < j_i : T_k >= launch_i} and Σ_i s_i = Σ_k count_k exactly."""
+    r = res.rollouts
+    trained = r.status == 0
+    pub = _publication_times(res)
+    return np.array(
+        [
+            int(np.sum(trained & (r.trained_step > k) & (r.launch_time <= pub[k])))
+            for k in range(res.config.steps)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        _FAULTY,
+        dataclasses.replace(_FAULTY, on_failure="abort", crash_rate=0.03, seed=5),
+        dataclasses.replace(_ROUTING, refresh=10.0, seed=1),
+        AgentConfig(slots=40, batch=8, steps=30, lengths=st.lognorm(s=1.0, scale=20.0), seed=2),
+    ],
+    ids=["faulty", "abort", "stale-routing", "plain"],
+)
+def test_mean_staleness_is_slots_in_flight_per_batch(cfg: AgentConfig) -> None:
+    """Little's law on the slots, on the sample path: every slot holds one rollout at each
+    publication, so count_k <= N and mean staleness <= (N/B)·(steps − 1)/steps, tool calls or not
+    (SPEC §2.3's E[s] = N/B is the limit of long runs). Exact integer identities, no tolerance."""
+    res = simulate_agent(cfg)
+    counts = _in_flight_staleness_counts(res)
+    trained = res.rollouts.status == 0
+    assert int(res.rollouts.staleness[trained].sum()) == int(counts.sum())
+    assert counts[-1] == 0
+    assert np.all(counts <= cfg.slots)
+    assert res.summary.staleness_mean <= cfg.slots / cfg.batch * (cfg.steps - 1) / cfg.steps
+
+
+def test_staleness_identity_rejects_an_off_by_one_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wrong variant: the launch records the version one step too old (v − 1 once a step is
+    published), the off-by-one that inflates staleness and over-masks (SPEC §3)."""
+    real = agent._Engine.launch
+
+    def late(self: Any, slot: int, t: float) -> None:
+        real(self, slot, t)
+        if self.version > 0:
+            self.r_version[-1] = self.version - 1
+
+    monkeypatch.setattr(agent._Engine, "launch", late)
+    res = simulate_agent(_FAULTY)
+    trained = res.rollouts.status == 0
+    counts = _in_flight_staleness_counts(res)
+    assert int(res.rollouts.staleness[trained].sum()) != int(counts.sum())
+
+
 # ---------------------------------------------------------------------------------------------
 # command line and bad calls
 # ---------------------------------------------------------------------------------------------
