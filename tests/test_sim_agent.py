@@ -763,6 +763,20 @@ def test_cli_functions_run_a_configured_simulation(tmp_path: Path, peer: ModuleT
     assert cfg4.lengths.mean() == pytest.approx(np.exp(2 + 0.125))
 
 
+def test_traces_export_to_parquet(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    res = simulate_agent(dataclasses.replace(_FAULTY, on_failure="abort", crash_rate=0.03))
+    res.to_parquet(tmp_path / "run")
+    calls = pq.read_table(tmp_path / "run" / "calls.parquet")
+    assert calls.num_rows == res.summary.calls_issued
+    assert set(calls.column("status_name").to_pylist()) == {"completed", "failed"}
+    rollouts = pq.read_table(tmp_path / "run" / "rollouts.parquet")
+    np.testing.assert_array_equal(rollouts.column("staleness").to_numpy(), res.rollouts.staleness)
+    assert "aborted" in set(rollouts.column("status_name").to_pylist())
+    assert pq.read_table(tmp_path / "run" / "shards.parquet").num_rows == res.config.shards
+
+
 BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     (
         "slots",
