@@ -379,13 +379,19 @@ class RolloutTrace(NamedTuple):
     """Per-rollout columns, in launch order (index = rollout id)."""
 
     slot: NDArray[np.int64]
+    """Generation slot that ran the rollout."""
     launch_index: NDArray[np.int64]
     """k: the rollout is slot ``slot``'s k-th launch (column ``k`` of an ``N × K`` length matrix)."""
     launch_time: NDArray[np.float64]
+    """When the slot launched it."""
     finish_time: NDArray[np.float64]
+    """When it finished (or was aborted); every rollout finishes, the run drains."""
     length: NDArray[np.float64]
+    """Decoded tokens (all segments)."""
     calls: NDArray[np.int64]
+    """Tool calls it planned (``turns`` drawn at launch)."""
     version: NDArray[np.int64]
+    """Policy version at launch (tie rule: a launch at a publication sees the old one)."""
     trained_step: NDArray[np.int64]
     """Trainer step that consumed the rollout, ``-1`` if it was not trained."""
     staleness: NDArray[np.int64]
@@ -405,36 +411,48 @@ class CallTrace(NamedTuple):
     """Per-call columns, in issue order (index = call id)."""
 
     rollout: NDArray[np.int64]
+    """Rollout id that issued the call."""
     turn: NDArray[np.int64]
     """0 for the rollout's first call, 1 for its second, ..."""
     issue_time: NDArray[np.float64]
+    """When the call was issued (its decode segment ended)."""
     end_time: NDArray[np.float64]
+    """When it completed or was reported failed."""
     service: NDArray[np.float64]
+    """Its service time, drawn once (the same work on every attempt)."""
     attempts: NDArray[np.int64]
+    """Attempts it took (``<= max_attempts``)."""
     status: NDArray[np.int64]
     """Index into :data:`CALL_STATUSES`."""
     exec_time: NDArray[np.float64]
+    """Time its attempts spent inside containers."""
 
 
 class AttemptTrace(NamedTuple):
     """Per-attempt columns, in routing order (index = attempt id)."""
 
     call: NDArray[np.int64]
+    """Call id of the attempt."""
     number: NDArray[np.int64]
     """1 for a call's first attempt, 2 for its first retry, ..."""
     shard: NDArray[np.int64]
     """The shard where the attempt ended (after its redirects)."""
     redirects: NDArray[np.int64]
+    """Times local admission forwarded it to another shard."""
     route_time: NDArray[np.float64]
+    """When the router sent it."""
     arrive_time: NDArray[np.float64]
     """Arrival at ``shard`` (equals ``route_time``: routing and redirects are instantaneous)."""
     admit_time: NDArray[np.float64]
     """Admission into a container, NaN if never admitted (timed out in the queue)."""
     depart_time: NDArray[np.float64]
+    """When it left its shard (completed, crashed or timed out)."""
     outcome: NDArray[np.int64]
     """Index into :data:`ATTEMPT_OUTCOMES`."""
     cold: NDArray[np.bool_]
+    """Whether its container started cold."""
     recovery_cost: NDArray[np.float64]
+    """Time spent restoring the trajectory's sandbox state (retries only)."""
 
 
 class ShardStats(NamedTuple):
@@ -446,16 +464,25 @@ class ShardStats(NamedTuple):
     """
 
     arrivals: NDArray[np.int64]
+    """Attempts that arrived (redirect visits included)."""
     completed: NDArray[np.int64]
+    """Attempts that completed here."""
     crashed: NDArray[np.int64]
+    """Attempts whose container crashed here."""
     timed_out: NDArray[np.int64]
+    """Attempts that timed out here."""
     redirected: NDArray[np.int64]
+    """Arrivals forwarded to another shard."""
     queued: NDArray[np.int64]
     """Attempts that had to wait in the shard's queue."""
     cold_starts: NDArray[np.int64]
+    """Cold container starts."""
     containers: NDArray[np.int64]
+    """Containers ever started (at most ``capacity``)."""
     area: NDArray[np.float64]
+    """``∫ (queued + busy) dt`` from the simulator's counters."""
     busy_area: NDArray[np.float64]
+    """``∫ busy dt``: busy container-time."""
     utilisation: NDArray[np.float64]
     """``busy_area / (capacity · drain_time)``; NaN when capacity is unlimited."""
 
@@ -464,16 +491,23 @@ class AgentSummary(NamedTuple):
     """What a run says (frozen). Latencies over finished, non-aborted rollouts; times in time units."""
 
     steps: int
+    """Trainer steps run."""
     end_time: float
     """Time of the last trainer step (the plain simulator's end time)."""
     drain_time: float
     """Time the last in-flight rollout finished (the pools are empty from then on)."""
     rollouts_per_time: float
+    """Trained rollouts per simulated time unit (up to ``end_time``)."""
     rollouts_launched: int
+    """Rollouts launched."""
     rollouts_trained: int
+    """Rollouts trained (``steps · B``)."""
     rollouts_aborted: int
+    """Rollouts aborted by a failed call (``on_failure='abort'``)."""
     latency_p50: float
+    """Median rollout latency (launch to finish)."""
     latency_p99: float
+    """99th percentile of rollout latency."""
     tool_share: float
     """Share of rollout latency spent in tool calls (waiting and executing)."""
     tool_wait_share: float
@@ -481,22 +515,35 @@ class AgentSummary(NamedTuple):
     tool_exec_share: float
     """Share spent inside containers (start, recovery, service, crashed work)."""
     calls_issued: int
+    """Tool calls issued."""
     calls_completed: int
+    """Calls that completed."""
     calls_failed: int
+    """Calls reported failed (attempts exhausted)."""
     attempts: int
+    """Attempts, retries included."""
     queued_attempts: int
+    """Attempts that waited in a shard queue."""
     redirected_attempts: int
+    """Attempts forwarded at least once."""
     crashes: int
+    """Container crashes."""
     timeouts: int
+    """Attempt timeouts."""
     cold_starts: int
+    """Cold container starts."""
     queue_wait_mean: float
     """Mean time an attempt spends in a shard queue (0 for one admitted at once)."""
     utilisation: float
     """Pool-wide busy container-time over capacity · drain_time; NaN when unlimited."""
     staleness_mean: float
+    """Mean staleness of the trained rollouts."""
     staleness_hist: tuple[int, ...]
+    """Counts of trained rollouts by staleness 0, 1, 2, ..."""
     launched_length_mean: float
+    """Mean length of every launched rollout."""
     trained_length_mean: float
+    """Mean length of the trained rollouts."""
     length_ratio: float
     """``trained_length_mean / launched_length_mean`` (1 = no length bias; < 1 short-biased)."""
     length_bias: float
@@ -509,11 +556,17 @@ class AgentResult(NamedTuple):
     """Everything one run produced."""
 
     config: AgentConfig
+    """The configuration that produced the run."""
     summary: AgentSummary
+    """The :class:`AgentSummary`."""
     rollouts: RolloutTrace
+    """Per-rollout columns (:class:`RolloutTrace`)."""
     calls: CallTrace
+    """Per-call columns (:class:`CallTrace`)."""
     attempts: AttemptTrace
+    """Per-attempt columns (:class:`AttemptTrace`)."""
     shards: ShardStats
+    """Per-shard statistics (:class:`ShardStats`)."""
 
     def to_arrow(self) -> dict[str, Any]:
         """The four traces as ``pyarrow.Table`` objects, keyed ``rollouts``, ``calls``,
