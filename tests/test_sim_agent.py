@@ -718,7 +718,10 @@ def test_cli_functions_run_a_configured_simulation(tmp_path: Path, peer: ModuleT
     cfg = agent_config_from_args(args)
     assert cfg is not None
     assert (cfg.steps, cfg.shards) == (8, 2)
-    out = run_agent_cli(cfg)
+    seen: list[int] = []
+    out = run_agent_cli(cfg, trace=tmp_path / "trace", progress=seen.append)
+    assert seen == list(range(1, cfg.steps + 1))
+    assert (tmp_path / "trace" / "attempts.parquet").is_file()
     text = json.dumps(out, allow_nan=False)
     for key in ("rollouts_per_s", "staleness_mean", "staleness_hist", "length_mean"):
         assert key in json.loads(text)

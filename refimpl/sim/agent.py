@@ -53,6 +53,7 @@ import heapq
 import math
 import numbers
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -680,6 +681,7 @@ class _Engine:
         "launching",
         "len_stream",
         "max_redirects",
+        "progress",
         "r_calls",
         "r_done_service",
         "r_exec",
@@ -729,6 +731,7 @@ class _Engine:
         self.version = 0
         self.completed = 0
         self.aborted = 0
+        self.progress: Callable[[int], None] | None = None
         self.target = cfg.steps * cfg.batch
         self.launching = True
         self.max_redirects: int = cfg.shards - 1 if cfg.max_redirects is None else cfg.max_redirects
@@ -1089,6 +1092,8 @@ class _Engine:
                 self.start_attempt(ref, t)
             elif kind == _PUBLISH:
                 self.version += 1
+                if self.progress is not None:
+                    self.progress(self.version)
             else:  # _REFRESH: the snapshot at ref·δ; the next one while anything else is pending
                 if heap:
                     self.view = [q + b for q, b in zip(self.s_nq, self.s_busy, strict=True)]
@@ -1122,7 +1127,9 @@ def _ro(arr: NDArray[Any]) -> NDArray[Any]:
     return arr
 
 
-def simulate_agent(config: AgentConfig) -> AgentResult:
+def simulate_agent(
+    config: AgentConfig, *, progress: Callable[[int], None] | None = None
+) -> AgentResult:
     r"""Simulate one run of the agentic rollout queue with sandboxed tool calls.
 
     Rollout ``i`` launched at version :math:`v_i` and trained at step :math:`j_i` (the
@@ -1147,6 +1154,9 @@ def simulate_agent(config: AgentConfig) -> AgentResult:
     ----------
     config : AgentConfig
         The run (validated when it was built).
+    progress : callable, optional
+        Called with the number of trainer steps done after each step (e.g. to advance a progress
+        bar); it must not touch the simulation.
 
     Returns
     -------
@@ -1199,6 +1209,7 @@ def simulate_agent(config: AgentConfig) -> AgentResult:
             "config", "an AgentConfig", config, "Build one with refimpl.sim.agent.AgentConfig(...)."
         )
     eng = _Engine(config)
+    eng.progress = progress
     drain = eng.run()
     # staleness from refimpl.staleness (SPEC §1): s = j − min_t v_t, one launch version per rollout
     status = np.asarray(eng.r_status, dtype=np.int64)
@@ -1605,7 +1616,12 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
     )
 
 
-def run_agent_cli(config: AgentConfig) -> dict[str, Any]:
+def run_agent_cli(
+    config: AgentConfig,
+    *,
+    trace: Any = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Run ``config`` and return its JSON-able summary (:func:`agent_summary_dict`).
 
     The integrator's ``refimpl simulate`` calls this when :func:`agent_config_from_args` returns a
@@ -1615,6 +1631,10 @@ def run_agent_cli(config: AgentConfig) -> dict[str, Any]:
     ----------
     config : AgentConfig
         The run.
+    trace : str or path, optional
+        A directory to write the traces to as Parquet (:meth:`AgentResult.to_parquet`).
+    progress : callable, optional
+        Passed to :func:`simulate_agent` (called with the steps done).
 
     Returns
     -------
@@ -1636,8 +1656,10 @@ def run_agent_cli(config: AgentConfig) -> dict[str, Any]:
     import time
 
     start = time.perf_counter()
-    result = simulate_agent(config)
+    result = simulate_agent(config, progress=progress)
     wall = time.perf_counter() - start
+    if trace is not None:
+        result.to_parquet(trace)
     out = agent_summary_dict(result)
     out["wall_s"] = wall
     out["rollouts_per_s"] = result.summary.rollouts_trained / wall if wall > 0 else None
