@@ -179,6 +179,42 @@ def test_reduces_exactly_to_refimpl_sim(peer: ModuleType, turns: int, shards: in
     assert _plain_trace_mismatches(res, trace) == []
 
 
+@pytest.mark.parametrize("eta", [0, 1])
+def test_staleness_bound_with_drop_reduces_exactly_to_refimpl_sim(
+    peer: ModuleType, eta: int
+) -> None:
+    slots, batch, steps = 16, 8, 40
+    lengths = peer.draw_lengths(slots, 4 * steps * batch, 5)
+    trace = sim.simulate(
+        sim.SimConfig(
+            slots=slots, batch=batch, steps=steps, lengths=lengths, eta=eta, over_bound="drop"
+        )
+    )
+    res = simulate_agent(
+        AgentConfig(slots=slots, batch=batch, steps=steps, lengths=lengths, eta=eta)
+    )
+    assert res.summary.rollouts_dropped > 0
+    assert _plain_trace_mismatches(res, trace) == []
+    dropped = np.flatnonzero(trace.status == sim.STATUS["dropped"])
+    r = res.rollouts
+    ours = {
+        (int(s), int(k)): i for i, (s, k) in enumerate(zip(r.slot, r.launch_index, strict=True))
+    }
+    idx = np.array([ours[(int(trace.slot[i]), int(trace.index[i]))] for i in dropped])
+    np.testing.assert_array_equal(r.status[idx], agent.ROLLOUT_STATUSES.index("dropped"))
+    np.testing.assert_array_equal(r.staleness[idx], trace.staleness[dropped])
+
+
+def test_staleness_bound_holds_with_tools() -> None:
+    res = simulate_agent(dataclasses.replace(_FAULTY, eta=0))
+    r = res.rollouts
+    dropped = r.status == agent.ROLLOUT_STATUSES.index("dropped")
+    assert res.summary.rollouts_dropped == int(dropped.sum()) > 0
+    assert np.all(r.staleness[r.status == 0] == 0)
+    assert np.all(r.staleness[dropped] > 0)
+    assert res.summary.rollouts_trained == res.config.steps * res.config.batch
+
+
 def test_reduction_rejects_a_version_read_after_the_bump(
     peer: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -582,17 +618,19 @@ def test_staleness_is_step_minus_launch_version() -> None:
     assert np.all(r.staleness[trained] >= 0)
 
 
-def _launch_version_mismatches(res: AgentResult) -> int:
-    """Launch versions against refimpl.policy_version (SPEC §1 tie rule) at the publication times:
-    version j+1 is published when the rollout of completion rank (j+1)·B − 1 finishes."""
+def _publication_times(res: AgentResult) -> NDArray[np.float64]:
+    """Version j+1 is published when the last rollout trained at step j finishes."""
     r = res.rollouts
-    b = res.config.batch
-    ranks = np.arange(1, res.config.steps + 1) * b - 1
-    by_rank = np.empty(int(r.completion_rank.max()) + 1, dtype=np.int64)
-    done = r.completion_rank >= 0
-    by_rank[r.completion_rank[done]] = np.flatnonzero(done)
-    publish = r.finish_time[by_rank[ranks]]
-    expected = refimpl.policy_version(r.launch_time, publish_times=publish)
+    trained = r.status == 0
+    return np.array(
+        [r.finish_time[trained & (r.trained_step == j)].max() for j in range(res.config.steps)]
+    )
+
+
+def _launch_version_mismatches(res: AgentResult) -> int:
+    """Launch versions against refimpl.policy_version (SPEC §1 tie rule) at the publication times."""
+    r = res.rollouts
+    expected = refimpl.policy_version(r.launch_time, publish_times=_publication_times(res))
     return int(np.sum(expected != r.version))
 
 
@@ -617,13 +655,6 @@ def test_tie_rule_check_rejects_a_version_read_after_the_bump(
     assert _launch_version_mismatches(simulate_agent(cfg)) > 0
 
 
-def _publication_times(res: AgentResult) -> NDArray[np.float64]:
-    r = res.rollouts
-    by_rank = {int(k): i for i, k in enumerate(r.completion_rank) if k >= 0}
-    b = res.config.batch
-    return np.array([r.finish_time[by_rank[(j + 1) * b - 1]] for j in range(res.config.steps)])
-
-
 def _in_flight_staleness_counts(res: AgentResult) -> NDArray[np.int64]:
     """count_k = #{trained i : j_i > k, launch_i <= T_k}: the rollouts held by slots at the k-th
     publication that are trained later. By the tie rule v_i = #{k : T_k < launch_i}, so
@@ -646,8 +677,9 @@ def _in_flight_staleness_counts(res: AgentResult) -> NDArray[np.int64]:
         dataclasses.replace(_FAULTY, on_failure="abort", crash_rate=0.03, seed=5),
         dataclasses.replace(_ROUTING, refresh=10.0, seed=1),
         AgentConfig(slots=40, batch=8, steps=30, lengths=st.lognorm(s=1.0, scale=20.0), seed=2),
+        dataclasses.replace(_FAULTY, eta=1, seed=3),
     ],
-    ids=["faulty", "abort", "stale-routing", "plain"],
+    ids=["faulty", "abort", "stale-routing", "plain", "eta-drop"],
 )
 def test_mean_staleness_is_slots_in_flight_per_batch(cfg: AgentConfig) -> None:
     """Little's law on the slots, on the sample path: every slot holds one rollout at each
@@ -768,6 +800,12 @@ def test_cli_functions_run_a_configured_simulation(tmp_path: Path, peer: ModuleT
     assert cfg4 is not None
     assert cfg4.steps == 100_000 // 512
     assert cfg4.lengths.mean() == pytest.approx(np.exp(2 + 0.125))
+    assert cfg4.eta is None
+    cfg5 = agent_config_from_args(
+        p.parse_args(["--tool-turns", "1", "--eta", "2", "--over-bound", "drop"])
+    )
+    assert cfg5 is not None
+    assert cfg5.eta == 2
 
 
 def test_traces_export_to_parquet(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ CALL_STATUSES: tuple[str, ...] = ("completed", "failed")
 #: Outcome codes of :attr:`AttemptTrace.outcome` (index = code).
 ATTEMPT_OUTCOMES: tuple[str, ...] = ("completed", "crashed", "timed_out")
 
-_TRAINED, _ABORTED, _UNTRAINED = 0, 2, 4
+_TRAINED, _DROPPED, _ABORTED, _UNTRAINED = 0, 1, 2, 4
 _COMPLETED, _FAILED = 0, 1
 _CRASHED, _TIMED_OUT = 1, 2
 _PENDING = -1
@@ -217,6 +217,10 @@ class AgentConfig:
         Time to fast-forward one earlier tool result from the log (``>= 0``).
     on_failure : {'continue', 'abort'}
         What a rollout does when one of its calls fails.
+    eta : int or None
+        Staleness bound ``η >= 0``: a rollout whose staleness ``j − v`` exceeds it when the trainer
+        consumes it (at step ``j``) is **dropped** and does not fill the batch (SPEC §2.3, the
+        ``over_bound='drop'`` of the plain simulator). ``None`` (default): no bound.
     seed : int
         Seed of every random draw (``>= 0``).
 
@@ -259,6 +263,7 @@ class AgentConfig:
     recovery: str = "replay"
     replay_cost: float = 0.0
     on_failure: str = "continue"
+    eta: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -368,6 +373,8 @@ class AgentConfig:
         put(
             self, "on_failure", _choice(self.on_failure, name="on_failure", allowed=FAILURE_ACTIONS)
         )
+        if self.eta is not None:
+            put(self, "eta", as_int(self.eta, name="eta", minimum=0, meaning="staleness bound"))
         put(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
 
 
@@ -394,12 +401,12 @@ class RolloutTrace(NamedTuple):
     version: NDArray[np.int64]
     """Policy version at launch (tie rule: a launch at a publication sees the old one)."""
     trained_step: NDArray[np.int64]
-    """Trainer step that consumed the rollout, ``-1`` if it was not trained."""
+    """Trainer step that consumed the rollout (trained, or dropped over ``eta``), else ``-1``."""
     staleness: NDArray[np.int64]
-    """``trained_step − version``, ``-1`` if not trained."""
+    """``trained_step − version`` (``refimpl.sample_staleness``), ``-1`` if never consumed."""
     completion_rank: NDArray[np.int64]
-    """Completion rank (0-based; for a trained rollout its position in training order, the plain
-    simulator's ``rank``), ``-1`` for an aborted rollout."""
+    """Completion rank (0-based, over every finished rollout; without ``eta`` a trained rollout's
+    rank is its position in training order), ``-1`` for an aborted rollout."""
     status: NDArray[np.int64]
     """Index into :data:`ROLLOUT_STATUSES`."""
     tool_time: NDArray[np.float64]
@@ -503,6 +510,8 @@ class AgentSummary(NamedTuple):
     """Rollouts launched."""
     rollouts_trained: int
     """Rollouts trained (``steps · B``)."""
+    rollouts_dropped: int
+    """Rollouts dropped over the staleness bound ``eta`` at consumption."""
     rollouts_aborted: int
     """Rollouts aborted by a failed call (``on_failure='abort'``)."""
     latency_p50: float
@@ -714,6 +723,7 @@ class _Engine:
         "service_stream",
         "slot_k",
         "target",
+        "trained",
         "turns_stream",
         "version",
         "view",
@@ -730,6 +740,7 @@ class _Engine:
         self.seq = 0
         self.version = 0
         self.completed = 0
+        self.trained = 0
         self.aborted = 0
         self.progress: Callable[[int], None] | None = None
         self.target = cfg.steps * cfg.batch
@@ -882,15 +893,21 @@ class _Engine:
         n = self.completed
         self.completed = n + 1
         self.r_rank[r] = n
-        if n < self.target:
-            step = n // self.cfg.batch
+        m = self.trained
+        if m < self.target:
+            step = m // self.cfg.batch
             self.r_step[r] = step
-            self.r_status[r] = _TRAINED
-            if (n + 1) % self.cfg.batch == 0:
-                self.batch_full(t)
-            if n + 1 == self.target:
-                self.launching = False
-                self.end_time = t
+            eta = self.cfg.eta
+            if eta is not None and step - self.r_version[r] > eta:
+                self.r_status[r] = _DROPPED  # over the bound at consumption: does not fill a batch
+            else:
+                self.trained = m + 1
+                self.r_status[r] = _TRAINED
+                if (m + 1) % self.cfg.batch == 0:
+                    self.batch_full(t)
+                if m + 1 == self.target:
+                    self.launching = False
+                    self.end_time = t
         else:
             self.r_status[r] = _UNTRAINED
         if self.launching:
@@ -915,7 +932,7 @@ class _Engine:
             if self.aborted > 1000 + 100 * self.target:
                 raise ValueError(
                     f"on_failure='abort' must leave some rollouts to train; {self.aborted} "
-                    f"rollouts were aborted while only {self.completed} of {self.target} finished. "
+                    f"rollouts were aborted while only {self.trained} of {self.target} trained. "
                     "Calls fail far more often than they succeed: raise timeout or max_attempts, "
                     "lower crash_rate, or pass on_failure='continue'."
                 )
@@ -1100,9 +1117,9 @@ class _Engine:
                     self.push((ref + 1) * cfg.refresh, _PRIO_REFRESH, _REFRESH, ref + 1)
                 continue
             last = t
-        if self.completed < self.target:
+        if self.trained < self.target:
             raise RuntimeError(
-                f"internal error: the run stalled after {self.completed} of {self.target} rollouts "
+                f"internal error: the run stalled after {self.trained} of {self.target} rollouts "
                 "(a rollout never finished); please report it with the config."
             )
         for s in range(cfg.shards):
@@ -1216,8 +1233,10 @@ def simulate_agent(
     step = np.asarray(eng.r_step, dtype=np.int64)
     version = np.asarray(eng.r_version, dtype=np.int64)
     staleness = np.full(status.size, -1, dtype=np.int64)
-    trained = status == _TRAINED
-    staleness[trained] = sample_staleness(step[trained], version[trained]).sample.astype(np.int64)
+    consumed = (status == _TRAINED) | (status == _DROPPED)
+    staleness[consumed] = sample_staleness(step[consumed], version[consumed]).sample.astype(
+        np.int64
+    )
     rollouts = RolloutTrace(
         slot=_i64(eng.r_slot),
         launch_index=_i64(eng.r_k),
@@ -1311,6 +1330,7 @@ def _summarize(
         rollouts_per_time=float(eng.target / eng.end_time),
         rollouts_launched=int(r.slot.size),
         rollouts_trained=int(trained.sum()),
+        rollouts_dropped=int((r.status == _DROPPED).sum()),
         rollouts_aborted=int((r.status == _ABORTED).sum()),
         latency_p50=p50,
         latency_p99=p99,
@@ -1456,8 +1476,9 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
 
     Agent mode is on when ``--tool-turns`` is given. The run's ``--slots``, ``--batch``,
     ``--rollouts`` (``steps = rollouts // batch``) or ``--steps``, ``--seed``, ``--mu``/``--sigma``,
-    ``--lengths-npy``, ``--lengths-pmf`` and ``--token-time`` are the plain simulator's options
-    (``refimpl.sim.cli``); ``standalone=True`` adds them too, for use without it.
+    ``--lengths-npy``, ``--lengths-pmf``, ``--token-time`` and ``--eta`` with ``--over-bound drop``
+    are the plain simulator's options (``refimpl.sim.cli``; with ``--over-bound keep`` a bound
+    changes nothing); ``standalone=True`` adds them too, for use without it.
 
     Parameters
     ----------
@@ -1490,6 +1511,8 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
         parser.add_argument("--lengths-npy", default=None, help="N × K float64 length matrix")
         parser.add_argument("--lengths-pmf", default=None, help="pmf over lengths 1..M")
         parser.add_argument("--token-time", type=float, default=1.0, help="time per token")
+        parser.add_argument("--eta", type=int, default=None, help="staleness bound η")
+        parser.add_argument("--over-bound", choices=["keep", "drop"], default="keep")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
     g = parser.add_argument_group(
         "agent rollouts (tool calls in sandbox pools; on when --tool-turns is given)"
@@ -1612,6 +1635,7 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         recovery=args.tool_recovery,
         replay_cost=args.tool_replay_cost,
         on_failure=args.tool_on_failure,
+        eta=getattr(args, "eta", None) if getattr(args, "over_bound", "keep") == "drop" else None,
         seed=int(args.seed),
     )
 
