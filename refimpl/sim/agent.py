@@ -14,7 +14,9 @@ The model, in the conventions of SPEC §1 and of the plain simulator:
 - The trainer takes completed rollouts in completion order, ``B`` per step, trains instantly and
   publishes version ``j + 1`` after step ``j``. Tie rule: a rollout launched at the instant a version
   is published sees the **old** version (publication is processed after every other event of that
-  instant). A rollout never changes version, so its staleness is ``j − v_launch``.
+  instant). A rollout never changes version, so its staleness is ``j − v_launch``. With a bound
+  ``eta``, a rollout whose staleness exceeds it when the trainer consumes it is dropped and does not
+  fill the batch (SPEC §2.3).
 - Each call has a service time drawn once from ``tool_latency`` (the same work on every attempt). An
   attempt is routed to a shard by a router that picks the least loaded shard (queued + busy) in its
   **view**; the view is refreshed every ``refresh = δ`` time units (``δ = 0``: a consistent, exact
