@@ -215,6 +215,44 @@ def test_staleness_bound_holds_with_tools() -> None:
     assert res.summary.rollouts_trained == res.config.steps * res.config.batch
 
 
+def _shift_run(peer: ModuleType) -> tuple[AgentResult, tuple[Any, Any, float]]:
+    slots, batch, steps, turns, call = 16, 16, 60, 3, 12.5
+    lengths = _dyadic_lengths(peer, slots, steps * batch, seed=4)
+    res = simulate_agent(
+        AgentConfig(
+            slots=slots, batch=batch, steps=steps, lengths=lengths, turns=turns,
+            tool_latency=call, shards=2,
+        )
+    )  # fmt: skip
+    shifted = lengths + turns * call  # dyadic: every partial sum is exact in float64
+    return res, peer.simulate_store(shifted, batch, steps)
+
+
+def test_constant_tool_time_on_unlimited_capacity_is_a_length_shift(peer: ModuleType) -> None:
+    """With unlimited capacity and constant call time c, a rollout with m calls takes
+    ℓ·t_token + m·c: the plain queue on lengths ℓ + m·c, sample for sample."""
+    res, (stale, tlen, t_end) = _shift_run(peer)
+    ours_stale, ours_len = _training_order(res)
+    np.testing.assert_array_equal(ours_stale, stale)
+    np.testing.assert_array_equal(ours_len + 3 * 12.5, tlen)
+    assert res.summary.end_time == t_end
+
+
+def test_length_shift_rejects_calls_that_take_no_time(
+    peer: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wrong variant: the container finishes a call the instant it is admitted."""
+    real = agent._Engine.admit
+
+    def instant(self: Any, a: int, s: int, t: float) -> None:
+        self.c_service[self.a_call[a]] = 0.0
+        real(self, a, s, t)
+
+    monkeypatch.setattr(agent._Engine, "admit", instant)
+    res, expected = _shift_run(peer)
+    assert res.summary.end_time != expected[2]
+
+
 def test_reduction_rejects_a_version_read_after_the_bump(
     peer: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
