@@ -70,9 +70,16 @@ def run_property(test: Callable[[], None]) -> None:
 def rejects(test: Callable[[], None]) -> None:
     """The property must fail on a wrong variant (Hypothesis re-raises the falsifying error).
 
-    Shrinking is skipped (only finding a counterexample matters here), which keeps this fast.
+    Shrinking is skipped (only finding a counterexample matters here), which keeps this fast, and
+    the search is derandomized with a fixed budget so that the outcome does not depend on the
+    Hypothesis profile (a rejection that depended on luck would be a flaky test).
     """
-    quick = settings(phases=[Phase.explicit, Phase.generate], database=None)
+    quick = settings(
+        phases=[Phase.explicit, Phase.generate],
+        database=None,
+        derandomize=True,
+        max_examples=200,
+    )
     with pytest.raises((AssertionError, ExceptionGroup)):
         quick(test)()
 
