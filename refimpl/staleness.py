@@ -366,16 +366,31 @@ def _token_version_rows(
                 mask,
                 "Drop mask, or pass token_versions as a padded 2-D array with its mask.",
             )
-        rows = [
-            as_float_array(row, name=f"token_versions[{i}]", ndim=1)
-            for i, row in enumerate(token_versions)
-        ]
-        width = max(row.size for row in rows)
+        rows = []
+        for i, row in enumerate(token_versions):
+            try:
+                arr = np.asarray(row, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise wrong_type(
+                    f"token_versions[{i}]",
+                    "an array of integer versions",
+                    row,
+                    "Pass each sample's token versions as a 1-D numeric array.",
+                ) from None
+            if arr.ndim != 1:
+                raise invalid(
+                    f"token_versions[{i}]",
+                    "be 1-D (one version per token)",
+                    arr,
+                    f"Pass a 1-D array per sample (got shape {arr.shape}).",
+                )
+            rows.append(arr)
+        counts = np.array([row.size for row in rows])
+        flat = as_float_array(np.concatenate(rows), name="token_versions (concatenated)")
+        width = int(counts.max())
+        m = (np.arange(width)[None, :] < counts[:, None]).astype(np.float64)
         versions = np.zeros((len(rows), width), dtype=np.float64)
-        m = np.zeros((len(rows), width), dtype=np.float64)
-        for i, row in enumerate(rows):
-            versions[i, : row.size] = row
-            m[i, : row.size] = 1.0
+        versions[m > 0] = flat  # row-major order is the order of concatenation
         return versions, m
     versions = as_float_array(token_versions, name="token_versions", ndim=(1, 2))
     if versions.ndim == 1:
@@ -495,29 +510,46 @@ def sample_staleness(
             m,
             f"Sample {int(np.flatnonzero(empty)[0])} is all padding; drop it.",
         )
-    real = np.where(valid, versions, 0.0)
-    _require_integral(real, name="token_versions", meaning="versions count optimizer steps")
-    if np.any(real < 0):
+    # Validate the real tokens only (padding may hold anything finite).
+    flat = versions[valid]
+
+    def _at(k: int) -> str:
+        i, t = (int(x) for x in np.argwhere(valid)[k])  # (sample, token) of entry k of ``flat``
+        return f"Sample {i}, token {t} has version {flat[k]:g}"
+
+    fractional = flat != np.floor(flat)
+    if np.any(fractional):
+        raise invalid(
+            "token_versions",
+            "hold whole numbers (versions count optimizer steps)",
+            versions,
+            f"{_at(int(np.flatnonzero(fractional)[0]))}; pass integer versions.",
+        )
+    if np.any(flat < 0):
         raise invalid(
             "token_versions",
             "be >= 0 (the initial weights are version 0)",
             versions,
-            "Count versions from 0 (the number of optimizer steps applied).",
+            f"{_at(int(np.flatnonzero(flat < 0)[0]))}; count versions from 0 (the number of "
+            "optimizer steps applied).",
         )
-    token = np.where(valid, step[:, None] - versions, 0.0)
-    newer = valid & (token < 0)
+    step_flat = np.broadcast_to(step[:, None], versions.shape)[valid]
+    newer = flat > step_flat
     if np.any(newer):
-        i, t = (int(x) for x in np.argwhere(newer)[0])
+        k = int(np.flatnonzero(newer)[0])
         raise invalid(
             "token_versions",
             "be <= trained_step (the trainer at step j holds version j; no token can come from a "
             "newer version)",
             versions,
-            f"Sample {i}, token {t} has version {versions[i, t]:g} > trained_step {step[i]:g}: "
-            "check for an off-by-one (the version published *after* step j is j + 1).",
+            f"{_at(k)} > trained_step {step_flat[k]:g}: check for an off-by-one (the version "
+            "published *after* step j is j + 1).",
         )
-    sample = np.max(np.where(valid, token, -np.inf), axis=1)
-    return Staleness(sample=sample.astype(np.float64), token=token + 0.0, mask=m)
+    token = np.zeros(versions.shape, dtype=np.float64)
+    token[valid] = step_flat - flat
+    oldest = np.min(np.where(valid, versions, np.inf), axis=1)
+    sample = (step - oldest).astype(np.float64)
+    return Staleness(sample=sample, token=token, mask=m)
 
 
 def admission_capacity(
