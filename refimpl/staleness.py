@@ -1318,7 +1318,7 @@ def over_masking_scenarios(
     is noise :math:`\varepsilon_t \sim N(0, \sigma^2)` rather than exactly 0. A sequence-level
     masked-IS band :math:`[1-\delta, 1+\delta]` tighter than that noise (the sequence log-ratio has
     standard deviation :math:`\sigma\sqrt{T}`) drops on-policy sequences, long ones first. Correct:
-    the IcePop band ``[0.5, 2]``.
+    a band ``[0.5, 2]``, far wider than the mismatch.
 
     Parameters
     ----------
@@ -1345,7 +1345,7 @@ def over_masking_scenarios(
 
     Notes
     -----
-    Lengths are ``1 + Geometric`` with mean 200 tokens; in (a) launch versions are drawn
+    Lengths are ``1 + Geometric(1/200)`` (mean 201 tokens); in (a) launch versions are drawn
     ``j − Poisson(0.7)`` (clipped at 0) and a third of the rollouts are interrupted by one update
     (mixed versions). In both scenarios :func:`masking_diagnostics` of the buggy weights reports
     ``on_policy_dropped_fraction > 0`` (1.0 in (a)) while the correct weights give 0.
