@@ -764,9 +764,10 @@ def truncated_is_weights(
     -----
     Invariants: an on-policy token (ratio exactly 1) gets weight 1; weights are finite and in
     ``[0, C]``. Where ``ρ < C`` the weight equals the ratio, so the truncated estimate is unbiased on
-    that event; its bias is ``−E_μ[(ρ − C)^+ f]`` (proof claims IS1–IS3). The sequence product is
-    length-sensitive: for i.i.d. per-token noise a fixed cap truncates long sequences more often
-    (claim IS4). Accuracy: the log-ratio sum is exact to float64 rounding (relative ``~T·ε``).
+    that event; its bias is ``−E_μ[(ρ − C)^+ f]`` (claim IS1). The sequence product is
+    length-sensitive: for zero-mean i.i.d. per-token log-ratio noise a fixed cap truncates long
+    sequences more often; for noise with ``E[ρ_t] = 1`` it does so up to ``T* = 2 log C/σ²``
+    tokens, beyond which the product drifts towards 0 (claim IS3). Accuracy: the log-ratio sum is exact to float64 rounding (relative ``~T·ε``).
 
     References
     ----------
@@ -842,10 +843,10 @@ def masked_is_weights(
     Notes
     -----
     Invariants: ratio exactly 1 gives weight 1; weights are finite and non-negative. Unlike
-    truncation, masking removes a token's gradient entirely: it trades bias (the dropped region)
-    for bounded variance. A band tighter than the train/inference numerical mismatch drops
+    truncation, masking removes a token's gradient entirely: it trades bias (the whole target
+    mass outside the band, claim IS2) for bounded variance. A band tighter than the train/inference numerical mismatch drops
     on-policy tokens (:func:`over_masking_scenarios`); at sequence level the log-ratio noise grows
-    like ``√T``, so long sequences are dropped more often (claim IS4).
+    like ``√T``, so which sequences are dropped depends on their length (claim IS3).
 
     References
     ----------
