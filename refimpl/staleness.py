@@ -880,10 +880,12 @@ def masked_is_weights(
     lvl = _as_level(level)
     if lvl == "token":
         keep = (m > 0) & (d >= log_lo) & (d <= log_hi)
-        return np.where(keep, _capped_exp(d, hi), 0.0)
+        return np.where(keep, np.maximum(_capped_exp(d, hi), lo), 0.0)
     total = _sequence_log_ratio(d, m, lvl)
     keep_seq = (total >= log_lo) & (total <= log_hi)
-    return np.asarray(np.where(keep_seq, _capped_exp(total, hi), 0.0), dtype=np.float64)
+    return np.asarray(
+        np.where(keep_seq, np.maximum(_capped_exp(total, hi), lo), 0.0), dtype=np.float64
+    )
 
 
 def decoupled_ppo_weights(

@@ -445,6 +445,18 @@ def test_masked_weights_keep_the_band_edges_and_drop_outside() -> None:
     np.testing.assert_allclose(w, [0.5, 2.0, 1.0, 0.0, 0.5 / 0.6], rtol=1e-12)
 
 
+@given(batch=logp_batches(), low=BOUNDARY_REALS, high=st.floats(1.0, 50.0))
+def test_masked_weights_are_zero_or_inside_the_band(
+    batch: tuple[Array, Array, Array], low: float, high: float
+) -> None:
+    a, b, m = batch
+    for level in LEVELS:
+        w = S.masked_is_weights(a, b, low=low, high=high, level=level, mask=m)
+        kept = w[w > 0]
+        assert np.all(kept >= low)
+        assert np.all(kept <= high)
+
+
 def test_padding_gets_weight_zero_and_does_not_enter_sequence_weights() -> None:
     lp = np.array([[-1.0, -2.0, -50.0]])
     lq = np.array([[-1.5, -2.0, 0.0]])
