@@ -104,8 +104,8 @@ def test_one_segment_rollouts_reduce_exactly_to_the_simpy_peer(
     peer: ModuleType, variant: str, slots: int, batch: int, rollouts: int, seed: int
 ) -> None:
     lengths = peer.draw_lengths(slots, rollouts, seed)
-    sim = peer.simulate_store if variant == "store" else peer.simulate_callback
-    expected = sim(lengths, batch, rollouts // batch)
+    run_peer = peer.simulate_store if variant == "store" else peer.simulate_callback
+    expected = run_peer(lengths, batch, rollouts // batch)
     res = simulate_agent(
         AgentConfig(slots=slots, batch=batch, steps=rollouts // batch, lengths=lengths)
     )
@@ -285,7 +285,7 @@ def _littles_law_errors(res: AgentResult) -> list[str]:
     ∫_0^T N_s(t) dt = Σ_a (d_a − a_a) exactly (Little 1961, the finite-horizon identity), i.e.
     L̄ = λ W̄ with L̄ = area/T, λ = n/T, W̄ = Σ W/n. The only discrepancy is float rounding: the
     integral is a sum of at most E products n_k·Δt_k (E = number of state changes ≤ 4·attempts) with
-    n_k ≤ N_max, each term and each partial sum carrying relative error ≤ ε = 2^-53, and every Δt or
+    n_k ≤ N_max, each term and each partial sum carrying relative error ≤ ε = 2^-52, and every Δt or
     d−a a difference of times ≤ T (absolute error ≤ ε T). Both sides are therefore within
     E·(N_max + 1)·2ε·T of the exact value; we allow twice that (4·E·(N_max+1)·ε·T)."""
     a = res.attempts
