@@ -363,28 +363,9 @@ def test_littles_law_holds_on_every_shard(
         seed=seed,
     )
     res = simulate_agent(cfg)
+    # area_s = Σ W over shard s is L̄_s·T = (λ_s T)·W̄_s: Little's law times the horizon T
     assert _littles_law_errors(res) == []
-    l_bar = res.shards.area / res.summary.drain_time
-    rate = res.shards.arrivals / res.summary.drain_time
-    assert np.all(l_bar >= 0)
-    np.testing.assert_allclose(
-        l_bar,
-        rate
-        * np.where(
-            res.shards.arrivals > 0,
-            (
-                np.bincount(
-                    res.attempts.shard,
-                    res.attempts.depart_time - res.attempts.arrive_time,
-                    minlength=shards,
-                )
-                / np.maximum(res.shards.arrivals, 1)
-            ),
-            0.0,
-        ),
-        rtol=1e-9,
-        atol=1e-12,
-    )
+    assert np.all(res.shards.area >= 0)
 
 
 def test_littles_law_rejects_a_pool_that_counts_only_busy_containers(
