@@ -121,6 +121,10 @@ def simulate(
     version is published sees the old version; completions at one instant are processed in launch
     order.
 
+    References
+    ----------
+    SPEC §1–§2; the SimPy peer ``shared/peers/simpy_queue.py`` (``--variant store``).
+
     Examples
     --------
     Two slots, batch 2, every rollout one token long: batch ``j`` completes at ``j + 1``; the

@@ -359,6 +359,10 @@ def summarize(trace: SimTrace) -> SimSummary:
     are whole numbers, else on 64 bins of equal launched probability (binning can only lower TV and
     KL).
 
+    References
+    ----------
+    SPEC §1 (staleness), §2 (length bias); :func:`refimpl.length_bias` for the bias measures.
+
     Examples
     --------
     >>> from refimpl.sim import SimConfig, simulate
