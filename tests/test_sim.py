@@ -440,3 +440,34 @@ def test_trained_staleness_is_refimpl_sample_staleness_of_the_token_versions(
     versions = [trace.token_versions(int(r))[1] for r in order]
     want = refimpl.sample_staleness(trace.step[order], versions).sample
     np.testing.assert_array_equal(trace.staleness[order], want.astype(np.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_bad_configuration_exits_2_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    from refimpl.cli import main
+
+    assert main(["simulate", "--slots", "4", "--batch", "0", "--rollouts", "10"]) == 2
+    assert "batch must be >= 1" in capsys.readouterr().err
+
+
+def test_cli_event_mode_writes_a_trace_and_a_progress_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    from refimpl.cli import main
+
+    path = tmp_path / "t.parquet"
+    args = ["simulate", "--slots", "8", "--batch", "4", "--rollouts", "40000", "--seed", "1"]
+    args += ["--mode", "admission", "--eta", "1", "--partial", "keep_kv", "--progress"]
+    assert main([*args, "--trace", str(path)]) == 0
+    out = capsys.readouterr()
+    assert "rollout" in out.err  # tqdm on stderr
+    assert "staleness_hist" in out.out
+    table = pq.read_table(path)
+    assert table.num_rows > 40_000
+    assert "refimpl.sim.config" in {k.decode() for k in table.schema.metadata}
