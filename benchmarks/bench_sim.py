@@ -8,9 +8,9 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0, pla
    the same length matrix, each checked sample for sample against the peer. Targets: vectorized
    >= 60x the peer's rollouts/s, event engine >= 5x. Ours is the best of a few repeats (the machine
    is shared; the peer, at ~15 s a run, is timed once unless --peer-repeats).
-2. Scaling from 10^5 to 10^7 rollouts: wall time and peak RSS of a fresh subprocess per size
-   (lengths drawn inside it as the peer draws them), for both engines. Target: 10^7 rollouts in
-   2 GiB peak memory.
+2. Scaling from 10^5 to 10^7 rollouts: wall time and peak RSS (VmHWM) of a fresh subprocess per
+   size (lengths drawn inside it as the peer draws them), for both engines. Target: 10^7 rollouts
+   in 2 GiB peak memory.
 
 Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--no-event-1e7]
 """
@@ -74,6 +74,11 @@ t1 = time.perf_counter()
 s = trace.summary()
 t2 = time.perf_counter()
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+try:  # this process image's own peak (ru_maxrss can carry the forking parent's peak on Linux)
+    with open("/proc/self/status") as f:
+        rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    pass
 print(json.dumps({{"sim_s": t1 - t0, "summary_s": t2 - t1, "peak_rss": rss, "trained": s.trained,
                   "staleness_mean": s.staleness_mean}}))
 """

@@ -462,12 +462,12 @@ def test_cli_event_mode_writes_a_trace_and_a_progress_bar(
     from refimpl.cli import main
 
     path = tmp_path / "t.parquet"
-    args = ["simulate", "--slots", "8", "--batch", "4", "--rollouts", "40000", "--seed", "1"]
+    args = ["simulate", "--slots", "8", "--batch", "4", "--rollouts", "10000", "--seed", "1"]
     args += ["--mode", "admission", "--eta", "1", "--partial", "keep_kv", "--progress"]
     assert main([*args, "--trace", str(path)]) == 0
     out = capsys.readouterr()
     assert "rollout" in out.err  # tqdm on stderr
     assert "staleness_hist" in out.out
     table = pq.read_table(path)
-    assert table.num_rows > 40_000
+    assert table.num_rows > 10_000
     assert "refimpl.sim.config" in {k.decode() for k in table.schema.metadata}
