@@ -519,9 +519,10 @@ def run_async_fast(
     tt, pre = cfg.token_time, cfg.prefill_time
     plain = tt == 1.0 and pre == 0.0  # l * 1.0 + 0.0 == l exactly
 
-    def durations(m: NDArray[np.float64]) -> list[list[float]]:
-        rows: list[list[float]] = (m if plain else m * tt + pre).tolist()
-        return rows
+    def durations(m: NDArray[np.float64]) -> list[array[float]]:
+        # one compact array per slot (8 bytes a length, not a Python float object each)
+        d = np.ascontiguousarray(m if plain else m * tt + pre, dtype=np.float64)
+        return [array("d", row.tobytes()) for row in d]
 
     drows = durations(supply.matrix)
     k_cols = len(drows[0])
