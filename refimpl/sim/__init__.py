@@ -170,4 +170,6 @@ def simulate(
                 "event left); this configuration cannot fill a batch — relax eta or over_bound."
             ) from None
         canonical = False
-    return SimTrace.from_raw(raw, config, canonical=canonical)
+    data = raw._asdict()
+    del raw  # from_raw frees the engine's columns one by one
+    return SimTrace.from_raw(data, config, canonical=canonical)

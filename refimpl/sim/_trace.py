@@ -134,11 +134,20 @@ class SimTrace:
     )
 
     @classmethod
-    def from_raw(cls, raw: RawTrace, config: SimConfig, *, canonical: bool) -> SimTrace:
-        """Freeze an engine's output; reorder rows canonically unless they already are."""
-        n = raw.slot.size
-        perm = None if canonical else np.lexsort((raw.column, raw.slot))
+    def from_raw(
+        cls, raw: RawTrace | dict[str, Any], config: SimConfig, *, canonical: bool
+    ) -> SimTrace:
+        """Freeze an engine's output; reorder rows canonically unless they already are.
+
+        Given a dict (``raw._asdict()``), it consumes it column by column, so that an engine's
+        arrays are freed as soon as their reordered copies exist (peak memory at 10^7 rows).
+        """
+        data = raw._asdict() if isinstance(raw, RawTrace) else raw
+        del raw
+        n = data["slot"].size
+        perm = None if canonical else np.lexsort((data["column"], data["slot"]))
         cols: dict[str, Any] = {}
+        done: dict[int, NDArray[Any]] = {}  # engines may share one array between two columns
         dtypes = {
             "slot": np.int32,
             "index": np.int32,
@@ -155,19 +164,27 @@ class SimTrace:
             "recomputed_tokens": np.float64,
         }
         for name, dt in dtypes.items():
-            arr = getattr(raw, "column" if name == "index" else name)
+            arr = data.pop("column" if name == "index" else name)
             if arr is None:
-                arr = np.zeros(n, dtype=dt)
+                cols[name] = _frozen(np.zeros(n, dtype=dt), dt)
+                continue
+            key = id(arr)
+            if key in done and done[key].dtype == dt:
+                cols[name] = done[key]
+                continue
             arr = np.asarray(arr)
-            if perm is not None:
-                arr = arr[perm]
-            cols[name] = _frozen(arr, dt)
-        if raw.segments is None:
+            out = _frozen(arr[perm] if perm is not None else arr, dt)
+            done[key] = out
+            cols[name] = out
+            del arr
+        done.clear()
+        segments = data.pop("segments")
+        if segments is None:
             offsets = np.arange(n + 1, dtype=np.int64)
             tokens = np.zeros(n, dtype=np.float64)
             versions = cols["min_version"]
         else:
-            off, tok, ver = raw.segments
+            off, tok, ver = segments
             if perm is not None:
                 counts = np.diff(off)[perm]
                 starts = off[:-1][perm]
@@ -183,10 +200,10 @@ class SimTrace:
         cols["segment_versions"] = _frozen(versions, np.int32)
         return cls(
             **cols,
-            publish_times=_frozen(raw.publish_times, np.float64),
-            end_time=float(raw.end_time),
-            generator_busy=float(raw.generator_busy),
-            trainer_busy=float(raw.trainer_busy),
+            publish_times=_frozen(data["publish_times"], np.float64),
+            end_time=float(data["end_time"]),
+            generator_busy=float(data["generator_busy"]),
+            trainer_busy=float(data["trainer_busy"]),
             config=config,
         )
 
