@@ -414,7 +414,9 @@ def _pair_calls(
             return _one((pair.logp_target, pair.logp_behavior), **kw, mask=pair.mask)
         return _one((pair.logp_target, pair.logp_behavior), **kw)
 
-    pairs = rst.logprob_pairs(max_abs_logp=max_abs_logp, padded=with_mask)
+    pairs = rst.logprob_pairs(
+        max_batch=3, max_time=8, max_abs_logp=max_abs_logp, padded=with_mask
+    )
     return st.tuples(pairs, params).map(build)
 
 
@@ -594,7 +596,7 @@ def _vtrace_params() -> st.SearchStrategy[dict[str, float]]:
 
 
 def _vtrace_calls() -> st.SearchStrategy[list[Call]]:
-    return st.tuples(rst.vtrace_inputs(), _vtrace_params()).map(lambda a: _one(tuple(a[0]), **a[1]))
+    return st.tuples(rst.vtrace_inputs(max_time=6), _vtrace_params()).map(lambda a: _one(tuple(a[0]), **a[1]))
 
 
 def _vtrace_on_policy() -> st.SearchStrategy[list[Call]]:
@@ -604,7 +606,7 @@ def _vtrace_on_policy() -> st.SearchStrategy[list[Call]]:
         args = (x.v_tm1, v_t, x.r_t, x.discount_t, ones)
         return _one(args, lambda_=1.0, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0)
 
-    return rst.vtrace_inputs().map(build)
+    return rst.vtrace_inputs(max_time=6).map(build)
 
 
 def _vtrace_zero_td() -> st.SearchStrategy[list[Call]]:
@@ -613,7 +615,7 @@ def _vtrace_zero_td() -> st.SearchStrategy[list[Call]]:
         r_t = x.v_tm1 - x.discount_t * x.v_t  # every TD error r + γ v_t − v_tm1 is zero
         return _one((x.v_tm1, x.v_t, r_t, x.discount_t, x.rho_tm1), **kw)
 
-    return st.tuples(rst.vtrace_inputs(), _vtrace_params()).map(build)
+    return st.tuples(rst.vtrace_inputs(max_time=6), _vtrace_params()).map(build)
 
 
 _register(
