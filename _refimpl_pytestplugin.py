@@ -153,9 +153,7 @@ class RefimplCheckItem(pytest.Item):
         if result.status != "passed":
             raise RefimplCheckFailure(result.render())
 
-    def repr_failure(
-        self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None
-    ) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, RefimplCheckFailure):
             return str(excinfo.value)
         return str(super().repr_failure(excinfo))

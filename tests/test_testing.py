@@ -39,52 +39,56 @@ EXAMPLES = 40
 Array = NDArray[np.float64]
 
 
-def penalty_wrong_sign(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Array:
+def penalty_wrong_sign(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Any:
     return k0 * np.exp((np.asarray(b, dtype=float) - b_min) / tau)
 
 
-def penalty_ignores_b_min(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Array:
+def penalty_ignores_b_min(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Any:
     return k0 * np.exp(-np.asarray(b, dtype=float) / tau)
 
 
-def penalty_tau_multiplies(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Array:
+def penalty_tau_multiplies(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Any:
     return k0 * np.exp(-(np.asarray(b, dtype=float) - b_min) * tau)
 
 
-def inclusion_off_by_one(cdf: ArrayLike, *, n: int, k: int) -> Array:
-    return np.asarray(stats.binom.cdf(k, n - 1, cdf), dtype=float)  # ≤ k instead of ≤ k − 1
+def inclusion_off_by_one(cdf: ArrayLike, *, n: int, k: int) -> Any:
+    return np.asarray(
+        stats.binom.cdf(k, n - 1, np.asarray(cdf, dtype=float)), dtype=float
+    )  # ≤ k instead of ≤ k − 1
 
 
-def inclusion_counts_itself(cdf: ArrayLike, *, n: int, k: int) -> Array:
-    return np.asarray(stats.binom.cdf(k - 1, n, cdf), dtype=float)  # n others instead of n − 1
+def inclusion_counts_itself(cdf: ArrayLike, *, n: int, k: int) -> Any:
+    return np.asarray(
+        stats.binom.cdf(k - 1, n, np.asarray(cdf, dtype=float)), dtype=float
+    )  # n others instead of n − 1
 
 
-def inclusion_reversed(cdf: ArrayLike, *, n: int, k: int) -> Array:
+def inclusion_reversed(cdf: ArrayLike, *, n: int, k: int) -> Any:
     return 1.0 - refimpl.inclusion_probability(cdf, n=n, k=k)
 
 
-def inclusion_scaled(cdf: ArrayLike, *, n: int, k: int) -> Array:
+def inclusion_scaled(cdf: ArrayLike, *, n: int, k: int) -> Any:
     return 1.5 * refimpl.inclusion_probability(cdf, n=n, k=k)
 
 
-def mask_strict(s: ArrayLike, *, eta: int) -> Array:
+def mask_strict(s: ArrayLike, *, eta: int) -> Any:
     return (np.asarray(s) < eta).astype(float)  # the off-by-one: s < η drops s == η
 
 
-def mask_one_too_many(s: ArrayLike, *, eta: int) -> Array:
+def mask_one_too_many(s: ArrayLike, *, eta: int) -> Any:
     return (np.asarray(s) <= eta + 1).astype(float)
 
 
-def mask_decay(s: ArrayLike, *, eta: int) -> Array:
+def mask_decay(s: ArrayLike, *, eta: int) -> Any:
     return np.asarray(0.5 ** np.asarray(s, dtype=float))
 
 
-def mask_readmits_very_stale(s: ArrayLike, *, eta: int) -> Array:
+def mask_readmits_very_stale(s: ArrayLike, *, eta: int) -> Any:
     s = np.asarray(s)
     return ((s <= eta) | (s > 2 * eta + 3)).astype(float)
 
 
-def mask_raises(s: ArrayLike, *, eta: int) -> Array:
+def mask_raises(s: ArrayLike, *, eta: int) -> Any:
     if eta == 0:
         raise ZeroDivisionError("eta must be positive")
     return (np.asarray(s) <= eta).astype(float)
@@ -92,20 +96,20 @@ def mask_raises(s: ArrayLike, *, eta: int) -> Array:
 
 def tis_without_cap(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, cap: float, mask: Any = None
-) -> Array:
+) -> Any:
     return np.exp(np.asarray(logp_target) - np.asarray(logp_behavior))
 
 
 def tis_two_sided(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, cap: float, mask: Any = None
-) -> Array:
+) -> Any:
     ratio = np.exp(np.asarray(logp_target) - np.asarray(logp_behavior))
     return np.clip(ratio, 1.0 / cap, cap)
 
 
 def tis_naive_ratio(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, cap: float, mask: Any = None
-) -> Array:
+) -> Any:
     ratio = np.exp(np.asarray(logp_target)) / np.exp(np.asarray(logp_behavior))  # 0/0 = NaN
     out = np.minimum(ratio, cap)
     return out if mask is None else out * np.asarray(mask)
@@ -113,20 +117,20 @@ def tis_naive_ratio(
 
 def tis_masks_at_cap(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, cap: float, mask: Any = None
-) -> Array:
+) -> Any:
     ratio = np.exp(np.minimum(np.asarray(logp_target) - np.asarray(logp_behavior), 50.0))
     return ratio * (ratio < cap)  # drops instead of truncating, strictly: ratio 1 dropped at cap 1
 
 
 def mis_clipped(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, low: float, high: float, mask: Any = None
-) -> Array:
+) -> Any:
     return np.clip(np.exp(np.asarray(logp_target) - np.asarray(logp_behavior)), low, high)
 
 
 def mis_no_lower_edge(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, low: float, high: float, mask: Any = None
-) -> Array:
+) -> Any:
     ratio = np.exp(np.minimum(np.asarray(logp_target) - np.asarray(logp_behavior), 50.0))
     out = ratio * (ratio <= high)
     return out if mask is None else out * np.asarray(mask)
@@ -134,14 +138,14 @@ def mis_no_lower_edge(
 
 def mis_inverted(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, low: float, high: float, mask: Any = None
-) -> Array:
+) -> Any:
     ratio = np.exp(np.minimum(np.asarray(logp_target) - np.asarray(logp_behavior), 50.0))
     return ratio * ((ratio < low) | (ratio > high))
 
 
 def mis_naive_ratio(
     logp_target: ArrayLike, logp_behavior: ArrayLike, *, low: float, high: float, mask: Any = None
-) -> Array:
+) -> Any:
     ratio = np.exp(np.asarray(logp_target)) / np.exp(np.asarray(logp_behavior))
     out = ratio * ((ratio >= low) & (ratio <= high))
     return out if mask is None else out * np.asarray(mask)
@@ -319,7 +323,9 @@ def test_wrong_candidate_fails_the_checks_that_target_its_bug(
     assert not report.ok
     for r in report.results:
         if r.status == "failed":
-            assert r.message and r.counterexample and r.reproduction
+            assert r.message
+            assert r.counterexample
+            assert r.reproduction
 
 
 @pytest.mark.parametrize("spec", spec_names())
@@ -434,7 +440,7 @@ def test_candidate_given_as_import_string_is_checked_and_reproduced_by_that_name
 
 
 def test_local_function_gets_a_placeholder_import_line() -> None:
-    def local(s: ArrayLike, *, eta: int) -> Array:
+    def local(s: ArrayLike, *, eta: int) -> Any:
         return (np.asarray(s) < eta).astype(float)
 
     report = check_conformance(local, spec="staleness_mask", checks=["keeps_at_bound"])
@@ -468,6 +474,8 @@ def test_bad_calls_say_how_to_fix_them(
         (42, TypeError, "Pass your function itself"),
     ],
 )
-def test_bad_candidates_say_how_to_fix_them(candidate: Any, error: type[Exception], match: str) -> None:
+def test_bad_candidates_say_how_to_fix_them(
+    candidate: Any, error: type[Exception], match: str
+) -> None:
     with pytest.raises(error, match=match):
         check_conformance(candidate, spec="staleness_mask")

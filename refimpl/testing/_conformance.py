@@ -67,7 +67,9 @@ class _Spec:
 
 _SPECS: dict[str, _Spec] = {}
 
-_ARRAY_OUTPUT = "found = [np.asarray(candidate(*args, **kwargs), dtype=np.float64) for args, kwargs in calls]"
+_ARRAY_OUTPUT = (
+    "found = [np.asarray(candidate(*args, **kwargs), dtype=np.float64) for args, kwargs in calls]"
+)
 _TUPLE_OUTPUT = (
     "found = [tuple(np.asarray(x, dtype=np.float64) for x in candidate(*args, **kwargs))\n"
     "         for args, kwargs in calls]"
@@ -121,9 +123,7 @@ def _effort_calls(sort: bool = False) -> st.SearchStrategy[list[Call]]:
 
 
 def _effort_at_b_min() -> st.SearchStrategy[list[Call]]:
-    return rst.effort_parameters().map(
-        lambda p: _one((np.array([p.b_min]),), **p._asdict())
-    )
+    return rst.effort_parameters().map(lambda p: _one((np.array([p.b_min]),), **p._asdict()))
 
 
 def _effort_shifted() -> st.SearchStrategy[list[Call]]:
@@ -227,8 +227,10 @@ def _inclusion_median() -> st.SearchStrategy[list[Call]]:
 
 
 def _inclusion_endpoints() -> st.SearchStrategy[list[Call]]:
-    return rst.n_k_pairs().filter(lambda nk: nk[1] < nk[0]).map(
-        lambda nk: _one((np.array([0.0, 1.0]),), n=nk[0], k=nk[1])
+    return (
+        rst.n_k_pairs()
+        .filter(lambda nk: nk[1] < nk[0])
+        .map(lambda nk: _one((np.array([0.0, 1.0]),), n=nk[0], k=nk[1]))
     )
 
 
@@ -414,9 +416,7 @@ def _pair_calls(
             return _one((pair.logp_target, pair.logp_behavior), **kw, mask=pair.mask)
         return _one((pair.logp_target, pair.logp_behavior), **kw)
 
-    pairs = rst.logprob_pairs(
-        max_batch=3, max_time=8, max_abs_logp=max_abs_logp, padded=with_mask
-    )
+    pairs = rst.logprob_pairs(max_batch=3, max_time=8, max_abs_logp=max_abs_logp, padded=with_mask)
     return st.tuples(pairs, params).map(build)
 
 
@@ -596,7 +596,9 @@ def _vtrace_params() -> st.SearchStrategy[dict[str, float]]:
 
 
 def _vtrace_calls() -> st.SearchStrategy[list[Call]]:
-    return st.tuples(rst.vtrace_inputs(max_time=6), _vtrace_params()).map(lambda a: _one(tuple(a[0]), **a[1]))
+    return st.tuples(rst.vtrace_inputs(max_time=6), _vtrace_params()).map(
+        lambda a: _one(tuple(a[0]), **a[1])
+    )
 
 
 def _vtrace_on_policy() -> st.SearchStrategy[list[Call]]:
@@ -814,7 +816,9 @@ class ConformanceReport:
         for r in self.results:
             if r.name == short:
                 return r
-        raise KeyError(f"no check {name!r} in this report; checks: {[r.name for r in self.results]}")
+        raise KeyError(
+            f"no check {name!r} in this report; checks: {[r.name for r in self.results]}"
+        )
 
     def summary(self) -> str:
         """One line per check, then the details of every check that is not ``passed``."""
@@ -825,7 +829,7 @@ class ConformanceReport:
         lines = [f"refimpl conformance of {self.candidate} to spec {self.spec!r}: {tally}"]
         lines += [f"  {r.status:8s} {r.id}" for r in self.results]
         details = [r.render() for r in self.results if r.status != "passed"]
-        return "\n".join(lines + ([""] + details if details else []))
+        return "\n".join(lines + (["", *details] if details else []))
 
     def __str__(self) -> str:
         return self.summary()
@@ -925,10 +929,10 @@ def _resolve(candidate: Any) -> tuple[Callable[..., Any], str, str]:
             f"candidate must be a callable or 'package.module:function'; got {candidate!r} of "
             f"type {type(candidate).__name__}. Pass your function itself."
         )
-    module_name = getattr(candidate, "__module__", None)
-    qualname = getattr(candidate, "__qualname__", None)
-    if module_name and qualname and "<" not in qualname and module_name != "__main__":
-        return candidate, f"{module_name}:{qualname}", _import_line(module_name, qualname)
+    home = getattr(candidate, "__module__", None)
+    where = getattr(candidate, "__qualname__", None)
+    if isinstance(home, str) and isinstance(where, str) and "<" not in where and home != "__main__":
+        return candidate, f"{home}:{where}", _import_line(home, where)
     label = repr(candidate)
     line = f"candidate = ...  # your function ({label} cannot be imported by name: define it here)"
     return candidate, label, line
@@ -1011,6 +1015,9 @@ class _Runner:
             except Exception as exc:
                 return f"the candidate's output could not be checked: {type(exc).__name__}: {exc}"
         return None
+
+    def fails(self, calls: list[Call]) -> bool:
+        return self.violation(calls) is not None
 
     def reproduction(self, calls: list[Call], import_line: str) -> str:
         header = [
@@ -1191,9 +1198,7 @@ def check_conformance(
             continue
         runner = _Runner(func, the_spec, check, tolerance)
         try:
-            example = find(
-                check.strategy(), lambda c: runner.violation(c) is not None, settings=config
-            )
+            example = find(check.strategy(), runner.fails, settings=config)
         except NoSuchExample:
             status: Status = "xpassed" if reason else "passed"
             results.append(CheckResult(**common, status=status, reason=reason))

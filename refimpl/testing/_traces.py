@@ -115,6 +115,16 @@ def _first_bad(array: Any, convert: Callable[[Any], Any]) -> int:
     return lo
 
 
+def _csv_bad_line(path: Path, width: int) -> str:
+    """``line L`` of the first row whose field count differs from the header's."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as text:
+        reader = csv.reader(text)
+        for row in reader:
+            if len(row) != width and row:
+                return f"line {reader.line_num}"
+    return f"{str(path)!r}"
+
+
 def _csv_list(text: str) -> NDArray[np.float64]:
     parts = [p for p in re.split(r"[\s,;]+", text.strip().strip("[]").strip()) if p]
     return np.asarray([float(p) for p in parts], dtype=np.float64)
@@ -141,19 +151,28 @@ def _csv_chunks(
     def to_float(arr: Any) -> Any:
         return pc.cast(arr, pa.float64())
 
+    def unparsable(exc: Exception) -> TraceError:
+        return TraceError(
+            f"{_csv_bad_line(path, len(header))}: unparsable CSV ({exc}). Every row needs one "
+            "field per header column."
+        )
+
     handle: BinaryIO = path.open("rb")
     try:
-        reader = pacsv.open_csv(
-            handle,
-            read_options=pacsv.ReadOptions(block_size=max(1 << 16, chunk_rows * 32)),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in wanted},
-                include_columns=wanted,
-                strings_can_be_null=True,
-                null_values=[""],
-                quoted_strings_can_be_null=True,
-            ),
-        )
+        try:
+            reader = pacsv.open_csv(
+                handle,
+                read_options=pacsv.ReadOptions(block_size=max(1 << 16, chunk_rows * 32)),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={c: pa.string() for c in wanted},
+                    include_columns=wanted,
+                    strings_can_be_null=True,
+                    null_values=[""],
+                    quoted_strings_can_be_null=True,
+                ),
+            )
+        except pa.ArrowInvalid as exc:
+            raise unparsable(exc) from None
         row = 0
         while True:
             try:
@@ -161,10 +180,7 @@ def _csv_chunks(
             except StopIteration:
                 break
             except pa.ArrowInvalid as exc:
-                raise TraceError(
-                    f"{str(path)!r} after line {row + 1}: unparsable CSV ({exc}). Every row "
-                    "needs one field per header column."
-                ) from None
+                raise unparsable(exc) from None
             n = batch.num_rows
             lines = np.arange(row + 2, row + 2 + n, dtype=np.int64)
             columns: dict[str, Any] = {}
@@ -356,7 +372,9 @@ def _parquet_chunks(
             col = batch.column(name)
             if col.null_count:
                 i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-                raise TraceError(f"row {row + i}: column {name!r} is null. Log a value in every row.")
+                raise TraceError(
+                    f"row {row + i}: column {name!r} is null. Log a value in every row."
+                )
             if name in lists:
                 values = col.to_pylist()
                 for i, v in enumerate(values):

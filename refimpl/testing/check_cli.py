@@ -227,7 +227,9 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
     missing = [k for k in spec.params if k not in params]
     if missing:
         example = " ".join(f"--param {k}=..." for k in missing)
-        raise _Unusable(f"spec {spec.name!r} needs parameter(s) {', '.join(missing)}: add {example}.")
+        raise _Unusable(
+            f"spec {spec.name!r} needs parameter(s) {', '.join(missing)}: add {example}."
+        )
     return params
 
 
@@ -480,7 +482,10 @@ def _print_summary(
     fmt: str,
 ) -> None:
     shown_params = ", ".join(f"{k}={v}" for k, v in params.items())
-    print(f"refimpl check {trace} ({fmt}): spec {spec.name}" + (f" ({shown_params})" if params else ""))
+    print(
+        f"refimpl check {trace} ({fmt}): spec {spec.name}"
+        + (f" ({shown_params})" if params else "")
+    )
     print(
         f"reference refimpl.{spec.reference}; tolerance |found - expected| <= "
         f"{tol.atol:g} + {tol.rtol:g}*|expected|"

@@ -228,9 +228,7 @@ def staleness_arrays(
     >>> bool((s >= 0).all() and (s <= 3).all())
     True
     """
-    return hnp.arrays(
-        np.int64, st.integers(1, max_size), elements=st.integers(0, max_staleness)
-    )
+    return hnp.arrays(np.int64, st.integers(1, max_size), elements=st.integers(0, max_staleness))
 
 
 def staleness_bounds(*, max_eta: int = 16) -> st.SearchStrategy[int]:
