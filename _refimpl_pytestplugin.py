@@ -5,7 +5,7 @@ imports nothing from refimpl (nor numpy/scipy/hypothesis) unless the user asks f
 
     pytest --refimpl-target=mypkg.ops:staleness_mask --refimpl-spec=staleness_mask \
            [--refimpl-xfail=CHECK[:reason] ...] [--refimpl-max-examples=N] \
-           [--refimpl-report=conformance.json]
+           [--refimpl-only] [--refimpl-report=conformance.json]
 
 adds one pytest item per check of the spec (``refimpl::staleness_mask::keeps_at_bound``), run
 against the target function. A failing item shows the smallest counterexample and a runnable
@@ -49,6 +49,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=100,
         metavar="N",
         help="Hypothesis examples per check (default 100)",
+    )
+    group.addoption(
+        "--refimpl-only",
+        action="store_true",
+        help="run only the conformance checks (deselect the other collected tests)",
     )
     group.addoption(
         "--refimpl-report",
@@ -101,6 +106,9 @@ def pytest_collection_modifyitems(
     from refimpl.testing import check_names
 
     spec = state["spec"]
+    if config.getoption("--refimpl-only") and items:
+        config.hook.pytest_deselected(items=list(items))
+        items.clear()
     for name in check_names(spec):
         items.append(
             RefimplCheckItem.from_parent(

@@ -193,3 +193,11 @@ def test_unimportable_target_fails_its_items_with_the_reason(candidates: pytest.
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*has no attribute 'nope'*"])
+
+
+def test_refimpl_only_deselects_the_other_tests(candidates: pytest.Pytester) -> None:
+    candidates.makepyfile(test_plain="def test_one():\n    assert True\n")
+    args = ["--refimpl-target=mycandidates:good_mask", "--refimpl-spec=staleness_mask", FAST]
+    candidates.runpytest(*args).assert_outcomes(passed=1 + len(check_names("staleness_mask")))
+    only = candidates.runpytest(*args, "--refimpl-only")
+    only.assert_outcomes(passed=len(check_names("staleness_mask")), deselected=1)

@@ -20,6 +20,18 @@ from refimpl.testing._conformance import (
     spec_names,
 )
 
+# Shown as refimpl.testing.NAME in tracebacks and reprs, where users import them from.
+for _public in (
+    CheckResult,
+    ConformanceError,
+    ConformanceReport,
+    check_conformance,
+    check_names,
+    spec_names,
+):
+    _public.__module__ = __name__
+del _public
+
 __all__ = [
     "CheckResult",
     "ConformanceError",

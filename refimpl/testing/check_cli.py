@@ -234,7 +234,7 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
 
 
 def _fmt(x: float) -> str:
-    return repr(float(x)) if math.isfinite(x) else str(float(x))
+    return format(float(x), ".10g")
 
 
 @dataclass
