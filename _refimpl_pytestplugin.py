@@ -159,7 +159,8 @@ class RefimplCheckItem(pytest.Item):
         if result.status == "xfailed":
             pytest.xfail(f"{result.id}: {reason}")
         if result.status != "passed":
-            raise RefimplCheckFailure(result.render())
+            first = (result.message or result.status).splitlines()[0]
+            raise RefimplCheckFailure(f"{first}\n\n{result.render()}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, RefimplCheckFailure):

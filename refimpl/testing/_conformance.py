@@ -1020,11 +1020,11 @@ class _Runner:
         return self.violation(calls) is not None
 
     def reproduction(self, calls: list[Call], import_line: str) -> str:
+        source = _calls_source(calls)
         header = [
             f"# refimpl conformance check {self.spec.name}.{self.check.name}:",
             f"# {self.check.description}",
-            "from fractions import Fraction",
-            "",
+            *(["from fractions import Fraction", ""] if "Fraction(" in source else []),
             "import numpy as np",
             "",
             "import refimpl",
@@ -1032,7 +1032,7 @@ class _Runner:
             "",
             f"RTOL, ATOL = {self.tolerance.rtol!r}, {self.tolerance.atol!r}",
             "show = print",
-            _calls_source(calls),
+            source,
             self.output_code,
         ]
         return "\n".join(header) + "\n" + textwrap.dedent(self.check.assertion).strip() + "\n"
@@ -1084,17 +1084,17 @@ def check_conformance(
     reference says (on-policy weight 1, monotone, bounded, finite). Hypothesis searches for a
     counterexample and shrinks it; the report carries the smallest one and a runnable reproduction.
 
-    =======================  =====================================================================
-    spec                     candidate signature (the reference)
-    =======================  =====================================================================
-    ``effort_penalty``       ``f(b, *, k0, b_min, tau)`` (``refimpl.effort_penalty``)
-    ``inclusion_probability`` ``f(cdf, *, n, k)`` (``refimpl.inclusion_probability``)
-    ``staleness_mask``       ``f(s, *, eta)`` (``refimpl.staleness_mask``)
-    ``tis``                  ``f(logp_target, logp_behavior, *, cap[, mask])`` token level
-    ``masked_is``            ``f(logp_target, logp_behavior, *, low, high[, mask])`` token level
-    ``vtrace``               ``f(v_tm1, v_t, r_t, discount_t, rho_tm1, *, lambda_,
-                             clip_rho_threshold, clip_pg_rho_threshold)`` → 3 arrays
-    =======================  =====================================================================
+    The specs and the candidate signatures (those of the reference):
+
+    - ``effort_penalty``: ``f(b, *, k0, b_min, tau)`` (``refimpl.effort_penalty``);
+    - ``inclusion_probability``: ``f(cdf, *, n, k)`` (``refimpl.inclusion_probability``);
+    - ``staleness_mask``: ``f(s, *, eta)`` (``refimpl.staleness_mask``);
+    - ``tis``: ``f(logp_target, logp_behavior, *, cap[, mask])``, token level
+      (``refimpl.truncated_is_weights``);
+    - ``masked_is``: ``f(logp_target, logp_behavior, *, low, high[, mask])``, token level
+      (``refimpl.masked_is_weights``);
+    - ``vtrace``: ``f(v_tm1, v_t, r_t, discount_t, rho_tm1, *, lambda_, clip_rho_threshold,
+      clip_pg_rho_threshold)`` returning ``(errors, pg_advantage, q_estimate)`` (``refimpl.vtrace``).
 
     Parameters
     ----------

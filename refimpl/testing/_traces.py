@@ -32,6 +32,12 @@ _SUFFIXES = {
 }
 
 
+# Bytes parsed at once: ~1e5 rows of a small CSV; JSONL rows are longer. Memory stays bounded by
+# these (and by --chunk-rows for Parquet), whatever the size of the trace.
+_CSV_BLOCK_BYTES = 1 << 20
+_JSONL_BLOCK_BYTES = 4 << 20
+
+
 class TraceError(Exception):
     """The trace cannot be checked (exit code 2); the message says where and how to fix it."""
 
@@ -162,7 +168,9 @@ def _csv_chunks(
         try:
             reader = pacsv.open_csv(
                 handle,
-                read_options=pacsv.ReadOptions(block_size=max(1 << 16, chunk_rows * 32)),
+                read_options=pacsv.ReadOptions(
+                    block_size=min(max(chunk_rows * 16, 1 << 12), _CSV_BLOCK_BYTES)
+                ),
                 convert_options=pacsv.ConvertOptions(
                     column_types={c: pa.string() for c in wanted},
                     include_columns=wanted,
@@ -295,7 +303,7 @@ def _jsonl_chunks(
     row = 0
     with path.open("rb") as handle:
         while True:
-            block = handle.readlines(chunk_rows * 64)
+            block = handle.readlines(min(chunk_rows * 64, _JSONL_BLOCK_BYTES))
             if not block:
                 break
             data = b"".join(block)
