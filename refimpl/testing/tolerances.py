@@ -93,12 +93,14 @@ def agree(found: ArrayLike, expected: ArrayLike, tolerance: Tolerance) -> NDArra
     Examples
     --------
     >>> from refimpl.testing.tolerances import Tolerance, agree
-    >>> agree([1.0, 1.1, float("nan")], [1.0, 1.0, float("nan")], Tolerance(1e-6, 0.0))
-    array([ True, False, False])
+    >>> inf, nan = float("inf"), float("nan")
+    >>> agree([1.0, 1.1, nan, inf, 1e308], [1.0, 1.0, nan, inf, inf], Tolerance(1e-6, 0.0))
+    array([ True, False, False,  True, False])
     """
     f = np.asarray(found, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         close = np.abs(f - e) <= tolerance.atol + tolerance.rtol * np.abs(e)
+    finite = np.isfinite(f) & np.isfinite(e)
     same_inf = np.isinf(f) & (f == e)
-    return np.asarray(close | same_inf, dtype=np.bool_)
+    return np.asarray((finite & close) | same_inf, dtype=np.bool_)
