@@ -128,11 +128,12 @@ def length_pmfs(*, max_length: int = 12) -> st.SearchStrategy[NDArray[np.float64
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> pmf = find(rst.length_pmfs(max_length=5), lambda x: True)
-    >>> bool(abs(pmf.sum() - 1.0) < 1e-12) and pmf.size <= 5
-    True
+    >>> @given(rst.length_pmfs(max_length=5))
+    ... def test_length_pmfs(pmf):
+    ...     assert abs(pmf.sum() - 1.0) < 1e-12 and pmf.size <= 5
+    >>> test_length_pmfs()
     """
     return _weights(max_length).map(lambda w: np.asarray(w, dtype=np.float64) / float(sum(w)))
 
@@ -144,10 +145,12 @@ def exact_length_pmfs(*, max_length: int = 8) -> st.SearchStrategy[list[Fraction
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> sum(find(rst.exact_length_pmfs(), lambda p: len(p) > 2))
-    Fraction(1, 1)
+    >>> @given(rst.exact_length_pmfs())
+    ... def test_exact_length_pmfs(pmf):
+    ...     assert sum(pmf) == 1  # exactly
+    >>> test_exact_length_pmfs()
     """
     return _weights(max_length).map(lambda w: [Fraction(x, sum(w)) for x in w])
 
@@ -161,11 +164,12 @@ def length_distributions() -> st.SearchStrategy[Any]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> dist = find(rst.length_distributions(), lambda x: True)
-    >>> bool(dist.cdf(0.0) == 0.0)
-    True
+    >>> @given(rst.length_distributions())
+    ... def test_length_distributions(dist):
+    ...     assert dist.cdf(0.0) == 0.0 and dist.mean() > 0
+    >>> test_length_distributions()
     """
     from scipy import stats
 
@@ -191,11 +195,13 @@ def n_k_pairs(*, max_n: int = 64) -> st.SearchStrategy[tuple[int, int]]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> n, k = find(rst.n_k_pairs(max_n=8), lambda x: True)
-    >>> 1 <= k <= n <= 8
-    True
+    >>> @given(rst.n_k_pairs(max_n=8))
+    ... def test_n_k_pairs(nk):
+    ...     n, k = nk
+    ...     assert 1 <= k <= n <= 8
+    >>> test_n_k_pairs()
     """
     return st.integers(1, max_n).flatmap(lambda n: st.tuples(st.just(n), st.integers(1, n)))
 
@@ -205,11 +211,12 @@ def cdf_values(*, max_size: int = 16) -> st.SearchStrategy[NDArray[np.float64]]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> u = find(rst.cdf_values(), lambda x: True)
-    >>> bool(((u >= 0) & (u <= 1)).all())
-    True
+    >>> @given(rst.cdf_values())
+    ... def test_cdf_values(u):
+    ...     assert ((u >= 0) & (u <= 1)).all()
+    >>> test_cdf_values()
     """
     element = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), _floats(0.0, 1.0))
     return hnp.arrays(np.float64, st.integers(1, max_size), elements=element)
@@ -222,11 +229,12 @@ def staleness_arrays(
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> s = find(rst.staleness_arrays(max_staleness=3), lambda x: True)
-    >>> bool((s >= 0).all() and (s <= 3).all())
-    True
+    >>> @given(rst.staleness_arrays(max_staleness=3))
+    ... def test_staleness_arrays(s):
+    ...     assert (s >= 0).all() and (s <= 3).all()
+    >>> test_staleness_arrays()
     """
     return hnp.arrays(np.int64, st.integers(1, max_size), elements=st.integers(0, max_staleness))
 
@@ -236,10 +244,12 @@ def staleness_bounds(*, max_eta: int = 16) -> st.SearchStrategy[int]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> 0 <= find(rst.staleness_bounds(max_eta=4), lambda x: True) <= 4
-    True
+    >>> @given(rst.staleness_bounds(max_eta=4))
+    ... def test_staleness_bounds(eta):
+    ...     assert 0 <= eta <= 4
+    >>> test_staleness_bounds()
     """
     return st.integers(0, max_eta)
 
@@ -251,11 +261,12 @@ def token_versions(
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> batch = find(rst.token_versions(), lambda x: True)
-    >>> all(int(v.max()) <= batch.trained_step for v in batch.token_versions)
-    True
+    >>> @given(rst.token_versions())
+    ... def test_token_versions(batch):
+    ...     assert all(v.max() <= batch.trained_step for v in batch.token_versions)
+    >>> test_token_versions()
     """
 
     def rows(step: int) -> st.SearchStrategy[VersionedBatch]:
@@ -284,13 +295,13 @@ def logprob_pairs(
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> pair = find(rst.logprob_pairs(), lambda x: True)
-    >>> pair.logp_target.shape == pair.logp_behavior.shape == pair.mask.shape
-    True
-    >>> bool((pair.mask.sum(axis=1) >= 1).all())
-    True
+    >>> @given(rst.logprob_pairs())
+    ... def test_logprob_pairs(pair):
+    ...     assert pair.logp_target.shape == pair.mask.shape
+    ...     assert (pair.mask.sum(axis=1) >= 1).all()
+    >>> test_logprob_pairs()
     """
 
     @st.composite
@@ -317,10 +328,12 @@ def is_caps(*, max_cap: float = 20.0) -> st.SearchStrategy[float]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> 1.0 <= find(rst.is_caps(), lambda x: True) <= 20.0
-    True
+    >>> @given(rst.is_caps())
+    ... def test_is_caps(cap):
+    ...     assert 1.0 <= cap <= 20.0
+    >>> test_is_caps()
     """
     return st.one_of(st.sampled_from([1.0, 2.0, 5.0]), _floats(1.0, max_cap))
 
@@ -330,11 +343,13 @@ def is_bands(*, max_high: float = 20.0) -> st.SearchStrategy[tuple[float, float]
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> low, high = find(rst.is_bands(), lambda x: True)
-    >>> 0.0 <= low <= 1.0 <= high
-    True
+    >>> @given(rst.is_bands())
+    ... def test_is_bands(band):
+    ...     low, high = band
+    ...     assert 0.0 <= low <= 1.0 <= high
+    >>> test_is_bands()
     """
     low = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), _floats(0.0, 1.0))
     high = st.one_of(st.sampled_from([1.0, 2.0, 5.0]), _floats(1.0, max_high))
@@ -346,11 +361,12 @@ def effort_parameters() -> st.SearchStrategy[EffortParameters]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> p = find(rst.effort_parameters(), lambda x: True)
-    >>> p.k0 >= 0 and p.tau > 0
-    True
+    >>> @given(rst.effort_parameters())
+    ... def test_effort_parameters(p):
+    ...     assert p.k0 >= 0 and p.tau > 0
+    >>> test_effort_parameters()
     """
     return st.builds(
         EffortParameters,
@@ -365,11 +381,12 @@ def effort_cases(*, max_size: int = 16, max_range: float = 50.0) -> st.SearchStr
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> case = find(rst.effort_cases(), lambda x: True)
-    >>> bool((case.b >= case.params.b_min).all())
-    True
+    >>> @given(rst.effort_cases())
+    ... def test_effort_cases(case):
+    ...     assert (case.b >= case.params.b_min).all()
+    >>> test_effort_cases()
     """
 
     def with_efforts(p: EffortParameters) -> st.SearchStrategy[EffortCase]:
@@ -389,11 +406,12 @@ def vtrace_inputs(*, max_time: int = 12) -> st.SearchStrategy[VTraceInputs]:
 
     Examples
     --------
-    >>> from hypothesis import find
+    >>> from hypothesis import given
     >>> from refimpl.testing import strategies as rst
-    >>> x = find(rst.vtrace_inputs(), lambda x: True)
-    >>> x.v_tm1.shape == x.rho_tm1.shape
-    True
+    >>> @given(rst.vtrace_inputs())
+    ... def test_vtrace_inputs(x):
+    ...     assert x.v_tm1.shape == x.rho_tm1.shape
+    >>> test_vtrace_inputs()
     """
 
     @st.composite
