@@ -525,3 +525,12 @@ def test_command_runs_as_a_subprocess(tmp_path: Path) -> None:
 
 
 SpecFactory = Callable[[], Case]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_staleness_without_any_version_column_says_which_to_log(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, fmt, {"trained_step": [3], "version": [2], "staleness": [1]})
+    assert check(path, "staleness") == EXIT_UNUSABLE
+    assert "neither a 'min_version' nor a 'versions' column" in capsys.readouterr().err

@@ -162,12 +162,16 @@ SPECS: dict[str, _TraceSpec] = {
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``refimpl check`` to ``parser``."""
-    parser.description = __doc__.split("\n\n")[1] if __doc__ else None
+    parser.description = (
+        "Recompute every row of a logged trace (CSV, JSONL or Parquet) with refimpl and report the "
+        "rows that disagree beyond the documented tolerance (refimpl.testing.tolerances.TRACE, or "
+        "--rtol/--atol)."
+    )
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         "specs: "
         + "; ".join(
-            f"{s.name} ({', '.join(s.inputs)} -> {s.found}"
+            f"{s.name} ({' or '.join(_input_sets(s))} -> {s.found}"
             + (f"; params {', '.join(s.params)})" if s.params else ")")
             for s in SPECS.values()
         )
@@ -198,6 +202,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="show progress on stderr (default: when stderr is a terminal)",
     )
+
+
+def _input_sets(spec: _TraceSpec) -> list[str]:
+    if spec.name == "staleness":
+        return ["trained_step, min_version", "trained_step, versions"]
+    return [", ".join(spec.inputs)]
 
 
 class _Unusable(Exception):
@@ -433,6 +443,12 @@ def _staleness_columns(path: Path, fmt: str) -> tuple[list[str], list[str]]:
     names = _column_names(path, fmt)
     if names is not None and "versions" in names:
         return ["trained_step"], ["versions"]
+    if names is not None and names and "min_version" not in names:
+        raise TraceError(
+            f"{str(path)!r} has neither a 'min_version' nor a 'versions' column (columns found: "
+            f"{', '.join(map(repr, names))}). Log the oldest token version of each sample as "
+            "min_version, or every token's version as a list in versions."
+        )
     return ["trained_step", "min_version"], []
 
 
