@@ -1,0 +1,98 @@
+"""``refimpl lab --quick``: the files it writes, and its closed forms against its simulations.
+
+One quick run (module-scoped) is shared by the tests; each test reads what that run wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refimpl.cli import main
+from refimpl.lab.registry import SECTIONS, missing_names
+from refimpl.lab.report import Check
+
+
+class QuickRun:
+    def __init__(self, out: Path, code: int) -> None:
+        self.out = out
+        self.code = code
+        self.metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
+        self.html = (out / "index.html").read_text()
+        self.markdown = (out / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
+    out = tmp_path_factory.mktemp("lab") / "report"
+    code = main(["lab", "--quick", "--seed", "0", "--out", str(out)])
+    return QuickRun(out, code)
+
+
+def test_quick_run_writes_every_file(quick: QuickRun) -> None:
+    for name in ("index.html", "report.md", "metrics.json"):
+        assert (quick.out / name).is_file(), name
+    figures = [f for s in quick.metrics["sections"].values() for f in s["figures"]]
+    assert len(figures) == len(set(figures))
+    for f in figures:
+        assert (quick.out / "figures" / f).stat().st_size > 1000, f
+    assert sorted(p.name for p in (quick.out / "figures").glob("*.png")) == sorted(figures)
+
+
+def test_index_html_references_only_files_that_exist(quick: QuickRun) -> None:
+    refs = re.findall(r'(?:src|href)="([^"]+)"', quick.html)
+    assert not [r for r in refs if re.match(r"[a-z]+://|//", r)], "no remote resource (no CDN)"
+    local = [r for r in refs if not r.startswith("#")]
+    for r in local:
+        assert (quick.out / r).is_file(), r
+    figures = {f for s in quick.metrics["sections"].values() for f in s["figures"]}
+    assert {r.removeprefix("figures/") for r in local} == figures
+    anchors = set(re.findall(r'id="([^"]+)"', quick.html))
+    assert {r[1:] for r in refs if r.startswith("#")} <= anchors
+
+
+def test_report_md_links_every_figure(quick: QuickRun) -> None:
+    linked = set(re.findall(r"\]\(figures/([^)]+)\)", quick.markdown))
+    figures = {f for s in quick.metrics["sections"].values() for f in s["figures"]}
+    assert linked == figures
+
+
+def test_every_section_is_present_and_available_iff_the_library_provides_it(
+    quick: QuickRun,
+) -> None:
+    sections = quick.metrics["sections"]
+    assert list(sections) == [s.key for s in SECTIONS]
+    for spec in SECTIONS:
+        s = sections[spec.key]
+        missing = missing_names(spec.requires)
+        assert s["available"] == (not missing), spec.key
+        assert s["missing"] == missing
+        if missing:
+            assert not s["checks"]
+            assert not s["metrics"]
+            assert "Not available in this build" in quick.markdown
+
+
+def test_closed_forms_agree_with_simulations(quick: QuickRun) -> None:
+    checks = [c for s in quick.metrics["sections"].values() for c in s["checks"]]
+    for c in checks:
+        assert c["tolerance"] > 0, c
+        assert abs(c["closed_form"] - c["simulation"]) <= c["tolerance"], c
+        assert c["passed"] is True
+    assert quick.metrics["meta"]["checks_agree"] == quick.metrics["meta"]["checks_total"]
+    assert quick.code == 0
+
+
+def test_check_rejects_a_closed_form_outside_its_tolerance() -> None:
+    # The agreement rule itself can fail: a pair one tolerance and a bit apart disagrees.
+    assert Check("x", "x", closed_form=1.0, simulation=1.05, tolerance=0.1, rule="r").passed
+    assert not Check("x", "x", closed_form=1.0, simulation=1.11, tolerance=0.1, rule="r").passed
+
+
+def test_metrics_json_is_strict_json(quick: QuickRun) -> None:
+    text = (quick.out / "metrics.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
