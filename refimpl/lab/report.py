@@ -155,12 +155,9 @@ class Section:
 
     def figure(self, fig: MplFigure, name: str, caption: str) -> None:
         """Save ``fig`` as ``figures/<section>-<name>.png`` and add it to the section."""
-        import matplotlib.pyplot as plt
-
         file = f"{self.key}-{name}.png"
         self.figures_dir.mkdir(parents=True, exist_ok=True)
         fig.savefig(self.figures_dir / file, dpi=110, bbox_inches="tight")
-        plt.close(fig)
         self.blocks.append(FigureBlock(file, caption.strip()))
 
     def table(
