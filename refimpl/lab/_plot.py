@@ -7,7 +7,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["COLORS", "SIM", "closed", "new_figure", "sim", "use_pyplot"]
+__all__ = ["COLORS", "SIM", "closed", "new_figure", "series_legend", "sim", "use_pyplot"]
 
 _PYPLOT = [False]
 
@@ -51,3 +51,27 @@ def sim(
 ) -> None:
     """Draw a simulation: markers only."""
     ax.plot(x, y, color=color, label=label, **{**SIM, **kw})
+
+
+def series_legend(
+    ax: Axes,
+    series: list[tuple[str, str]],
+    *,
+    closed_label: str = "closed form",
+    sim_label: str = "simulation",
+    extra: list[Any] | None = None,
+    **kw: Any,
+) -> None:
+    """One legend entry per coloured series, plus two entries explaining line vs markers."""
+    from matplotlib.lines import Line2D
+
+    handles: list[Any] = [
+        Line2D([], [], color=c, linewidth=2, marker="o", markersize=4.5, label=label)
+        for label, c in series
+    ]
+    handles += list(extra or [])
+    handles += [
+        Line2D([], [], color="0.25", linewidth=2, label=f"line: {closed_label}"),
+        Line2D([], [], color="0.25", marker="o", linestyle="none", label=f"markers: {sim_label}"),
+    ]
+    ax.legend(handles=handles, **{"fontsize": 8, **kw})

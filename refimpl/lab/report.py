@@ -157,7 +157,7 @@ class Section:
         """Save ``fig`` as ``figures/<section>-<name>.png`` and add it to the section."""
         file = f"{self.key}-{name}.png"
         self.figures_dir.mkdir(parents=True, exist_ok=True)
-        fig.savefig(self.figures_dir / file, dpi=110, bbox_inches="tight")
+        fig.savefig(self.figures_dir / file, dpi=100)
         self.blocks.append(FigureBlock(file, caption.strip()))
 
     def table(
