@@ -1,0 +1,364 @@
+"""Each framework's staleness setting, translated into refimpl's ``η`` (SPEC §1).
+
+refimpl's staleness of a sample trained at step ``j`` is ``s = j − min_t v_t`` (oldest token
+version, queue time included), and a staleness bound ``η`` admits a sample iff ``s ≤ η``. Frameworks
+name and enforce their settings differently; some bound every sample, some only bound the average
+through admission control, one is not a version count at all. The functions here state, for a value
+of a framework's own setting, the ``η`` it corresponds to, where it is enforced, and whether it
+guarantees ``s ≤ η`` for every trained sample.
+
+The mapping follows SPEC §1 (the project's reading of each framework's documentation and code); a
+framework may change its semantics between versions, so check the version you run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from refimpl._validation import as_int, as_real, invalid
+
+__all__ = [
+    "FrameworkStalenessBound",
+    "areal_staleness_bound",
+    "framework_staleness_bound",
+    "prime_rl_staleness_bound",
+    "skyrl_staleness_bound",
+    "trl_staleness_bound",
+    "verl_staleness_bound",
+]
+
+Framework = Literal["areal", "skyrl", "prime-rl", "trl", "verl"]
+_FRAMEWORKS = ("areal", "skyrl", "prime-rl", "trl", "verl")
+
+
+class FrameworkStalenessBound(NamedTuple):
+    """One framework setting in refimpl's terms.
+
+    Attributes
+    ----------
+    framework : str
+        ``"areal"``, ``"skyrl"``, ``"prime-rl"``, ``"trl"`` or ``"verl"``.
+    setting : str
+        The framework's own name for the setting.
+    value : float
+        The value given.
+    eta : int or None
+        The staleness bound ``η`` on ``s = j − min_t v_t`` the setting corresponds to; ``None`` when
+        the setting is not a version count (verl).
+    enforced_at : str
+        ``"admission"`` (new rollouts are blocked; nothing is dropped), ``"consumption"`` (samples
+        over the bound are dropped when the trainer takes them) or ``"sync"`` (a count of extra
+        samples per weight synchronisation).
+    per_sample_bound : bool
+        True iff every trained sample is guaranteed ``s ≤ η``.
+    note : str
+        What the setting does and how it differs from ``η``, in one or two sentences.
+    """
+
+    framework: str
+    setting: str
+    value: float
+    eta: int | None
+    enforced_at: str
+    per_sample_bound: bool
+    note: str
+
+
+def areal_staleness_bound(*, max_head_offpolicyness: int) -> FrameworkStalenessBound:
+    r"""AReaL's ``max_head_offpolicyness`` as ``η``: enforced at admission, no per-sample bound.
+
+    AReaL blocks new launches when the admission capacity
+
+    .. math::
+
+        \min\bigl(N_\text{max} - \text{running},\;(\eta + v + 1)B - (\text{accepted} +
+        \text{running})\bigr)
+
+    is ``<= 0`` (:func:`refimpl.admission_capacity`). Nothing is dropped for staleness, so a sample
+    may be trained with ``s > η``: a long rollout, or one interrupted and resumed (partial rollout),
+    can span more than ``η + 1`` versions. The bound holds on average, not per sample.
+
+    Parameters
+    ----------
+    max_head_offpolicyness : int
+        The AReaL setting, ``>= 0``.
+
+    Returns
+    -------
+    FrameworkStalenessBound
+        ``eta = max_head_offpolicyness``, ``enforced_at="admission"``, ``per_sample_bound=False``.
+
+    Raises
+    ------
+    TypeError
+        If the value is not an integer.
+    ValueError
+        If it is negative.
+
+    References
+    ----------
+    AReaL (arXiv 2505.24298), ``StalenessManager.get_capacity``.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import areal_staleness_bound
+    >>> b = areal_staleness_bound(max_head_offpolicyness=2)
+    >>> b.eta, b.enforced_at, b.per_sample_bound
+    (2, 'admission', False)
+    """
+    eta = as_int(
+        max_head_offpolicyness,
+        name="max_head_offpolicyness",
+        minimum=0,
+        meaning="AReaL's staleness bound in versions",
+    )
+    return FrameworkStalenessBound(
+        framework="areal",
+        setting="max_head_offpolicyness",
+        value=float(eta),
+        eta=eta,
+        enforced_at="admission",
+        per_sample_bound=False,
+        note="Admission control: launches stop when accepted + running reaches (η + v + 1)·B "
+        "(see admission_capacity); nothing is dropped, so long or interrupted rollouts can be "
+        "trained with s > η. Bounds staleness on average, not per sample.",
+    )
+
+
+def skyrl_staleness_bound(*, max_staleness_steps: int) -> FrameworkStalenessBound:
+    r"""SkyRL's ``max_staleness_steps`` as ``η``: AReaL's admission rule, no per-sample bound.
+
+    SkyRL writes the same capacity rule as :math:`(S + g)\,B` with :math:`g = v + 1`, i.e.
+    :math:`(\eta + v + 1)\,B` with :math:`\eta = S` (:func:`refimpl.admission_capacity`).
+
+    Parameters
+    ----------
+    max_staleness_steps : int
+        The SkyRL setting, ``>= 0``.
+
+    Returns
+    -------
+    FrameworkStalenessBound
+        ``eta = max_staleness_steps``, ``enforced_at="admission"``, ``per_sample_bound=False``.
+
+    Raises
+    ------
+    TypeError
+        If the value is not an integer.
+    ValueError
+        If it is negative.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import skyrl_staleness_bound
+    >>> skyrl_staleness_bound(max_staleness_steps=4).eta
+    4
+    """
+    eta = as_int(
+        max_staleness_steps,
+        name="max_staleness_steps",
+        minimum=0,
+        meaning="SkyRL's staleness bound in versions",
+    )
+    return FrameworkStalenessBound(
+        framework="skyrl",
+        setting="max_staleness_steps",
+        value=float(eta),
+        eta=eta,
+        enforced_at="admission",
+        per_sample_bound=False,
+        note="The AReaL capacity rule written (S + g)·B with g = v + 1; admission control only, "
+        "so no per-sample guarantee.",
+    )
+
+
+def prime_rl_staleness_bound(*, max_off_policy_steps: int) -> FrameworkStalenessBound:
+    """prime-rl's ``max_off_policy_steps``: exactly ``η`` on ``s``, bounded per sample.
+
+    prime-rl measures staleness as refimpl does (oldest token version, queue time included) and
+    discards samples over the bound, so every trained sample has ``s ≤ η``
+    (:func:`refimpl.staleness_mask` with ``eta=max_off_policy_steps``).
+
+    Parameters
+    ----------
+    max_off_policy_steps : int
+        The prime-rl setting, ``>= 0``.
+
+    Returns
+    -------
+    FrameworkStalenessBound
+        ``eta = max_off_policy_steps``, ``enforced_at="consumption"``, ``per_sample_bound=True``.
+
+    Raises
+    ------
+    TypeError
+        If the value is not an integer.
+    ValueError
+        If it is negative.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import prime_rl_staleness_bound
+    >>> b = prime_rl_staleness_bound(max_off_policy_steps=1)
+    >>> b.eta, b.per_sample_bound
+    (1, True)
+    """
+    eta = as_int(
+        max_off_policy_steps,
+        name="max_off_policy_steps",
+        minimum=0,
+        meaning="prime-rl's staleness bound in versions",
+    )
+    return FrameworkStalenessBound(
+        framework="prime-rl",
+        setting="max_off_policy_steps",
+        value=float(eta),
+        eta=eta,
+        enforced_at="consumption",
+        per_sample_bound=True,
+        note="η on s = j − min_t v_t (oldest token version, queue time included); samples over "
+        "the bound are discarded, so the bound holds per sample.",
+    )
+
+
+def trl_staleness_bound(*, max_staleness: int) -> FrameworkStalenessBound:
+    """TRL's async ``max_staleness``: ``η`` on ``current − v_launch``, dropped at consumption.
+
+    ``current − v_launch`` equals refimpl's ``s`` whenever ``current`` is the version the trainer
+    holds when it takes the sample (``j``), because a rollout's oldest token is its first and
+    versions only increase. Over-bound samples are dropped, so the bound holds per sample.
+
+    Parameters
+    ----------
+    max_staleness : int
+        The TRL setting, ``>= 0``.
+
+    Returns
+    -------
+    FrameworkStalenessBound
+        ``eta = max_staleness``, ``enforced_at="consumption"``, ``per_sample_bound=True``.
+
+    Raises
+    ------
+    TypeError
+        If the value is not an integer.
+    ValueError
+        If it is negative.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import trl_staleness_bound
+    >>> trl_staleness_bound(max_staleness=3).enforced_at
+    'consumption'
+    """
+    eta = as_int(
+        max_staleness, name="max_staleness", minimum=0, meaning="TRL's staleness bound in versions"
+    )
+    return FrameworkStalenessBound(
+        framework="trl",
+        setting="max_staleness",
+        value=float(eta),
+        eta=eta,
+        enforced_at="consumption",
+        per_sample_bound=True,
+        note="η on current − v_launch, which equals s = j − min_t v_t when 'current' is the "
+        "trainer's version j; over-bound samples are dropped when consumed.",
+    )
+
+
+def verl_staleness_bound(*, staleness_threshold: float) -> FrameworkStalenessBound:
+    """verl's ``staleness_threshold``: a fraction of extra samples per sync, **not** a version count.
+
+    The setting lets the rollout side generate up to a fraction ``staleness_threshold`` of extra
+    samples beyond what one weight synchronisation consumes. It limits how much stale data
+    accumulates, not how stale a sample is: there is no ``η``, and no per-sample bound (a long
+    rollout can span several syncs). To bound ``s`` per sample, mask with
+    :func:`refimpl.staleness_mask` on :func:`refimpl.sample_staleness`.
+
+    Parameters
+    ----------
+    staleness_threshold : float
+        The verl setting, ``>= 0`` (0 admits no extra samples).
+
+    Returns
+    -------
+    FrameworkStalenessBound
+        ``eta=None``, ``enforced_at="sync"``, ``per_sample_bound=False``.
+
+    Raises
+    ------
+    TypeError
+        If the value is not a real number.
+    ValueError
+        If it is negative or non-finite.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import verl_staleness_bound
+    >>> b = verl_staleness_bound(staleness_threshold=0.5)
+    >>> b.eta is None, b.per_sample_bound
+    (True, False)
+    """
+    frac = as_real(
+        staleness_threshold,
+        name="staleness_threshold",
+        low=0.0,
+        meaning="verl's fraction of extra samples per sync",
+    )
+    return FrameworkStalenessBound(
+        framework="verl",
+        setting="staleness_threshold",
+        value=frac,
+        eta=None,
+        enforced_at="sync",
+        per_sample_bound=False,
+        note="A fraction of extra samples generated per weight sync, not a version count: it "
+        "does not bound the staleness of any sample.",
+    )
+
+
+def framework_staleness_bound(*, framework: Framework | str, value: Any) -> FrameworkStalenessBound:
+    """Dispatch on a framework's name: its staleness setting, translated into ``η``.
+
+    Parameters
+    ----------
+    framework : {"areal", "skyrl", "prime-rl", "trl", "verl"}
+        Case-insensitive; ``"prime_rl"`` is accepted for ``"prime-rl"``.
+    value : int or float
+        The value of that framework's staleness setting (see the per-framework functions).
+
+    Returns
+    -------
+    FrameworkStalenessBound
+
+    Raises
+    ------
+    ValueError
+        If the framework is unknown or the value is out of range.
+    TypeError
+        If the value has the wrong type.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import framework_staleness_bound
+    >>> [framework_staleness_bound(framework=f, value=1).per_sample_bound
+    ...  for f in ("areal", "skyrl", "prime-rl", "trl", "verl")]
+    [False, False, True, True, False]
+    """
+    key = str(framework).lower().replace("_", "-") if isinstance(framework, str) else framework
+    if key == "areal":
+        return areal_staleness_bound(max_head_offpolicyness=value)
+    if key == "skyrl":
+        return skyrl_staleness_bound(max_staleness_steps=value)
+    if key == "prime-rl":
+        return prime_rl_staleness_bound(max_off_policy_steps=value)
+    if key == "trl":
+        return trl_staleness_bound(max_staleness=value)
+    if key == "verl":
+        return verl_staleness_bound(staleness_threshold=value)
+    raise invalid(
+        "framework",
+        "be one of " + ", ".join(repr(f) for f in _FRAMEWORKS),
+        framework,
+        "Pass one of these names, or call the per-framework function directly.",
+    )
