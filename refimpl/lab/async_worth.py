@@ -247,13 +247,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "not worth it": COLORS[1],
         "worth it only with a fix for the length bias": COLORS[4],
     }
-    ratio_cf = [e[0] for e in eff_all]
-    ratio_sim = [e[1] for e in eff_all]
-    eff = [e[2] for e in eff_all]
-    ax2.bar(x, eff, color=[colors[v] for v in verdicts], alpha=0.8, label="effective speedup (sim)")
+    ratios_cf = [e[0] for e in eff_all]
+    ratios_sim = [e[1] for e in eff_all]
+    effs = [e[2] for e in eff_all]
+    ax2.bar(
+        x, effs, color=[colors[v] for v in verdicts], alpha=0.8, label="effective speedup (sim)"
+    )
     ax2.plot(
         x,
-        ratio_cf,
+        ratios_cf,
         color="black",
         marker="_",
         markersize=22,
@@ -263,7 +265,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     )
     ax2.plot(
         x,
-        ratio_sim,
+        ratios_sim,
         color=COLORS[0],
         marker="o",
         linestyle="none",
@@ -283,7 +285,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "are the effective speedup coloured by verdict (green: worth it; orange: only with a fix "
         "for the length bias; red: not worth it).",
     )
-    for i, (c, s_) in enumerate(zip(ratio_cf, ratio_sim, strict=True)):
+    for i, (c, s_) in enumerate(zip(ratios_cf, ratios_sim, strict=True)):
         section.check(
             f"throughput-ratio-{i}",
             f"trained/time async ÷ sync, {names[i]}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+from numpy.typing import NDArray
 
 import refimpl
 from refimpl.lab._plot import COLORS, closed, new_figure, sim
@@ -56,7 +57,16 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     progress("training the effort-conditioned toy policy (policy gradient)")
     rng = config.rng(3)
     steps = 600
-    policy = refimpl.train_effort_policy(**p, b_max=B_MAX, rng=rng, steps=steps)
+    policy = refimpl.train_effort_policy(
+        q_max=p["q_max"],
+        lam=p["lam"],
+        k0=p["k0"],
+        b_min=p["b_min"],
+        tau=p["tau"],
+        b_max=B_MAX,
+        rng=rng,
+        steps=steps,
+    )
     policy_len = policy.mean_length(b_pts)
     l_pts = refimpl.optimal_length(b_pts, **p)
 
@@ -126,15 +136,29 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     closed(ax, front_line.cost, front_line.quality, label="analytic frontier (L*(b), Q(L*(b)))")
     sim(ax, pol.cost, pol.quality, color=COLORS[1], label="trained toy policy, one point per b")
     published = _published_points(section)
-    for i, (name, cost, quality) in enumerate(published):
+    ell_all = np.linspace(0.0, 700.0, 300)
+    ax.plot(
+        ell_all,
+        refimpl.saturating_quality(ell_all, q_max=p["q_max"], lam=p["lam"]),
+        color="0.6",
+        linestyle=":",
+        linewidth=1.5,
+        label="quality model Q(ℓ), any fixed length",
+    )
+    families = list(dict.fromkeys(name for name, _, _ in published))
+    markers = ("D", "^", "v", "P")
+    for i, fam in enumerate(families):
+        pts = [(c, q) for name, c, q in published if name == fam]
         ax.plot(
-            cost,
-            quality,
-            marker="D",
+            [c for c, _ in pts],
+            [q for _, q in pts],
+            marker=markers[i % 4],
             linestyle="none",
-            color=COLORS[2 + i % 5],
-            label=name,
-            markersize=7,
+            color=COLORS[2 + i],
+            markersize=8,
+            markerfacecolor="none",
+            markeredgewidth=1.6,
+            label=f"{fam}: one optimum per setting",
         )
     costs = np.concatenate([pol.cost, [c for _, c, _ in published]])
     quals = np.concatenate([pol.quality, [q for _, _, q in published]])
@@ -146,10 +170,19 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     section.figure(
         fig,
         "frontier",
-        "The analytic frontier (line) and the trained policy's points (markers), each point one "
-        "effort value of the same checkpoint.",
+        "The analytic frontier (line), the trained policy's points (one per effort value of the "
+        "same checkpoint) and, as hollow markers, where each published penalty puts the optimum "
+        "for four settings of its knob.",
     )
     section.metric("pareto_front_indices", front_idx.tolist())
+    section.text(
+        "Under a fixed-length quality model every method lands on the same curve `Q(ℓ)`: what "
+        "differs is which point each knob can reach. The effort price moves the optimum linearly "
+        "with `b` across the whole range; DAPO's ramp only acts near its cap, L1-Exact overshoots "
+        "every target below the length its own price `α` would choose, and the cosine schedule "
+        f"moves with its horizon `L`. All points lie on one increasing curve, so `pareto_front` keeps "
+        f"{len(front_idx)} of the {costs.size} trained-policy and published points."
+    )
     section.table(
         "effort-table",
         "Closed form vs numerics, per effort",
@@ -180,5 +213,112 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         )
 
 
+def _capped(
+    reward: NDArray[np.float64], grid: NDArray[np.float64], cap: float
+) -> NDArray[np.float64]:
+    """The reward with lengths beyond the generation cap made unreachable."""
+    out: NDArray[np.float64] = np.where(grid <= cap, reward, -np.inf)
+    return out
+
+
 def _published_points(section: Section) -> list[tuple[str, float, float]]:
-    return []
+    """Where each published penalty puts the optimum under the same quality model.
+
+    ``Q(ℓ)`` is read as the probability of a correct answer; the expected reward of a response of
+    length ``ℓ`` is ``Q(ℓ)·r(ℓ, correct) + (1 − Q(ℓ))·r(ℓ, wrong)`` with ``r`` the library's penalty
+    (plus the correctness reward where the source adds one). Its argmax over a fine grid is the
+    length that penalty trains towards; the point is ``(ℓ*, Q(ℓ*))``.
+    """
+    p = PROBLEM
+    grid = np.arange(0.0, 1000.0 + 0.5, 0.5)
+    quality = refimpl.saturating_quality(grid, q_max=p["q_max"], lam=p["lam"])
+    yes = np.ones(grid.size, dtype=bool)
+    no = np.zeros(grid.size, dtype=bool)
+    alpha = 0.0003
+
+    def expected(
+        r_correct: NDArray[np.float64], r_wrong: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        out: NDArray[np.float64] = quality * r_correct + (1.0 - quality) * r_wrong
+        return out
+
+    families: list[tuple[str, str, list[tuple[float, NDArray[np.float64]]]]] = [
+        (
+            "DAPO overlong (L_cache = L_max/4)",
+            "L_max",
+            [
+                (
+                    m,
+                    _capped(
+                        quality
+                        + refimpl.dapo_overlong_penalty(grid, max_length=m, cache_length=m / 4),
+                        grid,
+                        m,
+                    ),
+                )
+                for m in (128.0, 256.0, 384.0, 512.0)
+            ],
+        ),
+        (
+            "cosine (open-r1 defaults)",
+            "L",
+            [
+                (
+                    m,
+                    _capped(
+                        expected(
+                            refimpl.cosine_length_reward(grid, yes, max_length=m),
+                            refimpl.cosine_length_reward(grid, no, max_length=m),
+                        ),
+                        grid,
+                        m,
+                    ),
+                )
+                for m in (128.0, 256.0, 512.0, 1024.0)
+            ],
+        ),
+        (
+            f"L1-Exact (α = {alpha:g})",
+            "n_gold",
+            [
+                (
+                    t,
+                    expected(
+                        refimpl.l1_exact_reward(grid, yes, t, alpha=alpha),
+                        refimpl.l1_exact_reward(grid, no, t, alpha=alpha),
+                    ),
+                )
+                for t in (100.0, 200.0, 400.0, 600.0)
+            ],
+        ),
+        (
+            f"L1-Max (α = {alpha:g}, δ = 0.5)",
+            "n_gold",
+            [
+                (
+                    t,
+                    expected(
+                        refimpl.l1_max_reward(grid, yes, t, alpha=alpha),
+                        refimpl.l1_max_reward(grid, no, t, alpha=alpha),
+                    ),
+                )
+                for t in (100.0, 200.0, 400.0, 600.0)
+            ],
+        ),
+    ]
+    points: list[tuple[str, float, float]] = []
+    rows = []
+    for family, knob, settings in families:
+        for value, reward in settings:
+            i = int(np.argmax(reward))
+            points.append((family, float(grid[i]), float(quality[i])))
+            rows.append((family, f"{knob} = {value:g}", float(grid[i]), float(quality[i])))
+    section.table(
+        "published-penalties",
+        "Published length penalties under the same quality model: the length each setting trains "
+        "towards (argmax of the expected reward on a 0.5-token grid; DAPO's L_max and the cosine's L "
+        "are generation caps) and its quality",
+        ("penalty", "setting", "optimal length (tokens)", "quality Q"),
+        rows,
+    )
+    return points
