@@ -17,6 +17,21 @@ from refimpl.lab.report import Section
 __all__ = ["show"]
 
 
+def _placeholder(title: str, missing: list[str]) -> None:
+    """A figure that says plainly that the section is not available in this build."""
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(7.0, 1.6))
+    fig.text(
+        0.5,
+        0.5,
+        f"{title}: not available in this build\n(missing: {', '.join(missing)})",
+        ha="center",
+        va="center",
+        wrap=True,
+    )
+
+
 def show(key: str, *, seed: int = 0) -> Section:
     """Run section ``key`` at ``--quick`` sizes with pyplot figures left open; return the section.
 
@@ -36,6 +51,7 @@ def show(key: str, *, seed: int = 0) -> Section:
         missing = missing_names(spec.requires)
         if missing:
             section.unavailable(missing)
+            _placeholder(spec.title, missing)
             return section
         use_pyplot(True)
         try:
