@@ -96,3 +96,62 @@ def test_check_rejects_a_closed_form_outside_its_tolerance() -> None:
 def test_metrics_json_is_strict_json(quick: QuickRun) -> None:
     text = (quick.out / "metrics.json").read_text()
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+def _run_sections(out: Path, *keys: str, seed: int = 0) -> dict[str, Any]:
+    args = ["lab", "--quick", "--seed", str(seed), "--out", str(out)]
+    for k in keys:
+        args += ["--only", k]
+    main(args)
+    metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
+    return metrics
+
+
+def test_same_seed_gives_the_same_numbers(quick: QuickRun, tmp_path: Path) -> None:
+    again = _run_sections(tmp_path, "effort")
+    first = quick.metrics["sections"]["effort"]
+    second = again["sections"]["effort"]
+    assert second["metrics"] == first["metrics"]
+    assert second["checks"] == first["checks"]
+
+
+def test_a_missing_library_name_makes_the_section_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import refimpl.lab.registry as registry
+
+    patched = tuple(
+        s._replace(requires=(*s.requires, "refimpl.not_written_yet")) if s.key == "effort" else s
+        for s in registry.SECTIONS
+    )
+    monkeypatch.setattr(registry, "SECTIONS", patched)
+    metrics = _run_sections(tmp_path, "effort")
+    effort = metrics["sections"]["effort"]
+    assert effort["available"] is False
+    assert effort["missing"] == ["refimpl.not_written_yet"]
+    assert effort["checks"] == []
+    assert effort["metrics"] == {}
+    assert effort["figures"] == []
+    html = (tmp_path / "index.html").read_text()
+    assert "Not available in this build" in html
+    assert "refimpl.not_written_yet" in html
+
+
+def test_the_lab_flags_a_wrong_optimal_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wrong variant of L*(b) (10% too long) must make the lab's own checks disagree and exit 1.
+    import refimpl
+
+    right = refimpl.optimal_length
+
+    def wrong(b: Any, **kw: float) -> Any:
+        return 1.1 * right(b, **kw)
+
+    monkeypatch.setattr(refimpl, "optimal_length", wrong)
+    out = tmp_path / "wrong"
+    code = main(["lab", "--quick", "--only", "effort", "--out", str(out)])
+    checks = json.loads((out / "metrics.json").read_text())["sections"]["effort"]["checks"]
+    failed = {c["name"] for c in checks if not c["passed"]}
+    assert code == 1
+    assert {c["name"] for c in checks if c["name"].startswith("L*-")} <= failed
