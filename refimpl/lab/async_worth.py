@@ -250,9 +250,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ratios_cf = [e[0] for e in eff_all]
     ratios_sim = [e[1] for e in eff_all]
     effs = [e[2] for e in eff_all]
-    ax2.bar(
-        x, effs, color=[colors[v] for v in verdicts], alpha=0.8, label="effective speedup (sim)"
-    )
+    ax2.bar(x, effs, color=[colors[v] for v in verdicts], alpha=0.8)
     ax2.plot(
         x,
         ratios_cf,
@@ -277,7 +275,13 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_xticks(x, names, rotation=25, ha="right", fontsize=8)
     ax2.set_ylabel("speedup (×)")
     ax2.set_title(f"What it buys after the drop (η = {ETA}) and staleness (γ = {GAMMA})")
-    ax2.legend(fontsize=7, loc="upper left")
+    from matplotlib.patches import Patch
+
+    handles, _ = ax2.get_legend_handles_labels()
+    handles += [
+        Patch(color=c, alpha=0.8, label=f"effective speedup: {v}") for v, c in colors.items()
+    ]
+    ax2.legend(handles=handles, fontsize=7, loc="upper left")
     section.figure(
         fig,
         "speedup-vs-value",

@@ -95,7 +95,11 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.l1_exact_reward",
             "refimpl.l1_max_reward",
         ),
-        docs=(_WALK,),
+        docs=(
+            DocLink("derivations/effort", "Effort conditioning derivations (EF1–EF9)"),
+            DocLink("derivations/penalties", "Published length penalties (PEN1–PEN7)"),
+            _WALK,
+        ),
     ),
     SectionSpec(
         key="debugging",
