@@ -39,7 +39,9 @@ $\lambda\ln(q_\text{max}/(\lambda\alpha))$ is overshot, exactly where the effort
 $k(b) = \alpha$ would put the optimum. L1-Max,
 $\mathbb 1[\text{correct}]\cdot\operatorname{clip}(\alpha(n_\text{gold} - n_y) + \delta, 0, 1)$,
 gives a correct answer $\delta$ at the budget, $1$ once
-$n_y \le n_\text{gold} - (1 - \delta)/\alpha$ and $0$ once $n_y \ge n_\text{gold} + \delta/\alpha$ (PEN7).
+$n_y \le n_\text{gold} - (1 - \delta)/\alpha$ and $0$ once $n_y \ge n_\text{gold} + \delta/\alpha$;
+below that window the expected reward is $Q(\ell)$, increasing, and above it 0, so the optimum lies
+in the window (PEN7).
 
 The effort price is the only one of these terms whose knob maps one-to-one onto a point of the frontier
 at every setting, linearly in $b$ (EF6).
@@ -207,7 +209,8 @@ def l1_exact_optimum() -> None:
 @claim(
     "PEN7",
     r"L1-Max: a correct answer gets $\delta$ at the budget, 1 for "
-    r"$n_y \le n_\text{gold} - (1 - \delta)/\alpha$, 0 for $n_y \ge n_\text{gold} + \delta/\alpha$.",
+    r"$n_y \le n_\text{gold} - (1 - \delta)/\alpha$, 0 for $n_y \ge n_\text{gold} + \delta/\alpha$; "
+    r"under the quality model its optimum lies in that window.",
 )
 def l1_max_budget() -> None:
     alpha, delta, gold = sp.symbols("alpha delta n_gold", positive=True)
@@ -215,6 +218,21 @@ def l1_max_budget() -> None:
     assert_zero(inner.subs(ell, gold) - delta, label="at budget")
     assert_zero(inner.subs(ell, gold - (1 - delta) / alpha) - 1, label="reaches 1")
     assert_zero(inner.subs(ell, gold + delta / alpha), label="reaches 0")
+    # under the quality model, the optimum lies in the window [g − (1 − δ)/α, g + δ/α]: below it the
+    # reward is Q(ℓ) (increasing), above it 0
+    ell_grid = np.arange(0.0, 12001.0)
+    for q, lm_, g_ in (
+        (0.9, 500.0, 0.0),
+        (0.9, 500.0, 1000.0),
+        (0.9, 500.0, 4000.0),
+        (1.0, 2000.0, 8000.0),
+    ):
+        ones = np.ones(ell_grid.size, dtype=bool)
+        expected = refimpl.saturating_quality(ell_grid, q_max=q, lam=lm_) * refimpl.l1_max_reward(
+            ell_grid, ones, g_
+        )
+        best = _grid_argmax(expected, ell_grid)
+        assert g_ - 0.5 / 0.0003 - 1.0 <= best <= g_ + 0.5 / 0.0003 + 1.0, "outside the window"
     a, d, g = 0.0003, 0.5, 4000.0
     r = refimpl.l1_max_reward([g, g - (1 - d) / a, g + d / a, 0.0], [True] * 4, g, alpha=a, delta=d)
     np.testing.assert_allclose(r, [0.5, 1.0, 0.0, 1.0], rtol=0, atol=1e-12)

@@ -699,7 +699,8 @@ def train_effort_policy(
         Highest training effort, ``> b_min``.
     rng : numpy.random.Generator or int
         The only source of randomness (an int is a seed for ``np.random.default_rng``). The same seed
-        reproduces the result bit for bit.
+        reproduces the result bit for bit; a Generator is advanced by the call (pass a fresh one, or
+        a seed, to repeat a run).
     steps : int, default 1000
         Optimiser steps, ``>= 1``.
     batch : int, default 64

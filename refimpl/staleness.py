@@ -274,15 +274,19 @@ def _sequence_log_ratio(
     return np.asarray(total, dtype=np.float64)
 
 
-def _log_cap(cap: Any, *, name: str = "cap") -> float:
-    value = as_real(
+def _as_cap(cap: Any, *, name: str = "cap") -> float:
+    return as_real(
         cap,
         name=name,
         low=1.0,
-        meaning="a cap below 1 would change the weight of "
-        "an on-policy token whose ratio is exactly 1",
+        meaning="a cap below 1 would change the weight of an on-policy token whose ratio is "
+        "exactly 1",
     )
-    return math.log(value)
+
+
+def _capped_exp(log_ratio: NDArray[np.float64], cap: float) -> NDArray[np.float64]:
+    """``min(exp(x), cap)`` without overflow, and exactly ``cap`` when ``x >= log(cap)``."""
+    return np.minimum(np.exp(np.minimum(log_ratio, math.log(cap))), cap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,7 +324,7 @@ def policy_version(times: ArrayLike, *, publish_times: ArrayLike) -> NDArray[np.
 
     Notes
     -----
-    ``v`` is non-decreasing in ``t`` and right-continuous from the left: it jumps just *after*
+    ``v`` is non-decreasing and left-continuous in ``t``: it jumps just *after*
     each publication time.
 
     Examples
@@ -751,12 +755,12 @@ def truncated_is_weights(
     array([2., 3.])
     """
     d, m = _log_ratio(logp_target, logp_behavior, mask, names=("logp_target", "logp_behavior"))
-    log_c = _log_cap(cap)
+    cap_value = _as_cap(cap)
     lvl = _as_level(level)
     if lvl == "token":
-        return np.where(m > 0, np.exp(np.minimum(d, log_c)), 0.0)
+        return np.where(m > 0, _capped_exp(d, cap_value), 0.0)
     total = _sequence_log_ratio(d, m, lvl)
-    return np.asarray(np.exp(np.minimum(total, log_c)), dtype=np.float64)
+    return np.asarray(_capped_exp(total, cap_value), dtype=np.float64)
 
 
 def masked_is_weights(
@@ -843,10 +847,10 @@ def masked_is_weights(
     lvl = _as_level(level)
     if lvl == "token":
         keep = (m > 0) & (d >= log_lo) & (d <= log_hi)
-        return np.where(keep, np.exp(np.minimum(d, log_hi)), 0.0)
+        return np.where(keep, _capped_exp(d, hi), 0.0)
     total = _sequence_log_ratio(d, m, lvl)
     keep_seq = (total >= log_lo) & (total <= log_hi)
-    return np.asarray(np.where(keep_seq, np.exp(np.minimum(total, log_hi)), 0.0), dtype=np.float64)
+    return np.asarray(np.where(keep_seq, _capped_exp(total, hi), 0.0), dtype=np.float64)
 
 
 def decoupled_ppo_weights(
@@ -928,9 +932,10 @@ def decoupled_ppo_weights(
                 "behav_imp_weight_cap) to mask such tokens.",
             )
         return np.where(valid, np.exp(np.minimum(d, _LOG_MAX)), 0.0)
-    log_c = _log_cap(cap)
+    cap_value = _as_cap(cap)
+    log_c = math.log(cap_value)
     keep = valid & (d <= log_c)
-    return np.where(keep, np.exp(np.minimum(d, log_c)), 0.0)
+    return np.where(keep, _capped_exp(d, cap_value), 0.0)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,9 +134,32 @@ def test_zero_k0_gives_zero_penalty() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def check_linear_in_length(
+    reward: Callable[..., NDArray[np.float64]],
+    p: dict[str, float],
+    b: float,
+    quality: float,
+    ell: NDArray[np.float64],
+    scale: float,
+) -> None:
+    """r(ℓ) = Q − k(b)·ℓ/ℓ_scale: exact values, and the secant slope is −k(b)/ℓ_scale."""
+    r = reward(np.full(ell.size, quality), ell, b, length_scale=scale, **p)
+    k = p["k0"] * math.exp(-(b - p["b_min"]) / p["tau"])  # the SPEC formula, not refimpl's
+    expected = quality - k * ell / scale
+    np.testing.assert_allclose(
+        r, expected, rtol=1e-12, atol=1e-13 * (1.0 + np.max(np.abs(expected)))
+    )
+    if ell.max() > ell.min():
+        i, j = int(np.argmin(ell)), int(np.argmax(ell))
+        slope = (r[j] - r[i]) / (ell[j] - ell[i])
+        assert slope == pytest.approx(
+            -k / scale, rel=1e-6, abs=1e-9 * (1.0 + abs(quality)) / (ell[j] - ell[i])
+        )
+
+
 @given(
     penalty_params(),
-    offsets,
+    st.floats(0.0, 50.0),
     st.floats(-10.0, 10.0),
     st.lists(st.floats(0.0, 1e4), min_size=2, max_size=10),
     positive,
@@ -145,19 +168,18 @@ def test_shaped_reward_is_linear_in_length_with_slope_minus_k_over_scale(
     p: dict[str, float], a: float, quality: float, lengths: list[float], scale: float
 ) -> None:
     b = p["b_min"] + a
-    ell = np.asarray(lengths)
-    r = shaped_reward(np.full(ell.size, quality), ell, b, length_scale=scale, **p)
-    k = float(effort_penalty(b, **p))
-    expected = quality - k * ell / scale
-    np.testing.assert_allclose(
-        r, expected, rtol=1e-13, atol=1e-13 * (1.0 + np.max(np.abs(expected)))
-    )
-    if ell.max() > ell.min():
-        i, j = int(np.argmin(ell)), int(np.argmax(ell))
-        slope = (r[j] - r[i]) / (ell[j] - ell[i])
-        assert slope == pytest.approx(
-            -k / scale, rel=1e-6, abs=1e-9 * (1.0 + abs(quality)) / (ell[j] - ell[i])
-        )
+    check_linear_in_length(shaped_reward, p, b, quality, np.asarray(lengths), scale)
+
+
+def test_linearity_property_rejects_a_price_multiplied_by_the_scale() -> None:
+    def wrong(quality: ArrayLike, length: ArrayLike, b: float, **kw: float) -> NDArray[np.float64]:
+        scale = kw.pop("length_scale")
+        k = effort_penalty(b, **kw)
+        return np.asarray(np.asarray(quality) - k * np.asarray(length) * scale)
+
+    p = {"k0": 0.01, "b_min": 0.0, "tau": 1.0}
+    with pytest.raises(AssertionError):
+        check_linear_in_length(wrong, p, 1.0, 1.0, np.array([10.0, 20.0]), 4.0)
 
 
 def test_shaped_reward_accepts_one_effort_per_rollout() -> None:
@@ -200,10 +222,27 @@ def test_optimal_length_and_its_quality_are_non_decreasing_in_effort(
     p: dict[str, float], a: list[float]
 ) -> None:
     b = p["b_min"] + np.sort(np.asarray(a))
-    front = effort_frontier(b, **p)
     assert np.all(np.diff(optimal_length(b, **p)) >= 0.0)
+    check_frontier_non_decreasing(effort_frontier, p, b)
+
+
+def check_frontier_non_decreasing(
+    frontier: Callable[..., EffortFrontier], p: dict[str, float], b: NDArray[np.float64]
+) -> None:
+    front = frontier(b, **p)
     assert np.all(np.diff(front.cost) >= 0.0)
     assert np.all(np.diff(front.quality) >= 0.0)
+
+
+def test_monotonicity_property_rejects_a_frontier_built_on_a_growing_price() -> None:
+    def wrong(b: ArrayLike, **p: float) -> EffortFrontier:
+        k = p["k0"] * np.exp(+(np.asarray(b) - p["b_min"]) / p["tau"])  # wrong sign
+        cost = np.maximum(p["lam"] * np.log(p["q_max"] / (p["lam"] * k)), 0.0)
+        return EffortFrontier(cost, np.maximum(p["q_max"] - p["lam"] * k, 0.0))
+
+    p = {"q_max": 1.0, "lam": 100.0, "k0": 0.001, "b_min": 0.0, "tau": 1.0}
+    with pytest.raises(AssertionError):
+        check_frontier_non_decreasing(wrong, p, np.array([0.0, 0.5, 1.0]))
 
 
 @given(model_params(), st.floats(0.0, 20.0), st.floats(1e-3, 20.0))

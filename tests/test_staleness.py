@@ -348,7 +348,10 @@ def _check_weights_finite_non_negative(
         for w in outs:
             assert np.all(np.isfinite(w))
             assert np.all(w >= 0.0)
-        assert np.all(outs[3] <= cap)
+        for w in outs[:4]:
+            assert np.all(w <= cap)  # truncation and the decoupled mask never exceed the cap
+        for w in outs[4:]:
+            assert np.all(w <= 1.0 / max(band, 1e-3))  # masked weights stay inside the band
 
     return check
 
@@ -727,3 +730,24 @@ def test_over_masking_scenarios_are_caught_by_the_diagnostics() -> None:
     rates = tight.buggy.keep_rate_by_length
     assert rates.size == 4
     assert np.all(np.diff(rates) < 0)
+
+
+@given(
+    versions=st.lists(st.lists(st.integers(0, 8), min_size=1, max_size=5), min_size=1, max_size=12),
+    extra=st.integers(0, 3),
+    eta=st.integers(0, 4),
+)
+def test_diagnostics_flag_an_off_by_one_and_pass_the_correct_mask(
+    versions: list[list[int]], extra: int, eta: int
+) -> None:
+    j = max(max(row) for row in versions) + extra
+    s = S.sample_staleness(j, versions).sample
+    correct = S.masking_diagnostics(s, S.staleness_mask(s, eta=eta))
+    assert correct.on_policy_dropped_fraction == 0.0
+    expected = np.where(correct.staleness_values <= eta, 1.0, 0.0)
+    np.testing.assert_array_equal(correct.keep_rate_by_staleness, expected)
+    off_by_one = S.sample_staleness(j + 1, versions).sample
+    buggy = S.masking_diagnostics(s, S.staleness_mask(off_by_one, eta=0))
+    if np.any(s == 0):
+        assert buggy.on_policy_dropped_fraction == 1.0
+    assert buggy.kept_fraction == 0.0

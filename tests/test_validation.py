@@ -25,7 +25,259 @@ class Case(NamedTuple):
 # refimpl.dispatch
 # ---------------------------------------------------------------------------------------------
 
-DISPATCH_CASES: list[Case] = []
+
+def _dispatch_cases() -> list[Case]:
+    from fractions import Fraction
+
+    import numpy as np
+    import scipy.stats
+
+    import refimpl as r
+
+    expon = scipy.stats.expon(scale=100.0)
+    half = [0.5, 0.5]
+    return [
+        Case(
+            "dispatch-n-zero",
+            lambda: r.inclusion_probability([0.5], n=0, k=1),
+            ValueError,
+            r"n must be >= 1 \(number of rollouts launched at once\); got n=0",
+        ),
+        Case(
+            "dispatch-n-float",
+            lambda: r.inclusion_probability([0.5], n=2.5, k=1),  # type: ignore[arg-type]
+            TypeError,
+            r"n must be an integer; got n=2.5",
+        ),
+        Case(
+            "dispatch-k-zero",
+            lambda: r.inclusion_probability([0.5], n=4, k=0),
+            ValueError,
+            r"k must be >= 1 .*got k=0",
+        ),
+        Case(
+            "dispatch-k-above-n",
+            lambda: r.inclusion_probability_pmf(half, n=4, k=5),
+            ValueError,
+            r"k must be <= n=4 \(the batch is the first k of the n rollouts launched\); got k=5\. Pass k <= n",
+        ),
+        Case(
+            "dispatch-cdf-above-one",
+            lambda: r.inclusion_probability([0.5, 1.5], n=4, k=2),
+            ValueError,
+            r"cdf must lie in \[0, 1\] \(CDF values F\(length\)\).*Entry 1 is (np\.float64\()?1\.5",
+        ),
+        Case(
+            "dispatch-cdf-negative",
+            lambda: r.inclusion_probability([-0.1], n=4, k=2),
+            ValueError,
+            r"cdf must lie in \[0, 1\]",
+        ),
+        Case(
+            "dispatch-cdf-nan",
+            lambda: r.inclusion_probability([0.5, float("nan")], n=4, k=2),
+            ValueError,
+            r"cdf must contain only finite values .*first at flat index 1",
+        ),
+        Case(
+            "dispatch-cdf-text",
+            lambda: r.inclusion_probability(["a"], n=4, k=2),
+            TypeError,
+            r"cdf must be an array of real numbers",
+        ),
+        Case(
+            "dispatch-pmf-negative",
+            lambda: r.inclusion_probability_pmf([1.5, -0.5], n=2, k=1),
+            ValueError,
+            r"pmf must be non-negative.*Entry 1 is (np\.float64\()?-0\.5",
+        ),
+        Case(
+            "dispatch-pmf-sum",
+            lambda: r.selected_pmf([0.5, 0.4], n=2, k=1),
+            ValueError,
+            r"pmf must sum to 1 \(within 1e-9\).*It sums to 0.9; divide every entry by the total",
+        ),
+        Case(
+            "dispatch-pmf-sum-exact",
+            lambda: r.selected_pmf([Fraction(1, 2), Fraction(1, 3)], n=2, k=1),
+            ValueError,
+            r"pmf must sum to 1 exactly \(Fraction mode\).*It sums to 5/6",
+        ),
+        Case(
+            "dispatch-pmf-negative-exact",
+            lambda: r.selected_pmf([Fraction(3, 2), Fraction(-1, 2)], n=2, k=1),
+            ValueError,
+            r"pmf must be non-negative.*Entry 1 is -1/2",
+        ),
+        Case(
+            "dispatch-pmf-empty",
+            lambda: r.inclusion_probability_pmf([], n=2, k=1),
+            ValueError,
+            r"pmf must be non-empty",
+        ),
+        Case(
+            "dispatch-pmf-inf",
+            lambda: r.inclusion_probability_pmf([np.inf, 0.5], n=2, k=1),
+            ValueError,
+            r"pmf must contain only finite values",
+        ),
+        Case(
+            "dispatch-pmf-2d",
+            lambda: r.inclusion_probability_pmf([[1.0]], n=2, k=1),
+            ValueError,
+            r"pmf must be 1-D",
+        ),
+        Case(
+            "dispatch-law-not-a-law",
+            lambda: r.length_bias("lognormal", n=2, k=1),
+            TypeError,
+            r"law must be a pmf over lengths 1..M or a frozen scipy.stats distribution",
+        ),
+        Case(
+            "dispatch-dist-unfrozen",
+            lambda: r.selected_mean(scipy.stats.expon, n=2, k=1),
+            TypeError,
+            r"dist must be a frozen scipy.stats continuous distribution.*(Pass e.g.|Give the parameters)",
+        ),
+        Case(
+            "dispatch-dist-number",
+            lambda: r.expected_max(3.0, n=2),
+            TypeError,
+            r"dist must be a frozen scipy.stats continuous distribution",
+        ),
+        Case(
+            "dispatch-dist-negative-support",
+            lambda: r.async_speedup(scipy.stats.norm(), n=2),
+            ValueError,
+            r"dist must be supported on \[0, inf\) with a positive mean",
+        ),
+        Case(
+            "dispatch-dist-infinite-mean",
+            lambda: r.expected_max(scipy.stats.pareto(b=1.0), n=2),
+            ValueError,
+            r"dist must have a finite mean",
+        ),
+        Case(
+            "dispatch-max-n-zero", lambda: r.expected_max(expon, n=0), ValueError, r"n must be >= 1"
+        ),
+        Case(
+            "dispatch-pi-zero",
+            lambda: r.ipw_weights([0.5, 0.0], n=4, k=2),
+            ValueError,
+            r"pi must be > 0 \(a rollout that is never trained has no finite inverse-propensity weight\).*Entry 1 is 0",
+        ),
+        Case(
+            "dispatch-pi-above-one",
+            lambda: r.ipw_weights([1.5], n=4, k=2),
+            ValueError,
+            r"pi must lie in \[0, 1\] \(inclusion probabilities\)",
+        ),
+        Case(
+            "dispatch-clip-zero",
+            lambda: r.ipw_weights([0.5], n=4, k=2, clip=0.0),
+            ValueError,
+            r"clip must be > 0 \(upper bound on the weights\); got clip=0.0",
+        ),
+        Case(
+            "dispatch-clip-nan",
+            lambda: r.clipped_ipw_estimate([1.0], [0.5], n=2, k=1, clip=float("nan")),
+            ValueError,
+            r"clip must be finite",
+        ),
+        Case(
+            "dispatch-batch-axis",
+            lambda: r.horvitz_thompson_estimate([1.0], [0.5], n=4, k=2),
+            ValueError,
+            r"values must have k=2 entries along its last axis",
+        ),
+        Case(
+            "dispatch-batch-shape",
+            lambda: r.hajek_estimate([1.0, 2.0], [0.5]),
+            ValueError,
+            r"values and pi must have the same shape",
+        ),
+        Case(
+            "dispatch-moments-g-length",
+            lambda: r.ipw_estimator_moments(half, [1.0], n=2, k=1),
+            ValueError,
+            r"g must have one value per support point \(2, like pmf\)",
+        ),
+        Case(
+            "dispatch-moments-too-many",
+            lambda: r.ipw_estimator_moments(np.full(40, 1 / 40), np.arange(40.0), n=60, k=50),
+            ValueError,
+            r"k must give at most 200000 batch compositions",
+        ),
+        Case(
+            "dispatch-km-observed",
+            lambda: r.kaplan_meier([1.0, 2.0], [1, 2]),
+            ValueError,
+            r"observed must be 0/1 or bool \(1 = finished, 0 = censored",
+        ),
+        Case(
+            "dispatch-km-negative",
+            lambda: r.kaplan_meier([-1.0, 2.0], [1, 1]),
+            ValueError,
+            r"durations must be >= 0 \(lengths\).*Entry 0 is -1.0",
+        ),
+        Case(
+            "dispatch-km-shape",
+            lambda: r.kaplan_meier([1.0, 2.0], [1]),
+            ValueError,
+            r"durations and observed must have the same shape",
+        ),
+        Case(
+            "dispatch-km-nan",
+            lambda: r.kaplan_meier([1.0, float("nan")], [1, 1]),
+            ValueError,
+            r"durations must contain only finite values",
+        ),
+        Case(
+            "dispatch-mle-unbiased-one-event",
+            lambda: r.exponential_rate_mle([1.0, 2.0], [1, 0], unbiased=True),
+            ValueError,
+            r"observed must contain at least 2 finished rollouts for the unbiased estimate",
+        ),
+        Case(
+            "dispatch-eta-negative",
+            lambda: r.fluid_keep_probability([1.0], step_time=1.0, eta=-1),
+            ValueError,
+            r"eta must be >= 0 \(staleness bound in versions\); got eta=-1",
+        ),
+        Case(
+            "dispatch-eta-float",
+            lambda: r.fluid_steady_state(expon, slots=4, batch=2, eta=0.5),  # type: ignore[arg-type]
+            TypeError,
+            r"eta must be an integer; got eta=0.5",
+        ),
+        Case(
+            "dispatch-step-time-zero",
+            lambda: r.fluid_keep_probability([1.0], step_time=0.0, eta=0),
+            ValueError,
+            r"step_time must be > 0 \(time between versions\); got step_time=0.0",
+        ),
+        Case(
+            "dispatch-step-time-inf",
+            lambda: r.fluid_keep_probability([1.0], step_time=float("inf"), eta=0),
+            ValueError,
+            r"step_time must be finite",
+        ),
+        Case(
+            "dispatch-slots-zero",
+            lambda: r.fluid_steady_state(expon, slots=0, batch=2),
+            ValueError,
+            r"slots must be >= 1 \(number of generation slots\)",
+        ),
+        Case(
+            "dispatch-fluid-not-a-law",
+            lambda: r.fluid_steady_state([0.5, 0.5], slots=4, batch=2),
+            TypeError,
+            r"dist must be a frozen scipy.stats continuous distribution",
+        ),
+    ]
+
+
+DISPATCH_CASES: list[Case] = _dispatch_cases()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +340,12 @@ def _staleness_cases() -> list[Case]:
             lambda: st.sample_staleness(3, [-1, 2]),
             ValueError,
             r"token_versions must be >= 0",
+        ),
+        Case(
+            "st-trained-step-shape",
+            lambda: st.sample_staleness([3, 3], [1, 2, 3]),
+            ValueError,
+            r"trained_step.shape=\(2,\) and token_versions.shape=\(3, 1\)",
         ),
         Case(
             "st-trained-step-type",
@@ -635,7 +893,173 @@ EFFORT_CASES: list[Case] = _effort_cases()
 # refimpl.sim
 # ---------------------------------------------------------------------------------------------
 
-SIM_CASES: list[Case] = []
+
+def _sim(**kw: Any) -> Any:
+    from refimpl.sim import SimConfig
+
+    base: dict[str, Any] = {"slots": 4, "batch": 4, "rollouts": 64}
+    base.update(kw)
+    return SimConfig(**base)
+
+
+def _simulate(**kw: Any) -> Any:
+    from refimpl.sim import simulate
+
+    engine = kw.pop("engine", "auto")
+    return simulate(_sim(**kw), engine=engine)
+
+
+SIM_CASES: list[Case] = [
+    Case("sim-batch-zero", lambda: _sim(batch=0), ValueError, r"batch must be >= 1.*got batch=0"),
+    Case("sim-slots-zero", lambda: _sim(slots=0), ValueError, r"slots must be >= 1.*got slots=0"),
+    Case("sim-slots-float", lambda: _sim(slots=2.5), TypeError, r"slots must be an integer"),
+    Case(
+        "sim-no-run-length",
+        lambda: _sim(rollouts=None),
+        ValueError,
+        r"rollouts or steps must be given.*Pass rollouts=R",
+    ),
+    Case(
+        "sim-both-run-lengths",
+        lambda: _sim(steps=3),
+        ValueError,
+        r"rollouts and steps must not both be given",
+    ),
+    Case(
+        "sim-rollouts-below-batch",
+        lambda: _sim(rollouts=3),
+        ValueError,
+        r"rollouts must be >= batch=4.*got rollouts=3",
+    ),
+    Case("sim-unknown-mode", lambda: _sim(mode="fifo"), ValueError, r"mode must be one of 'sync'"),
+    Case(
+        "sim-unknown-partial",
+        lambda: _sim(partial="resume"),
+        ValueError,
+        r"partial must be one of .*'keep_kv'",
+    ),
+    Case(
+        "sim-unknown-over-bound",
+        lambda: _sim(eta=1, over_bound="clip"),
+        ValueError,
+        r"over_bound must be one of 'keep', 'drop'",
+    ),
+    Case(
+        "sim-drop-without-eta",
+        lambda: _sim(over_bound="drop"),
+        ValueError,
+        r"over_bound must be 'keep' when eta is None.*Pass eta",
+    ),
+    Case(
+        "sim-admission-without-eta",
+        lambda: _sim(mode="admission"),
+        ValueError,
+        r"eta must be given for mode='admission'",
+    ),
+    Case("sim-negative-eta", lambda: _sim(eta=-1), ValueError, r"eta must be >= 0"),
+    Case(
+        "sim-negative-prefill",
+        lambda: _sim(prefill_time=-1.0),
+        ValueError,
+        r"prefill_time must be >= 0.*got prefill_time=-1.0",
+    ),
+    Case(
+        "sim-zero-token-time",
+        lambda: _sim(token_time=0.0),
+        ValueError,
+        r"token_time must be > 0",
+    ),
+    Case(
+        "sim-negative-trainer-time",
+        lambda: _sim(trainer_time=-2.0),
+        ValueError,
+        r"trainer_time must be >= 0",
+    ),
+    Case(
+        "sim-trainer-law-negative",
+        lambda: _sim(trainer_time=__import__("scipy.stats").stats.norm()),
+        ValueError,
+        r"trainer_time must have support in \[0, inf\)",
+    ),
+    Case(
+        "sim-launch-below-batch",
+        lambda: _sim(mode="first_k", launch=2),
+        ValueError,
+        r"launch must be >= 4",
+    ),
+    Case(
+        "sim-launch-outside-first-k",
+        lambda: _sim(launch=5),
+        ValueError,
+        r"launch must be None unless mode='first_k'",
+    ),
+    Case(
+        "sim-partial-in-sync",
+        lambda: _sim(mode="sync", partial="restart"),
+        ValueError,
+        r"partial must be 'none' for mode='sync'",
+    ),
+    Case(
+        "sim-preempt-without-duration",
+        lambda: _sim(preempt_rate=0.1),
+        ValueError,
+        r"preempt_duration must be > 0 when preempt_rate > 0",
+    ),
+    Case(
+        "sim-bad-slowdown",
+        lambda: _sim(slowdown=lambda busy: 0.0),
+        ValueError,
+        r"slowdown must return a finite factor > 0.*slowdown\(1\) returned 0.0",
+    ),
+    Case(
+        "sim-matrix-wrong-rows",
+        lambda: _sim(lengths=__import__("numpy").ones((3, 10))),
+        ValueError,
+        r"(?s)lengths must have one row per slot \(slots=4 rows\).*got 3 rows",
+    ),
+    Case(
+        "sim-matrix-nonpositive",
+        lambda: _sim(lengths=__import__("numpy").zeros((4, 10))),
+        ValueError,
+        r"(?s)lengths must be > 0.*Entry \[0, 0\]",
+    ),
+    Case(
+        "sim-matrix-nan",
+        lambda: _sim(lengths=__import__("numpy").full((4, 10), float("nan"))),
+        ValueError,
+        r"lengths must contain only finite values",
+    ),
+    Case(
+        "sim-pmf-not-normalised",
+        lambda: _sim(lengths=__import__("numpy").array([0.5, 0.2])),
+        ValueError,
+        r"lengths must sum to 1.*divide every entry by the total",
+    ),
+    Case(
+        "sim-lengths-string",
+        lambda: _sim(lengths="lognormal"),
+        TypeError,
+        r"lengths must be None, a frozen scipy.stats law",
+    ),
+    Case(
+        "sim-matrix-too-short",
+        lambda: _simulate(lengths=__import__("numpy").ones((4, 3))),
+        ValueError,
+        r"lengths must hold every rollout.*K=3 columns.*slot \d needs at least \d+ lengths",
+    ),
+    Case(
+        "sim-vector-engine-unsupported",
+        lambda: _simulate(eta=0, over_bound="drop", engine="vector"),
+        ValueError,
+        r"engine must be 'event' or 'auto' for this config",
+    ),
+    Case(
+        "sim-config-not-a-config",
+        lambda: __import__("refimpl.sim").sim.simulate({"slots": 4}),
+        TypeError,
+        r"config must be a SimConfig",
+    ),
+]
 
 
 # ---------------------------------------------------------------------------------------------

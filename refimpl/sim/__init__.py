@@ -1,0 +1,164 @@
+"""The asynchronous rollout-queue simulator (issue 5; SPEC §1–§2).
+
+``N`` generation slots run rollouts, a trainer consumes them ``B`` per step and publishes a new policy
+version after each step; the simulator records, for every rollout, when it ran, which versions
+generated its tokens, when (and whether) it was trained and its staleness. Two engines compute the same
+runs: a vectorized numpy engine for the modes whose timing does not depend on versions, and an event
+engine for every mode; they agree sample for sample where both apply, and with the SimPy peer
+(``shared/peers/simpy_queue.py``).
+
+- :class:`SimConfig`: a frozen, validated run description.
+- :func:`simulate`: run it; returns a :class:`SimTrace` (columnar, per rollout).
+- :func:`summarize` / :class:`SimSummary`: throughput, idle fractions, staleness, length bias.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+
+from refimpl._validation import invalid
+from refimpl.sim import _config, _trace
+from refimpl.sim._config import SimConfig
+from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
+from refimpl.sim._lengths import LengthSupply, OutOfLengths
+from refimpl.sim._trace import SimSummary, SimTrace, summarize
+from refimpl.sim._vector import run_vector
+
+__all__ = [
+    "MODES",
+    "OVER_BOUND_ACTIONS",
+    "PARTIAL_POLICIES",
+    "STATUS",
+    "STATUS_NAMES",
+    "OutOfLengths",
+    "SimConfig",
+    "SimSummary",
+    "SimTrace",
+    "simulate",
+    "summarize",
+]
+
+Engine = Literal["auto", "vector", "event"]
+
+#: The dispatch modes of :class:`SimConfig` (``mode=``).
+MODES: tuple[str, ...] = _config.MODES
+#: What the trainer does with a sample over the staleness bound (``over_bound=``).
+OVER_BOUND_ACTIONS: tuple[str, ...] = _config.OVER_BOUND_ACTIONS
+#: What happens to in-flight rollouts at each publication (``partial=``).
+PARTIAL_POLICIES: tuple[str, ...] = _config.PARTIAL_POLICIES
+#: Names of the trace's status codes, by code.
+STATUS_NAMES: tuple[str, ...] = _trace.STATUS_NAMES
+#: Status code by name (``trace.status == STATUS["trained"]``).
+STATUS: dict[str, int] = _trace.STATUS
+
+
+def _trainer_times(cfg: SimConfig) -> np.ndarray:
+    tt = cfg.trainer_time
+    if isinstance(tt, float):
+        return np.full(cfg.steps, tt)
+    rng = np.random.default_rng([cfg.seed, 1])
+    out = np.asarray(tt.rvs(size=cfg.steps, random_state=rng), dtype=np.float64)
+    if not np.all(np.isfinite(out) & (out >= 0)):
+        raise invalid(
+            "trainer_time",
+            "draw finite times >= 0",
+            tt,
+            "Pass a law supported on [0, inf), e.g. scipy.stats.expon(scale=5.0).",
+        )
+    return out
+
+
+def simulate(
+    config: SimConfig,
+    *,
+    engine: Engine = "auto",
+    progress: Callable[[int], None] | None = None,
+) -> SimTrace:
+    r"""Simulate one run of the rollout queue and return its per-rollout trace.
+
+    A launch at time :math:`t` sees version :math:`v(t) = \#\{j : T_j < t\}` (:math:`T_j` the
+    publication of version :math:`j+1`); a sample trained at step :math:`j` has staleness
+
+    .. math::
+
+        s = j - \min_t v_t \;\ge\; 0 .
+
+    Parameters
+    ----------
+    config : SimConfig
+        The run (validated when it was built).
+    engine : {'auto', 'vector', 'event'}
+        ``auto`` uses the vectorized engine when ``config.vectorizable`` and the event engine
+        otherwise; ``vector`` insists on the vectorized one (error if it does not apply).
+    progress : callable, optional
+        Called with the number of newly completed rollouts every few thousand completions (event
+        engine), e.g. ``tqdm.update``.
+
+    Returns
+    -------
+    SimTrace
+        One row per launched rollout; ``trace.summary()`` for the :class:`SimSummary`.
+
+    Raises
+    ------
+    ValueError
+        ``engine='vector'`` for a configuration it does not cover; :class:`OutOfLengths` (a
+        ``ValueError``) when an explicit length matrix is too short, naming the slot and how many
+        lengths it needs.
+
+    Notes
+    -----
+    Seeded runs reproduce exactly. Both engines agree sample for sample with each other and with the
+    SimPy peer (tests/test_sim_agreement.py). Tie rule (SPEC §1): a rollout launched at the instant a
+    version is published sees the old version; completions at one instant are processed in launch
+    order.
+
+    Examples
+    --------
+    Two slots, batch 2, every rollout one token long: batch ``j`` completes at ``j + 1``; the
+    rollouts launched at ``t = 1`` see version 0 (the tie rule), so from step 1 on staleness is 1.
+
+    >>> trace = simulate(SimConfig(slots=2, batch=2, steps=3, lengths=np.ones((2, 8))))
+    >>> order = trace.training_order()
+    >>> trace.staleness[order].tolist()
+    [0, 0, 1, 1, 1, 1]
+    >>> trace.publish_times.tolist()
+    [1.0, 2.0, 3.0]
+    """
+    if not isinstance(config, SimConfig):
+        from refimpl._validation import wrong_type
+
+        raise wrong_type(
+            "config", "a SimConfig", config, "Build one: SimConfig(slots=..., batch=..., ...)."
+        )
+    if engine not in ("auto", "vector", "event"):
+        raise invalid("engine", "be one of 'auto', 'vector', 'event'", engine, "Pick one.")
+    if engine == "vector" and not config.vectorizable:
+        raise invalid(
+            "engine",
+            "be 'event' or 'auto' for this config (the vectorized engine covers async with "
+            "zero trainer time, sync with batch <= slots and first_k with dropped leftovers and "
+            "launch <= slots; no drop over the bound, partial rollouts, preemption or slowdown)",
+            engine,
+            "Pass engine='auto'.",
+        )
+    supply = LengthSupply(config)
+    taus = _trainer_times(config)
+    use_vector = engine == "vector" or (engine == "auto" and config.vectorizable)
+    if use_vector:
+        raw = run_vector(config, supply, taus)
+        canonical = True
+    else:
+        try:
+            run = run_async_fast if fast_path_applies(config) else run_events
+            raw = run(config, supply, taus, progress=progress)
+        except _Stuck:
+            raise RuntimeError(
+                "the simulation can make no further progress before the last trainer step (no "
+                "event left); this configuration cannot fill a batch — relax eta or over_bound."
+            ) from None
+        canonical = False
+    return SimTrace.from_raw(raw, config, canonical=canonical)

@@ -1,0 +1,396 @@
+"""The simulator's configuration: a frozen, validated description of one run.
+
+Everything is checked when a :class:`SimConfig` is built, before anything runs; each message names the
+field, the rule, the value received and what to change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl._validation import (
+    as_float_array,
+    as_int,
+    as_pmf,
+    as_real,
+    invalid,
+    wrong_type,
+)
+
+__all__ = ["MODES", "OVER_BOUND_ACTIONS", "PARTIAL_POLICIES", "SimConfig"]
+
+Mode = Literal["sync", "first_k", "async", "admission"]
+MODES: tuple[str, ...] = ("sync", "first_k", "async", "admission")
+LEFTOVERS: tuple[str, ...] = ("drop", "carry")
+OVER_BOUND_ACTIONS: tuple[str, ...] = ("keep", "drop")
+PARTIAL_POLICIES: tuple[str, ...] = ("none", "restart", "recompute", "keep_kv")
+
+
+def _choice(value: Any, *, name: str, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise wrong_type(name, f"one of {allowed}", value, f"Pass {name} as a string.")
+    if value not in allowed:
+        raise invalid(
+            name, f"be one of {', '.join(map(repr, allowed))}", value, f"Pick one of {allowed}."
+        )
+    return value
+
+
+def _is_frozen_dist(obj: Any) -> bool:
+    return all(callable(getattr(obj, a, None)) for a in ("rvs", "cdf", "ppf", "mean"))
+
+
+def peer_columns(slots: int, rollouts: int) -> int:
+    """Columns of the peer's length matrix: ``ceil(rollouts / slots * 1.25) + 64``.
+
+    Examples
+    --------
+    >>> peer_columns(256, 1_000_000)
+    4947
+    """
+    return math.ceil(rollouts / slots * 1.25) + 64
+
+
+@dataclass(frozen=True, eq=False)
+class SimConfig:
+    """One simulated run of the rollout queue (SPEC §1–§2), validated on construction.
+
+    Parameters
+    ----------
+    slots : int
+        ``N >= 1`` generation slots (continuous batching: each runs one rollout at a time).
+    batch : int
+        ``B >= 1`` samples per trainer step.
+    rollouts, steps : int, optional
+        Run length: ``steps`` trainer steps, or ``rollouts // batch`` steps when ``rollouts`` is given
+        (as the SimPy peer counts). Give exactly one.
+    mode : {'async', 'sync', 'first_k', 'admission'}
+        ``sync``: launch ``B``, wait for all, train. ``first_k``: launch ``launch`` rollouts, train
+        the first ``B`` to finish; ``leftovers`` are dropped or carried. ``async``: every slot
+        relaunches as soon as it finishes, the trainer takes completions ``B`` at a time.
+        ``admission``: ``async`` with the AReaL/SkyRL capacity rule (launches blocked while
+        ``launched ≥ (η + v + 1)·B``; needs ``eta``).
+    lengths : None, frozen scipy.stats distribution, 1-D pmf, or 2-D array
+        Rollout lengths in tokens. ``None``: lognormal(``lognormal_mu``, ``lognormal_sigma``) drawn
+        exactly as the SimPy peer does (``default_rng(seed).lognormal(mu, sigma, size=(N, K))``); a
+        frozen law: drawn with ``dist.rvs``; a 1-D array: a pmf over lengths ``1..M``; a 2-D array:
+        the explicit ``N × K`` matrix, row ``i`` = slot ``i``'s lengths in launch order.
+    launch : int, optional
+        ``first_k`` only: rollouts in flight at the start of each step (``n >= B``; default ``N``).
+    leftovers : {'drop', 'carry'}
+        ``first_k`` only: what happens to the rollouts still running when the batch is full.
+    eta : int, optional
+        Staleness bound ``η >= 0``; ``None`` = unbounded.
+    over_bound : {'keep', 'drop'}
+        What the trainer does with a sample whose staleness exceeds ``eta`` when it is consumed.
+    token_time, prefill_time : float
+        Decode time of one token (``> 0``) and the fixed prefill time of each rollout (``>= 0``).
+    slowdown : callable, optional
+        ``slowdown(busy) -> factor > 0``: decode time is multiplied by the factor while ``busy`` slots
+        are generating; evaluated for ``busy = 1..N`` at construction.
+    trainer_time : float or frozen scipy.stats distribution
+        Time of one trainer step (``>= 0``; a law is drawn once per step). Generation continues in the
+        asynchronous modes; in ``sync`` the generators wait.
+    partial : {'none', 'restart', 'recompute', 'keep_kv'}
+        What happens to in-flight rollouts at each publication (SPEC §2.4).
+    reprefill_token_time : float
+        Time to re-prefill one already generated token (``recompute`` and preemption without
+        persisted KV).
+    preempt_rate, preempt_duration : float
+        Checkpoint preemption: each slot is lost at rate ``preempt_rate`` (per time unit, Poisson)
+        for ``preempt_duration``; its rollout is paused and resumed.
+    persist_kv : bool
+        On resume after preemption: ``True`` reloads the persisted KV cache (``kv_restore_time``),
+        ``False`` re-prefills the prompt and the generated prefix.
+    kv_restore_time : float
+        Time to reload a persisted KV cache after preemption.
+    seed : int
+        Seed of every random draw (lengths as the peer draws them, trainer times, preemptions).
+
+    Raises
+    ------
+    ValueError, TypeError
+        For any field out of its domain, before anything runs.
+
+    Examples
+    --------
+    >>> cfg = SimConfig(slots=4, batch=8, rollouts=64, seed=1)
+    >>> cfg.steps, cfg.mode
+    (8, 'async')
+    >>> SimConfig(slots=4, batch=0, rollouts=64)
+    Traceback (most recent call last):
+    ...
+    ValueError: batch must be >= 1 (samples per trainer step); got batch=0. Pass batch >= 1.
+    """
+
+    slots: int
+    batch: int
+    rollouts: int | None = None
+    steps: int = field(default=0)
+    mode: str = "async"
+    lengths: Any = None
+    lognormal_mu: float = 6.0
+    lognormal_sigma: float = 1.0
+    launch: int | None = None
+    leftovers: str = "drop"
+    eta: int | None = None
+    over_bound: str = "keep"
+    token_time: float = 1.0
+    prefill_time: float = 0.0
+    slowdown: Callable[[int], float] | None = None
+    trainer_time: Any = 0.0
+    partial: str = "none"
+    reprefill_token_time: float = 0.0
+    preempt_rate: float = 0.0
+    preempt_duration: float = 0.0
+    persist_kv: bool = True
+    kv_restore_time: float = 0.0
+    seed: int = 0
+    # derived (set in __post_init__)
+    slowdown_table: NDArray[np.float64] | None = field(default=None, init=False, repr=False)
+    length_kind: str = field(default="lognormal", init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        s = object.__setattr__
+        n = as_int(self.slots, name="slots", minimum=1, meaning="generation slots")
+        b = as_int(self.batch, name="batch", minimum=1, meaning="samples per trainer step")
+        s(self, "slots", n)
+        s(self, "batch", b)
+        steps_given = self.steps not in (0, None)
+        if self.rollouts is None and not steps_given:
+            raise invalid(
+                "rollouts or steps",
+                "be given (the run length)",
+                None,
+                "Pass rollouts=R (trains R // batch steps, as the peer) or steps=S.",
+            )
+        if self.rollouts is not None and steps_given:
+            raise invalid(
+                "rollouts and steps",
+                "not both be given",
+                (self.rollouts, self.steps),
+                "Pass only one of them.",
+            )
+        if self.rollouts is not None:
+            r = as_int(self.rollouts, name="rollouts", minimum=1, meaning="trained rollouts")
+            if r < b:
+                raise invalid(
+                    "rollouts",
+                    f"be >= batch={b} (at least one trainer step)",
+                    r,
+                    f"Pass rollouts >= {b} or a smaller batch.",
+                )
+            s(self, "rollouts", r)
+            s(self, "steps", r // b)
+        else:
+            s(self, "steps", as_int(self.steps, name="steps", minimum=1, meaning="trainer steps"))
+        mode = _choice(self.mode, name="mode", allowed=MODES)
+        s(self, "leftovers", _choice(self.leftovers, name="leftovers", allowed=LEFTOVERS))
+        s(
+            self,
+            "over_bound",
+            _choice(self.over_bound, name="over_bound", allowed=OVER_BOUND_ACTIONS),
+        )
+        s(self, "partial", _choice(self.partial, name="partial", allowed=PARTIAL_POLICIES))
+        if self.launch is not None:
+            if mode != "first_k":
+                raise invalid(
+                    "launch",
+                    "be None unless mode='first_k'",
+                    self.launch,
+                    "Drop launch, or set mode='first_k'.",
+                )
+            nl = as_int(self.launch, name="launch", minimum=b, meaning="rollouts launched per step")
+            s(self, "launch", nl)
+        elif mode == "first_k":
+            if n < b:
+                raise invalid(
+                    "launch",
+                    f"be >= batch={b} for mode='first_k' (its default is slots={n})",
+                    None,
+                    f"Pass launch >= {b} (rollouts launched per step).",
+                )
+            s(self, "launch", n)
+        if self.eta is not None:
+            s(self, "eta", as_int(self.eta, name="eta", minimum=0, meaning="staleness bound"))
+        elif mode == "admission":
+            raise invalid(
+                "eta",
+                "be given for mode='admission' (the capacity rule (η + v + 1)·B needs it)",
+                None,
+                "Pass eta=0, 1, ... (AReaL max_head_offpolicyness).",
+            )
+        if self.over_bound == "drop" and self.eta is None:
+            raise invalid(
+                "over_bound",
+                "be 'keep' when eta is None (there is no bound to enforce)",
+                self.over_bound,
+                "Pass eta, or over_bound='keep'.",
+            )
+        for name, low_open in (
+            ("token_time", True),
+            ("prefill_time", False),
+            ("reprefill_token_time", False),
+            ("preempt_rate", False),
+            ("preempt_duration", False),
+            ("kv_restore_time", False),
+        ):
+            what = "(a time)" if name != "preempt_rate" else "(preemptions per slot per time unit)"
+            s(
+                self,
+                name,
+                as_real(
+                    getattr(self, name), name=name, low=0.0, low_open=low_open, meaning=what[1:-1]
+                ),
+            )
+        if not isinstance(self.persist_kv, bool):
+            raise wrong_type("persist_kv", "a bool", self.persist_kv, "Pass True or False.")
+        if self.preempt_rate > 0 and self.preempt_duration <= 0:
+            raise invalid(
+                "preempt_duration",
+                "be > 0 when preempt_rate > 0 (how long a preempted slot is lost)",
+                self.preempt_duration,
+                "Pass a positive preempt_duration, or preempt_rate=0.",
+            )
+        if mode in ("sync", "first_k") and self.partial != "none":
+            raise invalid(
+                "partial",
+                f"be 'none' for mode={mode!r} (no rollout is in flight across a publication there "
+                "unless carried; use mode='async' or 'admission')",
+                self.partial,
+                "Pass partial='none'.",
+            )
+        # trainer time
+        tt = self.trainer_time
+        if _is_frozen_dist(tt):
+            low = float(tt.ppf(0.0))
+            if not low >= 0.0:
+                raise invalid(
+                    "trainer_time",
+                    "have support in [0, inf) (a duration)",
+                    tt,
+                    "Pass a non-negative law, e.g. scipy.stats.expon(scale=5.0).",
+                )
+        else:
+            s(self, "trainer_time", as_real(tt, name="trainer_time", low=0.0, meaning="a time"))
+        s(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
+        # slowdown
+        if self.slowdown is not None:
+            if not callable(self.slowdown):
+                raise wrong_type(
+                    "slowdown",
+                    "a callable busy -> factor",
+                    self.slowdown,
+                    "Pass e.g. lambda busy: 1 + 0.001 * busy.",
+                )
+            table = np.ones(n + 1, dtype=np.float64)
+            for busy in range(1, n + 1):
+                f = float(self.slowdown(busy))
+                if not (math.isfinite(f) and f > 0):
+                    raise invalid(
+                        "slowdown",
+                        "return a finite factor > 0 for every busy count 1..slots",
+                        self.slowdown,
+                        f"slowdown({busy}) returned {f!r}; fix the function.",
+                    )
+                table[busy] = f
+            table.setflags(write=False)
+            s(self, "slowdown_table", table)
+        # lengths
+        self._check_lengths()
+
+    def _check_lengths(self) -> None:
+        s = object.__setattr__
+        lengths = self.lengths
+        if lengths is None:
+            as_real(self.lognormal_mu, name="lognormal_mu", meaning="log-scale location")
+            as_real(self.lognormal_sigma, name="lognormal_sigma", low=0.0, low_open=True)
+            s(self, "length_kind", "lognormal")
+            return
+        if _is_frozen_dist(lengths):
+            low = float(lengths.ppf(0.0))
+            if not low >= 0.0:
+                raise invalid(
+                    "lengths",
+                    "be a law on (0, inf) (rollout lengths in tokens)",
+                    lengths,
+                    "Pass a positive law, e.g. scipy.stats.lognorm(s=1.0, scale=np.exp(6.0)).",
+                )
+            s(self, "length_kind", "dist")
+            return
+        if isinstance(lengths, (str, bytes)):
+            raise wrong_type(
+                "lengths",
+                "None, a frozen scipy.stats law, a 1-D pmf or an N x K matrix",
+                lengths,
+                "Pass one of those.",
+            )
+        arr = as_float_array(lengths, name="lengths", ndim=(1, 2))
+        if arr.ndim == 1:
+            pmf, _ = as_pmf(arr, name="lengths")
+            pmf_arr = np.array(pmf, dtype=np.float64)
+            pmf_arr.setflags(write=False)
+            s(self, "lengths", pmf_arr)
+            s(self, "length_kind", "pmf")
+            return
+        if arr.shape[0] != self.slots:
+            raise invalid(
+                "lengths",
+                f"have one row per slot (slots={self.slots} rows)",
+                arr,
+                f"Pass an N x K matrix with N={self.slots} (got {arr.shape[0]} rows).",
+            )
+        if arr.shape[1] < 1:
+            raise invalid(
+                "lengths", "have at least one column", arr, "Pass K >= 1 lengths per slot."
+            )
+        if np.any(arr <= 0):
+            i, k = np.argwhere(arr <= 0)[0]
+            raise invalid(
+                "lengths",
+                "be > 0 (tokens per rollout)",
+                arr,
+                f"Entry [{i}, {k}] is {float(arr[i, k])!r}; pass positive lengths.",
+            )
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        s(self, "lengths", arr)
+        s(self, "length_kind", "matrix")
+
+    @property
+    def trained_target(self) -> int:
+        """Samples trained by the end of the run: ``steps * batch``."""
+        return self.steps * self.batch
+
+    @property
+    def vectorizable(self) -> bool:
+        """Whether the vectorized engine applies (timing independent of versions)."""
+        plain = (
+            self.slowdown is None
+            and self.partial == "none"
+            and self.preempt_rate == 0.0
+            and self.over_bound == "keep"
+        )
+        if not plain:
+            return False
+        if self.mode == "async":
+            return not _is_frozen_dist(self.trainer_time) and float(self.trainer_time) == 0.0
+        if self.mode == "sync":
+            return self.batch <= self.slots
+        if self.mode == "first_k":
+            return (
+                self.leftovers == "drop" and self.launch is not None and self.launch <= self.slots
+            )
+        return False
+
+    def initial_columns(self) -> int:
+        """Columns drawn at first for a drawn length law (the peer's rule, on the trained target)."""
+        return peer_columns(
+            self.slots, self.trained_target if self.rollouts is None else self.rollouts
+        )

@@ -1,0 +1,228 @@
+"""The vectorized engine: numpy only, for the modes whose timing does not depend on versions.
+
+``async`` (no drop, zero trainer time, no partial rollouts, no preemption, no slowdown): slot ``i``'s
+completion times are the cumulative sums of its decode times; all completions are merged in the order
+the event engine (and SimPy) processes them; batch ``j`` is completions ``[jB, (j+1)B)``, published at
+``T_j``, the completion time of its last sample; a launch at time ``t`` sees version
+``#{j : T_j < t}`` (the tie rule: a launch at the publication instant sees the old version).
+
+Tie order. Completions at one instant are processed in the order their rollouts were launched, and
+launches at one instant in the order of the completions that freed the slots (initial launches by slot
+index). So a completion's rank is the lexicographic order of ``(finish time, rank of the slot's
+previous completion)``. Ties are rare for continuous lengths and common for integer ones; they are
+resolved by a fixed-point iteration on the tied completions only (it converges in at most the depth
+of the longest chain of tied predecessors, usually one or two rounds).
+
+``sync`` (``B <= N``) and ``first_k`` with ``leftovers='drop'`` (``n <= N``) loop over steps with
+numpy over slots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl.sim._config import SimConfig
+from refimpl.sim._lengths import LengthSupply
+from refimpl.sim._trace import STATUS, RawTrace
+
+__all__ = ["run_vector"]
+
+
+def _processing_order(
+    finish: NDArray[np.float64], prev: NDArray[np.int64], slot: NDArray[np.int32], n_slots: int
+) -> tuple[NDArray[np.intp], NDArray[np.int64] | None]:
+    """Completions in processing order (see the module docstring).
+
+    Returns ``(order, lo)``: ``order[p]`` is the completion processed ``p``-th; ``lo[p]`` the first
+    position holding the same time (``None`` when no two completions tie).
+    """
+    order = np.argsort(finish)
+    fs = finish[order]
+    same = fs[1:] == fs[:-1]
+    if not same.any():
+        return order, None
+    tied_pos = np.flatnonzero(same)
+    mark = np.zeros(fs.size, dtype=bool)
+    mark[tied_pos] = True
+    mark[tied_pos + 1] = True
+    pos = np.flatnonzero(mark)  # positions (in processing order) occupied by tied completions
+    items = order[pos]
+    rank = np.empty(order.size, dtype=np.int64)
+    while True:
+        rank[order] = np.arange(order.size)
+        p = prev[items]
+        # initial launches rank below every completion, by slot index
+        key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items].astype(np.int64) - n_slots)
+        new_items = items[np.lexsort((key, finish[items]))]
+        if np.array_equal(new_items, items):
+            break
+        items = new_items
+        order[pos] = items
+    start = np.ones(fs.size, dtype=bool)
+    start[1:] = ~same
+    lo = np.maximum.accumulate(np.where(start, np.arange(fs.size), 0))
+    return order, lo
+
+
+def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
+    n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
+    target = steps * b
+    while True:
+        lengths = supply.matrix
+        k_cols = lengths.shape[1]
+        if cfg.token_time == 1.0 and cfg.prefill_time == 0.0:
+            dur = lengths  # l * 1.0 + 0.0 == l exactly
+        else:
+            dur = lengths * cfg.token_time + cfg.prefill_time
+        fin = np.cumsum(dur, axis=1)
+        if fin.size < target:
+            supply.extend(slot=0, needed=-(-target // n_slots) + 1)
+            continue
+        t_end = float(np.partition(fin.ravel(), target - 1)[target - 1])
+        n_done = np.count_nonzero(fin <= t_end, axis=1)
+        short = np.flatnonzero(n_done >= k_cols)
+        if short.size:
+            supply.extend(slot=int(short[0]), needed=k_cols + 1)
+            continue
+        break
+    n_launched = n_done + 1
+    launched = np.arange(k_cols)[None, :] < n_launched[:, None]
+    # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
+    length = lengths[launched]
+    finish = fin[launched]
+    del launched, fin
+    n_rows = finish.size
+    row_start = np.zeros(n_slots + 1, dtype=np.int64)
+    np.cumsum(n_launched, out=row_start[1:])
+    last_row = row_start[1:] - 1
+    launch = np.empty(n_rows)
+    launch[1:] = finish[:-1]
+    launch[row_start[:-1]] = 0.0
+    is_comp = np.ones(n_rows, dtype=bool)
+    is_comp[last_row] = False
+    comp_rows = np.flatnonzero(is_comp)
+    c_fin = finish[comp_rows]
+    slot = np.repeat(np.arange(n_slots, dtype=np.int32), n_launched)
+    index = (np.arange(n_rows, dtype=np.int64) - row_start[:-1][slot]).astype(np.int32)
+    # predecessor completion (by position among completions) of each completion; -1 for the first
+    c_prev = np.arange(-1, comp_rows.size - 1, dtype=np.int64)
+    c_prev[index[comp_rows] == 0] = -1
+    order, lo_sorted = _processing_order(c_fin, c_prev, slot[comp_rows], n_slots)
+    del c_prev
+    crank = np.full(n_rows, -1, dtype=np.int64)
+    crank[comp_rows[order]] = np.arange(comp_rows.size)
+    publish = c_fin[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
+    # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
+    # lo = first processing position holding the predecessor's finish time
+    if lo_sorted is None:
+        lo = crank
+    else:
+        lo = np.full(n_rows, -1, dtype=np.int64)
+        lo[comp_rows[order]] = lo_sorted
+    version = np.zeros(n_rows, dtype=np.int32)
+    v = np.minimum(lo[:-1] // b, steps).astype(np.int32)
+    version[1:] = v
+    version[row_start[:-1]] = 0
+    del v, lo
+    trained = (crank >= 0) & (crank < target)
+    step = np.where(trained, crank // b, -1).astype(np.int32)
+    stale = np.where(trained, step - version, -1).astype(np.int32)
+    status = np.full(n_rows, STATUS["pending"], dtype=np.int8)
+    status[trained] = STATUS["trained"]
+    status[last_row] = STATUS["unfinished"]
+    busy = float(np.sum(np.minimum(finish, t_end) - launch))
+    finish[last_row] = np.nan
+    rank = np.where(trained, crank, -1)
+    return RawTrace(
+        slot=slot,
+        column=index,
+        launch_time=launch,
+        finish_time=finish,
+        length=length,
+        launch_version=version,
+        min_version=version,
+        step=step,
+        staleness=stale,
+        status=status,
+        rank=rank,
+        wasted_tokens=None,
+        recomputed_tokens=None,
+        segments=None,
+        publish_times=publish,
+        end_time=t_end,
+        generator_busy=busy,
+        trainer_busy=0.0,
+    )
+
+
+def _stepwise(cfg: SimConfig, supply: LengthSupply, trainer_times: NDArray[np.float64]) -> RawTrace:
+    """``sync`` (``n = k = B``) and ``first_k`` with dropped leftovers, every launch on its own slot."""
+    b, steps = cfg.batch, cfg.steps
+    n = b if cfg.mode == "sync" else int(cfg.launch or cfg.slots)
+    while supply.matrix.shape[1] < steps:
+        supply.extend(slot=0, needed=steps)
+    lengths = supply.matrix
+    dur = lengths[:n, :steps] * cfg.token_time + cfg.prefill_time  # (n, steps)
+    slots = np.arange(n, dtype=np.int32)
+    launch = np.empty((steps, n))
+    finish = np.empty((steps, n))
+    selected = np.zeros((steps, n), dtype=bool)
+    rank = np.full((steps, n), -1, dtype=np.int64)
+    publish = np.empty(steps)
+    consume = np.empty(steps)
+    start = 0.0
+    for j in range(steps):
+        f = start + dur[:, j]
+        order = np.argsort(f, kind="stable")  # ties: launch order = slot order
+        t_k = float(f[order[b - 1]])
+        launch[j] = start
+        finish[j] = f
+        chosen = order[:b]
+        selected[j, chosen] = True
+        rank[j, chosen] = j * b + np.arange(b)
+        consume[j] = t_k
+        start = t_k + float(trainer_times[j])
+        publish[j] = start
+    end = float(publish[-1])
+    # rows slot-major: slot i, column j
+    launch_r = launch.T.ravel()
+    finish_r = finish.T.ravel()
+    sel = selected.T.ravel()
+    cons = np.repeat(consume[None, :], n, axis=0).ravel()
+    stop = np.where(sel, finish_r, cons)  # dropped leftovers stop at the cut-off
+    length = lengths[:n, :steps].ravel()
+    tokens_done = np.clip((stop - launch_r - cfg.prefill_time) / cfg.token_time, 0.0, length)
+    wasted = np.where(sel, 0.0, tokens_done)
+    step = np.repeat(np.arange(steps, dtype=np.int32)[None, :], n, axis=0).ravel()
+    version = step.copy()
+    trained_step = np.where(sel, step, -1).astype(np.int32)
+    return RawTrace(
+        slot=np.repeat(slots, steps),
+        column=np.tile(np.arange(steps, dtype=np.int32), n),
+        launch_time=launch_r,
+        finish_time=stop,
+        length=length,
+        launch_version=version,
+        min_version=version,
+        step=trained_step,
+        staleness=np.where(sel, 0, -1).astype(np.int32),
+        status=np.where(sel, STATUS["trained"], STATUS["dropped"]).astype(np.int8),
+        rank=rank.T.ravel(),
+        wasted_tokens=wasted,
+        recomputed_tokens=None,
+        segments=None,
+        publish_times=publish,
+        end_time=end,
+        generator_busy=float(np.sum(stop - launch_r)),
+        trainer_busy=float(np.sum(trainer_times)),
+    )
+
+
+def run_vector(cfg: SimConfig, supply: LengthSupply, trainer_times: Any) -> RawTrace:
+    """Run the vectorized engine (the caller checked ``cfg.vectorizable``)."""
+    if cfg.mode == "async":
+        return _async(cfg, supply)
+    return _stepwise(cfg, supply, np.asarray(trainer_times, dtype=np.float64))

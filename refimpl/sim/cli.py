@@ -1,0 +1,216 @@
+"""``refimpl simulate``: run the rollout-queue simulator from the command line.
+
+``refimpl simulate --slots N --batch B --rollouts R --seed S --json`` prints one JSON object with the
+SimPy peer's keys (``rollouts_per_s``, ``staleness_mean``, ``staleness_hist``, ``length_mean``, ...)
+and the simulator's own (``throughput``, idle fractions, ``length_bias``, tokens wasted and
+recomputed). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix, so a run can be
+compared sample for sample with ``shared/peers/simpy_queue.py --save-lengths FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``simulate`` options to ``parser``."""
+    g = parser.add_argument_group("run")
+    g.add_argument("--slots", type=int, default=256, help="N generation slots (default 256)")
+    g.add_argument(
+        "--batch", type=int, default=512, help="B samples per trainer step (default 512)"
+    )
+    g.add_argument(
+        "--rollouts",
+        type=int,
+        default=None,
+        help="trained rollouts; runs rollouts // batch steps (default 100000 unless --steps)",
+    )
+    g.add_argument("--steps", type=int, default=None, help="trainer steps (instead of --rollouts)")
+    g.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    g.add_argument(
+        "--mode",
+        choices=["async", "sync", "first_k", "admission"],
+        default="async",
+        help="dispatch",
+    )
+    g.add_argument("--launch", type=int, default=None, help="first_k: rollouts launched per step")
+    g.add_argument(
+        "--leftovers", choices=["drop", "carry"], default="drop", help="first_k leftovers"
+    )
+    g.add_argument("--eta", type=int, default=None, help="staleness bound η (default: none)")
+    g.add_argument(
+        "--over-bound", choices=["keep", "drop"], default="keep", help="samples with s > η"
+    )
+    g.add_argument(
+        "--engine", choices=["auto", "vector", "event"], default="auto", help="simulation engine"
+    )
+    lg = parser.add_argument_group("lengths (default: lognormal(mu, sigma), drawn as the peer)")
+    lg.add_argument("--mu", type=float, default=6.0, help="lognormal log-mean (default 6)")
+    lg.add_argument("--sigma", type=float, default=1.0, help="lognormal log-sd (default 1)")
+    lg.add_argument(
+        "--lengths-npy",
+        metavar="FILE",
+        default=None,
+        help="N x K float64 matrix of per-slot lengths",
+    )
+    lg.add_argument(
+        "--lengths-pmf",
+        metavar="P1,P2,...",
+        default=None,
+        help="discrete pmf over lengths 1..M (comma-separated)",
+    )
+    tg = parser.add_argument_group("timing")
+    tg.add_argument("--token-time", type=float, default=1.0, help="decode time per token")
+    tg.add_argument("--prefill-time", type=float, default=0.0, help="prefill time per rollout")
+    tg.add_argument(
+        "--slowdown-per-slot",
+        type=float,
+        default=None,
+        metavar="A",
+        help="decode slowdown factor 1 + A * busy_slots",
+    )
+    tg.add_argument("--trainer-time", type=float, default=0.0, help="trainer step time")
+    tg.add_argument(
+        "--trainer-time-random",
+        action="store_true",
+        help="draw each trainer step time from an exponential law with mean --trainer-time",
+    )
+    pg = parser.add_argument_group("partial rollouts and preemption")
+    pg.add_argument(
+        "--partial", choices=["none", "restart", "recompute", "keep_kv"], default="none"
+    )
+    pg.add_argument("--reprefill-token-time", type=float, default=0.0, help="re-prefill time/token")
+    pg.add_argument("--preempt-rate", type=float, default=0.0, help="preemptions per slot per time")
+    pg.add_argument(
+        "--preempt-duration", type=float, default=0.0, help="time a preempted slot is lost"
+    )
+    pg.add_argument(
+        "--no-persist-kv", action="store_true", help="re-prefill after preemption (no saved KV)"
+    )
+    pg.add_argument("--kv-restore-time", type=float, default=0.0, help="time to reload saved KV")
+    og = parser.add_argument_group("output")
+    og.add_argument("--json", action="store_true", help="print one JSON object")
+    og.add_argument(
+        "--trace", metavar="FILE.parquet", default=None, help="write the trace (Parquet)"
+    )
+    og.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: only when stderr is a terminal)",
+    )
+
+
+def _config(args: argparse.Namespace) -> Any:
+    import scipy.stats
+
+    from refimpl.sim import SimConfig
+
+    lengths: Any = None
+    if args.lengths_npy is not None and args.lengths_pmf is not None:
+        raise ValueError(
+            "--lengths-npy and --lengths-pmf must not both be given; got both. Pass one of them."
+        )
+    if args.lengths_npy is not None:
+        lengths = np.load(args.lengths_npy)
+    elif args.lengths_pmf is not None:
+        lengths = np.array([float(x) for x in args.lengths_pmf.split(",")])
+    rollouts = args.rollouts
+    if rollouts is None and args.steps is None:
+        rollouts = 100_000
+    slowdown = None
+    if args.slowdown_per_slot is not None:
+        a = float(args.slowdown_per_slot)
+        slowdown = lambda busy: 1.0 + a * busy  # noqa: E731
+    trainer_time: Any = args.trainer_time
+    if args.trainer_time_random:
+        trainer_time = scipy.stats.expon(scale=args.trainer_time)
+    return SimConfig(
+        slots=args.slots,
+        batch=args.batch,
+        rollouts=rollouts,
+        steps=args.steps or 0,
+        mode=args.mode,
+        lengths=lengths,
+        lognormal_mu=args.mu,
+        lognormal_sigma=args.sigma,
+        launch=args.launch,
+        leftovers=args.leftovers,
+        eta=args.eta,
+        over_bound=args.over_bound,
+        token_time=args.token_time,
+        prefill_time=args.prefill_time,
+        slowdown=slowdown,
+        trainer_time=trainer_time,
+        partial=args.partial,
+        reprefill_token_time=args.reprefill_token_time,
+        preempt_rate=args.preempt_rate,
+        preempt_duration=args.preempt_duration,
+        persist_kv=not args.no_persist_kv,
+        kv_restore_time=args.kv_restore_time,
+        seed=args.seed,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
+    from tqdm import tqdm
+
+    from refimpl.sim import simulate
+
+    try:
+        cfg = _config(args)
+    except (ValueError, TypeError) as err:
+        print(f"refimpl simulate: {err}", file=sys.stderr)
+        return 2
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    bar = tqdm(
+        total=cfg.trained_target, file=sys.stderr, disable=not show, unit="rollout", leave=False
+    )
+
+    def advance(n: int) -> None:
+        bar.update(n)
+
+    t0 = time.perf_counter()
+    try:
+        trace = simulate(cfg, engine=args.engine, progress=advance)
+    except (ValueError, TypeError, RuntimeError) as err:
+        bar.close()
+        print(f"refimpl simulate: {err}", file=sys.stderr)
+        return 2
+    wall = time.perf_counter() - t0
+    bar.close()
+    summary = trace.summary()
+    engine = args.engine
+    if engine == "auto":
+        engine = "vector" if cfg.vectorizable else "event"
+    out: dict[str, Any] = {
+        "impl": f"refimpl-{engine}",
+        "mode": cfg.mode,
+        "slots": cfg.slots,
+        "batch": cfg.batch,
+        "rollouts_requested": cfg.rollouts,
+        "seed": cfg.seed,
+        "sim_wall_s": wall,
+        "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
+    }
+    out.update(summary.to_json_dict())
+    if args.trace is not None:
+        trace.to_parquet(args.trace)
+        out["trace"] = args.trace
+    if args.json:
+        print(json.dumps(out))
+    else:
+        for key, value in out.items():
+            if key == "staleness_hist":
+                value = " ".join(str(v) for v in value)
+            print(f"{key:22s} {value}")
+    return 0
