@@ -37,7 +37,7 @@ FLUID_RULE = "fluid model: 3% of the value (its approximation error) + " + TOL_R
 def laws() -> list[tuple[str, Any]]:
     """The length laws of the section, from constant to heavy-tailed, all with mean 400 tokens."""
     out: list[tuple[str, Any]] = [
-        ("constant", _constant(MEAN)),
+        ("near-constant (uniform [380, 420])", stats.uniform(loc=MEAN - 20.0, scale=40.0)),
         ("uniform [200, 600]", stats.uniform(loc=200.0, scale=400.0)),
         ("lognormal σ = 0.5", lognormal(median=MEAN * np.exp(-0.125), sigma=0.5)),
         ("exponential", stats.expon(scale=MEAN)),
@@ -45,11 +45,6 @@ def laws() -> list[tuple[str, Any]]:
         ("lognormal σ = 1.5", lognormal(median=MEAN * np.exp(-1.125), sigma=1.5)),
     ]
     return out
-
-
-def _constant(value: float) -> Any:
-    """The degenerate law at ``value`` tokens (a one-point discrete law)."""
-    return stats.rv_discrete(values=([value], [1.0]))
 
 
 def verdict(effective_speedup: float, mean_ratio: float) -> str:
@@ -100,13 +95,22 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"drop shortens the trained lengths by more than that; *not worth it* if the effective "
         f"speedup is below {MARGIN}."
     )
-    rows = []
-    names, bound_cf, bound_sim, bound_err, eff_all, verdicts = [], [], [], [], [], []
+    rows: list[tuple[Any, ...]] = []
+    failures: list[str] = []
+    names: list[str] = []
+    bound_cf: list[float] = []
+    bound_sim: list[float] = []
+    bound_err: list[float] = []
+    eff_all: list[tuple[float, float, float]] = []
+    verdicts: list[str] = []
     for i, (name, dist) in enumerate(laws()):
         progress(f"{name}: sync {steps} steps, async {a_steps} steps")
         mean_l = float(dist.mean())
-        bound = float(refimpl.async_speedup(dist, n=n))
-        emax = float(refimpl.expected_max(dist, n=n))
+        try:
+            bound: float | None = float(refimpl.async_speedup(dist, n=n))
+        except ArithmeticError as err:  # the library refuses an inaccurate value: say so
+            bound = None
+            failures.append(f"`expected_max`/`async_speedup` for {name}: {err}")
         tr_sync = rsim.simulate(
             rsim.SimConfig(
                 slots=n,
@@ -120,14 +124,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         step_times = np.diff(np.concatenate([[0.0], np.asarray(tr_sync.publish_times)]))
         st_mean = float(step_times.mean())
         st_se = float(step_times.std(ddof=1) / np.sqrt(step_times.size))
-        section.check(
-            f"speedup-{i}",
-            f"E[max of {n}]/E[L], {name}",
-            closed_form=bound,
-            simulation=st_mean / mean_l,
-            tolerance=max(Z_TOL * st_se / mean_l, 1e-9),
-            rule=TOL_RULE,
-        )
+        if bound is not None:
+            section.check(
+                f"speedup-{i}",
+                f"E[max of {n}]/E[L], {name}",
+                closed_form=bound,
+                simulation=st_mean / mean_l,
+                tolerance=max(Z_TOL * st_se / mean_l, 1e-9),
+                rule=TOL_RULE,
+            )
         tr_async = rsim.simulate(
             rsim.SimConfig(
                 slots=n,
@@ -152,7 +157,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         kept_sim = float((status[consumed] == rsim.STATUS["trained"]).mean())
         fl = refimpl.fluid_steady_state(dist, slots=n, batch=n, eta=ETA)
         ratio_sim = async_rate / sync_rate
-        ratio_cf = bound * float(fl.kept_fraction)
+        ratio_cf = None if bound is None else bound * float(fl.kept_fraction)
         mean_ratio = float(lengths.mean()) / mean_l
         eff = ratio_sim * value
         v = verdict(eff, mean_ratio)
@@ -161,12 +166,11 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         rows.append(
             (
                 name,
-                emax,
-                bound,
+                "not computed" if bound is None else bound,
                 st_mean / mean_l,
                 float(fl.kept_fraction),
                 kept_sim,
-                ratio_cf,
+                "not computed" if ratio_cf is None else ratio_cf,
                 ratio_sim,
                 float(fl.trained_mean_length) / mean_l,
                 mean_ratio,
@@ -184,17 +188,16 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             rule=FLUID_RULE,
         )
         names.append(name)
-        bound_cf.append(bound)
+        bound_cf.append(np.nan if bound is None else bound)
         bound_sim.append(st_mean / mean_l)
         bound_err.append(st_se / mean_l)
-        eff_all.append((ratio_cf, ratio_sim, eff))
+        eff_all.append((np.nan if ratio_cf is None else ratio_cf, ratio_sim, eff))
         verdicts.append(v)
     section.table(
         "verdicts",
         f"Asynchrony against synchronous dispatch on {n} slots (mean length {fmt(MEAN)} tokens)",
         (
             "length law",
-            "E[max]",
             "bound E[max]/E[L]",
             "bound (sim)",
             "kept (fluid)",
@@ -211,10 +214,18 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     )
     section.text(
         "\n".join(
-            f"- **{name}**: {v} (effective speedup {fmt(r[11])}, trained mean {fmt(r[9])} × E[L])."
+            f"- **{name}**: {v} (effective speedup {fmt(r[10])}, trained mean {fmt(r[8])} × E[L])."
             for name, v, r in zip(names, verdicts, rows, strict=True)
         )
     )
+
+    if failures:
+        section.text(
+            "**Closed forms not computed in this build.** The library refused to return these "
+            "values (it raises rather than return an inaccurate number); their rows show the "
+            "simulation only:\n" + "\n".join(f"- {f}" for f in failures)
+        )
+    section.metric("closed_form_failures", failures)
 
     fig, (ax1, ax2) = new_figure(2)
     x = np.arange(len(names))
@@ -290,6 +301,8 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "for the length bias; red: not worth it).",
     )
     for i, (c, s_) in enumerate(zip(ratios_cf, ratios_sim, strict=True)):
+        if np.isnan(c):
+            continue
         section.check(
             f"throughput-ratio-{i}",
             f"trained/time async ÷ sync, {names[i]}",

@@ -79,7 +79,12 @@ def run(args: argparse.Namespace) -> int:
         if spec not in chosen:
             continue
         section = Section(
-            key=spec.key, number=number, title=spec.title, docs=spec.docs, figures_dir=figures
+            key=spec.key,
+            number=number,
+            title=spec.title,
+            docs=spec.docs,
+            figures_dir=figures,
+            dpi=80 if config.quick else 100,
         )
         _say(f"[{number}/{len(SECTIONS)}] {spec.title} ...")
         t0 = time.perf_counter()

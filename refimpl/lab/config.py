@@ -61,7 +61,7 @@ def lab_config(*, quick: bool, seed: int) -> LabConfig:
         return LabConfig(
             quick=True,
             seed=seed,
-            first_k_batches=4_000,
+            first_k_batches=2_000,
             async_steps=120,
             async_slots=32,
             async_batch=64,

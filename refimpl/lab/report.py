@@ -128,8 +128,10 @@ class Section:
         title: str,
         docs: Sequence[DocLink],
         figures_dir: Path,
+        dpi: int = 100,
     ) -> None:
         self.key = key
+        self.dpi = dpi
         self.number = number
         self.title = title
         self.docs = tuple(docs)
@@ -157,7 +159,7 @@ class Section:
         """Save ``fig`` as ``figures/<section>-<name>.png`` and add it to the section."""
         file = f"{self.key}-{name}.png"
         self.figures_dir.mkdir(parents=True, exist_ok=True)
-        fig.savefig(self.figures_dir / file, dpi=100)
+        fig.savefig(self.figures_dir / file, dpi=self.dpi)
         self.blocks.append(FigureBlock(file, caption.strip()))
 
     def table(
