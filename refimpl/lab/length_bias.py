@@ -33,7 +33,7 @@ MEDIAN = 100.0
 MAX_LENGTH = 1024
 N_LAUNCH = 8
 KS = (1, 2, 4, 8)
-TAILS = {"light tail (lognormal σ = 0.5)": 0.5, "heavy tail (lognormal σ = 1.25)": 1.25}
+TAILS = {"light tail (σ = 0.5)": 0.5, "heavy tail (σ = 1.25)": 1.25}
 
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
@@ -102,7 +102,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
                 )
             )
         ax.set_xscale("log")
-        ax.set_title(f"Trained length law, first k of {N_LAUNCH}: {tail_name}")
+        ax.set_title(f"Trained length law, first k of {N_LAUNCH}, {tail_name}")
         ax.set_xlabel("rollout length ℓ (tokens, log scale)")
         ax.set_ylabel("P(trained length ≤ ℓ)")
         series_legend(ax, series, closed_label="selected_pmf", loc="lower right")

@@ -104,8 +104,8 @@ def fmt(value: float, digits: int = 3) -> str:
 
     Examples
     --------
-    >>> fmt(0.123456), fmt(1234.5), fmt(float("inf")), fmt(3)
-    ('0.123', '1.23e+03', 'inf', '3')
+    >>> fmt(0.123456), fmt(1234.6), fmt(2.5e7), fmt(float("inf")), fmt(3)
+    ('0.123', '1235', '2.5e+07', 'inf', '3')
     """
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return str(int(value))
@@ -114,6 +114,8 @@ def fmt(value: float, digits: int = 3) -> str:
         return "inf" if v > 0 else "-inf"
     if math.isnan(v):
         return "nan"
+    if 10**digits <= abs(v) < 1e7:
+        return f"{v:.0f}"
     return f"{v:.{digits}g}"
 
 
