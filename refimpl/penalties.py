@@ -16,7 +16,7 @@ differ:
 Lengths are token counts (finite, ``>= 0``; fractional values are accepted as a continuous
 approximation). ``correct`` is a boolean array (or 0/1 numbers) of the same shape.
 
-Claim ids (``proofs/penalties.py``): PEN1–PEN6.
+Claim ids (``proofs/penalties.py``): PEN1–PEN7.
 """
 
 from __future__ import annotations
@@ -269,7 +269,10 @@ def dapo_overlong_penalty(
     in ``[−penalty_factor, 0]`` with the floor (PEN3, PEN4). The two variants agree on
     :math:`\ell \le L_\text{max}`: they differ only where generation was not truncated at
     :math:`L_\text{max}` (in verl it always is, so the floor never binds there). OpenRLHF caps the
-    excess at the buffer length, which is ``floor=True``.
+    excess at the buffer length, which is ``floor=True``. On the ramp the penalty is a price
+    :math:`1/L_\text{cache}` per token; under the saturating quality model the optimal length is
+    :math:`\operatorname{clip}(\lambda\ln(q_\text{max}L_\text{cache}/\lambda),
+    L_\text{max} - L_\text{cache}, L_\text{max})` (PEN4).
 
     References
     ----------
@@ -476,7 +479,10 @@ def l1_exact_reward(
     Notes
     -----
     Maximal at :math:`n_y = n_\text{gold}`, symmetric around it, linear with slope ``∓alpha``:
-    unlike the effort price, over- and under-shooting are penalised alike (PEN6).
+    over- and under-shooting are penalised alike. Above the target it is the constant price
+    ``alpha`` per token, so under the saturating quality model the optimal length is
+    :math:`\max(n_\text{gold}, \lambda \ln(q_\text{max}/(\lambda\alpha)))`: shorter targets are
+    overshot (PEN6).
 
     References
     ----------
@@ -541,7 +547,7 @@ def l1_max_reward(
     -----
     Non-increasing in the length; a correct answer gets 1 once
     :math:`n_y \le n_\text{gold} - (1 - \delta)/\alpha` and 0 once
-    :math:`n_y \ge n_\text{gold} + \delta/\alpha` (PEN6).
+    :math:`n_y \ge n_\text{gold} + \delta/\alpha` (PEN7).
 
     References
     ----------
