@@ -155,3 +155,15 @@ def test_the_lab_flags_a_wrong_optimal_length(
     failed = {c["name"] for c in checks if not c["passed"]}
     assert code == 1
     assert {c["name"] for c in checks if c["name"].startswith("L*-")} <= failed
+
+
+def test_every_section_links_docs_pages_that_exist() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for spec in SECTIONS:
+        assert spec.docs, spec.key
+        for link in spec.docs:
+            folder, _, name = link.page.partition("/")
+            if folder == "derivations":  # generated at build time from proofs/<name>.py
+                assert (root / "proofs" / f"{name}.py").is_file(), link
+            else:
+                assert (root / "docs" / f"{link.page}.md").is_file(), link

@@ -63,7 +63,14 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.fluid_steady_state",
             "refimpl.sim.simulate",
         ),
-        docs=(_WALK,),
+        docs=(
+            DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
+            DocLink(
+                "concepts/sim-async-admission",
+                "Simulating asynchronous dispatch and admission control",
+            ),
+            _WALK,
+        ),
     ),
     SectionSpec(
         key="staleness",
@@ -76,7 +83,15 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.staleness_mask",
             "refimpl.sim.simulate",
         ),
-        docs=(_WALK,),
+        docs=(
+            DocLink("concepts/staleness", "Staleness, masks and importance weights"),
+            DocLink(
+                "concepts/sim-staleness-partial",
+                "Simulating the staleness bound, partial rollouts and preemption",
+            ),
+            DocLink("derivations/importance", "Importance-weight derivations"),
+            _WALK,
+        ),
     ),
     SectionSpec(
         key="effort",
@@ -96,6 +111,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.l1_max_reward",
         ),
         docs=(
+            DocLink("concepts/effort", "Effort conditioning"),
             DocLink("derivations/effort", "Effort conditioning derivations (EF1–EF9)"),
             DocLink("derivations/penalties", "Published length penalties (PEN1–PEN7)"),
             _WALK,
@@ -111,7 +127,14 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.masked_is_weights",
             "refimpl.sim.simulate",
         ),
-        docs=(_WALK,),
+        docs=(
+            DocLink(
+                "concepts/staleness",
+                "Staleness, masks and importance weights: the over-masking bug",
+            ),
+            DocLink("derivations/staleness", "Staleness derivations"),
+            _WALK,
+        ),
     ),
     SectionSpec(
         key="async-worth",
@@ -123,6 +146,9 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.fluid_steady_state",
             "refimpl.sim.simulate",
         ),
-        docs=(_WALK,),
+        docs=(
+            DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
+            _WALK,
+        ),
     ),
 )
