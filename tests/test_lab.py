@@ -167,3 +167,63 @@ def test_every_section_links_docs_pages_that_exist() -> None:
                 assert (root / "proofs" / f"{name}.py").is_file(), link
             else:
                 assert (root / "docs" / f"{link.page}.md").is_file(), link
+
+
+def test_the_lab_flags_an_off_by_one_keep_probability(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wrong variant of the fluid keep probability (η counted one too high) must make the
+    # debugging section's kept-fraction checks disagree with the simulated masks.
+    import refimpl
+
+    right = refimpl.fluid_keep_probability
+
+    def wrong(lengths: Any, *, step_time: float, eta: int) -> Any:
+        return right(lengths, step_time=step_time, eta=eta + 1)
+
+    monkeypatch.setattr(refimpl, "fluid_keep_probability", wrong)
+    out = tmp_path / "wrong"
+    code = main(["lab", "--quick", "--only", "debugging", "--out", str(out)])
+    checks = json.loads((out / "metrics.json").read_text())["sections"]["debugging"]["checks"]
+    assert code == 1
+    assert {c["name"] for c in checks if not c["passed"]} >= {"kept-eta0", "kept-eta1"}
+
+
+def test_paired_closed_forms_are_the_library_values(quick: QuickRun) -> None:
+    # The closed forms in the report are recomputed here from the library, independently of the
+    # lab's code, so a lab that paired a simulation with the wrong closed form would fail.
+    import refimpl
+    from refimpl.lab import length_bias as lb
+    from refimpl.lab._common import discretized_lognormal, lognormal
+
+    sections = quick.metrics["sections"]
+    if sections["length-bias"]["available"]:
+        checks = {c["name"]: c for c in sections["length-bias"]["checks"]}
+        for sigma in lb.TAILS.values():
+            pmf = discretized_lognormal(median=lb.MEDIAN, sigma=sigma, max_length=lb.MAX_LENGTH)
+            for k in lb.KS:
+                bias = refimpl.length_bias(pmf, n=lb.N_LAUNCH, k=k)
+                got = checks[f"first-k-mean-s{sigma:g}-k{k}"]["closed_form"]
+                assert got == pytest.approx(float(bias.selected_mean), rel=1e-12)
+        dist = lognormal(median=lb.MEDIAN, sigma=1.0)
+        ratio = refimpl.length_bias(dist, n=8, k=4).ratio
+        assert checks["tail-ratio-n8-k4-s1"]["closed_form"] == pytest.approx(ratio, rel=1e-12)
+    if sections["effort"]["available"]:
+        from refimpl.lab.effort import PROBLEM
+
+        for row in sections["effort"]["metrics"]["effort-table"]:
+            b = row["b"]
+            assert row["L*(b)"] == pytest.approx(float(refimpl.optimal_length(b, **PROBLEM)))
+            assert row["Q(L*(b))"] == pytest.approx(
+                float(refimpl.effort_frontier(b, **PROBLEM).quality)
+            )
+    if sections["staleness"]["available"]:
+        from refimpl.lab.staleness_masking import _law
+
+        setting = sections["staleness"]["metrics"]["setting"]
+        checks = {c["name"]: c for c in sections["staleness"]["checks"]}
+        fl = refimpl.fluid_steady_state(
+            _law(), slots=setting["slots"], batch=setting["batch"], eta=0
+        )
+        assert checks["trained-mean-eta0"]["closed_form"] == pytest.approx(fl.trained_mean_length)
+        assert checks["kept-fraction-eta0"]["closed_form"] == pytest.approx(fl.kept_fraction)
