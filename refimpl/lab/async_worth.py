@@ -219,6 +219,10 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         )
     )
 
+    by_verdict: dict[str, list[str]] = {}
+    for name, v in zip(names, verdicts, strict=True):
+        by_verdict.setdefault(v, []).append(name)
+    section.headline("; ".join(f"{v}: {', '.join(ns)}" for v, ns in by_verdict.items()) + ".")
     if failures:
         section.text(
             "**Closed forms not computed in this build.** The library refused to return these "

@@ -163,6 +163,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
                 "off_by_one": d_bad.on_policy_dropped_fraction,
             },
         )
+    d0 = section.metrics["on_policy_dropped_eta0"]
+    section.headline(
+        f"an off-by-one in version counting drops {fmt(100 * d0['off_by_one'])}% of on-policy "
+        f"samples at η = 0 (a correct mask: {fmt(100 * d0['correct'])}%); "
+        "`masking_diagnostics` flags it."
+    )
     ax1.set_xscale("log")
     ax1.set_title("Off-by-one: the mask behaves like η − 1")
     ax1.set_xlabel("rollout length ℓ (tokens, log scale)")

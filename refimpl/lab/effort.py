@@ -108,6 +108,14 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "of the shaped reward and the mean length of one policy trained on all efforts (markers).",
     )
 
+    rel = float(np.max(np.abs(policy_len / l_pts - 1.0)))
+    slope = float((l_pts[-1] - l_pts[0]) / (b_pts[-1] - b_pts[0]))
+    section.metric("policy_max_relative_length_error", rel)
+    section.metric("optimal_length_slope", slope)
+    section.headline(
+        f"the optimal length grows by {fmt(slope)} tokens per unit of effort; one policy trained "
+        f"on all efforts stays within {fmt(100 * rel, 2)}% of L*(b)."
+    )
     for b, lc, la in zip(b_pts, l_pts, argmax, strict=True):
         section.check(
             f"L*-grid-b{b:g}",

@@ -143,12 +143,17 @@ class Section:
         self.blocks: list[Block] = []
         self.metrics: dict[str, Any] = {}
         self.checks: list[Check] = []
+        self.headlines: list[str] = []
         self.seconds = 0.0
 
     # -- content ---------------------------------------------------------------------------------
     def text(self, markdown: str) -> None:
         """Add a paragraph (or a ``- `` list)."""
         self.blocks.append(TextBlock(markdown.strip()))
+
+    def headline(self, markdown: str) -> None:
+        """A one-line finding shown at the top of the report (numbers from the metrics only)."""
+        self.headlines.append(markdown.strip())
 
     def metric(self, key: str, value: Any) -> Any:
         """Record a number (or a list/dict of numbers) shown in the report; return it."""
@@ -210,6 +215,7 @@ class Section:
         ]
         self.metrics = {}
         self.checks = []
+        self.headlines = []
 
 
 # -- metrics.json ----------------------------------------------------------------------------------
@@ -246,6 +252,7 @@ def write_metrics(path: Path, sections: Sequence[Section], meta: dict[str, Any])
                 "seconds": s.seconds,
                 "docs": [d.page for d in s.docs],
                 "metrics": s.metrics,
+                "headlines": s.headlines,
                 "checks": [c.as_dict() for c in s.checks],
                 "figures": [b.file for b in s.blocks if isinstance(b, FigureBlock)],
             }
@@ -282,6 +289,9 @@ CHECK_COLUMNS = ("quantity", "closed form", "simulation", "|difference|", "toler
 def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
     """Write ``report.md`` (figures linked as ``figures/*.png``)."""
     out = [f"# {meta['title']}", "", meta["summary"], ""]
+    glance = [f"- **{s.title}:** {h}" for s in sections for h in s.headlines]
+    if glance:
+        out += ["## At a glance", "", *glance, ""]
     out += [_md_table(("", ""), [(k, str(v)) for k, v in meta["settings"].items()]), ""]
     for s in sections:
         out += [f"## {s.number}. {s.title}", ""]
@@ -317,6 +327,7 @@ th{background:#eef0f6}td:first-child,th:first-child{text-align:left}
 .bad{color:#b00020;font-weight:700}.ok{color:#1b7f3b}
 .unavailable{background:#fff4e5;border-left:4px solid #f0a020;padding:.6em 1em}
 nav ol{columns:2}.small{font-size:.85em;color:#666}
+.glance{background:#eef6ff;border-radius:6px;padding:.2em 1.2em .6em}.glance h2{margin-top:.6em;border:0}
 """
 
 
@@ -355,7 +366,18 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
         f"<title>{html.escape(meta['title'])}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(meta['title'])}</h1>",
         _html_text(meta["summary"]),
+    ]
+    glance = [
+        f'<li><a href="#{s.key}"><strong>{html.escape(s.title)}</strong></a>: {_inline(h)}</li>'
+        for s in sections
+        for h in s.headlines
+    ]
+    if glance:
+        out += ['<div class="glance"><h2>At a glance</h2><ul>', *glance, "</ul></div>"]
+    out += [
+        "<details><summary>Run settings</summary>",
         _html_table(("setting", "value"), [(k, str(v)) for k, v in meta["settings"].items()]),
+        "</details>",
         "<nav><ol>",
     ]
     for s in sections:

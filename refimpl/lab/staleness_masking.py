@@ -242,6 +242,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         ),
         rows,
     )
+    r0 = rows[0]
+    section.headline(
+        f"dropping samples staler than η = 0 trains a mean length of {fmt(r0[5] / mean_l)} × E[L] "
+        f"(fluid model {fmt(r0[6])}); rollouts longer than {fmt(r0[7])} tokens "
+        f"({fmt(100 * r0[8])}% of launches) are never trained."
+    )
     section.text(
         "**What is lost.** A rollout longer than `(η + 1)·Δ` is never trained: by the time it "
         "finishes, the policy has moved on more than η versions. The column *launched mass beyond* "
