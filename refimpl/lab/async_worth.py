@@ -95,6 +95,19 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"drop shortens the trained lengths by more than that; *not worth it* if the effective "
         f"speedup is below {MARGIN}."
     )
+    section.metric(
+        "setting",
+        {
+            "slots": n,
+            "eta": ETA,
+            "gamma": GAMMA,
+            "margin": MARGIN,
+            "bias_limit": BIAS_LIMIT,
+            "sync_steps": steps,
+            "async_steps": a_steps,
+            "mean_length": MEAN,
+        },
+    )
     rows: list[tuple[Any, ...]] = []
     failures: list[str] = []
     names: list[str] = []

@@ -48,6 +48,17 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "the lines are `selected_pmf`, the markers the simulator (`mode='first_k'`)."
     )
     steps = config.first_k_batches
+    section.metric(
+        "setting",
+        {
+            "median": MEDIAN,
+            "max_length": MAX_LENGTH,
+            "n": N_LAUNCH,
+            "k": list(KS),
+            "sigmas": list(TAILS.values()),
+            "launches": steps,
+        },
+    )
     rows = []
     fig, axes = new_figure(2)
     for t, ((tail_name, sigma), ax) in enumerate(zip(TAILS.items(), axes, strict=True)):
@@ -130,9 +141,10 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     )
 
     heavy_k1 = next(r for r in rows if r[0].startswith("heavy") and r[2] == 1)
+    sim_ratio = section.metric("heavy_tail_first_1_simulated_ratio", heavy_k1[5] / heavy_k1[3])
     section.headline(
         f"training on the first 1 of {N_LAUNCH} rollouts gives a mean length of "
-        f"{fmt(heavy_k1[6])} × E[L] on the heavy tail (simulated {fmt(heavy_k1[5] / heavy_k1[3])})."
+        f"{fmt(heavy_k1[6])} × E[L] on the heavy tail (simulated {fmt(sim_ratio)})."
     )
     _transient(section, config, progress)
     _magnitude(section, config, progress)
@@ -195,14 +207,15 @@ def _transient(section: Section, config: LabConfig, progress: Callable[[str], No
             "first_batch_ratio": float(mean_ratio[0]),
         },
     )
+    steady_ratio = section.metric("steady_state_ratio", steady / mean_p)
     section.text(
         f"With nothing dropped, continuous dispatch trains the launched law in steady state. The "
         f"first batch's mean length is {fmt(float(mean_ratio[0]))} × E[L]; from step {warm} on the "
-        f"mean is {fmt(steady / mean_p)} × E[L]."
+        f"mean is {fmt(steady_ratio)} × E[L]."
     )
     section.headline(
         f"continuous dispatch from a cold start: the first batch averages {fmt(float(mean_ratio[0]))}"
-        f" × E[L]; from step {warm} on, {fmt(steady / mean_p)} × E[L] (closed form: 1)."
+        f" × E[L]; from step {warm} on, {fmt(steady_ratio)} × E[L] (closed form: 1)."
     )
     section.check(
         "async-steady-mean",

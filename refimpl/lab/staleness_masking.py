@@ -243,8 +243,9 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         rows,
     )
     r0 = rows[0]
+    sim_ratio0 = section.metric("eta0_trained_mean_ratio_simulated", r0[5] / mean_l)
     section.headline(
-        f"dropping samples staler than η = 0 trains a mean length of {fmt(r0[5] / mean_l)} × E[L] "
+        f"dropping samples staler than η = 0 trains a mean length of {fmt(sim_ratio0)} × E[L] "
         f"(fluid model {fmt(r0[6])}); rollouts longer than {fmt(r0[7])} tokens "
         f"({fmt(100 * r0[8])}% of launches) are never trained."
     )
