@@ -55,6 +55,32 @@ def test_index_html_references_only_files_that_exist(quick: QuickRun) -> None:
     assert {r[1:] for r in refs if r.startswith("#")} <= anchors
 
 
+def test_index_html_is_well_formed(quick: QuickRun) -> None:
+    from html.parser import HTMLParser
+
+    class Balance(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.open: list[str] = []
+            self.errors: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag not in {"meta", "img", "br", "hr", "link"}:
+                self.open.append(tag)
+
+        def handle_endtag(self, tag: str) -> None:
+            if self.open and self.open[-1] == tag:
+                self.open.pop()
+            else:
+                self.errors.append(f"</{tag}> closes {self.open[-3:]}")
+
+    parser = Balance()
+    parser.feed(quick.html)
+    assert parser.errors == []
+    assert parser.open == []
+    assert "<style>" in quick.html  # self-contained: the CSS is inline, nothing is fetched
+
+
 def test_report_md_links_every_figure(quick: QuickRun) -> None:
     linked = set(re.findall(r"\]\(figures/([^)]+)\)", quick.markdown))
     figures = {f for s in quick.metrics["sections"].values() for f in s["figures"]}
