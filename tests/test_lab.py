@@ -253,3 +253,15 @@ def test_paired_closed_forms_are_the_library_values(quick: QuickRun) -> None:
         )
         assert checks["trained-mean-eta0"]["closed_form"] == pytest.approx(fl.trained_mean_length)
         assert checks["kept-fraction-eta0"]["closed_form"] == pytest.approx(fl.kept_fraction)
+
+
+def test_bad_arguments_are_refused_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["lab", "--seed", "-1", "--out", str(tmp_path / "a")])
+    assert exc.value.code == 2
+    assert "seed must be >= 0; got seed=-1" in capsys.readouterr().err
+    assert main(["lab", "--only", "nope", "--out", str(tmp_path / "b")]) == 2
+    assert "unknown section nope; choose among" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()  # nothing written for a refused call

@@ -32,7 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="small sizes, same sections (under 20 seconds)"
     )
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="root seed (default 0)")
+    parser.add_argument(
+        "--seed", type=_seed, default=0, metavar="S", help="root seed, an integer >= 0 (default 0)"
+    )
     parser.add_argument(
         "--only",
         action="append",
@@ -41,6 +43,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run only this section (repeatable); keys: "
         "length-bias, staleness, effort, debugging, async-worth",
     )
+
+
+def _seed(text: str) -> int:
+    """``--seed``: a non-negative integer (numpy's ``SeedSequence`` refuses negative entropy)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"seed must be an integer; got seed={text!r}. Pass e.g. --seed 0."
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"seed must be >= 0; got seed={value}. Pass a non-negative integer, e.g. --seed 0."
+        )
+    return value
 
 
 def _say(message: str) -> None:
@@ -56,13 +73,6 @@ def run(args: argparse.Namespace) -> int:
     from refimpl.lab.registry import SECTIONS, missing_names
     from refimpl.lab.report import Section, write_html, write_markdown, write_metrics
 
-    config = lab_config(quick=bool(args.quick), seed=int(args.seed))
-    out: Path = args.out
-    figures = out / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
-    for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
-        old.unlink()
-
     chosen = [s for s in SECTIONS if args.only is None or s.key in args.only]
     if args.only is not None:
         unknown = sorted(set(args.only) - {s.key for s in SECTIONS})
@@ -70,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
             keys = ", ".join(s.key for s in SECTIONS)
             _say(f"refimpl lab: unknown section {', '.join(unknown)}; choose among {keys}")
             return 2
+    config = lab_config(quick=bool(args.quick), seed=int(args.seed))
+    out: Path = args.out
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
+        old.unlink()
 
     start = time.perf_counter()
     mode = "quick" if config.quick else "default"
