@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             dpi=80 if config.quick else 100,
         )
         _say(f"[{number}/{len(SECTIONS)}] {spec.title} ...")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         missing = missing_names(spec.requires)
         if missing:
             section.unavailable(missing)
@@ -115,9 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
             spec.build_function()(section, config, progress)
         section.seconds = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         bad = [c.name for c in section.checks if not c.passed]
         _say(
-            f"      done in {section.seconds:.1f} s; "
+            f"      done in {section.seconds:.1f} s (CPU {cpu:.1f} s); "
             f"{len(section.checks) - len(bad)}/{len(section.checks)} checks agree"
             + (f" (DISAGREE: {', '.join(bad)})" if bad else "")
         )

@@ -232,7 +232,7 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
     import refimpl.sim as rsim
 
     steps = config.first_k_batches // 2
-    sigmas = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
+    sigmas = (0.25, 0.5, 1.0, 1.5) if config.quick else (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
     fig, (ax1, ax2) = new_figure(2)
     rows = []
     for i, (n, k) in enumerate(((8, 4), (8, 2))):
