@@ -265,3 +265,18 @@ def test_bad_arguments_are_refused_with_the_fix(
     assert main(["lab", "--only", "nope", "--out", str(tmp_path / "b")]) == 2
     assert "unknown section nope; choose among" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()  # nothing written for a refused call
+
+
+def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:
+    # An unescaped "|" inside a cell (e.g. E[ℓ|b]) would shift every later column.
+    def cells(line: str) -> int:
+        return len(re.split(r"(?<!\\)\|", line.strip())) - 2
+
+    lines = quick.markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("|---"):
+            width = cells(lines[i - 1])
+            j = i + 1
+            while j < len(lines) and lines[j].startswith("|"):
+                assert cells(lines[j]) == width, lines[j]
+                j += 1

@@ -263,9 +263,13 @@ def write_metrics(path: Path, sections: Sequence[Section], meta: dict[str, Any])
 
 
 # -- report.md -------------------------------------------------------------------------------------
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def _md_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines = ["| " + " | ".join(map(_md_cell, columns)) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -283,7 +287,7 @@ def _check_rows(section: Section) -> list[tuple[str, ...]]:
     ]
 
 
-CHECK_COLUMNS = ("quantity", "closed form", "simulation", "|difference|", "tolerance", "agree")
+CHECK_COLUMNS = ("quantity", "closed form", "simulation", "difference", "tolerance", "agree")
 
 
 def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
