@@ -106,13 +106,33 @@ def _check_api_documented(app: Sphinx, env: Any) -> None:
         except ImportError:
             continue
         for name in getattr(module, "__all__", []):
-            if f"{modname}.{name}" not in documented and f"refimpl.{name}" not in documented:
+            home = getattr(getattr(module, name), "__module__", modname)
+            places = {f"{modname}.{name}", f"refimpl.{name}", f"{home}.{name}"}
+            if not places & documented:
                 missing.append(f"{modname}.{name}")
     for name in missing:
         logger.warning("public name %s has no entry in the API reference (docs/api/)", name)
 
 
+def _check_plot_prefixes(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Warn when a page has several ``.. plot::`` blocks and one lacks ``:filename-prefix:``.
+
+    In MyST every ``{eval-rst}`` block is parsed on its own, so matplotlib's plot directive numbers
+    each page's inline figures from 1 again and a second figure silently overwrites the first.
+    """
+    text = source[0]
+    plots = text.count(".. plot::")
+    if plots > 1 and text.count(":filename-prefix:") < plots:
+        logger.warning(
+            "%s has %d plot directives but not every one has a distinct :filename-prefix:; "
+            "their images would overwrite each other",
+            docname,
+            plots,
+        )
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("builder-inited", _generate_derivations)
+    app.connect("source-read", _check_plot_prefixes)
     app.connect("env-check-consistency", _check_api_documented)
     return {"parallel_read_safe": True}

@@ -366,16 +366,31 @@ def _token_version_rows(
                 mask,
                 "Drop mask, or pass token_versions as a padded 2-D array with its mask.",
             )
-        rows = [
-            as_float_array(row, name=f"token_versions[{i}]", ndim=1)
-            for i, row in enumerate(token_versions)
-        ]
-        width = max(row.size for row in rows)
+        rows = []
+        for i, row in enumerate(token_versions):
+            try:
+                arr = np.asarray(row, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise wrong_type(
+                    f"token_versions[{i}]",
+                    "an array of integer versions",
+                    row,
+                    "Pass each sample's token versions as a 1-D numeric array.",
+                ) from None
+            if arr.ndim != 1:
+                raise invalid(
+                    f"token_versions[{i}]",
+                    "be 1-D (one version per token)",
+                    arr,
+                    f"Pass a 1-D array per sample (got shape {arr.shape}).",
+                )
+            rows.append(arr)
+        counts = np.array([row.size for row in rows])
+        flat = as_float_array(np.concatenate(rows), name="token_versions (concatenated)")
+        width = int(counts.max())
+        m = (np.arange(width)[None, :] < counts[:, None]).astype(np.float64)
         versions = np.zeros((len(rows), width), dtype=np.float64)
-        m = np.zeros((len(rows), width), dtype=np.float64)
-        for i, row in enumerate(rows):
-            versions[i, : row.size] = row
-            m[i, : row.size] = 1.0
+        versions[m > 0] = flat  # row-major order is the order of concatenation
         return versions, m
     versions = as_float_array(token_versions, name="token_versions", ndim=(1, 2))
     if versions.ndim == 1:
@@ -495,29 +510,46 @@ def sample_staleness(
             m,
             f"Sample {int(np.flatnonzero(empty)[0])} is all padding; drop it.",
         )
-    real = np.where(valid, versions, 0.0)
-    _require_integral(real, name="token_versions", meaning="versions count optimizer steps")
-    if np.any(real < 0):
+    # Validate the real tokens only (padding may hold anything finite).
+    flat = versions[valid]
+
+    def _at(k: int) -> str:
+        i, t = (int(x) for x in np.argwhere(valid)[k])  # (sample, token) of entry k of ``flat``
+        return f"Sample {i}, token {t} has version {flat[k]:g}"
+
+    fractional = flat != np.floor(flat)
+    if np.any(fractional):
+        raise invalid(
+            "token_versions",
+            "hold whole numbers (versions count optimizer steps)",
+            versions,
+            f"{_at(int(np.flatnonzero(fractional)[0]))}; pass integer versions.",
+        )
+    if np.any(flat < 0):
         raise invalid(
             "token_versions",
             "be >= 0 (the initial weights are version 0)",
             versions,
-            "Count versions from 0 (the number of optimizer steps applied).",
+            f"{_at(int(np.flatnonzero(flat < 0)[0]))}; count versions from 0 (the number of "
+            "optimizer steps applied).",
         )
-    token = np.where(valid, step[:, None] - versions, 0.0)
-    newer = valid & (token < 0)
+    step_flat = np.broadcast_to(step[:, None], versions.shape)[valid]
+    newer = flat > step_flat
     if np.any(newer):
-        i, t = (int(x) for x in np.argwhere(newer)[0])
+        k = int(np.flatnonzero(newer)[0])
         raise invalid(
             "token_versions",
             "be <= trained_step (the trainer at step j holds version j; no token can come from a "
             "newer version)",
             versions,
-            f"Sample {i}, token {t} has version {versions[i, t]:g} > trained_step {step[i]:g}: "
-            "check for an off-by-one (the version published *after* step j is j + 1).",
+            f"{_at(k)} > trained_step {step_flat[k]:g}: check for an off-by-one (the version "
+            "published *after* step j is j + 1).",
         )
-    sample = np.max(np.where(valid, token, -np.inf), axis=1)
-    return Staleness(sample=sample.astype(np.float64), token=token + 0.0, mask=m)
+    token = np.zeros(versions.shape, dtype=np.float64)
+    token[valid] = step_flat - flat
+    oldest = np.min(np.where(valid, versions, np.inf), axis=1)
+    sample = (step - oldest).astype(np.float64)
+    return Staleness(sample=sample, token=token, mask=m)
 
 
 def admission_capacity(
@@ -732,9 +764,10 @@ def truncated_is_weights(
     -----
     Invariants: an on-policy token (ratio exactly 1) gets weight 1; weights are finite and in
     ``[0, C]``. Where ``ρ < C`` the weight equals the ratio, so the truncated estimate is unbiased on
-    that event; its bias is ``−E_μ[(ρ − C)^+ f]`` (proof claims IS1–IS3). The sequence product is
-    length-sensitive: for i.i.d. per-token noise a fixed cap truncates long sequences more often
-    (claim IS4). Accuracy: the log-ratio sum is exact to float64 rounding (relative ``~T·ε``).
+    that event; its bias is ``−E_μ[(ρ − C)^+ f]`` (claim IS1). The sequence product is
+    length-sensitive: for zero-mean i.i.d. per-token log-ratio noise a fixed cap truncates long
+    sequences more often; for noise with ``E[ρ_t] = 1`` it does so up to ``T* = 2 log C/σ²``
+    tokens, beyond which the product drifts towards 0 (claim IS3). Accuracy: the log-ratio sum is exact to float64 rounding (relative ``~T·ε``).
 
     References
     ----------
@@ -810,10 +843,10 @@ def masked_is_weights(
     Notes
     -----
     Invariants: ratio exactly 1 gives weight 1; weights are finite and non-negative. Unlike
-    truncation, masking removes a token's gradient entirely: it trades bias (the dropped region)
-    for bounded variance. A band tighter than the train/inference numerical mismatch drops
+    truncation, masking removes a token's gradient entirely: it trades bias (the whole target
+    mass outside the band, claim IS2) for bounded variance. A band tighter than the train/inference numerical mismatch drops
     on-policy tokens (:func:`over_masking_scenarios`); at sequence level the log-ratio noise grows
-    like ``√T``, so long sequences are dropped more often (claim IS4).
+    like ``√T``, so which sequences are dropped depends on their length (claim IS3).
 
     References
     ----------
@@ -847,10 +880,12 @@ def masked_is_weights(
     lvl = _as_level(level)
     if lvl == "token":
         keep = (m > 0) & (d >= log_lo) & (d <= log_hi)
-        return np.where(keep, _capped_exp(d, hi), 0.0)
+        return np.where(keep, np.maximum(_capped_exp(d, hi), lo), 0.0)
     total = _sequence_log_ratio(d, m, lvl)
     keep_seq = (total >= log_lo) & (total <= log_hi)
-    return np.asarray(np.where(keep_seq, _capped_exp(total, hi), 0.0), dtype=np.float64)
+    return np.asarray(
+        np.where(keep_seq, np.maximum(_capped_exp(total, hi), lo), 0.0), dtype=np.float64
+    )
 
 
 def decoupled_ppo_weights(
@@ -1286,7 +1321,7 @@ def over_masking_scenarios(
     is noise :math:`\varepsilon_t \sim N(0, \sigma^2)` rather than exactly 0. A sequence-level
     masked-IS band :math:`[1-\delta, 1+\delta]` tighter than that noise (the sequence log-ratio has
     standard deviation :math:`\sigma\sqrt{T}`) drops on-policy sequences, long ones first. Correct:
-    the IcePop band ``[0.5, 2]``.
+    a band ``[0.5, 2]``, far wider than the mismatch.
 
     Parameters
     ----------
@@ -1313,7 +1348,7 @@ def over_masking_scenarios(
 
     Notes
     -----
-    Lengths are ``1 + Geometric`` with mean 200 tokens; in (a) launch versions are drawn
+    Lengths are ``1 + Geometric(1/200)`` (mean 201 tokens); in (a) launch versions are drawn
     ``j − Poisson(0.7)`` (clipped at 0) and a third of the rollouts are interrupted by one update
     (mixed versions). In both scenarios :func:`masking_diagnostics` of the buggy weights reports
     ``on_policy_dropped_fraction > 0`` (1.0 in (a)) while the correct weights give 0.

@@ -342,6 +342,18 @@ def _staleness_cases() -> list[Case]:
             r"token_versions must be >= 0",
         ),
         Case(
+            "st-fractional-version",
+            lambda: st.sample_staleness(3, [[1, 2], [2, 2.5]]),
+            ValueError,
+            r"(?s)token_versions must hold whole numbers.*Sample 1, token 1 has version 2.5",
+        ),
+        Case(
+            "st-ragged-row-not-1d",
+            lambda: st.sample_staleness(3, [[1, 2], [[2, 2]]]),
+            ValueError,
+            r"token_versions\[1\] must be 1-D",
+        ),
+        Case(
             "st-trained-step-shape",
             lambda: st.sample_staleness([3, 3], [1, 2, 3]),
             ValueError,
