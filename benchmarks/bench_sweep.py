@@ -6,7 +6,7 @@ the median wall times and their ratio. With ``--dask`` it also measures a loopba
 ``LocalCluster`` of 1 and 2 workers (cluster start-up excluded). The two tables must be identical
 (apart from wall times): the benchmark checks that too.
 
-    python benchmarks/bench_sweep.py [--cells 8] [--draws 20000000] [--repeats 3] [--dask]
+    python benchmarks/bench_sweep.py [--cells 8] [--draws 100000000] [--repeats 3] [--dask]
 
 The ideal ratio is 2 on an idle machine with 2 free cores; pool start-up (spawn) and other load on
 the machine pull it down.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 from typing import Any
@@ -36,10 +37,15 @@ def _timed(fn: Any) -> tuple[float, Any]:
     return time.perf_counter() - start, result
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # pool processes, once they have exited
+    return usage.ru_utime + usage.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=8)
-    parser.add_argument("--draws", type=int, default=20_000_000)
+    parser.add_argument("--draws", type=int, default=100_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dask", action="store_true", help="also measure a Dask LocalCluster")
     args = parser.parse_args()
@@ -50,11 +56,14 @@ def main() -> None:
     )
 
     times: dict[int, list[float]] = {1: [], 2: []}
+    shares: dict[int, list[float]] = {1: [], 2: []}
     tables = {}
     for r in range(args.repeats):
         for workers in (1, 2) if r % 2 == 0 else (2, 1):
+            cpu = _children_cpu()
             seconds, table = _timed(lambda w=workers: sweep.run(grid, engine="local", workers=w))
             times[workers].append(seconds)
+            shares[workers].append((_children_cpu() - cpu) / seconds)
             tables[workers] = table.drop_columns(["wall_time_s"])
     assert tables[1].equals(tables[2]), "1 and 2 workers gave different tables"
     cell_s = statistics.median(sweep.run(grid, engine="serial").column("wall_time_s").to_pylist())
@@ -67,6 +76,11 @@ def main() -> None:
         f"local pool, 2 workers:       {t2:.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times[2])})"
     )
     print(f"speedup of 2 workers over 1 (local pool): {t1 / t2:.2f}x")
+    c1, c2 = statistics.median(shares[1]), statistics.median(shares[2])
+    print(
+        f"CPUs the pool got (its CPU time / wall time): {c1:.2f} with 1 worker, {c2:.2f} with 2; "
+        f"a shared machine gives less than 1 and 2, and the speedup cannot exceed {c2 / c1:.2f}"
+    )
 
     if args.dask:
         from distributed import LocalCluster
