@@ -273,9 +273,10 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     Returns
     -------
     dict
-        The scalar entries of ``SimSummary.to_json_dict()`` (the keys of ``refimpl simulate
-        --json``): ``throughput``, ``staleness_mean``, ``length_mean``, ``length_bias``,
-        ``dropped``, ...
+        The numbers of ``SimSummary.to_json_dict()`` (the keys of ``refimpl simulate --json``):
+        ``throughput``, ``staleness_mean``, ``length_mean``, ``length_ratio``, ``dropped``, ...;
+        its tables flattened (``length_bias_total_variation``, ``length_bias_kl_divergence``, ...);
+        its histograms left out.
 
     Raises
     ------
@@ -305,11 +306,13 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     _reject_unknown("simulate", params, fields - {"seed", "slowdown", "lengths"})
     config = SimConfig(**params, lengths=lengths, seed=seed)
     summary = run_simulation(config).summary().to_json_dict()
-    return {
-        key: float(value)
-        for key, value in summary.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
+    metrics: dict[str, float] = {}
+    for key, value in summary.items():
+        parts = value.items() if isinstance(value, Mapping) else [("", value)]
+        for sub, x in parts:  # a table of numbers becomes KEY_SUB; lists (histograms) are left out
+            if isinstance(x, (int, float)) and not isinstance(x, bool):
+                metrics[f"{key}_{sub}" if sub else key] = float(x)
+    return metrics
 
 
 #: The built-in cell kinds, by the name a grid's ``sweep.kind`` uses.
