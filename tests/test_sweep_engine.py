@@ -323,10 +323,15 @@ def test_a_grid_of_the_wrong_type_is_refused() -> None:
         sweep.run(3)  # type: ignore[arg-type]
 
 
-def test_the_dask_engine_without_dask_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dask_engine_without_dask_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed -> ImportError
+    out = tmp_path / "r.parquet"
     with pytest.raises(ImportError, match=r"pip install 'refimpl\[sweep\]'"):
-        sweep.run(BUSY, engine="dask")
+        sweep.run(BUSY, engine="dask", out=out)
+    assert not out.exists()
+    assert not journal_path(out).exists()
 
 
 # --- the command line --------------------------------------------------------------------------

@@ -575,6 +575,8 @@ def run(
             f"scheduler is only used with engine='dask'; got engine={engine!r} and "
             f"scheduler={scheduler!r}. Pass engine='dask'."
         )
+    if engine == "dask":
+        _import_distributed()  # fail before anything is written when it is missing
     cells = list(expand(g))
     out_path = None if out is None else Path(out)
     records: dict[str, dict[str, Any]] = {}
