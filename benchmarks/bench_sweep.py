@@ -18,7 +18,9 @@ import argparse
 import os
 import resource
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from refimpl import sweep
@@ -35,6 +37,12 @@ def _timed(fn: Any) -> tuple[float, Any]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
+
+
+def sleepy(params: dict[str, Any], seed: int) -> dict[str, float]:
+    """A control cell that uses no CPU: it sleeps ``params["seconds"]``."""
+    time.sleep(params["seconds"])
+    return {"slept": float(params["seconds"])}
 
 
 def _children_cpu() -> float:
@@ -80,6 +88,24 @@ def main() -> None:
     print(
         f"CPUs the pool got (its CPU time / wall time): {c1:.2f} with 1 worker, {c2:.2f} with 2; "
         f"a shared machine gives less than 1 and 2, and the speedup cannot exceed {c2 / c1:.2f}"
+    )
+
+    # Control: cells that sleep need no CPU, so their speedup shows the engine's parallelism even
+    # when other processes take the cores.
+    nap = {
+        "sweep": {"kind": f"{Path(__file__).stem}:sleepy", "replicates": args.cells},
+        "fixed": {"seconds": 1.0},
+    }
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # the pool's processes import it
+    s1 = statistics.median(
+        _timed(lambda: sweep.run(nap, engine="local", workers=1))[0] for _ in range(2)
+    )
+    s2 = statistics.median(
+        _timed(lambda: sweep.run(nap, engine="local", workers=2))[0] for _ in range(2)
+    )
+    print(
+        f"control, {args.cells} cells sleeping 1 s: {s1:.2f} s with 1 worker, {s2:.2f} s with 2: "
+        f"{s1 / s2:.2f}x"
     )
 
     if args.dask:
