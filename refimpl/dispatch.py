@@ -267,9 +267,11 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
 
     Notes
     -----
-    Computed with :func:`scipy.special.betainc` in the argument :math:`1 - F`, so relative accuracy is
-    a few ulps when :math:`1-F` is exact; pass :math:`1 - F` accurately for lengths deep in the upper
-    tail (e.g. as ``1 - dist.sf(x)`` is *not* accurate; ``dist.cdf`` loses the tail the same way).
+    Computed with :func:`scipy.special.betainc` in the argument :math:`1 - F`: a few ulps of
+    relative error, except that deep in the upper tail the input itself limits it (a CDF value
+    within a few ulps of 1 carries a relative error of :math:`\varepsilon/(1-F)` in :math:`1-F`,
+    amplified :math:`(n-k)`-fold since :math:`\pi \propto (1-F)^{n-k}` there); for such lengths
+    evaluate ``scipy.special.betainc(n - k, k, dist.sf(x))`` from the survival function directly.
     Averages to :math:`k/n` over :math:`F \sim U(0,1)` (claim [LB3](#lb3)); the binomial sum equals
     the incomplete beta (claim [LB1](#lb1)); worked check :math:`n=8, k=4, F=1/2 \Rightarrow
     \pi = 1/2` (claim [LB0](#lb0)).
