@@ -1,5 +1,171 @@
 """pytest plugin entry point for refimpl (registered under ``pytest11``).
 
 Kept as a top-level module, like Hypothesis's ``_hypothesis_pytestplugin``, so that loading the plugin
-imports nothing from refimpl (nor numpy/scipy) unless the user asks for a conformance run.
+imports nothing from refimpl (nor numpy/scipy/hypothesis) unless the user asks for a conformance run::
+
+    pytest --refimpl-target=mypkg.ops:staleness_mask --refimpl-spec=staleness_mask \
+           [--refimpl-xfail=CHECK[:reason] ...] [--refimpl-max-examples=N] \
+           [--refimpl-only] [--refimpl-report=conformance.json]
+
+adds one pytest item per check of the spec (``refimpl::staleness_mask::keeps_at_bound``), run
+against the target function. A failing item shows the smallest counterexample and a runnable
+reproduction; a declared expected failure (``--refimpl-xfail``) is reported as xfail, and as a
+failure if it passes (strict: the declaration is stale). Items can be selected with ``-k`` as usual.
 """
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_KEY: pytest.StashKey[dict[str, Any]] = pytest.StashKey()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("refimpl", "refimpl conformance checks")
+    group.addoption(
+        "--refimpl-target",
+        metavar="MODULE:FUNCTION",
+        help="the function to check against refimpl, e.g. mypkg.ops:staleness_mask",
+    )
+    group.addoption(
+        "--refimpl-spec",
+        metavar="NAME",
+        help="the spec it implements (refimpl.testing.spec_names()), e.g. staleness_mask",
+    )
+    group.addoption(
+        "--refimpl-xfail",
+        action="append",
+        default=[],
+        metavar="CHECK[:REASON]",
+        help="declare an expected failure (repeat); strict: it fails the run if it passes",
+    )
+    group.addoption(
+        "--refimpl-max-examples",
+        type=int,
+        default=100,
+        metavar="N",
+        help="Hypothesis examples per check (default 100)",
+    )
+    group.addoption(
+        "--refimpl-only",
+        action="store_true",
+        help="run only the conformance checks (deselect the other collected tests)",
+    )
+    group.addoption(
+        "--refimpl-report",
+        metavar="FILE.json",
+        help="write every check's result (with reproductions) to this JSON file",
+    )
+
+
+def _options(config: pytest.Config) -> tuple[str | None, str | None]:
+    return config.getoption("--refimpl-target"), config.getoption("--refimpl-spec")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    target, spec = _options(config)
+    if target is None and spec is None:
+        return  # inert: nothing imported, nothing added
+    if not target or not spec:
+        raise pytest.UsageError(
+            "--refimpl-target and --refimpl-spec go together: pass both, e.g. "
+            "--refimpl-target=mypkg.ops:staleness_mask --refimpl-spec=staleness_mask"
+        )
+    from refimpl.testing import check_names, spec_names
+
+    if spec not in spec_names():
+        raise pytest.UsageError(
+            f"--refimpl-spec must be one of {', '.join(spec_names())}; got {spec!r}"
+        )
+    declared: dict[str, str] = {}
+    for item in config.getoption("--refimpl-xfail"):
+        name, _, reason = item.partition(":")
+        name = name.strip().removeprefix(f"{spec}.")
+        if name not in check_names(spec):
+            raise pytest.UsageError(
+                f"--refimpl-xfail names no check of spec {spec!r}: {name!r}. "
+                f"Checks: {', '.join(check_names(spec))}"
+            )
+        declared[name] = reason.strip() or "declared with --refimpl-xfail"
+    if config.getoption("--refimpl-max-examples") < 1:
+        raise pytest.UsageError("--refimpl-max-examples must be >= 1")
+    config.stash[_KEY] = {"target": target, "spec": spec, "declared": declared, "results": []}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    state = config.stash.get(_KEY, None)
+    if state is None:
+        return
+    from refimpl.testing import check_names
+
+    spec = state["spec"]
+    if config.getoption("--refimpl-only") and items:
+        config.hook.pytest_deselected(items=list(items))
+        items.clear()
+    for name in check_names(spec):
+        items.append(
+            RefimplCheckItem.from_parent(
+                session, name=f"{spec}::{name}", nodeid=f"refimpl::{spec}::{name}", check=name
+            )
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(_KEY, None)
+    path = session.config.getoption("--refimpl-report")
+    if state is None or not path:
+        return
+    data = {
+        "target": state["target"],
+        "spec": state["spec"],
+        "ok": all(r["status"] in ("passed", "xfailed") for r in state["results"]),
+        "results": state["results"],
+    }
+    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+
+
+class RefimplCheckFailure(Exception):
+    """A conformance check failed; the message holds the counterexample and reproduction."""
+
+
+class RefimplCheckItem(pytest.Item):
+    """One conformance check of the spec, run against the target."""
+
+    def __init__(self, *, check: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.check = check
+
+    def runtest(self) -> None:
+        from refimpl.testing import check_conformance
+
+        state = self.config.stash[_KEY]
+        reason = state["declared"].get(self.check)
+        report = check_conformance(
+            state["target"],
+            spec=state["spec"],
+            checks=[self.check],
+            expected_failures={self.check: reason} if reason else None,
+            max_examples=self.config.getoption("--refimpl-max-examples"),
+        )
+        (result,) = report.results
+        state["results"].append(result.to_dict())
+        if result.status == "xfailed":
+            pytest.xfail(f"{result.id}: {reason}")
+        if result.status != "passed":
+            first = (result.message or result.status).splitlines()[0]
+            raise RefimplCheckFailure(f"{first}\n\n{result.render()}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, RefimplCheckFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"refimpl conformance {self.name}"

@@ -1,0 +1,17 @@
+"""The lab: ``refimpl lab`` runs every section and writes a report a person can look at.
+
+The lab computes nothing of its own: every closed form comes from a public ``refimpl`` function and
+every simulation from :mod:`refimpl.sim`; the lab only chooses the settings, pairs each closed form with
+its simulation on one figure or table, and writes ``index.html``, ``report.md``, ``figures/*.png`` and
+``metrics.json``.
+
+- :mod:`refimpl.lab.cli`: the command (``configure``/``run``).
+- :mod:`refimpl.lab.report`: the report model (sections, figures, tables, checks) and its writers.
+- :mod:`refimpl.lab.registry`: the sections in report order and the library names each one needs.
+- one module per section: ``length_bias``, ``staleness_masking``, ``effort``, ``debugging``,
+  ``async_worth``.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,396 @@
+"""Streaming readers for logged traces (CSV, JSONL, Parquet) used by ``refimpl check``.
+
+Each reader yields :class:`Chunk` objects: the requested columns of a block of rows as float64
+arrays (a list of arrays for a list column such as ``versions``), with the row index of the first row
+and, for text formats, the line number of every row. Unusable input raises :class:`TraceError` with a
+message that names the line (or Parquet row), the column and what was found.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+FORMATS = ("csv", "jsonl", "parquet")
+_SUFFIXES = {
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+
+
+# Bytes parsed at once: ~1e5 rows of a small CSV; JSONL rows are longer. Memory stays bounded by
+# these (and by --chunk-rows for Parquet), whatever the size of the trace.
+_CSV_BLOCK_BYTES = 1 << 20
+_JSONL_BLOCK_BYTES = 4 << 20
+
+
+class TraceError(Exception):
+    """The trace cannot be checked (exit code 2); the message says where and how to fix it."""
+
+
+@dataclass
+class Chunk:
+    """A block of rows: column name -> float64 array (or list of arrays for list columns)."""
+
+    columns: dict[str, Any]
+    row_start: int
+    lines: NDArray[np.int64] | None  # line number of each row (text formats), else None
+
+    @property
+    def size(self) -> int:
+        first = next(iter(self.columns.values()))
+        return len(first)
+
+    def where(self, i: int) -> str:
+        """``line L`` (text formats) or ``row R`` (Parquet, 0-based) for row ``i`` of the chunk."""
+        if self.lines is not None:
+            return f"line {int(self.lines[i])}"
+        return f"row {self.row_start + i}"
+
+
+def detect_format(path: Path, given: str | None) -> str:
+    if given is not None:
+        return given
+    fmt = _SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise TraceError(
+            f"cannot tell the format of {str(path)!r} from its suffix {path.suffix!r}; "
+            f"pass --format {{{','.join(FORMATS)}}} (known suffixes: {', '.join(_SUFFIXES)})."
+        )
+    return fmt
+
+
+def read_chunks(
+    path: Path,
+    fmt: str,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    *,
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+) -> Iterator[Chunk]:
+    """Stream the columns ``numeric`` (float64) and ``lists`` (lists of numbers) of a trace.
+
+    ``on_progress`` receives the number of bytes (text formats) or rows (Parquet) consumed so far.
+    """
+    if not path.is_file():
+        raise TraceError(f"no such file: {str(path)!r}. Pass the path of a logged trace.")
+    if fmt == "csv":
+        return _csv_chunks(path, numeric, lists, chunk_rows, on_progress)
+    if fmt == "jsonl":
+        return _jsonl_chunks(path, numeric, lists, chunk_rows, on_progress)
+    return _parquet_chunks(path, numeric, lists, chunk_rows, on_progress)
+
+
+def _missing(path: Path, wanted: Sequence[str], present: Sequence[str]) -> None:
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        raise TraceError(
+            f"{str(path)!r} has no column {', '.join(map(repr, missing))} (columns found: "
+            f"{', '.join(map(repr, present)) or 'none'}). Log these columns, or rename them."
+        )
+
+
+# --- CSV ------------------------------------------------------------------------------------
+
+
+def _first_bad(array: Any, convert: Callable[[Any], Any]) -> int:
+    """Index of the first element that ``convert`` rejects (bisection on prefixes)."""
+    lo, hi = 0, len(array)  # invariant: array[:lo] converts, array[:hi] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            convert(array.slice(0, mid))
+            lo = mid
+        except Exception:
+            hi = mid
+    return lo
+
+
+def _csv_bad_line(path: Path, width: int) -> str:
+    """``line L`` of the first row whose field count differs from the header's."""
+    with path.open(newline="", encoding="utf-8", errors="replace") as text:
+        reader = csv.reader(text)
+        for row in reader:
+            if len(row) != width and row:
+                return f"line {reader.line_num}"
+    return f"{str(path)!r}"
+
+
+def _csv_list(text: str) -> NDArray[np.float64]:
+    parts = [p for p in re.split(r"[\s,;]+", text.strip().strip("[]").strip()) if p]
+    return np.asarray([float(p) for p in parts], dtype=np.float64)
+
+
+def _csv_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+) -> Iterator[Chunk]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.csv as pacsv
+
+    with path.open("r", newline="", encoding="utf-8", errors="replace") as text:
+        header = next(csv.reader(text), None)
+    if not header:
+        raise TraceError(f"{str(path)!r} is empty: no header line and no rows. Nothing to check.")
+    wanted = [*numeric, *lists]
+    _missing(path, wanted, header)
+
+    def to_float(arr: Any) -> Any:
+        return pc.cast(arr, pa.float64())
+
+    def unparsable(exc: Exception) -> TraceError:
+        return TraceError(
+            f"{_csv_bad_line(path, len(header))}: unparsable CSV ({exc}). Every row needs one "
+            "field per header column."
+        )
+
+    handle: BinaryIO = path.open("rb")
+    try:
+        try:
+            reader = pacsv.open_csv(
+                handle,
+                read_options=pacsv.ReadOptions(
+                    block_size=min(max(chunk_rows * 16, 1 << 12), _CSV_BLOCK_BYTES)
+                ),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={c: pa.string() for c in wanted},
+                    include_columns=wanted,
+                    strings_can_be_null=True,
+                    null_values=[""],
+                    quoted_strings_can_be_null=True,
+                ),
+            )
+        except pa.ArrowInvalid as exc:
+            raise unparsable(exc) from None
+        row = 0
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                break
+            except pa.ArrowInvalid as exc:
+                raise unparsable(exc) from None
+            n = batch.num_rows
+            lines = np.arange(row + 2, row + 2 + n, dtype=np.int64)
+            columns: dict[str, Any] = {}
+            for name in wanted:
+                col = batch.column(name)
+                if col.null_count:
+                    i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                    raise TraceError(
+                        f"line {lines[i]}: column {name!r} is empty. Log a number in every row."
+                    )
+                if name in lists:
+                    values = []
+                    for i, s in enumerate(col.to_pylist()):
+                        try:
+                            values.append(_csv_list(s))
+                        except ValueError:
+                            raise TraceError(
+                                f"line {lines[i]}: column {name!r} holds {s!r}, not a list of "
+                                "numbers. Write lists as '3 3 4' or '[3, 3, 4]'."
+                            ) from None
+                    columns[name] = values
+                    continue
+                try:
+                    columns[name] = to_float(col).to_numpy(zero_copy_only=False)
+                except pa.ArrowInvalid:
+                    i = _first_bad(col, to_float)
+                    raise TraceError(
+                        f"line {lines[i]}: column {name!r} holds {col[i].as_py()!r}, not a number. "
+                        "Fix the row (numbers like 1, -0.5, 1e-3, nan, inf)."
+                    ) from None
+            yield Chunk(columns, row, lines)
+            row += n
+            on_progress(handle.tell())
+    finally:
+        handle.close()
+
+
+# --- JSONL ----------------------------------------------------------------------------------
+
+
+def _jsonl_slow(
+    lines: list[bytes], first_line: int, numeric: Sequence[str], lists: Sequence[str]
+) -> tuple[dict[str, Any], NDArray[np.int64]]:
+    """Parse line by line with exact error messages (used when the fast path cannot)."""
+    out: dict[str, list[Any]] = {c: [] for c in [*numeric, *lists]}
+    numbers: list[int] = []
+    for offset, raw in enumerate(lines):
+        where = f"line {first_line + offset}"
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceError(
+                f"{where}: not valid JSON ({exc}). Each line must be one JSON object."
+            ) from None
+        if not isinstance(obj, dict):
+            raise TraceError(f"{where}: a JSON {type(obj).__name__}, not an object {{...}}.")
+        for name in numeric:
+            if name not in obj:
+                raise TraceError(
+                    f"{where}: no key {name!r} (keys: {', '.join(map(repr, obj)) or 'none'}). "
+                    "Log it in every row."
+                )
+            out[name].append(_json_number(obj[name], where, name))
+        for name in lists:
+            if name not in obj:
+                raise TraceError(
+                    f"{where}: no key {name!r} (keys: {', '.join(map(repr, obj)) or 'none'})."
+                )
+            value = obj[name]
+            if not isinstance(value, list):
+                raise TraceError(
+                    f"{where}: {name!r} is {value!r}, not a list of numbers. Log e.g. [3, 3, 4]."
+                )
+            out[name].append(
+                np.asarray([_json_number(v, where, name) for v in value], dtype=np.float64)
+            )
+        numbers.append(first_line + offset)
+    columns: dict[str, Any] = {
+        c: (np.asarray(v, dtype=np.float64) if c in numeric else v) for c, v in out.items()
+    }
+    return columns, np.asarray(numbers, dtype=np.int64)
+
+
+def _json_number(value: Any, where: str, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "null" if value is None else type(value).__name__
+        raise TraceError(
+            f"{where}: {name!r} is {value!r} ({kind}), not a number. Log numbers, not strings."
+        )
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float64
+        return math.inf if value > 0 else -math.inf
+
+
+def _jsonl_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+) -> Iterator[Chunk]:
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    fields = [(c, pa.float64()) for c in numeric] + [(c, pa.list_(pa.float64())) for c in lists]
+    schema = pa.schema(fields)
+    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    line = 1
+    row = 0
+    with path.open("rb") as handle:
+        while True:
+            block = handle.readlines(min(chunk_rows * 64, _JSONL_BLOCK_BYTES))
+            if not block:
+                break
+            data = b"".join(block)
+            columns: dict[str, Any] | None = None
+            numbers: NDArray[np.int64] | None = None
+            try:
+                table = pajson.read_json(
+                    io.BytesIO(data),
+                    read_options=pajson.ReadOptions(block_size=max(len(data), 1 << 16) + 1),
+                    parse_options=options,
+                )
+                if all(table.column(c).null_count == 0 for c in schema.names):
+                    nonblank = [i for i, raw in enumerate(block) if raw.strip()]
+                    if len(nonblank) == table.num_rows:
+                        columns = {}
+                        for c in numeric:
+                            columns[c] = table.column(c).to_numpy()
+                        for c in lists:
+                            columns[c] = [
+                                np.asarray(v, dtype=np.float64) for v in table.column(c).to_pylist()
+                            ]
+                        numbers = line + np.asarray(nonblank, dtype=np.int64)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                columns = None
+            if columns is None or numbers is None:
+                columns, numbers = _jsonl_slow(block, line, numeric, lists)
+            line += len(block)
+            if numbers.size:
+                yield Chunk(columns, row, numbers)
+                row += int(numbers.size)
+            on_progress(handle.tell())
+
+
+# --- Parquet --------------------------------------------------------------------------------
+
+
+def _parquet_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+) -> Iterator[Chunk]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        file = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(
+            f"{str(path)!r} is not a readable Parquet file ({exc}). Is it empty or truncated?"
+        ) from None
+    schema = file.schema_arrow
+    _missing(path, [*numeric, *lists], schema.names)
+    for name in numeric:
+        kind = schema.field(name).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise TraceError(
+                f"column {name!r} has type {kind}, not numbers. Log it as a float or integer "
+                "column."
+            )
+    for name in lists:
+        kind = schema.field(name).type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not (
+            pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)
+        ):
+            raise TraceError(
+                f"column {name!r} has type {kind}, not a list of numbers. Log e.g. list<int64>."
+            )
+    row = 0
+    for batch in file.iter_batches(batch_size=chunk_rows, columns=[*numeric, *lists]):
+        columns: dict[str, Any] = {}
+        for name in [*numeric, *lists]:
+            col = batch.column(name)
+            if col.null_count:
+                i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                raise TraceError(
+                    f"row {row + i}: column {name!r} is null. Log a value in every row."
+                )
+            if name in lists:
+                values = col.to_pylist()
+                for i, v in enumerate(values):
+                    if any(x is None for x in v):
+                        raise TraceError(f"row {row + i}: column {name!r} holds a null version.")
+                columns[name] = [np.asarray(v, dtype=np.float64) for v in values]
+            else:
+                columns[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        yield Chunk(columns, row, None)
+        row += batch.num_rows
+        on_progress(row)

@@ -1,0 +1,536 @@
+"""``refimpl check``: good, wrong and malformed traces in CSV, JSONL and Parquet.
+
+Good traces are logged with refimpl's own values; wrong traces carry a planted bug (the first
+mismatching row is known); malformed traces must exit 2 with the line (or Parquet row) named.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import refimpl
+from refimpl.cli import main
+from refimpl.testing.check_cli import EXIT_MISMATCH, EXIT_OK, EXIT_UNUSABLE
+
+FORMATS = ("csv", "jsonl", "parquet")
+SUFFIX = {"csv": ".csv", "jsonl": ".jsonl", "parquet": ".parquet"}
+
+Columns = dict[str, list[Any]]
+
+
+def write_trace(directory: Path, fmt: str, columns: Columns, name: str = "trace") -> Path:
+    """Write ``columns`` as a trace in ``fmt`` (lists become list cells; None an empty cell)."""
+    path = directory / f"{name}{SUFFIX[fmt]}"
+    names = list(columns)
+    rows = list(zip(*columns.values(), strict=True))
+    if fmt == "parquet":
+        pq.write_table(pa.table(columns), path)
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(dict(zip(names, r, strict=True))) + "\n" for r in rows))
+    else:
+
+        def cell(v: Any) -> str:
+            if v is None:
+                return ""
+            if isinstance(v, list):
+                return " ".join(map(str, v))
+            return repr(v) if isinstance(v, float) else str(v)
+
+        lines = [",".join(names)] + [",".join(cell(v) for v in r) for r in rows]
+        path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def check(path: Path, spec: str, *extra: str) -> int:
+    return main(["check", str(path), "--spec", spec, "--no-progress", *extra])
+
+
+def where(fmt: str, row: int) -> str:
+    """How the command names data row ``row`` (0-based): a line for text formats (header = 1)."""
+    return f"row {row}" if fmt == "parquet" else f"line {row + 2 if fmt == 'csv' else row + 1}"
+
+
+# ---------------------------------------------------------------------------------------------
+# one good trace and one planted bug per spec
+# ---------------------------------------------------------------------------------------------
+
+
+class Case(NamedTuple):
+    spec: str
+    params: list[str]
+    good: Columns
+    wrong: Columns  # a planted bug
+    first_bad_row: int
+
+
+def _floats(x: Any) -> list[float]:
+    return [float(v) for v in np.asarray(x, dtype=float)]
+
+
+def _cases() -> list[Case]:
+    s = [0, 1, 2, 1, 0, 3, 2, 5]
+    eta = 2
+    mask = _floats(refimpl.staleness_mask(s, eta=eta))
+    strict = _floats(np.asarray(s) < eta)  # the off-by-one: drops s == eta
+    rng = np.random.default_rng(0)
+    lt = rng.uniform(-6, 0, 12).tolist()
+    lb = rng.uniform(-6, 0, 12).tolist()
+    lb[0] = lt[0]  # an on-policy token
+    tis = _floats(refimpl.truncated_is_weights(lt, lb, cap=2.0))
+    no_cap = _floats(np.exp(np.subtract(lt, lb)))  # TIS without its cap
+    mis = _floats(refimpl.masked_is_weights(lt, lb, low=0.5, high=2.0))
+    clipped = _floats(np.clip(np.exp(np.subtract(lt, lb)), 0.5, 2.0))  # clipped, not masked
+    b = [0.0, 0.5, 1.0, 2.0, 4.0]
+    pen = _floats(refimpl.effort_penalty(b, k0=0.5, b_min=0.0, tau=1.5))
+    wrong_sign = _floats(0.5 * np.exp(np.asarray(b) / 1.5))
+    steps = [5, 5, 6, 6, 7]
+    versions = [[5, 5], [3, 4, 4], [6], [2, 5, 6], [7, 7]]
+    oldest = [min(v) for v in versions]
+    stale = [j - v for j, v in zip(steps, oldest, strict=True)]
+    newest = [j - max(v) for j, v in zip(steps, versions, strict=True)]  # newest token decides
+    cases = [
+        Case(
+            "staleness_mask",
+            [f"eta={eta}"],
+            {"staleness": s, "weight": mask},
+            {"staleness": s, "weight": strict},
+            first_bad_row=2,
+        ),
+        Case(
+            "tis",
+            ["cap=2.0"],
+            {"logp_target": lt, "logp_behavior": lb, "weight": tis},
+            {"logp_target": lt, "logp_behavior": lb, "weight": no_cap},
+            first_bad_row=int(np.flatnonzero(np.asarray(no_cap) > 2.0)[0]),
+        ),
+        Case(
+            "masked_is",
+            ["low=0.5", "high=2.0"],
+            {"logp_target": lt, "logp_behavior": lb, "weight": mis},
+            {"logp_target": lt, "logp_behavior": lb, "weight": clipped},
+            first_bad_row=int(np.flatnonzero(np.asarray(clipped) != np.asarray(mis))[0]),
+        ),
+        Case(
+            "effort_penalty",
+            ["k0=0.5", "b_min=0.0", "tau=1.5"],
+            {"b": b, "penalty": pen},
+            {"b": b, "penalty": wrong_sign},
+            first_bad_row=1,
+        ),
+        Case(
+            "staleness",
+            [],
+            {"trained_step": steps, "min_version": oldest, "staleness": stale},
+            {"trained_step": steps, "versions": versions, "staleness": newest},
+            first_bad_row=1,
+        ),
+    ]
+    if hasattr(refimpl, "inclusion_probability"):
+        u = [0.0, 0.1, 0.5, 0.9, 1.0]
+        pi = _floats(refimpl.inclusion_probability(u, n=8, k=4))
+        from scipy import stats
+
+        off = _floats(stats.binom.cdf(4, 7, u))  # P(Bin(n−1, F) ≤ k) instead of ≤ k − 1
+        cases.append(
+            Case(
+                "inclusion_probability",
+                ["n=8", "k=4"],
+                {"cdf": u, "pi": pi},
+                {"cdf": u, "pi": off},
+                first_bad_row=1,
+            )
+        )
+    return cases
+
+
+CASES = _cases()
+
+
+def _params(case: Case) -> list[str]:
+    return [x for p in case.params for x in ("--param", p)]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", CASES, ids=[c.spec for c in CASES])
+def test_trace_logged_with_the_reference_values_passes(
+    case: Case, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, fmt, case.good)
+    assert check(path, case.spec, *_params(case)) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"OK: all {len(next(iter(case.good.values())))} rows agree" in out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", CASES, ids=[c.spec for c in CASES])
+def test_trace_with_a_planted_bug_fails_and_names_the_first_bad_row(
+    case: Case, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, fmt, case.wrong)
+    report = tmp_path / "report.json"
+    assert check(path, case.spec, *_params(case), "--report", str(report)) == EXIT_MISMATCH
+    out = capsys.readouterr().out
+    assert "MISMATCH" in out
+    first = json.loads(report.read_text())["first_mismatches"][0]
+    assert first["row"] == case.first_bad_row
+    assert first["where"] == where(fmt, case.first_bad_row)
+    assert f"  {first['where']}: " in out
+
+
+def test_staleness_recomputed_from_per_token_versions_passes(tmp_path: Path) -> None:
+    versions = [[5, 5], [3, 4, 4], [6], [2, 5, 6]]
+    columns: Columns = {
+        "trained_step": [5, 5, 6, 6],
+        "versions": versions,
+        "staleness": [0, 2, 0, 4],
+    }
+    for fmt in FORMATS:
+        assert check(write_trace(tmp_path, fmt, columns), "staleness") == EXIT_OK
+
+
+def test_float32_logging_is_within_the_trace_tolerance_but_a_real_error_is_not(
+    tmp_path: Path,
+) -> None:
+    case = next(c for c in CASES if c.spec == "tis")
+    logged = dict(case.good)
+    logged["weight"] = [float(np.float32(w)) for w in case.good["weight"]]
+    assert check(write_trace(tmp_path, "csv", logged), "tis", "--param", "cap=2.0") == EXIT_OK
+    logged["weight"] = [w * (1 + 1e-3) for w in case.good["weight"]]
+    path = write_trace(tmp_path, "csv", logged)
+    assert check(path, "tis", "--param", "cap=2.0") == EXIT_MISMATCH
+    assert check(path, "tis", "--param", "cap=2.0", "--rtol", "1e-2") == EXIT_OK
+
+
+def test_band_edge_ratio_may_be_kept_or_dropped(tmp_path: Path) -> None:
+    lt, lb = [math.log(2.0), 0.0], [0.0, 0.0]  # ratio exactly at high = 2, and on-policy
+    for weight in ([2.0, 1.0], [0.0, 1.0]):
+        columns: Columns = {"logp_target": lt, "logp_behavior": lb, "weight": weight}
+        path = write_trace(tmp_path, "jsonl", columns)
+        assert check(path, "masked_is", "--param", "low=0.5", "--param", "high=2.0") == EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# streaming
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mismatch_deep_in_a_streamed_trace_is_found_with_its_line(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = 5_000
+    s = (np.arange(n) % 7).tolist()
+    weight = _floats(refimpl.staleness_mask(s, eta=3))
+    weight[4321] = 1.0 - weight[4321]
+    path = write_trace(tmp_path, fmt, {"staleness": s, "weight": weight})
+    report = tmp_path / "r.json"
+    args = ["--param", "eta=3", "--chunk-rows", "64", "--report", str(report)]
+    assert check(path, "staleness_mask", *args) == EXIT_MISMATCH
+    data = json.loads(report.read_text())
+    assert (data["rows"], data["mismatches"]) == (n, 1)
+    assert data["first_mismatches"][0]["where"] == where(fmt, 4321)
+
+
+def test_progress_goes_to_stderr_when_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = CASES[0]
+    path = write_trace(tmp_path, "csv", case.good)
+    assert main(["check", str(path), "--spec", case.spec, *_params(case), "--progress"]) == 0
+    captured = capsys.readouterr()
+    assert "refimpl check staleness_mask" in captured.err
+    assert "refimpl check staleness_mask" not in captured.out.splitlines()[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# NaN, infinity and huge values
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_nan_or_huge_logged_value_is_a_mismatch(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    columns: Columns = {"staleness": [0, 1, 2, 3], "weight": [1.0, math.nan, 1e308, 0.0]}
+    if fmt == "jsonl":  # json.dumps writes NaN, as Python trainers do
+        pass
+    path = write_trace(tmp_path, fmt, columns)
+    report = tmp_path / "r.json"
+    assert check(path, "staleness_mask", "--param", "eta=1", "--report", str(report)) == 1
+    data = json.loads(report.read_text())
+    assert data["mismatches"] == 2
+    assert [m["found"] for m in data["first_mismatches"]] == ["nan", 1e308]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_huge_finite_inputs_are_checked_not_rejected(fmt: str, tmp_path: Path) -> None:
+    columns: Columns = {
+        "logp_target": [0.0, -1e300, 0.0],
+        "logp_behavior": [-1e300, 0.0, 0.0],
+        "weight": [2.0, 0.0, 1.0],  # capped, underflowed to 0, on-policy
+    }
+    assert check(write_trace(tmp_path, fmt, columns), "tis", "--param", "cap=2.0") == EXIT_OK
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_nan_input_is_unusable_and_names_its_row(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    columns: Columns = {
+        "logp_target": [0.0, -1.0, math.nan],
+        "logp_behavior": [0.0, -1.0, -1.0],
+        "weight": [1.0, 1.0, 1.0],
+    }
+    path = write_trace(tmp_path, fmt, columns)
+    assert check(path, "tis", "--param", "cap=2.0") == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert f"{where(fmt, 2)}: the inputs (logp_target=nan, logp_behavior=-1)" in err
+    assert "finite" in err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_input_outside_the_reference_domain_is_unusable(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    columns: Columns = {
+        "trained_step": [3, 3, 3],
+        "min_version": [3, 2, 4],
+        "staleness": [0, 1, -1],
+    }
+    assert check(write_trace(tmp_path, fmt, columns), "staleness") == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert f"{where(fmt, 2)}: the inputs (trained_step=3, min_version=4)" in err
+    assert "newer" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# malformed traces
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_file_is_unusable(fmt: str, tmp_path: Path) -> None:
+    path = tmp_path / f"empty{SUFFIX[fmt]}"
+    path.write_bytes(b"")
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_trace_without_rows_is_unusable(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if fmt == "parquet":
+        path = tmp_path / "t.parquet"
+        schema = pa.schema([("staleness", pa.int64()), ("weight", pa.float64())])
+        pq.write_table(schema.empty_table(), path)
+    elif fmt == "csv":
+        path = tmp_path / "t.csv"
+        path.write_text("staleness,weight\n")
+    else:
+        path = tmp_path / "t.jsonl"
+        path.write_text("\n\n")
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    assert "has no rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_missing_column_is_unusable_and_named(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, fmt, {"staleness": [0, 1], "w": [1.0, 1.0]})
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    assert "'weight'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_wrong_type_is_unusable_and_names_its_row(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, fmt, {"staleness": [0, 1, 2], "weight": ["1", "1", "zero"]})
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    if fmt == "csv":  # CSV has no types: "1" is a number, "zero" is not
+        assert "line 4: column 'weight' holds 'zero', not a number" in err
+    elif fmt == "jsonl":
+        assert "line 1: 'weight' is '1' (str), not a number" in err
+    else:
+        assert "column 'weight' has type string, not numbers" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"staleness": 0, "weight": 1}\n{"staleness": 1, "weight": 1\n', "line 2: not valid JSON"),
+        ('{"staleness": 0, "weight": 1}\n[0, 1]\n', "line 2: a JSON list, not an object"),
+        ('{"staleness": 0, "weight": 1}\n\n{"staleness": 1}\n', "line 3: no key 'weight'"),
+        ('{"staleness": 0, "weight": null}\n', "line 1: 'weight' is None (null), not a number"),
+        ('{"staleness": true, "weight": 1}\n', "line 1: 'staleness' is True (bool)"),
+    ],
+)
+def test_unparsable_jsonl_row_is_unusable_with_its_line(
+    text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("staleness,weight\n0,1\n1,\n", "line 3: column 'weight' is empty"),
+        ("staleness,weight\n0,1\n1,1,7\n", "line 3: unparsable CSV"),
+        ("staleness,weight\n0,1\n1, 1\n", "line 3: column 'weight' holds ' 1', not a number"),
+    ],
+)
+def test_unparsable_csv_row_is_unusable(
+    text: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    assert message in capsys.readouterr().err
+
+
+def test_null_in_parquet_is_unusable_with_its_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"staleness": [0, 1, 2], "weight": [1.0, None, 0.0]}), path)
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    assert "row 1: column 'weight' is null" in capsys.readouterr().err
+
+
+def test_garbage_parquet_is_unusable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"staleness,weight\n0,1\n")
+    assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
+    assert "not a readable Parquet file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line itself
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--spec", "nope"], "unknown spec 'nope'; use one of: staleness_mask"),
+        (["--spec", "staleness_mask"], "needs parameter(s) eta: add --param eta=..."),
+        (
+            ["--spec", "staleness_mask", "--param", "eta=1", "--param", "cap=2"],
+            "unknown parameter 'cap' for spec 'staleness_mask' (its parameters: eta)",
+        ),
+        (["--spec", "staleness_mask", "--param", "eta"], "--param must be KEY=VALUE"),
+        (["--spec", "staleness_mask", "--param", "eta=one"], "--param eta must be an integer"),
+        (["--spec", "staleness_mask", "--param", "eta=-1"], "eta must be >= 0"),
+        (["--spec", "tis", "--param", "cap=0.5"], "cap must be >= 1"),
+        (
+            [
+                "--spec",
+                "effort_penalty",
+                "--param",
+                "k0=1",
+                "--param",
+                "b_min=0",
+                "--param",
+                "tau=0",
+            ],
+            "tau must be > 0",
+        ),
+        (["--spec", "tis", "--param", "cap=2", "--rtol", "-1"], "--rtol and --atol must be"),
+    ],
+)
+def test_bad_command_line_is_unusable_and_says_how_to_fix_it(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0], "weight": [1.0]})
+    assert main(["check", str(path), "--no-progress", *args]) == EXIT_UNUSABLE
+    assert message in capsys.readouterr().err
+
+
+def test_format_comes_from_the_suffix_or_from_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "jsonl", {"staleness": [0], "weight": [1.0]})
+    odd = path.rename(tmp_path / "trace.log")
+    assert check(odd, "staleness_mask", "--param", "eta=0") == EXIT_UNUSABLE
+    assert "pass --format" in capsys.readouterr().err
+    assert check(odd, "staleness_mask", "--param", "eta=0", "--format", "jsonl") == EXIT_OK
+
+
+def test_missing_file_is_unusable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check(tmp_path / "nope.csv", "staleness_mask", "--param", "eta=0") == EXIT_UNUSABLE
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("columns", "status", "code"),
+    [
+        ({"staleness": [0, 2], "weight": [1.0, 0.0]}, "ok", 0),
+        ({"staleness": [0, 2], "weight": [0.0, 0.0]}, "mismatch", 1),
+        ({"staleness": [0, 2], "w": [0.0, 0.0]}, "unusable", 2),
+    ],
+)
+def test_report_records_the_outcome(
+    columns: Columns, status: str, code: int, tmp_path: Path
+) -> None:
+    path = write_trace(tmp_path, "csv", columns)
+    report = tmp_path / "r.json"
+    assert check(path, "staleness_mask", "--param", "eta=1", "--report", str(report)) == code
+    data = json.loads(report.read_text())
+    assert (data["status"], data["exit_code"], data["spec"]) == (status, code, "staleness_mask")
+    assert data["params"] == {"eta": 1}
+    if code == 2:
+        assert "no column 'weight'" in data["error"]
+    else:
+        assert data["tolerance"] == {"rtol": 0.0, "atol": 0.0}
+        assert data["rows"] == 2
+
+
+def test_command_runs_as_a_subprocess(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 1], "weight": [1.0, 0.0]})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "refimpl",
+            "check",
+            str(path),
+            "--spec",
+            "staleness_mask",
+            "--param",
+            "eta=0",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "OK: all 2 rows agree" in done.stdout
+
+
+SpecFactory = Callable[[], Case]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_staleness_without_any_version_column_says_which_to_log(
+    fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, fmt, {"trained_step": [3], "version": [2], "staleness": [1]})
+    assert check(path, "staleness") == EXIT_UNUSABLE
+    assert "neither a 'min_version' nor a 'versions' column" in capsys.readouterr().err
