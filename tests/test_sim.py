@@ -485,3 +485,20 @@ def test_cli_event_mode_writes_a_trace_and_a_progress_bar(
     table = pq.read_table(path)
     assert table.num_rows > 10_000
     assert "refimpl.sim.config" in {k.decode() for k in table.schema.metadata}
+
+
+def test_cli_tool_turns_switch_to_agent_rollouts(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from refimpl.cli import main
+
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "40", "--no-progress"]
+    assert main([*args, "--tool-turns", "1", "--json"]) == 0
+    agent = json.loads(capsys.readouterr().out)
+    assert agent["mode"] == "agent"
+    assert agent["rollouts_trained"] == 40
+    assert main([*args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["mode"] == "async"
+    assert main([*args, "--tool-turns", "-1"]) == 2
+    assert "refimpl simulate:" in capsys.readouterr().err
