@@ -6,7 +6,8 @@ masking) and §2.5 (when asynchrony pays). Discrete length laws are pmfs over le
 ``Fraction`` results. Continuous laws are frozen :mod:`scipy.stats` distributions.
 
 The derivations live in ``proofs/length_bias.py`` (claims ``LB*``), ``proofs/order_statistics.py``
-(``OS*``), ``proofs/censoring.py`` (``KM*``) and ``proofs/fluid.py`` (``FL*``).
+(``OS*``), ``proofs/censoring.py`` (``KM*``) and ``proofs/fluid.py`` (``FL*``); the docs page
+``concepts/length-bias`` puts them together.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def _quad(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", integrate.IntegrationWarning)
         value, err = integrate.quad(
-            fn, low, high, points=pts or None, limit=500, epsabs=0.0, epsrel=1e-12
+            fn, low, high, points=pts or None, limit=500, epsabs=0.0, epsrel=1e-11
         )
     if not (math.isfinite(value) and err <= max(rtol * abs(value), 1e-300)):
         raise ArithmeticError(
@@ -151,6 +152,80 @@ def _quad(
             f"{err!r}); the distribution may be too heavy-tailed for float64 quadrature."
         )
     return float(value)
+
+
+_GL16 = np.polynomial.legendre.leggauss(16)
+_GL32 = np.polynomial.legendre.leggauss(32)
+
+
+def _survival_integral(
+    weight: Callable[[FloatArray], FloatArray],
+    dist: Any,
+    *,
+    points: Sequence[float],
+    what: str,
+) -> float:
+    """``∫_0^1 dist.isf(s) · weight(s) ds`` with vectorised ``isf`` calls.
+
+    Composite Gauss–Legendre (16 and 32 nodes per panel) on panels log-uniform in ``s`` from
+    ``1e-18`` and in ``1 - s`` from ``1e-15`` (4 per decade), uniform (128), and split at the
+    break ``points``; accepted when the two orders
+    agree to ``1e-11`` relative, otherwise (a singular tail, a kink) adaptive ``quad``.
+    """
+    edges = np.unique(
+        np.concatenate(
+            (
+                [0.0],
+                np.geomspace(1e-18, 1.0, 73),
+                1.0 - np.geomspace(1e-15, 0.5, 62),
+                np.linspace(0.0, 1.0, 129),
+                [p for p in points if 0 < p < 1],
+            )
+        )
+    )
+    lo, hi = edges[:-1, None], edges[1:, None]
+
+    def rule(nodes_weights: tuple[FloatArray, FloatArray]) -> float:
+        x, w = nodes_weights
+        s = lo + (hi - lo) * (x[None, :] + 1.0) / 2.0
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            vals = np.asarray(dist.isf(s), dtype=np.float64) * weight(s)
+        return float(np.sum(vals @ w * (hi[:, 0] - lo[:, 0]) / 2.0))
+
+    coarse, fine = rule(_GL16), rule(_GL32)
+    if math.isfinite(fine) and abs(fine - coarse) <= 1e-11 * abs(fine):
+        return fine
+
+    def scalar(s: float) -> float:
+        with np.errstate(divide="ignore", under="ignore"):
+            return float(dist.isf(s)) * float(weight(np.array([s]))[0])
+
+    return _quad(scalar, 0.0, 1.0, points=points, what=what)
+
+
+def _interval_integral(
+    fn: Callable[[FloatArray], FloatArray], low: float, high: float, *, what: str
+) -> float:
+    """``∫_low^high fn``: 16 uniform panels of 16- and 32-point Gauss–Legendre, accepted when the
+    two orders agree to ``1e-11`` relative (absolute ``1e-300``), else adaptive ``quad``."""
+    edges = np.linspace(low, high, 17)
+    lo, hi = edges[:-1, None], edges[1:, None]
+
+    def rule(nodes_weights: tuple[FloatArray, FloatArray]) -> float:
+        x, w = nodes_weights
+        pts = lo + (hi - lo) * (x[None, :] + 1.0) / 2.0
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            vals = fn(pts)
+        return float(np.sum(vals @ w * (hi[:, 0] - lo[:, 0]) / 2.0))
+
+    coarse, fine = rule(_GL16), rule(_GL32)
+    if math.isfinite(fine) and abs(fine - coarse) <= max(1e-11 * abs(fine), 1e-300):
+        return fine
+
+    def scalar(x: float) -> float:
+        return float(fn(np.array([x]))[0])
+
+    return _quad(scalar, low, high, what=what, rtol=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,12 +267,14 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
 
     Notes
     -----
-    Computed with :func:`scipy.special.betainc` in the argument :math:`1 - F`, so relative accuracy is
-    a few ulps when :math:`1-F` is exact; pass :math:`1 - F` accurately for lengths deep in the upper
-    tail (e.g. as ``1 - dist.sf(x)`` is *not* accurate; ``dist.cdf`` loses the tail the same way).
-    Averages to :math:`k/n` over :math:`F \sim U(0,1)` (claim [LB3](#lb3)); the binomial sum equals
-    the incomplete beta (claim [LB1](#lb1)); worked check :math:`n=8, k=4, F=1/2 \Rightarrow
-    \pi = 1/2` (claim [LB0](#lb0)).
+    Computed with :func:`scipy.special.betainc` in the argument :math:`1 - F`: a few ulps of
+    relative error, except that deep in the upper tail the input itself limits it (a CDF value
+    within a few ulps of 1 carries a relative error of :math:`\varepsilon/(1-F)` in :math:`1-F`,
+    amplified :math:`(n-k)`-fold since :math:`\pi \propto (1-F)^{n-k}` there); for such lengths
+    evaluate ``scipy.special.betainc(n - k, k, dist.sf(x))`` from the survival function directly.
+    Averages to :math:`k/n` over :math:`F \sim U(0,1)` (claim :ref:`LB3 <lb3>`); the binomial sum equals
+    the incomplete beta (claim :ref:`LB1 <lb1>`); worked check :math:`n=8, k=4, F=1/2 \Rightarrow
+    \pi = 1/2` (claim :ref:`LB0 <lb0>`).
 
     References
     ----------
@@ -263,21 +340,24 @@ _GL_X = (_GL_X + 1.0) / 2.0
 _GL_W = _GL_W / 2.0
 
 
-def _upper_partial_moment(v: FloatArray, n: int, k: int) -> tuple[FloatArray, FloatArray]:
+def _upper_partial_moment(
+    v: FloatArray, n: int, k: int, iv: FloatArray
+) -> tuple[FloatArray, FloatArray]:
     """``K(v) = ∫_0^v I_σ(n-k, k) dσ = E[(v - Z)^+]``, ``Z ~ Beta(n-k, k)``, and its loss factor.
 
-    Two evaluations: the closed form ``(v - a/n) I_v(a, k) + v^a (1-v)^k / (n B(a, k))`` (cancels
-    when ``v`` is far below the mean of Z) and, there, the positive series
-    ``(1/n) Σ_{i>a} (i - a) b(i; n, v)``, whose term ratio is at most ``ρ = (k-1)/(a+2) · v/(1-v)``.
+    ``iv`` is ``I_v(n-k, k)``. Two evaluations: the closed form
+    ``(v - a/n) I_v(a, k) + (a/n) (1-v) b(a; n-1, v)`` with ``a = n-k`` (it cancels when ``v`` is
+    far below the mean of Z) and, there, the positive series ``(1/n) Σ_{i>a} (i - a) b(i; n, v)``,
+    whose term ratio is at most ``ρ = (k-1)/(a+2) · v/(1-v)``. Binomial pmfs come from
+    ``scipy.stats.binom`` (Boost), accurate to a few ulps for large ``n`` where
+    ``exp(gammaln(...))`` would lose ``|log|·eps``.
     """
     a = n - k
     with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
-        iv = special.betainc(float(a), float(k), v)
-        log_t = a * np.log(v) + k * np.log1p(-v) - special.betaln(a, k)
-        t = np.exp(log_t)
+        tail = (a / n) * (1.0 - v) * stats.binom.pmf(a, n - 1, v)
         first = (v - a / n) * iv
-        closed = first + t / n
-        loss = np.where(closed > 0, np.maximum(np.abs(first), t / n) / closed, np.inf)
+        closed = first + tail
+        loss = np.where(closed > 0, np.maximum(np.abs(first), tail) / closed, np.inf)
         odds = v / (1.0 - v)
         rho = (k - 1) / (a + 2.0) * odds
     use = (rho <= 0.8) & (v > 0) & (v < 1)
@@ -285,26 +365,20 @@ def _upper_partial_moment(v: FloatArray, n: int, k: int) -> tuple[FloatArray, Fl
     loss = np.where(v <= 0, 1.0, loss)
     if np.any(use):
         vs, os_ = v[use], odds[use]
-        with np.errstate(under="ignore", divide="ignore"):
-            log_b = (
-                special.gammaln(n + 1.0)
-                - special.gammaln(a + 2.0)
-                - special.gammaln(float(k))
-                + (a + 1) * np.log(vs)
-                + (k - 1) * np.log1p(-vs)
-            )
+        lead = stats.binom.pmf(a + 1, n, vs)
         ratio = np.ones_like(vs)
         acc = np.ones_like(vs)
+        active = np.arange(vs.size)
         for m in range(min(k - 1, 250)):
-            ratio = ratio * ((k - 1 - m) / (a + 2.0 + m)) * os_
-            term = (m + 2) * ratio
-            acc = acc + term
-            if not np.any(term > 1e-18 * acc):
+            ratio[active] *= ((k - 1 - m) / (a + 2.0 + m)) * os_[active]
+            term = (m + 2) * ratio[active]
+            acc[active] += term
+            active = active[term > 1e-18 * acc[active]]
+            if active.size == 0:
                 break
-        with np.errstate(under="ignore"):
-            result[use] = np.exp(log_b) * acc / n
+        result[use] = lead * acc / n
         loss[use] = 1.0
-    return result, loss
+    return np.asarray(result, dtype=np.float64), np.asarray(loss, dtype=np.float64)
 
 
 def _pi_float(p: FloatArray, n: int, k: int) -> FloatArray:
@@ -312,44 +386,58 @@ def _pi_float(p: FloatArray, n: int, k: int) -> FloatArray:
     size = p.size
     if k == n:
         return np.ones(size)
-    a = n - k
+    af, kf = float(n - k), float(k)
     p = p / p.sum()
-    t_hi = np.minimum(np.cumsum(p), 1.0)  # F(ℓ)
-    t_lo = np.concatenate(([0.0], t_hi[:-1]))  # F(ℓ-1)
-    s_lo = np.minimum(np.cumsum(p[::-1])[::-1], 1.0)  # P(L >= ℓ) = 1 - F(ℓ-1)
-    s_hi = np.concatenate((s_lo[1:], [0.0]))  # P(L > ℓ) = 1 - F(ℓ)
     h = p
+    # The M+1 interval ends, in both coordinates: t = F (forward sums), s = 1 - F (backward sums).
+    t_end = np.minimum(np.concatenate(([0.0], np.cumsum(p))), 1.0)
+    s_end = np.minimum(np.concatenate((np.cumsum(p[::-1])[::-1], [0.0])), 1.0)
+    t_end[-1], s_end[0] = 1.0, 1.0
     # S_Y(t) = P(Bin(n-1, t) <= k-1) = I_{1-t}(n-k, k): the integrand, decreasing in t.
-    sy_lo = special.betainc(float(a), float(k), s_lo)
-    sy_hi = special.betainc(float(a), float(k), s_hi)
-
+    sy_end = special.betainc(af, kf, s_end)
+    sy_lo, sy_hi = sy_end[:-1], sy_end[1:]
     # Forward antiderivative G(t) = (k/n) I_t(k+1, n-k) + t S_Y(t) (a sum of positive terms).
-    def g_fwd(t: FloatArray, sy: FloatArray) -> FloatArray:
-        return np.asarray((k / n) * special.betainc(k + 1.0, float(a), t) + t * sy)
-
-    g_lo, g_hi = g_fwd(t_lo, sy_lo), g_fwd(t_hi, sy_hi)
-    diff_f = g_hi - g_lo
-    with np.errstate(divide="ignore", invalid="ignore"):
-        loss_f = np.where(diff_f > 0, g_hi / diff_f, np.inf)
+    g_end = (k / n) * special.betainc(kf + 1.0, af, t_end) + t_end * sy_end
+    diff_f = g_end[1:] - g_end[:-1]
     # Complementary antiderivative K(s) = ∫_0^s I_σ(n-k, k) dσ in the survival coordinate.
-    k_lo, lk_lo = _upper_partial_moment(s_lo, n, k)
-    k_hi, lk_hi = _upper_partial_moment(s_hi, n, k)
-    diff_c = k_lo - k_hi
+    k_end, lk_end = _upper_partial_moment(s_end, n, k, sy_end)
+    diff_c = k_end[:-1] - k_end[1:]
     with np.errstate(divide="ignore", invalid="ignore"):
-        loss_c = np.where(diff_c > 0, k_lo * np.maximum(lk_lo, lk_hi) / diff_c, np.inf)
+        loss_f = np.where(diff_f > 0, g_end[1:] / diff_f, np.inf)
+        loss_c = np.where(
+            diff_c > 0, k_end[:-1] * np.maximum(lk_end[:-1], lk_end[1:]) / diff_c, np.inf
+        )
         pi = np.where(loss_f <= loss_c, diff_f, diff_c) / h
     loss = np.minimum(loss_f, loss_c)
-    # Narrow intervals (the differences cancel): quadrature of S_Y over the interval itself.
-    # (Narrow: the integrand changes by at most a factor 2 across it, so 8 nodes resolve it.)
-    narrow = (loss > 64.0) & (h > 0) & (sy_lo <= 2.0 * sy_hi)
-    if np.any(narrow):
-        idx = np.flatnonzero(narrow)
-        nodes = s_hi[idx, None] + h[idx, None] * _GL_X[None, :]
-        vals = special.betainc(float(a), float(k), np.minimum(nodes, 1.0))
-        pi[idx] = vals @ _GL_W
+    # Narrow intervals (both differences cancel): expand S_Y about the midpoint m of the interval,
+    #   pi = S_Y(m) - (h^2/24) f'(m) - (h^4/1920) f'''(m) + O(h^6 f^(5)),  f the Beta(k, n-k) density,
+    # and where that expansion has not converged, an 8-point Gauss-Legendre rule on the interval.
+    # (Where the ends agree, e.g. S_Y = 1 or 0 to float64, the clip below already gives pi.)
+    narrow = np.flatnonzero((loss > 64.0) & (h > 0) & (sy_lo > sy_hi))
+    if narrow.size:
+        hh = h[narrow]
+        mt = t_end[narrow] + hh / 2.0
+        ms = s_end[narrow + 1] + hh / 2.0
+        with np.errstate(divide="ignore", invalid="ignore", under="ignore", over="ignore"):
+            dens = np.exp(
+                special.xlogy(kf - 1.0, mt) + special.xlogy(af - 1.0, ms) - special.betaln(kf, af)
+            )
+            g1 = (kf - 1.0) / mt - (af - 1.0) / ms
+            g2 = -(kf - 1.0) / mt**2 - (af - 1.0) / ms**2
+            g3 = 2.0 * (kf - 1.0) / mt**3 - 2.0 * (af - 1.0) / ms**3
+            t2 = hh**2 / 24.0 * dens * g1
+            t4 = hh**4 / 1920.0 * dens * (g1**3 + 3.0 * g1 * g2 + g3)
+            mid = special.betainc(af, kf, ms) - t2 - t4
+            err = np.abs(t4) * np.minimum(1.0, np.abs(t4) / np.abs(t2))
+            good = np.isfinite(mid) & (err <= 1e-15 * np.abs(mid)) & (mid > 0)
+        pi[narrow[good]] = mid[good]
+        rest = narrow[~good & (sy_lo[narrow] <= 2.0 * sy_hi[narrow])]
+        if rest.size:
+            nodes = s_end[rest + 1, None] + h[rest, None] * _GL_X[None, :]
+            pi[rest] = special.betainc(af, kf, np.minimum(nodes, 1.0)) @ _GL_W
     zero = h <= 0
     pi[zero] = sy_lo[zero]
-    # π(ℓ) is the mean of a decreasing function over [F(ℓ-1), F(ℓ)]: it lies between the ends.
+    # pi(l) is the mean of a decreasing function over [F(l-1), F(l)]: it lies between the ends.
     return np.asarray(np.clip(pi, sy_hi, sy_lo), dtype=np.float64)
 
 
@@ -369,7 +457,7 @@ def inclusion_probability_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[
                   = \frac{G(F(\ell)) - G(F(\ell-1))}{p(\ell)},\qquad
         G(u) = u\,P(\mathrm{Bin}(n-1,u) \le k-1) + \tfrac{k}{n}\,P(\mathrm{Bin}(n,u) \ge k+1),
 
-    the tie-interval closed form (claim [LB2](#lb2)): a uniform tie-break is a uniform jitter of the
+    the tie-interval closed form (claim :ref:`LB2 <lb2>`): a uniform tie-break is a uniform jitter of the
     rollout's CDF value inside :math:`[F(\ell-1), F(\ell)]`, and :math:`G` is the antiderivative of
     the continuous :math:`\pi` (equivalently :math:`G(u) = E[\min(\mathrm{Bin}(n,u), k)]/n`).
     For :math:`p(\ell) = 0` the value is the limit :math:`P(\mathrm{Bin}(n-1, F(\ell)) \le k-1)`.
@@ -403,16 +491,21 @@ def inclusion_probability_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[
     operations per point (Fraction); the direct multinomial sum is :math:`O(n^2)` per point.
 
     Float accuracy: the difference :math:`G(F(\ell)) - G(F(\ell-1))` cancels when :math:`p(\ell)` is
-    small, so it is evaluated as the better of the forward difference of :math:`G` (positive terms)
-    and the complementary difference of :math:`K(s) = \int_0^s I_\sigma(n-k,k)\,d\sigma` in the
-    survival coordinate :math:`s = 1 - F` (a positive series where the closed form would cancel),
-    and, when both lose more than 64x, an 8-point Gauss–Legendre rule on the narrow interval itself.
-    Against the exact ``Fraction`` values (``tests/test_dispatch_accuracy.py``) the relative error is
-    below ``1e-11`` for :math:`n \le 10^4` wherever :math:`\pi > 10^{-280}` (smaller values may
-    underflow to 0). The result lies in :math:`[\pi_c(F(\ell)), \pi_c(F(\ell-1))]` (the continuous
-    :math:`\pi` at the ends of the tie interval) and is non-increasing in :math:`\ell` (the reason
-    :math:`q` is stochastically smaller than :math:`p`); :math:`\sum_\ell p(\ell)\pi(\ell) = k/n`
-    (claim [LB3](#lb3)).
+    small or :math:`\pi` is far below :math:`G`, so each point takes the better of (a) the forward
+    difference of :math:`G` (two non-negative terms), (b) the complementary difference of
+    :math:`K(s) = \int_0^s I_\sigma(n-k,k)\,d\sigma` in the survival coordinate :math:`s = 1 - F`
+    (summed from the top of the support; a positive binomial series where the closed form of
+    :math:`K` would cancel), and, when both lose more than 64x, (c) a midpoint expansion of the
+    integrand to :math:`O(p^4)` with an error estimate, else an 8-point Gauss–Legendre rule on the
+    interval. Measured against exact ``Fraction`` values (:math:`n \le 300`) and a 360-digit
+    reference (:math:`n \le 10^4`, ``tests/test_dispatch_accuracy.py``): relative error at most
+    ``4e-12`` wherever :math:`\pi > 10^{-280}` (tests assert ``1e-11`` and ``1e-10``); smaller values
+    may underflow to 0. The conditioning alone is about :math:`(n-k)\,\varepsilon` in the upper tail,
+    where :math:`\pi \propto S(\ell)^{n-k}`. The result lies in
+    :math:`[\pi_c(F(\ell)), \pi_c(F(\ell-1))]` (the continuous :math:`\pi` at the ends of the tie
+    interval), so it is non-increasing in :math:`\ell` (why :math:`q` is stochastically smaller than
+    :math:`p`); :math:`\sum_\ell p(\ell)\pi(\ell) = k/n` (claim :ref:`LB3 <lb3>`). Cost for
+    :math:`M = 10^5`, :math:`n = 10^4`: about 0.2 s (``benchmarks/bench_inclusion.py``).
 
     Frameworks differ on ties: breaking them toward the launch order (a FIFO queue) gives the same
     :math:`\pi` only in expectation over launch order; this function assumes a uniform tie-break.
@@ -471,7 +564,7 @@ def selected_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[Fraction]:
 
     Notes
     -----
-    :math:`q` sums to one (claim [LB3](#lb3)); :math:`q/p = (n/k)\pi` is non-increasing, so
+    :math:`q` sums to one (claim :ref:`LB3 <lb3>`); :math:`q/p = (n/k)\pi` is non-increasing, so
     :math:`q` is stochastically smaller than :math:`p`: short rollouts are over-represented.
     :math:`q = p` iff :math:`k = n` or the law is degenerate.
 
@@ -541,7 +634,7 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
     -----
     Quadrature in the survival coordinate :math:`s = 1-u` (``dist.isf``), with break points at the
     quantiles of :math:`\mathrm{Beta}(n-k, k)`; relative accuracy about ``1e-10``. Exponential
-    lengths: :math:`E_q[L] = \frac{1}{k\lambda}\sum_{j\le k}(H_n - H_{n-j})` (claim [OS1](#os1)).
+    lengths: :math:`E_q[L] = \frac{1}{k\lambda}\sum_{j\le k}(H_n - H_{n-j})` (claim :ref:`OS1 <os1>`).
 
     Examples
     --------
@@ -556,10 +649,10 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
         return mean
     a = float(n_ - k_)
 
-    def integrand(s: float) -> float:
-        return float(dist.isf(s)) * float(special.betainc(a, float(k_), s))
+    def weight(s: FloatArray) -> FloatArray:
+        return np.asarray(special.betainc(a, float(k_), s), dtype=np.float64)
 
-    value = _quad(integrand, 0.0, 1.0, points=_beta_breaks(a, float(k_)), what="E_q[L]")
+    value = _survival_integral(weight, dist, points=_beta_breaks(a, float(k_)), what="E_q[L]")
     return (n_ / k_) * value
 
 
@@ -569,7 +662,7 @@ def expected_max(dist: Any, *, n: int) -> float:
     .. math::
 
         E\bigl[\max_{i \le n} L_i\bigr] = \int_0^1 F^{-1}(u)\, n u^{n-1}\,du
-        = \int_0^1 F^{-1}\bigl(w^{1/n}\bigr)\,dw .
+        = \int_0^1 \bar F^{-1}(s)\, n (1-s)^{n-1}\,ds .
 
     Parameters
     ----------
@@ -594,9 +687,9 @@ def expected_max(dist: Any, *, n: int) -> float:
 
     Notes
     -----
-    The substitution :math:`u = w^{1/n}` and ``dist.isf(-expm1(log(w)/n))`` keep the upper tail
-    accurate for large ``n``. Exponential lengths: :math:`H_n/\lambda` (claim [OS1](#os1)); uniform on
-    :math:`[a, b]`: :math:`a + (b-a)\,n/(n+1)` (claim [OS2](#os2)).
+    Quadrature in the survival coordinate :math:`s = 1 - u` with ``dist.isf`` (accurate in the upper
+    tail) and break points at multiples of :math:`1/n`, where the weight concentrates. Exponential lengths: :math:`H_n/\lambda` (claim :ref:`OS1 <os1>`); uniform on
+    :math:`[a, b]`: :math:`a + (b-a)\,n/(n+1)` (claim :ref:`OS2 <os2>`).
 
     Examples
     --------
@@ -610,13 +703,11 @@ def expected_max(dist: Any, *, n: int) -> float:
     if n_ == 1:
         return mean
 
-    def integrand(w: float) -> float:
-        if w <= 0.0:
-            return float(dist.isf(1.0))
-        return float(dist.isf(-math.expm1(math.log(w) / n_)))
+    def weight(s: FloatArray) -> FloatArray:  # survival coordinate s = 1 - u
+        return np.asarray(n_ * np.exp((n_ - 1) * np.log1p(-s)), dtype=np.float64)
 
-    breaks = [1.0 - 10.0**-j for j in range(1, 14)]
-    return _quad(integrand, 0.0, 1.0, points=breaks, what="E[max of n]")
+    breaks = [x / n_ for x in (1e-9, 1e-6, 1e-3, 0.1, 1.0, 3.0, 10.0, 40.0)]
+    return _survival_integral(weight, dist, points=breaks, what="E[max of n]")
 
 
 def async_speedup(dist: Any, *, n: int) -> float:
@@ -649,7 +740,7 @@ def async_speedup(dist: Any, *, n: int) -> float:
     Notes
     -----
     Asynchrony pays only when this exceeds the loss of sample value its staleness (and masking)
-    costs. Claims [OS1](#os1), [OS2](#os2).
+    costs. Claims :ref:`OS1 <os1>`, :ref:`OS2 <os2>`.
 
     Examples
     --------
@@ -722,7 +813,7 @@ def length_bias(law: Any, *, n: int, k: int) -> LengthBias:
     Notes
     -----
     ``ratio <= 1`` with equality iff :math:`k = n` or the law is degenerate; the derivation of the
-    continuous TV is claim [OS3](#os3).
+    continuous TV is claim :ref:`OS3 <os3>`.
 
     Examples
     --------
@@ -830,7 +921,7 @@ def ipw_weights(pi: ArrayLike, *, n: int, k: int, clip: float | None = None) -> 
     Returns
     -------
     ndarray of float64, the shape of ``pi``
-        The weights; :math:`E_q[w\,g] = E_p[g]` without clipping (claim [LB4](#lb4)).
+        The weights; :math:`E_q[w\,g] = E_p[g]` without clipping (claim :ref:`LB4 <lb4>`).
 
     Raises
     ------
@@ -902,7 +993,7 @@ def horvitz_thompson_estimate(values: ArrayLike, pi: ArrayLike, *, n: int, k: in
 
     Notes
     -----
-    Unbiased (claim [LB4](#lb4)); its exact variance on a finite support is reported by
+    Unbiased (claim :ref:`LB4 <lb4>`); its exact variance on a finite support is reported by
     :func:`ipw_estimator_moments`.
 
     Examples
@@ -1091,7 +1182,7 @@ def ipw_estimator_moments(
     Notes
     -----
     Cost: :math:`\binom{k+M'-1}{M'-1}` compositions (:math:`M'` support points with
-    :math:`p > 0`), :math:`O(n)` work each. HT is unbiased (claim [LB4](#lb4)).
+    :math:`p > 0`), :math:`O(n)` work each. HT is unbiased (claim :ref:`LB4 <lb4>`).
 
     Examples
     --------
@@ -1287,7 +1378,7 @@ def kaplan_meier(durations: ArrayLike, observed: ArrayLike) -> KaplanMeier:
     -----
     Convention (as lifelines and R's ``survival``): a rollout censored at :math:`t_i` is still at
     risk at :math:`t_i`. With nothing censored :math:`\hat S` is the empirical survival (claim
-    [KM1](#km1)). Pool finished and censored lengths across steps (type II censoring at each
+    :ref:`KM1 <km1>`). Pool finished and censored lengths across steps (type II censoring at each
     step's cut-off) to estimate the true :math:`p` under first-``k``-of-``n`` dispatch.
 
     References
@@ -1353,7 +1444,7 @@ def exponential_rate_mle(
     Notes
     -----
     :math:`E[k/T] = k\lambda/(k-1)` (biased upward), :math:`E[(k-1)/T] = \lambda` (claim
-    [KM2](#km2)). Under type I censoring (a fixed time cut-off) the unbiased variant is only
+    :ref:`KM2 <km2>`). Under type I censoring (a fixed time cut-off) the unbiased variant is only
     approximately unbiased.
 
     Examples
@@ -1422,7 +1513,7 @@ def fluid_keep_probability(lengths: ArrayLike, *, step_time: float, eta: int) ->
 
     Notes
     -----
-    Rollouts longer than :math:`(\eta+1)\Delta` are never trained (claim [FL2](#fl2)).
+    Rollouts longer than :math:`(\eta+1)\Delta` are never trained (claim :ref:`FL2 <fl2>`).
 
     Examples
     --------
@@ -1507,8 +1598,8 @@ def fluid_steady_state(
     The fixed point is found by Brent's method on a bracket :math:`[B E[L]/N, 2^j B E[L]/N]`.
     The fluid model ignores the discreteness of slots; for lognormal(6, 1) lengths, ``N = 128``,
     ``B = 256``, ``eta = 0`` it predicts a trained mean of about 58% of :math:`E[L]`, which a
-    simulation confirms within about 1% (``tests/test_dispatch.py``). Claims [FL1](#fl1),
-    [FL2](#fl2).
+    simulation confirms within about 1% (``tests/test_dispatch.py``). Claims :ref:`FL1 <fl1>`,
+    :ref:`FL2 <fl2>`.
 
     Examples
     --------
@@ -1528,11 +1619,11 @@ def fluid_steady_state(
         return FluidSteadyState(base, 1.0, n_slots / b, mean)
     eta_ = _as_eta(eta)
 
-    def window(fn: Callable[[float], float], low: float, high: float, what: str) -> float:
-        return _quad(fn, low, high, what=what, rtol=1e-9) if high > low else 0.0
+    def window(fn: Callable[[FloatArray], FloatArray], low: float, high: float, what: str) -> float:
+        return _interval_integral(fn, low, high, what=what) if high > low else 0.0
 
-    def cdf(x: float) -> float:
-        return float(dist.cdf(x))
+    def cdf(x: FloatArray) -> FloatArray:
+        return np.asarray(dist.cdf(x), dtype=np.float64)
 
     def keep_mean(delta: float) -> float:
         return window(cdf, eta_ * delta, (eta_ + 1) * delta, "E[keep]") / delta
@@ -1549,20 +1640,20 @@ def fluid_steady_state(
     if gap(base) > 0:
         delta = float(optimize.brentq(gap, base, high, xtol=1e-12 * base, rtol=1e-14))
     kept = min(keep_mean(delta), 1.0)
-
-    def sf(x: float) -> float:
-        return float(dist.sf(x))
-
-    def mean_density(x: float) -> float:
-        return x * float(dist.pdf(x))
-
-    def ramp_density(x: float) -> float:
-        return x * float(dist.pdf(x)) * (d_hi - x) / delta
-
-    low_part = window(sf, 0.0, eta_ * delta, "∫S") / delta
-    band = window(sf, eta_ * delta, (eta_ + 1) * delta, "∫S") / delta
-    mean_s = (low_part - eta_ * band) / kept
     d_lo, d_hi = eta_ * delta, (eta_ + 1) * delta
+
+    def sf(x: FloatArray) -> FloatArray:
+        return np.asarray(dist.sf(x), dtype=np.float64)
+
+    def mean_density(x: FloatArray) -> FloatArray:
+        return np.asarray(x * dist.pdf(x), dtype=np.float64)
+
+    def ramp_density(x: FloatArray) -> FloatArray:
+        return np.asarray(x * dist.pdf(x) * (d_hi - x) / delta, dtype=np.float64)
+
+    low_part = window(sf, 0.0, d_lo, "∫S") / delta
+    band = window(sf, d_lo, d_hi, "∫S") / delta
+    mean_s = (low_part - eta_ * band) / kept
     support_low = max(float(dist.support()[0]), 0.0)
     below = window(mean_density, support_low, d_lo, "E[L; L <= ηΔ]")
     ramp = window(ramp_density, max(d_lo, support_low), d_hi, "E[L keep(L)]")

@@ -149,6 +149,18 @@ def test_sync_trains_only_on_policy_samples_and_idles_while_waiting() -> None:
     assert s.generator_idle == pytest.approx(1 - 20 / 30)  # slot 0 busy 1 of every 3
 
 
+def test_length_bias_measures_vanish_exactly_when_every_launched_rollout_is_trained() -> None:
+    pmf = np.full(6, 1 / 6)
+    sync = simulate(SimConfig(slots=6, batch=6, steps=200, mode="sync", lengths=pmf, seed=1))
+    b = sync.summary().length_bias
+    assert (b.ratio, b.total_variation, b.kl_divergence) == (1.0, 0.0, 0.0)
+    first = simulate(SimConfig(slots=6, batch=2, steps=200, mode="first_k", lengths=pmf, seed=1))
+    b = first.summary().length_bias
+    assert b.ratio < 1.0
+    assert b.total_variation > 0.1
+    assert b.kl_divergence > 0.0
+
+
 def test_sync_with_more_samples_than_slots_queues_them() -> None:
     trace = simulate(SimConfig(slots=2, batch=5, steps=2, mode="sync", lengths=np.ones((2, 10))))
     assert trace.end_time == 6.0  # ceil(5 / 2) = 3 rounds of length 1 per step
@@ -211,7 +223,7 @@ def test_restart_trains_only_rollouts_launched_under_the_current_version() -> No
     assert s.staleness_max == 0
     assert s.aborted > 0
     assert s.wasted_tokens > 0
-    assert s.length_bias < 0  # long rollouts are aborted more often
+    assert s.length_bias.ratio < 1  # long rollouts are aborted more often
     plain = simulate(SimConfig(slots=8, batch=4, steps=100, lengths=_lengths(1, 8, 5000)))
     assert plain.summary().staleness_max > 0  # without restart they are stale
 
@@ -428,3 +440,34 @@ def test_trained_staleness_is_refimpl_sample_staleness_of_the_token_versions(
     versions = [trace.token_versions(int(r))[1] for r in order]
     want = refimpl.sample_staleness(trace.step[order], versions).sample
     np.testing.assert_array_equal(trace.staleness[order], want.astype(np.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_bad_configuration_exits_2_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    from refimpl.cli import main
+
+    assert main(["simulate", "--slots", "4", "--batch", "0", "--rollouts", "10"]) == 2
+    assert "batch must be >= 1" in capsys.readouterr().err
+
+
+def test_cli_event_mode_writes_a_trace_and_a_progress_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    from refimpl.cli import main
+
+    path = tmp_path / "t.parquet"
+    args = ["simulate", "--slots", "8", "--batch", "4", "--rollouts", "10000", "--seed", "1"]
+    args += ["--mode", "admission", "--eta", "1", "--partial", "keep_kv", "--progress"]
+    assert main([*args, "--trace", str(path)]) == 0
+    out = capsys.readouterr()
+    assert "rollout" in out.err  # tqdm on stderr
+    assert "staleness_hist" in out.out
+    table = pq.read_table(path)
+    assert table.num_rows > 10_000
+    assert "refimpl.sim.config" in {k.decode() for k in table.schema.metadata}

@@ -158,6 +158,7 @@ def test_cli_json_matches_the_peer_json(tmp_path: Path, capsys: pytest.CaptureFi
     assert got["sim_time_end"] == t_end
     assert got["trained_rollouts"] == stale.size
     assert got["rollouts_per_s"] > 0
+    assert got["closed_form"] is None  # an explicit matrix is not a law
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ engine for every mode; they agree sample for sample where both apply, and with t
 - :class:`SimConfig`: a frozen, validated run description.
 - :func:`simulate`: run it; returns a :class:`SimTrace` (columnar, per rollout).
 - :func:`summarize` / :class:`SimSummary`: throughput, idle fractions, staleness, length bias.
+- :func:`closed_form` / :class:`ClosedForm`: what SPEC §2's closed forms (``refimpl.dispatch``)
+  predict for a configuration, to set beside a simulation.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 from refimpl._validation import invalid
 from refimpl.sim import _config, _trace
+from refimpl.sim._closed import ClosedForm, closed_form
 from refimpl.sim._config import SimConfig
 from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
 from refimpl.sim._lengths import LengthSupply, OutOfLengths
@@ -33,10 +36,12 @@ __all__ = [
     "PARTIAL_POLICIES",
     "STATUS",
     "STATUS_NAMES",
+    "ClosedForm",
     "OutOfLengths",
     "SimConfig",
     "SimSummary",
     "SimTrace",
+    "closed_form",
     "simulate",
     "summarize",
 ]
@@ -116,6 +121,10 @@ def simulate(
     version is published sees the old version; completions at one instant are processed in launch
     order.
 
+    References
+    ----------
+    SPEC §1–§2; the SimPy peer ``shared/peers/simpy_queue.py`` (``--variant store``).
+
     Examples
     --------
     Two slots, batch 2, every rollout one token long: batch ``j`` completes at ``j + 1``; the
@@ -161,4 +170,6 @@ def simulate(
                 "event left); this configuration cannot fill a batch — relax eta or over_bound."
             ) from None
         canonical = False
-    return SimTrace.from_raw(raw, config, canonical=canonical)
+    data = raw._asdict()
+    del raw  # from_raw frees the engine's columns one by one
+    return SimTrace.from_raw(data, config, canonical=canonical)

@@ -57,7 +57,7 @@ def peer_columns(slots: int, rollouts: int) -> int:
     return math.ceil(rollouts / slots * 1.25) + 64
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class SimConfig:
     """One simulated run of the rollout queue (SPEC §1–§2), validated on construction.
 
@@ -117,6 +117,19 @@ class SimConfig:
     ------
     ValueError, TypeError
         For any field out of its domain, before anything runs.
+
+    Notes
+    -----
+    Conventions of SPEC §1: version ``v`` counts optimizer steps; step ``j`` consumes batch ``j`` and
+    publishes ``j + 1``; staleness ``s = j − min_t v_t``; a rollout launched at the instant of a
+    publication sees the old version, except launches the publication itself triggers (the next
+    step's launches in ``sync``/``first_k``, slots unblocked by admission, ``restart`` relaunches),
+    which follow it and see the new version.
+
+    References
+    ----------
+    SPEC §1–§2; AReaL (arXiv 2505.24298) for the admission rule; the SimPy peer
+    ``shared/peers/simpy_queue.py`` for the plain asynchronous model.
 
     Examples
     --------

@@ -519,9 +519,10 @@ def run_async_fast(
     tt, pre = cfg.token_time, cfg.prefill_time
     plain = tt == 1.0 and pre == 0.0  # l * 1.0 + 0.0 == l exactly
 
-    def durations(m: NDArray[np.float64]) -> list[list[float]]:
-        rows: list[list[float]] = (m if plain else m * tt + pre).tolist()
-        return rows
+    def durations(m: NDArray[np.float64]) -> list[array[float]]:
+        # one compact array per slot (8 bytes a length, not a Python float object each)
+        d = np.ascontiguousarray(m if plain else m * tt + pre, dtype=np.float64)
+        return [array("d", row.tobytes()) for row in d]
 
     drows = durations(supply.matrix)
     k_cols = len(drows[0])
@@ -537,16 +538,20 @@ def run_async_fast(
     k_step = array("i")
     k_keep = array("b")
     nxt = [1] * n_slots
-    heap = [(drows[s][0], 0, s, s, s) for s in range(n_slots)]
+    # heap entries (time, key, slot): a completion's key is its rollout id (ids grow in launch
+    # order, so ties at one instant resolve in launch order, as in SimPy); a publication's key is
+    # PUB + step, after every completion at the same instant (the tie rule)
+    pub = 1 << 62
+    heap = [(drows[s][0], s, s) for s in range(n_slots)]
     heapq.heapify(heap)
     push = heapq.heappush
     pop = heapq.heappop
     slot_append = c_slot.append
     time_append = c_time.append
     ver_append = c_ver.append
-    seq = n_slots
     version = 0
     j = 0
+    next_batch_at = b  # completions needed for batch j (no-drop mode)
     training = False
     n_comp = 0
     n_batch = 0  # samples accepted into the batch being filled (drop mode)
@@ -555,8 +560,8 @@ def run_async_fast(
     report_every = 1 << 14
     t = 0.0
     while True:
-        t, prio, _, x, s = pop(heap)
-        if prio == 0:
+        t, x, s = pop(heap)
+        if x < pub:
             slot_append(s)
             time_append(t)
             ver_append(version)
@@ -566,35 +571,33 @@ def run_async_fast(
                 drows = durations(supply.matrix)
                 k_cols = len(drows[0])
             nxt[s] = k + 1
-            push(heap, (t + drows[s][k], 0, seq, n_slots + n_comp, s))
-            seq += 1
+            push(heap, (t + drows[s][k], n_slots + n_comp, s))
             n_comp += 1
             if progress is not None and n_comp % report_every == 0:
                 progress(report_every)
-            if training or j >= steps:
-                if drop_over:
-                    buffer.append(x)
-                continue
             if not drop_over:
-                if n_comp >= (j + 1) * b:
+                if n_comp >= next_batch_at and not training and j < steps:
                     training = True
-                    push(heap, (t + taus[j], 1, seq, j, -1))
-                    seq += 1
+                    push(heap, (t + taus[j], pub + j, -1))
                     j += 1
+                    next_batch_at += b
                 continue
             buffer.append(x)
+            if training or j >= steps:
+                continue
         else:
-            publish_times[x] = t
-            version = x + 1
+            jj = x - pub
+            publish_times[jj] = t
+            version = jj + 1
             training = False
             if version == steps:
                 break
             if not drop_over:
-                if n_comp >= (j + 1) * b:
+                if n_comp >= next_batch_at:
                     training = True
-                    push(heap, (t + taus[j], 1, seq, j, -1))
-                    seq += 1
+                    push(heap, (t + taus[j], pub + j, -1))
                     j += 1
+                    next_batch_at += b
                 continue
         # drop mode: the trainer pulls from the buffer
         while buffer:
@@ -609,8 +612,7 @@ def run_async_fast(
             if n_batch == b:
                 n_batch = 0
                 training = True
-                push(heap, (t + taus[j], 1, seq, j, -1))
-                seq += 1
+                push(heap, (t + taus[j], pub + j, -1))
                 j += 1
                 break
     if progress is not None:

@@ -19,6 +19,7 @@ numpy over slots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,10 +33,14 @@ __all__ = ["run_vector"]
 
 
 def _processing_order(
-    finish: NDArray[np.float64], prev: NDArray[np.int64], slot: NDArray[np.int32], n_slots: int
+    finish: NDArray[np.float64],
+    predecessors: Callable[[], tuple[NDArray[np.int64], NDArray[np.int32]]],
+    n_slots: int,
 ) -> tuple[NDArray[np.intp], NDArray[np.int64] | None]:
     """Completions in processing order (see the module docstring).
 
+    ``predecessors()`` gives, per completion, the index of the same slot's previous completion
+    (``-1`` for its first) and the slot; it is only called when two completions tie.
     Returns ``(order, lo)``: ``order[p]`` is the completion processed ``p``-th; ``lo[p]`` the first
     position holding the same time (``None`` when no two completions tie).
     """
@@ -44,6 +49,7 @@ def _processing_order(
     same = fs[1:] == fs[:-1]
     if not same.any():
         return order, None
+    prev, slot = predecessors()
     tied_pos = np.flatnonzero(same)
     mark = np.zeros(fs.size, dtype=bool)
     mark[tied_pos] = True
@@ -108,10 +114,13 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     slot = np.repeat(np.arange(n_slots, dtype=np.int32), n_launched)
     index = (np.arange(n_rows, dtype=np.int64) - row_start[:-1][slot]).astype(np.int32)
     # predecessor completion (by position among completions) of each completion; -1 for the first
-    c_prev = np.arange(-1, comp_rows.size - 1, dtype=np.int64)
-    c_prev[index[comp_rows] == 0] = -1
-    order, lo_sorted = _processing_order(c_fin, c_prev, slot[comp_rows], n_slots)
-    del c_prev
+
+    def predecessors() -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        c_prev = np.arange(-1, comp_rows.size - 1, dtype=np.int64)
+        c_prev[index[comp_rows] == 0] = -1
+        return c_prev, slot[comp_rows]
+
+    order, lo_sorted = _processing_order(c_fin, predecessors, n_slots)
     crank = np.full(n_rows, -1, dtype=np.int64)
     crank[comp_rows[order]] = np.arange(comp_rows.size)
     publish = c_fin[order[b - 1 : target : b]]  # T_j, j = 0..steps-1

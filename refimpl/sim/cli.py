@@ -3,7 +3,7 @@
 ``refimpl simulate --slots N --batch B --rollouts R --seed S --json`` prints one JSON object with the
 SimPy peer's keys (``rollouts_per_s``, ``staleness_mean``, ``staleness_hist``, ``length_mean``, ...)
 and the simulator's own (``throughput``, idle fractions, ``length_bias``, tokens wasted and
-recomputed). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix, so a run can be
+recomputed, and ``closed_form``: what SPEC §2's closed forms predict, where one applies). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix, so a run can be
 compared sample for sample with ``shared/peers/simpy_queue.py --save-lengths FILE``.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -160,6 +161,17 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
+def _jsonable(value: Any) -> Any:
+    """Replace non-finite floats by ``None`` (strict JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
     from tqdm import tqdm
@@ -203,14 +215,24 @@ def run(args: argparse.Namespace) -> int:
         "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
     }
     out.update(summary.to_json_dict())
+    from refimpl.sim import closed_form
+
+    try:
+        out["closed_form"] = closed_form(cfg)._asdict()
+    except ValueError:
+        out["closed_form"] = None
     if args.trace is not None:
         trace.to_parquet(args.trace)
         out["trace"] = args.trace
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(_jsonable(out), allow_nan=False))
     else:
         for key, value in out.items():
             if key == "staleness_hist":
                 value = " ".join(str(v) for v in value)
+            elif isinstance(value, dict):
+                value = ", ".join(
+                    f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+                )
             print(f"{key:22s} {value}")
     return 0

@@ -1,0 +1,159 @@
+r"""# The fluid model of continuous asynchronous dispatch
+
+$N$ slots each relaunch the instant they finish; the trainer takes completions in completion order,
+$B$ per step; a token takes one time unit. In steady state with nothing dropped, completions arrive
+at rate $N/E[L]$, so a step takes $\Delta = B\,E[L]/N$.
+
+**Staleness is proportional to length.** A rollout of length $\ell$ is launched at a uniformly
+random phase of the version clock, so its staleness is the number of version boundaries it spans,
+$s = \lfloor \ell/\Delta + U \rfloor$ with $U \sim U(0, 1)$. Writing $\ell/\Delta = m + f$ with
+$m$ an integer and $0 \le f < 1$, $s = m$ with probability $1 - f$ and $m + 1$ with probability
+$f$, so $E[s \mid \ell] = \ell/\Delta$ and $P(s \ge j \mid \ell) = \operatorname{clip}(\ell/\Delta - j
++ 1, 0, 1)$; averaging over the (unbiased) trained law, $E[s] = E[L]/\Delta = N/B$ ([FL1](#fl1)).
+
+**Masking turns staleness into length bias.** Dropping samples with $s > \eta$ keeps a rollout of
+length $\ell$ with probability $\mathrm{keep}(\ell) = P(s \le \eta \mid \ell) =
+\operatorname{clip}(\eta + 1 - \ell/\Delta, 0, 1)$. Since
+$\mathrm{keep}(\ell) = \frac1\Delta\int_{\eta\Delta}^{(\eta+1)\Delta} \mathbf 1[\ell \le x]\,dx$,
+Fubini gives $E_p[\mathrm{keep}] = \frac1\Delta\int_{\eta\Delta}^{(\eta+1)\Delta} F(x)\,dx =
+\int_0^1 F((\eta + t)\Delta)\,dt$, which is non-decreasing in $\Delta$. Dropped rollouts do not fill
+batches, so a step needs $B/E_p[\mathrm{keep}]$ completions:
+$\Delta = B\,E[L]/(N\,E_p[\mathrm{keep}_\Delta])$. The right side is non-increasing in $\Delta$ and
+the left side increasing, so the fixed point is unique, and it lies above $B\,E[L]/N$ ([FL2](#fl2)).
+The trained law is $q_\eta(\ell) \propto p(\ell)\,\mathrm{keep}(\ell)$; lengths above
+$(\eta + 1)\Delta$ are never trained.
+
+**Staleness of what is trained.** $E[s\,\mathbf 1[s \le \eta]] = \sum_{j=1}^{\eta}
+(P(s \ge j) - P(s \ge \eta+1))$ and $P(s \ge j) = E_p[\operatorname{clip}(L/\Delta - j + 1, 0, 1)] =
+\frac1\Delta\int_{(j-1)\Delta}^{j\Delta} S(x)\,dx$, which telescopes to
+$\frac1\Delta\int_0^{\eta\Delta} S - \frac{\eta}{\Delta}\int_{\eta\Delta}^{(\eta+1)\Delta} S$;
+divide by $E_p[\mathrm{keep}]$ for the trained samples' mean ([FL3](#fl3)).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.stats
+import sympy as sp
+from scipy import integrate
+
+import refimpl
+from proofs._framework import assert_close, assert_zero, claim
+
+
+@claim(
+    "FL1",
+    "Fluid staleness: $E[\\lfloor m + f + U\\rfloor] = m + f$ for integer $m$ and $0 \\le f < 1$, "
+    "so $E[s \\mid \\ell] = \\ell/\\Delta$, and with $\\Delta = B E[L]/N$, $E[s] = N/B$ (symbolic); "
+    "`refimpl.fluid_steady_state` without a mask reports $N/B$, and `fluid_keep_probability` is "
+    "$P(s \\le \\eta \\mid \\ell)$.",
+)
+def fluid_staleness() -> None:
+    m = sp.symbols("m", integer=True, nonnegative=True)
+    f = sp.symbols("f", nonnegative=True)
+    expected = m * (1 - f) + (m + 1) * f  # s = m w.p. 1-f, m+1 w.p. f
+    assert_zero(expected - (m + f), label="E[floor(x + U)] - x")
+    n_slots, batch, mean = sp.symbols("N B EL", positive=True)
+    delta = batch * mean / n_slots
+    assert_zero(mean / delta - n_slots / batch, label="E[s] - N/B")
+    dist = scipy.stats.lognorm(s=1.0, scale=math.exp(6.0))
+    for slots, b in [(128, 256), (64, 8), (7, 3)]:
+        state = refimpl.fluid_steady_state(dist, slots=slots, batch=b)
+        assert_close(state.mean_staleness, slots / b, rel=1e-15)
+        assert_close(state.step_time, b * float(dist.mean()) / slots, rel=1e-15)
+    lengths = np.array([0.0, 0.3, 1.0, 1.7, 2.0, 2.5, 3.2])
+    for eta in (0, 1, 2):
+        found = refimpl.fluid_keep_probability(lengths, step_time=1.0, eta=eta)
+        for x, keep in zip(lengths, found, strict=True):
+            whole, frac = math.floor(x), x - math.floor(x)
+            want = (1 - frac) * (whole <= eta) + frac * (whole + 1 <= eta)
+            assert_close(float(keep), want, abs_=1e-15, label=f"keep({x}) eta={eta}")
+
+
+@claim(
+    "FL2",
+    "Masked fixed point: $E_p[\\operatorname{clip}(\\eta+1-L/\\Delta, 0, 1)] = "
+    "\\frac1\\Delta\\int_{\\eta\\Delta}^{(\\eta+1)\\Delta} F$ (symbolic for exponential lengths, "
+    "$\\eta = 0, 1, 2$), non-decreasing in $\\Delta$; `refimpl.fluid_steady_state` solves "
+    "$\\Delta = B E[L]/(N E_p[\\mathrm{keep}_\\Delta])$ and its kept fraction and trained mean "
+    "length match direct quadrature.",
+)
+def masked_fixed_point() -> None:
+    lam, delta, x = sp.symbols("lambda Delta x", positive=True)
+    pdf = lam * sp.exp(-lam * x)
+    cdf = 1 - sp.exp(-lam * x)
+    for eta in range(3):
+        direct = sp.integrate(pdf, (x, 0, eta * delta)) + sp.integrate(
+            (eta + 1 - x / delta) * pdf, (x, eta * delta, (eta + 1) * delta)
+        )
+        window = sp.integrate(cdf, (x, eta * delta, (eta + 1) * delta)) / delta
+        assert_zero(direct - window, label=f"E[keep] eta={eta}")
+        t = sp.symbols("t", nonnegative=True)
+        derivative = sp.diff(cdf.subs(x, (eta + t) * delta), delta)
+        assert_zero(derivative - (eta + t) * pdf.subs(x, (eta + t) * delta), label="d/dΔ >= 0")
+    dist = scipy.stats.gamma(a=2.0, scale=300.0)
+    mean = float(dist.mean())
+    for slots, b, eta in [(128, 256, 0), (32, 8, 1), (16, 64, 2)]:
+        state = refimpl.fluid_steady_state(dist, slots=slots, batch=b, eta=eta)
+        d = state.step_time
+        keep = lambda v, d=d, eta=eta: min(max(eta + 1 - v / d, 0.0), 1.0)  # noqa: E731
+        kept = sum(
+            integrate.quad(lambda v, keep=keep: keep(v) * dist.pdf(v), lo, hi, epsabs=0, limit=200)[
+                0
+            ]
+            for lo, hi in [(0.0, eta * d), (eta * d, (eta + 1) * d)]
+            if hi > lo
+        )
+        assert_close(state.kept_fraction, kept, rel=1e-8, label="kept fraction")
+        assert_close(d, b * mean / (slots * kept), rel=1e-8, label="fixed point")
+        length = sum(
+            integrate.quad(
+                lambda v, keep=keep: v * keep(v) * dist.pdf(v), lo, hi, epsabs=0, limit=200
+            )[0]
+            for lo, hi in [(0.0, eta * d), (eta * d, (eta + 1) * d)]
+            if hi > lo
+        )
+        assert_close(state.trained_mean_length, length / kept, rel=1e-8, label="trained mean")
+
+
+@claim(
+    "FL3",
+    "Mean staleness of the trained samples: $E[s\\,\\mathbf 1[s\\le\\eta]] = "
+    "\\frac1\\Delta\\int_0^{\\eta\\Delta} S - \\frac\\eta\\Delta\\int_{\\eta\\Delta}^{(\\eta+1)\\Delta} S$ "
+    "(symbolic for exponential lengths, $\\eta \\le 3$, against the direct expectation over "
+    "$\\ell$ of $\\sum_s s\\,P(s \\mid \\ell)$); `refimpl.fluid_steady_state` against it.",
+)
+def trained_staleness() -> None:
+    lam, delta, x = sp.symbols("lambda Delta x", positive=True)
+    pdf = lam * sp.exp(-lam * x)
+    sf = sp.exp(-lam * x)
+    for eta in range(4):
+        # for ℓ in [mΔ, (m+1)Δ): s = m w.p. 1-f, m+1 w.p. f, f = ℓ/Δ - m; keep only s <= eta
+        direct = sp.Integer(0)
+        for m in range(eta + 1):
+            f = x / delta - m
+            part = m * (1 - f) + ((m + 1) * f if m + 1 <= eta else 0)
+            direct += sp.integrate(part * pdf, (x, m * delta, (m + 1) * delta))
+        formula = (
+            sp.integrate(sf, (x, 0, eta * delta))
+            - eta * sp.integrate(sf, (x, eta * delta, (eta + 1) * delta))
+        ) / delta
+        assert_zero(sp.simplify(direct - formula), label=f"E[s; s <= eta], eta={eta}")
+    dist = scipy.stats.expon(scale=250.0)
+    for slots, b, eta in [(64, 16, 1), (64, 16, 3), (10, 10, 0)]:
+        state = refimpl.fluid_steady_state(dist, slots=slots, batch=b, eta=eta)
+        d = state.step_time
+        value = sum(
+            integrate.quad(
+                lambda v, m=m, d=d, eta=eta: (
+                    (m * (1 - (v / d - m)) + ((m + 1) * (v / d - m) if m + 1 <= eta else 0))
+                    * dist.pdf(v)
+                ),
+                m * d,
+                (m + 1) * d,
+            )[0]
+            for m in range(eta + 1)
+        )
+        assert_close(state.mean_staleness, value / state.kept_fraction, rel=1e-8, abs_=1e-12)

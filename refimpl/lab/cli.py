@@ -1,0 +1,159 @@
+"""``refimpl lab [--out DIR] [--quick] [--seed S]``: run the whole lab and write its report.
+
+Writes ``DIR/index.html`` (open it in a browser; no server needed), ``DIR/report.md``,
+``DIR/figures/*.png`` and ``DIR/metrics.json`` (every number of the report). Progress goes to stderr,
+one line per section. The exit code is 0 when every closed form agrees with its simulation within the
+stated tolerance, 1 otherwise (the report shows which pair disagrees).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from refimpl.lab.config import lab_config
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``refimpl lab``."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("lab-report"),
+        metavar="DIR",
+        help="output directory (default: ./lab-report)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, same sections (under 20 seconds)"
+    )
+    parser.add_argument(
+        "--seed", type=_seed, default=0, metavar="S", help="root seed, an integer >= 0 (default 0)"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=None,
+        metavar="KEY",
+        help="run only this section (repeatable); keys: "
+        "length-bias, staleness, effort, debugging, async-worth",
+    )
+
+
+def _seed(text: str) -> int:
+    """``--seed``: a non-negative integer (numpy's ``SeedSequence`` refuses negative entropy)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"seed must be an integer; got seed={text!r}. Pass e.g. --seed 0."
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"seed must be >= 0; got seed={value}. Pass a non-negative integer, e.g. --seed 0."
+        )
+    return value
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the lab with the parsed ``args``; return 0 if every check agrees, else 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    from refimpl.lab.registry import SECTIONS, missing_names
+    from refimpl.lab.report import Section, write_html, write_markdown, write_metrics
+
+    chosen = [s for s in SECTIONS if args.only is None or s.key in args.only]
+    if args.only is not None:
+        unknown = sorted(set(args.only) - {s.key for s in SECTIONS})
+        if unknown:
+            keys = ", ".join(s.key for s in SECTIONS)
+            _say(f"refimpl lab: unknown section {', '.join(unknown)}; choose among {keys}")
+            return 2
+    config = lab_config(quick=bool(args.quick), seed=int(args.seed))
+    out: Path = args.out
+    figures = out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
+        old.unlink()
+
+    start = time.perf_counter()
+    mode = "quick" if config.quick else "default"
+    _say(f"refimpl lab ({mode} run, seed {config.seed}) -> {out}/index.html")
+    sections = []
+    for number, spec in enumerate(SECTIONS, start=1):
+        if spec not in chosen:
+            continue
+        section = Section(
+            key=spec.key,
+            number=number,
+            title=spec.title,
+            docs=spec.docs,
+            figures_dir=figures,
+            dpi=80 if config.quick else 100,
+        )
+        _say(f"[{number}/{len(SECTIONS)}] {spec.title} ...")
+        t0, c0 = time.perf_counter(), time.process_time()
+        missing = missing_names(spec.requires)
+        if missing:
+            section.unavailable(missing)
+            _say(f"      not available in this build (missing: {', '.join(missing)})")
+        else:
+
+            def progress(message: str, _n: int = number) -> None:
+                _say(f"      {message}")
+
+            spec.build_function()(section, config, progress)
+        section.seconds = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        bad = [c.name for c in section.checks if not c.passed]
+        _say(
+            f"      done in {section.seconds:.1f} s (CPU {cpu:.1f} s); "
+            f"{len(section.checks) - len(bad)}/{len(section.checks)} checks agree"
+            + (f" (DISAGREE: {', '.join(bad)})" if bad else "")
+        )
+        sections.append(section)
+
+    total = time.perf_counter() - start
+    n_checks = sum(len(s.checks) for s in sections)
+    n_ok = sum(c.passed for s in sections for c in s.checks)
+    unavailable = [s.title for s in sections if not s.available]
+    summary = (
+        "Every section pairs a closed form from the refimpl library with a simulation of the "
+        "asynchronous rollout queue, on the same figure or table. "
+        f"**{n_ok} of {n_checks} closed-form/simulation pairs agree** within their stated tolerance."
+    )
+    if unavailable:
+        summary += " Not available in this build: " + "; ".join(unavailable) + "."
+    meta: dict[str, Any] = {
+        "title": "refimpl lab report",
+        "summary": summary,
+        "settings": {
+            "refimpl": version("refimpl"),
+            "run": mode,
+            "seed": config.seed,
+            **{k: v for k, v in config._asdict().items() if k not in ("quick", "seed")},
+            "wall time (s)": round(total, 1),
+        },
+        "footer": "Written by `refimpl lab`. Every number shown is in metrics.json.",
+        "checks_total": n_checks,
+        "checks_agree": n_ok,
+    }
+    write_metrics(out / "metrics.json", sections, meta)
+    write_markdown(out / "report.md", sections, meta)
+    write_html(out / "index.html", sections, meta)
+    _say(
+        f"wrote {out}/index.html, report.md, metrics.json and {len(list(figures.glob('*.png')))}"
+        f" figures in {total:.1f} s; {n_ok}/{n_checks} checks agree"
+    )
+    return 0 if n_ok == n_checks else 1

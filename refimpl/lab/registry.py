@@ -1,0 +1,168 @@
+"""The sections of the lab in report order, the library names each needs, and its docs pages."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import NamedTuple
+
+from refimpl.lab.config import LabConfig
+from refimpl.lab.report import DocLink, Section
+
+__all__ = ["SECTIONS", "SectionSpec", "missing_names"]
+
+Progress = Callable[[str], None]
+Build = Callable[[Section, LabConfig, Progress], None]
+
+
+class SectionSpec(NamedTuple):
+    """A section: its key (figure prefix, metrics key), title, module, requirements and docs."""
+
+    key: str
+    title: str
+    module: str
+    requires: tuple[str, ...]
+    docs: tuple[DocLink, ...]
+
+    def build_function(self) -> Build:
+        build: Build = importlib.import_module(self.module).build
+        return build
+
+
+def missing_names(requires: tuple[str, ...]) -> list[str]:
+    """The required ``module.name`` strings that this installation does not provide.
+
+    Examples
+    --------
+    >>> missing_names(("refimpl.lab.config.lab_config", "refimpl.lab.config.nope"))
+    ['refimpl.lab.config.nope']
+    """
+    missing = []
+    for dotted in requires:
+        module_name, _, attr = dotted.rpartition(".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            missing.append(dotted)
+            continue
+        if not hasattr(module, attr):
+            missing.append(dotted)
+    return missing
+
+
+_WALK = DocLink("howto/lab-walkthrough", "Lab walkthrough")
+
+SECTIONS: tuple[SectionSpec, ...] = (
+    SectionSpec(
+        key="length-bias",
+        title="Length bias of dispatch",
+        module="refimpl.lab.length_bias",
+        requires=(
+            "refimpl.fluid_steady_state",
+            "refimpl.length_bias",
+            "refimpl.selected_pmf",
+            "refimpl.sim.SimConfig",
+            "refimpl.sim.simulate",
+        ),
+        docs=(
+            DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
+            DocLink(
+                "concepts/sim-async-admission",
+                "Simulating asynchronous dispatch and admission control",
+            ),
+            _WALK,
+        ),
+    ),
+    SectionSpec(
+        key="staleness",
+        title="Staleness masking and its corrections",
+        module="refimpl.lab.staleness_masking",
+        requires=(
+            "refimpl.clipped_ipw_estimate",
+            "refimpl.fluid_keep_probability",
+            "refimpl.fluid_steady_state",
+            "refimpl.hajek_estimate",
+            "refimpl.horvitz_thompson_estimate",
+            "refimpl.inclusion_probability_pmf",
+            "refimpl.ipw_estimator_moments",
+            "refimpl.ipw_weights",
+            "refimpl.selected_pmf",
+            "refimpl.sim.STATUS",
+            "refimpl.sim.SimConfig",
+            "refimpl.sim.simulate",
+        ),
+        docs=(
+            DocLink("concepts/staleness", "Staleness, masks and importance weights"),
+            DocLink(
+                "concepts/sim-staleness-partial",
+                "Simulating the staleness bound, partial rollouts and preemption",
+            ),
+            DocLink("derivations/importance", "Importance-weight derivations"),
+            _WALK,
+        ),
+    ),
+    SectionSpec(
+        key="effort",
+        title="Effort conditioning: k(b), L*(b) and the cost/quality frontier",
+        module="refimpl.lab.effort",
+        requires=(
+            "refimpl.cosine_length_reward",
+            "refimpl.dapo_overlong_penalty",
+            "refimpl.effort_frontier",
+            "refimpl.effort_penalty",
+            "refimpl.l1_exact_reward",
+            "refimpl.l1_max_reward",
+            "refimpl.optimal_length",
+            "refimpl.pareto_front",
+            "refimpl.saturating_quality",
+            "refimpl.shaped_reward",
+            "refimpl.train_effort_policy",
+        ),
+        docs=(
+            DocLink("concepts/effort", "Effort conditioning"),
+            DocLink("derivations/effort", "Effort conditioning derivations (EF1–EF9)"),
+            DocLink("derivations/penalties", "Published length penalties (PEN1–PEN7)"),
+            _WALK,
+        ),
+    ),
+    SectionSpec(
+        key="debugging",
+        title="Debugging over-masking",
+        module="refimpl.lab.debugging",
+        requires=(
+            "refimpl.fluid_keep_probability",
+            "refimpl.fluid_steady_state",
+            "refimpl.masking_diagnostics",
+            "refimpl.over_masking_scenarios",
+            "refimpl.sample_staleness",
+            "refimpl.staleness_mask",
+            "refimpl.sim.SimConfig",
+            "refimpl.sim.simulate",
+        ),
+        docs=(
+            DocLink(
+                "concepts/staleness",
+                "Staleness, masks and importance weights: the over-masking bug",
+            ),
+            DocLink("derivations/staleness", "Staleness derivations"),
+            _WALK,
+        ),
+    ),
+    SectionSpec(
+        key="async-worth",
+        title="When asynchrony is not worth it",
+        module="refimpl.lab.async_worth",
+        requires=(
+            "refimpl.async_speedup",
+            "refimpl.fluid_steady_state",
+            "refimpl.staleness_decay",
+            "refimpl.sim.STATUS",
+            "refimpl.sim.SimConfig",
+            "refimpl.sim.simulate",
+        ),
+        docs=(
+            DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
+            _WALK,
+        ),
+    ),
+)

@@ -1,0 +1,104 @@
+"""``refimpl sweep GRID.toml --out results.parquet``: run a parameter sweep.
+
+Exit codes: 0 every cell succeeded; 1 some cells failed (their rows say why); 2 the grid or the
+options are invalid, or ``--out`` holds another grid's results; 130 interrupted (rerun the same
+command to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["configure", "run"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``refimpl sweep``."""
+    parser.add_argument("grid", metavar="GRID.toml", help="the grid file (TOML)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="RESULTS.parquet",
+        help="results file; finished cells are journaled to RESULTS.parquet.journal.jsonl, and "
+        "rerunning the same command resumes",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "dask", "serial"),
+        default="local",
+        help="local: a process pool on this machine (default); dask: a Dask cluster (--scheduler, "
+        "or a new local one); serial: in this process, for debugging",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --engine dask)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes of the local pool or local Dask cluster (default: one per CPU)",
+    )
+    parser.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the cells that failed in an earlier run of the same grid",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep described by ``args``; return the exit code."""
+    from refimpl.sweep.engine import journal_path
+    from refimpl.sweep.engine import run as run_sweep
+    from refimpl.sweep.grid import GridError, load_grid
+
+    try:
+        grid = load_grid(args.grid)
+    except (GridError, OSError) as exc:
+        print(f"refimpl sweep: {exc}", file=sys.stderr)
+        return 2
+    if args.scheduler is not None and args.engine != "dask":
+        print(
+            "refimpl sweep: --scheduler needs --engine dask (the address of a Dask scheduler).",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        table = run_sweep(
+            grid,
+            out=args.out,
+            engine=args.engine,
+            workers=args.workers,
+            scheduler=args.scheduler,
+            retry_failed=args.retry_failed,
+            progress=not args.quiet,
+        )
+    except KeyboardInterrupt:
+        print(
+            f"\nrefimpl sweep: interrupted. Finished cells are kept in {journal_path(args.out)} "
+            f"and {args.out}; rerun the same command to resume.",
+            file=sys.stderr,
+        )
+        return 130
+    except (ValueError, ImportError, OSError) as exc:
+        print(f"refimpl sweep: {exc}", file=sys.stderr)
+        return 2
+    status = table.column("status").to_pylist()
+    failed = sum(s != "ok" for s in status)
+    print(
+        f"refimpl sweep: {len(status)} of {grid.n_cells} cells in {args.out}; "
+        f"{len(status) - failed} ok, {failed} failed.",
+        file=sys.stderr,
+    )
+    if failed:
+        print(
+            "refimpl sweep: see the error column for why; --retry-failed reruns those cells.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

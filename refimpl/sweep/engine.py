@@ -1,0 +1,658 @@
+"""Running a grid: engines (serial, local process pool, Dask), the journal, resume, the results table.
+
+Every finished cell is appended to a journal (``OUT.journal.jsonl``, one JSON object a line, flushed
+at once) before anything else happens, so a crash or an interrupt loses only the cells that were
+running. The Parquet file ``OUT`` is the journal's consolidated view, rewritten at the end of every run
+(also an interrupted one). Rerunning the same grid with the same ``out`` skips the cells the journal
+holds; a journal written by a different grid is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+
+from refimpl.sweep.grid import RESERVED_COLUMNS, Cell, Grid, expand, load_grid, parse_grid
+from refimpl.sweep.kinds import execute_cell
+
+__all__ = ["ENGINES", "journal_path", "run"]
+
+#: The engines :func:`run` accepts.
+ENGINES = ("local", "dask", "serial")
+
+_JOURNAL_FORMAT = "refimpl.sweep journal v1"
+_META_FINGERPRINT = b"refimpl.sweep.fingerprint"
+_META_GRID = b"refimpl.sweep.grid"
+_DASK_INFLIGHT = 1000
+_INSTALL_DASK = "pip install 'refimpl[sweep]'  (or: pip install 'dask[distributed]')"
+
+
+def journal_path(out: str | os.PathLike[str]) -> Path:
+    """The journal kept next to a results file: ``OUT.journal.jsonl``.
+
+    Examples
+    --------
+    >>> journal_path("runs/results.parquet").as_posix()
+    'runs/results.parquet.journal.jsonl'
+    """
+    p = Path(out)
+    return p.with_name(p.name + ".journal.jsonl")
+
+
+# --- the journal ------------------------------------------------------------------------------
+
+
+def _refuse_other_grid(where: Path, theirs: str, grid: Grid, out: Path) -> ValueError:
+    return ValueError(
+        f"{where} was written by a different grid (fingerprint {theirs[:12]}…, this grid "
+        f"{grid.fingerprint[:12]}…): its finished cells do not belong to this sweep. Pass a new "
+        f"out path, or delete {out} and {journal_path(out)} to start over."
+    )
+
+
+def _read_journal(path: Path, grid: Grid, out: Path) -> dict[str, dict[str, Any]]:
+    """Records by cell id (the last record of a cell wins); a torn last line is cut off."""
+    records: dict[str, dict[str, Any]] = {}
+    with path.open("rb") as fh:
+        data = fh.read()
+    lines = data.split(b"\n")
+    complete, torn = lines[:-1], lines[-1]
+    if torn:
+        # The process died while writing the last line: drop it, so appends start on a fresh line.
+        with path.open("r+b") as fh:
+            fh.truncate(len(data) - len(torn))
+    if not complete:
+        return records
+    try:
+        header = json.loads(complete[0])
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != _JOURNAL_FORMAT:
+        raise ValueError(
+            f"{path} is not a refimpl sweep journal (its first line is not the journal header). "
+            f"Pass a different out path, or delete {path}."
+        )
+    if header.get("fingerprint") != grid.fingerprint:
+        raise _refuse_other_grid(path, str(header.get("fingerprint")), grid, out)
+    for number, line in enumerate(complete[1:], start=2):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise ValueError(
+                f"{path}, line {number}, is not valid JSON: the journal is damaged. Delete that "
+                "line (its cell will run again) and rerun."
+            ) from None
+        records[rec["cell_id"]] = rec
+    return records
+
+
+class _Journal:
+    """Append-only JSONL: each record is written and flushed before the next cell is handled."""
+
+    def __init__(self, path: Path, grid: Grid) -> None:
+        self.path = path
+        fresh = not path.exists() or path.stat().st_size == 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: IO[str] = path.open("a", encoding="utf-8")
+        self._last_sync = time.monotonic()
+        if fresh:
+            header = {
+                "format": _JOURNAL_FORMAT,
+                "fingerprint": grid.fingerprint,
+                "grid": grid.canonical(),
+            }
+            self._write(header)
+
+    def _write(self, obj: Mapping[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, sort_keys=True) + "\n")
+        self._fh.flush()  # in the OS now: survives a crash of this process
+        if time.monotonic() - self._last_sync > 1.0:  # on disk at least once a second
+            os.fsync(self._fh.fileno())
+            self._last_sync = time.monotonic()
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self._write(record)
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+
+
+# --- the results table ------------------------------------------------------------------------
+
+
+def _axis_type(values: tuple[Any, ...]) -> pa.DataType:
+    first = values[0]
+    if isinstance(first, bool):
+        return pa.bool_()
+    if isinstance(first, int):
+        return pa.int64()
+    if isinstance(first, float):
+        return pa.float64()
+    return pa.string()
+
+
+def _metric_names(grid: Grid, records: Iterable[Mapping[str, Any]]) -> list[str]:
+    if grid.metrics is not None:
+        return list(grid.metrics)
+    names: set[str] = set()
+    for rec in records:
+        names.update(rec["metrics"])
+    return sorted(names)
+
+
+def _table(grid: Grid, cells: list[Cell], records: Mapping[str, Mapping[str, Any]]) -> pa.Table:
+    """One row per finished cell, in grid order."""
+    rows = [records[c.cell_id] for c in cells if c.cell_id in records]
+    metrics = _metric_names(grid, rows)
+    clash = [m for m in metrics if m in RESERVED_COLUMNS or m in grid.axes]
+    if clash:
+        raise ValueError(
+            f"cell kind {grid.kind!r} returns metric {clash[0]!r}, which is also a column name "
+            f"(reserved or an axis). List the metrics to keep in sweep.metrics, without it."
+        )
+    columns: dict[str, pa.Array] = {
+        "cell_id": pa.array([r["cell_id"] for r in rows], pa.string()),
+        "replicate": pa.array([r["replicate"] for r in rows], pa.int64()),
+        "seed": pa.array([r["seed"] for r in rows], pa.int64()),
+    }
+    for name, values in grid.axes.items():
+        columns[name] = pa.array([r["params"][name] for r in rows], _axis_type(values))
+    columns["status"] = pa.array([r["status"] for r in rows], pa.string())
+    columns["error"] = pa.array([r["error"] for r in rows], pa.string())
+    columns["wall_time_s"] = pa.array([r["wall_time_s"] for r in rows], pa.float64())
+    for m in metrics:
+        columns[m] = pa.array([r["metrics"].get(m) for r in rows], pa.float64())
+    table = pa.table(columns)
+    meta = {
+        _META_FINGERPRINT: grid.fingerprint.encode(),
+        _META_GRID: json.dumps(grid.canonical(), sort_keys=True).encode(),
+    }
+    return table.replace_schema_metadata(meta)
+
+
+def _records_from_table(table: pa.Table, grid: Grid) -> dict[str, dict[str, Any]]:
+    """Inverse of :func:`_table`: journal records from a results file (its journal was lost)."""
+    metrics = [c for c in table.column_names if c not in RESERVED_COLUMNS and c not in grid.axes]
+    records: dict[str, dict[str, Any]] = {}
+    for row in table.to_pylist():
+        records[row["cell_id"]] = {
+            "cell_id": row["cell_id"],
+            "replicate": row["replicate"],
+            "seed": row["seed"],
+            "params": {a: row[a] for a in grid.axes},
+            "status": row["status"],
+            "error": row["error"],
+            "wall_time_s": row["wall_time_s"],
+            "metrics": {m: row[m] for m in metrics if row[m] is not None},
+        }
+    return records
+
+
+def _write_parquet(table: pa.Table, out: Path) -> None:
+    import pyarrow.parquet as pq
+
+    tmp = out.with_name(out.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, out)  # atomic: a reader sees the old file or the new one
+
+
+def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
+    """Finished cells from an earlier run with the same ``out`` (journal first, else the Parquet)."""
+    journal = journal_path(out)
+    if journal.exists():
+        return _read_journal(journal, grid, out)
+    if out.exists():
+        import pyarrow.parquet as pq
+
+        try:
+            meta = pq.read_schema(out).metadata or {}
+        except (pa.ArrowInvalid, OSError):
+            meta = {}
+        theirs = meta.get(_META_FINGERPRINT)
+        if theirs is None:
+            raise ValueError(
+                f"{out} exists and is not a refimpl sweep result. Pass a different out path, or "
+                "delete the file."
+            )
+        if theirs.decode() != grid.fingerprint:
+            raise _refuse_other_grid(out, theirs.decode(), grid, out)
+        return _records_from_table(pq.read_table(out), grid)
+    return {}
+
+
+# --- engines ----------------------------------------------------------------------------------
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Set up a pool process: Ctrl-C is the parent's business, and the parent's death is ours.
+
+    The parent cancels the queue on Ctrl-C and lets running cells end. If the parent dies without
+    cleaning up (``SIGKILL``, a crash), a watchdog thread ends this process within half a second
+    instead of leaving it orphaned.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="refimpl-sweep-watchdog", daemon=True).start()
+
+
+def _died(cell: Cell, exc: BaseException) -> dict[str, Any]:
+    """The record of a cell whose worker process died (or that the engine could not run)."""
+    return {
+        "cell_id": cell.cell_id,
+        "replicate": cell.replicate,
+        "seed": cell.seed,
+        "params": dict(cell.axes),
+        "status": "error",
+        "error": f"{type(exc).__name__}: the worker running this cell died or was lost ({exc}). "
+        "Typical causes: out of memory, a crash in native code, os._exit in the cell.",
+        "wall_time_s": float("nan"),
+        "metrics": {},
+    }
+
+
+def _run_serial(cells: list[Cell]) -> Generator[dict[str, Any], None, None]:
+    for cell in cells:
+        yield execute_cell(cell)
+
+
+def _run_local(
+    cells: list[Cell], workers: int, say: Callable[[str], None]
+) -> Generator[dict[str, Any], None, None]:
+    """A spawn-started process pool with at most ``2 * workers`` cells handed out at a time.
+
+    When a worker process dies, every cell handed out fails with ``BrokenProcessPool``; those cells
+    are then run one at a time in a one-process pool (a fresh one after each death), so only the
+    cell that kills its process is recorded as failed, and the sweep continues in a new pool.
+
+    On ``KeyboardInterrupt`` (Ctrl-C while waiting, or thrown in by the consumer) the cells not yet
+    started are cancelled, the running ones are waited for and yielded, then ``KeyboardInterrupt``
+    is raised. A second interrupt abandons the running cells (their processes are terminated).
+    """
+    context = multiprocessing.get_context("spawn")
+
+    def new_pool(n: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=n, mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
+        )
+
+    todo = iter(cells)
+    pool = new_pool(workers)
+    inflight: dict[Future[dict[str, Any]], Cell] = {}
+    interrupted = False
+    abandoned = True  # until the loop ends normally
+
+    def fill() -> None:
+        while not interrupted and len(inflight) < 2 * workers:
+            cell = next(todo, None)
+            if cell is None:
+                return
+            inflight[pool.submit(execute_cell, cell)] = cell
+
+    def stop_queue() -> None:
+        nonlocal interrupted
+        if interrupted:  # a second interrupt: give up on the running cells
+            raise KeyboardInterrupt
+        interrupted = True
+        for fut in [f for f in inflight if f.cancel()]:
+            del inflight[fut]
+        if inflight:
+            say(f"interrupted: waiting for {len(inflight)} running cells (Ctrl-C again to abandon)")
+
+    try:
+        fill()
+        while inflight:
+            try:
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                stop_queue()
+                continue
+            suspects: list[Cell] = []
+            for fut in done:
+                cell = inflight.pop(fut)
+                try:
+                    record = fut.result()
+                except BrokenProcessPool:
+                    suspects.append(cell)
+                    continue
+                try:
+                    yield record
+                except KeyboardInterrupt:
+                    stop_queue()
+            if suspects and not interrupted:
+                suspects += inflight.values()  # all of them failed with the pool
+                inflight.clear()
+                pool.shutdown(wait=True)
+                yield from _isolated(suspects, new_pool)
+                pool = new_pool(workers)
+            fill()
+        abandoned = False
+    finally:
+        if abandoned:
+            for process in list((getattr(pool, "_processes", None) or {}).values()):
+                process.terminate()  # private attribute; best effort on a second Ctrl-C
+        pool.shutdown(wait=not abandoned, cancel_futures=True)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def _isolated(
+    cells: list[Cell], new_pool: Callable[[int], ProcessPoolExecutor]
+) -> Iterator[dict[str, Any]]:
+    """Run cells one at a time in a one-process pool, replaced only when a cell kills it."""
+    solo = new_pool(1)
+    try:
+        for cell in cells:
+            try:
+                yield solo.submit(execute_cell, cell).result()
+            except BrokenProcessPool as exc:
+                yield _died(cell, exc)
+                solo.shutdown(wait=True)
+                solo = new_pool(1)
+    finally:
+        solo.shutdown(wait=True, cancel_futures=True)
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ImportError(
+            f"engine='dask' needs dask.distributed, which is not installed ({exc}). Install it "
+            f"with: {_INSTALL_DASK}"
+        ) from None
+    return distributed
+
+
+def _run_dask(
+    cells: list[Cell], workers: int | None, scheduler: str | None
+) -> Generator[dict[str, Any], None, None]:
+    """Submit cells to a Dask cluster (``scheduler``) or to a loopback ``LocalCluster``.
+
+    Dask retries a task whose worker died on another worker up to
+    ``distributed.scheduler.allowed-failures`` times (default 3), then fails it with
+    ``KilledWorker``. Cells that fail that way are run again at the end, one at a time, and only
+    those that fail again are recorded as failed.
+    """
+    distributed = _import_distributed()
+    cluster = None
+    if scheduler is None:
+        cluster = distributed.LocalCluster(
+            n_workers=workers or os.cpu_count() or 1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",  # any free port: None would still bind 8787
+        )
+        client = distributed.Client(cluster)
+    else:
+        try:
+            client = distributed.Client(scheduler)
+        except OSError as exc:
+            raise OSError(
+                f"cannot reach the Dask scheduler at {scheduler!r} ({exc}). Start one with "
+                "`dask scheduler` and workers with `dask worker ADDRESS`, and pass its address "
+                "(tcp://HOST:8786)."
+            ) from None
+    todo = iter(cells)
+    futures = distributed.as_completed()
+    inflight: dict[str, tuple[Any, Cell]] = {}
+
+    def fill() -> None:
+        while len(inflight) < _DASK_INFLIGHT:
+            cell = next(todo, None)
+            if cell is None:
+                return
+            fut = client.submit(execute_cell, cell, pure=False)
+            inflight[fut.key] = (fut, cell)
+            futures.add(fut)
+
+    suspects: list[Cell] = []
+    try:
+        try:
+            fill()
+            for fut in futures:
+                _, cell = inflight.pop(fut.key)
+                try:
+                    record: dict[str, Any] = fut.result()
+                except Exception:  # KilledWorker and friends: a worker holding this cell was lost
+                    suspects.append(cell)
+                else:
+                    yield record
+                fut.release()
+                fill()
+            # A lost worker takes every cell assigned to it along; run those again one at a
+            # time, so that only the cell that kills its worker is recorded as failed.
+            for cell in suspects:
+                fut = client.submit(execute_cell, cell, pure=False)
+                try:
+                    record = fut.result()
+                except Exception as exc:
+                    record = _died(cell, exc)
+                fut.release()
+                yield record
+        except KeyboardInterrupt:
+            # Keep the cells that have finished already; the others are cancelled with the client.
+            finished = [f for f, _ in inflight.values() if f.status == "finished"]
+            for fut in finished:
+                yield fut.result()
+            raise
+    finally:
+        futures.clear()
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+def _as_grid(grid: Grid | Mapping[str, Any] | str | os.PathLike[str]) -> Grid:
+    if isinstance(grid, Grid):
+        return grid
+    if isinstance(grid, Mapping):
+        return parse_grid(grid)
+    if isinstance(grid, (str, os.PathLike)):
+        return load_grid(grid)
+    raise TypeError(
+        f"grid must be a Grid, a table (dict) or the path of a grid file; got {type(grid).__name__}."
+        " Pass e.g. run('grid.toml')."
+    )
+
+
+def run(
+    grid: Grid | Mapping[str, Any] | str | os.PathLike[str],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    engine: str = "local",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    retry_failed: bool = False,
+    progress: bool = False,
+    on_record: Callable[[Mapping[str, Any]], None] | None = None,
+) -> pa.Table:
+    """Run every cell of a grid and return the results table.
+
+    Cells are independent: each gets its parameters and its own seed (a function of the grid and
+    the cell, never of the execution order), so the table is the same on every engine and for every
+    number of workers, except the ``wall_time_s`` column.
+
+    Parameters
+    ----------
+    grid : Grid, dict or path
+        A :class:`Grid`, a grid table, or the path of a grid file (TOML).
+    out : path, optional
+        The results file (Parquet). Finished cells are journaled to ``OUT.journal.jsonl`` as they
+        complete; a rerun with the same grid and ``out`` skips them. Without ``out`` nothing is
+        written and nothing is resumed.
+    engine : {"local", "dask", "serial"}
+        ``"local"``: a process pool (spawn) on this machine. ``"dask"``: a Dask cluster, the one at
+        ``scheduler`` or a new loopback ``LocalCluster`` (needs ``pip install 'refimpl[sweep]'``).
+        ``"serial"``: in this process, one cell after another (for debugging).
+    workers : int, optional
+        Processes of the local pool or of the ``LocalCluster`` (default: the number of CPUs).
+        Not used with ``scheduler``.
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://HOST:8786``); only with ``engine="dask"``.
+    retry_failed : bool
+        Run again the cells that the journal records as failed (default: keep their records).
+    progress : bool
+        Show a progress bar on stderr: cells done, failed, remaining.
+    on_record : callable, optional
+        Called with each new record after it is journaled.
+
+    Returns
+    -------
+    pyarrow.Table
+        One row per finished cell, in grid order: ``cell_id``, ``replicate``, ``seed``, one column
+        per axis, ``status`` (``"ok"`` or ``"error"``), ``error`` (the message, or null),
+        ``wall_time_s``, then one float64 column per metric (null for failed cells). The schema
+        metadata holds the grid and its fingerprint.
+
+    Raises
+    ------
+    GridError
+        The grid is invalid (the message names the key path).
+    ValueError
+        Bad ``engine``/``workers``/``scheduler``, or ``out`` holds results of a different grid.
+    ImportError
+        ``engine="dask"`` without ``dask.distributed`` installed (the message says what to install).
+    KeyboardInterrupt
+        After journaling what finished and writing the partial table to ``out``; rerun to resume.
+        The local pool cancels the queued cells and finishes the running ones first (a second
+        interrupt abandons them); Dask keeps the cells that had finished and cancels the rest.
+
+    Notes
+    -----
+    A failing cell does not stop the sweep: its row has ``status="error"`` and the message. A cell
+    whose worker process dies is recorded the same way (the local pool then reruns the other cells
+    that were handed out with it, each alone, to find the one that killed it).
+
+    Examples
+    --------
+    >>> from refimpl import sweep
+    >>> grid = {"sweep": {"kind": "busy", "replicates": 2}, "axes": {"draws": [100, 1000]}}
+    >>> table = sweep.run(grid, engine="serial")
+    >>> table.num_rows, table.column_names[:5]
+    (4, ['cell_id', 'replicate', 'seed', 'draws', 'status'])
+    >>> table.column("status").to_pylist()
+    ['ok', 'ok', 'ok', 'ok']
+    """
+    g = _as_grid(grid)
+    if engine not in ENGINES:
+        raise ValueError(
+            f"engine must be one of {', '.join(ENGINES)}; got engine={engine!r}. "
+            "Pass engine='local' (a process pool) or engine='dask'."
+        )
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
+        raise ValueError(
+            f"workers must be an integer >= 1; got workers={workers!r}. Pass e.g. workers=2, "
+            "or None for one per CPU."
+        )
+    if scheduler is not None and engine != "dask":
+        raise ValueError(
+            f"scheduler is only used with engine='dask'; got engine={engine!r} and "
+            f"scheduler={scheduler!r}. Pass engine='dask'."
+        )
+    cells = list(expand(g))
+    out_path = None if out is None else Path(out)
+    records: dict[str, dict[str, Any]] = {}
+    journal: _Journal | None = None
+    if out_path is not None:
+        had_journal = journal_path(out_path).exists()
+        records = _load_previous(out_path, g)
+        journal = _Journal(journal_path(out_path), g)
+        if records and not had_journal:
+            for rec in records.values():  # the journal was lost: rebuild it from the table
+                journal.append(rec)
+
+    def finished(rec: Mapping[str, Any]) -> bool:
+        return rec["status"] == "ok" or not retry_failed
+
+    todo = [c for c in cells if not (c.cell_id in records and finished(records[c.cell_id]))]
+    skipped = len(cells) - len(todo)
+    failed = sum(1 for c in cells if c.cell_id in records and records[c.cell_id]["status"] != "ok")
+    failed -= sum(1 for c in todo if c.cell_id in records)  # failed before, running again now
+
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(cells),
+        initial=skipped,
+        desc="sweep",
+        unit="cell",
+        file=sys.stderr,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    bar.set_postfix_str(f"failed={failed} remaining={len(todo)}", refresh=False)
+    if engine == "serial" or not todo:  # nothing to run: start no pool and no cluster
+        stream = _run_serial(todo)
+    elif engine == "local":
+
+        def say(message: str) -> None:
+            if progress:
+                bar.write(message, file=sys.stderr)
+
+        stream = _run_local(todo, workers or os.cpu_count() or 1, say)
+    else:
+        stream = _run_dask(todo, workers, scheduler)
+    remaining = len(todo)
+
+    def keep(record: dict[str, Any]) -> None:
+        nonlocal remaining, failed
+        if journal is not None:
+            journal.append(record)
+        records[record["cell_id"]] = record
+        remaining -= 1
+        failed += record["status"] != "ok"
+        bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
+        bar.update(1)
+
+    try:
+        try:
+            for record in stream:
+                keep(record)
+                if on_record is not None:
+                    on_record(record)
+        except KeyboardInterrupt:
+            # Let the engine finish the running cells and journal them (on_record is not called).
+            try:
+                keep(stream.throw(KeyboardInterrupt()))
+                for record in stream:
+                    keep(record)
+            except StopIteration:
+                pass
+            raise
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+        bar.close()
+        if journal is not None:
+            journal.close()
+        table = _table(g, cells, records)
+        if out_path is not None:
+            _write_parquet(table, out_path)
+    return table

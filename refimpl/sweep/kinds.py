@@ -1,0 +1,439 @@
+"""Cell kinds: what a cell runs.
+
+A kind is a top-level (picklable) function ``(params: dict, seed: int) -> dict[str, float]``. It gets
+the cell's parameters (the grid's fixed parameters plus the cell's axis values) and the cell's seed,
+and returns named metrics. It validates its parameters and raises ``ValueError``/``TypeError`` for
+bad ones; the sweep records the message in the cell's ``error`` column and carries on.
+
+Built-in kinds live in :data:`KINDS`. Your own kind is named in the grid as ``"module:function"``; the
+module must be importable where the cells run (every Dask worker, for a cluster).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CLOSED_FORMS",
+    "KINDS",
+    "busy",
+    "closed_form",
+    "execute_cell",
+    "resolve_kind",
+    "simulate",
+]
+
+KindFunction = Callable[[dict[str, Any], int], Mapping[str, float]]
+
+_BUSY_CHUNK = 65_536
+
+
+def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
+    r"""A CPU-bound reference cell: the sample mean and mean square of standard normal draws.
+
+    .. math::
+
+        \bar X = \frac1D \sum_{i=1}^{D} X_i, \qquad \overline{X^2} = \frac1D \sum_{i=1}^{D} X_i^2,
+        \qquad X_i \sim \mathcal N(0, 1) \text{ i.i.d. from } \texttt{default\_rng(seed)}.
+
+    It exists to exercise and benchmark the sweep engines (its cost is proportional to ``draws``)
+    and to check a cluster set-up: its metrics depend on the seed only, so any engine must give the
+    same numbers.
+
+    Parameters
+    ----------
+    params : dict
+        ``draws`` (int, ``>= 1``): the number of draws ``D``. Other keys are ignored.
+    seed : int
+        The cell's seed.
+
+    Returns
+    -------
+    dict
+        ``mean`` (:math:`\bar X`, expectation 0) and ``mean_square`` (:math:`\overline{X^2}`,
+        expectation 1).
+
+    Raises
+    ------
+    ValueError, TypeError
+        ``draws`` missing, not an integer, or ``< 1``.
+
+    Examples
+    --------
+    >>> m = busy({"draws": 10_000}, 42)
+    >>> m == busy({"draws": 10_000}, 42), sorted(m)
+    (True, ['mean', 'mean_square'])
+    >>> abs(m["mean"]) < 0.05 and abs(m["mean_square"] - 1) < 0.05
+    True
+    """
+    from refimpl._validation import as_int
+
+    if "draws" not in params:
+        raise ValueError("busy needs the parameter draws (number of normal draws); add draws = N.")
+    draws = as_int(params["draws"], name="draws", minimum=1, meaning="number of normal draws")
+    rng = np.random.default_rng(seed)
+    total = 0.0
+    total_sq = 0.0
+    left = draws
+    while left > 0:
+        x = rng.standard_normal(min(left, _BUSY_CHUNK))
+        total += float(x.sum())
+        total_sq += float(np.square(x).sum())  # not np.dot: BLAS threads would oversubscribe
+        left -= x.size
+    return {"mean": total / draws, "mean_square": total_sq / draws}
+
+
+# --- length laws in a grid ------------------------------------------------------------------
+
+
+def _length_law(params: dict[str, Any]) -> Any:
+    """Pop the length-law parameters from ``params`` and build the law (or ``None``).
+
+    ``law = "NAME"`` names a continuous ``scipy.stats`` distribution; its parameters come from the
+    table ``law_args`` and from parameters ``law_ARG`` (so that ``law_s`` can be an axis);
+    ``pmf = [p1, p2, ...]`` is a pmf over lengths ``1..M`` instead.
+    """
+    import scipy.stats
+
+    name = params.pop("law", None)
+    args = params.pop("law_args", {})
+    if not isinstance(args, Mapping):
+        raise TypeError(f"law_args must be a table of the law's parameters; got {args!r}.")
+    args = dict(args)
+    for key in [k for k in params if k.startswith("law_")]:
+        args[key[4:]] = params.pop(key)
+    pmf = params.pop("pmf", None)
+    if pmf is not None:
+        if name is not None or args:
+            raise ValueError(
+                "give the length law either as pmf = [...] or as law = NAME (with law_args), "
+                "not both."
+            )
+        return np.asarray(pmf, dtype=np.float64)
+    if name is None:
+        if args:
+            raise ValueError(
+                f"law parameters {sorted(args)} were given without law = NAME; add e.g. "
+                'law = "lognorm".'
+            )
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"law must be the name of a scipy.stats distribution; got law={name!r}.")
+    family = getattr(scipy.stats, name, None)
+    if not isinstance(family, scipy.stats.rv_continuous):
+        raise ValueError(
+            f"law={name!r} is not a continuous scipy.stats distribution; use e.g. "
+            '"lognorm", "expon", "gamma", "weibull_min", "pareto", "uniform".'
+        )
+    shapes = [s.strip() for s in (family.shapes or "").split(",") if s.strip()]
+    allowed = [*shapes, "loc", "scale"]
+    unknown = [a for a in args if a not in allowed]
+    if unknown:
+        raise ValueError(
+            f"law={name!r} has no parameter {unknown[0]!r}; it takes {', '.join(allowed)} "
+            f"(give them as law_args = {{...}} or law_NAME)."
+        )
+    missing = [a for a in shapes if a not in args]
+    if missing:
+        raise ValueError(
+            f"law={name!r} needs its shape parameter {missing[0]!r}; add law_{missing[0]} = VALUE."
+        )
+    return family(**args)
+
+
+def _flatten(name: str, result: Any) -> dict[str, float]:
+    """Metrics of a result: a NamedTuple's fields, a scalar under ``name``, an array as name_1..."""
+    if isinstance(result, tuple) and hasattr(result, "_fields"):
+        return {f: float(getattr(result, f)) for f in result._fields}
+    arr = np.asarray(result, dtype=np.float64)
+    if arr.ndim == 0:
+        return {name: float(arr)}
+    return {f"{name}_{i + 1}": float(x) for i, x in enumerate(arr.ravel())}
+
+
+def _reject_unknown(kind: str, params: Mapping[str, Any], allowed: Any) -> None:
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"{kind} takes no parameter {unknown[0]!r}; it takes {', '.join(sorted(allowed))}. "
+            "Remove it from [fixed] or [axes]."
+        )
+
+
+#: closed_form's functions: what their first argument is, and their keyword parameters.
+CLOSED_FORMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "length_bias": ("law or pmf", ("n", "k")),
+    "selected_mean": ("law", ("n", "k")),
+    "selected_pmf": ("pmf", ("n", "k")),
+    "expected_max": ("law", ("n",)),
+    "async_speedup": ("law", ("n",)),
+    "fluid_steady_state": ("law", ("slots", "batch", "eta")),
+}
+
+
+def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
+    r"""A closed-form computation of :mod:`refimpl.dispatch`, called with the cell's parameters.
+
+    .. math::
+
+                ext{metrics} = 	exttt{refimpl.FUNCTION}(	ext{law}, **	ext{params})
+
+    The function is one of :data:`CLOSED_FORMS`: ``length_bias``, ``selected_mean``,
+    ``selected_pmf``, ``expected_max``, ``async_speedup``, ``fluid_steady_state``. The result
+    becomes the metrics: a NamedTuple's fields (``length_bias`` gives ``true_mean``,
+    ``selected_mean``, ``ratio``, ``total_variation``, ``kl_divergence``), a number under the
+    function's name, an array as ``NAME_1, NAME_2, ...`` (per length).
+
+    Parameters
+    ----------
+    params : dict
+        ``function`` (the name); the length law as ``law = "NAME"`` (a continuous
+        ``scipy.stats`` distribution) with its parameters in ``law_args = {...}`` or as ``law_ARG``
+        (so ``law_s`` can be an axis), or as ``pmf = [p1, ..., pM]``; then the function's keyword
+        parameters (``n``, ``k``; or ``slots``, ``batch``, ``eta``).
+    seed : int
+        Not used: closed forms are deterministic (replicates give identical rows).
+
+    Returns
+    -------
+    dict
+        The metrics.
+
+    Raises
+    ------
+    ValueError, TypeError
+        An unknown function or parameter, a missing or malformed law, and whatever the function
+        raises for its arguments (its message says how to fix them).
+
+    Notes
+    -----
+    This kind only wires a grid to :mod:`refimpl.dispatch`; the formulas and their proofs live
+    there.
+
+    Examples
+    --------
+    >>> m = closed_form({"function": "length_bias", "law": "expon", "n": 2, "k": 1}, 0)
+    >>> round(m["ratio"], 10)
+    0.5
+    >>> closed_form({"function": "length_bias", "pmf": [0.5, 0.5], "n": 2, "k": 1}, 0)["selected_mean"]
+    1.25
+    """
+    import refimpl
+
+    params = dict(params)
+    name = params.pop("function", None)
+    if name is None:
+        raise ValueError(
+            f"closed_form needs function = NAME, one of {', '.join(CLOSED_FORMS)}; add it to "
+            "[fixed]."
+        )
+    if name not in CLOSED_FORMS:
+        raise ValueError(
+            f"closed_form has no function {name!r}; it offers {', '.join(CLOSED_FORMS)}."
+        )
+    first, keywords = CLOSED_FORMS[name]
+    law = _length_law(params)
+    _reject_unknown(f"closed_form function {name!r}", params, keywords)
+    is_pmf = isinstance(law, np.ndarray)
+    if law is None or (first == "law" and is_pmf) or (first == "pmf" and not is_pmf):
+        how = {
+            "law": 'law = "NAME" (a scipy.stats distribution)',
+            "pmf": "pmf = [p1, ..., pM]",
+            "law or pmf": 'law = "NAME" or pmf = [p1, ..., pM]',
+        }[first]
+        raise ValueError(f"closed_form function {name!r} needs its length law as {how}.")
+    result = getattr(refimpl, name)(law, **params)
+    return _flatten(name, result)
+
+
+def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
+    r"""One run of the rollout-queue simulator (:func:`refimpl.sim.simulate`) and its summary.
+
+    .. math::
+
+                ext{metrics} = 	exttt{simulate}(	exttt{SimConfig}(**	ext{params},
+        \ 	ext{seed}=	ext{cell seed})).	exttt{summary()}
+
+    Parameters
+    ----------
+    params : dict
+        The fields of :class:`refimpl.sim.SimConfig` (``slots``, ``batch``, ``rollouts`` or
+        ``steps``, ``mode``, ``eta``, ``over_bound``, ``partial``, ...), except ``seed`` (the
+        sweep's) and ``slowdown``; the lengths as ``law = "NAME"`` with ``law_args``/``law_ARG``
+        (a continuous ``scipy.stats`` law), or ``pmf = [...]``, or neither (the lognormal of
+        ``lognormal_mu`` and ``lognormal_sigma``, drawn as the SimPy peer draws it).
+    seed : int
+        The cell's seed, the run's ``SimConfig.seed``.
+
+    Returns
+    -------
+    dict
+        The scalar entries of ``SimSummary.to_json_dict()`` (the keys of ``refimpl simulate
+        --json``): ``throughput``, ``staleness_mean``, ``length_mean``, ``length_bias``,
+        ``dropped``, ...
+
+    Raises
+    ------
+    ValueError, TypeError
+        A ``seed`` parameter, an unknown parameter, a malformed law, and whatever ``SimConfig``
+        rejects (its message names the field and the fix).
+
+    Examples
+    --------
+    >>> m = simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
+    >>> m["trained_rollouts"], m == simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
+    (64.0, True)
+    """
+    import dataclasses
+
+    from refimpl.sim import SimConfig
+    from refimpl.sim import simulate as run_simulation
+
+    params = dict(params)
+    if "seed" in params:
+        raise ValueError(
+            "simulate takes its seed from the sweep (one per cell); remove the seed parameter "
+            "and set sweep.seed for the root of all seeds."
+        )
+    lengths = _length_law(params)
+    fields = {f.name for f in dataclasses.fields(SimConfig) if f.init}
+    _reject_unknown("simulate", params, fields - {"seed", "slowdown", "lengths"})
+    config = SimConfig(**params, lengths=lengths, seed=seed)
+    summary = run_simulation(config).summary().to_json_dict()
+    return {
+        key: float(value)
+        for key, value in summary.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
+
+
+#: The built-in cell kinds, by the name a grid's ``sweep.kind`` uses.
+KINDS: dict[str, KindFunction] = {
+    "busy": busy,
+    "closed_form": closed_form,
+    "simulate": simulate,
+}
+
+
+def resolve_kind(kind: str) -> KindFunction:
+    """The function of a kind: a name in :data:`KINDS`, or ``"module:function"``.
+
+    Raises
+    ------
+    ValueError
+        Unknown name; ``ImportError``/``AttributeError`` when ``module:function`` does not resolve;
+        ``TypeError`` when it is not callable.
+
+    Examples
+    --------
+    >>> resolve_kind("busy") is busy
+    True
+    >>> resolve_kind("refimpl.sweep.kinds:busy") is busy
+    True
+    >>> resolve_kind("nope")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown cell kind 'nope'; built-in kinds: busy..., or "module:function" ...
+    """
+    if kind in KINDS:
+        return KINDS[kind]
+    if ":" not in kind:
+        raise ValueError(
+            f"unknown cell kind {kind!r}; built-in kinds: {', '.join(sorted(KINDS))}, or "
+            '"module:function" for your own (importable where the cells run).'
+        )
+    from refimpl.sweep.grid import _import_dotted
+
+    module_name, _, qualname = kind.partition(":")
+    if not module_name or not qualname:
+        raise ValueError(f'cell kind {kind!r} must read "module:function" with both parts given.')
+    try:
+        fn = _import_dotted(kind)
+    except ImportError as exc:
+        raise ImportError(
+            f"cell kind {kind!r}: cannot import module {module_name!r} ({exc}). "
+            "Install it or put it on PYTHONPATH where the cells run."
+        ) from None
+    except AttributeError:
+        raise AttributeError(
+            f"cell kind {kind!r}: module {module_name!r} has no {qualname!r}. Check the name."
+        ) from None
+    if not callable(fn):
+        raise TypeError(f"cell kind {kind!r} is not callable; name a function (params, seed).")
+    result: KindFunction = fn
+    return result
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message (at file:line in function)`` for the innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        last = frames[-1]
+        where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, float]:
+    if not isinstance(out, Mapping):
+        raise TypeError(
+            f"cell kind {kind!r} returned {type(out).__name__}, not a dict of metrics; "
+            "return {name: float}."
+        )
+    names = list(out) if wanted is None else list(wanted)
+    missing = [m for m in names if m not in out]
+    if missing:
+        raise KeyError(
+            f"cell kind {kind!r} returned no metric {missing[0]!r}; it returns "
+            f"{', '.join(map(str, out)) or 'nothing'}. Fix sweep.metrics."
+        )
+    metrics: dict[str, float] = {}
+    for m in names:
+        v = out[m]
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(
+                f"cell kind {kind!r} returned metric {m!r} = {v!r}, not a real number; "
+                "metrics are floats."
+            )
+        metrics[str(m)] = float(v)
+    return metrics
+
+
+def execute_cell(cell: Any) -> dict[str, Any]:
+    """Run one cell where it lands (a pool process, a Dask worker) and return its journal record.
+
+    Exceptions of the kind become ``status="error"`` with the message; they never escape.
+
+    Examples
+    --------
+    >>> from refimpl.sweep import parse_grid, expand
+    >>> g = parse_grid({"sweep": {"kind": "busy"}, "axes": {"draws": [100, 0]}})
+    >>> ok, bad = (execute_cell(c) for c in expand(g))
+    >>> ok["status"], sorted(ok["metrics"])
+    ('ok', ['mean', 'mean_square'])
+    >>> bad["status"], bad["error"][:30]
+    ('error', 'ValueError: draws must be >= 1')
+    """
+    start = time.perf_counter()
+    try:
+        fn = resolve_kind(cell.kind)
+        metrics = _select(fn(dict(cell.params), cell.seed), cell.metrics, cell.kind)
+        status, error = "ok", None
+    except Exception as exc:
+        metrics, status, error = {}, "error", _describe(exc)
+    wall = time.perf_counter() - start
+    return {
+        "cell_id": cell.cell_id,
+        "replicate": cell.replicate,
+        "seed": cell.seed,
+        "params": dict(cell.axes),
+        "status": status,
+        "error": error,
+        "wall_time_s": wall,
+        "metrics": metrics,
+    }

@@ -1,0 +1,219 @@
+"""Grid files: parsing, ranges, per-cell seeds, and a table of malformed grids with their messages."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import pytest
+
+from refimpl.sweep import Grid, GridError, expand, load_grid, parse_grid
+from refimpl.sweep.grid import cell_identity
+
+
+def _grid(axes: dict[str, Any], **sweep: Any) -> Grid:
+    return parse_grid({"sweep": {"kind": "busy", **sweep}, "axes": axes})
+
+
+# --- expansion and ranges --------------------------------------------------------------------
+
+
+def test_cells_are_the_product_of_the_axes_times_the_replicates_in_file_order() -> None:
+    g = _grid({"a": [1, 2], "b": ["x", "y", "z"]}, replicates=2)
+    cells = list(expand(g))
+    assert g.n_cells == len(cells) == 12
+    assert [(c.axes["a"], c.axes["b"], c.replicate) for c in cells[:4]] == [
+        (1, "x", 0),
+        (1, "x", 1),
+        (1, "y", 0),
+        (1, "y", 1),
+    ]
+    assert [c.position for c in cells] == list(range(12))
+    assert all(c.params == {**g.fixed, **c.axes} for c in cells)
+
+
+def test_no_axes_gives_one_cell_per_replicate() -> None:
+    g = parse_grid({"sweep": {"kind": "busy", "replicates": 3}, "fixed": {"draws": 5}})
+    assert [c.params for c in expand(g)] == [{"draws": 5}] * 3
+
+
+@pytest.mark.parametrize(
+    ("spec", "values"),
+    [
+        ({"start": 1, "stop": 7, "step": 2}, (1, 3, 5, 7)),
+        ({"start": 1, "stop": 8, "step": 2}, (1, 3, 5, 7)),
+        ({"start": 5, "stop": 1, "step": -2}, (5, 3, 1)),
+        ({"start": 0.0, "stop": 0.3, "step": 0.1}, (0.0, 0.1, 0.2, 0.30000000000000004)),
+        ({"start": 0, "stop": 1, "num": 5}, (0.0, 0.25, 0.5, 0.75, 1.0)),
+        ({"start": 1, "stop": 1000, "num": 4, "log": True}, (1.0, 10.0, 100.0, 1000.0)),
+        ({"start": 2, "stop": 2, "num": 1}, (2.0,)),
+    ],
+)
+def test_ranges_include_both_ends_when_reached(spec: dict[str, Any], values: tuple[Any]) -> None:
+    axis = _grid({"x": spec}).axes["x"]
+    assert axis == pytest.approx(values, rel=1e-15, abs=1e-15)
+    assert [type(v) for v in axis] == [type(v) for v in values]
+
+
+def test_integer_and_float_values_of_one_axis_become_floats() -> None:
+    assert _grid({"x": [1, 2.5]}).axes["x"] == (1.0, 2.5)
+    assert all(isinstance(v, float) for v in _grid({"x": [1, 2.5]}).axes["x"])
+
+
+# --- seeds -------------------------------------------------------------------------------------
+
+
+def test_a_cells_seed_does_not_depend_on_the_other_cells_or_their_order() -> None:
+    base = {
+        (c.axes["draws"], c.replicate): (c.cell_id, c.seed)
+        for c in expand(_grid({"draws": [1, 2]}, replicates=2))
+    }
+    other = {
+        (c.axes["draws"], c.replicate): (c.cell_id, c.seed)
+        for c in expand(_grid({"draws": [3, 2, 1]}, replicates=3))
+    }
+    assert all(other[key] == value for key, value in base.items())
+
+
+def test_every_cell_of_a_grid_gets_its_own_seed_and_id() -> None:
+    cells = list(expand(_grid({"a": list(range(20)), "b": [0.5, 1.5]}, replicates=10)))
+    assert len({c.seed for c in cells}) == len({c.cell_id for c in cells}) == len(cells) == 400
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"kind": "refimpl.sweep.kinds:busy"},
+        {"params": {"draws": 11}},
+        {"params": {"draws": 10, "extra": 0}},
+        {"params": {"draws": 10.0}},
+        {"replicate": 1},
+        {"root_seed": 1},
+    ],
+)
+def test_changing_anything_that_defines_a_cell_changes_its_seed(change: dict[str, Any]) -> None:
+    base: dict[str, Any] = {"kind": "busy", "params": {"draws": 10}, "replicate": 0, "root_seed": 0}
+    assert cell_identity(**base)[1] != cell_identity(**{**base, **change})[1]
+    assert cell_identity(**base)[0] != cell_identity(**{**base, **change})[0]
+
+
+def test_a_cells_seed_follows_the_documented_derivation() -> None:
+    # docs/howto/sweeps.md states the scheme so that anyone can recompute a cell's seed:
+    # sha256 of the canonical JSON -> SeedSequence -> first 64-bit word, top 63 bits.
+    payload: dict[str, Any] = {
+        "kind": "busy",
+        "params": {"draws": 10, "eta": 0.5},
+        "replicate": 3,
+        "root_seed": 7,
+    }
+    text = json.dumps({"scheme": 1, **payload}, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).digest()
+    word = np.random.SeedSequence(int.from_bytes(digest, "big")).generate_state(1, np.uint64)[0]
+    assert cell_identity(**payload) == (digest.hex()[:20], int(word) >> 1)
+
+
+def test_the_fingerprint_changes_with_any_part_of_the_grid() -> None:
+    base = {"sweep": {"kind": "busy", "seed": 0}, "axes": {"draws": [1, 2]}}
+    variants = [
+        {"sweep": {"kind": "busy", "seed": 1}, "axes": {"draws": [1, 2]}},
+        {"sweep": {"kind": "busy", "seed": 0}, "axes": {"draws": [1, 2, 3]}},
+        {"sweep": {"kind": "busy", "seed": 0, "metrics": ["mean"]}, "axes": {"draws": [1, 2]}},
+        {"sweep": {"kind": "busy", "seed": 0, "replicates": 2}, "axes": {"draws": [1, 2]}},
+        {"sweep": {"kind": "busy", "seed": 0}, "axes": {"draws": [1, 2]}, "fixed": {"z": 1}},
+    ]
+    prints = {parse_grid(base).fingerprint, *(parse_grid(v).fingerprint for v in variants)}
+    assert len(prints) == 1 + len(variants)
+    assert parse_grid(base).fingerprint == parse_grid(dict(base)).fingerprint
+
+
+# --- malformed grids ---------------------------------------------------------------------------
+
+
+class Bad(NamedTuple):
+    id: str
+    toml: str
+    path: str
+    match: str
+
+
+_K = '[sweep]\nkind = "busy"\n'
+
+BAD_GRIDS = [
+    Bad("syntax", "[sweep\nkind = 1", "", r"not valid TOML: .*line 1.* Fix the syntax"),
+    Bad("no-sweep", "[axes]\nx = [1]\n", "sweep", r"sweep is missing: a grid needs a \[sweep\]"),
+    Bad("unknown-top", _K + "[axis]\nx = [1]\n", "axis", r"axis is not a known key; allowed at the top level: sweep, fixed, axes"),
+    Bad("unknown-sweep-key", _K + "replicate = 2\n", "sweep.replicate", r"allowed in \[sweep\]: kind, replicates, seed, metrics, name"),
+    Bad("sweep-not-table", "sweep = 3\n", "sweep", r"sweep must be a table; got 3"),
+    Bad("no-kind", "[sweep]\nseed = 1\n", "sweep.kind", r"sweep.kind is missing: .* one of busy"),
+    Bad("kind-unknown", '[sweep]\nkind = "nope"\n', "sweep.kind", r"unknown cell kind 'nope'; built-in kinds: busy"),
+    Bad("kind-not-str", "[sweep]\nkind = 3\n", "sweep.kind", r"sweep.kind must be a string; got 3"),
+    Bad("kind-no-module", '[sweep]\nkind = "no_such_module_xyz:f"\n', "sweep.kind", r"cannot import module 'no_such_module_xyz'"),
+    Bad("kind-no-function", '[sweep]\nkind = "refimpl.sweep.kinds:nope"\n', "sweep.kind", r"has no 'nope'. Check the name"),
+    Bad("kind-half-dotted", '[sweep]\nkind = "refimpl:"\n', "sweep.kind", r'must read "module:function"'),
+    Bad("replicates-zero", _K + "replicates = 0\n", "sweep.replicates", r"sweep.replicates must be >= 1 \(cells per point\); got 0"),
+    Bad("replicates-float", _K + "replicates = 1.5\n", "sweep.replicates", r"must be an integer .*; got 1.5"),
+    Bad("replicates-bool", _K + "replicates = true\n", "sweep.replicates", r"must be an integer"),
+    Bad("seed-negative", _K + "seed = -1\n", "sweep.seed", r"sweep.seed must be >= 0"),
+    Bad("name-not-str", _K + "name = 1\n", "sweep.name", r"sweep.name must be a string"),
+    Bad("metrics-empty", _K + "metrics = []\n", "sweep.metrics", r"non-empty list of metric names"),
+    Bad("metrics-not-str", _K + 'metrics = ["a", 1]\n', "sweep.metrics[1]", r"sweep.metrics\[1\] must be a non-empty string; got 1"),
+    Bad("metrics-repeated", _K + 'metrics = ["a", "a"]\n', "sweep.metrics", r"list each metric once.*repeated 'a'"),
+    Bad("metrics-reserved", _K + 'metrics = ["a", "seed"]\n', "sweep.metrics[1]", r"'seed' clashes with a column"),
+    Bad("metrics-axis", _K + 'metrics = ["x"]\n[axes]\nx = [1]\n', "sweep.metrics[0]", r"'x' clashes with a column .*axes: x"),
+    Bad("fixed-not-table", "fixed = 3\n" + _K, "fixed", r"fixed must be a table; got 3"),
+    Bad("fixed-date", _K + "[fixed]\nwhen = 1979-05-27\n", "fixed.when", r"TOML dates and times are not supported"),
+    Bad("fixed-nested-nan", _K + "[fixed]\nd = {s = [1.0, nan]}\n", "fixed.d.s[1]", r"fixed.d.s\[1\] must be finite"),
+    Bad("axis-empty", _K + "[axes]\neta = []\n", "axes.eta", r"non-empty list of values or a range table"),
+    Bad("axis-scalar", _K + "[axes]\neta = 3\n", "axes.eta", r"non-empty list of values or a range table"),
+    Bad("axis-mixed", _K + '[axes]\neta = [0, 1, "x"]\n', "axes.eta[2]", r"axes.eta\[2\] must have the type of axes.eta\[0\] \(int\); got 'x'"),
+    Bad("axis-bool-int", _K + "[axes]\neta = [true, 1]\n", "axes.eta[1]", r"type of axes.eta\[0\] \(bool\)"),
+    Bad("axis-nan", _K + "[axes]\neta = [0.0, nan]\n", "axes.eta[1]", r"axes.eta\[1\] must be finite; got nan"),
+    Bad("axis-nested", _K + "[axes]\neta = [[1]]\n", "axes.eta[0]", r"string, integer, float or boolean .*Move structured values to \[fixed\]"),
+    Bad("axis-repeated", _K + "[axes]\neta = [1, 2, 1]\n", "axes.eta", r"list each value once.*repeated 1"),
+    Bad("axis-reserved", _K + "[axes]\nseed = [1]\n", "axes.seed", r"reserved column name"),
+    Bad("axis-also-fixed", _K + "[fixed]\neta = 1\n[axes]\neta = [1]\n", "axes.eta", r"also fixed.eta: a parameter is either fixed or an axis"),
+    Bad("range-no-stop", _K + "[axes]\nx = {start = 0, num = 2}\n", "axes.x.stop", r"axes.x.stop is missing"),
+    Bad("range-neither", _K + "[axes]\nx = {start = 0, stop = 1}\n", "axes.x", r"exactly one of step .* or num"),
+    Bad("range-both", _K + "[axes]\nx = {start = 0, stop = 1, step = 1, num = 2}\n", "axes.x", r"exactly one of step"),
+    Bad("range-unknown-key", _K + "[axes]\nx = {start = 0, stop = 1, num = 2, end = 3}\n", "axes.x.end", r"allowed in \[axes.x\]: start, stop, step, num, log"),
+    Bad("range-start-str", _K + '[axes]\nx = {start = "a", stop = 1, num = 2}\n', "axes.x.start", r"must be a finite number; got 'a'"),
+    Bad("range-step-away", _K + "[axes]\nx = {start = 0, stop = 1, step = -1}\n", "axes.x.step", r"point from start=0 towards stop=1; got -1"),
+    Bad("range-step-zero", _K + "[axes]\nx = {start = 0, stop = 1, step = 0}\n", "axes.x.step", r"be non-zero"),
+    Bad("range-too-many", _K + "[axes]\nx = {start = 0, stop = 1, step = 1e-9}\n", "axes.x.step", r"at most 1000000 values"),
+    Bad("range-num-zero", _K + "[axes]\nx = {start = 0, stop = 1, num = 0}\n", "axes.x.num", r"axes.x.num must be >= 1"),
+    Bad("range-log-zero", _K + "[axes]\nx = {start = 0, stop = 1, num = 3, log = true}\n", "axes.x.start", r"be > 0 when log = true"),
+    Bad("range-log-step", _K + "[axes]\nx = {start = 1, stop = 2, step = 1, log = true}\n", "axes.x.log", r"log = true needs num, not step"),
+    Bad("range-repeats", _K + "[axes]\nx = {start = 1, stop = 1, num = 3}\n", "axes.x", r"give distinct values"),
+    Bad("too-many-cells", _K + "replicates = 100\n[axes]\nx = {start = 0, stop = 99999, step = 1}\nz = {start = 0, stop = 9, step = 1}\n", "axes", r"100000000 cells, more than 10000000"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_GRIDS, ids=[b.id for b in BAD_GRIDS])
+def test_a_malformed_grid_fails_naming_the_key_path_and_what_is_allowed(
+    bad: Bad, tmp_path: Path
+) -> None:
+    path = tmp_path / "grid.toml"
+    path.write_text(bad.toml)
+    with pytest.raises(GridError) as info:
+        load_grid(path)
+    assert info.value.path == bad.path
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert re.search(bad.match, message), message
+    if bad.path:
+        assert bad.path in message
+
+
+def test_a_grid_table_that_is_not_a_mapping_is_refused() -> None:
+    with pytest.raises(GridError, match=r"must be a table"):
+        parse_grid([1, 2])  # type: ignore[arg-type]
+
+
+def test_the_example_grid_parses() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "examples" / "sweeps").glob("*.toml")):
+        assert load_grid(path).n_cells >= 1
