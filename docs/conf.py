@@ -45,7 +45,14 @@ nitpicky = False
 
 # Public modules whose ``__all__`` must be documented in the API reference; the flat names of
 # ``refimpl.__all__`` count when documented as ``refimpl.NAME`` or under their defining module.
-PUBLIC_SUBMODULES = ["refimpl.sim", "refimpl.testing", "refimpl.sweep"]
+PUBLIC_SUBMODULES = [
+    "refimpl.sim",
+    "refimpl.sim.agent",
+    "refimpl.testing",
+    "refimpl.testing.strategies",
+    "refimpl.testing.tolerances",
+    "refimpl.sweep",
+]
 
 logger = logging.getLogger("refimpl.docs")
 

@@ -127,13 +127,20 @@ def require_in_unit_interval(arr: NDArray[np.float64], *, name: str, meaning: st
             name,
             f"lie in [0, 1] ({meaning})",
             arr,
-            f"Entry {first} is {arr.ravel()[first]!r}; pass values in [0, 1].",
+            f"Entry {first} is {float(arr.ravel()[first])!r}; pass values in [0, 1].",
         )
 
 
 def require_frozen_distribution(dist: Any, *, name: str = "dist") -> None:
     """``dist`` must be a frozen ``scipy.stats`` distribution (has cdf, sf, ppf and mean)."""
-    needed = ("cdf", "sf", "ppf", "mean", "pdf")
+    needed = ("cdf", "sf", "ppf", "mean", "pdf", "support")
+    if callable(getattr(dist, "freeze", None)):  # a distribution family, e.g. scipy.stats.expon
+        raise wrong_type(
+            name,
+            "a frozen scipy.stats continuous distribution (parameters given)",
+            dist,
+            "Give the parameters to freeze it, e.g. scipy.stats.expon(scale=100.0).",
+        )
     if not all(callable(getattr(dist, attr, None)) for attr in needed):
         raise wrong_type(
             name,
@@ -177,7 +184,7 @@ def as_pmf(pmf: Any, *, name: str = "pmf") -> tuple[NDArray[np.float64] | list[F
         raise invalid(name, "be non-empty", arr, "Pass at least one probability (lengths 1..M).")
     if np.any(arr < 0):
         i = int(np.flatnonzero(arr < 0)[0])
-        raise invalid(name, "be non-negative", arr, f"Entry {i} is {arr[i]!r}; use >= 0.")
+        raise invalid(name, "be non-negative", arr, f"Entry {i} is {float(arr[i])!r}; use >= 0.")
     float_total = float(arr.sum())
     if abs(float_total - 1.0) > 1e-9:
         raise invalid(

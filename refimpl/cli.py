@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -65,5 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(args_list)
     module = importlib.import_module(COMMANDS[args.command].module)
-    code: int = module.run(args)
+    try:
+        code: int = module.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`refimpl simulate --json | head`): end quietly, as `cat` does.
+        # Point stdout at devnull so that the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        print(f"refimpl {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     return code

@@ -86,13 +86,6 @@ def _check_n_k(n: Any, k: Any) -> tuple[int, int]:
 def _check_dist(dist: Any, *, name: str = "dist", positive: bool = True) -> float:
     """A frozen scipy.stats distribution with a finite (positive) mean; returns the mean."""
     require_frozen_distribution(dist, name=name)
-    if isinstance(dist, stats.rv_continuous) or not callable(getattr(dist, "support", None)):
-        raise wrong_type(
-            name,
-            "a frozen scipy.stats continuous distribution",
-            dist,
-            "Give the parameters to freeze it, e.g. scipy.stats.expon(scale=100.0).",
-        )
     mean = float(dist.mean())
     if not math.isfinite(mean):
         raise invalid(
@@ -203,13 +196,33 @@ def _survival_integral(
     return _quad(scalar, 0.0, 1.0, points=points, what=what)
 
 
+_TAIL = np.array([0.0, 1e-12, 1e-9, 1e-6, 1e-4, 1e-3, 0.01, 0.05, 0.1, 0.25])
+_FLUID_BREAK_QUANTILES = np.concatenate([_TAIL, [0.5], (1.0 - _TAIL)[::-1]])
+
+
 def _interval_integral(
-    fn: Callable[[FloatArray], FloatArray], low: float, high: float, *, what: str
+    fn: Callable[[FloatArray], FloatArray],
+    low: float,
+    high: float,
+    *,
+    what: str,
+    breaks: FloatArray | None = None,
 ) -> float:
-    """``∫_low^high fn``: 16 uniform panels of 16- and 32-point Gauss–Legendre, accepted when the
-    two orders agree to ``1e-11`` relative (absolute ``1e-300``), else adaptive ``quad``."""
-    edges = np.linspace(low, high, 17)
-    lo, hi = edges[:-1, None], edges[1:, None]
+    """``∫_low^high fn``: 16 uniform panels of 16- and 32-point Gauss–Legendre on each piece between
+    the ``breaks`` inside ``[low, high]``, accepted when the two orders agree to ``1e-11`` relative
+    (absolute ``1e-300``), else adaptive ``quad``.
+
+    Pass quantiles of the length law as ``breaks``: a law much narrower than the window (all its mass
+    on one token of a window of hundreds) is otherwise missed by every node, and the two orders then
+    agree on a wrong value.
+    """
+    cuts = np.array([low, high], dtype=np.float64)
+    if breaks is not None:
+        inside = breaks[np.isfinite(breaks) & (breaks > low) & (breaks < high)]
+        cuts = np.unique(np.concatenate([cuts, inside]))
+    edges = cuts[:-1, None] + (cuts[1:] - cuts[:-1])[:, None] * np.linspace(0, 1, 17)[None, :]
+    edges_lo, edges_hi = edges[:, :-1].ravel(), edges[:, 1:].ravel()
+    lo, hi = edges_lo[:, None], edges_hi[:, None]
 
     def rule(nodes_weights: tuple[FloatArray, FloatArray]) -> float:
         x, w = nodes_weights
@@ -267,12 +280,14 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
 
     Notes
     -----
-    Computed with :func:`scipy.special.betainc` in the argument :math:`1 - F`, so relative accuracy is
-    a few ulps when :math:`1-F` is exact; pass :math:`1 - F` accurately for lengths deep in the upper
-    tail (e.g. as ``1 - dist.sf(x)`` is *not* accurate; ``dist.cdf`` loses the tail the same way).
-    Averages to :math:`k/n` over :math:`F \sim U(0,1)` (claim [LB3](#lb3)); the binomial sum equals
-    the incomplete beta (claim [LB1](#lb1)); worked check :math:`n=8, k=4, F=1/2 \Rightarrow
-    \pi = 1/2` (claim [LB0](#lb0)).
+    Computed with :func:`scipy.special.betainc` in the argument :math:`1 - F`: a few ulps of
+    relative error, except that deep in the upper tail the input itself limits it (a CDF value
+    within a few ulps of 1 carries a relative error of :math:`\varepsilon/(1-F)` in :math:`1-F`,
+    amplified :math:`(n-k)`-fold since :math:`\pi \propto (1-F)^{n-k}` there); for such lengths
+    evaluate ``scipy.special.betainc(n - k, k, dist.sf(x))`` from the survival function directly.
+    Averages to :math:`k/n` over :math:`F \sim U(0,1)` (claim :ref:`LB3 <lb3>`); the binomial sum equals
+    the incomplete beta (claim :ref:`LB1 <lb1>`); worked check :math:`n=8, k=4, F=1/2 \Rightarrow
+    \pi = 1/2` (claim :ref:`LB0 <lb0>`).
 
     References
     ----------
@@ -455,7 +470,7 @@ def inclusion_probability_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[
                   = \frac{G(F(\ell)) - G(F(\ell-1))}{p(\ell)},\qquad
         G(u) = u\,P(\mathrm{Bin}(n-1,u) \le k-1) + \tfrac{k}{n}\,P(\mathrm{Bin}(n,u) \ge k+1),
 
-    the tie-interval closed form (claim [LB2](#lb2)): a uniform tie-break is a uniform jitter of the
+    the tie-interval closed form (claim :ref:`LB2 <lb2>`): a uniform tie-break is a uniform jitter of the
     rollout's CDF value inside :math:`[F(\ell-1), F(\ell)]`, and :math:`G` is the antiderivative of
     the continuous :math:`\pi` (equivalently :math:`G(u) = E[\min(\mathrm{Bin}(n,u), k)]/n`).
     For :math:`p(\ell) = 0` the value is the limit :math:`P(\mathrm{Bin}(n-1, F(\ell)) \le k-1)`.
@@ -502,7 +517,7 @@ def inclusion_probability_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[
     where :math:`\pi \propto S(\ell)^{n-k}`. The result lies in
     :math:`[\pi_c(F(\ell)), \pi_c(F(\ell-1))]` (the continuous :math:`\pi` at the ends of the tie
     interval), so it is non-increasing in :math:`\ell` (why :math:`q` is stochastically smaller than
-    :math:`p`); :math:`\sum_\ell p(\ell)\pi(\ell) = k/n` (claim [LB3](#lb3)). Cost for
+    :math:`p`); :math:`\sum_\ell p(\ell)\pi(\ell) = k/n` (claim :ref:`LB3 <lb3>`). Cost for
     :math:`M = 10^5`, :math:`n = 10^4`: about 0.2 s (``benchmarks/bench_inclusion.py``).
 
     Frameworks differ on ties: breaking them toward the launch order (a FIFO queue) gives the same
@@ -562,7 +577,7 @@ def selected_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[Fraction]:
 
     Notes
     -----
-    :math:`q` sums to one (claim [LB3](#lb3)); :math:`q/p = (n/k)\pi` is non-increasing, so
+    :math:`q` sums to one (claim :ref:`LB3 <lb3>`); :math:`q/p = (n/k)\pi` is non-increasing, so
     :math:`q` is stochastically smaller than :math:`p`: short rollouts are over-represented.
     :math:`q = p` iff :math:`k = n` or the law is degenerate.
 
@@ -632,7 +647,7 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
     -----
     Quadrature in the survival coordinate :math:`s = 1-u` (``dist.isf``), with break points at the
     quantiles of :math:`\mathrm{Beta}(n-k, k)`; relative accuracy about ``1e-10``. Exponential
-    lengths: :math:`E_q[L] = \frac{1}{k\lambda}\sum_{j\le k}(H_n - H_{n-j})` (claim [OS1](#os1)).
+    lengths: :math:`E_q[L] = \frac{1}{k\lambda}\sum_{j\le k}(H_n - H_{n-j})` (claim :ref:`OS1 <os1>`).
 
     Examples
     --------
@@ -686,8 +701,8 @@ def expected_max(dist: Any, *, n: int) -> float:
     Notes
     -----
     Quadrature in the survival coordinate :math:`s = 1 - u` with ``dist.isf`` (accurate in the upper
-    tail) and break points at multiples of :math:`1/n`, where the weight concentrates. Exponential lengths: :math:`H_n/\lambda` (claim [OS1](#os1)); uniform on
-    :math:`[a, b]`: :math:`a + (b-a)\,n/(n+1)` (claim [OS2](#os2)).
+    tail) and break points at multiples of :math:`1/n`, where the weight concentrates. Exponential lengths: :math:`H_n/\lambda` (claim :ref:`OS1 <os1>`); uniform on
+    :math:`[a, b]`: :math:`a + (b-a)\,n/(n+1)` (claim :ref:`OS2 <os2>`).
 
     Examples
     --------
@@ -738,7 +753,7 @@ def async_speedup(dist: Any, *, n: int) -> float:
     Notes
     -----
     Asynchrony pays only when this exceeds the loss of sample value its staleness (and masking)
-    costs. Claims [OS1](#os1), [OS2](#os2).
+    costs. Claims :ref:`OS1 <os1>`, :ref:`OS2 <os2>`.
 
     Examples
     --------
@@ -811,7 +826,7 @@ def length_bias(law: Any, *, n: int, k: int) -> LengthBias:
     Notes
     -----
     ``ratio <= 1`` with equality iff :math:`k = n` or the law is degenerate; the derivation of the
-    continuous TV is claim [OS3](#os3).
+    continuous TV is claim :ref:`OS3 <os3>`.
 
     Examples
     --------
@@ -919,7 +934,7 @@ def ipw_weights(pi: ArrayLike, *, n: int, k: int, clip: float | None = None) -> 
     Returns
     -------
     ndarray of float64, the shape of ``pi``
-        The weights; :math:`E_q[w\,g] = E_p[g]` without clipping (claim [LB4](#lb4)).
+        The weights; :math:`E_q[w\,g] = E_p[g]` without clipping (claim :ref:`LB4 <lb4>`).
 
     Raises
     ------
@@ -991,7 +1006,7 @@ def horvitz_thompson_estimate(values: ArrayLike, pi: ArrayLike, *, n: int, k: in
 
     Notes
     -----
-    Unbiased (claim [LB4](#lb4)); its exact variance on a finite support is reported by
+    Unbiased (claim :ref:`LB4 <lb4>`); its exact variance on a finite support is reported by
     :func:`ipw_estimator_moments`.
 
     Examples
@@ -1180,7 +1195,7 @@ def ipw_estimator_moments(
     Notes
     -----
     Cost: :math:`\binom{k+M'-1}{M'-1}` compositions (:math:`M'` support points with
-    :math:`p > 0`), :math:`O(n)` work each. HT is unbiased (claim [LB4](#lb4)).
+    :math:`p > 0`), :math:`O(n)` work each. HT is unbiased (claim :ref:`LB4 <lb4>`).
 
     Examples
     --------
@@ -1376,7 +1391,7 @@ def kaplan_meier(durations: ArrayLike, observed: ArrayLike) -> KaplanMeier:
     -----
     Convention (as lifelines and R's ``survival``): a rollout censored at :math:`t_i` is still at
     risk at :math:`t_i`. With nothing censored :math:`\hat S` is the empirical survival (claim
-    [KM1](#km1)). Pool finished and censored lengths across steps (type II censoring at each
+    :ref:`KM1 <km1>`). Pool finished and censored lengths across steps (type II censoring at each
     step's cut-off) to estimate the true :math:`p` under first-``k``-of-``n`` dispatch.
 
     References
@@ -1442,7 +1457,7 @@ def exponential_rate_mle(
     Notes
     -----
     :math:`E[k/T] = k\lambda/(k-1)` (biased upward), :math:`E[(k-1)/T] = \lambda` (claim
-    [KM2](#km2)). Under type I censoring (a fixed time cut-off) the unbiased variant is only
+    :ref:`KM2 <km2>`). Under type I censoring (a fixed time cut-off) the unbiased variant is only
     approximately unbiased.
 
     Examples
@@ -1511,7 +1526,7 @@ def fluid_keep_probability(lengths: ArrayLike, *, step_time: float, eta: int) ->
 
     Notes
     -----
-    Rollouts longer than :math:`(\eta+1)\Delta` are never trained (claim [FL2](#fl2)).
+    Rollouts longer than :math:`(\eta+1)\Delta` are never trained (claim :ref:`FL2 <fl2>`).
 
     Examples
     --------
@@ -1596,8 +1611,8 @@ def fluid_steady_state(
     The fixed point is found by Brent's method on a bracket :math:`[B E[L]/N, 2^j B E[L]/N]`.
     The fluid model ignores the discreteness of slots; for lognormal(6, 1) lengths, ``N = 128``,
     ``B = 256``, ``eta = 0`` it predicts a trained mean of about 58% of :math:`E[L]`, which a
-    simulation confirms within about 1% (``tests/test_dispatch.py``). Claims [FL1](#fl1),
-    [FL2](#fl2).
+    simulation confirms within about 1% (``tests/test_dispatch.py``). Claims :ref:`FL1 <fl1>`,
+    :ref:`FL2 <fl2>`.
 
     Examples
     --------
@@ -1617,8 +1632,11 @@ def fluid_steady_state(
         return FluidSteadyState(base, 1.0, n_slots / b, mean)
     eta_ = _as_eta(eta)
 
+    # Quantiles of the law split every window, so that its mass is resolved however narrow it is.
+    breaks = np.asarray(dist.ppf(_FLUID_BREAK_QUANTILES), dtype=np.float64)
+
     def window(fn: Callable[[FloatArray], FloatArray], low: float, high: float, what: str) -> float:
-        return _interval_integral(fn, low, high, what=what) if high > low else 0.0
+        return _interval_integral(fn, low, high, what=what, breaks=breaks) if high > low else 0.0
 
     def cdf(x: FloatArray) -> FloatArray:
         return np.asarray(dist.cdf(x), dtype=np.float64)

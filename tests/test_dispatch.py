@@ -13,9 +13,11 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
+import scipy.integrate
 import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -573,3 +575,30 @@ def test_fluid_fixed_point_holds_and_mask_shortens_the_trained_law(
     assert st_.kept_fraction == pytest.approx(np.trapezoid(pdf * keep, x), rel=1e-6)
     assert st_.trained_mean_length <= 100.0 + 1e-9
     assert 0.0 <= st_.mean_staleness <= eta
+
+
+@pytest.mark.parametrize(
+    "dist",
+    [
+        scipy.stats.uniform(loc=399.5, scale=1.0),  # all mass on one token, windows of ~400
+        scipy.stats.gamma(a=4e6, scale=1000.0 / 4e6),  # mean 1000, sd 0.5
+        scipy.stats.lognorm(s=0.001, scale=300.0),
+    ],
+    ids=["uniform-narrow", "gamma-narrow", "lognormal-narrow"],
+)
+@pytest.mark.parametrize("eta", [0, 1, 2])
+def test_fluid_model_resolves_laws_much_narrower_than_the_step_time(dist: Any, eta: int) -> None:
+    # Independent computation in quantile space (u = F(ℓ), where every law is smooth): at the
+    # returned Δ, E_p[keep] and E_p[L keep] / E_p[keep] must match, and Δ must be the fixed point.
+    # A quadrature that samples the length axis uniformly misses such a law's density entirely.
+    slots, batch = 32, 32
+    got = refimpl.fluid_steady_state(dist, slots=slots, batch=batch, eta=eta)
+
+    def keep(u: float) -> float:
+        return float(np.clip(eta + 1 - dist.ppf(u) / got.step_time, 0.0, 1.0))
+
+    kept = scipy.integrate.quad(keep, 0.0, 1.0, limit=200, epsabs=1e-13)[0]
+    mean = scipy.integrate.quad(lambda u: dist.ppf(u) * keep(u), 0.0, 1.0, limit=200)[0] / kept
+    assert got.kept_fraction == pytest.approx(kept, rel=1e-6)
+    assert got.trained_mean_length == pytest.approx(mean, rel=1e-6)
+    assert got.step_time == pytest.approx(batch * dist.mean() / (slots * kept), rel=1e-6)

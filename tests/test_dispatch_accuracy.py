@@ -12,7 +12,7 @@ scales as ``S(ℓ)^{n-k}``.
 
 from __future__ import annotations
 
-import mpmath as mp  # type: ignore[import-untyped]  # no stubs; pyproject override pending
+import mpmath as mp
 import numpy as np
 import pytest
 

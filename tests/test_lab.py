@@ -280,3 +280,14 @@ def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:
             while j < len(lines) and lines[j].startswith("|"):
                 assert cells(lines[j]) == width, lines[j]
                 j += 1
+
+
+def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
+    # The "not available in this build" switch is only honest if `requires` matches the code.
+    root = Path(__file__).resolve().parent.parent
+    for spec in SECTIONS:
+        path = root / (spec.module.replace(".", "/") + ".py")
+        code = re.sub(r'""".*?"""', "", path.read_text(), flags=re.S)
+        used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
+        used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
+        assert set(spec.requires) == used, spec.key

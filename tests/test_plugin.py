@@ -46,7 +46,9 @@ def test_plugin_is_registered_through_the_entry_point(pytester: pytest.Pytester)
     result.stdout.fnmatch_lines(["*refimpl conformance checks*", "*--refimpl-target=*"])
 
 
-def _modules_loaded_by_an_inert_run(directory: Path, *plugin_args: str) -> list[str]:
+def _modules_loaded_by_an_inert_run(
+    directory: Path, *plugin_args: str, autoload: bool = False
+) -> list[str]:
     code = textwrap.dedent(
         f"""
         import sys, pytest
@@ -56,7 +58,10 @@ def _modules_loaded_by_an_inert_run(directory: Path, *plugin_args: str) -> list[
         print("LOADED", loaded, "EXIT", int(code))
         """
     )
-    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    env = dict(os.environ)
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    if not autoload:  # only our plugin: another one (Hypothesis's) may import its own package
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
     )
@@ -72,6 +77,15 @@ def test_inert_plugin_imports_nothing_heavy(tmp_path: Path) -> None:
     (tmp_path / "test_plain.py").write_text("def test_one():\n    assert True\n")
     loaded = _modules_loaded_by_an_inert_run(tmp_path, "-p", "_refimpl_pytestplugin")
     assert loaded == []
+
+
+def test_plugin_loaded_by_its_entry_point_imports_neither_refimpl_nor_numpy(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "test_plain.py").write_text("def test_one():\n    assert True\n")
+    loaded = _modules_loaded_by_an_inert_run(tmp_path, autoload=True)
+    assert "refimpl" not in loaded
+    assert "numpy" not in loaded
 
 
 def test_subprocess_probe_sees_imports_when_the_plugin_is_asked(tmp_path: Path) -> None:

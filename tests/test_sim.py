@@ -338,9 +338,23 @@ def test_an_explicit_matrix_that_is_too_short_says_how_many_lengths_are_needed()
 
 
 def test_drawn_lengths_extend_when_a_slot_runs_out() -> None:
-    cfg = SimConfig(slots=2, batch=1, rollouts=20, partial="restart", seed=2)
-    trace = simulate(cfg)
-    assert trace.index.max() >= cfg.initial_columns() or len(trace) > 0
+    """Restarts and drops consume more lengths than the peer's K rule; a drawn law grows by
+    blocks from the same generator, identically in both event loops."""
+    from refimpl.sim import _trainer_times as trainer_times
+    from refimpl.sim._event import run_async_fast, run_events
+    from refimpl.sim._lengths import LengthSupply
+
+    law = scipy.stats.randint(1, 9)
+    restart = SimConfig(slots=4, batch=1, steps=200, partial="restart", lengths=law, seed=2)
+    trace = simulate(restart)
+    assert trace.index.max() >= restart.initial_columns()
+    drop = SimConfig(slots=8, batch=1, steps=150, eta=0, over_bound="drop", lengths=law, seed=2)
+    taus = trainer_times(drop)
+    general = SimTrace.from_raw(run_events(drop, LengthSupply(drop), taus), drop, canonical=False)
+    fast = SimTrace.from_raw(run_async_fast(drop, LengthSupply(drop), taus), drop, canonical=False)
+    assert fast.index.max() >= drop.initial_columns()
+    for name in SimTrace.COLUMNS:
+        np.testing.assert_array_equal(getattr(general, name), getattr(fast, name))
 
 
 def test_trace_exports_to_arrow_parquet_and_pandas(tmp_path: Path) -> None:
@@ -471,3 +485,20 @@ def test_cli_event_mode_writes_a_trace_and_a_progress_bar(
     table = pq.read_table(path)
     assert table.num_rows > 10_000
     assert "refimpl.sim.config" in {k.decode() for k in table.schema.metadata}
+
+
+def test_cli_tool_turns_switch_to_agent_rollouts(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from refimpl.cli import main
+
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "40", "--no-progress"]
+    assert main([*args, "--tool-turns", "1", "--json"]) == 0
+    agent = json.loads(capsys.readouterr().out)
+    assert agent["mode"] == "agent"
+    assert agent["rollouts_trained"] == 40
+    assert main([*args, "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["mode"] == "async"
+    assert main([*args, "--tool-turns", "-1"]) == 2
+    assert "refimpl simulate:" in capsys.readouterr().err

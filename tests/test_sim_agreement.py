@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,7 +196,7 @@ def vector_configs(draw: st.DrawFn) -> SimConfig:
     if mode == "first_k":
         kw["launch"] = draw(st.integers(batch, slots))
     if mode != "async" and draw(st.booleans()):
-        kw["trainer_time"] = draw(st.sampled_from([0.5, 1.0, 3.0]))
+        kw["trainer_time"] = draw(st.sampled_from([0.5, 3.0, scipy.stats.expon(scale=1.0)]))
     token_time = draw(st.sampled_from([1.0, 0.5, 2.0]))
     prefill = draw(st.sampled_from([0.0, 1.0, 0.25]))
     return SimConfig(

@@ -151,6 +151,23 @@ def mis_naive_ratio(
     return out if mask is None else out * np.asarray(mask)
 
 
+def staleness_newest_token(trained_step: int, token_versions: list[ArrayLike]) -> Any:
+    return np.array([trained_step - np.max(v) for v in token_versions], dtype=float)
+
+
+def staleness_counts_the_published_version(
+    trained_step: int, token_versions: list[ArrayLike]
+) -> Any:
+    # off by one: counts from version j + 1, the one published after step j
+    return np.array([trained_step + 1 - np.min(v) for v in token_versions], dtype=float)
+
+
+def staleness_against_newest_in_batch(trained_step: int, token_versions: list[ArrayLike]) -> Any:
+    # measures against the newest version seen in the batch instead of the trainer step
+    newest = max(int(np.max(v)) for v in token_versions)
+    return np.array([newest - np.min(v) for v in token_versions], dtype=float)
+
+
 VTraceArgs = tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike, ArrayLike]
 
 
@@ -190,6 +207,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "tis": refimpl.truncated_is_weights,
     "masked_is": refimpl.masked_is_weights,
     "vtrace": refimpl.vtrace,
+    "staleness": refimpl.sample_staleness,
 }
 if hasattr(refimpl, "inclusion_probability"):
     REFERENCE["inclusion_probability"] = refimpl.inclusion_probability
@@ -261,6 +279,17 @@ MUTANTS: list[tuple[str, Callable[..., Any], set[str]]] = [
         {"agrees_with_reference", "on_policy_weight_is_one", "equals_ratio_inside_band"},
     ),
     ("masked_is", mis_naive_ratio, {"finite_and_non_negative"}),
+    ("staleness", staleness_newest_token, {"agrees_with_reference", "oldest_token_decides"}),
+    (
+        "staleness",
+        staleness_counts_the_published_version,
+        {"agrees_with_reference", "oldest_token_decides", "on_policy_is_zero"},
+    ),
+    (
+        "staleness",
+        staleness_against_newest_in_batch,
+        {"agrees_with_reference", "grows_by_one_per_trainer_step"},
+    ),
     (
         "vtrace",
         vtrace_pg_unclipped,

@@ -48,8 +48,9 @@ def test_oracle_howto_catches_the_staleness_off_by_one(pytester: pytest.Pytester
         pytester,
         {
             "mytrainer/staleness.py": module,
-            "test_staleness.py": test_file,
-            "test_conformance.py": conformance,
+            # unique names: the in-process run shares sys.modules with refimpl's own tests
+            "test_howto_oracle_staleness.py": test_file,
+            "test_howto_oracle_conformance.py": conformance,
         },
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")

@@ -314,10 +314,12 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
     dist = lognormal(median=MEDIAN, sigma=1.0)
     ratios = (1, 1.25, 1.5, 2, 4, 8)
     k = 4
-    cf, sm, err = [], [], []
+    cf, sm, err, tvs = [], [], [], []
     for r_i, r in enumerate(ratios):
         n = round(k * r)
-        cf.append(float(refimpl.length_bias(dist, n=n, k=k).ratio))
+        lb_nk = refimpl.length_bias(dist, n=n, k=k)
+        cf.append(float(lb_nk.ratio))
+        tvs.append(float(lb_nk.total_variation))
         trace = rsim.simulate(
             rsim.SimConfig(
                 slots=n,
@@ -405,10 +407,13 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
     section.table(
         "nb-table",
         "Mean ratio against over-provisioning (lognormal σ = 1)",
-        ("dispatch", "N/B or n/k", "closed form", "simulation", "simulation SE"),
-        [("first 4 of n", r, c, m, e) for r, c, m, e in zip(ratios, cf, sm, err, strict=True)]
+        ("dispatch", "N/B or n/k", "closed form", "simulation", "simulation SE", "TV(q, p)"),
+        [
+            ("first 4 of n", r, c, m, e, tv)
+            for r, c, m, e, tv in zip(ratios, cf, sm, err, tvs, strict=True)
+        ]
         + [
-            ("async, η = 0 drop (fluid)", x, c, m, e)
+            ("async, η = 0 drop (fluid)", x, c, m, e, "not in the library")
             for x, c, m, e in zip(nb, fl, am, aerr, strict=True)
         ],
     )

@@ -100,7 +100,7 @@ def simulate(
         otherwise; ``vector`` insists on the vectorized one (error if it does not apply).
     progress : callable, optional
         Called with the number of newly completed rollouts every few thousand completions (event
-        engine), e.g. ``tqdm.update``.
+        engine; the vectorized engine reports once, at the end), e.g. ``tqdm.update``.
 
     Returns
     -------
@@ -160,6 +160,8 @@ def simulate(
     if use_vector:
         raw = run_vector(config, supply, taus)
         canonical = True
+        if progress is not None:
+            progress(config.trained_target)
     else:
         try:
             run = run_async_fast if fast_path_applies(config) else run_events

@@ -85,7 +85,7 @@ def run_events(
     preempt = cfg.preempt_rate > 0
     prng = np.random.default_rng([cfg.seed, 2]) if preempt else None
 
-    rows: list[list[float]] = [r.tolist() for r in supply.matrix]
+    rows = [array("d", np.ascontiguousarray(r).tobytes()) for r in supply.matrix]
     k_cols = len(rows[0])
 
     # per-rollout columns
@@ -145,7 +145,7 @@ def run_events(
             supply.extend(slot=s, needed=k + 1)
             m = supply.matrix
             for i in range(n_slots):
-                rows[i].extend(m[i, k_cols:].tolist())
+                rows[i].frombytes(np.ascontiguousarray(m[i, k_cols:]).tobytes())
             k_cols = m.shape[1]
         nxt[s] = k + 1
         length = rows[s][k]

@@ -277,7 +277,9 @@ class SimSummary(NamedTuple):
     recomputed_tokens: float
 
     def to_json_dict(self) -> dict[str, Any]:
-        """JSON-ready dict, with the SimPy peer's key names where they exist."""
+        """JSON-ready dict of scalars (and ``staleness_hist``), with the peer's key names where
+        they exist; ``length_bias`` is flattened to ``length_ratio``, ``length_bias`` (the ratio
+        minus one), ``length_tv`` and ``length_kl``."""
         q = self.length_quantiles
         d: dict[str, Any] = {
             "trained_rollouts": self.trained,
@@ -300,7 +302,11 @@ class SimSummary(NamedTuple):
             "length_p99": float(q[2]),
             "launched_length_mean": self.launched_length_mean,
             "length_ratio": float(self.length_bias.ratio),
-            "length_bias": {k: float(v) for k, v in self.length_bias._asdict().items()},
+            # scalar keys (sweeps select scalar metrics): relative bias of the trained mean, and
+            # the total variation and KL of refimpl.LengthBias
+            "length_bias": float(self.length_bias.ratio) - 1.0,
+            "length_tv": float(self.length_bias.total_variation),
+            "length_kl": float(self.length_bias.kl_divergence),
             "dropped": self.dropped,
             "aborted": self.aborted,
             "wasted_tokens": self.wasted_tokens,

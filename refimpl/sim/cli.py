@@ -108,6 +108,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="progress bar on stderr (default: only when stderr is a terminal)",
     )
+    from refimpl.sim.agent import configure_agent_options
+
+    configure_agent_options(parser)  # agent rollouts (issue 9), on when --tool-turns is given
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -172,12 +175,57 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _print(out: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(_jsonable(out), allow_nan=False))
+        return
+    for key, value in out.items():
+        if key == "staleness_hist":
+            value = " ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            value = ", ".join(
+                f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
+        print(f"{key:22s} {value}")
+
+
+def _run_agent(args: argparse.Namespace, agent: Any) -> int:
+    """Agent rollouts with tool calls (``refimpl.sim.agent``, issue 9), when --tool-turns is given."""
+    from tqdm import tqdm
+
+    from refimpl.sim.agent import run_agent_cli
+
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    bar = tqdm(total=agent.steps, file=sys.stderr, disable=not show, unit="step", leave=False)
+
+    def advance(n: int) -> None:
+        bar.update(n)
+
+    try:
+        out = run_agent_cli(agent, trace=args.trace, progress=advance)
+    except (ValueError, TypeError, RuntimeError) as err:
+        bar.close()
+        print(f"refimpl simulate: {err}", file=sys.stderr)
+        return 2
+    bar.close()
+    _print(out, as_json=args.json)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
     from tqdm import tqdm
 
     from refimpl.sim import simulate
+    from refimpl.sim.agent import agent_config_from_args
 
+    try:
+        agent = agent_config_from_args(args)
+    except (ValueError, TypeError) as err:
+        print(f"refimpl simulate: {err}", file=sys.stderr)
+        return 2
+    if agent is not None:
+        return _run_agent(args, agent)
     try:
         cfg = _config(args)
     except (ValueError, TypeError) as err:
@@ -224,15 +272,5 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         trace.to_parquet(args.trace)
         out["trace"] = args.trace
-    if args.json:
-        print(json.dumps(_jsonable(out), allow_nan=False))
-    else:
-        for key, value in out.items():
-            if key == "staleness_hist":
-                value = " ".join(str(v) for v in value)
-            elif isinstance(value, dict):
-                value = ", ".join(
-                    f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
-                )
-            print(f"{key:22s} {value}")
+    _print(out, as_json=args.json)
     return 0

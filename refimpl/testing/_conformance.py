@@ -58,7 +58,7 @@ class _Spec:
     name: str
     reference: str
     signature: str
-    output: Literal["array", "tuple"]
+    output: Literal["array", "tuple", "sample"]
     checks: tuple[_Check, ...]
 
     def check(self, name: str) -> _Check:
@@ -69,6 +69,10 @@ _SPECS: dict[str, _Spec] = {}
 
 _ARRAY_OUTPUT = (
     "found = [np.asarray(candidate(*args, **kwargs), dtype=np.float64) for args, kwargs in calls]"
+)
+_SAMPLE_OUTPUT = (
+    "found = [np.asarray(getattr(out, 'sample', out), dtype=np.float64)\n"
+    "         for out in (candidate(*args, **kwargs) for args, kwargs in calls)]"
 )
 _TUPLE_OUTPUT = (
     "found = [tuple(np.asarray(x, dtype=np.float64) for x in candidate(*args, **kwargs))\n"
@@ -581,6 +585,83 @@ np.testing.assert_allclose(w[inside], ratio[inside], rtol=RTOL, atol=ATOL,
     )
 )
 
+# --- staleness ----------------------------------------------------------------------------
+
+
+def _staleness_calls() -> st.SearchStrategy[list[Call]]:
+    return rst.token_versions().map(lambda b: _one((b.trained_step, b.token_versions)))
+
+
+def _staleness_on_policy() -> st.SearchStrategy[list[Call]]:
+    def build(b: rst.VersionedBatch) -> list[Call]:
+        return _one((b.trained_step, [np.full_like(v, b.trained_step) for v in b.token_versions]))
+
+    return rst.token_versions().map(build)
+
+
+def _staleness_next_step() -> st.SearchStrategy[list[Call]]:
+    def build(b: rst.VersionedBatch) -> list[Call]:
+        return [
+            ((b.trained_step, b.token_versions), {}),
+            ((b.trained_step + 1, b.token_versions), {}),
+        ]
+
+    return rst.token_versions().map(build)
+
+
+_register(
+    _Spec(
+        name="staleness",
+        reference="sample_staleness",
+        signature="candidate(trained_step, token_versions) -> s per sample (or .sample)",
+        output="sample",
+        checks=(
+            _Check(
+                "agrees_with_reference",
+                "s per sample agrees exactly with refimpl.sample_staleness(...).sample",
+                _staleness_calls,
+                """
+expected = refimpl.sample_staleness(*calls[0][0], **calls[0][1]).sample
+show("found:   ", found[0])
+show("expected:", expected)
+np.testing.assert_allclose(found[0], expected, rtol=RTOL, atol=ATOL, equal_nan=False)
+""",
+            ),
+            _Check(
+                "oldest_token_decides",
+                "s = j − min_t v_t: the oldest token version decides (queue time counts)",
+                _staleness_calls,
+                """
+step, versions = calls[0][0]
+oldest = np.array([step - np.min(v) for v in versions], dtype=np.float64)
+show("found:          ", found[0])
+show("j - min_t v_t:  ", oldest)
+np.testing.assert_array_equal(found[0], oldest)
+""",
+            ),
+            _Check(
+                "on_policy_is_zero",
+                "a sample generated entirely by version j, trained at step j, has s = 0",
+                _staleness_on_policy,
+                """
+show("found:", found[0])
+assert np.all(found[0] == 0.0), f"on-policy samples got staleness {found[0]}"
+""",
+            ),
+            _Check(
+                "grows_by_one_per_trainer_step",
+                "the same sample trained one step later is exactly one version staler",
+                _staleness_next_step,
+                """
+show("trained at j:    ", found[0])
+show("trained at j + 1:", found[1])
+np.testing.assert_array_equal(found[1], found[0] + 1.0)
+""",
+            ),
+        ),
+    )
+)
+
 # --- vtrace -------------------------------------------------------------------------------
 
 
@@ -867,8 +948,9 @@ def spec_names() -> tuple[str, ...]:
     Examples
     --------
     >>> from refimpl.testing import spec_names
-    >>> spec_names()
-    ('effort_penalty', 'inclusion_probability', 'staleness_mask', 'tis', 'masked_is', 'vtrace')
+    >>> spec_names()  # doctest: +NORMALIZE_WHITESPACE
+    ('effort_penalty', 'inclusion_probability', 'staleness_mask', 'tis', 'masked_is', 'staleness',
+     'vtrace')
     """
     return tuple(_SPECS)
 
@@ -986,7 +1068,11 @@ class _Runner:
         self.check = check
         self.tolerance = tolerance
         self.refimpl = refimpl
-        self.output_code = _ARRAY_OUTPUT if spec.output == "array" else _TUPLE_OUTPUT
+        self.output_code = {
+            "array": _ARRAY_OUTPUT,
+            "tuple": _TUPLE_OUTPUT,
+            "sample": _SAMPLE_OUTPUT,
+        }[spec.output]
         where = f"<refimpl.testing {spec.name}.{check.name}>"
         self._output = compile(self.output_code, where, "exec")
         self._assertion = compile(textwrap.dedent(check.assertion), where, "exec")
@@ -1093,6 +1179,8 @@ def check_conformance(
       (``refimpl.truncated_is_weights``);
     - ``masked_is``: ``f(logp_target, logp_behavior, *, low, high[, mask])``, token level
       (``refimpl.masked_is_weights``);
+    - ``staleness``: ``f(trained_step, token_versions)`` with ragged per-token versions, returning
+      ``s`` per sample or an object with a ``.sample`` attribute (``refimpl.sample_staleness``);
     - ``vtrace``: ``f(v_tm1, v_t, r_t, discount_t, rho_tm1, *, lambda_, clip_rho_threshold,
       clip_pg_rho_threshold)`` returning ``(errors, pg_advantage, q_estimate)`` (``refimpl.vtrace``).
 
