@@ -93,7 +93,7 @@ def test_a_simulate_cell_is_the_simulator_run_with_the_cells_seed() -> None:
         assert row["staleness_mean"] == summary.staleness_mean
         assert row["length_mean"] == summary.length_mean
         assert row["dropped"] == summary.dropped
-        assert row["length_bias_total_variation"] == summary.length_bias.total_variation
+        assert row["length_tv"] == summary.length_bias.total_variation
     # replicates differ (their seeds do), so the seed reaches the simulator
     assert table[0]["length_mean"] != table[1]["length_mean"]
 

@@ -274,9 +274,9 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     -------
     dict
         The numbers of ``SimSummary.to_json_dict()`` (the keys of ``refimpl simulate --json``):
-        ``throughput``, ``staleness_mean``, ``length_mean``, ``length_ratio``, ``dropped``, ...;
-        its tables flattened (``length_bias_total_variation``, ``length_bias_kl_divergence``, ...);
-        its histograms left out.
+        ``throughput``, ``staleness_mean``, ``length_mean``, ``length_ratio``, ``length_tv``,
+        ``dropped``, ...; a table of numbers, if any, flattened as ``KEY_SUB``; histograms left
+        out.
 
     Raises
     ------
