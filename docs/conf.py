@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -138,7 +139,46 @@ def _check_plot_prefixes(app: Sphinx, docname: str, source: list[str]) -> None:
         )
 
 
+_CLAIM_ID = re.compile(r"(?<![`\w-])((?:LB|OS|KM|FL|EF|PEN|VT|IS|ESS|ST)\d+)(?![`\w])")
+
+
+def _link_claim_ids(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """Turn the claim ids a docstring cites (``EF1``, ``LB3``) into links to their derivations.
+
+    Math blocks and doctest lines are left alone; an id that no proof registers is a warning (an
+    error under -W): a docstring must not cite a claim that does not exist.
+    """
+    from proofs._framework import all_claims
+
+    known = all_claims()
+    math_indent: int | None = None
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if math_indent is not None:
+            if not stripped or indent > math_indent:
+                continue
+            math_indent = None
+        if stripped.startswith(".. math::"):
+            math_indent = indent
+            continue
+        if stripped.startswith((">>>", "...")):
+            continue
+
+        def link(match: re.Match[str]) -> str:
+            claim_id = match[1]
+            if claim_id not in known:
+                logger.warning("%s cites claim %s, which no proof registers", name, claim_id)
+                return claim_id
+            return f":ref:`{claim_id} <{claim_id.lower()}>`"
+
+        lines[i] = _CLAIM_ID.sub(link, line)
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("autodoc-process-docstring", _link_claim_ids)
     app.connect("builder-inited", _generate_derivations)
     app.connect("source-read", _check_plot_prefixes)
     app.connect("env-check-consistency", _check_api_documented)
