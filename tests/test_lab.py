@@ -267,6 +267,24 @@ def test_bad_arguments_are_refused_with_the_fix(
     assert not (tmp_path / "b").exists()  # nothing written for a refused call
 
 
+def test_an_unusable_out_directory_is_refused_before_the_run_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --out naming an existing file: refused up front with exit 2 and a message naming --out, the
+    # rule and the path (was: a NotADirectoryError traceback, exit 1).
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    assert main(["lab", "--quick", "--out", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert "--out must be a writable directory" in err
+    assert str(a_file) in err
+    assert "Traceback" not in err
+    # --out below a file: same, nothing created.
+    assert main(["lab", "--quick", "--out", str(a_file / "sub")]) == 2
+    assert "--out must be a writable directory" in capsys.readouterr().err
+    assert a_file.read_text() == "not a directory"
+
+
 def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:
     # An unescaped "|" inside a cell (e.g. E[ℓ|b]) would shift every later column.
     def cells(line: str) -> int:
