@@ -936,6 +936,28 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         ValueError,
         r"--tool-latency must give parameters as KEY=NUMBER",
     ),
+    (
+        "cli-turns-integer",  # 2.5 is a number: the rule broken is "an integer"
+        lambda: agent_config_from_args(_parser().parse_args(["--tool-turns", "2.5"])),
+        ValueError,
+        r"--tool-turns must be an integer or NAME:KEY=VALUE",
+    ),
+    (
+        "cli-npy-missing",  # was a bare FileNotFoundError naming no option
+        lambda: agent_config_from_args(
+            _parser().parse_args(["--tool-turns", "1", "--lengths-npy", "/nonexistent/x.npy"])
+        ),
+        ValueError,
+        r"--lengths-npy must be a readable \.npy file.*/nonexistent/x\.npy",
+    ),
+    (
+        "cli-pmf-text",  # was numpy's "could not convert string to float: 'a'"
+        lambda: agent_config_from_args(
+            _parser().parse_args(["--tool-turns", "1", "--lengths-pmf", "0.5,a"])
+        ),
+        ValueError,
+        r"--lengths-pmf must be comma-separated numbers.*'0\.5,a'",
+    ),
 ]
 
 
