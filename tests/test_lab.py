@@ -195,6 +195,25 @@ def test_every_section_links_docs_pages_that_exist() -> None:
                 assert (root / "docs" / f"{link.page}.md").is_file(), link
 
 
+@pytest.mark.parametrize(
+    ("key", "pages"),
+    [
+        # The teaching page and the derivations behind each section's closed forms (issue 7: "follow
+        # every section to the docs page that explains it"); the length-bias page and its
+        # derivations were missing from the sections that use them.
+        ("length-bias", {"concepts/length-bias", "derivations/length_bias", "derivations/fluid"}),
+        ("staleness", {"concepts/length-bias", "derivations/fluid", "derivations/importance"}),
+        ("async-worth", {"concepts/length-bias", "derivations/order_statistics"}),
+    ],
+)
+def test_each_section_links_the_pages_that_derive_its_closed_forms(
+    key: str, pages: set[str]
+) -> None:
+    (spec,) = [s for s in SECTIONS if s.key == key]
+    linked = {link.page for link in spec.docs}
+    assert pages <= linked, f"{key} does not link {sorted(pages - linked)}"
+
+
 def test_the_lab_flags_an_off_by_one_keep_probability(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
