@@ -384,6 +384,13 @@ def _token_version_rows(
                     arr,
                     f"Pass a 1-D array per sample (got shape {arr.shape}).",
                 )
+            if arr.size == 0:
+                raise invalid(
+                    f"token_versions[{i}]",
+                    "hold at least one token version (every sample has a generated token)",
+                    arr,
+                    f"Sample {i} is empty; drop it, or pass the versions of its tokens.",
+                )
             rows.append(arr)
         counts = np.array([row.size for row in rows])
         flat = as_float_array(np.concatenate(rows), name="token_versions (concatenated)")

@@ -195,6 +195,25 @@ def test_every_section_links_docs_pages_that_exist() -> None:
                 assert (root / "docs" / f"{link.page}.md").is_file(), link
 
 
+@pytest.mark.parametrize(
+    ("key", "pages"),
+    [
+        # The teaching page and the derivations behind each section's closed forms (issue 7: "follow
+        # every section to the docs page that explains it"); the length-bias page and its
+        # derivations were missing from the sections that use them.
+        ("length-bias", {"concepts/length-bias", "derivations/length_bias", "derivations/fluid"}),
+        ("staleness", {"concepts/length-bias", "derivations/fluid", "derivations/importance"}),
+        ("async-worth", {"concepts/length-bias", "derivations/order_statistics"}),
+    ],
+)
+def test_each_section_links_the_pages_that_derive_its_closed_forms(
+    key: str, pages: set[str]
+) -> None:
+    (spec,) = [s for s in SECTIONS if s.key == key]
+    linked = {link.page for link in spec.docs}
+    assert pages <= linked, f"{key} does not link {sorted(pages - linked)}"
+
+
 def test_the_lab_flags_an_off_by_one_keep_probability(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,6 +284,24 @@ def test_bad_arguments_are_refused_with_the_fix(
     assert main(["lab", "--only", "nope", "--out", str(tmp_path / "b")]) == 2
     assert "unknown section nope; choose among" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()  # nothing written for a refused call
+
+
+def test_an_unusable_out_directory_is_refused_before_the_run_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --out naming an existing file: refused up front with exit 2 and a message naming --out, the
+    # rule and the path (was: a NotADirectoryError traceback, exit 1).
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    assert main(["lab", "--quick", "--out", str(a_file)]) == 2
+    err = capsys.readouterr().err
+    assert "--out must be a writable directory" in err
+    assert str(a_file) in err
+    assert "Traceback" not in err
+    # --out below a file: same, nothing created.
+    assert main(["lab", "--quick", "--out", str(a_file / "sub")]) == 2
+    assert "--out must be a writable directory" in capsys.readouterr().err
+    assert a_file.read_text() == "not a directory"
 
 
 def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:

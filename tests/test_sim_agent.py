@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -37,22 +38,32 @@ from refimpl.sim.agent import (
 )
 
 # The peer sits next to the repository: <repo>/../shared/peers (parents[2] of this file). A git
-# worktree one level deeper (<work>/wt/NAME) finds it at parents[3].
+# worktree one level deeper (<work>/wt/NAME) finds it at parents[3]; a clone elsewhere points
+# REFIMPL_PEERS at the peers/ directory (as tests/test_sim_agreement.py does).
 _HERE = Path(__file__).resolve()
-PEER_CANDIDATES = [
-    _HERE.parents[i] / "shared" / "peers" / "simpy_queue.py"
-    for i in (2, 3)
-    if i < len(_HERE.parents)
-]
+
+
+def _peer_candidates() -> list[Path]:
+    found = [
+        _HERE.parents[i] / "shared" / "peers" / "simpy_queue.py"
+        for i in (2, 3)
+        if i < len(_HERE.parents)
+    ]
+    env = os.environ.get("REFIMPL_PEERS")
+    if env:
+        found.insert(0, Path(env) / "simpy_queue.py")
+    return found
 
 
 def _load_peer() -> ModuleType:
-    path = next((p for p in PEER_CANDIDATES if p.is_file()), None)
+    candidates = _peer_candidates()
+    path = next((p for p in candidates if p.is_file()), None)
     if path is None:
         raise FileNotFoundError(
             "the SimPy peer is missing: expected shared/peers/simpy_queue.py at one of "
-            f"{[str(p) for p in PEER_CANDIDATES]}. The reduction property needs it; restore the "
-            "file, do not skip the test."
+            f"{[str(p) for p in candidates]}. The reduction property needs it; check out shared/ "
+            "next to the repository or set REFIMPL_PEERS to its peers/ directory; do not skip "
+            "the test."
         )
     spec = importlib.util.spec_from_file_location("simpy_queue_peer", path)
     assert spec is not None
@@ -73,6 +84,16 @@ def _training_order(res: AgentResult) -> tuple[NDArray[np.int64], NDArray[np.flo
     trained = np.flatnonzero(r.status == 0)
     order = trained[np.argsort(r.completion_rank[trained])]
     return r.staleness[order], r.length[order]
+
+
+def test_the_peer_is_found_through_refimpl_peers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A clone outside the work tree finds the peer only through REFIMPL_PEERS (it was ignored here).
+    (tmp_path / "simpy_queue.py").write_text("MARK = 'the copy under REFIMPL_PEERS'\n")
+    monkeypatch.setenv("REFIMPL_PEERS", str(tmp_path))
+    assert _peer_candidates()[0] == tmp_path / "simpy_queue.py"
+    assert _load_peer().MARK == "the copy under REFIMPL_PEERS"
 
 
 def _dyadic_lengths(peer: ModuleType, slots: int, rollouts: int, seed: int) -> NDArray[np.float64]:
@@ -935,6 +956,28 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         ),
         ValueError,
         r"--tool-latency must give parameters as KEY=NUMBER",
+    ),
+    (
+        "cli-turns-integer",  # 2.5 is a number: the rule broken is "an integer"
+        lambda: agent_config_from_args(_parser().parse_args(["--tool-turns", "2.5"])),
+        ValueError,
+        r"--tool-turns must be an integer or NAME:KEY=VALUE",
+    ),
+    (
+        "cli-npy-missing",  # was a bare FileNotFoundError naming no option
+        lambda: agent_config_from_args(
+            _parser().parse_args(["--tool-turns", "1", "--lengths-npy", "/nonexistent/x.npy"])
+        ),
+        ValueError,
+        r"--lengths-npy must be a readable \.npy file.*/nonexistent/x\.npy",
+    ),
+    (
+        "cli-pmf-text",  # was numpy's "could not convert string to float: 'a'"
+        lambda: agent_config_from_args(
+            _parser().parse_args(["--tool-turns", "1", "--lengths-pmf", "0.5,a"])
+        ),
+        ValueError,
+        r"--lengths-pmf must be comma-separated numbers.*'0\.5,a'",
     ),
 ]
 

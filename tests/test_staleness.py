@@ -186,6 +186,17 @@ def test_sample_staleness_layouts_agree() -> None:
     np.testing.assert_array_equal(d.sample, [2.0, 1.0, 4.0])
 
 
+@pytest.mark.parametrize("ragged", [[[3, 4], []], [[], []]])
+def test_an_empty_ragged_sample_is_named_by_its_index(ragged: list[list[int]]) -> None:
+    # The caller passed no mask, so the message must name token_versions[i] (it named ``mask``).
+    i = ragged.index([])
+    with pytest.raises(
+        ValueError, match=rf"token_versions\[{i}\] must hold at least one token"
+    ) as exc:
+        S.sample_staleness(5, ragged)
+    assert "mask" not in str(exc.value).split(";")[0]
+
+
 @given(
     versions=st.lists(st.lists(st.integers(0, 20), min_size=1, max_size=6), min_size=1, max_size=6),
     extra=st.integers(0, 5),

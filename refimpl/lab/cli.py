@@ -3,7 +3,8 @@
 Writes ``DIR/index.html`` (open it in a browser; no server needed), ``DIR/report.md``,
 ``DIR/figures/*.png`` and ``DIR/metrics.json`` (every number of the report). Progress goes to stderr,
 one line per section. The exit code is 0 when every closed form agrees with its simulation within the
-stated tolerance, 1 otherwise (the report shows which pair disagrees).
+stated tolerance, 1 otherwise (the report shows which pair disagrees), and 2 for a refused call
+(a bad option, an unknown ``--only`` section, an ``--out`` that is not a writable directory).
 """
 
 from __future__ import annotations
@@ -60,12 +61,28 @@ def _seed(text: str) -> int:
     return value
 
 
+def _unwritable(figures: Path) -> str | None:
+    """Create ``figures`` (and its parent, the report directory); why it cannot be written, or None.
+
+    Checked before any section runs, so that a bad ``--out`` fails in a second with exit 2 instead
+    of a traceback after the whole run.
+    """
+    try:
+        figures.mkdir(parents=True, exist_ok=True)
+        probe = figures.parent / ".refimpl-lab-write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the lab with the parsed ``args``; return 0 if every check agrees, else 1."""
+    """Run the lab with the parsed ``args``; return 0 if every check agrees, 1 if not, 2 if refused."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -78,12 +95,19 @@ def run(args: argparse.Namespace) -> int:
         unknown = sorted(set(args.only) - {s.key for s in SECTIONS})
         if unknown:
             keys = ", ".join(s.key for s in SECTIONS)
-            _say(f"refimpl lab: unknown section {', '.join(unknown)}; choose among {keys}")
+            _say(f"refimpl lab: --only: unknown section {', '.join(unknown)}; choose among {keys}")
             return 2
     config = lab_config(quick=bool(args.quick), seed=int(args.seed))
     out: Path = args.out
     figures = out / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
+    problem = _unwritable(figures)
+    if problem is not None:
+        _say(
+            f"refimpl lab: --out must be a writable directory (the report, metrics.json and "
+            f"figures/ go there); got --out {str(out)!r}: {problem}. Pass --out with a new or "
+            "writable directory path, e.g. --out lab-report."
+        )
+        return 2
     for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
         old.unlink()
 

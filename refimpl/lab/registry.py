@@ -65,6 +65,9 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.sim.simulate",
         ),
         docs=(
+            DocLink("concepts/length-bias", "The length bias of dispatch"),
+            DocLink("derivations/length_bias", "Length-bias derivations (first k of n)"),
+            DocLink("derivations/fluid", "Fluid model of continuous dispatch"),
             DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
             DocLink(
                 "concepts/sim-async-admission",
@@ -98,6 +101,11 @@ SECTIONS: tuple[SectionSpec, ...] = (
                 "Simulating the staleness bound, partial rollouts and preemption",
             ),
             DocLink("derivations/importance", "Importance-weight derivations"),
+            DocLink(
+                "concepts/length-bias",
+                "The length bias of dispatch: masking turns staleness into length bias",
+            ),
+            DocLink("derivations/fluid", "Fluid model of continuous dispatch"),
             _WALK,
         ),
     ),
@@ -161,6 +169,11 @@ SECTIONS: tuple[SectionSpec, ...] = (
             "refimpl.sim.simulate",
         ),
         docs=(
+            DocLink("concepts/length-bias", "The length bias of dispatch: when asynchrony pays"),
+            DocLink(
+                "derivations/order_statistics",
+                "Order statistics: the synchronous step time and the speedup bound",
+            ),
             DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
             _WALK,
         ),

@@ -1436,11 +1436,13 @@ def _law_from_text(text: str, *, option: str, integer: bool = False) -> Any:
         try:
             return int(text) if integer else float(text)
         except ValueError:
+            kind = "an integer" if integer else "a number"
+            example = "'poisson:mu=2'" if integer else "'expon:scale=2'"
             raise invalid(
                 option,
-                "be a number or NAME:KEY=VALUE,... naming a scipy.stats law",
+                f"be {kind} or NAME:KEY=VALUE,... naming a scipy.stats law",
                 text,
-                f"Pass e.g. {option} 2 or {option} 'expon:scale=2'.",
+                f"Pass e.g. {option} 2 or {option} {example}.",
             ) from None
     name, _, params = text.partition(":")
     maker = getattr(scipy.stats, name.strip(), None)
@@ -1605,9 +1607,26 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
             "--lengths-npy", "not be combined with --lengths-pmf", path, "Pass one of them."
         )
     if path:
-        lengths = np.load(path)
+        try:
+            lengths = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise invalid(
+                "--lengths-npy",
+                "be a readable .npy file holding an N x K float64 matrix",
+                path,
+                f"numpy says: {err}. Save the matrix with numpy.save(path, lengths).",
+            ) from None
     elif pmf:
-        p = as_float_array([float(x) for x in str(pmf).split(",")], name="--lengths-pmf", ndim=1)
+        try:
+            values = [float(x) for x in str(pmf).split(",")]
+        except ValueError:
+            raise invalid(
+                "--lengths-pmf",
+                "be comma-separated numbers (probabilities of lengths 1..M)",
+                pmf,
+                "Write e.g. --lengths-pmf 0.25,0.5,0.25.",
+            ) from None
+        p = as_float_array(values, name="--lengths-pmf", ndim=1)
         lengths = scipy.stats.rv_discrete(values=(np.arange(1, p.size + 1), p / p.sum()))
     elif getattr(args, "agent_lengths", None):
         lengths = _law_from_text(args.agent_lengths, option="--agent-lengths")
