@@ -238,7 +238,8 @@ def _interval_integral(
     def scalar(x: float) -> float:
         return float(fn(np.array([x]))[0])
 
-    return _quad(scalar, low, high, what=what, rtol=1e-9)
+    # The fallback splits at the same cuts, or it would miss a narrow law in the same way.
+    return _quad(scalar, low, high, points=cuts[1:-1].tolist(), what=what, rtol=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------

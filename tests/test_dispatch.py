@@ -583,15 +583,18 @@ def test_fluid_fixed_point_holds_and_mask_shortens_the_trained_law(
         scipy.stats.uniform(loc=399.5, scale=1.0),  # all mass on one token, windows of ~400
         scipy.stats.gamma(a=4e6, scale=1000.0 / 4e6),  # mean 1000, sd 0.5
         scipy.stats.lognorm(s=0.001, scale=300.0),
+        scipy.stats.gamma(a=1e6, scale=4e-4),  # mean 400, sd 0.4: the quadrature falls back
     ],
-    ids=["uniform-narrow", "gamma-narrow", "lognormal-narrow"],
+    ids=["uniform-narrow", "gamma-narrow", "lognormal-narrow", "gamma-fallback"],
 )
 @pytest.mark.parametrize("eta", [0, 1, 2])
-def test_fluid_model_resolves_laws_much_narrower_than_the_step_time(dist: Any, eta: int) -> None:
+@pytest.mark.parametrize(("slots", "batch"), [(32, 32), (128, 256)])
+def test_fluid_model_resolves_laws_much_narrower_than_the_step_time(
+    dist: Any, eta: int, slots: int, batch: int
+) -> None:
     # Independent computation in quantile space (u = F(ℓ), where every law is smooth): at the
     # returned Δ, E_p[keep] and E_p[L keep] / E_p[keep] must match, and Δ must be the fixed point.
     # A quadrature that samples the length axis uniformly misses such a law's density entirely.
-    slots, batch = 32, 32
     got = refimpl.fluid_steady_state(dist, slots=slots, batch=batch, eta=eta)
 
     def keep(u: float) -> float:
