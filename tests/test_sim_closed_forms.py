@@ -9,6 +9,8 @@ the tolerance adds the stated size of what it neglects.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -40,7 +42,7 @@ def test_mean_staleness_of_continuous_dispatch_is_slots_over_batch(slots: int, b
         s = trace.staleness[trace.training_order()].astype(np.float64)
         s = s[s.size // 10 :]
         means.append(s.mean())
-        edge.append(2 * slots * (np.e * slots / batch + 1) / s.size)
+        edge.append(2 * slots * (math.e * slots / batch + 1) / s.size)
     m = np.array(means)
     tol = t_tolerance(m) + max(edge)
     assert abs(m.mean() - slots / batch) <= tol, (m.mean(), slots / batch, tol)
