@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats as st
+from _peers import load_simpy_peer, shared_candidates
 from hypothesis import given
 from hypothesis import strategies as hst
 from numpy.typing import NDArray
@@ -37,40 +36,9 @@ from refimpl.sim.agent import (
     simulate_agent,
 )
 
-# The peer sits next to the repository: <repo>/../shared/peers (parents[2] of this file). A git
-# worktree one level deeper (<work>/wt/NAME) finds it at parents[3]; a clone elsewhere points
-# REFIMPL_PEERS at the peers/ directory (as tests/test_sim_agreement.py does).
-_HERE = Path(__file__).resolve()
-
-
-def _peer_candidates() -> list[Path]:
-    found = [
-        _HERE.parents[i] / "shared" / "peers" / "simpy_queue.py"
-        for i in (2, 3)
-        if i < len(_HERE.parents)
-    ]
-    env = os.environ.get("REFIMPL_PEERS")
-    if env:
-        found.insert(0, Path(env) / "simpy_queue.py")
-    return found
-
-
-def _load_peer() -> ModuleType:
-    candidates = _peer_candidates()
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise FileNotFoundError(
-            "the SimPy peer is missing: expected shared/peers/simpy_queue.py at one of "
-            f"{[str(p) for p in candidates]}. The reduction property needs it; check out shared/ "
-            "next to the repository or set REFIMPL_PEERS to its peers/ directory; do not skip "
-            "the test."
-        )
-    spec = importlib.util.spec_from_file_location("simpy_queue_peer", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# The peer: REFIMPL_PEERS, shared/ next to the repository, or the vendored copy (tests/_peers.py).
+_peer_candidates = shared_candidates
+_load_peer = load_simpy_peer
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ The peer (``shared/peers/simpy_queue.py``) is imported from the directory next t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats
+from _peers import load_simpy_peer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,31 +25,8 @@ from refimpl.sim._event import run_async_fast, run_events
 from refimpl.sim._lengths import LengthSupply
 
 
-def _peer_dir() -> Path:
-    here = Path(__file__).resolve()
-    candidates = [here.parents[2] / "shared" / "peers"]  # CI: shared/ next to the repo root
-    candidates.append(here.parents[3] / "shared" / "peers")  # a worktree one level deeper
-    env = os.environ.get("REFIMPL_PEERS")
-    if env:
-        candidates.insert(0, Path(env))
-    for c in candidates:
-        if (c / "simpy_queue.py").is_file():
-            return c
-    tried = ", ".join(str(c) for c in candidates)
-    raise FileNotFoundError(
-        f"the SimPy peer shared/peers/simpy_queue.py must exist for the agreement tests; looked in "
-        f"{tried}. Check out shared/ next to the repository, or set REFIMPL_PEERS to its peers/ dir."
-    )
-
-
 def _load_peer() -> ModuleType:
-    path = _peer_dir() / "simpy_queue.py"
-    spec = importlib.util.spec_from_file_location("simpy_queue_peer", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_simpy_peer()
 
 
 peer = _load_peer()
