@@ -88,6 +88,17 @@ def as_float_array(
 ) -> NDArray[np.float64]:
     """Convert to a float64 array; reject non-numeric input, a wrong ``ndim``, NaN and infinity."""
     try:
+        raw = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except (TypeError, ValueError):  # ragged: the float conversion below reports it
+        raw = np.zeros(0)
+    textual = raw.dtype.kind in "USV" or (
+        raw.dtype.kind == "O" and any(isinstance(x, (str, bytes)) for x in raw.ravel())
+    )
+    if textual:  # numpy would parse "1" as 1.0: a string is a wrong call, not a number
+        raise wrong_type(
+            name, "an array of real numbers", value, f"Pass {name} as a numeric array, not text."
+        )
+    try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise wrong_type(

@@ -974,6 +974,13 @@ def _batch_arrays(values: ArrayLike, pi: ArrayLike) -> tuple[FloatArray, FloatAr
         )
     p = _as_pi(pi)
     require_same_shape(g, p, names=("values", "pi"))
+    if g.shape[-1] == 0:
+        raise invalid(
+            "values",
+            "hold at least one batch member along the last axis",
+            g,
+            "Pass the trained batch's values (a first-k-of-n batch has k >= 1 members).",
+        )
     return g, p
 
 

@@ -274,6 +274,24 @@ def _dispatch_cases() -> list[Case]:
             TypeError,
             r"dist must be a frozen scipy.stats continuous distribution",
         ),
+        Case(
+            "dispatch-hajek-empty-batch",
+            lambda: r.hajek_estimate([], []),
+            ValueError,
+            r"values must hold at least one batch member",
+        ),
+        Case(
+            "dispatch-cdf-as-strings",
+            lambda: r.inclusion_probability(["0.5"], n=8, k=4),
+            TypeError,
+            r"cdf must be an array of real numbers; got cdf=.*'0.5'.* Pass cdf as a numeric array, not text",
+        ),
+        Case(
+            "dispatch-unfrozen-family",
+            lambda: r.expected_max(scipy.stats.expon, n=3),
+            TypeError,
+            r"dist must be a frozen scipy.stats continuous distribution \(parameters given\)",
+        ),
     ]
 
 
