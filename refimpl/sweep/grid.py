@@ -20,6 +20,8 @@ A grid is a TOML file with three tables::
 
 The cells are the Cartesian product of the axes (in file order, the last axis fastest) times the
 replicates (fastest of all). Every error names the key path (``axes.eta[2]``) and what is allowed.
+For a built-in kind, parameters it does not take and metrics it does not return are grid errors
+too (each kind declares them); a kind given as ``"module:function"`` is not checked for them.
 """
 
 from __future__ import annotations
@@ -265,7 +267,11 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
     GridError
         With the key path and what is allowed: unknown keys, missing ``sweep.kind``, an unknown
         kind, empty or mixed-type axes, non-finite numbers, bad ranges, a parameter both fixed and
-        an axis, names clashing with the results columns.
+        an axis, names clashing with the results columns; and, for a built-in kind, a parameter it
+        does not take or needs (``fixed.slotz``, ``axes.kk``, ``fixed.k``), a ``function`` or
+        ``law`` it does not know, or a metric it does not return (``sweep.metrics[3]``), so that no
+        cell runs only to fail. Kinds given as ``"module:function"`` declare nothing and are not
+        checked for these.
 
     Examples
     --------
@@ -277,6 +283,10 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
     Traceback (most recent call last):
     ...
     refimpl.sweep.grid.GridError: axes.x[1] must have the type of axes.x[0] (int); got ...
+    >>> parse_grid({"sweep": {"kind": "simulate"}, "fixed": {"slotz": 4}})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    refimpl.sweep.grid.GridError: fixed.slotz is not a parameter of kind 'simulate'; it takes ... Did you mean 'slots'?
     """
     if not isinstance(table, Mapping):
         raise _fail("(grid)", "be a table", table, "Pass the parsed TOML file (a dict).")

@@ -5,6 +5,11 @@ the cell's parameters (the grid's fixed parameters plus the cell's axis values) 
 and returns named metrics. It validates its parameters and raises ``ValueError``/``TypeError`` for
 bad ones; the sweep records the message in the cell's ``error`` column and carries on.
 
+A built-in kind also declares the parameters it takes and the metrics it returns, read from what
+it calls (``SimConfig``'s fields, the dispatch functions' signatures and return types, the keys of
+the simulator's summary), so that :func:`refimpl.sweep.parse_grid` refuses a typo in a parameter
+or metric name before any cell runs. A kind of your own declares nothing and is not checked.
+
 Built-in kinds live in :data:`KINDS`. Your own kind is named in the grid as ``"module:function"``; the
 module must be importable where the cells run (every Dask worker, for a cluster).
 """
