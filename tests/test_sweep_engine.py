@@ -129,13 +129,17 @@ def test_a_cell_that_kills_its_worker_fails_alone(tmp_path: Path) -> None:
             assert row["status"] == "ok", row["error"]
 
 
-def test_metrics_listed_in_the_grid_are_kept_and_a_missing_one_is_a_cell_error() -> None:
+def test_metrics_listed_in_the_grid_are_kept_and_a_missing_one_is_a_grid_or_cell_error() -> None:
     keep = {**BUSY, "sweep": {**BUSY["sweep"], "metrics": ["mean_square"]}}
     table = sweep.run(keep, engine="serial")
     assert table.column_names[-1] == "mean_square"
     assert "mean" not in table.column_names
     wrong = {**BUSY, "sweep": {**BUSY["sweep"], "metrics": ["median"]}}
-    rows = sweep.run(wrong, engine="serial").to_pylist()
+    with pytest.raises(sweep.GridError, match=r"sweep.metrics\[0\] = 'median' is not a metric"):
+        sweep.run(wrong, engine="serial")
+    # a kind named "module:function" declares nothing: its cells find the missing metric
+    own = {**wrong, "sweep": {**wrong["sweep"], "kind": "refimpl.sweep.kinds:busy"}}
+    rows = sweep.run(own, engine="serial").to_pylist()
     assert all(r["status"] == "error" for r in rows)
     assert "returned no metric 'median'; it returns mean, mean_square" in rows[0]["error"]
 
@@ -397,3 +401,35 @@ def test_the_command_reports_a_missing_grid_file(
 ) -> None:
     assert main(["sweep", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "r.parquet")]) == 2
     assert "nope.toml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        (
+            '[sweep]\nkind = "simulate"\n[fixed]\nslotz = 4\nbatch = 2\nrollouts = 4\n'
+            "[axes]\neta = [0, 1]\n",
+            "fixed.slotz",
+        ),
+        (
+            '[sweep]\nkind = "closed_form"\nmetrics = ["ratio", "tv"]\n'
+            '[fixed]\nfunction = "length_bias"\nlaw = "expon"\nk = 1\n[axes]\nn = [2, 3]\n',
+            "sweep.metrics[1]",
+        ),
+    ],
+)
+def test_the_command_exits_2_before_any_cell_runs_on_an_unknown_parameter_or_metric(
+    text: str, path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid = _write(tmp_path / "g.toml", text)
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path} " in err
+    assert "is not a" in err
+    assert not out.exists()
+    assert not journal_path(out).exists()
+    fixed = text.replace("slotz", "slots").replace('"tv"', '"total_variation"')
+    _write(grid, fixed)
+    assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 0
+    assert pq.read_table(out).num_rows == 2

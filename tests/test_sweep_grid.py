@@ -269,3 +269,92 @@ def test_cells_keep_their_ids_and_seeds_whatever_the_order_of_axes_and_values(
         == len({seed for _, seed in a.values()})
         == _grid(axes, replicates=replicates).n_cells
     )
+
+
+# --- parameters and metrics the kind does not take or return: refused before any cell runs ----
+
+_SIM = '[sweep]\nkind = "simulate"\n'
+_CF = '[sweep]\nkind = "closed_form"\n'
+_CF_FIXED = '[fixed]\nfunction = "length_bias"\nlaw = "expon"\n'
+
+BAD_KIND_GRIDS = [
+    Bad("sim-metric", _SIM + 'metrics = ["throughput", "length_mean", "dropped", "troughput"]\n[fixed]\nbatch = 4\nrollouts = 8\n[axes]\nslots = [1, 2]\n', "sweep.metrics[3]", r"'troughput' is not a metric of kind 'simulate'; it returns .*throughput.* Did you mean 'throughput'\?"),
+    Bad("sim-fixed-typo", _SIM + "[fixed]\nslotz = 4\nbatch = 4\nrollouts = 8\n", "fixed.slotz", r"fixed.slotz is not a parameter of kind 'simulate'; it takes .*batch, .*slots.* Did you mean 'slots'\?"),
+    Bad("sim-axis-typo", _SIM + "[fixed]\nslots = 4\nbatch = 4\nrollouts = 8\n[axes]\nettta = [0, 1]\n", "axes.ettta", r"axes.ettta is not a parameter of kind 'simulate'.*Did you mean 'eta'\?"),
+    Bad("sim-law-arg-typo", _SIM + '[fixed]\nslots = 4\nbatch = 4\nrollouts = 8\nlaw = "lognorm"\n[axes]\nlaw_sigma = [0.5, 1.0]\n', "axes.law_sigma", r"not a parameter of kind 'simulate'; it takes .*law_s, law_scale"),
+    Bad("sim-law-unknown", _SIM + '[fixed]\nslots = 4\nbatch = 4\nrollouts = 8\nlaw = "lognormal"\n', "fixed.law", r"fixed.law: law='lognormal' is not a continuous scipy.stats distribution"),
+    Bad("sim-fixed-seed", _SIM + "[fixed]\nslots = 4\nbatch = 4\nrollouts = 8\nseed = 3\n", "fixed.seed", r"the seed of every cell comes from the sweep"),
+    Bad("sim-slowdown", _SIM + '[fixed]\nslots = 4\nbatch = 4\nrollouts = 8\nslowdown = "x"\n', "fixed.slowdown", r"not a parameter of kind 'simulate'"),
+    Bad("cf-metric", _CF + 'metrics = ["ratio", "true_mean", "selected_mean", "ratioo"]\n' + _CF_FIXED + "k = 1\n[axes]\nn = [2, 4]\n", "sweep.metrics[3]", r"'ratioo' is not a metric of kind 'closed_form'; it returns true_mean, selected_mean, ratio, total_variation, kl_divergence\. Did you mean 'ratio'\?"),
+    Bad("cf-fixed-typo", _CF + _CF_FIXED + "k = 1\nnn = 4\n", "fixed.nn", r"fixed.nn is not a parameter of kind 'closed_form'; it takes function, k, law, .*, n, pmf\."),
+    Bad("cf-axis-typo", _CF + _CF_FIXED + "n = 4\n[axes]\nkk = [1, 2]\n", "axes.kk", r"axes.kk is not a parameter of kind 'closed_form'.*Did you mean 'k'\?"),
+    Bad("cf-keyword-of-another-function", _CF + '[fixed]\nfunction = "expected_max"\nlaw = "expon"\nn = 4\nk = 1\n', "fixed.k", r"fixed.k is not a parameter of kind 'closed_form'; it takes function, law, law_args, law_loc, law_scale, n, pmf"),
+    Bad("cf-function-axis", _CF + '[fixed]\nlaw = "expon"\nn = 4\nk = 1\n[axes]\nfunction = ["length_bias", "expected_max"]\n', "fixed.k", r"fixed.k is not a parameter of kind 'closed_form' with function = 'expected_max'"),
+    Bad("cf-missing-keyword", _CF + _CF_FIXED + "[axes]\nn = [2, 4]\n", "fixed.k", r"fixed.k is missing: kind 'closed_form' needs it; add k = VALUE to \[fixed\] or \[axes\]"),
+    Bad("sim-missing-field", _SIM + "[fixed]\nslots = 4\nrollouts = 8\n", "fixed.batch", r"fixed.batch is missing: kind 'simulate' needs it"),
+    Bad("cf-function-axis-metric", _CF + 'metrics = ["expected_max"]\n[fixed]\nlaw = "expon"\nn = 4\n[axes]\nfunction = ["expected_max", "async_speedup"]\n', "sweep.metrics[0]", r"not a metric of kind 'closed_form' with function = 'async_speedup'; it returns async_speedup"),
+    Bad("cf-function-unknown", _CF + '[fixed]\nlaw = "expon"\nn = 4\n[axes]\nfunction = ["expected_max", "expected_min"]\n', "axes.function[1]", r"closed_form has no function 'expected_min'; it offers length_bias"),
+    Bad("cf-no-function", _CF + '[fixed]\nlaw = "expon"\nn = 4\n', "fixed.function", r"closed_form needs function = NAME"),
+    Bad("cf-no-law", _CF + '[fixed]\nfunction = "expected_max"\nn = 4\n', "fixed.law", r"needs its length law as law = \"NAME\""),
+    Bad("cf-pmf-metric", _CF + 'metrics = ["selected_pmf_4"]\n[fixed]\nfunction = "selected_pmf"\npmf = [0.5, 0.25, 0.25]\nn = 2\nk = 1\n', "sweep.metrics[0]", r"it returns selected_pmf_1, selected_pmf_2, selected_pmf_3\."),
+    Bad("cf-law-args-typo", _CF + '[fixed]\nfunction = "expected_max"\nlaw = "lognorm"\nlaw_args = {sigma = 1.0}\nn = 4\n', "fixed.law_args", r"law='lognorm' has no parameter 'sigma'; it takes s, loc, scale"),
+    Bad("busy-metric", '[sweep]\nkind = "busy"\nmetrics = ["mean", "median"]\n[fixed]\ndraws = 10\n', "sweep.metrics[1]", r"'median' is not a metric of kind 'busy'; it returns mean, mean_square"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", BAD_KIND_GRIDS, ids=[b.id for b in BAD_KIND_GRIDS])
+def test_a_parameter_or_metric_the_kind_does_not_know_is_a_grid_error_naming_its_key_path(
+    bad: Bad, tmp_path: Path
+) -> None:
+    test_a_malformed_grid_fails_naming_the_key_path_and_what_is_allowed(bad, tmp_path)
+
+
+def test_every_metric_a_kind_declares_is_one_its_cells_return_and_no_more() -> None:
+    # the declared metrics are read from the callee; a cell must return exactly those
+    from refimpl.sweep.kinds import KINDS, _signature
+
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("busy", {"draws": 3}),
+        ("simulate", {"slots": 3, "batch": 2, "rollouts": 6, "mode": "sync"}),
+        ("simulate", {"slots": 3, "batch": 2, "rollouts": 6, "law": "expon", "law_scale": 9.0}),
+        ("closed_form", {"function": "length_bias", "pmf": [0.5, 0.5], "n": 2, "k": 1}),
+        ("closed_form", {"function": "selected_pmf", "pmf": [0.5, 0.5], "n": 2, "k": 1}),
+        ("closed_form", {"function": "expected_max", "law": "expon", "n": 3}),
+        ("closed_form", {"function": "fluid_steady_state", "law": "expon", "slots": 8, "batch": 4}),
+    ]
+    for kind, params in cases:
+        signature = _signature(kind, params)
+        assert signature is not None
+        assert set(KINDS[kind](dict(params), 0)) == set(signature.metrics), (kind, params)
+
+
+def test_the_closed_form_keywords_are_the_keyword_parameters_of_the_functions() -> None:
+    import inspect
+
+    import refimpl
+    from refimpl.sweep import CLOSED_FORMS
+
+    for name, (_, keywords) in CLOSED_FORMS.items():
+        sig = inspect.signature(getattr(refimpl, name))
+        assert keywords == tuple(
+            p for p, v in sig.parameters.items() if v.kind is inspect.Parameter.KEYWORD_ONLY
+        )
+    assert CLOSED_FORMS["fluid_steady_state"][1] == ("slots", "batch", "eta")
+
+
+def test_a_kind_of_your_own_is_not_checked_and_good_grids_still_parse() -> None:
+    own = parse_grid(
+        {
+            "sweep": {"kind": "refimpl.sweep.kinds:busy", "metrics": ["anything"]},
+            "fixed": {"whatever": 1},
+        }
+    )
+    assert own.metrics == ("anything",)
+    good = parse_grid(
+        {
+            "sweep": {"kind": "closed_form", "metrics": ["expected_max"]},
+            "fixed": {"law": "gamma", "law_a": 2.0},
+            "axes": {"function": ["expected_max"], "n": [2, 3]},
+        }
+    )
+    assert good.n_cells == 2

@@ -20,18 +20,22 @@ A grid is a TOML file with three tables::
 
 The cells are the Cartesian product of the axes (in file order, the last axis fastest) times the
 replicates (fastest of all). Every error names the key path (``axes.eta[2]``) and what is allowed.
+For a built-in kind, parameters it does not take and metrics it does not return are grid errors
+too (each kind declares them); a kind given as ``"module:function"`` is not checked for them.
 """
 
 from __future__ import annotations
 
 import datetime
+import difflib
 import hashlib
 import importlib
+import itertools
 import json
 import math
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -263,7 +267,11 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
     GridError
         With the key path and what is allowed: unknown keys, missing ``sweep.kind``, an unknown
         kind, empty or mixed-type axes, non-finite numbers, bad ranges, a parameter both fixed and
-        an axis, names clashing with the results columns.
+        an axis, names clashing with the results columns; and, for a built-in kind, a parameter it
+        does not take or needs (``fixed.slotz``, ``axes.kk``, ``fixed.k``), a ``function`` or
+        ``law`` it does not know, or a metric it does not return (``sweep.metrics[3]``), so that no
+        cell runs only to fail. Kinds given as ``"module:function"`` declare nothing and are not
+        checked for these.
 
     Examples
     --------
@@ -275,6 +283,10 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
     Traceback (most recent call last):
     ...
     refimpl.sweep.grid.GridError: axes.x[1] must have the type of axes.x[0] (int); got ...
+    >>> parse_grid({"sweep": {"kind": "simulate"}, "fixed": {"slotz": 4}})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    refimpl.sweep.grid.GridError: fixed.slotz is not a parameter of kind 'simulate'; it takes ... Did you mean 'slots'?
     """
     if not isinstance(table, Mapping):
         raise _fail("(grid)", "be a table", table, "Pass the parsed TOML file (a dict).")
@@ -325,6 +337,7 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
                     f"(reserved: {', '.join(RESERVED_COLUMNS)}; axes: {', '.join(axes) or 'none'}). "
                     "A metric cannot share a name with a parameter.",
                 )
+    _check_against_kind(kind, fixed, axes, metrics)
     grid = Grid(kind, dict(fixed), axes, replicates, seed, metrics, name)
     if grid.n_cells > _MAX_CELLS:
         raise GridError(
@@ -333,6 +346,69 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
             "Split the sweep into several grids.",
         )
     return grid
+
+
+def _check_against_kind(
+    kind: str,
+    fixed: Mapping[str, Any],
+    axes: Mapping[str, tuple[Scalar, ...]],
+    metrics: tuple[str, ...] | None,
+) -> None:
+    """Refuse parameters and metrics that would make every cell of a built-in kind fail.
+
+    A built-in kind declares what it takes and returns (``refimpl.sweep.kinds._signature``); an
+    axis of a selecting parameter (``function``, ``law``) is checked value by value. Kinds given as
+    ``"module:function"`` declare nothing and are not checked.
+    """
+    from refimpl.sweep.kinds import _SELECTORS, _ParameterError, _signature
+
+    selectors = [k for k in axes if k in _SELECTORS]
+    base = {**fixed, **{k: values[0] for k, values in axes.items()}}
+    names = [*fixed, *axes]
+    for choice in itertools.product(*(range(len(axes[k])) for k in selectors)):
+        params = {**base, **{k: axes[k][i] for k, i in zip(selectors, choice, strict=True)}}
+        where = "".join(f" with {k} = {params[k]!r}" for k in selectors)
+        try:
+            signature = _signature(kind, params)
+        except _ParameterError as exc:
+            key = exc.key
+            if key in selectors:
+                path = f"axes.{key}[{choice[selectors.index(key)]}]"
+            else:
+                path = f"axes.{key}" if key in axes else f"fixed.{key}"
+            raise GridError(path, f"{path}: {exc}") from None
+        if signature is None:
+            return
+        allowed = signature.parameters
+        for key in names:
+            if allowed is not None and key not in allowed:
+                path = f"fixed.{key}" if key in fixed else f"axes.{key}"
+                raise GridError(
+                    path,
+                    f"{path} is not a parameter of kind {kind!r}{where}; it takes "
+                    f"{', '.join(sorted(allowed))}.{_did_you_mean(key, allowed)}",
+                )
+        for key in sorted(signature.required - set(names)):
+            path = f"fixed.{key}"
+            raise GridError(
+                path,
+                f"{path} is missing: kind {kind!r}{where} needs it; add {key} = VALUE to [fixed] "
+                "or [axes].",
+            )
+        for i, m in enumerate(metrics or ()):
+            if m not in signature.metrics:
+                path = f"sweep.metrics[{i}]"
+                returns = ", ".join(signature.metrics) or "no metric"
+                raise GridError(
+                    path,
+                    f"{path} = {m!r} is not a metric of kind {kind!r}{where}; it returns "
+                    f"{returns}.{_did_you_mean(m, signature.metrics)}",
+                )
+
+
+def _did_you_mean(name: str, allowed: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(allowed), n=1)
+    return f" Did you mean {close[0]!r}?" if close else " Remove or rename it."
 
 
 def _no_unknown_keys(table: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -> None:

@@ -5,16 +5,22 @@ the cell's parameters (the grid's fixed parameters plus the cell's axis values) 
 and returns named metrics. It validates its parameters and raises ``ValueError``/``TypeError`` for
 bad ones; the sweep records the message in the cell's ``error`` column and carries on.
 
+A built-in kind also declares the parameters it takes and the metrics it returns, read from what
+it calls (``SimConfig``'s fields, the dispatch functions' signatures and return types, the keys of
+the simulator's summary), so that :func:`refimpl.sweep.parse_grid` refuses a typo in a parameter
+or metric name before any cell runs. A kind of your own declares nothing and is not checked.
+
 Built-in kinds live in :data:`KINDS`. Your own kind is named in the grid as ``"module:function"``; the
 module must be importable where the cells run (every Dask worker, for a cluster).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -91,6 +97,22 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
 # --- length laws in a grid ------------------------------------------------------------------
 
 
+def _law_family(name: Any) -> tuple[Any, list[str]]:
+    """The ``scipy.stats`` family named ``name`` and the arguments it takes (shapes, loc, scale)."""
+    import scipy.stats
+
+    if not isinstance(name, str):
+        raise TypeError(f"law must be the name of a scipy.stats distribution; got law={name!r}.")
+    family = getattr(scipy.stats, name, None)
+    if not isinstance(family, scipy.stats.rv_continuous):
+        raise ValueError(
+            f"law={name!r} is not a continuous scipy.stats distribution; use e.g. "
+            '"lognorm", "expon", "gamma", "weibull_min", "pareto", "uniform".'
+        )
+    shapes = [s.strip() for s in (family.shapes or "").split(",") if s.strip()]
+    return family, [*shapes, "loc", "scale"]
+
+
 def _length_law(params: dict[str, Any]) -> Any:
     """Pop the length-law parameters from ``params`` and build the law (or ``None``).
 
@@ -98,8 +120,6 @@ def _length_law(params: dict[str, Any]) -> Any:
     table ``law_args`` and from parameters ``law_ARG`` (so that ``law_s`` can be an axis);
     ``pmf = [p1, p2, ...]`` is a pmf over lengths ``1..M`` instead.
     """
-    import scipy.stats
-
     name = params.pop("law", None)
     args = params.pop("law_args", {})
     if not isinstance(args, Mapping):
@@ -122,23 +142,14 @@ def _length_law(params: dict[str, Any]) -> Any:
                 'law = "lognorm".'
             )
         return None
-    if not isinstance(name, str):
-        raise TypeError(f"law must be the name of a scipy.stats distribution; got law={name!r}.")
-    family = getattr(scipy.stats, name, None)
-    if not isinstance(family, scipy.stats.rv_continuous):
-        raise ValueError(
-            f"law={name!r} is not a continuous scipy.stats distribution; use e.g. "
-            '"lognorm", "expon", "gamma", "weibull_min", "pareto", "uniform".'
-        )
-    shapes = [s.strip() for s in (family.shapes or "").split(",") if s.strip()]
-    allowed = [*shapes, "loc", "scale"]
+    family, allowed = _law_family(name)
     unknown = [a for a in args if a not in allowed]
     if unknown:
         raise ValueError(
             f"law={name!r} has no parameter {unknown[0]!r}; it takes {', '.join(allowed)} "
             f"(give them as law_args = {{...}} or law_NAME)."
         )
-    missing = [a for a in shapes if a not in args]
+    missing = [a for a in allowed[:-2] if a not in args]  # the shapes (not loc, scale)
     if missing:
         raise ValueError(
             f"law={name!r} needs its shape parameter {missing[0]!r}; add law_{missing[0]} = VALUE."
@@ -165,15 +176,50 @@ def _reject_unknown(kind: str, params: Mapping[str, Any], allowed: Any) -> None:
         )
 
 
-#: closed_form's functions: what their first argument is, and their keyword parameters.
-CLOSED_FORMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "length_bias": ("law or pmf", ("n", "k")),
-    "selected_mean": ("law", ("n", "k")),
-    "selected_pmf": ("pmf", ("n", "k")),
-    "expected_max": ("law", ("n",)),
-    "async_speedup": ("law", ("n",)),
-    "fluid_steady_state": ("law", ("slots", "batch", "eta")),
+#: How each closed_form function takes its length law (its keywords come from its signature).
+_FIRST_ARGUMENT = {
+    "length_bias": "law or pmf",
+    "selected_mean": "law",
+    "selected_pmf": "pmf",
+    "expected_max": "law",
+    "async_speedup": "law",
+    "fluid_steady_state": "law",
 }
+
+
+def _keywords(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The keyword-only parameters of ``function``, read from its signature."""
+    import inspect
+
+    parameters = inspect.signature(function).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _required_keywords(name: str) -> frozenset[str]:
+    """The keyword-only parameters of ``refimpl.dispatch.NAME`` without a default."""
+    import inspect
+
+    from refimpl import dispatch
+
+    parameters = inspect.signature(getattr(dispatch, name)).parameters.values()
+    return frozenset(
+        p.name
+        for p in parameters
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+    )
+
+
+def _closed_forms() -> dict[str, tuple[str, tuple[str, ...]]]:
+    from refimpl import dispatch
+
+    return {
+        name: (first, _keywords(getattr(dispatch, name))) for name, first in _FIRST_ARGUMENT.items()
+    }
+
+
+#: closed_form's functions: what their first argument is, and their keyword parameters (read
+#: from the function's signature, so they cannot drift from it).
+CLOSED_FORMS: dict[str, tuple[str, tuple[str, ...]]] = _closed_forms()
 
 
 def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
@@ -181,7 +227,7 @@ def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
 
     .. math::
 
-                ext{metrics} = 	exttt{refimpl.FUNCTION}(	ext{law}, **	ext{params})
+        \text{metrics} = \texttt{refimpl.FUNCTION}(\text{law}, **\text{params})
 
     The function is one of :data:`CLOSED_FORMS`: ``length_bias``, ``selected_mean``,
     ``selected_pmf``, ``expected_max``, ``async_speedup``, ``fluid_steady_state``. The result
@@ -256,8 +302,8 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
 
     .. math::
 
-                ext{metrics} = 	exttt{simulate}(	exttt{SimConfig}(**	ext{params},
-        \ 	ext{seed}=	ext{cell seed})).	exttt{summary()}
+        \text{metrics} = \texttt{simulate}(\texttt{SimConfig}(**\text{params},
+        \ \text{seed}=\text{cell seed})).\texttt{summary()}
 
     Parameters
     ----------
@@ -290,8 +336,6 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> m["trained_rollouts"], m == simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
     (64.0, True)
     """
-    import dataclasses
-
     from refimpl.sim import SimConfig
     from refimpl.sim import simulate as run_simulation
 
@@ -302,8 +346,7 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
             "and set sweep.seed for the root of all seeds."
         )
     lengths = _length_law(params)
-    fields = {f.name for f in dataclasses.fields(SimConfig) if f.init}
-    _reject_unknown("simulate", params, fields - {"seed", "slowdown", "lengths"})
+    _reject_unknown("simulate", params, _simulate_parameters())
     config = SimConfig(**params, lengths=lengths, seed=seed)
     summary = run_simulation(config).summary().to_json_dict()
     metrics: dict[str, float] = {}
@@ -313,6 +356,168 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
             if isinstance(x, (int, float)) and not isinstance(x, bool):
                 metrics[f"{key}_{sub}" if sub else key] = float(x)
     return metrics
+
+
+def _simulate_required() -> frozenset[str]:
+    """The fields of ``SimConfig`` without a default."""
+    import dataclasses
+
+    from refimpl.sim import SimConfig
+
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(SimConfig)
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
+
+
+def _simulate_parameters() -> frozenset[str]:
+    """The fields of ``SimConfig`` a grid may set (not the seed, the lengths or ``slowdown``)."""
+    import dataclasses
+
+    from refimpl.sim import SimConfig
+
+    fields = {f.name for f in dataclasses.fields(SimConfig) if f.init}
+    return frozenset(fields - {"seed", "slowdown", "lengths"})
+
+
+# --- what the built-in kinds take and return, checked by parse_grid before any cell runs -------
+
+
+class _Signature(NamedTuple):
+    """What a built-in kind takes and returns, for given values of its selecting parameters."""
+
+    parameters: frozenset[str] | None  # None: any (the kind ignores the others)
+    metrics: tuple[str, ...]
+    required: frozenset[str] = frozenset()
+
+
+class _ParameterError(ValueError):
+    """A parameter (``key``) that makes every cell of the kind fail."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+#: Parameters whose value changes what a built-in kind takes or returns; an axis of one of them
+#: is checked value by value.
+_SELECTORS = ("function", "law")
+
+_LAW_KEYS = frozenset({"law", "law_args", "pmf"})
+
+
+def _law_parameters(params: Mapping[str, Any]) -> frozenset[str]:
+    """The length-law parameters a cell may have: ``law_ARG`` only for the arguments of ``law``."""
+    if "law" in params and "pmf" in params:
+        raise _ParameterError(
+            "pmf", "give the length law either as pmf = [...] or as law = NAME, not both."
+        )
+    if "law" not in params:
+        return _LAW_KEYS
+    try:
+        _, allowed = _law_family(params["law"])
+    except (TypeError, ValueError) as exc:
+        raise _ParameterError("law", str(exc)) from None
+    args = params.get("law_args", {})
+    if isinstance(args, Mapping):
+        for a in args:
+            if a not in allowed:
+                raise _ParameterError(
+                    "law_args",
+                    f"law={params['law']!r} has no parameter {a!r}; it takes "
+                    f"{', '.join(allowed)}. Fix law_args.",
+                )
+    return _LAW_KEYS | {f"law_{a}" for a in allowed}
+
+
+@functools.cache
+def _busy_metrics() -> tuple[str, ...]:
+    return tuple(busy({"draws": 1}, 0))  # what busy returns, read from a one-draw call
+
+
+@functools.cache
+def _simulate_metrics() -> tuple[str, ...]:
+    # the flattened keys of SimSummary.to_json_dict, read from a one-rollout run (they do not
+    # depend on the configuration)
+    return tuple(simulate({"slots": 1, "batch": 1, "rollouts": 1}, 0))
+
+
+def _closed_form_metrics(name: str, params: Mapping[str, Any]) -> tuple[str, ...]:
+    """The metrics of closed_form for ``function = name``, from the function's return type."""
+    import typing
+
+    from refimpl import dispatch
+
+    returns = typing.get_type_hints(getattr(dispatch, name))["return"]
+    if isinstance(returns, type) and issubclass(returns, tuple) and hasattr(returns, "_fields"):
+        return tuple(returns._fields)
+    if returns is float:
+        return (name,)
+    pmf = params.get("pmf")  # an array, one metric per length: NAME_1..NAME_M
+    size = len(pmf) if isinstance(pmf, list) else 0
+    return tuple(f"{name}_{i + 1}" for i in range(size))
+
+
+def _signature(kind: str, params: Mapping[str, Any]) -> _Signature | None:
+    """What built-in ``kind`` takes and returns for these parameters (``None``: not declared).
+
+    Only the values of :data:`_SELECTORS` matter; every other parameter counts by its name.
+    Raises :class:`_ParameterError` for a parameter that makes every cell fail.
+
+    Examples
+    --------
+    >>> sorted(_signature("busy", {}).metrics), _signature("busy", {}).parameters is None
+    (['mean', 'mean_square'], True)
+    >>> sig = _signature("closed_form", {"function": "expected_max", "law": "expon"})
+    >>> sig.metrics, sorted(sig.parameters - _LAW_KEYS)
+    (('expected_max',), ['function', 'law_loc', 'law_scale', 'n'])
+    >>> _signature("mylab.cells:noisy_mean", {}) is None
+    True
+    """
+    if kind == "busy":
+        return _Signature(None, _busy_metrics())
+    if "seed" in params and kind in KINDS:
+        raise _ParameterError(
+            "seed",
+            "the seed of every cell comes from the sweep; remove the seed parameter and set "
+            "sweep.seed for the root of all seeds.",
+        )
+    if kind == "simulate":
+        parameters = _simulate_parameters() | _law_parameters(params)
+        return _Signature(parameters, _simulate_metrics(), _simulate_required())
+    if kind == "closed_form":
+        name = params.get("function")
+        if name is None:
+            raise _ParameterError(
+                "function",
+                f"closed_form needs function = NAME, one of {', '.join(CLOSED_FORMS)}; add it "
+                "to [fixed].",
+            )
+        if not isinstance(name, str) or name not in CLOSED_FORMS:
+            raise _ParameterError(
+                "function",
+                f"closed_form has no function {name!r}; it offers {', '.join(CLOSED_FORMS)}.",
+            )
+        first, keywords = CLOSED_FORMS[name]
+        has_law, has_pmf = "law" in params, "pmf" in params
+        if (
+            (first == "law" and not has_law)
+            or (first == "pmf" and not has_pmf)
+            or not (has_law or has_pmf)
+        ):
+            how = {
+                "law": 'law = "NAME" (a scipy.stats distribution)',
+                "pmf": "pmf = [p1, ..., pM]",
+                "law or pmf": 'law = "NAME" or pmf = [p1, ..., pM]',
+            }[first]
+            key = "pmf" if first == "pmf" else "law"
+            raise _ParameterError(
+                key, f"closed_form function {name!r} needs its length law as {how}."
+            )
+        parameters = frozenset({"function", *keywords}) | _law_parameters(params)
+        return _Signature(parameters, _closed_form_metrics(name, params), _required_keywords(name))
+    return None
 
 
 #: The built-in cell kinds, by the name a grid's ``sweep.kind`` uses.
