@@ -502,3 +502,16 @@ def test_cli_tool_turns_switch_to_agent_rollouts(capsys: pytest.CaptureFixture[s
     assert plain["mode"] == "async"
     assert main([*args, "--tool-turns", "-1"]) == 2
     assert "refimpl simulate:" in capsys.readouterr().err
+
+
+def test_cli_zero_steps_says_steps_must_be_at_least_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from refimpl.cli import main
+
+    assert main(["simulate", "--slots", "4", "--batch", "4", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "steps must be >= 1" in err, err
+    assert "steps=0" in err, err
+    assert "rollouts or steps=None" not in err
+    assert "Traceback" not in err

@@ -141,7 +141,7 @@ def _config(args: argparse.Namespace) -> Any:
         slots=args.slots,
         batch=args.batch,
         rollouts=rollouts,
-        steps=args.steps or 0,
+        steps=args.steps,
         mode=args.mode,
         lengths=lengths,
         lognormal_mu=args.mu,
