@@ -515,3 +515,75 @@ def test_cli_zero_steps_says_steps_must_be_at_least_one(
     assert "steps=0" in err, err
     assert "rollouts or steps=None" not in err
     assert "Traceback" not in err
+
+
+def _write_npy(path: Path, content: str) -> str:
+    """A file for ``--lengths-npy``: ``missing``, ``dir``, ``garbage``, ``object``, ``1d``, ``3d``."""
+    import numpy as np
+
+    if content == "missing":
+        return str(path / "missing.npy")
+    if content == "dir":
+        return str(path)
+    file = path / f"{content}.npy"
+    if content == "garbage":
+        file.write_text("not a numpy file")
+    elif content == "object":
+        np.save(file, np.array([{}, 1], dtype=object), allow_pickle=True)
+    elif content == "1d":
+        np.save(file, np.full(5, 0.2))
+    elif content == "3d":
+        np.save(file, np.ones((4, 2, 3)))
+    elif content == "text":
+        np.save(file, np.array([["a", "b"]] * 4))
+    return str(file)
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("missing", r"cannot be read \(No such file or directory\)"),
+        ("dir", r"cannot be read \(Is a directory\)"),
+        ("garbage", r"numpy cannot read as a plain numeric \.npy array \(no NumPy \.npy header"),
+        ("object", r"numpy cannot read as a plain numeric \.npy array \(Object arrays"),
+        ("text", r"got an array of dtype <U1"),
+        ("3d", r"got a 3-D array of shape \(4, 2, 3\)"),
+        (
+            "1d",
+            r"--lengths-npy must be an N×K float64 matrix \(row i = slot i's lengths\); "
+            r"got a 1-D array of shape \(5,\).*--lengths-pmf",
+        ),
+    ],
+)
+def test_cli_a_bad_lengths_npy_file_names_the_option_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, says: str
+) -> None:
+    import re
+
+    from refimpl.cli import main
+
+    path = _write_npy(tmp_path, content)
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "8", "--no-progress"]
+    assert main([*args, "--lengths-npy", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("refimpl simulate: --lengths-npy must"), err
+    assert re.search(says, err), err
+    assert "numpy.save" in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_a_lengths_npy_matrix_runs_sample_for_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import numpy as np
+
+    from refimpl.cli import main
+
+    path = tmp_path / "m.npy"
+    np.save(path, np.arange(1, 4 * 40 + 1).reshape(4, 40))  # integers are accepted as float64
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "40", "--no-progress"]
+    assert main([*args, "--lengths-npy", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trained_rollouts"] == 40

@@ -113,6 +113,55 @@ def configure(parser: argparse.ArgumentParser) -> None:
     configure_agent_options(parser)  # agent rollouts (issue 9), on when --tool-turns is given
 
 
+def _load_lengths_npy(path: str) -> Any:
+    """Read ``--lengths-npy FILE``: an ``N × K`` real matrix, or a ``ValueError`` naming the option."""
+    rule = "name a .npy file holding an N×K float64 matrix (row i = slot i's lengths)"
+    fix = (
+        "Save the matrix with numpy.save(FILE, lengths) (lengths.shape == (slots, K)), e.g. "
+        "shared/peers/simpy_queue.py --save-lengths FILE."
+    )
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, which cannot be read "
+            f"({reason}). Pass the path of an existing, readable file. {fix}"
+        ) from None
+    except (ValueError, EOFError) as err:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        why = str(err)
+        if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+            why = "no NumPy .npy header: it is not a file written by numpy.save"
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, which numpy cannot read as a "
+            f"plain numeric .npy array ({why}). {fix}"
+        ) from None
+    if not isinstance(loaded, np.ndarray):  # an .npz archive
+        loaded.close()
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, an .npz archive of arrays "
+            f"{sorted(loaded.files)}. Save the one matrix with numpy.save, not numpy.savez."
+        )
+    if loaded.dtype.kind not in "iuf":
+        raise ValueError(
+            f"--lengths-npy must be an N×K float64 matrix (row i = slot i's lengths); got an array "
+            f"of dtype {loaded.dtype} in {path!r}. Save lengths.astype(numpy.float64). {fix}"
+        )
+    if loaded.ndim != 2:
+        hint = (
+            " A pmf over lengths 1..M goes through --lengths-pmf P1,P2,... instead."
+            if loaded.ndim == 1
+            else ""
+        )
+        raise ValueError(
+            f"--lengths-npy must be an N×K float64 matrix (row i = slot i's lengths); got a "
+            f"{loaded.ndim}-D array of shape {loaded.shape} in {path!r}.{hint} {fix}"
+        )
+    return np.asarray(loaded, dtype=np.float64)
+
+
 def _config(args: argparse.Namespace) -> Any:
     import scipy.stats
 
@@ -124,7 +173,7 @@ def _config(args: argparse.Namespace) -> Any:
             "--lengths-npy and --lengths-pmf must not both be given; got both. Pass one of them."
         )
     if args.lengths_npy is not None:
-        lengths = np.load(args.lengths_npy)
+        lengths = _load_lengths_npy(args.lengths_npy)
     elif args.lengths_pmf is not None:
         lengths = np.array([float(x) for x in args.lengths_pmf.split(",")])
     rollouts = args.rollouts
