@@ -587,3 +587,32 @@ def test_cli_a_lengths_npy_matrix_runs_sample_for_sample(
     assert main([*args, "--lengths-npy", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["trained_rollouts"] == 40
+
+
+@pytest.mark.parametrize(
+    ("where", "agent", "says"),
+    [
+        ("/proc/x.parquet", False, r"no file can be created in '/proc'"),
+        ("{tmp}/no/such/dir/t.parquet", False, r"whose directory '.*/no/such/dir' does not exist"),
+        ("{tmp}", False, r"an existing directory\. Name the file"),
+        ("/proc/x", True, r"no file can be created in '/proc'"),
+        ("{tmp}/file.txt", True, r"an existing file"),
+    ],
+)
+def test_cli_an_unwritable_trace_path_fails_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, agent: bool, says: str
+) -> None:
+    import re
+
+    from refimpl.cli import main
+
+    (tmp_path / "file.txt").write_text("")
+    path = where.format(tmp=tmp_path)
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "8", "--progress"]
+    args += ["--tool-turns", "1"] if agent else []
+    assert main([*args, "--trace", path]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("refimpl simulate: --trace must name"), out.err
+    assert re.search(says, out.err), out.err
+    assert not re.search(r"\d+/\d+ \[", out.err)  # failed before the run: no progress bar drawn
+    assert out.out == ""

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -162,6 +164,53 @@ def _load_lengths_npy(path: str) -> Any:
     return np.asarray(loaded, dtype=np.float64)
 
 
+def _check_trace_path(path: str, *, directory: bool) -> None:
+    """Fail before the run if ``--trace`` cannot be written (a ``ValueError`` naming the option).
+
+    ``directory``: the agent simulator writes a directory of Parquet files (created with its
+    parents); the plain simulator writes one Parquet file into an existing directory.
+    """
+    what = "a directory it can create or write" if directory else "a file in a writable directory"
+    fix = (
+        "Pass a path you can write, e.g. --trace ./trace" + ("" if directory else ".parquet") + "."
+    )
+    target = os.path.abspath(path)
+    if directory:
+        if os.path.exists(target) and not os.path.isdir(target):
+            raise ValueError(
+                f"--trace must name {what} (agent runs write one Parquet file per table); got "
+                f"--trace={path!r}, an existing file. {fix}"
+            )
+        probe = target
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+    else:
+        if os.path.isdir(target):
+            raise ValueError(
+                f"--trace must name {what}; got --trace={path!r}, an existing directory. "
+                f"Name the file, e.g. --trace {os.path.join(path, 'trace.parquet')}."
+            )
+        probe = os.path.dirname(target)
+        if not os.path.isdir(probe):
+            raise ValueError(
+                f"--trace must name {what}; got --trace={path!r}, whose directory {probe!r} does "
+                f"not exist. Create it first, or {fix[0].lower()}{fix[1:]}"
+            )
+    if not os.path.isdir(probe):
+        raise ValueError(
+            f"--trace must name {what}; got --trace={path!r}, but {probe!r} is not a directory. "
+            f"{fix}"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"--trace must name {what}; got --trace={path!r}, but no file can be created in "
+            f"{probe!r} ({err.strerror or err}). {fix}"
+        ) from None
+
+
 def _config(args: argparse.Namespace) -> Any:
     import scipy.stats
 
@@ -252,7 +301,7 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
 
     try:
         out = run_agent_cli(agent, trace=args.trace, progress=advance)
-    except (ValueError, TypeError, RuntimeError) as err:
+    except (ValueError, TypeError, RuntimeError, OSError) as err:
         bar.close()
         print(f"refimpl simulate: {err}", file=sys.stderr)
         return 2
@@ -273,6 +322,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as err:
         print(f"refimpl simulate: {err}", file=sys.stderr)
         return 2
+    if args.trace is not None:
+        try:
+            _check_trace_path(args.trace, directory=agent is not None)
+        except ValueError as err:
+            print(f"refimpl simulate: {err}", file=sys.stderr)
+            return 2
     if agent is not None:
         return _run_agent(args, agent)
     try:
@@ -319,7 +374,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         out["closed_form"] = None
     if args.trace is not None:
-        trace.to_parquet(args.trace)
+        try:
+            trace.to_parquet(args.trace)
+        except OSError as err:
+            print(f"refimpl simulate: cannot write --trace={args.trace!r}: {err}", file=sys.stderr)
+            return 2
         out["trace"] = args.trace
     _print(out, as_json=args.json)
     return 0
