@@ -616,3 +616,40 @@ def test_cli_an_unwritable_trace_path_fails_before_the_run(
     assert re.search(says, out.err), out.err
     assert not re.search(r"\d+/\d+ \[", out.err)  # failed before the run: no progress bar drawn
     assert out.out == ""
+
+
+@pytest.mark.parametrize(
+    ("pmf", "says"),
+    [
+        ("a,b", r"entry 1 \('a', the probability of length 1\) is not a number"),
+        ("0.5,,0.5", r"entry 2 \('', the probability of length 2\) is not a number"),
+        ("0.5,0.5x", r"entry 2 \('0.5x', the probability of length 2\) is not a number"),
+    ],
+)
+def test_cli_a_malformed_lengths_pmf_names_the_option_and_the_form(
+    capsys: pytest.CaptureFixture[str], pmf: str, says: str
+) -> None:
+    import re
+
+    from refimpl.cli import main
+
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "8", "--no-progress"]
+    assert main([*args, "--lengths-pmf", pmf]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "refimpl simulate: --lengths-pmf must be comma-separated probabilities of lengths 1..M"
+    ), err
+    assert re.search(says, err), err
+    assert "could not convert" not in err
+
+
+def test_cli_help_says_how_to_pass_a_pmf_starting_with_a_minus(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from refimpl.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # argparse wraps help text, and may break at hyphens
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "--lengths-pmf=-0.1" in " ".join(capsys.readouterr().out.split())

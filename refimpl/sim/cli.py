@@ -68,7 +68,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--lengths-pmf",
         metavar="P1,P2,...",
         default=None,
-        help="discrete pmf over lengths 1..M (comma-separated)",
+        help=(
+            "discrete pmf over lengths 1..M: comma-separated probabilities P1,...,PM summing to 1 "
+            "(write a value that starts with '-' as --lengths-pmf=-0.1,...)"
+        ),
     )
     tg = parser.add_argument_group("timing")
     tg.add_argument("--token-time", type=float, default=1.0, help="decode time per token")
@@ -211,6 +214,22 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
         ) from None
 
 
+def _parse_pmf(text: str) -> Any:
+    """Read ``--lengths-pmf P1,...,PM`` into a float array, or a ``ValueError`` naming the option."""
+    values = []
+    for i, item in enumerate(text.split(","), start=1):
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise ValueError(
+                f"--lengths-pmf must be comma-separated probabilities of lengths 1..M (P1,...,PM, "
+                f"summing to 1); got --lengths-pmf={text!r}, whose entry {i} ({item.strip()!r}, "
+                f"the probability of length {i}) is not a number. Pass e.g. --lengths-pmf "
+                "0.5,0.3,0.2 (no spaces around the commas unless quoted)."
+            ) from None
+    return np.array(values, dtype=np.float64)
+
+
 def _config(args: argparse.Namespace) -> Any:
     import scipy.stats
 
@@ -224,7 +243,7 @@ def _config(args: argparse.Namespace) -> Any:
     if args.lengths_npy is not None:
         lengths = _load_lengths_npy(args.lengths_npy)
     elif args.lengths_pmf is not None:
-        lengths = np.array([float(x) for x in args.lengths_pmf.split(",")])
+        lengths = _parse_pmf(args.lengths_pmf)
     rollouts = args.rollouts
     if rollouts is None and args.steps is None:
         rollouts = 100_000
