@@ -653,3 +653,72 @@ def test_cli_help_says_how_to_pass_a_pmf_starting_with_a_minus(
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     assert "--lengths-pmf=-0.1" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("--sigma -1", "--sigma must be > 0; got --sigma=-1.0. Pass --sigma > 0."),
+        ("--mu nan", "--mu must be finite (log-scale location); got --mu=nan. Pass a finite --mu."),
+        ("--token-time 0", "--token-time must be > 0 (a time); got --token-time=0.0."),
+        ("--trainer-time -2", "--trainer-time must be >= 0 (a time); got --trainer-time=-2.0."),
+        ("--preempt-rate 0.1", "--preempt-duration must be > 0 when --preempt-rate > 0"),
+        ("--over-bound drop", "--over-bound must be 'keep' when --eta is not given"),
+        ("--mode admission", "--eta must be given for --mode admission"),
+        ("--launch 5", "--launch must not be given unless --mode first_k; got --launch=5."),
+        ("--batch 0", "--batch must be >= 1 (samples per trainer step); got --batch=0."),
+        ("--lengths-pmf 0.5,0.2", "--lengths-pmf must sum to 1"),
+        ("--lengths-npy {rows3}", "--lengths-npy must have one row per slot (--slots=4 rows)"),
+        ("--lengths-npy {cols3}", "--lengths-npy must hold every rollout the run launches"),
+        ("--rollouts 8 --steps 2", "got --rollouts=8 and --steps=2. Pass only one of them."),
+        ("--slowdown-per-slot -1", "--slowdown-per-slot must keep the decode slowdown factor"),
+        ("--engine vector --eta 0 --over-bound drop", "--engine must be 'event' or 'auto'"),
+    ],
+)
+def test_cli_messages_name_the_options_not_the_config_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    import numpy as np
+
+    from refimpl.cli import main
+
+    np.save(tmp_path / "rows3.npy", np.ones((3, 10)))
+    np.save(tmp_path / "cols3.npy", np.ones((4, 3)))
+    extra = options.format(rows3=tmp_path / "rows3.npy", cols3=tmp_path / "cols3.npy").split()
+    args = ["simulate", "--slots", "4", "--batch", "4", "--no-progress", *extra]
+    if "--steps" not in options:
+        args += ["--rollouts", "64"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("refimpl simulate: --"), err
+    assert says in err, err
+    for field in ("lognormal_", "_time", "_rate", "_duration", "over_bound", "slowdown must"):
+        assert field not in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_zero_steps_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    from refimpl.cli import main
+
+    assert main(["simulate", "--slots", "4", "--batch", "4", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps must be >= 1 (trainer steps); got --steps=0. Pass --steps >= 1." in err, err
+
+
+def test_option_names_leave_prose_alone() -> None:
+    import argparse
+
+    from refimpl.sim.cli import _option_names
+
+    args = argparse.Namespace(lengths_pmf=None, lengths_npy="m.npy")
+    message = (
+        "rollouts must be >= batch=4 (at least one trainer step); got rollouts=3. "
+        "Pass rollouts >= 4 or a smaller batch of lengths."
+    )
+    assert _option_names(message, args) == (
+        "--rollouts must be >= --batch=4 (at least one trainer step); got --rollouts=3. "
+        "Pass --rollouts >= 4 or a smaller batch of lengths."
+    )
+    assert _option_names("steps must be >= 1 (trainer steps)", args) == (
+        "--steps must be >= 1 (trainer steps)"
+    )

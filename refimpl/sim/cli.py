@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -230,6 +231,73 @@ def _parse_pmf(text: str) -> Any:
     return np.array(values, dtype=np.float64)
 
 
+# SimConfig fields whose command-line option is not simply ``--field-with-dashes``.
+_OPTION_OF_FIELD = {
+    "lognormal_mu": "--mu",
+    "lognormal_sigma": "--sigma",
+    "slowdown": "--slowdown-per-slot",
+    "persist_kv": "--no-persist-kv",
+}
+_PLAIN_FIELDS = (
+    "slots",
+    "batch",
+    "rollouts",
+    "steps",
+    "mode",
+    "launch",
+    "leftovers",
+    "eta",
+    "partial",
+    "seed",
+    "engine",
+    "lengths",
+)
+_UNDERSCORE_FIELDS = (
+    "lognormal_mu",
+    "lognormal_sigma",
+    "over_bound",
+    "token_time",
+    "prefill_time",
+    "trainer_time",
+    "reprefill_token_time",
+    "preempt_rate",
+    "preempt_duration",
+    "kv_restore_time",
+    "persist_kv",
+)
+
+
+def _option_names(message: str, args: argparse.Namespace) -> str:
+    """Rewrite the config's field names in ``message`` as the options the user typed.
+
+    ``lognormal_sigma must be > 0; got lognormal_sigma=-1.0`` becomes ``--sigma must be > 0; got
+    --sigma=-1.0``. Underscored names are rewritten everywhere; plain words (``batch``, ``steps``,
+    ``lengths``...) only where they name the parameter (``NAME must``, ``NAME=``, ``Pass NAME``,
+    ``NAME >= ...``), so prose such as "trainer steps" stays as it is.
+    """
+
+    def option(name: str) -> str:
+        if name == "lengths":
+            return "--lengths-pmf" if args.lengths_pmf is not None else "--lengths-npy"
+        return _OPTION_OF_FIELD.get(name, "--" + name.replace("_", "-"))
+
+    message = message.replace("rollouts and steps", "--rollouts and --steps")
+    for name in _UNDERSCORE_FIELDS:
+        message = re.sub(rf"(?<![-\w]){name}\b", option(name), message)
+    for name in _PLAIN_FIELDS:
+        message = re.sub(
+            rf"(?:(?<=^)|(?<=Pass )|(?<=Drop )|(?<=got )){name}\b|(?<![-\w.]){name}"
+            r"(?==| must\b| >=? | <=? | is None\b)",
+            option(name),
+            message,
+        )
+    # config idiom -> command-line idiom: None is "not given", choices are written without quotes
+    message = message.replace(" must be None unless ", " must not be given unless ")
+    message = re.sub(r"(--[a-z-]+) is None\b", r"\1 is not given", message)
+    message = re.sub(r"got (--[a-z-]+)=None\b", r"got no \1", message)
+    return re.sub(r"(--[a-z-]+)='(\w+)'", r"\1 \2", message)
+
+
 def _config(args: argparse.Namespace) -> Any:
     import scipy.stats
 
@@ -244,12 +312,24 @@ def _config(args: argparse.Namespace) -> Any:
         lengths = _load_lengths_npy(args.lengths_npy)
     elif args.lengths_pmf is not None:
         lengths = _parse_pmf(args.lengths_pmf)
+    if args.rollouts is not None and args.steps is not None:
+        raise ValueError(
+            f"--rollouts and --steps must not both be given (each sets the run length); got "
+            f"--rollouts={args.rollouts} and --steps={args.steps}. Pass only one of them."
+        )
     rollouts = args.rollouts
     if rollouts is None and args.steps is None:
         rollouts = 100_000
     slowdown = None
     if args.slowdown_per_slot is not None:
         a = float(args.slowdown_per_slot)
+        positive = 1.0 + a > 0 and 1.0 + a * args.slots > 0  # 1 + A·busy is linear in busy
+        if args.slots >= 1 and not (math.isfinite(a) and positive):
+            raise ValueError(
+                f"--slowdown-per-slot must keep the decode slowdown factor 1 + A·busy finite and "
+                f"> 0 for busy = 1..--slots (A > -1/{args.slots}); got --slowdown-per-slot={a!r}. "
+                "Pass A >= 0 (decoding slows as slots fill), e.g. --slowdown-per-slot 0.001."
+            )
         slowdown = lambda busy: 1.0 + a * busy  # noqa: E731
     trainer_time: Any = args.trainer_time
     if args.trainer_time_random:
@@ -352,7 +432,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         cfg = _config(args)
     except (ValueError, TypeError) as err:
-        print(f"refimpl simulate: {err}", file=sys.stderr)
+        print(f"refimpl simulate: {_option_names(str(err), args)}", file=sys.stderr)
         return 2
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = tqdm(
@@ -367,7 +447,7 @@ def run(args: argparse.Namespace) -> int:
         trace = simulate(cfg, engine=args.engine, progress=advance)
     except (ValueError, TypeError, RuntimeError) as err:
         bar.close()
-        print(f"refimpl simulate: {err}", file=sys.stderr)
+        print(f"refimpl simulate: {_option_names(str(err), args)}", file=sys.stderr)
         return 2
     wall = time.perf_counter() - t0
     bar.close()
