@@ -333,7 +333,14 @@ def _config(args: argparse.Namespace) -> Any:
         slowdown = lambda busy: 1.0 + a * busy  # noqa: E731
     trainer_time: Any = args.trainer_time
     if args.trainer_time_random:
-        trainer_time = scipy.stats.expon(scale=args.trainer_time)
+        mean = float(args.trainer_time)
+        if not (math.isfinite(mean) and mean > 0):
+            raise ValueError(
+                "--trainer-time must be finite and > 0 with --trainer-time-random (it is the mean of "
+                f"the exponential step time); got --trainer-time={mean!r}. Pass e.g. --trainer-time "
+                "5 --trainer-time-random, or drop --trainer-time-random for a fixed step time."
+            )
+        trainer_time = scipy.stats.expon(scale=mean)
     return SimConfig(
         slots=args.slots,
         batch=args.batch,
