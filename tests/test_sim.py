@@ -502,3 +502,225 @@ def test_cli_tool_turns_switch_to_agent_rollouts(capsys: pytest.CaptureFixture[s
     assert plain["mode"] == "async"
     assert main([*args, "--tool-turns", "-1"]) == 2
     assert "refimpl simulate:" in capsys.readouterr().err
+
+
+def test_cli_zero_steps_says_steps_must_be_at_least_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from refimpl.cli import main
+
+    assert main(["simulate", "--slots", "4", "--batch", "4", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "steps must be >= 1" in err, err
+    assert "steps=0" in err, err
+    assert "rollouts or steps=None" not in err
+    assert "Traceback" not in err
+
+
+def _write_npy(path: Path, content: str) -> str:
+    """A file for ``--lengths-npy``: ``missing``, ``dir``, ``garbage``, ``object``, ``1d``, ``3d``."""
+    import numpy as np
+
+    if content == "missing":
+        return str(path / "missing.npy")
+    if content == "dir":
+        return str(path)
+    file = path / f"{content}.npy"
+    if content == "garbage":
+        file.write_text("not a numpy file")
+    elif content == "object":
+        np.save(file, np.array([{}, 1], dtype=object), allow_pickle=True)
+    elif content == "1d":
+        np.save(file, np.full(5, 0.2))
+    elif content == "3d":
+        np.save(file, np.ones((4, 2, 3)))
+    elif content == "text":
+        np.save(file, np.array([["a", "b"]] * 4))
+    return str(file)
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("missing", r"cannot be read \(No such file or directory\)"),
+        ("dir", r"cannot be read \(Is a directory\)"),
+        ("garbage", r"numpy cannot read as a plain numeric \.npy array \(no NumPy \.npy header"),
+        ("object", r"numpy cannot read as a plain numeric \.npy array \(Object arrays"),
+        ("text", r"got an array of dtype <U1"),
+        ("3d", r"got a 3-D array of shape \(4, 2, 3\)"),
+        (
+            "1d",
+            r"--lengths-npy must be an N×K float64 matrix \(row i = slot i's lengths\); "
+            r"got a 1-D array of shape \(5,\).*--lengths-pmf",
+        ),
+    ],
+)
+def test_cli_a_bad_lengths_npy_file_names_the_option_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, says: str
+) -> None:
+    import re
+
+    from refimpl.cli import main
+
+    path = _write_npy(tmp_path, content)
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "8", "--no-progress"]
+    assert main([*args, "--lengths-npy", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("refimpl simulate: --lengths-npy must"), err
+    assert re.search(says, err), err
+    assert "numpy.save" in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_a_lengths_npy_matrix_runs_sample_for_sample(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import numpy as np
+
+    from refimpl.cli import main
+
+    path = tmp_path / "m.npy"
+    np.save(path, np.arange(1, 4 * 40 + 1).reshape(4, 40))  # integers are accepted as float64
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "40", "--no-progress"]
+    assert main([*args, "--lengths-npy", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["trained_rollouts"] == 40
+
+
+@pytest.mark.parametrize(
+    ("where", "agent", "says"),
+    [
+        ("/proc/x.parquet", False, r"no file can be created in '/proc'"),
+        ("{tmp}/no/such/dir/t.parquet", False, r"whose directory '.*/no/such/dir' does not exist"),
+        ("{tmp}", False, r"an existing directory\. Name the file"),
+        ("/proc/x", True, r"no file can be created in '/proc'"),
+        ("{tmp}/file.txt", True, r"an existing file"),
+    ],
+)
+def test_cli_an_unwritable_trace_path_fails_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, agent: bool, says: str
+) -> None:
+    import re
+
+    from refimpl.cli import main
+
+    (tmp_path / "file.txt").write_text("")
+    path = where.format(tmp=tmp_path)
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "8", "--progress"]
+    args += ["--tool-turns", "1"] if agent else []
+    assert main([*args, "--trace", path]) == 2
+    out = capsys.readouterr()
+    assert out.err.startswith("refimpl simulate: --trace must name"), out.err
+    assert re.search(says, out.err), out.err
+    assert not re.search(r"\d+/\d+ \[", out.err)  # failed before the run: no progress bar drawn
+    assert out.out == ""
+
+
+@pytest.mark.parametrize(
+    ("pmf", "says"),
+    [
+        ("a,b", r"entry 1 \('a', the probability of length 1\) is not a number"),
+        ("0.5,,0.5", r"entry 2 \('', the probability of length 2\) is not a number"),
+        ("0.5,0.5x", r"entry 2 \('0.5x', the probability of length 2\) is not a number"),
+    ],
+)
+def test_cli_a_malformed_lengths_pmf_names_the_option_and_the_form(
+    capsys: pytest.CaptureFixture[str], pmf: str, says: str
+) -> None:
+    import re
+
+    from refimpl.cli import main
+
+    args = ["simulate", "--slots", "4", "--batch", "4", "--rollouts", "8", "--no-progress"]
+    assert main([*args, "--lengths-pmf", pmf]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "refimpl simulate: --lengths-pmf must be comma-separated probabilities of lengths 1..M"
+    ), err
+    assert re.search(says, err), err
+    assert "could not convert" not in err
+
+
+def test_cli_help_says_how_to_pass_a_pmf_starting_with_a_minus(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from refimpl.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")  # argparse wraps help text, and may break at hyphens
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "--lengths-pmf=-0.1" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("--sigma -1", "--sigma must be > 0; got --sigma=-1.0. Pass --sigma > 0."),
+        ("--mu nan", "--mu must be finite (log-scale location); got --mu=nan. Pass a finite --mu."),
+        ("--token-time 0", "--token-time must be > 0 (a time); got --token-time=0.0."),
+        ("--trainer-time -2", "--trainer-time must be >= 0 (a time); got --trainer-time=-2.0."),
+        ("--trainer-time-random", "--trainer-time must be finite and > 0 with --trainer-time-rand"),
+        ("--trainer-time-random --trainer-time -1", "got --trainer-time=-1.0. Pass e.g."),
+        ("--preempt-rate 0.1", "--preempt-duration must be > 0 when --preempt-rate > 0"),
+        ("--over-bound drop", "--over-bound must be 'keep' when --eta is not given"),
+        ("--mode admission", "--eta must be given for --mode admission"),
+        ("--launch 5", "--launch must not be given unless --mode first_k; got --launch=5."),
+        ("--batch 0", "--batch must be >= 1 (samples per trainer step); got --batch=0."),
+        ("--lengths-pmf 0.5,0.2", "--lengths-pmf must sum to 1"),
+        ("--lengths-npy {rows3}", "--lengths-npy must have one row per slot (--slots=4 rows)"),
+        ("--lengths-npy {cols3}", "--lengths-npy must hold every rollout the run launches"),
+        ("--rollouts 8 --steps 2", "got --rollouts=8 and --steps=2. Pass only one of them."),
+        ("--slowdown-per-slot -1", "--slowdown-per-slot must keep the decode slowdown factor"),
+        ("--engine vector --eta 0 --over-bound drop", "--engine must be 'event' or 'auto'"),
+    ],
+)
+def test_cli_messages_name_the_options_not_the_config_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    import numpy as np
+
+    from refimpl.cli import main
+
+    np.save(tmp_path / "rows3.npy", np.ones((3, 10)))
+    np.save(tmp_path / "cols3.npy", np.ones((4, 3)))
+    extra = options.format(rows3=tmp_path / "rows3.npy", cols3=tmp_path / "cols3.npy").split()
+    args = ["simulate", "--slots", "4", "--batch", "4", "--no-progress", *extra]
+    if "--steps" not in options:
+        args += ["--rollouts", "64"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("refimpl simulate: --"), err
+    assert says in err, err
+    for field in ("lognormal_", "_time", "_rate", "_duration", "over_bound", "slowdown must"):
+        assert field not in err, err
+    assert "Traceback" not in err
+
+
+def test_cli_zero_steps_names_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    from refimpl.cli import main
+
+    assert main(["simulate", "--slots", "4", "--batch", "4", "--steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--steps must be >= 1 (trainer steps); got --steps=0. Pass --steps >= 1." in err, err
+
+
+def test_option_names_leave_prose_alone() -> None:
+    import argparse
+
+    from refimpl.sim.cli import _option_names
+
+    args = argparse.Namespace(lengths_pmf=None, lengths_npy="m.npy")
+    message = (
+        "rollouts must be >= batch=4 (at least one trainer step); got rollouts=3. "
+        "Pass rollouts >= 4 or a smaller batch of lengths."
+    )
+    assert _option_names(message, args) == (
+        "--rollouts must be >= --batch=4 (at least one trainer step); got --rollouts=3. "
+        "Pass --rollouts >= 4 or a smaller batch of lengths."
+    )
+    assert _option_names("steps must be >= 1 (trainer steps)", args) == (
+        "--steps must be >= 1 (trainer steps)"
+    )

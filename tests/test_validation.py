@@ -950,6 +950,24 @@ SIM_CASES: list[Case] = [
         r"rollouts or steps must be given.*Pass rollouts=R",
     ),
     Case(
+        "sim-steps-zero",
+        lambda: _sim(rollouts=None, steps=0),
+        ValueError,
+        r"steps must be >= 1 \(trainer steps\); got steps=0",
+    ),
+    Case(
+        "sim-rollouts-zero",
+        lambda: _sim(rollouts=0),
+        ValueError,
+        r"rollouts must be >= 1 \(trained rollouts\); got rollouts=0",
+    ),
+    Case(
+        "sim-steps-zero-with-rollouts",
+        lambda: _sim(steps=0),
+        ValueError,
+        r"rollouts and steps must not both be given",
+    ),
+    Case(
         "sim-both-run-lengths",
         lambda: _sim(steps=3),
         ValueError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -145,7 +145,8 @@ class SimConfig:
     slots: int
     batch: int
     rollouts: int | None = None
-    steps: int = field(default=0)
+    # None = not given; __post_init__ always leaves an int >= 1 here.
+    steps: int = field(default=cast(int, None))
     mode: str = "async"
     lengths: Any = None
     lognormal_mu: float = 6.0
@@ -175,7 +176,7 @@ class SimConfig:
         b = as_int(self.batch, name="batch", minimum=1, meaning="samples per trainer step")
         s(self, "slots", n)
         s(self, "batch", b)
-        steps_given = self.steps not in (0, None)
+        steps_given = self.steps is not None  # steps=0 is given, and rejected below
         if self.rollouts is None and not steps_given:
             raise invalid(
                 "rollouts or steps",

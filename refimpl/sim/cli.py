@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -66,7 +69,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--lengths-pmf",
         metavar="P1,P2,...",
         default=None,
-        help="discrete pmf over lengths 1..M (comma-separated)",
+        help=(
+            "discrete pmf over lengths 1..M: comma-separated probabilities P1,...,PM summing to 1 "
+            "(write a value that starts with '-' as --lengths-pmf=-0.1,...)"
+        ),
     )
     tg = parser.add_argument_group("timing")
     tg.add_argument("--token-time", type=float, default=1.0, help="decode time per token")
@@ -113,6 +119,185 @@ def configure(parser: argparse.ArgumentParser) -> None:
     configure_agent_options(parser)  # agent rollouts (issue 9), on when --tool-turns is given
 
 
+def _load_lengths_npy(path: str) -> Any:
+    """Read ``--lengths-npy FILE``: an ``N × K`` real matrix, or a ``ValueError`` naming the option."""
+    rule = "name a .npy file holding an N×K float64 matrix (row i = slot i's lengths)"
+    fix = (
+        "Save the matrix with numpy.save(FILE, lengths) (lengths.shape == (slots, K)), e.g. "
+        "shared/peers/simpy_queue.py --save-lengths FILE."
+    )
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, which cannot be read "
+            f"({reason}). Pass the path of an existing, readable file. {fix}"
+        ) from None
+    except (ValueError, EOFError) as err:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+        why = str(err)
+        if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
+            why = "no NumPy .npy header: it is not a file written by numpy.save"
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, which numpy cannot read as a "
+            f"plain numeric .npy array ({why}). {fix}"
+        ) from None
+    if not isinstance(loaded, np.ndarray):  # an .npz archive
+        loaded.close()
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, an .npz archive of arrays "
+            f"{sorted(loaded.files)}. Save the one matrix with numpy.save, not numpy.savez."
+        )
+    if loaded.dtype.kind not in "iuf":
+        raise ValueError(
+            f"--lengths-npy must be an N×K float64 matrix (row i = slot i's lengths); got an array "
+            f"of dtype {loaded.dtype} in {path!r}. Save lengths.astype(numpy.float64). {fix}"
+        )
+    if loaded.ndim != 2:
+        hint = (
+            " A pmf over lengths 1..M goes through --lengths-pmf P1,P2,... instead."
+            if loaded.ndim == 1
+            else ""
+        )
+        raise ValueError(
+            f"--lengths-npy must be an N×K float64 matrix (row i = slot i's lengths); got a "
+            f"{loaded.ndim}-D array of shape {loaded.shape} in {path!r}.{hint} {fix}"
+        )
+    return np.asarray(loaded, dtype=np.float64)
+
+
+def _check_trace_path(path: str, *, directory: bool) -> None:
+    """Fail before the run if ``--trace`` cannot be written (a ``ValueError`` naming the option).
+
+    ``directory``: the agent simulator writes a directory of Parquet files (created with its
+    parents); the plain simulator writes one Parquet file into an existing directory.
+    """
+    what = "a directory it can create or write" if directory else "a file in a writable directory"
+    fix = (
+        "Pass a path you can write, e.g. --trace ./trace" + ("" if directory else ".parquet") + "."
+    )
+    target = os.path.abspath(path)
+    if directory:
+        if os.path.exists(target) and not os.path.isdir(target):
+            raise ValueError(
+                f"--trace must name {what} (agent runs write one Parquet file per table); got "
+                f"--trace={path!r}, an existing file. {fix}"
+            )
+        probe = target
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+    else:
+        if os.path.isdir(target):
+            raise ValueError(
+                f"--trace must name {what}; got --trace={path!r}, an existing directory. "
+                f"Name the file, e.g. --trace {os.path.join(path, 'trace.parquet')}."
+            )
+        probe = os.path.dirname(target)
+        if not os.path.isdir(probe):
+            raise ValueError(
+                f"--trace must name {what}; got --trace={path!r}, whose directory {probe!r} does "
+                f"not exist. Create it first, or {fix[0].lower()}{fix[1:]}"
+            )
+    if not os.path.isdir(probe):
+        raise ValueError(
+            f"--trace must name {what}; got --trace={path!r}, but {probe!r} is not a directory. "
+            f"{fix}"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise ValueError(
+            f"--trace must name {what}; got --trace={path!r}, but no file can be created in "
+            f"{probe!r} ({err.strerror or err}). {fix}"
+        ) from None
+
+
+def _parse_pmf(text: str) -> Any:
+    """Read ``--lengths-pmf P1,...,PM`` into a float array, or a ``ValueError`` naming the option."""
+    values = []
+    for i, item in enumerate(text.split(","), start=1):
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise ValueError(
+                f"--lengths-pmf must be comma-separated probabilities of lengths 1..M (P1,...,PM, "
+                f"summing to 1); got --lengths-pmf={text!r}, whose entry {i} ({item.strip()!r}, "
+                f"the probability of length {i}) is not a number. Pass e.g. --lengths-pmf "
+                "0.5,0.3,0.2 (no spaces around the commas unless quoted)."
+            ) from None
+    return np.array(values, dtype=np.float64)
+
+
+# SimConfig fields whose command-line option is not simply ``--field-with-dashes``.
+_OPTION_OF_FIELD = {
+    "lognormal_mu": "--mu",
+    "lognormal_sigma": "--sigma",
+    "slowdown": "--slowdown-per-slot",
+    "persist_kv": "--no-persist-kv",
+}
+_PLAIN_FIELDS = (
+    "slots",
+    "batch",
+    "rollouts",
+    "steps",
+    "mode",
+    "launch",
+    "leftovers",
+    "eta",
+    "partial",
+    "seed",
+    "engine",
+    "lengths",
+)
+_UNDERSCORE_FIELDS = (
+    "lognormal_mu",
+    "lognormal_sigma",
+    "over_bound",
+    "token_time",
+    "prefill_time",
+    "trainer_time",
+    "reprefill_token_time",
+    "preempt_rate",
+    "preempt_duration",
+    "kv_restore_time",
+    "persist_kv",
+)
+
+
+def _option_names(message: str, args: argparse.Namespace) -> str:
+    """Rewrite the config's field names in ``message`` as the options the user typed.
+
+    ``lognormal_sigma must be > 0; got lognormal_sigma=-1.0`` becomes ``--sigma must be > 0; got
+    --sigma=-1.0``. Underscored names are rewritten everywhere; plain words (``batch``, ``steps``,
+    ``lengths``...) only where they name the parameter (``NAME must``, ``NAME=``, ``Pass NAME``,
+    ``NAME >= ...``), so prose such as "trainer steps" stays as it is.
+    """
+
+    def option(name: str) -> str:
+        if name == "lengths":
+            return "--lengths-pmf" if args.lengths_pmf is not None else "--lengths-npy"
+        return _OPTION_OF_FIELD.get(name, "--" + name.replace("_", "-"))
+
+    message = message.replace("rollouts and steps", "--rollouts and --steps")
+    for name in _UNDERSCORE_FIELDS:
+        message = re.sub(rf"(?<![-\w]){name}\b", option(name), message)
+    for name in _PLAIN_FIELDS:
+        message = re.sub(
+            rf"(?:(?<=^)|(?<=Pass )|(?<=Drop )|(?<=got )){name}\b|(?<![-\w.]){name}"
+            r"(?==| must\b| >=? | <=? | is None\b)",
+            option(name),
+            message,
+        )
+    # config idiom -> command-line idiom: None is "not given", choices are written without quotes
+    message = message.replace(" must be None unless ", " must not be given unless ")
+    message = re.sub(r"(--[a-z-]+) is None\b", r"\1 is not given", message)
+    message = re.sub(r"got (--[a-z-]+)=None\b", r"got no \1", message)
+    return re.sub(r"(--[a-z-]+)='(\w+)'", r"\1 \2", message)
+
+
 def _config(args: argparse.Namespace) -> Any:
     import scipy.stats
 
@@ -124,24 +309,43 @@ def _config(args: argparse.Namespace) -> Any:
             "--lengths-npy and --lengths-pmf must not both be given; got both. Pass one of them."
         )
     if args.lengths_npy is not None:
-        lengths = np.load(args.lengths_npy)
+        lengths = _load_lengths_npy(args.lengths_npy)
     elif args.lengths_pmf is not None:
-        lengths = np.array([float(x) for x in args.lengths_pmf.split(",")])
+        lengths = _parse_pmf(args.lengths_pmf)
+    if args.rollouts is not None and args.steps is not None:
+        raise ValueError(
+            f"--rollouts and --steps must not both be given (each sets the run length); got "
+            f"--rollouts={args.rollouts} and --steps={args.steps}. Pass only one of them."
+        )
     rollouts = args.rollouts
     if rollouts is None and args.steps is None:
         rollouts = 100_000
     slowdown = None
     if args.slowdown_per_slot is not None:
         a = float(args.slowdown_per_slot)
+        positive = 1.0 + a > 0 and 1.0 + a * args.slots > 0  # 1 + A·busy is linear in busy
+        if args.slots >= 1 and not (math.isfinite(a) and positive):
+            raise ValueError(
+                f"--slowdown-per-slot must keep the decode slowdown factor 1 + A·busy finite and "
+                f"> 0 for busy = 1..--slots (A > -1/{args.slots}); got --slowdown-per-slot={a!r}. "
+                "Pass A >= 0 (decoding slows as slots fill), e.g. --slowdown-per-slot 0.001."
+            )
         slowdown = lambda busy: 1.0 + a * busy  # noqa: E731
     trainer_time: Any = args.trainer_time
     if args.trainer_time_random:
-        trainer_time = scipy.stats.expon(scale=args.trainer_time)
+        mean = float(args.trainer_time)
+        if not (math.isfinite(mean) and mean > 0):
+            raise ValueError(
+                "--trainer-time must be finite and > 0 with --trainer-time-random (it is the mean of "
+                f"the exponential step time); got --trainer-time={mean!r}. Pass e.g. --trainer-time "
+                "5 --trainer-time-random, or drop --trainer-time-random for a fixed step time."
+            )
+        trainer_time = scipy.stats.expon(scale=mean)
     return SimConfig(
         slots=args.slots,
         batch=args.batch,
         rollouts=rollouts,
-        steps=args.steps or 0,
+        steps=args.steps,
         mode=args.mode,
         lengths=lengths,
         lognormal_mu=args.mu,
@@ -203,7 +407,7 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
 
     try:
         out = run_agent_cli(agent, trace=args.trace, progress=advance)
-    except (ValueError, TypeError, RuntimeError) as err:
+    except (ValueError, TypeError, RuntimeError, OSError) as err:
         bar.close()
         print(f"refimpl simulate: {err}", file=sys.stderr)
         return 2
@@ -224,12 +428,18 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as err:
         print(f"refimpl simulate: {err}", file=sys.stderr)
         return 2
+    if args.trace is not None:
+        try:
+            _check_trace_path(args.trace, directory=agent is not None)
+        except ValueError as err:
+            print(f"refimpl simulate: {err}", file=sys.stderr)
+            return 2
     if agent is not None:
         return _run_agent(args, agent)
     try:
         cfg = _config(args)
     except (ValueError, TypeError) as err:
-        print(f"refimpl simulate: {err}", file=sys.stderr)
+        print(f"refimpl simulate: {_option_names(str(err), args)}", file=sys.stderr)
         return 2
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = tqdm(
@@ -244,7 +454,7 @@ def run(args: argparse.Namespace) -> int:
         trace = simulate(cfg, engine=args.engine, progress=advance)
     except (ValueError, TypeError, RuntimeError) as err:
         bar.close()
-        print(f"refimpl simulate: {err}", file=sys.stderr)
+        print(f"refimpl simulate: {_option_names(str(err), args)}", file=sys.stderr)
         return 2
     wall = time.perf_counter() - t0
     bar.close()
@@ -270,7 +480,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:
         out["closed_form"] = None
     if args.trace is not None:
-        trace.to_parquet(args.trace)
+        try:
+            trace.to_parquet(args.trace)
+        except OSError as err:
+            print(f"refimpl simulate: cannot write --trace={args.trace!r}: {err}", file=sys.stderr)
+            return 2
         out["trace"] = args.trace
     _print(out, as_json=args.json)
     return 0
