@@ -26,8 +26,8 @@ parsed or whose inputs the reference rejects (NaN log-probability, negative stal
 newer than its trainer step), with its line number (CSV, JSONL) or row number (Parquet), and an
 **empty trace** (no rows: a gate that checked nothing must not pass).
 
-Large traces are streamed in chunks (``pyarrow.csv.open_csv``, ``ParquetFile.iter_batches``, blocks
-of JSONL lines), so memory stays bounded whatever the number of rows; progress goes to stderr.
+Large traces are streamed in chunks (CSV blocks cut at row boundaries, each parsed by
+``pyarrow.csv.read_csv``; ``ParquetFile.iter_batches``; blocks of JSONL lines), so memory stays bounded whatever the number of rows; progress goes to stderr.
 """
 
 from __future__ import annotations
