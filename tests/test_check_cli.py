@@ -574,6 +574,30 @@ def test_report_records_the_outcome(
         assert data["rows"] == 2
 
 
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("missing/r.json", "the directory"),
+        (".", "is a directory, not a file"),
+    ],
+)
+def test_unwritable_report_is_unusable_before_the_trace_is_read(
+    where: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the trace is missing too: the report path is checked first, so its error is the one shown
+    report = tmp_path / where
+    code = check(
+        tmp_path / "nope.csv", "staleness_mask", "--param", "eta=1", "--report", str(report)
+    )
+    assert code == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert f"--report {str(report)!r}" in err
+    assert message in err
+    assert "Pass a --report path in an existing, writable directory" in err
+    assert "no such file" not in err
+    assert "Traceback" not in err
+
+
 def test_command_runs_as_a_subprocess(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -21,7 +21,8 @@ spec                       columns (inputs → logged value)             paramet
 
 Exit codes: **0** every row agrees within tolerance; **1** at least one row disagrees (a logged NaN or
 infinity where the reference is finite counts as a mismatch); **2** the input is unusable: unknown
-spec or parameter, missing or invalid parameter, unknown format, missing column, a row that cannot be
+spec or parameter, missing or invalid parameter, unknown format, a ``--report`` path that cannot
+be written (checked before the trace is read), missing column, a row that cannot be
 parsed or whose inputs the reference rejects (NaN log-probability, negative staleness, a version
 newer than its trainer step), with its line number (CSV, JSONL) or row number (Parquet), and an
 **empty trace** (no rows: a gate that checked nothing must not pass).
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -348,6 +350,11 @@ def run(args: argparse.Namespace) -> int:
         "spec": args.spec,
         "params": {},
     }
+    if args.report is not None:
+        problem = _unwritable(args.report)
+        if problem is not None:  # found before reading the trace, not after checking it all
+            print(f"refimpl check: error: {problem}", file=sys.stderr)
+            return EXIT_UNUSABLE
     try:
         code = _run(args, report)
     except (TraceError, _Unusable) as exc:
@@ -355,8 +362,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"refimpl check: error: {exc}", file=sys.stderr)
         code = EXIT_UNUSABLE
     if args.report is not None:
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
+        try:
+            args.report.write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:  # e.g. the disk filled up while checking
+            print(
+                f"refimpl check: error: --report {str(args.report)!r} could not be written "
+                f"({exc.strerror or exc}). Pass a --report path in a writable directory.",
+                file=sys.stderr,
+            )
+            return EXIT_UNUSABLE
     return code
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``--report path`` cannot be written (``None`` if it can)."""
+    directory = path.parent
+    fix = "Pass a --report path in an existing, writable directory (or create the directory)."
+    if path.is_dir():
+        return f"--report {str(path)!r} is a directory, not a file. {fix}"
+    if not directory.is_dir():
+        return f"--report {str(path)!r}: the directory {str(directory)!r} does not exist. {fix}"
+    if not os.access(directory, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        return f"--report {str(path)!r}: no permission to write there. {fix}"
+    return None
 
 
 def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
