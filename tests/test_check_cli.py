@@ -535,6 +535,32 @@ def test_bad_command_line_is_unusable_and_says_how_to_fix_it(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1", "must be >= 0; got -1"), ("two", "must be an integer >= 0; got 'two'")],
+)
+def test_negative_or_non_integer_max_show_is_unusable(
+    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 2], "weight": [1.0, 1.0]})
+    with pytest.raises(SystemExit) as exit_info:
+        check(path, "staleness_mask", "--param", "eta=1", "--max-show", value)
+    assert exit_info.value.code == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert f"argument --max-show: {message}" in err
+
+
+def test_max_show_zero_shows_no_rows_but_still_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 2], "weight": [1.0, 1.0]})
+    assert check(path, "staleness_mask", "--param", "eta=1", "--max-show", "0") == EXIT_MISMATCH
+    out = capsys.readouterr().out
+    assert "MISMATCH: 1 of 2 rows" in out
+    assert "line 3" not in out
+    assert "mismatching rows:" not in out
+
+
 def test_format_comes_from_the_suffix_or_from_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -193,7 +193,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, help="relative tolerance (default: per spec)")
     parser.add_argument("--atol", type=float, help="absolute tolerance (default: per spec)")
     parser.add_argument(
-        "--max-show", type=int, default=10, help="mismatching rows to show (default 10)"
+        "--max-show",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="mismatching rows to show and to put in the report, N >= 0 (default 10; 0 shows "
+        "none: the summary and the exit code only)",
     )
     parser.add_argument(
         "--chunk-rows", type=int, default=1 << 18, help="rows per streamed chunk (default 262144)"
@@ -204,6 +209,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="show progress on stderr (default: when stderr is a terminal)",
     )
+
+
+def _count(text: str) -> int:
+    """An integer >= 0 (argparse rejects anything else with exit code 2 and this message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 0; got {text!r}. Pass e.g. --max-show 10."
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be >= 0; got {value}. Pass 0 to show no rows, or e.g. --max-show 10."
+        )
+    return value
 
 
 def _input_sets(spec: _TraceSpec) -> list[str]:
@@ -544,6 +564,8 @@ def _print_summary(
         f"MISMATCH: {tally.mismatches:,} of {tally.rows:,} rows ({share:.3%}) disagree "
         f"(largest absolute error {_fmt(tally.max_abs_error)})."
     )
+    if not tally.shown:
+        return
     print(f"first {len(tally.shown)} mismatching rows:")
     for row in tally.shown:
         inputs = ", ".join(f"{k}={_show_json(v)}" for k, v in row["inputs"].items())
