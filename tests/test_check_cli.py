@@ -372,8 +372,22 @@ def test_wrong_type_is_unusable_and_names_its_row(
         ('{"staleness": 0, "weight": 1}\n{"staleness": 1, "weight": 1\n', "line 2: not valid JSON"),
         ('{"staleness": 0, "weight": 1}\n[0, 1]\n', "line 2: a JSON list, not an object"),
         ('{"staleness": 0, "weight": 1}\n\n{"staleness": 1}\n', "line 3: no key 'weight'"),
-        ('{"staleness": 0, "weight": null}\n', "line 1: 'weight' is None (null), not a number"),
-        ('{"staleness": true, "weight": 1}\n', "line 1: 'staleness' is True (bool)"),
+        (
+            '{"staleness": 0, "weight": null}\n',
+            "line 1: 'weight' is None (null), not a number. Log numbers, not null.",
+        ),
+        (
+            '{"staleness": true, "weight": 1}\n',
+            "line 1: 'staleness' is True (bool), not a number. Log numbers, not booleans",
+        ),
+        (
+            '{"staleness": 0, "weight": "1"}\n',
+            "line 1: 'weight' is '1' (str), not a number. Log numbers, not strings.",
+        ),
+        (
+            '{"staleness": 0, "weight": {"w": 1}}\n',
+            "'weight' is {'w': 1} (dict), not a number. Log numbers, not dict values.",
+        ),
     ],
 )
 def test_unparsable_jsonl_row_is_unusable_with_its_line(

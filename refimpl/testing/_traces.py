@@ -327,8 +327,13 @@ def _jsonl_slow(
 def _json_number(value: Any, where: str, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "null" if value is None else type(value).__name__
+        what = {
+            "bool": "booleans (write 1 or 0, not true or false)",
+            "null": "null",
+            "str": "strings",
+        }.get(kind, f"{kind} values")
         raise TraceError(
-            f"{where}: {name!r} is {value!r} ({kind}), not a number. Log numbers, not strings."
+            f"{where}: {name!r} is {value!r} ({kind}), not a number. Log numbers, not {what}."
         )
     try:
         return float(value)
