@@ -106,6 +106,7 @@ def pytest_collection_modifyitems(
     from refimpl.testing import check_names
 
     spec = state["spec"]
+    _require_importable(state["target"])
     if config.getoption("--refimpl-only") and items:
         config.hook.pytest_deselected(items=list(items))
         items.clear()
@@ -115,6 +116,23 @@ def pytest_collection_modifyitems(
                 session, name=f"{spec}::{name}", nodeid=f"refimpl::{spec}::{name}", check=name
             )
         )
+
+
+def _require_importable(target: str) -> None:
+    """Import ``--refimpl-target`` once, after collection (when the test directories are on
+    ``sys.path``); a target that cannot be loaded is a usage error (exit code 4) with one message,
+    not the same traceback in every conformance item."""
+    from refimpl.testing._conformance import _resolve
+
+    try:
+        _resolve(target)
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"--refimpl-target: {exc}") from None
+    except Exception as exc:  # the target's module raised while being imported
+        raise pytest.UsageError(
+            f"--refimpl-target={target}: importing it raised {type(exc).__name__}: {exc}. Fix the "
+            "module, or point at another function."
+        ) from None
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -372,8 +372,22 @@ def test_wrong_type_is_unusable_and_names_its_row(
         ('{"staleness": 0, "weight": 1}\n{"staleness": 1, "weight": 1\n', "line 2: not valid JSON"),
         ('{"staleness": 0, "weight": 1}\n[0, 1]\n', "line 2: a JSON list, not an object"),
         ('{"staleness": 0, "weight": 1}\n\n{"staleness": 1}\n', "line 3: no key 'weight'"),
-        ('{"staleness": 0, "weight": null}\n', "line 1: 'weight' is None (null), not a number"),
-        ('{"staleness": true, "weight": 1}\n', "line 1: 'staleness' is True (bool)"),
+        (
+            '{"staleness": 0, "weight": null}\n',
+            "line 1: 'weight' is None (null), not a number. Log numbers, not null.",
+        ),
+        (
+            '{"staleness": true, "weight": 1}\n',
+            "line 1: 'staleness' is True (bool), not a number. Log numbers, not booleans",
+        ),
+        (
+            '{"staleness": 0, "weight": "1"}\n',
+            "line 1: 'weight' is '1' (str), not a number. Log numbers, not strings.",
+        ),
+        (
+            '{"staleness": 0, "weight": {"w": 1}}\n',
+            "'weight' is {'w': 1} (dict), not a number. Log numbers, not dict values.",
+        ),
     ],
 )
 def test_unparsable_jsonl_row_is_unusable_with_its_line(
@@ -400,6 +414,81 @@ def test_unparsable_csv_row_is_unusable(
     path.write_text(text)
     assert check(path, "staleness_mask", "--param", "eta=1") == EXIT_UNUSABLE
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("staleness,weight\n0,1\nabc,1\n", "line 3: column 'staleness' holds 'abc'"),
+        ("staleness,weight\n0,1\n1,1,7\n", "line 3: unparsable CSV (3 fields"),
+    ],
+)
+def test_unusable_csv_exits_2_every_time_in_a_real_process(
+    text: str, message: str, tmp_path: Path
+) -> None:
+    # pyarrow's streaming CSV reader, alive at interpreter exit after the error, aborted the
+    # process ("terminate called without an active exception", exit 134) in 25-95 % of the runs.
+    # Twenty runs that all exit 2 would happen by chance with probability < 0.75**20 < 0.01 if
+    # that were back. A fresh interpreter costs ~2.5 s of imports, so one process imports
+    # refimpl and forks a child per run: each child runs the command (refimpl.cli.main, what
+    # `python -m refimpl` runs) and exits through a full interpreter shutdown, as a CI job does.
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        from refimpl.cli import main
+        import refimpl.testing.check_cli
+        codes = []
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(main(["check", {str(path)!r}, "--spec", "staleness_mask",
+                               "--param", "eta=1", "--no-progress"]))
+            codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        print("CODES", codes)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert done.stdout.strip() == f"CODES {[EXIT_UNUSABLE] * 20}", (done.stdout, done.stderr)
+    assert done.stderr.count(message) == 20, done.stderr
+    command = ["check", str(path), "--spec", "staleness_mask", "--param", "eta=1"]
+    direct = subprocess.run(  # and once through the installed entry point itself
+        [sys.executable, "-m", "refimpl", *command, "--no-progress"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (direct.returncode, message in direct.stderr) == (EXIT_UNUSABLE, True), direct.stderr
+
+
+def test_csv_lines_are_counted_across_blocks_and_blank_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = ["staleness,weight"] + ["1,1"] * 999 + [""] + ["1,1"] * 500 + ["1,0"] + ["1,1"] * 10
+    path = tmp_path / "t.csv"
+    path.write_text("\r\n".join(rows) + "\r\n")
+    assert check(path, "staleness_mask", "--param", "eta=1", "--chunk-rows", "8") == EXIT_MISMATCH
+    out = capsys.readouterr().out
+    assert "1 of 1,510 rows" in out
+    assert "line 1502: staleness=1 -> expected weight=1, found weight=0" in out
+    bad = "\n".join([*rows[:1200], "1,1,1", *rows[1200:]]) + "\n"
+    path.write_text(bad)
+    assert check(path, "staleness_mask", "--param", "eta=1", "--chunk-rows", "8") == EXIT_UNUSABLE
+    assert "line 1201: unparsable CSV (3 fields, the header has 2)" in capsys.readouterr().err
+
+
+def test_quoted_csv_field_is_not_split_between_blocks(tmp_path: Path) -> None:
+    rows = ["trained_step,versions,staleness"] + ['5,"[3, 4,\n 5]",2'] * 3000
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert check(path, "staleness", "--chunk-rows", "8") == EXIT_OK
 
 
 def test_null_in_parquet_is_unusable_with_its_row(
@@ -460,6 +549,32 @@ def test_bad_command_line_is_unusable_and_says_how_to_fix_it(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1", "must be >= 0; got -1"), ("two", "must be an integer >= 0; got 'two'")],
+)
+def test_negative_or_non_integer_max_show_is_unusable(
+    value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 2], "weight": [1.0, 1.0]})
+    with pytest.raises(SystemExit) as exit_info:
+        check(path, "staleness_mask", "--param", "eta=1", "--max-show", value)
+    assert exit_info.value.code == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert f"argument --max-show: {message}" in err
+
+
+def test_max_show_zero_shows_no_rows_but_still_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 2], "weight": [1.0, 1.0]})
+    assert check(path, "staleness_mask", "--param", "eta=1", "--max-show", "0") == EXIT_MISMATCH
+    out = capsys.readouterr().out
+    assert "MISMATCH: 1 of 2 rows" in out
+    assert "line 3" not in out
+    assert "mismatching rows:" not in out
+
+
 def test_format_comes_from_the_suffix_or_from_format(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -497,6 +612,30 @@ def test_report_records_the_outcome(
     else:
         assert data["tolerance"] == {"rtol": 0.0, "atol": 0.0}
         assert data["rows"] == 2
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("missing/r.json", "the directory"),
+        (".", "is a directory, not a file"),
+    ],
+)
+def test_unwritable_report_is_unusable_before_the_trace_is_read(
+    where: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the trace is missing too: the report path is checked first, so its error is the one shown
+    report = tmp_path / where
+    code = check(
+        tmp_path / "nope.csv", "staleness_mask", "--param", "eta=1", "--report", str(report)
+    )
+    assert code == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert f"--report {str(report)!r}" in err
+    assert message in err
+    assert "Pass a --report path in an existing, writable directory" in err
+    assert "no such file" not in err
+    assert "Traceback" not in err
 
 
 def test_command_runs_as_a_subprocess(tmp_path: Path) -> None:

@@ -201,12 +201,44 @@ def test_bad_options_are_usage_errors(
     result.stderr.fnmatch_lines([message])
 
 
-def test_unimportable_target_fails_its_items_with_the_reason(candidates: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("mycandidates:nope", "*'mycandidates' has no attribute 'nope'. Check the function name*"),
+        ("nosuchmodule:f", "*candidate module 'nosuchmodule' cannot be imported*"),
+        ("mycandidates", "*Separate the module and the function with ':'*"),
+        ("mycandidates:np", "*candidate must be callable*"),
+        ("badmodule:f", "*importing it raised RuntimeError: broken at import*"),
+    ],
+)
+def test_unloadable_target_is_one_usage_error(
+    candidates: pytest.Pytester, target: str, message: str
+) -> None:
+    candidates.makepyfile(badmodule="raise RuntimeError('broken at import')\n")
+    candidates.makepyfile(test_plain="def test_one():\n    assert True\n")
     result = candidates.runpytest(
-        "--refimpl-target=mycandidates:nope", "--refimpl-spec=staleness_mask", FAST, "-x"
+        f"--refimpl-target={target}", "--refimpl-spec=staleness_mask", FAST
     )
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*has no attribute 'nope'*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --refimpl-target{message}"])
+    output = "\n".join(result.outlines + result.errlines)
+    assert output.count("--refimpl-target") == 1, output  # once, not once per item
+    assert "Traceback" not in output
+    assert len(result.errlines) < 10, output
+
+
+def test_target_next_to_the_tests_is_resolved_after_collection(
+    pytester: pytest.Pytester,
+) -> None:
+    # sub/ is on sys.path only once pytest has collected sub/test_x.py (rootdir-relative
+    # "prepend" import mode), so the target must be imported after collection, not at configure.
+    sub = pytester.mkdir("sub")
+    (sub / "subtarget.py").write_text(CANDIDATES)
+    (sub / "test_x.py").write_text("def test_one():\n    assert True\n")
+    result = pytester.runpytest(
+        "sub", "--refimpl-target=subtarget:good_mask", "--refimpl-spec=staleness_mask", FAST
+    )
+    result.assert_outcomes(passed=1 + len(check_names("staleness_mask")))
 
 
 def test_refimpl_only_deselects_the_other_tests(candidates: pytest.Pytester) -> None:

@@ -21,13 +21,14 @@ spec                       columns (inputs → logged value)             paramet
 
 Exit codes: **0** every row agrees within tolerance; **1** at least one row disagrees (a logged NaN or
 infinity where the reference is finite counts as a mismatch); **2** the input is unusable: unknown
-spec or parameter, missing or invalid parameter, unknown format, missing column, a row that cannot be
+spec or parameter, missing or invalid parameter, unknown format, a ``--report`` path that cannot
+be written (checked before the trace is read), missing column, a row that cannot be
 parsed or whose inputs the reference rejects (NaN log-probability, negative staleness, a version
 newer than its trainer step), with its line number (CSV, JSONL) or row number (Parquet), and an
 **empty trace** (no rows: a gate that checked nothing must not pass).
 
-Large traces are streamed in chunks (``pyarrow.csv.open_csv``, ``ParquetFile.iter_batches``, blocks
-of JSONL lines), so memory stays bounded whatever the number of rows; progress goes to stderr.
+Large traces are streamed in chunks (CSV blocks cut at row boundaries, each parsed by
+``pyarrow.csv.read_csv``; ``ParquetFile.iter_batches``; blocks of JSONL lines), so memory stays bounded whatever the number of rows; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -191,7 +193,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, help="relative tolerance (default: per spec)")
     parser.add_argument("--atol", type=float, help="absolute tolerance (default: per spec)")
     parser.add_argument(
-        "--max-show", type=int, default=10, help="mismatching rows to show (default 10)"
+        "--max-show",
+        type=_count,
+        default=10,
+        metavar="N",
+        help="mismatching rows to show and to put in the report, N >= 0 (default 10; 0 shows "
+        "none: the summary and the exit code only)",
     )
     parser.add_argument(
         "--chunk-rows", type=int, default=1 << 18, help="rows per streamed chunk (default 262144)"
@@ -202,6 +209,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="show progress on stderr (default: when stderr is a terminal)",
     )
+
+
+def _count(text: str) -> int:
+    """An integer >= 0 (argparse rejects anything else with exit code 2 and this message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 0; got {text!r}. Pass e.g. --max-show 10."
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be >= 0; got {value}. Pass 0 to show no rows, or e.g. --max-show 10."
+        )
+    return value
 
 
 def _input_sets(spec: _TraceSpec) -> list[str]:
@@ -348,6 +370,11 @@ def run(args: argparse.Namespace) -> int:
         "spec": args.spec,
         "params": {},
     }
+    if args.report is not None:
+        problem = _unwritable(args.report)
+        if problem is not None:  # found before reading the trace, not after checking it all
+            print(f"refimpl check: error: {problem}", file=sys.stderr)
+            return EXIT_UNUSABLE
     try:
         code = _run(args, report)
     except (TraceError, _Unusable) as exc:
@@ -355,8 +382,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"refimpl check: error: {exc}", file=sys.stderr)
         code = EXIT_UNUSABLE
     if args.report is not None:
-        args.report.write_text(json.dumps(report, indent=2) + "\n")
+        try:
+            args.report.write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:  # e.g. the disk filled up while checking
+            print(
+                f"refimpl check: error: --report {str(args.report)!r} could not be written "
+                f"({exc.strerror or exc}). Pass a --report path in a writable directory.",
+                file=sys.stderr,
+            )
+            return EXIT_UNUSABLE
     return code
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``--report path`` cannot be written (``None`` if it can)."""
+    directory = path.parent
+    fix = "Pass a --report path in an existing, writable directory (or create the directory)."
+    if path.is_dir():
+        return f"--report {str(path)!r} is a directory, not a file. {fix}"
+    if not directory.is_dir():
+        return f"--report {str(path)!r}: the directory {str(directory)!r} does not exist. {fix}"
+    if not os.access(directory, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        return f"--report {str(path)!r}: no permission to write there. {fix}"
+    return None
 
 
 def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
@@ -514,6 +564,8 @@ def _print_summary(
         f"MISMATCH: {tally.mismatches:,} of {tally.rows:,} rows ({share:.3%}) disagree "
         f"(largest absolute error {_fmt(tally.max_abs_error)})."
     )
+    if not tally.shown:
+        return
     print(f"first {len(tally.shown)} mismatching rows:")
     for row in tally.shown:
         inputs = ", ".join(f"{k}={_show_json(v)}" for k, v in row["inputs"].items())
