@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["COLORS", "SIM", "closed", "new_figure", "series_legend", "sim", "use_pyplot"]
+__all__ = [
+    "COLORS",
+    "SIM",
+    "closed",
+    "new_figure",
+    "series_legend",
+    "sim",
+    "sim_with_error",
+    "use_pyplot",
+]
 
 _PYPLOT = [False]
 
@@ -51,6 +61,21 @@ def sim(
 ) -> None:
     """Draw a simulation: markers only."""
     ax.plot(x, y, color=color, label=label, **{**SIM, **kw})
+
+
+def sim_with_error(
+    ax: Axes,
+    x: Any,
+    y: Any,
+    se: Any,
+    *,
+    color: str = COLORS[0],
+    label: str | None = None,
+    fmt: str = "o",
+    ms: float = 4,
+) -> None:
+    """Draw a simulation with ±2 standard-error bars (markers only, no line)."""
+    ax.errorbar(x, y, yerr=2 * np.asarray(se), fmt=fmt, color=color, ms=ms, capsize=2, label=label)
 
 
 def series_legend(

@@ -16,7 +16,7 @@ from scipy import stats
 
 import refimpl
 from refimpl.lab._common import TOL_RULE, Z_TOL, block_mean_and_se, lognormal, seed
-from refimpl.lab._plot import COLORS, new_figure
+from refimpl.lab._plot import COLORS, new_figure, sim_with_error
 from refimpl.lab.config import LabConfig
 from refimpl.lab.report import Section, fmt
 
@@ -256,15 +256,14 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         markeredgewidth=2.5,
         label="closed form E[max]/E[L]",
     )
-    ax1.errorbar(
+    sim_with_error(
+        ax1,
         x,
         bound_sim,
-        yerr=2 * np.asarray(bound_err),
-        fmt="o",
+        bound_err,
         color=COLORS[0],
-        ms=5,
-        capsize=2,
         label="simulated sync step / E[L] (±2 SE)",
+        ms=5,
     )
     ax1.set_xticks(x, names, rotation=25, ha="right", fontsize=8)
     ax1.set_ylabel("speedup bound (×)")

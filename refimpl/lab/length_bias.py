@@ -22,7 +22,7 @@ from refimpl.lab._common import (
     support,
     trained,
 )
-from refimpl.lab._plot import COLORS, closed, new_figure, series_legend, sim
+from refimpl.lab._plot import COLORS, closed, new_figure, series_legend, sim, sim_with_error
 from refimpl.lab.config import LabConfig
 from refimpl.lab.report import Section, fmt
 
@@ -175,14 +175,12 @@ def _transient(section: Section, config: LabConfig, progress: Callable[[str], No
     fig, (ax,) = new_figure(1, width=7.0, height=4.0)
     j = np.arange(steps)
     closed(ax, j, np.ones(steps), label="steady state: trained law = p (renewal–reward)")
-    ax.errorbar(
+    sim_with_error(
+        ax,
         j,
         mean_ratio,
-        yerr=2 * se_ratio,
+        se_ratio,
         color=COLORS[0],
-        fmt="o",
-        ms=4,
-        capsize=2,
         label=f"simulation, mean of {reps} runs (±2 SE)",
     )
     ax.axvspan(warm - 0.5, steps - 0.5, color="0.9", zorder=0, label="steady-state window")
@@ -276,15 +274,8 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
                 for s in s_line
             ]
         closed(ax1, s_line, line, color=COLORS[i], label=f"k/n = {k}/{n}: closed form")
-        ax1.errorbar(
-            sigmas,
-            sm,
-            yerr=2 * np.asarray(err),
-            fmt="o",
-            color=COLORS[i],
-            ms=4,
-            capsize=2,
-            label=f"k/n = {k}/{n}: simulation (±2 SE)",
+        sim_with_error(
+            ax1, sigmas, sm, err, color=COLORS[i], label=f"k/n = {k}/{n}: simulation (±2 SE)"
         )
     ax1.set_title("Bias grows with the tail (first k of n)")
     ax1.set_xlabel("tail heaviness: lognormal σ")
@@ -345,16 +336,7 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
             rule=TOL_RULE,
         )
     closed(ax2, ratios, cf, color=COLORS[0], label="first k of n: closed form", marker="")
-    ax2.errorbar(
-        ratios,
-        sm,
-        yerr=2 * np.asarray(err),
-        fmt="o",
-        color=COLORS[0],
-        ms=4,
-        capsize=2,
-        label="first k of n: simulation (±2 SE)",
-    )
+    sim_with_error(ax2, ratios, sm, err, color=COLORS[0], label="first k of n: simulation (±2 SE)")
     slots = config.async_slots
     nb = (0.25, 0.5, 1.0, 2.0)
     fl, am, aerr = [], [], []
@@ -382,15 +364,8 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
         am.append(m)
         aerr.append(se)
     closed(ax2, nb, fl, color=COLORS[1], linestyle="--", label="async, η = 0 drop: fluid model")
-    ax2.errorbar(
-        nb,
-        am,
-        yerr=2 * np.asarray(aerr),
-        fmt="s",
-        color=COLORS[1],
-        ms=4,
-        capsize=2,
-        label="async, η = 0 drop: simulation (±2 SE)",
+    sim_with_error(
+        ax2, nb, am, aerr, color=COLORS[1], label="async, η = 0 drop: simulation (±2 SE)", fmt="s"
     )
     ax2.set_xscale("log", base=2)
     ax2.set_title("Bias grows with over-provisioning (σ = 1)")
