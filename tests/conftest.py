@@ -20,7 +20,13 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("dev", deadline=None, max_examples=40, print_blob=True)
+settings.register_profile(
+    "dev",
+    deadline=None,
+    max_examples=40,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],  # a wall-clock check: load would decide it
+)
 settings.register_profile(
     "thorough", deadline=None, max_examples=2_000, suppress_health_check=[HealthCheck.too_slow]
 )

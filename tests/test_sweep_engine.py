@@ -28,10 +28,17 @@ _HERE = __name__
 
 
 def recorded(params: dict[str, Any], seed: int) -> dict[str, float]:
-    """Appends one line per execution to ``params["log"]``, then sleeps, fails or dies on demand."""
+    """Appends one line per execution to ``params["log"]``, then sleeps, fails or dies on demand.
+
+    With ``hold_at`` and ``release``, the cell whose ``x`` is ``hold_at`` waits until the file
+    ``release`` exists: a sweep with one worker then stops making progress at a known cell.
+    """
     with open(params["log"], "a") as fh:
         fh.write(json.dumps({"seed": seed, "pid": os.getpid()}) + "\n")
     time.sleep(params.get("sleep", 0.0))
+    if params.get("hold_at") == params.get("x"):
+        while not os.path.exists(params["release"]):
+            time.sleep(0.01)
     if params.get("fail", False):
         raise RuntimeError(f"asked to fail (x={params.get('x')})")
     if params.get("die_at") == params.get("x"):
@@ -187,36 +194,51 @@ def test_an_interrupted_sweep_resumes_without_recomputing_finished_cells(tmp_pat
 
 
 def test_a_killed_sweep_loses_only_the_running_cells(tmp_path: Path) -> None:
-    """The process is SIGKILLed (no cleanup at all); the journal still has every finished cell."""
-    log, out = tmp_path / "log.jsonl", tmp_path / "r.parquet"
+    """The process is SIGKILLed (no cleanup at all); the journal still has every finished cell.
+
+    One worker runs the cells in grid order, and the first cell with x = 2 holds until a file
+    appears, so once the journal shows the four cells before it and the held cell has started, no
+    other cell can finish: what the kill leaves does not depend on how fast either process runs.
+    """
+    log, out, release = tmp_path / "log.jsonl", tmp_path / "r.parquet", tmp_path / "release"
     grid_file = tmp_path / "grid.toml"
     grid_file.write_text(
         f'[sweep]\nkind = "{_HERE}:recorded"\nreplicates = 2\n'
-        f'[fixed]\nlog = "{log}"\nsleep = 0.15\n[axes]\nx = [0, 1, 2, 3, 4, 5]\n'
+        f'[fixed]\nlog = "{log}"\nhold_at = 2\nrelease = "{release}"\n'
+        "[axes]\nx = [0, 1, 2, 3, 4, 5]\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     command = [sys.executable, "-m", "refimpl", "sweep", str(grid_file), "--out", str(out)]
     proc = subprocess.Popen([*command, "--workers", "1", "--quiet"], env=env)
     journal = journal_path(out)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if journal.exists() and journal.read_text().count("\n") >= 4:  # header + 3 cells
+        # Generous: only a broken sweep takes long here (the wait ends as soon as the lines exist).
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (
+                journal.exists()
+                and journal.read_text().count("\n") >= 5  # header + 4 cells
+                and log.exists()
+                and log.read_text().count("\n") >= 5  # and the held cell has started
+            ):
                 break
             time.sleep(0.02)
+        assert proc.poll() is None, "the sweep ended although one of its cells is held"
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    # The pool's process, orphaned by the kill, notices and exits on its own (within ~0.5 s).
+    # The pool's process, orphaned by the kill, notices and exits on its own (its watchdog looks
+    # every 0.5 s; the bound only has to be reached by a loaded machine, never by a broken one).
     workers = {json.loads(line)["pid"] for line in log.read_text().splitlines()}
     assert len(workers) == 1
-    assert _gone_within(workers, seconds=10), "an orphaned pool process kept running"
+    assert _gone_within(workers, seconds=60), "an orphaned pool process kept running"
     assert not out.exists(), "the parquet is written at the end; the journal is what survives"
     finished = [json.loads(line)["seed"] for line in journal.read_text().splitlines()[1:]]
-    assert 3 <= len(finished) < 12
+    assert len(finished) == 4  # x = 0 and x = 1, two replicates each
+    release.touch()
     log.unlink()
     table = sweep.run(grid_file, out=out, engine="serial")
     assert not set(_executions(log)) & set(finished)
