@@ -193,6 +193,14 @@ def _require_integral(arr: NDArray[np.float64], *, name: str, meaning: str) -> N
 
 
 def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
+    if isinstance(s, Staleness):  # a tuple of three arrays: numpy would call it "inhomogeneous"
+        raise wrong_type(
+            name,
+            "an array of staleness values",
+            s,
+            "sample_staleness returns a Staleness (sample, token, mask): pass its .sample for "
+            "one value per sample, or its .token (with .mask) for one per token.",
+        )
     arr = as_float_array(s, name=name)
     if np.any(arr < 0):
         first = int(np.flatnonzero((arr < 0).ravel())[0])

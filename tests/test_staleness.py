@@ -781,3 +781,18 @@ def test_diagnostics_flag_an_off_by_one_and_pass_the_correct_mask(
     if np.any(s == 0):
         assert buggy.on_policy_dropped_fraction == 1.0
     assert buggy.kept_fraction == 0.0
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        lambda s: S.staleness_mask(s, eta=1),
+        lambda s: S.staleness_decay(s, gamma=0.5),
+    ],
+    ids=["staleness_mask", "staleness_decay"],
+)
+def test_a_staleness_result_passed_whole_says_to_pass_its_sample(use: Any) -> None:
+    result = S.sample_staleness(5, [[3, 4], [5, 5]])
+    with pytest.raises(TypeError, match=r"pass its \.sample for one value per sample"):
+        use(result)
+    assert use(result.sample).shape == (2,)  # the fix the message gives works
