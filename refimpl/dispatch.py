@@ -1340,7 +1340,10 @@ def _compositions(total: int, parts: int) -> itertools.chain[tuple[int, ...]]:
 
 class KaplanMeier(NamedTuple):
     """Product-limit estimate: ``survival[i]`` is :math:`\\hat S(t)` for ``times[i] <= t <
-    times[i+1]``."""
+    times[i+1]``, and :math:`\\hat S(t) = 1` before ``times[0]``.
+
+    Empty arrays (no rollout finished) therefore mean :math:`\\hat S \\equiv 1`: no drop was
+    observed. The estimate says nothing beyond the longest length observed, finished or not."""
 
     times: FloatArray
     survival: FloatArray
@@ -1388,7 +1391,9 @@ def kaplan_meier(durations: ArrayLike, observed: ArrayLike) -> KaplanMeier:
     -------
     KaplanMeier
         ``times`` (the distinct event times, increasing) and ``survival`` (:math:`\hat S` just after
-        each of them); both empty when nothing finished.
+        each of them). :math:`\hat S = 1` before the first event time, so when nothing finished
+        both are empty and the estimate is :math:`\hat S \equiv 1` (no event, no drop), not
+        missing.
 
     Raises
     ------

@@ -605,3 +605,20 @@ def test_fluid_model_resolves_laws_much_narrower_than_the_step_time(
     assert got.kept_fraction == pytest.approx(kept, rel=1e-6)
     assert got.trained_mean_length == pytest.approx(mean, rel=1e-6)
     assert got.step_time == pytest.approx(batch * dist.mean() / (slots * kept), rel=1e-6)
+
+
+def test_kaplan_meier_with_no_event_is_survival_one_everywhere() -> None:
+    # Everything censored: no drop of the step function is observed, so S = 1 wherever evaluated;
+    # the representation is the empty step list, and evaluating it with S = 1 before the first
+    # event time (the documented convention) gives 1.
+    km = refimpl.kaplan_meier([3.0, 5.0, 5.0], [0, 0, 0])
+    assert km.times.size == km.survival.size == 0
+
+    def survival_at(t: float) -> float:
+        i = int(np.searchsorted(km.times, t, side="right"))
+        return 1.0 if i == 0 else float(km.survival[i - 1])
+
+    assert [survival_at(t) for t in (0.0, 3.0, 4.9)] == [1.0, 1.0, 1.0]
+    one_event = refimpl.kaplan_meier([3.0, 5.0, 5.0], [1, 0, 0])  # and the first event drops it
+    assert one_event.times.tolist() == [3.0]
+    assert one_event.survival.tolist() == pytest.approx([2 / 3])
