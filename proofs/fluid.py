@@ -4,8 +4,13 @@ $N$ slots each relaunch the instant they finish; the trainer takes completions i
 $B$ per step; a token takes one time unit. In steady state with nothing dropped, completions arrive
 at rate $N/E[L]$, so a step takes $\Delta = B\,E[L]/N$.
 
-**Staleness is proportional to length.** A rollout of length $\ell$ is launched at a uniformly
-random phase of the version clock, so its staleness is the number of version boundaries it spans,
+**Staleness is proportional to length.** Why the launch phase is uniform: in the fluid limit
+completions form a stationary stream of constant rate $N/E[L]$, and every completion relaunches its
+slot at once, so launches are that same stream; a version lasts a fixed $\Delta$ (it ends after $B$
+completions), so the launch instant of a rollout is uniform within its version's interval; and the
+new rollout's length is drawn afresh, independent of when it starts. So a rollout of length $\ell$
+is launched at a uniformly random phase $U$ of the version clock, independent of $\ell$, and its
+staleness is the number of version boundaries it spans,
 $s = \lfloor \ell/\Delta + U \rfloor$ with $U \sim U(0, 1)$. Writing $\ell/\Delta = m + f$ with
 $m$ an integer and $0 \le f < 1$, $s = m$ with probability $1 - f$ and $m + 1$ with probability
 $f$, so $E[s \mid \ell] = \ell/\Delta$ and $P(s \ge j \mid \ell) = \operatorname{clip}(\ell/\Delta - j
@@ -45,10 +50,14 @@ from proofs._framework import assert_close, assert_zero, claim
 
 @claim(
     "FL1",
-    "Fluid staleness: $E[\\lfloor m + f + U\\rfloor] = m + f$ for integer $m$ and $0 \\le f < 1$, "
-    "so $E[s \\mid \\ell] = \\ell/\\Delta$, and with $\\Delta = B E[L]/N$, $E[s] = N/B$ (symbolic); "
-    "`refimpl.fluid_steady_state` without a mask reports $N/B$, and `fluid_keep_probability` is "
-    "$P(s \\le \\eta \\mid \\ell)$.",
+    "Fluid staleness: given the fluid premise (a uniform launch phase independent of the length, "
+    "derived above), $E[\\lfloor m + f + U\\rfloor] = m + f$ for integer $m$ and $0 \\le f < 1$, "
+    "so $E[s \\mid \\ell] = \\ell/\\Delta$, and with $\\Delta = B E[L]/N$, $E[s] = N/B$ "
+    "(symbolic). Library check: $E[s] = \\sum_{j \\ge 1} P(s \\ge j)$ integrated by quadrature "
+    "from $P(s \\ge j \\mid \\ell)$, against `refimpl.fluid_steady_state` unmasked and masked at a "
+    "bound no rollout reaches; `fluid_keep_probability` against $P(s \\le \\eta \\mid \\ell)$ from "
+    "the two-point law of $s$. The premise's consequence is checked against the simulator in "
+    "the test suite (`test_mean_staleness_of_continuous_dispatch_is_slots_over_batch`).",
 )
 def fluid_staleness() -> None:
     m = sp.symbols("m", integer=True, nonnegative=True)
@@ -58,11 +67,32 @@ def fluid_staleness() -> None:
     n_slots, batch, mean = sp.symbols("N B EL", positive=True)
     delta = batch * mean / n_slots
     assert_zero(mean / delta - n_slots / batch, label="E[s] - N/B")
-    dist = scipy.stats.lognorm(s=1.0, scale=math.exp(6.0))
+    # Independently of the closed form: E[s] = sum_j P(s >= j), each term a quadrature of
+    # P(s >= j | l) = clip(l/Δ - j + 1, 0, 1) over the length law (Δ from the step time's definition).
+    dist = scipy.stats.lognorm(s=0.5, scale=math.exp(6.0))
     for slots, b in [(128, 256), (64, 8), (7, 3)]:
+        delta_ = b * float(dist.mean()) / slots
+        total, j = 0.0, 1
+        while True:
+            term = integrate.quad(
+                lambda v, j=j: min(max(v / delta_ - j + 1, 0.0), 1.0) * dist.pdf(v),
+                (j - 1) * delta_,
+                float(dist.ppf(1 - 1e-16)) + j * delta_,
+                points=[j * delta_],
+                limit=400,
+                epsabs=1e-15,
+            )[0]
+            total += term
+            if term < 1e-14:
+                break
+            j += 1
         state = refimpl.fluid_steady_state(dist, slots=slots, batch=b)
-        assert_close(state.mean_staleness, slots / b, rel=1e-15)
-        assert_close(state.step_time, b * float(dist.mean()) / slots, rel=1e-15)
+        assert_close(state.mean_staleness, total, rel=1e-7, label="E[s] unmasked")
+        assert_close(state.step_time, delta_, rel=1e-15, label="step time")
+        # the masked path (other code) at a bound that keeps every rollout gives the same E[s]
+        eta_all = int(math.ceil(float(dist.ppf(1 - 1e-16)) / delta_)) + 1
+        masked = refimpl.fluid_steady_state(dist, slots=slots, batch=b, eta=eta_all)
+        assert_close(masked.mean_staleness, total, rel=1e-7, label="E[s] masked, nothing dropped")
     lengths = np.array([0.0, 0.3, 1.0, 1.7, 2.0, 2.5, 3.2])
     for eta in (0, 1, 2):
         found = refimpl.fluid_keep_probability(lengths, step_time=1.0, eta=eta)
