@@ -75,7 +75,7 @@ def fluid_staleness() -> None:
         total, j = 0.0, 1
         while True:
             term = integrate.quad(
-                lambda v, j=j: min(max(v / delta_ - j + 1, 0.0), 1.0) * dist.pdf(v),
+                lambda v, j=j, d=delta_: min(max(v / d - j + 1, 0.0), 1.0) * dist.pdf(v),
                 (j - 1) * delta_,
                 float(dist.ppf(1 - 1e-16)) + j * delta_,
                 points=[j * delta_],
@@ -90,7 +90,7 @@ def fluid_staleness() -> None:
         assert_close(state.mean_staleness, total, rel=1e-7, label="E[s] unmasked")
         assert_close(state.step_time, delta_, rel=1e-15, label="step time")
         # the masked path (other code) at a bound that keeps every rollout gives the same E[s]
-        eta_all = int(math.ceil(float(dist.ppf(1 - 1e-16)) / delta_)) + 1
+        eta_all = math.ceil(float(dist.ppf(1 - 1e-16)) / delta_) + 1
         masked = refimpl.fluid_steady_state(dist, slots=slots, batch=b, eta=eta_all)
         assert_close(masked.mean_staleness, total, rel=1e-7, label="E[s] masked, nothing dropped")
     lengths = np.array([0.0, 0.3, 1.0, 1.7, 2.0, 2.5, 3.2])
