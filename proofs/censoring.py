@@ -51,29 +51,81 @@ def kaplan_meier_without_censoring() -> None:
 
 @claim(
     "KM2",
-    "Type II censored exponential lengths: with $T \\sim \\mathrm{Gamma}(k, \\lambda)$, "
-    "$E[(k-1)/T] = \\lambda$ and $E[k/T] = k\\lambda/(k-1)$ (symbolic in $k$ and $\\lambda$); "
-    "`refimpl.exponential_rate_mle` computes $k/T$ and $(k-1)/T$ with "
-    "$T = \\sum_{i \\le k} x_{(i)} + (n-k) x_{(k)}$.",
+    "Type II censored exponential lengths: $T = \\sum_{i\\le k} x_{(i)} + (n-k) x_{(k)} = "
+    "\\sum_{j \\le k} (n-j+1)(x_{(j)} - x_{(j-1)})$ (symbolic, every $k \\le n \\le 6$); the "
+    "normalised spacings of $n$ iid $\\mathrm{Exp}(\\lambda)$ lengths are iid $\\mathrm{Exp}(\\lambda)$ "
+    "(Rényi: the order statistics' density $n!\\,\\lambda^n e^{-\\lambda \\sum x}$, the map to "
+    "spacings has Jacobian $n!$ and preserves $\\sum x$; symbolic, $n \\le 5$), so "
+    "$T \\sim \\mathrm{Gamma}(k, \\lambda)$ (the product of $k$ exponential moment generating "
+    "functions is Gamma's; symbolic), and $E[(k-1)/T] = \\lambda$, $E[k/T] = k\\lambda/(k-1)$ "
+    "(symbolic in $k$ and $\\lambda$). Library check: `refimpl.exponential_rate_mle` against the "
+    "maximiser of the censored log-likelihood $\\sum_{\\text{finished}} \\log f + "
+    "\\sum_{\\text{censored}} \\log S$ found numerically (scipy), and its unbiased variant against "
+    "$(k-1)/k$ times that maximiser.",
 )
 def exponential_rate_estimators() -> None:
+    # 1. Total time on test as a sum of normalised spacings (an identity of linear forms).
+    for n in range(1, 7):
+        xs = sp.symbols(f"x1:{n + 1}", real=True)  # the order statistics x_(1) <= ... <= x_(n)
+        for k in range(1, n + 1):
+            total = sum(xs[:k]) + (n - k) * xs[k - 1]
+            spacings = sum((n - j) * (xs[j] - (xs[j - 1] if j else 0)) for j in range(k))
+            assert_zero(sp.expand(total - spacings), label=f"T as spacings, n={n}, k={k}")
+    # 2. Rényi: the map from order statistics to normalised spacings D_j = (n-j+1)(x_(j) - x_(j-1))
+    #    is linear with determinant n! and keeps sum x = sum D, so the density n! λ^n e^{-λ Σx} of
+    #    the order statistics becomes λ^n e^{-λ Σ D}: iid Exp(λ) spacings.
+    lam, t, u = sp.symbols("lambda t u", positive=True)
+    for n in range(1, 6):
+        xs = sp.symbols(f"x1:{n + 1}", real=True)
+        d = [(n - j) * (xs[j] - (xs[j - 1] if j else 0)) for j in range(n)]
+        jacobian = sp.Matrix([[sp.diff(dj, x) for x in xs] for dj in d]).det()
+        assert_zero(jacobian - sp.factorial(n), label=f"Jacobian of the spacings map, n={n}")
+        assert_zero(sp.expand(sum(d) - sum(xs)), label=f"sum of spacings, n={n}")
+    # 3. A sum of k iid Exp(λ) is Gamma(k, λ): the MGF (λ/(λ-u))^k is Gamma's, for u < λ.
     k = sp.symbols("k", positive=True, integer=True)
-    lam, t = sp.symbols("lambda t", positive=True)
     kk = k + 1  # k >= 2
     gamma_density = lam**kk * t ** (kk - 1) * sp.exp(-lam * t) / sp.gamma(kk)
+    for order in range(1, 5):
+        density = lam**order * t ** (order - 1) * sp.exp(-lam * t) / sp.gamma(order)
+        mgf = sp.integrate(sp.exp(u * t) * density, (t, 0, sp.oo), conds="none")
+        exponential_mgf = lam / (lam - u)
+        assert_zero(
+            sp.simplify(mgf.subs(u, lam / 2) - exponential_mgf.subs(u, lam / 2) ** order),
+            label=f"Gamma({order}) MGF at u = λ/2",
+        )
+        assert_zero(
+            sp.simplify(mgf.subs(u, -lam) - exponential_mgf.subs(u, -lam) ** order),
+            label=f"Gamma({order}) MGF at u = -λ",
+        )
+    # 4. The moments of 1/T under Gamma(k, λ).
     unbiased = sp.integrate((kk - 1) / t * gamma_density, (t, 0, sp.oo), conds="none")
     assert_zero(sp.gammasimp(unbiased - lam), label="E[(k-1)/T] - lambda")
     mle = sp.integrate(kk / t * gamma_density, (t, 0, sp.oo), conds="none")
     assert_zero(sp.gammasimp(mle - kk * lam / (kk - 1)), label="E[k/T] - k lambda/(k-1)")
-    x = np.array([0.3, 1.1, 0.2, 2.5, 0.9, 4.0])
-    n, kk_ = x.size, 3
-    order = np.sort(x)
-    total = order[:kk_].sum() + (n - kk_) * order[kk_ - 1]
-    durations = np.concatenate((order[:kk_], np.full(n - kk_, order[kk_ - 1])))
-    observed = np.arange(n) < kk_
-    assert_close(refimpl.exponential_rate_mle(durations, observed), kk_ / total, rel=1e-15)
-    assert_close(
-        refimpl.exponential_rate_mle(durations, observed, unbiased=True),
-        (kk_ - 1) / total,
-        rel=1e-15,
-    )
+    # 5. Library: against the numerical maximiser of the censored likelihood (no T formula used).
+    import scipy.optimize
+    import scipy.stats
+
+    rng = np.random.default_rng(11)
+    for n_, k_ in [(6, 3), (10, 10), (20, 4), (7, 1)]:
+        x = np.sort(rng.exponential(scale=3.0, size=n_))
+        durations = np.concatenate((x[:k_], np.full(n_ - k_, x[k_ - 1])))
+        observed = np.arange(n_) < k_
+
+        def negative_log_likelihood(
+            log_rate: float, d: np.ndarray = durations, o: np.ndarray = observed
+        ) -> float:
+            law = scipy.stats.expon(scale=float(np.exp(-log_rate)))
+            return -float(law.logpdf(d[o]).sum() + law.logsf(d[~o]).sum())
+
+        best = scipy.optimize.minimize_scalar(
+            negative_log_likelihood, bracket=(-5.0, 5.0), tol=1e-12
+        )
+        rate = float(np.exp(best.x))
+        assert_close(refimpl.exponential_rate_mle(durations, observed), rate, rel=1e-6)
+        if k_ >= 2:
+            assert_close(
+                refimpl.exponential_rate_mle(durations, observed, unbiased=True),
+                (k_ - 1) / k_ * rate,
+                rel=1e-6,
+            )
