@@ -155,7 +155,8 @@ def dapo_optimum() -> None:
 @claim(
     "PEN5",
     r"Cosine: $c(0) = 1$, $c(L) = 0$ and $c'(\ell) = -\frac{\pi}{2L}\sin(\pi\ell/L) \le 0$ on "
-    r"$[0, L]$, so correct rewards fall from $r^c_\text{max}$ to $r^c_\text{min}$ and wrong rewards "
+    r"$[0, L]$ (symbolic: SymPy's inequality solver finds no $u \in [0, 1]$ with $\sin \pi u < 0$), "
+    r"so correct rewards fall from $r^c_\text{max}$ to $r^c_\text{min}$ and wrong rewards "
     r"rise from $r^w_\text{min}$ to $r^w_\text{max}$.",
 )
 def cosine_schedule() -> None:
@@ -164,8 +165,19 @@ def cosine_schedule() -> None:
     assert_zero(c.subs(ell, 0) - 1, label="c(0)")
     assert_zero(c.subs(ell, L), label="c(L)")
     assert_zero(sp.diff(c, ell) + sp.pi / (2 * L) * sp.sin(sp.pi * ell / L), label="c'")
-    u = sp.Symbol("u", positive=True)  # u = ℓ/L in (0, 1): sin(πu) >= 0
-    assert_nonnegative(sp.sin(sp.pi * u).subs(u, sp.Rational(1, 3)), label="sin on (0,1)")
+    # c' <= 0 on [0, L] iff sin(πu) >= 0 for u = ℓ/L in [0, 1]: SymPy solves the inequality
+    # sin(πu) < 0 on that interval and finds no solution (and the minimum there is 0).
+    u = sp.Symbol("u", real=True)
+    unit = sp.Interval(0, 1)
+    negative = sp.solveset(sp.sin(sp.pi * u) < 0, u, unit)
+    if negative != sp.S.EmptySet:
+        raise AssertionError(f"sin(πu) < 0 somewhere on [0, 1]: {negative}")
+    assert_zero(
+        sp.calculus.util.minimum(sp.sin(sp.pi * u), u, unit), label="min of sin(πu) on [0, 1]"
+    )
+    # ... while on a longer range the same solver does find the sign change (it can say no)
+    if sp.solveset(sp.sin(sp.pi * u) < 0, u, sp.Interval(0, 2)) == sp.S.EmptySet:
+        raise AssertionError("the inequality solver misses sin(πu) < 0 on (1, 2)")
     r = refimpl.cosine_length_reward(
         [0.0, 1000.0, 0.0, 1000.0],
         [True, True, False, False],
