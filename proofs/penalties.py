@@ -57,7 +57,12 @@ import numpy as np
 import sympy as sp
 
 import refimpl
-from proofs._framework import assert_close, assert_nonnegative, assert_zero, claim
+from proofs._framework import (
+    assert_close,
+    assert_positive,
+    assert_zero,
+    claim,
+)
 
 ell, lam, q_max = sp.symbols("ell lambda q_max", positive=True)
 l_lo, width = sp.symbols("ell_min w", positive=True)  # w = ℓ_max − ℓ_min > 0
@@ -129,13 +134,21 @@ def dapo_ramp() -> None:
     "PEN4",
     r"DAPO under the quality model: $\arg\max_\ell\, Q(\ell) + R(\ell) = "
     r"\operatorname{clip}\big(\lambda\ln(q_\text{max}L_\text{cache}/\lambda),\ L_\text{max} - "
-    r"L_\text{cache},\ L_\text{max}\big)$ (first-order condition $Q'(\ell) = 1/L_\text{cache}$).",
+    r"L_\text{cache},\ L_\text{max}\big)$. Symbolic: $Q'' < 0$ and the penalty's slope falls from "
+    r"0 to $-1/L_\text{cache}$, so $Q + R$ is concave on $[0, L_\text{max}]$; $Q' > 0$ before the "
+    r"ramp; on it the first-order condition $Q'(\ell) = 1/L_\text{cache}$ has that root; beyond "
+    r"$L_\text{max}$, $Q - 1 < 0 = Q(0) + R(0)$ for $q_\text{max} \le 1$. Library check: "
+    r"`saturating_quality + dapo_overlong_penalty` on a fine grid peaks at the closed form.",
 )
 def dapo_optimum() -> None:
     root = lam * sp.log(q_max * l_cache / lam)
     foc = sp.diff(Q_expr - ell / l_cache, ell).subs(ell, root)
     assert_zero(foc, label="FOC on the ramp")
-    assert_nonnegative(sp.diff(Q_expr, ell), label="Q' (reward increasing before the ramp)")
+    assert_positive(sp.diff(Q_expr, ell), label="Q' > 0 (reward increasing before the ramp)")
+    assert_positive(-sp.diff(Q_expr, ell, 2), label="-Q'' > 0 (Q strictly concave)")
+    assert_positive(0 - (-1 / l_cache), label="penalty slope falls from 0 to -1/L_cache")
+    d = sp.Symbol("d", nonnegative=True)  # q_max = 1/(1 + d) <= 1
+    assert_positive(-(Q_expr.subs(q_max, 1 / (1 + d)) - 1), label="beyond L_max: Q - 1 < 0")
     grid = np.linspace(0.0, 3000.0, 300_001)
     # interior optimum; clipped at L_max − L_cache (twice). (The upper clip cannot bind when
     # q_max <= 1: it needs λ ln(q_max L_cache/λ) > L_cache, but ln(x)/x <= 1/e.) Parameters keep
@@ -194,13 +207,18 @@ def cosine_schedule() -> None:
     "PEN6",
     r"L1-Exact under the quality model: $\arg\max_\ell\, Q(\ell) - \alpha|n_\text{gold} - \ell| = "
     r"\max\big(n_\text{gold},\ \lambda\ln(q_\text{max}/(\lambda\alpha))\big)$: above the target it "
-    r"is the constant price $\alpha$.",
+    r"is the constant price $\alpha$. Symbolic: $Q'' < 0$ and $-\alpha|\cdot|$ is concave, so the "
+    r"objective is concave; its slope $Q' + \alpha > 0$ below the target, and above it "
+    r"$Q' - \alpha$ vanishes at that root. Library check: `saturating_quality` plus "
+    r"`l1_exact_reward` on a fine grid peaks at the closed form.",
 )
 def l1_exact_optimum() -> None:
     alpha = sp.Symbol("alpha", positive=True)
     root = lam * sp.log(q_max / (lam * alpha))
     assert_zero(sp.diff(Q_expr - alpha * ell, ell).subs(ell, root), label="FOC above target")
-    assert_nonnegative(sp.diff(Q_expr + alpha * ell, ell), label="increasing below target")
+    assert_positive(sp.diff(Q_expr + alpha * ell, ell), label="increasing below target")
+    assert_positive(-sp.diff(Q_expr, ell, 2), label="-Q'' > 0 (Q strictly concave)")
+    assert_positive(alpha - (-alpha), label="the |.| term's slope falls from +α to -α")
     grid = np.linspace(0.0, 3000.0, 300_001)
     for q, lm_, a, gold in (
         (1.0, 100.0, 0.0003, 100.0),
@@ -222,7 +240,10 @@ def l1_exact_optimum() -> None:
     "PEN7",
     r"L1-Max: a correct answer gets $\delta$ at the budget, 1 for "
     r"$n_y \le n_\text{gold} - (1 - \delta)/\alpha$, 0 for $n_y \ge n_\text{gold} + \delta/\alpha$; "
-    r"under the quality model its optimum lies in that window.",
+    r"under the quality model its optimum lies in that window (symbolic: below it the expected "
+    r"reward is $Q$, with $Q' > 0$, so the window's left end beats every shorter length; above it "
+    r"the reward is 0, which no length in the window falls below). Library check: "
+    r"`saturating_quality · l1_max_reward` on a grid peaks inside the window.",
 )
 def l1_max_budget() -> None:
     alpha, delta, gold = sp.symbols("alpha delta n_gold", positive=True)
@@ -230,6 +251,8 @@ def l1_max_budget() -> None:
     assert_zero(inner.subs(ell, gold) - delta, label="at budget")
     assert_zero(inner.subs(ell, gold - (1 - delta) / alpha) - 1, label="reaches 1")
     assert_zero(inner.subs(ell, gold + delta / alpha), label="reaches 0")
+    assert_positive(sp.diff(Q_expr, ell), label="Q' > 0 below the window")
+    assert_zero(Q_expr.subs(ell, 0), label="Q(0) = 0, so with Q' > 0, Q >= 0: the window beats 0")
     # under the quality model, the optimum lies in the window [g − (1 − δ)/α, g + δ/α]: below it the
     # reward is Q(ℓ) (increasing), above it 0
     ell_grid = np.arange(0.0, 12001.0)
