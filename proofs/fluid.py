@@ -105,12 +105,37 @@ def fluid_staleness() -> None:
 @claim(
     "FL2",
     "Masked fixed point: $E_p[\\operatorname{clip}(\\eta+1-L/\\Delta, 0, 1)] = "
-    "\\frac1\\Delta\\int_{\\eta\\Delta}^{(\\eta+1)\\Delta} F$ (symbolic for exponential lengths, "
-    "$\\eta = 0, 1, 2$), non-decreasing in $\\Delta$; `refimpl.fluid_steady_state` solves "
+    "\\frac1\\Delta\\int_{\\eta\\Delta}^{(\\eta+1)\\Delta} F$ for every law (symbolic: "
+    "$\\mathrm{keep}(\\ell) = \\frac1\\Delta\\int_{\\eta\\Delta}^{(\\eta+1)\\Delta} "
+    "\\mathbf 1[\\ell \\le x]\\,dx$ on each of the three ranges of $\\ell$, for symbolic "
+    "$\\eta$ and $\\Delta$, then Tonelli; and, as a spot check, the whole expectation for "
+    "exponential lengths, $\\eta = 0, 1, 2$), non-decreasing in $\\Delta$ (symbolic for an "
+    "undefined $F$: the derivative is $(\\eta + t) F'((\\eta + t)\\Delta) \\ge 0$); `refimpl.fluid_steady_state` solves "
     "$\\Delta = B E[L]/(N E_p[\\mathrm{keep}_\\Delta])$ and its kept fraction and trained mean "
     "length match direct quadrature.",
 )
 def masked_fixed_point() -> None:
+    # Every law: keep(ℓ) as an integral of an indicator, checked on each range of ℓ.
+    eta_s = sp.Symbol("eta", integer=True, nonnegative=True)
+    d_s, xx = sp.symbols("Delta x", positive=True)
+    t_s = sp.Symbol("t", nonnegative=True)  # the position inside a range, scaled by Δ
+    lo, hi = eta_s * d_s, (eta_s + 1) * d_s
+
+    def keep(length: sp.Expr) -> sp.Expr:  # clip(η + 1 - ℓ/Δ, 0, 1) on the range it is used in
+        return eta_s + 1 - length / d_s
+
+    below = sp.integrate(sp.Integer(1), (xx, lo, hi)) / d_s  # ℓ <= ηΔ: 1[ℓ <= x] = 1 on the window
+    assert_zero(below - 1, label="keep = 1 below the window")
+    inside = lo + t_s * d_s  # ℓ = (η + t)Δ, 0 <= t <= 1: 1[ℓ <= x] = 1 for x in [ℓ, (η+1)Δ]
+    assert_zero(sp.integrate(sp.Integer(1), (xx, inside, hi)) / d_s - keep(inside), label="ramp")
+    # ℓ >= (η+1)Δ: the indicator is 0 on the whole window, and clip(...) = 0 there too
+    assert_zero(sp.Max(0, sp.Min(1, keep(hi + t_s * d_s))), label="keep = 0 above the window")
+    big_f = sp.Function("F")
+    mean_keep = sp.diff(big_f((eta_s + t_s) * d_s), d_s)
+    assert_zero(
+        mean_keep - (eta_s + t_s) * sp.Subs(sp.Derivative(big_f(xx), xx), xx, (eta_s + t_s) * d_s),
+        label="d/dΔ F((η + t)Δ)",
+    )
     lam, delta, x = sp.symbols("lambda Delta x", positive=True)
     pdf = lam * sp.exp(-lam * x)
     cdf = 1 - sp.exp(-lam * x)
