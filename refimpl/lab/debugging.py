@@ -173,7 +173,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax1.set_title("Off-by-one: the mask behaves like η − 1")
     ax1.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax1.set_ylabel("fraction kept")
-    ax1.legend(fontsize=6.5)
+    ax1.legend()
 
     progress("too-tight IS mask: over_masking_scenarios")
     off_by_one, tight = refimpl.over_masking_scenarios(config.rng(STREAM * 100 + 1))
@@ -197,12 +197,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         label="band tighter than the mismatch (bug)",
     )
     e = tight.correct.length_edges
-    ax2.set_xticks(pos, [f"{fmt(e[i], 2)}–{fmt(e[i + 1], 2)}" for i in range(nbins)], fontsize=8)
+    ax2.set_xticks(pos, [f"{fmt(e[i], 2)}–{fmt(e[i + 1], 2)}" for i in range(nbins)])
     ax2.set_ylim(0, 1.1)
     ax2.set_title("Too-tight IS mask: on-policy samples dropped, long first")
     ax2.set_xlabel("length quartile (tokens); every sample is on-policy")
     ax2.set_ylabel("fraction kept")
-    ax2.legend(fontsize=8, loc="lower left")
+    ax2.legend(loc="lower left")
     section.figure(
         fig,
         "over-masking",

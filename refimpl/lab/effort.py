@@ -174,7 +174,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax.set_title("Cost/quality frontier under the same quality model")
     ax.set_xlabel("expected length (tokens)")
     ax.set_ylabel(f"expected quality Q (max {fmt(p['q_max'])})")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower right")
     section.figure(
         fig,
         "frontier",
