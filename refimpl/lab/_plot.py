@@ -25,7 +25,9 @@ __all__ = [
     "SIM",
     "closed",
     "lab_style",
+    "legend_below",
     "new_figure",
+    "series_handles",
     "series_legend",
     "sim",
     "sim_with_error",
@@ -124,16 +126,14 @@ def sim_with_error(
     ax.errorbar(x, y, yerr=2 * np.asarray(se), fmt=fmt, color=color, ms=ms, capsize=2, label=label)
 
 
-def series_legend(
-    ax: Axes,
+def series_handles(
     series: list[tuple[str, str]],
     *,
     closed_label: str = "closed form",
     sim_label: str = "simulation",
     extra: list[Any] | None = None,
-    **kw: Any,
-) -> None:
-    """One legend entry per coloured series, plus two entries explaining line vs markers."""
+) -> list[Any]:
+    """Legend handles: one per coloured series, plus two explaining line vs markers."""
     from matplotlib.lines import Line2D
 
     handles: list[Any] = [
@@ -145,4 +145,23 @@ def series_legend(
         Line2D([], [], color="0.25", linewidth=2, label=f"line: {closed_label}"),
         Line2D([], [], color="0.25", marker="o", linestyle="none", label=f"markers: {sim_label}"),
     ]
+    return handles
+
+
+def series_legend(
+    ax: Axes,
+    series: list[tuple[str, str]],
+    *,
+    closed_label: str = "closed form",
+    sim_label: str = "simulation",
+    extra: list[Any] | None = None,
+    **kw: Any,
+) -> None:
+    """One legend entry per coloured series, plus two entries explaining line vs markers."""
+    handles = series_handles(series, closed_label=closed_label, sim_label=sim_label, extra=extra)
     ax.legend(handles=handles, **kw)
+
+
+def legend_below(fig: Figure, handles: list[Any], *, ncol: int) -> None:
+    """One legend for the whole figure, under its panels, where it covers no data."""
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, frameon=False)

@@ -22,7 +22,15 @@ from refimpl.lab._common import (
     support,
     trained,
 )
-from refimpl.lab._plot import COLORS, closed, new_figure, series_legend, sim, sim_with_error
+from refimpl.lab._plot import (
+    COLORS,
+    closed,
+    legend_below,
+    new_figure,
+    series_handles,
+    sim,
+    sim_with_error,
+)
 from refimpl.lab.config import LabConfig
 from refimpl.lab.report import Section, fmt, nonnegative
 
@@ -60,7 +68,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         },
     )
     rows = []
-    fig, axes = new_figure(2)
+    fig, axes = new_figure(2, height=4.4)
     for t, ((tail_name, sigma), ax) in enumerate(zip(TAILS.items(), axes, strict=True)):
         pmf = discretized_lognormal(median=MEDIAN, sigma=sigma, max_length=MAX_LENGTH)
         ell = support(pmf)
@@ -116,7 +124,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         ax.set_title(f"Trained length law, first k of {N_LAUNCH}, {tail_name}")
         ax.set_xlabel("rollout length ℓ (tokens, log scale)")
         ax.set_ylabel("P(trained length ≤ ℓ)")
-        series_legend(ax, series, closed_label="selected_pmf", loc="lower right")
+    legend_below(fig, series_handles(series, closed_label="selected_pmf"), ncol=6)
     section.figure(
         fig,
         "first-k-cdf",

@@ -130,7 +130,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         ax1,
         [(f"P(s ≥ {m} | ℓ)", COLORS[m - 1]) for m in (1, 2, 3)],
         closed_label="fluid model",
-        loc="lower right",
+        loc="upper left",
     )
     section.metric("step_time_no_bound", delta0)
     section.metric(
@@ -217,13 +217,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_title("Trained length law under a drop at s > η")
     ax2.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax2.set_ylabel("density of ln ℓ")
+    ax2.set_ylim(0, 1.6 * ax2.get_ylim()[1])  # room for the legend above the curves
     from matplotlib.lines import Line2D
 
     series_legend(
         ax2,
         [(f"η = {eta}", COLORS[i]) for i, eta in enumerate(ETAS)],
         closed_label="fluid q_η",
-        loc="upper right",
+        loc="upper center",
+        ncol=2,
         extra=[Line2D([], [], color="0.55", linestyle=":", linewidth=2, label="launched law p")],
     )
     section.figure(
