@@ -214,7 +214,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "a correct mask keeps every on-policy sample (blue bars at 1).",
     )
     section.table(
-        "diagnostics", "masking_diagnostics of correct and buggy weights", DIAG_COLUMNS, rows_tab
+        "diagnostics",
+        "masking_diagnostics of correct and buggy weights",
+        DIAG_COLUMNS,
+        rows_tab,
+        note="kept fraction: share of all samples with a non-zero weight; on-policy dropped: "
+        "share of the on-policy samples (s = 0) given weight 0 — any positive value is an "
+        "ALARM; ESS: effective sample size (Σw)²/Σw² over all samples (stale ones included, so "
+        "it can exceed the on-policy count); keep rates by length quartile: the shortest and "
+        "longest quarter of the samples.",
     )
     section.text(
         "Read the table from the *on-policy dropped* column: it is 0 for every correct weighting and "
