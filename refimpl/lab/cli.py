@@ -109,7 +109,7 @@ def default_docs_url(out: Path) -> str | None:
     return Path(rel).as_posix()
 
 
-def _docs_note(url: str | None, explicit: bool) -> str:
+def _docs_note(url: str | None, explicit: bool, built: bool) -> str:
     """What the report says about where its documentation links lead."""
     build = "`sphinx-build docs docs/_build/html` (in the root of a source checkout)"
     if url is None:
@@ -124,9 +124,10 @@ def _docs_note(url: str | None, explicit: bool) -> str:
         return (
             f"**Documentation.** *Explained in* links open pages of the documentation at `{url}`."
         )
+    state = "rebuild it after a change" if built else "it is not built yet: build it"
     return (
         "**Documentation.** *Explained in* links open pages of the documentation built from this "
-        f"source checkout, at `{url}` relative to this report; build it first with {build}. "
+        f"source checkout, at `{url}` relative to this report ({state} with {build}). "
         "`--docs-url URL` points them at another copy."
     )
 
@@ -254,7 +255,11 @@ def run(args: argparse.Namespace) -> int:
         "reading": _READING
         + NOISE_NOTE
         + ".\n\n"
-        + _docs_note(docs_url, args.docs_url is not None),
+        + _docs_note(
+            docs_url,
+            args.docs_url is not None,
+            docs_url is not None and (out / docs_url / "index.html").is_file(),
+        ),
         "symbols": [list(s) for s in SYMBOLS],
         "docs_url": docs_url,
         "settings": {

@@ -585,8 +585,9 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
             elif isinstance(b, FigureBlock):
                 src = html.escape(f"figures/{b.file}")
                 width = f' width="{b.width}"' if b.width else ""
-                out.append(
-                    f'<figure><img src="{src}"{width} alt="{html.escape(b.caption)}">'
+                out.append(  # the image links to itself: full resolution on a narrow screen
+                    f'<figure><a href="{src}"><img src="{src}"{width} '
+                    f'alt="{html.escape(b.caption)}"></a>'
                     f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
                 )
             else:

@@ -241,8 +241,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     section.table(
         "drop-table",
         "Dropping at s > η: fluid model against the simulator; the last two columns are what is "
-        "lost. Δ_η is the step time of the run with the drop (fluid model), longer than the "
-        f"{fmt(delta0)} tokens/step of the run without a bound",
+        f"lost (Δ_η: step time with the drop; without a bound Δ = {fmt(delta0)} tokens/step)",
         (
             "η",
             "Δ_η (tokens/step)",
