@@ -489,6 +489,14 @@ def test_every_table_scrolls_inside_its_own_container(quick: QuickRun) -> None:
     assert css is not None
     assert re.search(r"\.table-wrap\{[^}]*overflow-x:auto", css[1])
     assert re.search(r"td\.num\{[^}]*white-space:nowrap", css[1])
+    # Headers of three words or more keep the width of their longest word pair (no one word per
+    # line); text cells keep a minimum width.
+    heads = re.findall(r"<th>((?:(?!</th>).)*)</th>", quick.html)
+    assert any(h.startswith('<span class="w"') for h in heads)
+    for head in heads:
+        if not head.startswith('<span class="w"'):
+            assert len(re.sub(r"<[^>]+>", "", head).split()) < 3, head
+    assert re.search(r"td\.txt::before\{[^}]*width:8em", css[1])
 
 
 def _doc_hrefs(page: str) -> list[str]:
@@ -620,7 +628,7 @@ def test_restart_throughput_reconciles_with_its_waste(quick: QuickRun) -> None:
     st = quick.metrics["sections"]["staleness"]
     if not st["available"]:
         pytest.skip("staleness section not available in this build")
-    rows = {r["strategy"]: r for r in st["metrics"]["alternatives"]}
+    rows = {r["strategy"]: r for r in st["metrics"]["alternatives-cost"]}
     base = rows["async, no bound"]
     assert base["trained samples/time (× async)"] == 1.0
     for name, r in rows.items():

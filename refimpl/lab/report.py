@@ -12,6 +12,7 @@ prints float64 rounding noise as a value, and quantities that are non-negative b
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import re
@@ -470,7 +471,7 @@ th,td{border:1px solid #d9dde8;padding:.25em .5em;text-align:right;vertical-alig
 th{background:#eef0f6;font-weight:600}
 td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
 td.txt{text-align:left}td.txt code{overflow-wrap:normal}
-th.long::before,td.txt::before{content:"";display:block;height:0;width:6em}td.txt::before{width:8em}
+th .w{display:block;height:0}td.txt::before{content:"";display:block;height:0;width:8em}
 th:first-child{text-align:left}
 .caption{font-weight:600;margin:1.2em 0 0}.note{font-size:.85em;color:#555;margin:.2em 0 1em}
 .docs{color:#555;font-size:.95em}
@@ -514,8 +515,14 @@ def _td(cell: str, *, raw: bool = False) -> str:
 
 
 def _th(column: str) -> str:
-    cls = ' class="long"' if len(column) > 12 else ""
-    return f"<th{cls}>{_inline(column)}</th>"
+    """A header cell at least as wide as its longest pair of adjacent words (at most 2 lines
+    for a 3-word header, never one word per line), through an empty block of that width."""
+    words = column.split()
+    if len(words) < 3:
+        return f"<th>{_inline(column)}</th>"
+    pair = max(len(a) + 1 + len(b) for a, b in itertools.pairwise(words))
+    width = min(0.62 * pair, 9.0)
+    return f'<th><span class="w" style="width:{width:.1f}em"></span>{_inline(column)}</th>'
 
 
 def _html_table(
