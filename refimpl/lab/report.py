@@ -472,7 +472,7 @@ th{background:#eef0f6;font-weight:600}
 td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
 td.txt{text-align:left}td.txt code{overflow-wrap:normal}
 th .w{display:block;height:0}td.txt::before{content:"";display:block;height:0;width:8em}
-th:first-child{text-align:left}
+th:first-child,th.l{text-align:left}
 .caption{font-weight:600;margin:1.2em 0 0}.note{font-size:.85em;color:#555;margin:.2em 0 1em}
 .docs{color:#555;font-size:.95em}
 .bad{color:#b00020;font-weight:700}.ok{color:#1b7f3b}
@@ -514,22 +514,26 @@ def _td(cell: str, *, raw: bool = False) -> str:
     return f'<td class="{cls}">{cell if raw else _inline(cell)}</td>'
 
 
-def _th(column: str) -> str:
+def _th(column: str, *, left: bool = False) -> str:
     """A header cell at least as wide as its longest pair of adjacent words (at most 2 lines
-    for a 3-word header, never one word per line), through an empty block of that width."""
+    for a 3-word header, never one word per line), through an empty block of that width; left
+    aligned over a column of text."""
+    tag = '<th class="l">' if left else "<th>"
     words = column.split()
     if len(words) < 3:
-        return f"<th>{_inline(column)}</th>"
+        return f"{tag}{_inline(column)}</th>"
     pair = max(len(a) + 1 + len(b) for a, b in itertools.pairwise(words))
     width = min(0.62 * pair, 9.0)
-    return f'<th><span class="w" style="width:{width:.1f}em"></span>{_inline(column)}</th>'
+    return f'{tag}<span class="w" style="width:{width:.1f}em"></span>{_inline(column)}</th>'
 
 
 def _html_table(
     columns: Sequence[str], rows: Iterable[Sequence[str]], *, raw_last: bool = False
 ) -> str:
     """A table inside its own horizontally scrolling container (never the whole page)."""
-    head = "".join(_th(c) for c in columns)
+    rows = [list(r) for r in rows]
+    text = [all(not _NUMBER.match(r[i].strip()) for r in rows) for i in range(len(columns))]
+    head = "".join(_th(c, left=t) for c, t in zip(columns, text, strict=True))
     body = "".join(
         "<tr>"
         + "".join(_td(c, raw=raw_last and i == len(r) - 1) for i, c in enumerate(r))
