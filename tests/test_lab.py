@@ -6,31 +6,71 @@ One quick run (module-scoped) is shared by the tests; each test reads what that 
 from __future__ import annotations
 
 import json
+import math
 import re
+import struct
+from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from refimpl.cli import main
 from refimpl.lab.registry import SECTIONS, missing_names
-from refimpl.lab.report import Check
+from refimpl.lab.report import NOISE_BOUND, Check, Section, fmt, nonnegative
+
+
+class DrawnFigure(NamedTuple):
+    """What a test needs to know about a figure the lab drew (collected as it is saved)."""
+
+    file: str
+    width_in: float
+    font_sizes: tuple[float, ...]
+    axis_labels: tuple[str, ...]
+    titles: tuple[str, ...]
 
 
 class QuickRun:
-    def __init__(self, out: Path, code: int) -> None:
+    def __init__(self, out: Path, code: int, drawn: list[DrawnFigure]) -> None:
         self.out = out
         self.code = code
+        self.drawn = drawn
         self.metrics: dict[str, Any] = json.loads((out / "metrics.json").read_text())
         self.html = (out / "index.html").read_text()
         self.markdown = (out / "report.md").read_text()
 
 
+def _recording(drawn: list[DrawnFigure]) -> Any:
+    """A ``Section.figure`` that also records the font sizes and axis labels of each figure."""
+    from matplotlib.text import Text
+
+    save = Section.figure
+
+    def figure(self: Section, fig: Any, name: str, caption: str) -> None:
+        sizes = tuple(
+            float(t.get_fontsize())
+            for t in fig.findobj(Text)
+            if t.get_visible() and t.get_text().strip()
+        )
+        labels = tuple(
+            label for ax in fig.axes for label in (ax.get_xlabel(), ax.get_ylabel()) if label
+        )
+        titles = tuple(ax.get_title() for ax in fig.axes)
+        width = float(fig.get_size_inches()[0])
+        drawn.append(DrawnFigure(f"{self.key}-{name}.png", width, sizes, labels, titles))
+        save(self, fig, name, caption)
+
+    return figure
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> QuickRun:
     out = tmp_path_factory.mktemp("lab") / "report"
-    code = main(["lab", "--quick", "--seed", "0", "--out", str(out)])
-    return QuickRun(out, code)
+    drawn: list[DrawnFigure] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Section, "figure", _recording(drawn))
+        code = main(["lab", "--quick", "--seed", "0", "--out", str(out)])
+    return QuickRun(out, code, drawn)
 
 
 def test_quick_run_writes_every_file(quick: QuickRun) -> None:
@@ -46,7 +86,9 @@ def test_quick_run_writes_every_file(quick: QuickRun) -> None:
 def test_index_html_references_only_files_that_exist(quick: QuickRun) -> None:
     refs = re.findall(r'(?:src|href)="([^"]+)"', quick.html)
     assert not [r for r in refs if re.match(r"[a-z]+://|//", r)], "no remote resource (no CDN)"
-    local = [r for r in refs if not r.startswith("#")]
+    docs_url = quick.metrics["meta"]["docs_url"]
+    docs = [r for r in refs if docs_url is not None and r.startswith(docs_url + "/")]
+    local = [r for r in refs if not r.startswith("#") and r not in docs]
     for r in local:
         assert (quick.out / r).is_file(), r
     figures = {f for s in quick.metrics["sections"].values() for f in s["figures"]}
@@ -328,3 +370,290 @@ def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
         used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
         used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
         assert set(spec.requires) == used, spec.key
+
+
+# -- the report as people read it ------------------------------------------------------------------
+class _Cells(HTMLParser):
+    """Every table cell of an HTML page, and each table's parent element."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: list[str] = []
+        self.table_parents: list[str] = []
+        self._stack: list[tuple[str, str]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in {"meta", "img", "br", "hr", "link"}:
+            return
+        cls = dict(attrs).get("class") or ""
+        if tag == "table":
+            parent = self._stack[-1] if self._stack else ("", "")
+            self.table_parents.append(f"{parent[0]}.{parent[1]}")
+        if tag in {"td", "th"}:
+            self._cell = []
+        self._stack.append((tag, cls))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in {"td", "th"} and self._cell is not None:
+            self.cells.append("".join(self._cell).strip())
+            self._cell = None
+        if self._stack:
+            self._stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _cells(page: str) -> _Cells:
+    parser = _Cells()
+    parser.feed(page)
+    return parser
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0.0, -0.0, 1.1e-16, -2.16e-16, -8.53e-14, 1.14e-13, 9.99e-13, -9.99e-13, 5e-324],
+)
+def test_fmt_shows_rounding_noise_as_zero(value: float) -> None:
+    # The unfixed formatter printed "-2.16e-16" for a KL divergence that is 0.
+    assert fmt(value) == "0"
+    assert fmt(value, 4) == "0"
+
+
+@pytest.mark.parametrize("exponent", range(-12, 9))
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("mantissa", [1.0, 1.2345, 9.99])
+def test_fmt_shows_every_value_above_the_noise_bound(
+    exponent: int, sign: float, mantissa: float
+) -> None:
+    value = sign * mantissa * 10.0**exponent
+    assert abs(value) >= NOISE_BOUND
+    text = fmt(value)
+    shown = float(text)
+    assert shown != 0.0, (value, text)
+    assert math.copysign(1.0, shown) == sign
+    assert shown == pytest.approx(value, rel=6e-3), (value, text)
+
+
+def test_nonnegative_clamps_rounding_but_refuses_a_real_negative() -> None:
+    assert nonnegative(-2.16e-16, name="KL") == 0.0
+    assert nonnegative(-NOISE_BOUND, name="KL") == 0.0
+    assert nonnegative(0.395, name="KL") == 0.395
+    with pytest.raises(ValueError, match=r"KL must be >= 0 .* got KL=-1e-06"):
+        nonnegative(-1e-6, name="KL")
+    with pytest.raises(ValueError, match="KL must be >= 0"):
+        nonnegative(float("nan"), name="KL")
+
+
+def _numbers_under(
+    doc: Any, key_pattern: str, found: list[tuple[str, float]], path: str = ""
+) -> None:
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            p = f"{path}/{k}"
+            if re.search(key_pattern, str(k)) and isinstance(v, (int, float)):
+                found.append((p, float(v)))
+            _numbers_under(v, key_pattern, found, p)
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            _numbers_under(v, key_pattern, found, f"{path}[{i}]")
+
+
+def test_metrics_json_has_no_negative_divergence(quick: QuickRun) -> None:
+    # KL(q‖p) and TV(q, p) are >= 0 by definition; the unfixed lab wrote KL = -2.16e-16.
+    found: list[tuple[str, float]] = []
+    _numbers_under(quick.metrics["sections"], r"^(KL|TV)\b|kl_divergence|total_variation", found)
+    assert any(p.endswith("KL(q‖p) (nats)") for p, _ in found), "the KL column is recorded"
+    assert [(p, v) for p, v in found if v < 0] == []
+
+
+def test_no_number_in_the_report_is_rounding_noise(quick: QuickRun) -> None:
+    number = re.compile(r"^[-+]?\d*\.?\d+(e[-+]?\d+)?$")
+    shown = [c for c in _cells(quick.html).cells if number.match(c)]
+    assert len(shown) > 200
+    noise = [c for c in shown if float(c) != 0.0 and abs(float(c)) < NOISE_BOUND]
+    assert noise == []
+    # Where a cell was zeroed, the table says so and states the bound.
+    assert f"values below {NOISE_BOUND:.0e} in absolute value are float64 rounding noise" in (
+        quick.html
+    )
+
+
+def test_every_table_scrolls_inside_its_own_container(quick: QuickRun) -> None:
+    parsed = _cells(quick.html)
+    assert len(parsed.table_parents) >= 15
+    assert set(parsed.table_parents) == {"div.table-wrap"}
+    css = re.search(r"<style>(.*?)</style>", quick.html, re.S)
+    assert css is not None
+    assert re.search(r"\.table-wrap\{[^}]*overflow-x:auto", css[1])
+    assert re.search(r"td\.num\{[^}]*white-space:nowrap", css[1])
+    # Headers of three words or more keep the width of their longest word pair (no one word per
+    # line); text cells keep a minimum width.
+    heads = re.findall(r'<th(?: class="l")?>((?:(?!</th>).)*)</th>', quick.html)
+    assert any(h.startswith('<span class="w"') for h in heads)
+    for head in heads:
+        if not head.startswith('<span class="w"'):
+            assert len(re.sub(r"<[^>]+>", "", head).split()) < 3, head
+    assert re.search(r"td\.txt::before\{[^}]*width:8em", css[1])
+
+
+def _doc_hrefs(page: str) -> list[str]:
+    lines = re.findall(r'<p class="docs">(.*?)</p>', page)
+    assert lines, "every section has an Explained in line"
+    return [h for line in lines for h in re.findall(r'href="([^"]+)"', line)]
+
+
+def _assert_points_at_built_pages(hrefs: list[str], base: str) -> None:
+    root = Path(__file__).resolve().parent.parent
+    assert hrefs
+    for href in hrefs:
+        assert href.startswith(base.rstrip("/") + "/"), href
+        page = href[len(base.rstrip("/")) + 1 :].split("#")[0]
+        assert page.endswith(".html"), href
+        assert ".md" not in href, href
+        assert "proofs/" not in href, href
+        folder, _, name = page.removesuffix(".html").partition("/")
+        source = (
+            root / "proofs" / f"{name}.py"
+            if folder == "derivations"
+            else root / "docs" / folder / f"{name}.md"
+        )
+        assert source.is_file(), f"{href}: no docs page {source}"
+
+
+def test_explained_in_links_point_at_the_built_docs_of_the_checkout(quick: QuickRun) -> None:
+    # A source checkout links its own docs/_build/html, relative to the report.
+    base = quick.metrics["meta"]["docs_url"]
+    assert base is not None
+    root = Path(__file__).resolve().parent.parent
+    assert (quick.out / base).resolve() == (root / "docs" / "_build" / "html").resolve()
+    _assert_points_at_built_pages(_doc_hrefs(quick.html), base)
+    assert "sphinx-build docs docs/_build/html" in quick.html
+    assert not re.search(r"docs/[\w/-]+\.md|proofs/\w+\.py", quick.html + quick.markdown)
+
+
+def test_explained_in_links_follow_docs_url(tmp_path: Path) -> None:
+    base = "https://docs.example.org/refimpl/"
+    main(["lab", "--quick", "--only", "effort", "--docs-url", base, "--out", str(tmp_path)])
+    page = (tmp_path / "index.html").read_text()
+    _assert_points_at_built_pages(_doc_hrefs(page), base)
+    assert "](https://docs.example.org/refimpl/concepts/effort.html)" in (
+        (tmp_path / "report.md").read_text()
+    )
+
+
+def test_without_the_docs_the_report_says_where_to_get_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import refimpl.lab.cli as lab_cli
+
+    monkeypatch.setattr(lab_cli, "default_docs_url", lambda out: None)  # a pip installation
+    main(["lab", "--quick", "--only", "effort", "--out", str(tmp_path)])
+    page = (tmp_path / "index.html").read_text()
+    assert _doc_hrefs(page) == []
+    assert "<code>concepts/effort.html</code>" in page
+    assert "sphinx-build docs docs/_build/html" in page
+    assert "--docs-url" in page
+
+
+def _png_size_and_dpi(path: Path) -> tuple[int, int, float]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    at = data.find(b"pHYs")
+    assert at > 0, f"{path.name} records no resolution"
+    per_metre, _, unit = struct.unpack(">IIB", data[at + 4 : at + 13])
+    assert unit == 1
+    return width, height, per_metre * 0.0254
+
+
+def test_figures_are_displayed_at_their_css_width_and_drawn_for_it(quick: QuickRun) -> None:
+    # --quick draws at 100 dpi: one image pixel per CSS pixel at 100 CSS px per inch.
+    imgs = dict(re.findall(r'<img src="figures/([^"]+)" width="(\d+)"', quick.html))
+    drawn = {d.file: d for d in quick.drawn}
+    assert (
+        set(imgs)
+        == set(drawn)
+        == {f for s in quick.metrics["sections"].values() for f in s["figures"]}
+    )
+    for file, css in imgs.items():
+        width, _, dpi = _png_size_and_dpi(quick.out / "figures" / file)
+        assert dpi == pytest.approx(100, abs=0.5), file
+        assert int(css) == round(drawn[file].width_in * 100), file
+        assert abs(width - int(css)) <= 2, (
+            file
+        )  # constrained layout: the saved size is the figure's
+        assert int(css) <= 1000, f"{file} is wider than the text column"
+
+
+def test_the_default_run_draws_at_print_resolution(tmp_path: Path) -> None:
+    from refimpl.lab._plot import lab_style, new_figure
+
+    section = Section(key="k", number=1, title="t", docs=(), figures_dir=tmp_path)
+    with lab_style():
+        fig, (ax,) = new_figure(1)
+        ax.plot([0, 1], [0, 1])
+        section.figure(fig, "f", "caption")
+    width, _, dpi = _png_size_and_dpi(tmp_path / "k-f.png")
+    assert dpi == pytest.approx(200, abs=0.5)
+    assert width == 2 * 700
+
+
+def test_figure_text_is_readable_and_each_axis_shows_one_quantity(quick: QuickRun) -> None:
+    # 9 pt at 100 CSS px per inch is 12.5 px on the page; the unfixed legends were 6.5-8 pt.
+    assert quick.drawn
+    for d in quick.drawn:
+        assert min(d.font_sizes) >= 9.0, (d.file, min(d.font_sizes))
+        for label in d.axis_labels:
+            assert not ("N/B" in label and "n/k" in label), (d.file, label)
+
+
+def test_the_staleness_section_names_which_step_time_is_which(quick: QuickRun) -> None:
+    st = quick.metrics["sections"]["staleness"]
+    if not st["available"]:
+        pytest.skip("staleness section not available in this build")
+    free = fmt(st["metrics"]["step_time_no_bound"])
+    (section,) = re.findall(r'<section id="staleness">(.*?)</section>', quick.html, re.S)
+    assert any(f"no bound: Δ = {free} tokens/step" in t for d in quick.drawn for t in d.titles)
+    assert "Δ_η (tokens/step)" in section
+    assert f"{free} tokens/step" in section
+    eta0 = st["metrics"]["drop-table"][0]
+    assert eta0["η"] == 0
+    assert f"at `η = 0`, {fmt(eta0['Δ_η (tokens/step)'])} tokens/step" in quick.markdown
+
+
+def test_restart_throughput_reconciles_with_its_waste(quick: QuickRun) -> None:
+    st = quick.metrics["sections"]["staleness"]
+    if not st["available"]:
+        pytest.skip("staleness section not available in this build")
+    rows = {r["strategy"]: r for r in st["metrics"]["alternatives-cost"]}
+    base = rows["async, no bound"]
+    assert base["trained samples/time (× async)"] == 1.0
+    for name, r in rows.items():
+        # Every slot decodes one token per token time in these runs (no re-prefill), so the trained
+        # tokens per time relative to async are the share of decoded tokens that is not wasted.
+        if name != "partial: recompute":
+            assert r["trained tokens/time (× async)"] == pytest.approx(
+                1.0 - r["wasted (share of decoded tokens)"], abs=0.03
+            ), name
+    restart = rows["partial: restart"]
+    assert (
+        restart["trained samples/time (× async)"] > 1.0 > restart["trained tokens/time (× async)"]
+    )
+    assert "×" in quick.html
+
+
+def test_the_report_cites_no_internal_specification(quick: QuickRun) -> None:
+    root = Path(__file__).resolve().parent.parent
+    sources = "".join(p.read_text() for p in (root / "refimpl" / "lab").glob("*.py"))
+    for text in (quick.html, quick.markdown, sources):
+        assert not re.search(r"\bSPEC\b|shared/", text)
+
+
+def test_the_report_needs_no_network_and_no_math_typesetting(quick: QuickRun) -> None:
+    # Offline: no script at all (so no MathJax/KaTeX from a CDN), no TeX left for a typesetter.
+    assert "<script" not in quick.html.lower()
+    assert not re.search(r"mathjax|katex", quick.html, re.I)
+    assert not re.search(r"\\\(|\\\[|\$[^$\s][^$]*\$", quick.html)

@@ -1,7 +1,17 @@
-"""One visual language for every lab figure: closed forms are lines, simulations are markers."""
+"""One visual language for every lab figure: closed forms are lines, simulations are markers.
+
+Sizes are chosen for the report's text column: a figure ``w`` inches wide is displayed at
+``w × 100`` CSS pixels (:data:`refimpl.lab.report.PX_PER_INCH`), so a two-panel figure of
+:data:`FULL_WIDTH` inches fills the 1020 px column and a 10.5 pt font is 14.6 CSS px on the page —
+the size of the report's own text — at any drawing dpi (200 in the default run: sharp on a
+high-density laptop screen and in print; 100 in ``--quick``: one image pixel per CSS pixel). Legends
+use 9.5 pt (13 px). :func:`lab_style` applies these sizes; every figure is drawn inside it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -10,9 +20,14 @@ from matplotlib.figure import Figure
 
 __all__ = [
     "COLORS",
+    "FULL_WIDTH",
+    "LAB_RC",
     "SIM",
     "closed",
+    "lab_style",
+    "legend_below",
     "new_figure",
+    "series_handles",
     "series_legend",
     "sim",
     "sim_with_error",
@@ -29,20 +44,53 @@ def use_pyplot(flag: bool) -> None:
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 
+#: Width (inches) of a figure that fills the text column; one-panel figures use about 7 inches.
+FULL_WIDTH = 9.8
+
+#: Font and line sizes of every lab figure (matplotlib rc parameters).
+LAB_RC: dict[str, Any] = {
+    "font.size": 10.5,
+    "axes.titlesize": 11.5,
+    "axes.labelsize": 10.5,
+    "xtick.labelsize": 9.5,
+    "ytick.labelsize": 9.5,
+    "legend.fontsize": 9.5,
+    "legend.framealpha": 0.92,
+    "legend.borderaxespad": 0.4,
+    "lines.linewidth": 2.0,
+    "lines.markersize": 5.0,
+}
+
+
+@contextmanager
+def lab_style() -> Iterator[None]:
+    """Draw inside this context so that figures get the lab's font sizes (nothing leaks out)."""
+    import matplotlib
+
+    rc: Any = LAB_RC  # matplotlib types its keys as a Literal of every rc name
+    with matplotlib.rc_context(rc):
+        yield
+
+
 #: Style of a simulated series (markers, no line); combine with ``color=``.
 SIM: dict[str, Any] = {"marker": "o", "linestyle": "none", "markersize": 4.5, "alpha": 0.85}
 
 
 def new_figure(
-    ncols: int = 1, *, width: float = 5.2, height: float = 3.8
+    ncols: int = 1, *, width: float | None = None, height: float = 4.0
 ) -> tuple[Figure, list[Axes]]:
-    """A figure with ``ncols`` side-by-side axes (no pyplot state, so nothing leaks between runs)."""
+    """A figure with ``ncols`` side-by-side axes (no pyplot state, so nothing leaks between runs).
+
+    ``width`` is the whole figure's width in inches: :data:`FULL_WIDTH` by default for several
+    panels, 7 inches for one.
+    """
+    w = width if width is not None else (FULL_WIDTH if ncols > 1 else 7.0)
     if _PYPLOT[0]:
         import matplotlib.pyplot as plt
 
-        fig = plt.figure(figsize=(width * ncols, height), layout="constrained")
+        fig = plt.figure(figsize=(w, height), layout="constrained")
     else:
-        fig = Figure(figsize=(width * ncols, height), layout="constrained")
+        fig = Figure(figsize=(w, height), layout="constrained")
     axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
     for ax in axes:
         ax.grid(True, alpha=0.3)
@@ -78,16 +126,14 @@ def sim_with_error(
     ax.errorbar(x, y, yerr=2 * np.asarray(se), fmt=fmt, color=color, ms=ms, capsize=2, label=label)
 
 
-def series_legend(
-    ax: Axes,
+def series_handles(
     series: list[tuple[str, str]],
     *,
     closed_label: str = "closed form",
     sim_label: str = "simulation",
     extra: list[Any] | None = None,
-    **kw: Any,
-) -> None:
-    """One legend entry per coloured series, plus two entries explaining line vs markers."""
+) -> list[Any]:
+    """Legend handles: one per coloured series, plus two explaining line vs markers."""
     from matplotlib.lines import Line2D
 
     handles: list[Any] = [
@@ -99,4 +145,23 @@ def series_legend(
         Line2D([], [], color="0.25", linewidth=2, label=f"line: {closed_label}"),
         Line2D([], [], color="0.25", marker="o", linestyle="none", label=f"markers: {sim_label}"),
     ]
-    ax.legend(handles=handles, **{"fontsize": 8, **kw})
+    return handles
+
+
+def series_legend(
+    ax: Axes,
+    series: list[tuple[str, str]],
+    *,
+    closed_label: str = "closed form",
+    sim_label: str = "simulation",
+    extra: list[Any] | None = None,
+    **kw: Any,
+) -> None:
+    """One legend entry per coloured series, plus two entries explaining line vs markers."""
+    handles = series_handles(series, closed_label=closed_label, sim_label=sim_label, extra=extra)
+    ax.legend(handles=handles, **kw)
+
+
+def legend_below(fig: Figure, handles: list[Any], *, ncol: int) -> None:
+    """One legend for the whole figure, under its panels, where it covers no data."""
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, frameon=False)

@@ -1,15 +1,21 @@
-"""``refimpl lab [--out DIR] [--quick] [--seed S]``: run the whole lab and write its report.
+"""``refimpl lab [--out DIR] [--quick] [--seed S] [--docs-url URL]``: run the lab, write its report.
 
 Writes ``DIR/index.html`` (open it in a browser; no server needed), ``DIR/report.md``,
 ``DIR/figures/*.png`` and ``DIR/metrics.json`` (every number of the report). Progress goes to stderr,
 one line per section. The exit code is 0 when every closed form agrees with its simulation within the
 stated tolerance, 1 otherwise (the report shows which pair disagrees), and 2 for a refused call
 (a bad option, an unknown ``--only`` section, an ``--out`` that is not a writable directory).
+
+"Explained in" lines link to pages of the built documentation (``concepts/length-bias.html``, …)
+under ``--docs-url``. Without it, a run from a source checkout links to that checkout's
+``docs/_build/html`` by a relative path (built with ``sphinx-build docs docs/_build/html``), and an
+installation without the docs names the pages and says how to get them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from importlib.metadata import version
@@ -44,6 +50,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="run only this section (repeatable); keys: "
         "length-bias, staleness, effort, debugging, async-worth",
     )
+    parser.add_argument(
+        "--docs-url",
+        default=None,
+        metavar="URL",
+        help="base address of the built documentation that 'Explained in' links point to, e.g. "
+        "https://example.org/refimpl/ or ../docs/_build/html (default: the docs/_build/html of "
+        "the source checkout refimpl runs from, as a path relative to --out; none when refimpl "
+        "was installed without its sources)",
+    )
 
 
 def _seed(text: str) -> int:
@@ -77,6 +92,78 @@ def _unwritable(figures: Path) -> str | None:
     return None
 
 
+def default_docs_url(out: Path) -> str | None:
+    """The built docs of the source checkout refimpl runs from, relative to ``out``; or None.
+
+    A pip installation has no ``docs/`` next to the package: then there is nothing to link to.
+    """
+    import refimpl
+
+    root = Path(refimpl.__file__).resolve().parent.parent
+    if not (root / "docs" / "conf.py").is_file():
+        return None
+    try:
+        rel = os.path.relpath(root / "docs" / "_build" / "html", out.resolve())
+    except ValueError:  # another drive (Windows): no relative path exists
+        return None
+    return Path(rel).as_posix()
+
+
+def _docs_note(url: str | None, explicit: bool, built: bool) -> str:
+    """What the report says about where its documentation links lead."""
+    build = "`sphinx-build docs docs/_build/html` (in the root of a source checkout)"
+    if url is None:
+        return (
+            "**Documentation.** Each section names the pages of refimpl's documentation that "
+            "explain it (e.g. `concepts/length-bias.html`). This installation has no copy of the "
+            f"documentation: build it from a source checkout with {build}, then open "
+            "`docs/_build/html/<page>`; rerun with `--docs-url URL` (the address of a built copy) "
+            "to turn the page names into links."
+        )
+    if explicit:
+        return (
+            f"**Documentation.** *Explained in* links open pages of the documentation at `{url}`."
+        )
+    state = "rebuild it after a change" if built else "it is not built yet: build it"
+    return (
+        "**Documentation.** *Explained in* links open pages of the documentation built from this "
+        f"source checkout, at `{url}` relative to this report ({state} with {build}). "
+        "`--docs-url URL` points them at another copy."
+    )
+
+
+_READING = (
+    "Lines are closed forms from the refimpl library, markers are the simulator (`refimpl.sim`); "
+    "error bars are ±2 standard errors. Each *Closed form vs simulation* table lists the pairs "
+    "and the tolerance each is held to. Time is counted in **token times** (the time one slot "
+    "takes to decode one token), so a step time Δ in tokens per step is also the number of "
+    "tokens a slot decodes during one trainer step. Throughputs are ratios of two runs on the "
+    "same slots and are marked ×. In tables, "
+)
+
+#: Symbols used across the sections of the report, with their units.
+SYMBOLS: tuple[tuple[str, str], ...] = (
+    ("ℓ, L", "rollout length: generated tokens of one rollout (L the random variable)"),
+    ("p, E[L] = E_p[L]", "the launched length law and its mean (tokens)"),
+    ("q, E_q[L]", "the trained length law and its mean (tokens)"),
+    ("n, k", "first k of n: launch n rollouts at once, train on the first k to finish"),
+    ("N, B", "continuous (asynchronous) dispatch: N generation slots, B samples per trainer step"),
+    ("j", "trainer step (0-based); step j trains while holding policy version j"),
+    ("s", "staleness of a trained sample: j minus the oldest version of its tokens (steps)"),
+    ("η", "staleness bound: a sample is admissible iff s ≤ η"),
+    (
+        "Δ, Δ_η",
+        "trainer step time in token times (tokens a slot decodes per step); Δ without a bound, "
+        "Δ_η when samples staler than η are dropped (longer: dropped samples do not fill batches)",
+    ),
+    ("π(ℓ), keep(ℓ)", "probability that a rollout of length ℓ is trained (first k of n; drop)"),
+    ("TV(q, p), KL(q‖p)", "total variation distance and Kullback–Leibler divergence (nats), ≥ 0"),
+    ("γ^s", "value of a sample s steps stale relative to a fresh one (staleness_decay)"),
+    ("b, k(b), L*(b)", "effort level, price per generated token, best length (tokens)"),
+    ("SE", "standard error of a simulated mean"),
+)
+
+
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -87,8 +174,9 @@ def run(args: argparse.Namespace) -> int:
 
     matplotlib.use("Agg")
 
+    from refimpl.lab._plot import lab_style
     from refimpl.lab.registry import SECTIONS, missing_names
-    from refimpl.lab.report import Section, write_html, write_markdown, write_metrics
+    from refimpl.lab.report import NOISE_NOTE, Section, write_html, write_markdown, write_metrics
 
     chosen = [s for s in SECTIONS if args.only is None or s.key in args.only]
     if args.only is not None:
@@ -124,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
             title=spec.title,
             docs=spec.docs,
             figures_dir=figures,
-            dpi=80 if config.quick else 100,
+            dpi=100 if config.quick else 200,
         )
         _say(f"[{number}/{len(SECTIONS)}] {spec.title} ...")
         t0, c0 = time.perf_counter(), time.process_time()
@@ -137,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
             def progress(message: str, _n: int = number) -> None:
                 _say(f"      {message}")
 
-            spec.build_function()(section, config, progress)
+            with lab_style():
+                spec.build_function()(section, config, progress)
         section.seconds = time.perf_counter() - t0
         cpu = time.process_time() - c0
         bad = [c.name for c in section.checks if not c.passed]
@@ -159,9 +248,20 @@ def run(args: argparse.Namespace) -> int:
     )
     if unavailable:
         summary += " Not available in this build: " + "; ".join(unavailable) + "."
+    docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
     meta: dict[str, Any] = {
         "title": "refimpl lab report",
         "summary": summary,
+        "reading": _READING
+        + NOISE_NOTE
+        + ".\n\n"
+        + _docs_note(
+            docs_url,
+            args.docs_url is not None,
+            docs_url is not None and (out / docs_url / "index.html").is_file(),
+        ),
+        "symbols": [list(s) for s in SYMBOLS],
+        "docs_url": docs_url,
         "settings": {
             "refimpl": version("refimpl"),
             "run": mode,

@@ -97,7 +97,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "setting", {"slots": n, "batch": b, "samples": int(order.size), "step_time": delta}
     )
 
-    fig, (ax1, ax2) = new_figure(2)
+    fig, (ax1, ax2) = new_figure(2, height=5.0)
     rows_tab = []
     edges = log_bins(lengths, 20)
     xx = np.geomspace(edges[0], edges[-1], 300)
@@ -173,7 +173,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax1.set_title("Off-by-one: the mask behaves like η − 1")
     ax1.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax1.set_ylabel("fraction kept")
-    ax1.legend(fontsize=6.5)
+    ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 
     progress("too-tight IS mask: over_masking_scenarios")
     off_by_one, tight = refimpl.over_masking_scenarios(config.rng(STREAM * 100 + 1))
@@ -197,21 +197,32 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         label="band tighter than the mismatch (bug)",
     )
     e = tight.correct.length_edges
-    ax2.set_xticks(pos, [f"{fmt(e[i], 2)}–{fmt(e[i + 1], 2)}" for i in range(nbins)], fontsize=8)
-    ax2.set_ylim(0, 1.1)
-    ax2.set_title("Too-tight IS mask: on-policy samples dropped, long first")
+    ax2.set_xticks(pos, [f"{fmt(e[i], 2)}–{fmt(e[i + 1], 2)}" for i in range(nbins)])
+    ax2.set_ylim(0, 1.3)
+    ax2.set_title("Too-tight IS mask: drops on-policy samples")
     ax2.set_xlabel("length quartile (tokens); every sample is on-policy")
     ax2.set_ylabel("fraction kept")
-    ax2.legend(fontsize=8, loc="lower left")
+    ax2.legend(loc="upper center", ncol=1)
     section.figure(
         fig,
         "over-masking",
         "Left: an off-by-one in version counting keeps exactly what a correct mask one step tighter "
-        "keeps (dashed: the fluid prediction at η − 1; at η = 0 it keeps nothing). Right: an "
-        "importance-sampling band tighter than the numerical mismatch drops on-policy sequences.",
+        "keeps — look at the purple crosses on the blue η = 0 curve (dashed: the fluid "
+        "prediction at η − 1; at η = 0 the buggy mask keeps nothing, red crosses at 0). Right: "
+        "an importance-sampling band tighter than the numerical train/inference mismatch drops "
+        "on-policy sequences, the longer the more (red bars fall with the length quartile) — "
+        "a correct mask keeps every on-policy sample (blue bars at 1).",
     )
     section.table(
-        "diagnostics", "masking_diagnostics of correct and buggy weights", DIAG_COLUMNS, rows_tab
+        "diagnostics",
+        "masking_diagnostics of correct and buggy weights",
+        DIAG_COLUMNS,
+        rows_tab,
+        note="kept fraction: share of all samples with a non-zero weight; on-policy dropped: "
+        "share of the on-policy samples (s = 0) given weight 0 — any positive value is an "
+        "ALARM; ESS: effective sample size (Σw)²/Σw² over all samples (stale ones included, so "
+        "it can exceed the on-policy count); keep rates by length quartile: the shortest and "
+        "longest quarter of the samples.",
     )
     section.text(
         "Read the table from the *on-policy dropped* column: it is 0 for every correct weighting and "

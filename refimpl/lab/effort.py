@@ -75,9 +75,9 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax1.set_yscale("log")
     for j in range(1, int(B_MAX) + 1):
         ax1.axvline(p["b_min"] + j * p["tau"], color="0.7", linewidth=0.8, zorder=0)
-    ax1.set_title("Effort penalty: each τ of effort divides the price by e")
+    ax1.set_title("Price per token k(b): ÷ e per τ of effort")
     ax1.set_xlabel("effort b")
-    ax1.set_ylabel("price per token k(b) (log scale)")
+    ax1.set_ylabel("k(b): reward per token (log scale)")
     ax1.legend()
     closed(ax2, b_line, l_line, label="L*(b), closed form")
     sim(
@@ -97,15 +97,18 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         color=COLORS[1],
         label=f"trained toy policy E[ℓ | b] ({steps} steps)",
     )
-    ax2.set_title("Optimal length grows linearly with effort (slope λ/τ)")
+    ax2.set_title("Optimal length L*(b): linear, slope λ/τ")
     ax2.set_xlabel("effort b")
     ax2.set_ylabel("length (tokens)")
     ax2.legend()
     section.figure(
         fig,
         "penalty-and-length",
-        "Left: the penalty k(b). Right: the closed form L*(b) (line) against the numerical argmax "
-        "of the shaped reward and the mean length of one policy trained on all efforts (markers).",
+        "Left: the penalty k(b), the reward charged per generated token; between two grey "
+        "lines (one τ of effort apart) it falls by a factor e. Right: the closed form L*(b) "
+        "(line) against the numerical argmax of the shaped reward (squares) and the mean length "
+        "of one policy trained on all efforts (dots): all three lie on one straight line of "
+        "slope λ/τ tokens per unit of effort.",
     )
 
     rel = float(np.max(np.abs(policy_len / l_pts - 1.0)))
@@ -174,7 +177,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax.set_title("Cost/quality frontier under the same quality model")
     ax.set_xlabel("expected length (tokens)")
     ax.set_ylabel(f"expected quality Q (max {fmt(p['q_max'])})")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower right")
     section.figure(
         fig,
         "frontier",
@@ -193,7 +196,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     )
     section.table(
         "effort-table",
-        "Closed form vs numerics, per effort",
+        "Closed form vs numerics, per effort b",
         ("b", "k(b)", "L*(b)", "grid argmax", "policy E[ℓ|b]", "Q(L*(b))", "policy E[Q|b]"),
         [
             (float(b), float(k), float(lc), float(la), float(lp), float(qa), float(qp))
@@ -209,6 +212,9 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             )
         ],
         digits=4,
+        note="b: effort (dimensionless); k(b): reward charged per generated token; L*(b), the "
+        "grid argmax and the policy's mean length E[ℓ|b]: tokens; Q: expected quality, at most "
+        "q_max = 1.",
     )
     for b, qa, qp in zip(b_pts[::2], front_pts.quality[::2], pol.quality[::2], strict=True):
         section.check(

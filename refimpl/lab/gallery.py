@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from refimpl.lab._plot import use_pyplot
+from refimpl.lab._plot import lab_style, use_pyplot
 from refimpl.lab.config import lab_config
 from refimpl.lab.registry import SECTIONS, missing_names
 from refimpl.lab.report import Section
@@ -55,7 +55,8 @@ def show(key: str, *, seed: int = 0) -> Section:
             return section
         use_pyplot(True)
         try:
-            spec.build_function()(section, lab_config(quick=True, seed=seed), lambda _m: None)
+            with lab_style():
+                spec.build_function()(section, lab_config(quick=True, seed=seed), lambda _m: None)
         finally:
             use_pyplot(False)
     return section

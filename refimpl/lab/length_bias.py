@@ -22,9 +22,17 @@ from refimpl.lab._common import (
     support,
     trained,
 )
-from refimpl.lab._plot import COLORS, closed, new_figure, series_legend, sim, sim_with_error
+from refimpl.lab._plot import (
+    COLORS,
+    closed,
+    legend_below,
+    new_figure,
+    series_handles,
+    sim,
+    sim_with_error,
+)
 from refimpl.lab.config import LabConfig
-from refimpl.lab.report import Section, fmt
+from refimpl.lab.report import Section, fmt, nonnegative
 
 __all__ = ["build"]
 
@@ -60,7 +68,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         },
     )
     rows = []
-    fig, axes = new_figure(2)
+    fig, axes = new_figure(2, height=4.4)
     for t, ((tail_name, sigma), ax) in enumerate(zip(TAILS.items(), axes, strict=True)):
         pmf = discretized_lognormal(median=MEDIAN, sigma=sigma, max_length=MAX_LENGTH)
         ell = support(pmf)
@@ -108,15 +116,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
                     mean_q,
                     sim_mean,
                     float(bias.ratio),
-                    float(bias.total_variation),
-                    float(bias.kl_divergence),
+                    nonnegative(float(bias.total_variation), name="TV(q, p)"),
+                    nonnegative(float(bias.kl_divergence), name="KL(q‖p)"),
                 )
             )
         ax.set_xscale("log")
         ax.set_title(f"Trained length law, first k of {N_LAUNCH}, {tail_name}")
         ax.set_xlabel("rollout length ℓ (tokens, log scale)")
         ax.set_ylabel("P(trained length ≤ ℓ)")
-        series_legend(ax, series, closed_label="selected_pmf", loc="lower right")
+    legend_below(fig, series_handles(series, closed_label="selected_pmf"), ncol=6)
     section.figure(
         fig,
         "first-k-cdf",
@@ -187,7 +195,7 @@ def _transient(section: Section, config: LabConfig, progress: Callable[[str], No
     ax.set_title(f"Async dispatch from a cold start (N = {n} slots, B = {b}, lognormal(6, 1))")
     ax.set_xlabel("trainer step j")
     ax.set_ylabel("mean trained length / E[L]")
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(loc="lower right")
     section.figure(
         fig,
         "async-transient",
@@ -231,7 +239,7 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
 
     steps = config.first_k_batches // 2
     sigmas = (0.25, 0.5, 1.0, 1.5) if config.quick else (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
-    fig, (ax1, ax2) = new_figure(2)
+    fig, (ax1,) = new_figure(1, width=6.0, height=4.0)
     rows = []
     for i, (n, k) in enumerate(((8, 4), (8, 2))):
         cf, sm, err = [], [], []
@@ -264,7 +272,8 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
                 tolerance=Z_TOL * se,
                 rule=TOL_RULE,
             )
-            rows.append((f"first {k} of {n}", sigma, c, m, se, float(lb.total_variation)))
+            tv = nonnegative(float(lb.total_variation), name="TV(q, p)")
+            rows.append((f"first {k} of {n}", sigma, c, m, se, tv))
         if config.quick:  # the line through the marker abscissae: no extra quadratures
             s_line, line = np.asarray(sigmas), cf
         else:
@@ -280,7 +289,15 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
     ax1.set_title("Bias grows with the tail (first k of n)")
     ax1.set_xlabel("tail heaviness: lognormal σ")
     ax1.set_ylabel("trained mean / launched mean")
-    ax1.legend(fontsize=8)
+    ax1.legend()
+    section.figure(
+        fig,
+        "bias-vs-tail",
+        "The trained mean length relative to the launched mean against the tail heaviness σ of a "
+        "lognormal law, for first k of n dispatch (lines: the closed form `length_bias`; markers: "
+        "the simulator). The heavier the tail, the shorter what is trained; training on fewer of "
+        "the launched rollouts (k/n = 2/8) makes it worse.",
+    )
     section.table(
         "tail-table",
         "Mean ratio E_q[L]/E_p[L] against the tail (continuous lengths), and the total variation",
@@ -310,7 +327,7 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
         n = round(k * r)
         lb_nk = refimpl.length_bias(dist, n=n, k=k)
         cf.append(float(lb_nk.ratio))
-        tvs.append(float(lb_nk.total_variation))
+        tvs.append(nonnegative(float(lb_nk.total_variation), name="TV(q, p)"))
         trace = rsim.simulate(
             rsim.SimConfig(
                 slots=n,
@@ -335,8 +352,16 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
             tolerance=Z_TOL * se,
             rule=TOL_RULE,
         )
-    closed(ax2, ratios, cf, color=COLORS[0], label="first k of n: closed form", marker="")
-    sim_with_error(ax2, ratios, sm, err, color=COLORS[0], label="first k of n: simulation (±2 SE)")
+    fig, (ax2, ax3) = new_figure(2)
+    closed(ax2, ratios, cf, color=COLORS[0], label=f"first {k} of n: closed form", marker="")
+    sim_with_error(
+        ax2, ratios, sm, err, color=COLORS[0], label=f"first {k} of n: simulation (±2 SE)"
+    )
+    ax2.set_xscale("log", base=2)
+    ax2.set_title(f"First {k} of n: launching more per trained sample")
+    ax2.set_xlabel("n/k: rollouts launched per trained sample (log scale)")
+    ax2.set_ylabel("trained mean / launched mean")
+    ax2.legend()
     slots = config.async_slots
     nb = (0.25, 0.5, 1.0, 2.0)
     fl, am, aerr = [], [], []
@@ -363,34 +388,45 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
         m, se = mean_and_se(per_step / float(dist.mean()))
         am.append(m)
         aerr.append(se)
-    closed(ax2, nb, fl, color=COLORS[1], linestyle="--", label="async, η = 0 drop: fluid model")
-    sim_with_error(
-        ax2, nb, am, aerr, color=COLORS[1], label="async, η = 0 drop: simulation (±2 SE)", fmt="s"
-    )
-    ax2.set_xscale("log", base=2)
-    ax2.set_title("Bias grows with over-provisioning (σ = 1)")
-    ax2.set_xlabel("N/B (first k of n: n/k), log scale")
-    ax2.set_ylabel("trained mean / launched mean")
-    ax2.legend(fontsize=7)
+    closed(ax3, nb, fl, color=COLORS[1], linestyle="--", label="fluid model (approximation)")
+    sim_with_error(ax3, nb, am, aerr, color=COLORS[1], label="simulation (±2 SE)", fmt="s")
+    ax3.set_xscale("log", base=2)
+    ax3.set_title(f"Async, drop over η = 0: more slots per batch ({slots} slots)")
+    ax3.set_xlabel("N/B: generation slots per trained sample (log scale)")
+    ax3.set_ylabel("trained mean / launched mean")
+    ax3.legend()
     section.figure(
         fig,
-        "bias-magnitude",
-        "Left: the trained mean length relative to the launched mean, against the tail; right: "
-        "against over-provisioning. Lines are closed forms (the fluid model is dashed: an "
-        "approximation), markers the simulator.",
+        "bias-vs-provisioning",
+        "Over-provisioning biases the trained lengths in both dispatch policies (lognormal σ = 1): "
+        "left, first 4 of n against n/k (solid line: the closed form `length_bias`); right, "
+        "continuous dispatch that drops samples staler than η = 0, against N/B (dashed line: the "
+        "fluid model `fluid_steady_state`, an approximation). Markers are the simulator. Both "
+        "fall as more rollouts compete for each trained sample, but the two x axes are different "
+        "quantities, so they are drawn on separate panels.",
     )
     section.table(
         "nb-table",
-        "Mean ratio against over-provisioning (lognormal σ = 1)",
-        ("dispatch", "N/B or n/k", "closed form", "simulation", "simulation SE", "TV(q, p)"),
+        "Mean ratio E_q[L]/E_p[L] against over-provisioning (lognormal σ = 1)",
+        (
+            "dispatch",
+            "n/k",
+            "N/B",
+            "mean ratio (closed form)",
+            "mean ratio (simulation)",
+            "simulation SE",
+            "TV(q, p)",
+        ),
         [
-            ("first 4 of n", r, c, m, e, tv)
+            (f"first {k} of n", r, "—", c, m, e, tv)
             for r, c, m, e, tv in zip(ratios, cf, sm, err, tvs, strict=True)
         ]
         + [
-            ("async, η = 0 drop (fluid)", x, c, m, e, "not in the library")
+            ("async, η = 0 drop (fluid model)", "—", x, c, m, e, "—")
             for x, c, m, e in zip(nb, fl, am, aerr, strict=True)
         ],
+        note="n/k applies to first k of n, N/B to continuous dispatch; TV(q, p) of the fluid "
+        "model is not in the library (—).",
     )
     for x, c, m, e in zip(nb, fl, am, aerr, strict=True):
         section.check(
@@ -399,5 +435,5 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
             closed_form=c,
             simulation=m,
             tolerance=0.02 + Z_TOL * e,
-            rule="fluid model: 0.02 (its approximation error, SPEC §2.3: about 1%) + " + TOL_RULE,
+            rule="fluid model: 0.02 (an allowance for its approximation error) + " + TOL_RULE,
         )

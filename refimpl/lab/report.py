@@ -3,13 +3,16 @@
 A section records every number it shows in its ``metrics`` (written to ``metrics.json``), and every
 pairing of a closed form with a simulation as a :class:`Check` with the tolerance it is held to and the
 rule that tolerance comes from. The writers turn the sections into ``index.html`` (self-contained: inline
-CSS, figures as relative ``figures/*.png`` links, no script, no CDN), ``report.md`` and
-``metrics.json``.
+CSS, figures as relative ``figures/*.png`` links, no script, no CDN, no math to typeset: formulas are
+plain Unicode text), ``report.md`` and ``metrics.json``. Numbers go through :func:`fmt`, which never
+prints float64 rounding noise as a value, and quantities that are non-negative by definition through
+:func:`nonnegative`.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import re
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
 __all__ = [
+    "NOISE_BOUND",
+    "PX_PER_INCH",
     "Check",
     "DocLink",
     "FigureBlock",
@@ -30,6 +35,8 @@ __all__ = [
     "TableBlock",
     "TextBlock",
     "fmt",
+    "is_noise",
+    "nonnegative",
     "write_html",
     "write_markdown",
     "write_metrics",
@@ -37,10 +44,31 @@ __all__ = [
 
 
 class DocLink(NamedTuple):
-    """A documentation page that explains a section (path relative to ``docs/``, without suffix)."""
+    """A documentation page that explains a section.
+
+    ``page`` is the page's name in the docs site, without suffix (``concepts/length-bias``: the
+    source ``docs/concepts/length-bias.md``, built as ``concepts/length-bias.html``; derivation pages
+    ``derivations/<name>`` are generated from ``proofs/<name>.py`` at build time). ``anchor`` is an
+    optional heading anchor on that page.
+    """
 
     page: str
     title: str
+    anchor: str = ""
+
+    def href(self, base: str | None) -> str | None:
+        """The address of the built page under the docs ``base`` URL, or None without a base.
+
+        Examples
+        --------
+        >>> DocLink("concepts/length-bias", "t", "fluid").href("../docs/_build/html/")
+        '../docs/_build/html/concepts/length-bias.html#fluid'
+        >>> DocLink("concepts/length-bias", "t").href(None) is None
+        True
+        """
+        if base is None:
+            return None
+        return f"{base.rstrip('/')}/{self.page}.html" + (f"#{self.anchor}" if self.anchor else "")
 
 
 class TextBlock(NamedTuple):
@@ -49,11 +77,18 @@ class TextBlock(NamedTuple):
     markdown: str
 
 
+#: CSS pixels per inch of figure width: a figure is displayed at ``width_in × PX_PER_INCH`` CSS
+#: pixels (shrunk to the column when the window is narrower), whatever dpi it was drawn at, so its
+#: fonts have the same size on the page in the quick and the default run.
+PX_PER_INCH = 100
+
+
 class FigureBlock(NamedTuple):
-    """A figure saved as ``figures/<file>``."""
+    """A figure saved as ``figures/<file>``, displayed ``width`` CSS pixels wide."""
 
     file: str
     caption: str
+    width: int = 0
 
 
 class TableBlock(NamedTuple):
@@ -63,6 +98,7 @@ class TableBlock(NamedTuple):
     caption: str
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    note: str = ""
 
 
 class Check(NamedTuple):
@@ -99,13 +135,30 @@ class Check(NamedTuple):
 Block = TextBlock | FigureBlock | TableBlock
 
 
+#: Float64 rounding bound of the report: a computed value whose absolute size is below this is
+#: rounding noise, never a measurement. Every quantity the lab shows is a length (tokens, ≥ 1), a
+#: probability or ratio of order 1e-6 and above, or a variance (tokens², ≥ 1); the sums that produce
+#: them (a few thousand terms of size up to ~1e4) carry rounding errors below ~1e-13 in float64
+#: (observed: 1.1e-16 for a total variation and -8.5e-14 for an exact bias that is 0 in theory).
+NOISE_BOUND = 1e-12
+NOISE_NOTE = (
+    f"values below {NOISE_BOUND:.0e} in absolute value are float64 rounding noise of a quantity "
+    "that is 0 in exact arithmetic, and are shown as 0 (metrics.json keeps the computed value)"
+)
+
+
 def fmt(value: float, digits: int = 3) -> str:
     """Format a number for the report: ``digits`` significant digits, ``inf`` spelled out.
+
+    A value whose absolute size is below :data:`NOISE_BOUND` is float64 rounding noise and is shown
+    as ``0`` (so is ``-0.0``): the formatter never prints noise as if it were a value.
 
     Examples
     --------
     >>> fmt(0.123456), fmt(1234.6), fmt(2.5e7), fmt(float("inf")), fmt(3)
     ('0.123', '1235', '2.5e+07', 'inf', '3')
+    >>> fmt(-2.16e-16), fmt(1.1e-16), fmt(-8.53e-14), fmt(-0.0), fmt(2e-12)
+    ('0', '0', '0', '0', '2e-12')
     """
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return str(int(value))
@@ -114,9 +167,49 @@ def fmt(value: float, digits: int = 3) -> str:
         return "inf" if v > 0 else "-inf"
     if math.isnan(v):
         return "nan"
+    if abs(v) < NOISE_BOUND:
+        return "0"
     if 10**digits <= abs(v) < 1e7:
         return f"{v:.0f}"
     return f"{v:.{digits}g}"
+
+
+def is_noise(value: Any) -> bool:
+    """Whether ``value`` is a float that :func:`fmt` shows as 0 although it is not exactly 0."""
+    if isinstance(value, (bool, int, np.integer, str)) or value is None:
+        return False
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return False
+    return v != 0.0 and abs(v) < NOISE_BOUND
+
+
+def nonnegative(value: float, *, name: str, bound: float = NOISE_BOUND) -> float:
+    """A quantity that is ``>= 0`` by definition, with its rounding noise below zero clamped to 0.
+
+    A KL divergence, a total variation distance or a variance computed in float64 can come out as
+    ``-2e-16``: that is rounding, and it is returned as ``0.0``. A value below ``-bound`` is not
+    rounding but a bug in the computation, and is refused rather than hidden.
+
+    Raises
+    ------
+    ValueError
+        If ``value < -bound`` or ``value`` is NaN.
+
+    Examples
+    --------
+    >>> nonnegative(-2.16e-16, name="KL(q‖p)"), nonnegative(0.395, name="KL(q‖p)")
+    (0.0, 0.395)
+    """
+    v = float(value)
+    if math.isnan(v) or v < -bound:
+        raise ValueError(
+            f"{name} must be >= 0 (it is non-negative by definition); got {name}={v!r}, beyond "
+            f"the float64 rounding bound -{bound:g}. This is a bug in the computation that "
+            "produced it, not rounding: do not clamp it, fix the computation."
+        )
+    return max(v, 0.0)
 
 
 class Section:
@@ -130,7 +223,7 @@ class Section:
         title: str,
         docs: Sequence[DocLink],
         figures_dir: Path,
-        dpi: int = 100,
+        dpi: int = 200,
     ) -> None:
         self.key = key
         self.dpi = dpi
@@ -167,7 +260,8 @@ class Section:
         file = f"{self.key}-{name}.png"
         self.figures_dir.mkdir(parents=True, exist_ok=True)
         fig.savefig(self.figures_dir / file, dpi=self.dpi)
-        self.blocks.append(FigureBlock(file, caption.strip()))
+        width = round(float(fig.get_size_inches()[0]) * PX_PER_INCH)
+        self.blocks.append(FigureBlock(file, caption.strip(), width))
 
     def table(
         self,
@@ -177,12 +271,20 @@ class Section:
         rows: Iterable[Sequence[Any]],
         *,
         digits: int = 3,
+        note: str = "",
     ) -> None:
-        """Add a table; its raw cells are recorded as the metric ``key`` (a list of row dicts)."""
+        """Add a table; its raw cells are recorded as the metric ``key`` (a list of row dicts).
+
+        ``note`` is printed under the table; when a cell is rounding noise (shown as 0 by
+        :func:`fmt`), the note says so and states the bound.
+        """
         raw = [list(r) for r in rows]
         self.metric(key, [dict(zip(columns, r, strict=True)) for r in raw])
         cells = tuple(tuple(c if isinstance(c, str) else fmt(c, digits) for c in r) for r in raw)
-        self.blocks.append(TableBlock(key, caption.strip(), tuple(columns), cells))
+        notes = [note.strip()] if note.strip() else []
+        if any(is_noise(c) for r in raw for c in r):
+            notes.append(NOISE_NOTE[0].upper() + NOISE_NOTE[1:] + ".")
+        self.blocks.append(TableBlock(key, caption.strip(), tuple(columns), cells, " ".join(notes)))
 
     def check(
         self,
@@ -251,6 +353,7 @@ def write_metrics(path: Path, sections: Sequence[Section], meta: dict[str, Any])
                 "missing": list(s.missing),
                 "seconds": s.seconds,
                 "docs": [d.page for d in s.docs],
+                "docs_links": [d.href(meta.get("docs_url")) for d in s.docs],
                 "metrics": s.metrics,
                 "headlines": s.headlines,
                 "checks": [c.as_dict() for c in s.checks],
@@ -260,6 +363,30 @@ def write_metrics(path: Path, sections: Sequence[Section], meta: dict[str, Any])
         },
     }
     path.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n")
+
+
+# -- links to the documentation --------------------------------------------------------------------
+def _doc_links_md(section: Section, base: str | None) -> str:
+    parts = []
+    for d in section.docs:
+        href = d.href(base)
+        if href is None:
+            parts.append(f"{d.title} (docs page `{d.page}.html`)")
+        else:
+            parts.append(f"[{d.title}]({href})")
+    return ", ".join(parts)
+
+
+def _doc_links_html(section: Section, base: str | None) -> str:
+    parts = []
+    for d in section.docs:
+        href = d.href(base)
+        title = html.escape(d.title)
+        if href is None:
+            parts.append(f"{title} (docs page <code>{html.escape(d.page)}.html</code>)")
+        else:
+            parts.append(f'<a href="{html.escape(href)}">{title}</a>')
+    return ", ".join(parts)
 
 
 # -- report.md -------------------------------------------------------------------------------------
@@ -291,17 +418,21 @@ CHECK_COLUMNS = ("quantity", "closed form", "simulation", "difference", "toleran
 
 
 def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
-    """Write ``report.md`` (figures linked as ``figures/*.png``)."""
+    """Write ``report.md`` (figures linked as ``figures/*.png``, docs pages under ``docs_url``)."""
+    base = meta.get("docs_url")
     out = [f"# {meta['title']}", "", meta["summary"], ""]
     glance = [f"- **{s.title}:** {h}" for s in sections for h in s.headlines]
     if glance:
         out += ["## At a glance", "", *glance, ""]
-    out += [_md_table(("", ""), [(k, str(v)) for k, v in meta["settings"].items()]), ""]
+    if meta.get("reading"):
+        out += ["## Reading this report", "", meta["reading"], ""]
+    if meta.get("symbols"):
+        out += [_md_table(("symbol", "meaning"), meta["symbols"]), ""]
+    out += [_md_table(("setting", "value"), [(k, str(v)) for k, v in meta["settings"].items()]), ""]
     for s in sections:
         out += [f"## {s.number}. {s.title}", ""]
         if s.docs:
-            links = ", ".join(f"{d.title} (`docs/{d.page}.md`)" for d in s.docs)
-            out += [f"*Explained in:* {links}", ""]
+            out += [f"*Explained in:* {_doc_links_md(s, base)}", ""]
         for b in s.blocks:
             if isinstance(b, TextBlock):
                 out += [b.markdown, ""]
@@ -309,6 +440,8 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
                 out += [f"![{b.caption}](figures/{b.file})", "", f"*{b.caption}*", ""]
             else:
                 out += [f"**{b.caption}**", "", _md_table(b.columns, b.rows), ""]
+                if b.note:
+                    out += [f"*{b.note}*", ""]
         if s.checks:
             out += ["**Closed form vs simulation**", "", _md_table(CHECK_COLUMNS, _check_rows(s))]
             out += ["", "Tolerances: " + "; ".join(sorted({c.rule for c in s.checks})) + ".", ""]
@@ -316,23 +449,41 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
 
 
 # -- index.html ------------------------------------------------------------------------------------
+# Layout rules (checked in a browser at 1400 and 700 CSS px; the page never scrolls sideways,
+# ``document.documentElement.scrollWidth <= window.innerWidth``):
+# - the text column is at most 1020 px; every table sits in a ``.table-wrap`` that scrolls
+#   horizontally inside itself when the table is wider than the column (narrow windows);
+# - numbers never wrap (``td.num``); text cells and long headers keep a minimum width (an empty
+#   block of that width: ``min-width`` on table cells is ignored or inflates columns in browsers) so
+#   that no column shrinks to one word per line;
+# - figures are displayed at their CSS width (``width`` attribute) and shrink with the column.
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1020px;margin:2em auto;
-padding:0 1.2em;color:#1d2330;line-height:1.5;background:#fbfbfd}
+padding:0 1.2em;color:#1d2330;line-height:1.5;background:#fbfbfd;overflow-wrap:break-word}
 h1{font-size:1.9em;margin-bottom:.2em}h2{margin-top:2.2em;border-bottom:2px solid #d9dde8;padding-bottom:.2em}
-code{background:#eef0f6;padding:0 .25em;border-radius:3px;font-size:.92em}
+code{background:#eef0f6;padding:0 .25em;border-radius:3px;font-size:.92em;overflow-wrap:anywhere}
 figure{margin:1.2em 0;background:#fff;border:1px solid #e1e4ec;border-radius:6px;padding:.6em}
 figure img{max-width:100%;height:auto;display:block;margin:auto}
 figcaption{font-size:.92em;color:#444;margin-top:.4em}
-table{border-collapse:collapse;margin:.8em 0;font-size:.92em;background:#fff}
-th,td{border:1px solid #d9dde8;padding:.25em .6em;text-align:right}
-th{background:#eef0f6}td:first-child,th:first-child{text-align:left}
-.caption{font-weight:600;margin-top:1em}.docs{color:#555;font-size:.95em}
+.table-wrap{max-width:100%;overflow-x:auto;margin:.8em 0}
+table{border-collapse:collapse;font-size:.9em;background:#fff}
+th,td{border:1px solid #d9dde8;padding:.25em .5em;text-align:right;vertical-align:top}
+th{background:#eef0f6;font-weight:600}
+td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
+td.txt{text-align:left}td.txt code{overflow-wrap:normal}
+th .w{display:block;height:0}td.txt::before{content:"";display:block;height:0;width:8em}
+th:first-child,th.l{text-align:left}
+.caption{font-weight:600;margin:1.2em 0 0}.note{font-size:.85em;color:#555;margin:.2em 0 1em}
+.docs{color:#555;font-size:.95em}
 .bad{color:#b00020;font-weight:700}.ok{color:#1b7f3b}
 .unavailable{background:#fff4e5;border-left:4px solid #f0a020;padding:.6em 1em}
-nav ol{columns:2}.small{font-size:.85em;color:#666}
+nav ol{columns:2 18em}.small{font-size:.85em;color:#666}
 .glance{background:#eef6ff;border-radius:6px;padding:.2em 1.2em .6em}.glance h2{margin-top:.6em;border:0}
+.reading{background:#f4f5f9;border-radius:6px;padding:.2em 1.2em .6em;margin-top:1em}
+.reading h2{margin-top:.6em;border:0;font-size:1.25em}
 """
+
+_NUMBER = re.compile(r"^[-+−]?(\d[\d,]*\.?\d*|\.\d+)(e[-+]?\d+)?( ?%)?$|^-?inf$|^nan$|^—$")
 
 
 def _inline(text: str) -> str:
@@ -340,6 +491,7 @@ def _inline(text: str) -> str:
     t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
     t = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", t)
     t = re.sub(r"(?<![*\w])\*([^*\s][^*]*)\*(?![*\w])", r"<em>\1</em>", t)
+    t = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', t)
     return t
 
 
@@ -355,14 +507,48 @@ def _html_text(markdown: str) -> str:
     return "\n".join(parts)
 
 
-def _html_table(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    head = "".join(f"<th>{_inline(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _td(cell: str, *, raw: bool = False) -> str:
+    """A table cell: numbers right-aligned and unbreakable, text left-aligned with a minimum width."""
+    plain = re.sub(r"<[^>]+>", "", cell) if raw else cell
+    cls = "num" if _NUMBER.match(plain.strip()) or raw else "txt"
+    return f'<td class="{cls}">{cell if raw else _inline(cell)}</td>'
+
+
+def _th(column: str, *, left: bool = False) -> str:
+    """A header cell at least as wide as its longest pair of adjacent words (at most 2 lines
+    for a 3-word header, never one word per line), through an empty block of that width; left
+    aligned over a column of text."""
+    tag = '<th class="l">' if left else "<th>"
+    words = column.split()
+    if len(words) < 3:
+        return f"{tag}{_inline(column)}</th>"
+    pair = max(len(a) + 1 + len(b) for a, b in itertools.pairwise(words))
+    width = min(0.62 * pair, 9.0)
+    return f'{tag}<span class="w" style="width:{width:.1f}em"></span>{_inline(column)}</th>'
+
+
+def _html_table(
+    columns: Sequence[str], rows: Iterable[Sequence[str]], *, raw_last: bool = False
+) -> str:
+    """A table inside its own horizontally scrolling container (never the whole page)."""
+    rows = [list(r) for r in rows]
+    text = [all(not _NUMBER.match(r[i].strip()) for r in rows) for i in range(len(columns))]
+    head = "".join(_th(c, left=t) for c, t in zip(columns, text, strict=True))
+    body = "".join(
+        "<tr>"
+        + "".join(_td(c, raw=raw_last and i == len(r) - 1) for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
-    """Write ``index.html``: one self-contained page (inline CSS, relative figure links)."""
+    """Write ``index.html``: one self-contained page (inline CSS, relative figure links, no script)."""
+    base = meta.get("docs_url")
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -378,6 +564,15 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
     ]
     if glance:
         out += ['<div class="glance"><h2>At a glance</h2><ul>', *glance, "</ul></div>"]
+    if meta.get("reading") or meta.get("symbols"):
+        out.append('<div class="reading" id="reading"><h2>Reading this report</h2>')
+        if meta.get("reading"):
+            out.append(_html_text(meta["reading"]))
+        if meta.get("symbols"):
+            out.append("<details><summary>Symbols and units</summary>")
+            out.append(_html_table(("symbol", "meaning"), meta["symbols"]))
+            out.append("</details>")
+        out.append("</div>")
     out += [
         "<details><summary>Run settings</summary>",
         _html_table(("setting", "value"), [(k, str(v)) for k, v in meta["settings"].items()]),
@@ -393,43 +588,47 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
     for s in sections:
         out.append(f'<section id="{s.key}"><h2>{s.number}. {html.escape(s.title)}</h2>')
         if s.docs:
-            links = ", ".join(
-                f"{html.escape(d.title)} (<code>docs/{html.escape(d.page)}.md</code>)"
-                for d in s.docs
-            )
-            out.append(f'<p class="docs">Explained in: {links}</p>')
+            out.append(f'<p class="docs">Explained in: {_doc_links_html(s, base)}</p>')
         for b in s.blocks:
             if isinstance(b, TextBlock):
                 cls = ' class="unavailable"' if not s.available else ""
                 out.append(f"<div{cls}>{_html_text(b.markdown)}</div>")
             elif isinstance(b, FigureBlock):
                 src = html.escape(f"figures/{b.file}")
-                out.append(
-                    f'<figure><img src="{src}" alt="{html.escape(b.caption)}">'
+                width = f' width="{b.width}"' if b.width else ""
+                out.append(  # the image links to itself: full resolution on a narrow screen
+                    f'<figure><a href="{src}"><img src="{src}"{width} '
+                    f'alt="{html.escape(b.caption)}"></a>'
                     f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
                 )
             else:
                 out.append(f'<p class="caption">{_inline(b.caption)}</p>')
                 out.append(_html_table(b.columns, b.rows))
+                if b.note:
+                    out.append(f'<p class="note">{_inline(b.note)}</p>')
         if s.checks:
             out.append('<p class="caption">Closed form vs simulation</p>')
             rows = [
                 (
-                    *r[:5],
+                    *(_inline(c) for c in r[:5]),
                     '<span class="ok">yes</span>' if c.passed else '<span class="bad">NO</span>',
                 )
                 for r, c in zip(_check_rows(s), s.checks, strict=True)
             ]
-            head = "".join(f"<th>{c}</th>" for c in CHECK_COLUMNS)
+            head = "".join(_th(c) for c in CHECK_COLUMNS)
             body = "".join(
                 "<tr>"
-                + "".join(f"<td>{_inline(c) if i < 5 else c}</td>" for i, c in enumerate(r))
+                + f'<td class="txt">{r[0]}</td>'
+                + "".join(f'<td class="num">{c}</td>' for c in r[1:])
                 + "</tr>"
                 for r in rows
             )
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            out.append(
+                f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table></div>"
+            )
             rules = "; ".join(sorted({c.rule for c in s.checks}))
-            out.append(f'<p class="small">Tolerances: {_inline(rules)}.</p>')
+            out.append(f'<p class="note">Tolerances: {_inline(rules)}.</p>')
         out.append(f'<p class="small">Section time: {s.seconds:.1f} s.</p></section>')
     out.append(f'<p class="small">{_inline(meta["footer"])}</p></body></html>')
     path.write_text("\n".join(out) + "\n")

@@ -1,8 +1,8 @@
 """Section 2: staleness masking — staleness by length, the trained law under a drop, corrections.
 
 Closed forms: :func:`refimpl.fluid_steady_state` and :func:`refimpl.fluid_keep_probability` (the
-fluid model of continuous dispatch, SPEC §2.3), :func:`refimpl.selected_pmf`,
-:func:`refimpl.inclusion_probability_pmf` and :func:`refimpl.ipw_weights` (first-k-of-n, §2.2).
+fluid model of continuous dispatch, docs ``concepts/length-bias``), :func:`refimpl.selected_pmf`,
+:func:`refimpl.inclusion_probability_pmf` and :func:`refimpl.ipw_weights` (first-k-of-n).
 Simulations: :func:`refimpl.sim.simulate` (``async`` with ``over_bound='drop'``, ``admission``,
 partial rollouts, ``first_k``).
 """
@@ -29,7 +29,7 @@ from refimpl.lab._common import (
 )
 from refimpl.lab._plot import COLORS, closed, new_figure, series_legend, sim
 from refimpl.lab.config import LabConfig
-from refimpl.lab.report import Section, fmt
+from refimpl.lab.report import Section, fmt, nonnegative
 
 __all__ = ["build"]
 
@@ -37,7 +37,7 @@ STREAM = 2
 ETAS = (0, 1, 2, 4)
 FLUID_TOL = 0.02
 FLUID_RULE = (
-    "fluid model: 2% of the value (its approximation error; SPEC §2.3 measures about 1%) + "
+    "fluid model: 2% of the value (an allowance for the approximation error of the fluid model) + "
     + TOL_RULE
 )
 
@@ -70,6 +70,8 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     n, b = config.async_slots, config.async_batch
     steps = config.async_steps
     warm = steps // 5
+    delta_free = float(refimpl.fluid_steady_state(dist, slots=n, batch=b).step_time)
+    delta_eta0 = float(refimpl.fluid_steady_state(dist, slots=n, batch=b, eta=0).step_time)
     section.metric(
         "setting",
         {
@@ -84,8 +86,14 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     section.text(
         f"Continuous asynchronous dispatch with `N = {n}` slots and `B = {b}` samples per step, "
         f"lognormal(6, 1) lengths (`E[L] = {fmt(mean_l)}` tokens), {steps} trainer steps per run "
-        f"(the first {warm} are discarded as warm-up). The fluid model of SPEC §2.3 predicts the "
-        "staleness of a rollout from its length alone."
+        f"(the first {warm} are discarded as warm-up). The fluid model of continuous dispatch "
+        "(docs page `concepts/length-bias`, *Continuous asynchronous dispatch and the fluid model*) "
+        "predicts the staleness of a rollout "
+        "from its length alone: a rollout of length `ℓ` spans about `ℓ/Δ` trainer steps, where "
+        "`Δ` is the step time in token times. **Two step times appear below:** `Δ` of the run "
+        f"without a bound ({fmt(delta_free)} tokens/step, `B·E[L]/N`), and `Δ_η` of a run that "
+        "drops samples staler than `η` — longer, because a dropped sample does not fill the "
+        f"batch, so more rollouts must finish per step (at `η = 0`, {fmt(delta_eta0)} tokens/step)."
     )
 
     # -- staleness by length (no bound) -----------------------------------------------------------
@@ -115,14 +123,14 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         centre, rate, _se = binned_rate(c["length"], c["staleness"] >= m, edges)
         sim(ax1, centre, rate, color=COLORS[m - 1])
     ax1.set_xscale("log")
-    ax1.set_title(f"Staleness is proportional to length (Δ = {fmt(delta0)} tokens/step)")
+    ax1.set_title(f"Staleness grows with length (no bound: Δ = {fmt(delta0)} tokens/step)")
     ax1.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax1.set_ylabel("probability")
     series_legend(
         ax1,
         [(f"P(s ≥ {m} | ℓ)", COLORS[m - 1]) for m in (1, 2, 3)],
         closed_label="fluid model",
-        loc="lower right",
+        loc="upper left",
     )
     section.metric("step_time_no_bound", delta0)
     section.metric(
@@ -209,38 +217,55 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_title("Trained length law under a drop at s > η")
     ax2.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax2.set_ylabel("density of ln ℓ")
+    ax2.set_ylim(0, 1.6 * ax2.get_ylim()[1])  # room for the legend above the curves
     from matplotlib.lines import Line2D
 
     series_legend(
         ax2,
         [(f"η = {eta}", COLORS[i]) for i, eta in enumerate(ETAS)],
         closed_label="fluid q_η",
-        loc="upper right",
+        loc="upper center",
+        ncol=2,
         extra=[Line2D([], [], color="0.55", linestyle=":", linewidth=2, label="launched law p")],
     )
     section.figure(
         fig,
         "staleness-and-drop",
-        "Left: the probability that a rollout is at least m steps stale, by its length (fluid "
-        "model lines vs simulated markers). Right: the length law that is actually trained when "
-        "samples staler than η are dropped; the dotted grey line is the launched law.",
+        "Left: the probability that a rollout is at least m steps stale, by its length, in the "
+        f"run without a bound (step time Δ = {fmt(delta0)} tokens/step): a rollout longer than "
+        "m·Δ tokens is always at least m steps stale. Right: the length law that is actually "
+        "trained when samples staler than η are dropped (density of ln ℓ); the dotted grey line "
+        "is the launched law. Look at the right tail: at η = 0 the trained law loses every "
+        "rollout longer than Δ_0, and each larger η gives back one more step time.",
     )
     section.table(
         "drop-table",
-        "Dropping at s > η: fluid model against the simulator; the last two columns are what is lost",
+        "Dropping at s > η: fluid model against the simulator (Δ_η: the step time with the drop; "
+        f"without a bound Δ = {fmt(delta0)} tokens/step)",
         (
             "η",
-            "Δ (tokens/step)",
+            "Δ_η (tokens/step)",
             "kept fraction (fluid)",
             "kept fraction (sim)",
-            "trained mean (fluid)",
-            "trained mean (sim)",
+            "trained mean, fluid (tokens)",
+            "trained mean, sim (tokens)",
             "trained mean / E[L] (fluid)",
-            "never-trained threshold (η+1)Δ (tokens)",
-            "launched mass beyond",
-            "trained mass beyond (sim)",
         ),
-        rows,
+        [r[:7] for r in rows],
+    )
+    section.table(
+        "lost-table",
+        "What the drop loses: rollouts longer than (η + 1)·Δ_η are never trained",
+        (
+            "η",
+            "(η + 1)·Δ_η (tokens)",
+            "launched mass above it",
+            "trained mass above it (sim)",
+        ),
+        [(r[0], *r[7:]) for r in rows],
+        note="Launched mass: the probability that a launched rollout is longer (the input law); "
+        "trained mass: the share of trained samples longer, in the simulation (the fluid model "
+        "says 0; step times fluctuate in the simulation, so a few get through).",
     )
     r0 = rows[0]
     sim_ratio0 = section.metric("eta0_trained_mean_ratio_simulated", r0[5] / mean_l)
@@ -250,8 +275,8 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"({fmt(100 * r0[8])}% of launches) are never trained."
     )
     section.text(
-        "**What is lost.** A rollout longer than `(η + 1)·Δ` is never trained: by the time it "
-        "finishes, the policy has moved on more than η versions. The column *launched mass beyond* "
+        "**What is lost.** A rollout longer than `(η + 1)·Δ_η` is never trained: by the time it "
+        "finishes, the policy has moved on more than η versions. The column *launched mass above it* "
         "is the probability of such a rollout; no importance weight can bring back a sample that is "
         "never seen — only a larger η, admission control or partial rollouts can."
     )
@@ -303,9 +328,13 @@ def _corrections(
     reps = config.estimator_reps
     clip = 5.0
     settings = (
-        ("mild: uniform on {100, 200, 300, 400}, first 2 of 4", 4, 2, 4, 1.0),
-        ("tail: geometric(0.8) on {100, ..., 800}, first 4 of 8", 8, 4, 8, 0.8),
+        ("mild", 4, 2, 4, 1.0),
+        ("tail", 8, 4, 8, 0.8),
     )
+    described = {
+        "mild": "uniform on {100, 200, 300, 400} tokens, first 2 of 4",
+        "tail": "geometric(0.8) on {100, 200, ..., 800} tokens, first 4 of 8",
+    }
     rows = []
     for s_i, (label, n, k, points, ratio) in enumerate(settings):
         pmf = np.zeros(100 * points)
@@ -349,7 +378,7 @@ def _corrections(
             var = float(est.var(ddof=1))
             var_se = float(np.sqrt(max(np.mean((est - est.mean()) ** 4) - var**2, 0.0) / est.size))
             bias_cf = float(mom.bias) if mom is not None else mean_q - mean_p
-            var_cf = float(mom.variance) if mom is not None else 0.0
+            var_cf = nonnegative(float(mom.variance), name="variance") if mom is not None else 0.0
             rows.append(
                 (
                     label,
@@ -386,7 +415,7 @@ def _corrections(
         section.metric(
             f"estimator_setting_{s_i}",
             {
-                "label": label,
+                "label": f"{label}: {described[label]}",
                 "E_p[L]": mean_p,
                 "E_q[L]": mean_q,
                 "max_ipw_weight": float((k / (n * pi[pmf > 0])).max()),
@@ -394,7 +423,11 @@ def _corrections(
             },
         )
     section.text(
-        "**Corrections.** Where the inclusion probability `π(ℓ)` is known and positive, "
+        "**Corrections.** Two settings: *mild* is "
+        + described["mild"]
+        + "; *tail* is "
+        + described["tail"]
+        + ". Where the inclusion probability `π(ℓ)` is known and positive, "
         "inverse-propensity weights `w = k/(n·π(ℓ))` undo the bias: the Horvitz–Thompson estimate "
         "(`horvitz_thompson_estimate`) is unbiased on a finite support. Its variance is the price: "
         "`π` is tiny for the longest lengths, so their weights are huge. Hájek "
@@ -419,6 +452,8 @@ def _corrections(
             "MSE (sim)",
         ),
         rows,
+        note="Bias and its SE in tokens (estimate − E_p[L]); variance and MSE in tokens². The "
+        "naive batch mean has no exact variance in the library (—).",
     )
 
     # under the staleness drop: weights 1/keep(ℓ) cannot reach the never-kept tail
@@ -493,7 +528,8 @@ def _alternatives(section: Section, config: LabConfig, progress: Callable[[str],
         ("partial: keep_kv", {"partial": "keep_kv"}),
     ]
     rows = []
-    base_tp = None
+    base: tuple[float, float] | None = None
+    stalest: dict[str, Any] = {}
     for i, (name, kw) in enumerate(variants):
         progress(f"alternatives: {name}")
         tr = rsim.simulate(
@@ -504,21 +540,49 @@ def _alternatives(section: Section, config: LabConfig, progress: Callable[[str],
         s = tr.summary()
         c = _consumed(tr, warm)
         tm = float(c["length"][c["kept"]].mean())
-        tokens_trained = float(np.asarray(tr.length)[np.asarray(tr.rank) >= 0].sum())
-        tp = s.trained / s.end_time
-        base_tp = tp if base_tp is None else base_tp
+        status = np.asarray(tr.status)
+        length = np.asarray(tr.length, dtype=np.float64)
+        trained_mask = status == rsim.STATUS["trained"]
+        tokens_trained = float(length[trained_mask].sum())
+        # Every token a slot decoded: rollouts that finished (trained, dropped or still waiting in
+        # the buffer) and the partial work of aborted ones (wasted_tokens).
+        finished = np.isin(status, [rsim.STATUS[k] for k in ("trained", "dropped", "pending")])
+        tokens_dropped = float(length[status == rsim.STATUS["dropped"]].sum())
+        decoded = float(length[finished].sum()) + float(s.wasted_tokens)
+        samples_rate = s.trained / s.end_time  # trained samples per token time
+        tokens_rate = tokens_trained / s.end_time  # trained tokens per token time
+        base = (samples_rate, tokens_rate) if base is None else base
+        kept_stale = c["staleness"][c["kept"]]
         rows.append(
             (
                 name,
                 tm / mean_l,
-                float(c["staleness"][c["kept"]].mean()),
-                int(c["staleness"][c["kept"]].max()),
+                float(kept_stale.mean()),
+                int(kept_stale.max()),
                 1.0 - float(c["kept"].mean()),
-                s.wasted_tokens / tokens_trained,
+                (float(s.wasted_tokens) + tokens_dropped) / decoded,
                 s.recomputed_tokens / tokens_trained,
-                tp / base_tp,
+                samples_rate / base[0],
+                tokens_rate / base[1],
             )
         )
+        if name.startswith("partial: recompute"):
+            ids = np.flatnonzero(trained_mask & (np.asarray(tr.step) >= warm))
+            worst = int(ids[np.argmax(np.asarray(tr.staleness)[ids])])
+            gen_time = float(tr.finish_time[worst] - tr.launch_time[worst])
+            step_time = float(s.end_time) / s.steps
+            stalest = section.metric(
+                "recompute_stalest_sample",
+                {
+                    "length": float(length[worst]),
+                    "staleness": int(np.asarray(tr.staleness)[worst]),
+                    "generation_time": gen_time,
+                    "generation_steps": gen_time / step_time,
+                    "recomputed_tokens": float(np.asarray(tr.recomputed_tokens)[worst]),
+                    "mean_step_time": step_time,
+                    "reprefill_token_time": 0.1,
+                },
+            )
         if name.startswith("admission"):
             per = np.bincount(c["step"][c["kept"]] - warm, weights=c["length"][c["kept"]]) / b
             m, se = block_mean_and_se(per)
@@ -532,22 +596,57 @@ def _alternatives(section: Section, config: LabConfig, progress: Callable[[str],
             )
     section.table(
         "alternatives",
-        f"Alternatives to dropping (N = {n}, B = {b}, lognormal(6, 1)); token costs per trained token",
+        f"Alternatives to dropping (N = {n}, B = {b}, lognormal(6, 1)): what each strategy trains",
         (
             "strategy",
             "trained mean / E[L]",
-            "mean staleness",
-            "max staleness",
-            "dropped fraction",
-            "wasted tokens",
-            "recomputed tokens",
-            "throughput vs async",
+            "mean staleness (steps)",
+            "max staleness (steps)",
+            "dropped (share of consumed)",
         ),
-        rows,
+        [r[:5] for r in rows],
     )
+    section.table(
+        "alternatives-cost",
+        "What each strategy costs: tokens and throughput relative to async without a bound",
+        (
+            "strategy",
+            "wasted (share of decoded tokens)",
+            "recomputed tokens per trained token",
+            "trained samples/time (× async)",
+            "trained tokens/time (× async)",
+        ),
+        [(r[0], *r[5:]) for r in rows],
+        note="Wasted tokens are those of dropped samples and the partial work of aborted "
+        "(`restart`) rollouts. Throughputs are trained samples (or their tokens) per token time, "
+        "divided by the same rate of *async, no bound*; a slot decodes one token per token time.",
+    )
+    restart = next(r for r in rows if r[0] == "partial: restart")
     section.text(
         "Admission control drops nothing, so it keeps the launched length law (the check below), but "
-        "bounds staleness only on average; `restart` bounds it by throwing work away (wasted tokens); "
+        "bounds staleness only on average; `restart` bounds it by throwing work away: it aborts "
+        "every rollout in flight at each publication, so only rollouts shorter than one step time "
+        "finish. It trains more *samples* per time than async "
+        f"({fmt(restart[7])}×) because they are short (trained mean {fmt(restart[1])} × E[L]), "
+        f"but fewer *tokens* ({fmt(restart[8])}×): its slots decode as many tokens per time as "
+        f"async, and the share {fmt(restart[5])} of them is thrown away "
+        f"(1 − {fmt(restart[5])} = {fmt(1 - restart[5])}, against {fmt(restart[8])}). "
         "`recompute` and `keep_kv` keep the work but train samples whose tokens come from several "
-        "versions (the staleness above counts the oldest)."
+        "versions; staleness counts the oldest token (docs page `concepts/conventions`)."
     )
+    if stalest:
+        section.text(
+            "**Why `recompute` has a large maximum staleness.** At every publication `recompute` "
+            "re-prefills the prompt and the whole generated prefix under the new weights, at "
+            f"`reprefill_token_time = {fmt(stalest['reprefill_token_time'])}` token times per "
+            "token: a rollout `k` tokens in loses `0.1·k` of each step time Δ and advances only "
+            "`Δ − 0.1·k` tokens per step, so rollouts approaching `10·Δ` tokens crawl, and longer "
+            "ones cannot finish while steps stay that short (the cost is quadratic in the length). "
+            f"The stalest trained sample here has {fmt(stalest['length'])} tokens, took "
+            f"{fmt(stalest['generation_steps'])} mean step times "
+            f"({fmt(stalest['mean_step_time'])} token times each) to generate and re-prefilled "
+            f"{fmt(stalest['recomputed_tokens'])} tokens; since staleness counts its oldest token, "
+            f"it is {stalest['staleness']} steps stale. This follows the simulator's documented "
+            "semantics (docs page `concepts/sim-staleness-partial`), not a bug; mean staleness is "
+            "close to async, and `keep_kv`, which pays nothing, stays near async's maximum."
+        )
