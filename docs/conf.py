@@ -24,8 +24,15 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax 3 shipped with the docs (copied into _static/mathjax), so formulas render offline.
+    "sphinx-mathjax-offline",
+    # The CLI reference is generated from the argparse parsers themselves.
+    "sphinxarg.ext",
     "matplotlib.sphinxext.plot_directive",
 ]
+# The bundled copy, not a CDN; loaded on every page (see setup) so that math in the sidebar and
+# in page titles renders on pages that have no formula of their own.
+mathjax_path = "mathjax/tex-chtml.js"
 # Figures made at build time by ``.. plot::`` (code runs against the installed refimpl).
 plot_include_source = False
 plot_html_show_source_link = False
@@ -33,6 +40,9 @@ plot_html_show_formats = False
 plot_formats = [("png", 110)]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
+# Markdown links (`[OS1](#os1)`) resolve against these domains only; sphinx-argparse adds a domain
+# that cannot resolve them and warns for every link.
+myst_ref_domains = ["std", "py"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build"]
 napoleon_google_docstring = False
@@ -42,6 +52,8 @@ autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 html_theme = "alabaster"
 html_title = "refimpl"
+html_static_path = ["_static"]
+html_css_files = ["refimpl.css"]
 nitpicky = False
 
 # Public modules whose ``__all__`` must be documented in the API reference; the flat names of
@@ -178,6 +190,8 @@ def _link_claim_ids(
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    # Page titles with math ("first-$k$-of-$n$") appear in every page's sidebar and toctree.
+    app.set_html_assets_policy("always")
     app.connect("autodoc-process-docstring", _link_claim_ids)
     app.connect("builder-inited", _generate_derivations)
     app.connect("source-read", _check_plot_prefixes)
