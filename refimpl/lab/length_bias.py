@@ -399,5 +399,6 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
             closed_form=c,
             simulation=m,
             tolerance=0.02 + Z_TOL * e,
-            rule="fluid model: 0.02 (its approximation error, SPEC §2.3: about 1%) + " + TOL_RULE,
+            rule="fluid model: 0.02 (its approximation error, conventions §async-dispatch: about 1%) + "
+            + TOL_RULE,
         )

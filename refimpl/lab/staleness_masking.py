@@ -1,8 +1,8 @@
 """Section 2: staleness masking — staleness by length, the trained law under a drop, corrections.
 
 Closed forms: :func:`refimpl.fluid_steady_state` and :func:`refimpl.fluid_keep_probability` (the
-fluid model of continuous dispatch, SPEC §2.3), :func:`refimpl.selected_pmf`,
-:func:`refimpl.inclusion_probability_pmf` and :func:`refimpl.ipw_weights` (first-k-of-n, §2.2).
+fluid model of continuous dispatch, conventions §async-dispatch), :func:`refimpl.selected_pmf`,
+:func:`refimpl.inclusion_probability_pmf` and :func:`refimpl.ipw_weights` (conventions §first-k-of-n).
 Simulations: :func:`refimpl.sim.simulate` (``async`` with ``over_bound='drop'``, ``admission``,
 partial rollouts, ``first_k``).
 """
@@ -37,7 +37,7 @@ STREAM = 2
 ETAS = (0, 1, 2, 4)
 FLUID_TOL = 0.02
 FLUID_RULE = (
-    "fluid model: 2% of the value (its approximation error; SPEC §2.3 measures about 1%) + "
+    "fluid model: 2% of the value (its approximation error; conventions §async-dispatch measures about 1%) + "
     + TOL_RULE
 )
 
@@ -84,7 +84,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     section.text(
         f"Continuous asynchronous dispatch with `N = {n}` slots and `B = {b}` samples per step, "
         f"lognormal(6, 1) lengths (`E[L] = {fmt(mean_l)}` tokens), {steps} trainer steps per run "
-        f"(the first {warm} are discarded as warm-up). The fluid model of SPEC §2.3 predicts the "
+        f"(the first {warm} are discarded as warm-up). The fluid model of conventions §async-dispatch predicts the "
         "staleness of a rollout from its length alone."
     )
 
