@@ -51,6 +51,9 @@ napoleon_use_rtype = False
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 html_theme = "alabaster"
+# Wider than alabaster's 940 px, so that code blocks and tables fit; narrower screens get its
+# responsive layout.
+html_theme_options = {"page_width": "1140px", "sidebar_width": "240px"}
 html_title = "refimpl"
 html_static_path = ["_static"]
 html_css_files = ["refimpl.css"]
