@@ -48,7 +48,7 @@ def run_python(source: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_install_command_is_the_readmes() -> None:
     install = console(blocks("console")[0])
     assert [c for c, _ in install] == [
-        "python3 -m venv .venv && .venv/bin/pip install .",
+        "python3 -m venv --upgrade-deps .venv && .venv/bin/pip install .",
         ". .venv/bin/activate",
     ]
     readme = (ROOT / "README.md").read_text()
@@ -108,3 +108,31 @@ def test_the_trace_check_prints_what_the_page_shows(tmp_path: Path) -> None:
             )
             code, output = result.returncode, result.stdout + result.stderr
         assert output.splitlines() == expected, (command, output)
+
+
+def readme_quick_start() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Python quick start", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert block is not None, "README.md has no python block under 'Python quick start'"
+    return block[1]
+
+
+def test_the_readme_quick_start_prints_its_reference_value_and_passes(tmp_path: Path) -> None:
+    source = readme_quick_start()
+    lines = [line for line in source.splitlines() if line.strip()]
+    assert len(lines) == 5, "the README promises a five-line quick start"
+    result = run_python(source, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    printed = next(line for line in lines if line.startswith("print("))
+    assert result.stdout == printed.split("# ")[1].split(":")[0] + "\n"
+
+
+def test_the_readme_quick_start_check_catches_the_strict_comparison(tmp_path: Path) -> None:
+    source = readme_quick_start()
+    buggy = source.replace("<= eta", "< eta")
+    assert buggy != source
+    result = run_python(buggy, tmp_path)
+    assert result.returncode != 0
+    assert "ConformanceError" in result.stderr
+    assert "3 failed, 3 passed" in result.stderr
