@@ -52,7 +52,9 @@ def quick_lab(tmp_path_factory: pytest.TempPathFactory) -> QuickLab:
     in an empty directory); shared by the tests of that page and the browser test of the report."""
     command = Path(sys.executable).parent / "refimpl"
     if not command.is_file():
-        pytest.fail(f"the refimpl command is not installed next to {sys.executable}: pip install -e .")
+        pytest.fail(
+            f"the refimpl command is not installed next to {sys.executable}: pip install -e ."
+        )
     cwd = tmp_path_factory.mktemp("quick-lab")
     result = subprocess.run(
         [str(command), "lab", "--quick"], cwd=cwd, capture_output=True, text=True, timeout=600
