@@ -1,4 +1,4 @@
-"""Time ``inclusion_probability_pmf`` against the direct multinomial sum of SPEC §2.2.
+"""Time ``inclusion_probability_pmf`` against the direct multinomial sum of conventions §first-k-of-n.
 
 Both are run in the same process on the same inputs, and the ratio is printed (so the figure does not
 depend on how busy the machine is). The direct sum is

@@ -39,6 +39,8 @@ def load_peer() -> ModuleType:
     env = os.environ.get("REFIMPL_PEERS")
     candidates = [Path(env)] if env else []
     candidates += [ROOT.parent / "shared" / "peers", ROOT.parents[1] / "shared" / "peers"]
+    # The vendored copy, identical to the shared one (tests/test_peers.py).
+    candidates.append(ROOT / "tests" / "peers")
     for c in candidates:
         path = c / "simpy_queue.py"
         if path.is_file():
@@ -49,8 +51,8 @@ def load_peer() -> ModuleType:
             spec.loader.exec_module(module)
             return module
     raise SystemExit(
-        "bench_sim: the SimPy peer shared/peers/simpy_queue.py was not found next to the repository; "
-        "set REFIMPL_PEERS to its directory."
+        "bench_sim: the SimPy peer simpy_queue.py was not found (vendored in tests/peers/, or a peer "
+        "directory next to the repository); set REFIMPL_PEERS to its directory."
     )
 
 

@@ -24,8 +24,15 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    # MathJax 3 shipped with the docs (copied into _static/mathjax), so formulas render offline.
+    "sphinx-mathjax-offline",
+    # The CLI reference is generated from the argparse parsers themselves.
+    "sphinxarg.ext",
     "matplotlib.sphinxext.plot_directive",
 ]
+# The bundled copy, not a CDN; loaded on every page (see setup) so that math in the sidebar and
+# in page titles renders on pages that have no formula of their own.
+mathjax_path = "mathjax/tex-chtml.js"
 # Figures made at build time by ``.. plot::`` (code runs against the installed refimpl).
 plot_include_source = False
 plot_html_show_source_link = False
@@ -33,6 +40,9 @@ plot_html_show_formats = False
 plot_formats = [("png", 110)]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
+# Markdown links (`[OS1](#os1)`) resolve against these domains only; sphinx-argparse adds a domain
+# that cannot resolve them and warns for every link.
+myst_ref_domains = ["std", "py"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build"]
 napoleon_google_docstring = False
@@ -41,7 +51,12 @@ napoleon_use_rtype = False
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 html_theme = "alabaster"
+# Wider than alabaster's 940 px, so that code blocks and tables fit; narrower screens get its
+# responsive layout.
+html_theme_options = {"page_width": "1140px", "sidebar_width": "240px"}
 html_title = "refimpl"
+html_static_path = ["_static"]
+html_css_files = ["refimpl.css"]
 nitpicky = False
 
 # Public modules whose ``__all__`` must be documented in the API reference; the flat names of
@@ -139,20 +154,67 @@ def _check_plot_prefixes(app: Sphinx, docname: str, source: list[str]) -> None:
         )
 
 
+# A citation of a definition on the conventions page: "conventions §staleness" (see that page).
+_CITATION = re.compile(r"§([a-z][a-z0-9-]*)")
+_CONVENTIONS = Path(__file__).resolve().parent / "concepts" / "conventions.md"
+
+
+def convention_anchors() -> set[str]:
+    """The anchors that the conventions page defines (its ``(name)=`` targets)."""
+    return set(re.findall(r"^\(([a-z][a-z0-9-]*)\)=$", _CONVENTIONS.read_text(), flags=re.M))
+
+
+def _link_citations_in_pages(app: Sphinx, docname: str, source: list[str]) -> None:
+    """Turn each ``§<anchor>`` of a Markdown page into a link to that anchor of the conventions page.
+
+    Fenced code blocks are left alone; an anchor the conventions page does not define is a warning
+    (an error under -W).
+    """
+    if app.env.doc2path(docname).suffix != ".md":
+        return
+    anchors = convention_anchors()
+    lines = source[0].split("\n")
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+
+        def link(match: re.Match[str]) -> str:
+            if match[1] not in anchors:
+                logger.warning(
+                    "%s cites conventions §%s, which docs/concepts/conventions.md does not define",
+                    docname,
+                    match[1],
+                )
+                return match[0]
+            return f"{{ref}}`§{match[1]} <{match[1]}>`"
+
+        lines[i] = _CITATION.sub(link, line)
+    source[0] = "\n".join(lines)
+
+
 _CLAIM_ID = re.compile(r"(?<![`\w-])((?:LB|OS|KM|FL|EF|PEN|VT|IS|ESS|ST)\d+)(?![`\w])")
 
 
 def _link_claim_ids(
     app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
 ) -> None:
-    """Turn the claim ids a docstring cites (``EF1``, ``LB3``) into links to their derivations.
+    """Turn the claim ids (``EF1``, ``LB3``) and the conventions citations (``§staleness``) that a
+    docstring cites into links to their derivations and to the conventions page.
 
-    Math blocks and doctest lines are left alone; an id that no proof registers is a warning (an
-    error under -W): a docstring must not cite a claim that does not exist.
+    Math blocks and doctest lines are left alone; an id that no proof registers, or an anchor that
+    the conventions page does not define, is a warning (an error under -W).
     """
     from proofs._framework import all_claims
 
     known = all_claims()
+    anchors = convention_anchors()
     math_indent: int | None = None
     for i, line in enumerate(lines):
         stripped = line.strip()
@@ -174,12 +236,25 @@ def _link_claim_ids(
                 return claim_id
             return f":ref:`{claim_id} <{claim_id.lower()}>`"
 
-        lines[i] = _CLAIM_ID.sub(link, line)
+        def cite(match: re.Match[str]) -> str:
+            if match[1] not in anchors:
+                logger.warning(
+                    "%s cites conventions §%s, which docs/concepts/conventions.md does not define",
+                    name,
+                    match[1],
+                )
+                return match[0]
+            return f":ref:`§{match[1]} <{match[1]}>`"
+
+        lines[i] = _CITATION.sub(cite, _CLAIM_ID.sub(link, line))
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    # Page titles with math ("first-$k$-of-$n$") appear in every page's sidebar and toctree.
+    app.set_html_assets_policy("always")
     app.connect("autodoc-process-docstring", _link_claim_ids)
     app.connect("builder-inited", _generate_derivations)
     app.connect("source-read", _check_plot_prefixes)
+    app.connect("source-read", _link_citations_in_pages)
     app.connect("env-check-consistency", _check_api_documented)
     return {"parallel_read_safe": True}

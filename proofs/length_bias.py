@@ -11,7 +11,7 @@ $I_{1-F}(n-k, k)$; both are 1 at $F = 0$, so $\pi(\ell) = I_{1-F(\ell)}(n-k, k)$
 worked check $n = 8$, $k = 4$, $F = 1/2$ gives $\pi = 1/2$ by the symmetry of $\mathrm{Bin}(7, 1/2)$
 ([LB0](#lb0)).
 
-**Discrete lengths and ties.** With ties broken uniformly at random, the SPEC's definition is the
+**Discrete lengths and ties.** With ties broken uniformly at random, the definition (conventions §first-k-of-n) is the
 multinomial sum $\pi(\ell) = E[\operatorname{clip}((k - A)/(E + 1), 0, 1)]$ where $A$ and $E$ count the
 other rollouts strictly shorter and equally long. A cheaper, equivalent description: draw each
 rollout's length as $L = F^{-1}(U)$ with $U \sim U(0, 1)$ and rank rollouts by $U$. Ranking by $U$
@@ -76,7 +76,7 @@ def tie_antiderivative(n: int, k: int, x: sp.Expr) -> sp.Expr:
 
 
 def multinomial_pi(n: int, k: int, below: sp.Expr, tie: sp.Expr, above: sp.Expr) -> sp.Expr:
-    """The SPEC's multinomial sum E[clip((k-A)/(E+1), 0, 1)] (times nothing: a polynomial)."""
+    """The multinomial sum of conventions §first-k-of-n E[clip((k-A)/(E+1), 0, 1)] (times nothing: a polynomial)."""
     m = n - 1
     total = sp.Integer(0)
     for A in range(m + 1):

@@ -3,7 +3,7 @@ r"""# Order statistics: the synchronous step time and the speedup bound
 Synchronous dispatch waits for the slowest of $n$ rollouts, so its step time is
 $E[\max_{i\le n} L_i] = \int_0^1 F^{-1}(u)\, n u^{n-1}\,du$; continuous asynchronous dispatch keeps every
 slot busy and produces a sample per $E[L]$ of slot time. The ratio $E[\max]/E[L]$ bounds the speedup
-asynchrony can buy (SPEC §2.5).
+asynchrony can buy (conventions §when-async-pays).
 
 **Exponential lengths** (rate $\lambda$). By memorylessness the spacings
 $L_{(j)} - L_{(j-1)}$ are independent exponentials with rates $(n-j+1)\lambda$ (Rényi), so

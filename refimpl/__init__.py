@@ -1,6 +1,6 @@
 """refimpl: a property-based, verified reference library for asynchronous RL of language models.
 
-The public API is flat: every stable name of SPEC §5 is importable from ``refimpl`` directly and is
+The public API is flat: every stable name of conventions §stable-names is importable from ``refimpl`` directly and is
 defined in one of the modules below, which own their ``__all__``.
 
 - :mod:`refimpl.dispatch`: length bias of dispatch policies, inclusion probabilities, IPW, censoring,

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["main"]
+__all__ = ["full_parser", "main"]
 
 
 class _Command(NamedTuple):
@@ -45,6 +45,26 @@ def _parser(chosen: str | None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=command.summary, description=command.summary)
         if name == chosen:
             importlib.import_module(command.module).configure(p)
+    return parser
+
+
+def full_parser() -> argparse.ArgumentParser:
+    """The ``refimpl`` parser with the options of every subcommand (the CLI reference's source).
+
+    The command itself configures only the chosen subcommand, which keeps ``refimpl check`` fast;
+    this imports every subcommand's module.
+
+    Examples
+    --------
+    >>> sub = next(a for a in full_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    >>> "--quick" in sub.choices["lab"].format_help()
+    True
+    """
+    parser = _parser(None)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, subparser in action.choices.items():
+                importlib.import_module(COMMANDS[name].module).configure(subparser)
     return parser
 
 

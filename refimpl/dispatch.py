@@ -1,7 +1,7 @@
 """Length bias of dispatch policies: inclusion probabilities, IPW, censoring, the fluid model.
 
-Everything here follows SPEC §2.2 (first ``k`` of ``n``), §2.3 (continuous asynchronous dispatch and
-masking) and §2.5 (when asynchrony pays). Discrete length laws are pmfs over lengths ``1..M`` (entry
+Everything here follows conventions §first-k-of-n, §async-dispatch (with masking) and
+§when-async-pays. Discrete length laws are pmfs over lengths ``1..M`` (entry
 ``i`` is the probability of length ``i + 1``); a pmf of :class:`fractions.Fraction` gives exact
 ``Fraction`` results. Continuous laws are frozen :mod:`scipy.stats` distributions.
 
@@ -319,7 +319,7 @@ def _interval_integral(
 
 
 # ---------------------------------------------------------------------------------------------
-# inclusion probabilities (SPEC §2.2)
+# inclusion probabilities (conventions §first-k-of-n)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -368,7 +368,7 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
 
     References
     ----------
-    SPEC §2.2; order statistics: David & Nagaraja, *Order Statistics* (2003), §2.1.
+    conventions §first-k-of-n; order statistics: David & Nagaraja, *Order Statistics* (2003), §2.1.
 
     Examples
     --------
@@ -602,7 +602,7 @@ def inclusion_probability_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[
 
     References
     ----------
-    SPEC §2.2.
+    conventions §first-k-of-n.
 
     Examples
     --------
@@ -677,7 +677,7 @@ def selected_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[Fraction]:
 
 
 # ---------------------------------------------------------------------------------------------
-# continuous laws: selected mean, expected maximum, speedup (SPEC §2.2, §2.5)
+# continuous laws: selected mean, expected maximum, speedup (conventions §first-k-of-n, §when-async-pays)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -761,7 +761,7 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
 
 
 def expected_max(dist: Any, *, n: int) -> float:
-    r"""Expected maximum of ``n`` i.i.d. lengths: the synchronous step time (SPEC §2.1, §2.5).
+    r"""Expected maximum of ``n`` i.i.d. lengths: the synchronous step time (conventions §sync-dispatch, §when-async-pays).
 
     .. math::
 
@@ -824,7 +824,7 @@ def expected_max(dist: Any, *, n: int) -> float:
 
 
 def async_speedup(dist: Any, *, n: int) -> float:
-    r"""Upper bound on the speedup of asynchronous over synchronous dispatch (SPEC §2.5).
+    r"""Upper bound on the speedup of asynchronous over synchronous dispatch (conventions §when-async-pays).
 
     .. math::
 
@@ -990,7 +990,7 @@ def _length_bias_continuous(dist: Any, n: int, k: int) -> LengthBias:
 
 
 # ---------------------------------------------------------------------------------------------
-# inverse-propensity correction (SPEC §2.2)
+# inverse-propensity correction (conventions §first-k-of-n)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1270,7 +1270,7 @@ def ipw_estimator_moments(
                \sum_{c=b_m}^{n-k+b_m} \frac{p_m^{c}\, S_m^{\,n-k+b_m-c}}{c!\,(n-k+b_m-c)!},
 
     (:math:`c` rollouts of length :math:`m` launched, :math:`S_m = P(L > m)`), and each estimator is
-    a function of :math:`b`. The per-draw variance of SPEC §2.2 is reported beside:
+    a function of :math:`b`. The per-draw variance of conventions §first-k-of-n is reported beside:
     :math:`\mathrm{Var}_q[w g] = (k/n) E_p[g^2/\pi] - E_p[g]^2`. The batch estimate's variance is
     *not* that divided by :math:`k` (members of a batch are dependent).
 
@@ -1433,7 +1433,7 @@ def _compositions(total: int, parts: int) -> itertools.chain[tuple[int, ...]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# censoring (SPEC §2.2): Kaplan–Meier and the exponential MLE
+# censoring (conventions §first-k-of-n): Kaplan–Meier and the exponential MLE
 # ---------------------------------------------------------------------------------------------
 
 
@@ -1600,7 +1600,7 @@ def exponential_rate_mle(
 
 
 # ---------------------------------------------------------------------------------------------
-# continuous asynchronous dispatch: the fluid model (SPEC §2.3)
+# continuous asynchronous dispatch: the fluid model (conventions §async-dispatch)
 # ---------------------------------------------------------------------------------------------
 
 

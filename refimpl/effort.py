@@ -5,7 +5,7 @@ A policy conditioned on a scalar reasoning effort ``b`` is trained with the shap
 ``k(b) = k0·exp(−(b − b_min)/τ)``. Under the saturating quality model
 ``Q(ℓ) = q_max·(1 − e^{−ℓ/λ})`` the reward-maximising length is ``L*(b) = max(0, λ ln(q_max/(λ k(b))))``,
 linear in ``b`` with slope ``λ/τ`` where positive, and ``b ↦ (L*(b), Q(L*(b)))`` traces a monotone,
-concave cost/quality frontier: one checkpoint, many cost/quality points (SPEC §4).
+concave cost/quality frontier: one checkpoint, many cost/quality points (conventions §effort-conditioning).
 
 The module also carries a toy effort-conditioned policy trained by policy gradient in numpy
 (:func:`train_effort_policy`), which shows that one set of parameters conditioned on ``b`` learns
@@ -142,7 +142,7 @@ def effort_penalty(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> NDAr
 
     References
     ----------
-    SPEC §4 (effort conditioning).
+    conventions §effort-conditioning (effort conditioning).
 
     Examples
     --------
@@ -407,7 +407,7 @@ def optimal_length(
 
     References
     ----------
-    SPEC §4.
+    conventions §effort-conditioning.
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""Each framework's staleness setting, translated into refimpl's ``η`` (SPEC §1).
+"""Each framework's staleness setting, translated into refimpl's ``η`` (conventions §framework-settings).
 
 refimpl's staleness of a sample trained at step ``j`` is ``s = j − min_t v_t`` (oldest token
 version, queue time included), and a staleness bound ``η`` admits a sample iff ``s ≤ η``. Frameworks
@@ -7,7 +7,7 @@ through admission control, one is not a version count at all. The functions here
 of a framework's own setting, the ``η`` it corresponds to, where it is enforced, and whether it
 guarantees ``s ≤ η`` for every trained sample.
 
-The mapping follows SPEC §1 (the project's reading of each framework's documentation and code); a
+The mapping follows conventions §framework-settings (the project's reading of each framework's documentation and code); a
 framework may change its semantics between versions, so check the version you run.
 """
 

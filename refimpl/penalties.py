@@ -1,4 +1,4 @@
-"""Published length penalties that effort conditioning is compared with (SPEC §4).
+"""Published length penalties that effort conditioning is compared with (conventions §effort-conditioning).
 
 Each function computes the length term of a published reward exactly as its source defines it, with the
 source's conventions and its known variants selectable, and a warning where public implementations

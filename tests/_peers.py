@@ -1,8 +1,8 @@
 """Where the SimPy peer comes from, for every test that compares with it.
 
-Order: the directory named by ``REFIMPL_PEERS``; ``shared/peers`` next to the repository (CI lays
-``shared/`` beside the clone; a git worktree one level deeper finds it one level up); the copy vendored
-in ``tests/peers`` (so that a plain clone runs the suite). ``tests/test_peers.py`` checks that the
+Order: the directory named by ``REFIMPL_PEERS``; the project's peer directory next to the repository
+(``shared_candidates``: CI lays it beside the clone, and a git worktree one level deeper finds it one
+level up); the copy vendored in ``tests/peers`` (so that a plain clone runs the suite). ``tests/test_peers.py`` checks that the
 vendored copy equals the shared one wherever both exist.
 """
 

@@ -9,7 +9,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -31,3 +35,28 @@ settings.register_profile(
     "thorough", deadline=None, max_examples=2_000, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+class QuickLab:
+    """What one ``refimpl lab --quick`` run in a fresh directory left behind."""
+
+    def __init__(self, cwd: Path, result: subprocess.CompletedProcess[str]) -> None:
+        self.cwd = cwd
+        self.report = cwd / "lab-report"
+        self.result = result
+
+
+@pytest.fixture(scope="session")
+def quick_lab(tmp_path_factory: pytest.TempPathFactory) -> QuickLab:
+    """``refimpl lab --quick`` run once, as the getting-started page runs it (the installed command,
+    in an empty directory); shared by the tests of that page and the browser test of the report."""
+    command = Path(sys.executable).parent / "refimpl"
+    if not command.is_file():
+        pytest.fail(
+            f"the refimpl command is not installed next to {sys.executable}: pip install -e ."
+        )
+    cwd = tmp_path_factory.mktemp("quick-lab")
+    result = subprocess.run(
+        [str(command), "lab", "--quick"], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    return QuickLab(cwd, result)

@@ -525,7 +525,7 @@ def simulate_continuous_dispatch(
 
 
 def test_fluid_model_predicts_the_trained_mean_length_of_continuous_dispatch() -> None:
-    # SPEC §2.3: lognormal(6, 1), N = 128, B = 256, eta = 0 -> trained mean about 58% of E[L].
+    # conventions §async-dispatch: lognormal(6, 1), N = 128, B = 256, eta = 0 -> trained mean about 58% of E[L].
     dist = scipy.stats.lognorm(s=1.0, scale=np.exp(6.0))
     mean_l = float(dist.mean())
     fluid = refimpl.fluid_steady_state(dist, slots=128, batch=256, eta=0)
@@ -535,7 +535,7 @@ def test_fluid_model_predicts_the_trained_mean_length_of_continuous_dispatch() -
     simulated = float(steps.mean())
     # Tolerance: steps are correlated, so the standard error comes from 20 block means of 10
     # steps; 4.9 standard errors give a two-sided false-failure rate of 1e-6 (normal
-    # approximation). The fluid limit itself is an approximation at N = 128: SPEC §2.3 measures
+    # approximation). The fluid limit itself is an approximation at N = 128: conventions §async-dispatch measures
     # its error at about 1%, allowed here as 1% of E[L] on top.
     blocks = steps.reshape(20, 10).mean(axis=1)
     se = float(blocks.std(ddof=1) / np.sqrt(blocks.size))

@@ -144,7 +144,8 @@ def check_linear_in_length(
 ) -> None:
     """r(ℓ) = Q − k(b)·ℓ/ℓ_scale: exact values, and the secant slope is −k(b)/ℓ_scale."""
     r = reward(np.full(ell.size, quality), ell, b, length_scale=scale, **p)
-    k = p["k0"] * math.exp(-(b - p["b_min"]) / p["tau"])  # the SPEC formula, not refimpl's
+    # The formula of conventions §effort-conditioning, not refimpl's code.
+    k = p["k0"] * math.exp(-(b - p["b_min"]) / p["tau"])
     expected = quality - k * ell / scale
     np.testing.assert_allclose(
         r, expected, rtol=1e-12, atol=1e-13 * (1.0 + np.max(np.abs(expected)))

@@ -36,7 +36,8 @@ from refimpl.sim.agent import (
     simulate_agent,
 )
 
-# The peer: REFIMPL_PEERS, shared/ next to the repository, or the vendored copy (tests/_peers.py).
+# The peer: REFIMPL_PEERS, the peer directory next to the repository, or the vendored copy
+# (tests/_peers.py).
 _peer_candidates = shared_candidates
 _load_peer = load_simpy_peer
 
@@ -636,7 +637,7 @@ def _publication_times(res: AgentResult) -> NDArray[np.float64]:
 
 
 def _launch_version_mismatches(res: AgentResult) -> int:
-    """Launch versions against refimpl.policy_version (SPEC §1 tie rule) at the publication times."""
+    """Launch versions against refimpl.policy_version (conventions §tie-rule) at the publication times."""
     r = res.rollouts
     expected = refimpl.policy_version(r.launch_time, publish_times=_publication_times(res))
     return int(np.sum(expected != r.version))
@@ -692,7 +693,7 @@ def _in_flight_staleness_counts(res: AgentResult) -> NDArray[np.int64]:
 def test_mean_staleness_is_slots_in_flight_per_batch(cfg: AgentConfig) -> None:
     """Little's law on the slots, on the sample path: every slot holds one rollout at each
     publication, so count_k <= N and mean staleness <= (N/B)·(steps − 1)/steps, tool calls or not
-    (SPEC §2.3's E[s] = N/B is the limit of long runs). Exact integer identities, no tolerance."""
+    (the E[s] = N/B of conventions §async-dispatch is the limit of long runs). Exact integer identities, no tolerance."""
     res = simulate_agent(cfg)
     counts = _in_flight_staleness_counts(res)
     trained = res.rollouts.status == 0
@@ -704,7 +705,7 @@ def test_mean_staleness_is_slots_in_flight_per_batch(cfg: AgentConfig) -> None:
 
 def test_staleness_identity_rejects_an_off_by_one_version(monkeypatch: pytest.MonkeyPatch) -> None:
     """Wrong variant: the launch records the version one step too old (v − 1 once a step is
-    published), the off-by-one that inflates staleness and over-masks (SPEC §3)."""
+    published), the off-by-one that inflates staleness and over-masks (conventions §masks-and-weights)."""
     real = agent._Engine.launch
 
     def late(self: Any, slot: int, t: float) -> None:

@@ -1,7 +1,7 @@
 """The simulator agrees sample for sample: with the SimPy peer, and its two engines with each other.
 
-The peer (``shared/peers/simpy_queue.py``) is imported from the directory next to the repository
-(CI checks out ``shared/`` as a sibling of the repo root); a missing peer is an error, never a skip.
+The peer (``simpy_queue.py``) is imported from the peer directory next to the repository, else from
+the copy vendored in ``tests/peers`` (``tests/_peers.py``); a missing peer is an error, never a skip.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ CASES = [
 ]
 # The peer's ``callback`` variant reads the version when *each* slot relaunches, so when several
 # slots finish at the instant a batch fills, the later ones see the new version: it departs from
-# the SPEC §1 tie rule (which the ``store`` variant follows) on tied completion times. It is compared
+# the conventions §tie-rule (which the ``store`` variant follows) on tied completion times. It is compared
 # on continuous lengths only; test_the_callback_variant_departs_from_the_tie_rule_on_ties pins this.
 PEER_RUNS = [
     pytest.param(case, engine, variant, id=f"{case[0]}-{engine}-{variant}")

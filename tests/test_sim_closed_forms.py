@@ -1,4 +1,4 @@
-"""The simulator against the closed forms of SPEC §2, with tolerances from a stated false-failure rate.
+"""The simulator against the closed forms of conventions §dispatch, with tolerances from a stated false-failure rate.
 
 Each test runs independent replications (seeds) and compares the replication mean with the closed
 form by a t-test: with ``R`` replications the tolerance is ``t_{1-α/2, R-1} · se`` with ``α = 1e-3``
@@ -29,7 +29,7 @@ def t_tolerance(samples: np.ndarray) -> float:
 
 @pytest.mark.parametrize(("slots", "batch"), [(16, 32), (64, 16), (8, 64)])
 def test_mean_staleness_of_continuous_dispatch_is_slots_over_batch(slots: int, batch: int) -> None:
-    """SPEC §2.3: E[s] = N/B in steady state (lognormal(6, 1) lengths, unit decode time).
+    """conventions §async-dispatch: E[s] = N/B in steady state (lognormal(6, 1) lengths, unit decode time).
 
     Each replication drops the first 10% of its samples (cold start). Edge effect of a finite window:
     the N rollouts in flight at the end are missing from it; in flight, lengths are size-biased, so
@@ -56,7 +56,7 @@ def test_mean_staleness_of_continuous_dispatch_is_slots_over_batch(slots: int, b
 
 
 def test_first_k_trained_lengths_follow_selected_pmf() -> None:
-    """SPEC §2.2: with dropped leftovers the trained law is q = (n/k) p π (refimpl.selected_pmf).
+    """conventions §first-k-of-n: with dropped leftovers the trained law is q = (n/k) p π (refimpl.selected_pmf).
 
     Steps are independent (every step launches afresh), so the share of each length in a step's
     batch is iid across steps with mean q(ℓ). Each of the M lengths gets a t test at ALPHA / M
@@ -81,7 +81,7 @@ def test_first_k_trained_lengths_follow_selected_pmf() -> None:
 
 
 def test_sync_step_time_is_expected_max() -> None:
-    """SPEC §2.1: the sync step time is E[max of B lengths] (refimpl.expected_max); step times
+    """conventions §sync-dispatch: the sync step time is E[max of B lengths] (refimpl.expected_max); step times
     are iid across steps; t test at ALPHA."""
     law = scipy.stats.lognorm(s=0.5, scale=100.0)
     cfg = SimConfig(slots=8, batch=8, steps=3_000, mode="sync", lengths=law, seed=3)
@@ -98,7 +98,7 @@ def test_sync_step_time_is_expected_max() -> None:
 
 
 def test_async_with_drop_follows_the_fluid_steady_state() -> None:
-    """SPEC §2.3: dropping s > η keeps ℓ w.p. clip(η + 1 − ℓ/Δ, 0, 1); lognormal(6, 1), N = 128,
+    """conventions §async-dispatch: dropping s > η keeps ℓ w.p. clip(η + 1 − ℓ/Δ, 0, 1); lognormal(6, 1), N = 128,
     B = 256, η = 0: the trained mean is about 58% of E[L] and the fluid model predicts it within
     about 1%. Tolerance: t interval over 4 replications (ALPHA) plus a 2% model allowance (the fluid
     limit ignores the discreteness of slots and publications)."""

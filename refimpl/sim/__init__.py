@@ -1,16 +1,16 @@
-"""The asynchronous rollout-queue simulator (issue 5; SPEC §1–§2).
+"""The asynchronous rollout-queue simulator (issue 5; conventions §vocabulary, §dispatch).
 
 ``N`` generation slots run rollouts, a trainer consumes them ``B`` per step and publishes a new policy
 version after each step; the simulator records, for every rollout, when it ran, which versions
 generated its tokens, when (and whether) it was trained and its staleness. Two engines compute the same
 runs: a vectorized numpy engine for the modes whose timing does not depend on versions, and an event
 engine for every mode; they agree sample for sample where both apply, and with the SimPy peer
-(``shared/peers/simpy_queue.py``).
+(``tests/peers/simpy_queue.py``).
 
 - :class:`SimConfig`: a frozen, validated run description.
 - :func:`simulate`: run it; returns a :class:`SimTrace` (columnar, per rollout).
 - :func:`summarize` / :class:`SimSummary`: throughput, idle fractions, staleness, length bias.
-- :func:`closed_form` / :class:`ClosedForm`: what SPEC §2's closed forms (``refimpl.dispatch``)
+- :func:`closed_form` / :class:`ClosedForm`: what the closed forms of conventions §dispatch (``refimpl.dispatch``)
   predict for a configuration, to set beside a simulation.
 """
 
@@ -117,13 +117,13 @@ def simulate(
     Notes
     -----
     Seeded runs reproduce exactly. Both engines agree sample for sample with each other and with the
-    SimPy peer (tests/test_sim_agreement.py). Tie rule (SPEC §1): a rollout launched at the instant a
+    SimPy peer (tests/test_sim_agreement.py). Tie rule (conventions §tie-rule): a rollout launched at the instant a
     version is published sees the old version; completions at one instant are processed in launch
     order.
 
     References
     ----------
-    SPEC §1–§2; the SimPy peer ``shared/peers/simpy_queue.py`` (``--variant store``).
+    conventions §vocabulary, §dispatch; the SimPy peer ``tests/peers/simpy_queue.py`` (``--variant store``).
 
     Examples
     --------

@@ -1,4 +1,4 @@
-"""What the closed forms of SPEC §2 predict for a simulator configuration (from refimpl.dispatch)."""
+"""What the closed forms of conventions §dispatch predict for a simulator configuration (from refimpl.dispatch)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _law(cfg: SimConfig) -> Any:
 
 
 def closed_form(config: SimConfig) -> ClosedForm:
-    r"""The closed-form predictions of SPEC §2 for a simulator configuration.
+    r"""The closed-form predictions of conventions §dispatch for a simulator configuration.
 
     .. math::
 
@@ -61,7 +61,7 @@ def closed_form(config: SimConfig) -> ClosedForm:
     Returns
     -------
     ClosedForm
-        ``formula`` (which result of SPEC §2 applies), the mean time between publications
+        ``formula`` (which result of conventions §dispatch applies), the mean time between publications
         ``step_time`` (``nan`` for first-``k``), the mean staleness of trained samples, their mean
         length, and the fraction of finished rollouts that are trained (``kept_fraction``;
         ``k/n`` for first-``k``).
@@ -70,7 +70,7 @@ def closed_form(config: SimConfig) -> ClosedForm:
     ------
     ValueError
         For a configuration no closed form covers (``admission``, carried leftovers, partial
-        rollouts, preemption, slowdown, trainer time, prefill: SPEC §2.4 says simulate), or an
+        rollouts, preemption, slowdown, trainer time, prefill: conventions §admission-and-partial says simulate), or an
         explicit length matrix.
 
     Notes
@@ -117,7 +117,7 @@ def closed_form(config: SimConfig) -> ClosedForm:
             "without prefill, partial rollouts, preemption, slowdown or trainer time, for a closed "
             "form",
             cfg.mode,
-            "Simulate it instead (SPEC §2.4: admission control and partial rollouts have no closed "
+            "Simulate it instead (conventions §admission-and-partial: admission control and partial rollouts have no closed "
             "form).",
         )
     law = _law(cfg)

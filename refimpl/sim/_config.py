@@ -59,7 +59,7 @@ def peer_columns(slots: int, rollouts: int) -> int:
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class SimConfig:
-    """One simulated run of the rollout queue (SPEC §1–§2), validated on construction.
+    """One simulated run of the rollout queue (conventions §vocabulary, §dispatch), validated on construction.
 
     Parameters
     ----------
@@ -98,7 +98,7 @@ class SimConfig:
         Time of one trainer step (``>= 0``; a law is drawn once per step). Generation continues in the
         asynchronous modes; in ``sync`` the generators wait.
     partial : {'none', 'restart', 'recompute', 'keep_kv'}
-        What happens to in-flight rollouts at each publication (SPEC §2.4).
+        What happens to in-flight rollouts at each publication (conventions §admission-and-partial).
     reprefill_token_time : float
         Time to re-prefill one already generated token (``recompute`` and preemption without
         persisted KV).
@@ -120,7 +120,7 @@ class SimConfig:
 
     Notes
     -----
-    Conventions of SPEC §1: version ``v`` counts optimizer steps; step ``j`` consumes batch ``j`` and
+    Conventions (conventions §vocabulary): version ``v`` counts optimizer steps; step ``j`` consumes batch ``j`` and
     publishes ``j + 1``; staleness ``s = j − min_t v_t``; a rollout launched at the instant of a
     publication sees the old version, except launches the publication itself triggers (the next
     step's launches in ``sync``/``first_k``, slots unblocked by admission, ``restart`` relaunches),
@@ -128,8 +128,8 @@ class SimConfig:
 
     References
     ----------
-    SPEC §1–§2; AReaL (arXiv 2505.24298) for the admission rule; the SimPy peer
-    ``shared/peers/simpy_queue.py`` for the plain asynchronous model.
+    conventions §vocabulary, §dispatch; AReaL (arXiv 2505.24298) for the admission rule; the SimPy peer
+    ``tests/peers/simpy_queue.py`` for the plain asynchronous model.
 
     Examples
     --------

@@ -2,7 +2,7 @@
 
 Event order at one instant: rollout completions and preemption events first, in the order they were
 scheduled (as SimPy orders its timeouts), then publications. So a rollout launched at the instant a
-version is published sees the old version (SPEC §1 tie rule), and the order of completions at one
+version is published sees the old version (conventions §tie-rule), and the order of completions at one
 instant is the order their rollouts were launched, exactly as in the SimPy peer.
 
 Time. Generation advances a *virtual clock* ``V`` (work done at slowdown 1): all busy slots progress

@@ -72,7 +72,7 @@ class SimTrace:
         The version at launch and the oldest version of any of its tokens (they differ only when the
         launch version generated no token before a ``recompute``/``keep_kv`` publication).
     step, staleness : int32 arrays
-        Trainer step that consumed it and ``s = step − min_version`` (SPEC §1); ``-1`` when never
+        Trainer step that consumed it and ``s = step − min_version`` (conventions §staleness); ``-1`` when never
         consumed. A sample dropped over the bound keeps the step and staleness at which it was dropped.
     status : int8 array
         Codes of :data:`STATUS_NAMES`: trained, dropped (over the bound, or a ``first_k`` leftover),
@@ -365,7 +365,7 @@ def summarize(trace: SimTrace) -> SimSummary:
     SimSummary
         ``trained``, ``steps``, ``end_time``, ``throughput`` (trained samples per simulated time
         unit), ``trainer_idle`` and ``generator_idle`` (fractions of ``[0, end_time]``),
-        ``staleness_mean``/``_max``/``_hist``/``_quantiles`` (50, 90, 99 %) over trained samples (SPEC §1 staleness),
+        ``staleness_mean``/``_max``/``_hist``/``_quantiles`` (50, 90, 99 %) over trained samples (conventions §staleness),
         ``token_staleness_mean`` (per-token ``step − v_t``, averaged over trained tokens),
         trained ``length_mean``/``_std``/``_quantiles`` (50, 90, 99 %), ``launched_length_mean``
         (every launched rollout: an unbiased sample of the length law), ``length_bias`` (a
@@ -384,7 +384,7 @@ def summarize(trace: SimTrace) -> SimSummary:
 
     References
     ----------
-    SPEC §1 (staleness), §2 (length bias); :func:`refimpl.length_bias` for the bias measures.
+    conventions §staleness, §dispatch (length bias); :func:`refimpl.length_bias` for the bias measures.
 
     Examples
     --------

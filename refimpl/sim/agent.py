@@ -2,10 +2,10 @@
 
 An agentic rollout alternates **decode segments** with **tool calls** that run in containers of a
 sharded **sandbox pool**. The tool side shapes rollout latency as much as length does, so in
-continuous asynchronous dispatch (SPEC §2.3) "first completed" now means "lowest latency", not only
+continuous asynchronous dispatch (conventions §async-dispatch) "first completed" now means "lowest latency", not only
 "shortest". This module simulates that queue (it does not build a cluster).
 
-The model, in the conventions of SPEC §1 and of the plain simulator:
+The model, following conventions §vocabulary and the plain simulator:
 
 - ``N`` generation slots. A slot launches a rollout, which decodes ``turns + 1`` segments of equal
   token count (decode time ``tokens · token_time``) separated by ``turns`` tool calls. **A slot is
@@ -16,7 +16,7 @@ The model, in the conventions of SPEC §1 and of the plain simulator:
   is published sees the **old** version (publication is processed after every other event of that
   instant). A rollout never changes version, so its staleness is ``j − v_launch``. With a bound
   ``eta``, a rollout whose staleness exceeds it when the trainer consumes it is dropped and does not
-  fill the batch (SPEC §2.3).
+  fill the batch (conventions §async-dispatch).
 - Each call has a service time drawn once from ``tool_latency`` (the same work on every attempt). An
   attempt is routed to a shard by a router that picks the least loaded shard (queued + busy) in its
   **view**; the view is refreshed every ``refresh = δ`` time units (``δ = 0``: a consistent, exact
@@ -221,7 +221,7 @@ class AgentConfig:
         What a rollout does when one of its calls fails.
     eta : int or None
         Staleness bound ``η >= 0``: a rollout whose staleness ``j − v`` exceeds it when the trainer
-        consumes it (at step ``j``) is **dropped** and does not fill the batch (SPEC §2.3, the
+        consumes it (at step ``j``) is **dropped** and does not fill the batch (conventions §async-dispatch, the
         ``over_bound='drop'`` of the plain simulator). ``None`` (default): no bound.
     seed : int
         Seed of every random draw (``>= 0``).
@@ -1158,7 +1158,7 @@ def simulate_agent(
 
         s_i = j_i - v_i, \qquad v_i = \#\{k : T_k < t^{\text{launch}}_i\},
 
-    with :math:`T_k` the publication of version :math:`k+1` (SPEC §1, tie rule). Its latency is its
+    with :math:`T_k` the publication of version :math:`k+1` (conventions §tie-rule). Its latency is its
     decode time :math:`\ell_i\, t_{\text{token}}` plus the time its calls take, queueing, starts,
     recovery, crashes and back-off included; on every shard the sample path obeys Little's law
 
@@ -1201,13 +1201,13 @@ def simulate_agent(
     mean staleness is at most ``(N/B)·(steps − 1)/steps`` (every slot holds one rollout at each
     publication: Little's law on the slots, whatever the tools do).
 
-    The staleness and length measures follow SPEC §1–§2: the trained length law is compared with the
+    The staleness and length measures follow conventions §vocabulary, §dispatch: the trained length law is compared with the
     launched one through ``length_ratio`` (``E_q[L] / E_p[L]``).
 
     References
     ----------
     DeepSeek DSec sandbox service (sharded pools, local admission, relaxed global consistency);
-    Little, "A proof for the queuing formula L = λW" (1961); SPEC §1–§2.3.
+    Little, "A proof for the queuing formula L = λW" (1961); conventions §vocabulary, §async-dispatch.
 
     Examples
     --------
@@ -1230,7 +1230,7 @@ def simulate_agent(
     eng = _Engine(config)
     eng.progress = progress
     drain = eng.run()
-    # staleness from refimpl.staleness (SPEC §1): s = j − min_t v_t, one launch version per rollout
+    # staleness from refimpl.staleness (conventions §staleness): s = j − min_t v_t, one launch version per rollout
     status = np.asarray(eng.r_status, dtype=np.int64)
     step = np.asarray(eng.r_step, dtype=np.int64)
     version = np.asarray(eng.r_version, dtype=np.int64)

@@ -3,8 +3,8 @@
 ``refimpl simulate --slots N --batch B --rollouts R --seed S --json`` prints one JSON object with the
 SimPy peer's keys (``rollouts_per_s``, ``staleness_mean``, ``staleness_hist``, ``length_mean``, ...)
 and the simulator's own (``throughput``, idle fractions, ``length_bias``, tokens wasted and
-recomputed, and ``closed_form``: what SPEC §2's closed forms predict, where one applies). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix, so a run can be
-compared sample for sample with ``shared/peers/simpy_queue.py --save-lengths FILE``.
+recomputed, and ``closed_form``: what the closed forms of conventions §dispatch predict, where one applies). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix, so a run can be
+compared sample for sample with the SimPy peer (``tests/peers/simpy_queue.py --save-lengths FILE``).
 """
 
 from __future__ import annotations

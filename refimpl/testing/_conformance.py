@@ -296,7 +296,7 @@ assert abs(mean - k / n) <= 1e-9, f"the mean inclusion probability is {mean!r}, 
             ),
             _Check(
                 "half_at_median_when_n_is_2k",
-                "π(1/2) = 1/2 when n = 2k (SPEC worked check: n = 8, k = 4)",
+                "π(1/2) = 1/2 when n = 2k (the worked check of conventions §first-k-of-n: n = 8, k = 4)",
                 _inclusion_median,
                 """
 show("pi(1/2):", found[0])
