@@ -4,8 +4,8 @@
 version after each step; the simulator records, for every rollout, when it ran, which versions
 generated its tokens, when (and whether) it was trained and its staleness. Two engines compute the same
 runs: a vectorized numpy engine for the modes whose timing does not depend on versions, and an event
-engine for every mode; they agree sample for sample where both apply, and with the SimPy peer
-(``shared/peers/simpy_queue.py``).
+engine for every mode; they agree sample for sample where both apply, and with the SimPy peer (a
+SimPy model of the same queue, run by the test suite).
 
 - :class:`SimConfig`: a frozen, validated run description.
 - :func:`simulate`: run it; returns a :class:`SimTrace` (columnar, per rollout).
@@ -123,7 +123,7 @@ def simulate(
 
     References
     ----------
-    SPEC §1–§2; the SimPy peer ``shared/peers/simpy_queue.py`` (``--variant store``).
+    SPEC §1–§2; the SimPy peer of the test suite (``--variant store``).
 
     Examples
     --------
