@@ -389,7 +389,7 @@ class SimConfig:
                 if not (math.isfinite(f) and 0 < f <= TOKEN_RANGE):
                     raise invalid(
                         "slowdown",
-                        "return a factor in (0, 2^53] for every busy count 1..slots",
+                        "return a finite factor > 0 and <= 2^53 for every busy count 1..slots",
                         self.slowdown,
                         f"slowdown({busy}) returned {f!r}; fix the function.",
                     )
