@@ -662,7 +662,7 @@ def test_cli_help_says_how_to_pass_a_pmf_starting_with_a_minus(
         ("--mu nan", "--mu must be finite (log-scale location); got --mu=nan. Pass a finite --mu."),
         ("--token-time 0", "--token-time must be > 0 (a time); got --token-time=0.0."),
         ("--trainer-time -2", "--trainer-time must be >= 0 (a time); got --trainer-time=-2.0."),
-        ("--trainer-time-random", "--trainer-time must be finite and > 0 with --trainer-time-rand"),
+        ("--trainer-time-random", "--trainer-time must be in (0, 2^53] with --trainer-time-random"),
         ("--trainer-time-random --trainer-time -1", "got --trainer-time=-1.0. Pass e.g."),
         ("--preempt-rate 0.1", "--preempt-duration must be > 0 when --preempt-rate > 0"),
         ("--over-bound drop", "--over-bound must be 'keep' when --eta is not given"),

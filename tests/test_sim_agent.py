@@ -938,7 +938,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
             _parser().parse_args(["--tool-turns", "1", "--lengths-npy", "/nonexistent/x.npy"])
         ),
         ValueError,
-        r"--lengths-npy must be a readable \.npy file.*/nonexistent/x\.npy",
+        r"--lengths-npy must name a \.npy file.*'/nonexistent/x\.npy', which cannot be read",
     ),
     (
         "cli-pmf-text",  # was numpy's "could not convert string to float: 'a'"
@@ -946,7 +946,7 @@ BAD_CALLS: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
             _parser().parse_args(["--tool-turns", "1", "--lengths-pmf", "0.5,a"])
         ),
         ValueError,
-        r"--lengths-pmf must be comma-separated numbers.*'0\.5,a'",
+        r"--lengths-pmf must be comma-separated probabilities.*'0\.5,a', whose entry 2",
     ),
 ]
 

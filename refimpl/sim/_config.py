@@ -23,13 +23,80 @@ from refimpl._validation import (
     wrong_type,
 )
 
-__all__ = ["MODES", "OVER_BOUND_ACTIONS", "PARTIAL_POLICIES", "SimConfig"]
+__all__ = [
+    "LOG_TOKEN_RANGE",
+    "MAX_PREEMPTIONS_PER_ROLLOUT",
+    "MODES",
+    "OVER_BOUND_ACTIONS",
+    "PARTIAL_POLICIES",
+    "TOKEN_RANGE",
+    "SimConfig",
+    "check_lognormal",
+]
 
 Mode = Literal["sync", "first_k", "async", "admission"]
 MODES: tuple[str, ...] = ("sync", "first_k", "async", "admission")
 LEFTOVERS: tuple[str, ...] = ("drop", "carry")
 OVER_BOUND_ACTIONS: tuple[str, ...] = ("keep", "drop")
 PARTIAL_POLICIES: tuple[str, ...] = ("none", "restart", "recompute", "keep_kv")
+
+
+#: Largest mean length (tokens) and largest time a run takes: ``2^53``, the end of float64's exact
+#: integers. Beyond it float64 no longer tells ``n`` tokens from ``n + 1``; within it, a clock that sums
+#: up to ``2^40`` rollouts of at most ``2^53`` tokens times ``2^53`` per token (times a slowdown of at
+#: most ``2^53``) stays below ``2^199``, far from float64's overflow at ``2^1024``, and the summary's
+#: squared deviations stay finite.
+TOKEN_RANGE: float = 2.0**53
+#: Preemptions a rollout may expect (``preempt_rate ×`` its mean time); each is simulated as an
+#: event, so far more would make a run of any size last hours.
+MAX_PREEMPTIONS_PER_ROLLOUT: int = 1024
+#: ``ln(2^53) = 53 ln 2 ≈ 36.74``: the lognormal's ``mu + sigma²/2`` (log of its mean) is at most this,
+#: and its ``mu`` (log of its median) at least minus this, so that no draw underflows to 0 tokens.
+LOG_TOKEN_RANGE: float = 53.0 * math.log(2.0)
+
+
+def check_lognormal(mu: Any, sigma: Any, *, names: tuple[str, str]) -> tuple[float, float]:
+    r"""Validate the lognormal length law's ``mu`` and ``sigma``; return them as floats.
+
+    .. math::
+
+        -53 \ln 2 \le \mu, \qquad \mu + \sigma^2/2 \le 53 \ln 2,
+
+    i.e. median :math:`e^\mu \ge 2^{-53}` and mean :math:`e^{\mu + \sigma^2/2} \le 2^{53}` tokens
+    (:data:`TOKEN_RANGE`). Then :math:`\sigma \le \sqrt{4 \cdot 53 \ln 2} \approx 12.1`, so a
+    draw :math:`e^{\mu + \sigma z}` underflows to 0 only for :math:`|z| > 55` and is finite for any
+    :math:`z` numpy draws.
+
+    Examples
+    --------
+    >>> check_lognormal(6, 1, names=("mu", "sigma"))
+    (6.0, 1.0)
+    >>> check_lognormal(50.0, 1.0, names=("mu", "sigma"))
+    Traceback (most recent call last):
+    ...
+    ValueError: mu and sigma must give a lognormal mean exp(mu + sigma^2/2) <= 2^53 ≈ 9.0e15 tokens, i.e. mu + sigma^2/2 <= 36.74 (53·ln 2; beyond it float64 no longer counts single tokens); got mu=50.0 and sigma=1.0 (mu + sigma^2/2 = 50.5). Pass a smaller mu or sigma (mu=6, sigma=1: a median of 403 tokens).
+    """
+    m_name, s_name = names
+    m = as_real(mu, name=m_name, meaning="log-scale location")
+    sd = as_real(sigma, name=s_name, low=0.0, low_open=True)
+    if m < -LOG_TOKEN_RANGE:
+        raise invalid(
+            m_name,
+            f"be >= -{LOG_TOKEN_RANGE:.2f} (-53·ln 2: a median length exp({m_name}) >= 2^-53 "
+            "tokens; below it draws underflow to 0 tokens)",
+            m,
+            f"Pass {m_name} >= -36.7 ({m_name}=6: a median of 403 tokens).",
+        )
+    log_mean = m + 0.5 * sd * sd
+    if not log_mean <= LOG_TOKEN_RANGE:
+        raise ValueError(
+            f"{m_name} and {s_name} must give a lognormal mean exp({m_name} + {s_name}^2/2) <= "
+            f"2^53 ≈ 9.0e15 tokens, i.e. {m_name} + {s_name}^2/2 <= {LOG_TOKEN_RANGE:.2f} (53·ln 2; "
+            f"beyond it float64 no longer counts single tokens); got {m_name}={m!r} and "
+            f"{s_name}={sd!r} ({m_name} + {s_name}^2/2 = {log_mean:.6g}). Pass a smaller {m_name} "
+            f"or {s_name} ({m_name}=6, {s_name}=1: a median of 403 tokens)."
+        )
+    return m, sd
 
 
 def _choice(value: Any, *, name: str, allowed: tuple[str, ...]) -> str:
@@ -55,6 +122,19 @@ def peer_columns(slots: int, rollouts: int) -> int:
     4947
     """
     return math.ceil(rollouts / slots * 1.25) + 64
+
+
+def _check_range(name: str, value: float, *, low: float | None = None) -> None:
+    """A time or rate must lie in ``[low, 2^53]`` (:data:`TOKEN_RANGE`)."""
+    if value > TOKEN_RANGE or (low is not None and value < low):
+        span = "[2^-53, 2^53] ≈ [1.1e-16, 9.0e15]" if low is not None else "[0, 2^53 ≈ 9.0e15]"
+        raise invalid(
+            name,
+            f"lie in {span} (float64's exact range: beyond it the simulated clock loses single tokens "
+            "or overflows; the time unit is yours, so rescale every time together)",
+            value,
+            f"Pass {name} in {'[2^-53, 2^53]' if low is not None else '[0, 2^53]'}.",
+        )
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -256,13 +336,11 @@ class SimConfig:
             ("kv_restore_time", False),
         ):
             what = "(a time)" if name != "preempt_rate" else "(preemptions per slot per time unit)"
-            s(
-                self,
-                name,
-                as_real(
-                    getattr(self, name), name=name, low=0.0, low_open=low_open, meaning=what[1:-1]
-                ),
+            value = as_real(
+                getattr(self, name), name=name, low=0.0, low_open=low_open, meaning=what[1:-1]
             )
+            _check_range(name, value, low=2.0**-53 if low_open else None)
+            s(self, name, value + 0.0)  # + 0.0: -0.0 becomes 0.0
         if not isinstance(self.persist_kv, bool):
             raise wrong_type("persist_kv", "a bool", self.persist_kv, "Pass True or False.")
         if self.preempt_rate > 0 and self.preempt_duration <= 0:
@@ -292,7 +370,9 @@ class SimConfig:
                     "Pass a non-negative law, e.g. scipy.stats.expon(scale=5.0).",
                 )
         else:
-            s(self, "trainer_time", as_real(tt, name="trainer_time", low=0.0, meaning="a time"))
+            value = as_real(tt, name="trainer_time", low=0.0, meaning="a time")
+            _check_range("trainer_time", value)
+            s(self, "trainer_time", value + 0.0)
         s(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
         # slowdown
         if self.slowdown is not None:
@@ -306,10 +386,10 @@ class SimConfig:
             table = np.ones(n + 1, dtype=np.float64)
             for busy in range(1, n + 1):
                 f = float(self.slowdown(busy))
-                if not (math.isfinite(f) and f > 0):
+                if not (math.isfinite(f) and 0 < f <= TOKEN_RANGE):
                     raise invalid(
                         "slowdown",
-                        "return a finite factor > 0 for every busy count 1..slots",
+                        "return a finite factor > 0 and <= 2^53 for every busy count 1..slots",
                         self.slowdown,
                         f"slowdown({busy}) returned {f!r}; fix the function.",
                     )
@@ -318,13 +398,42 @@ class SimConfig:
             s(self, "slowdown_table", table)
         # lengths
         self._check_lengths()
+        if self.preempt_rate > 0:
+            self._check_preemption_budget()
+
+    def _check_preemption_budget(self) -> None:
+        """At most :data:`MAX_PREEMPTIONS_PER_ROLLOUT` expected preemptions per rollout."""
+        kind, lengths = self.length_kind, self.lengths
+        if kind == "lognormal":
+            mean = math.exp(self.lognormal_mu + 0.5 * self.lognormal_sigma**2)
+        elif kind == "pmf":
+            mean = float(np.dot(np.arange(1, lengths.size + 1), lengths))
+        elif kind == "matrix":
+            mean = float(lengths.mean())
+        else:
+            mean = float(lengths.mean())
+        expected = self.preempt_rate * (mean * self.token_time + self.prefill_time)
+        if expected > MAX_PREEMPTIONS_PER_ROLLOUT:
+            raise invalid(
+                "preempt_rate",
+                f"expect at most {MAX_PREEMPTIONS_PER_ROLLOUT} preemptions per rollout "
+                "(preempt_rate x mean rollout time; each is an event, so the run would not end in "
+                "reasonable time)",
+                self.preempt_rate,
+                f"A rollout takes {mean * self.token_time + self.prefill_time:.6g} time units on "
+                f"average, so preempt_rate={self.preempt_rate:g} expects {expected:.3g}; pass "
+                f"preempt_rate <= {MAX_PREEMPTIONS_PER_ROLLOUT / (mean * self.token_time + self.prefill_time):.3g}.",
+            )
 
     def _check_lengths(self) -> None:
         s = object.__setattr__
         lengths = self.lengths
         if lengths is None:
-            as_real(self.lognormal_mu, name="lognormal_mu", meaning="log-scale location")
-            as_real(self.lognormal_sigma, name="lognormal_sigma", low=0.0, low_open=True)
+            mu, sigma = check_lognormal(
+                self.lognormal_mu, self.lognormal_sigma, names=("lognormal_mu", "lognormal_sigma")
+            )
+            s(self, "lognormal_mu", mu)
+            s(self, "lognormal_sigma", sigma)
             s(self, "length_kind", "lognormal")
             return
         if _is_frozen_dist(lengths):
@@ -371,6 +480,15 @@ class SimConfig:
                 "be > 0 (tokens per rollout)",
                 arr,
                 f"Entry [{i}, {k}] is {float(arr[i, k])!r}; pass positive lengths.",
+            )
+        if np.any(arr > TOKEN_RANGE):
+            i, k = np.argwhere(arr > TOKEN_RANGE)[0]
+            raise invalid(
+                "lengths",
+                "be <= 2^53 ≈ 9.0e15 tokens (float64 counts single tokens only up to there, and "
+                "longer rollouts overflow the clock)",
+                arr,
+                f"Entry [{i}, {k}] is {float(arr[i, k])!r}; pass token counts <= 2^53.",
             )
         arr = np.ascontiguousarray(arr)
         arr.setflags(write=False)

@@ -328,9 +328,14 @@ def empirical_length_bias(
     true_mean = float(launched.mean())
     sel_mean = float(trained.mean())
     if np.all(launched == np.round(launched)):
-        top = int(launched.max()) + 1
-        p = np.bincount(launched.astype(np.int64), minlength=top).astype(np.float64)
-        q = np.bincount(trained.astype(np.int64), minlength=top).astype(np.float64)
+        top = float(launched.max()) + 1.0
+        if top <= 4 * launched.size + 1024:  # a dense count is cheap
+            p = np.bincount(launched.astype(np.int64), minlength=int(top)).astype(np.float64)
+            q = np.bincount(trained.astype(np.int64), minlength=int(top)).astype(np.float64)
+        else:  # sparse lengths (e.g. 1e12 tokens): count the distinct values only
+            values, p_counts = np.unique(launched, return_counts=True)
+            q_counts = np.bincount(np.searchsorted(values, trained), minlength=values.size)
+            p, q = p_counts.astype(np.float64), q_counts.astype(np.float64)
     else:
         step = max(1, launched.size // 200_000)  # edges from a systematic subsample
         edges = np.quantile(launched[::step], np.linspace(0.0, 1.0, _BINS + 1)[1:-1])

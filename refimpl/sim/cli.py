@@ -3,8 +3,13 @@
 ``refimpl simulate --slots N --batch B --rollouts R --seed S --json`` prints one JSON object with the
 SimPy peer's keys (``rollouts_per_s``, ``staleness_mean``, ``staleness_hist``, ``length_mean``, ...)
 and the simulator's own (``throughput``, idle fractions, ``length_bias``, tokens wasted and
-recomputed, and ``closed_form``: what the closed forms of conventions §dispatch predict, where one applies). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix, so a run can be
-compared sample for sample with the SimPy peer (``tests/peers/simpy_queue.py --save-lengths FILE``).
+recomputed, and ``closed_form``: what the closed forms of conventions §dispatch predict,
+where one applies). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix (written by
+``numpy.save``), so a run can be compared sample for sample with the SimPy peer on the same lengths.
+
+Every input gets an answer: a bad value, an option the chosen mode does not read, or a value that
+float64 cannot simulate meaningfully is refused with one line on stderr and exit status 2, before the
+run; no traceback and no numpy warning reaches the user.
 """
 
 from __future__ import annotations
@@ -21,49 +26,110 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.sim._cliopts import USAGE, HelpFormatter, default, given, plain
+from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
+
 __all__ = ["configure", "run"]
 
 
+_NEGATIVE_NUMBER = re.compile(r"^-(?:[\d.][\d.eE+,-]*|inf|infinity|nan)$", re.IGNORECASE)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    """Add the ``simulate`` options to ``parser``."""
-    g = parser.add_argument_group("run")
-    g.add_argument("--slots", type=int, default=256, help="N generation slots (default 256)")
-    g.add_argument(
-        "--batch", type=int, default=512, help="B samples per trainer step (default 512)"
+    """Add the ``simulate`` options to ``parser``.
+
+    Options whose default matters to the checks of :func:`run` (an option the chosen mode does not
+    read is refused) store a marked default (:mod:`refimpl.sim._cliopts`), so "not given" can be
+    told from "given the default value"; ``--help`` shows every default.
+    """
+    parser.usage = USAGE
+    parser.formatter_class = HelpFormatter
+    # argparse reads only -1 and -1.5 as negative numbers: `--mu -1e3`, `--trainer-time -inf` and
+    # `--lengths-pmf -0.1,1.1` would be "expected one argument". A dash then a digit, a dot, inf or
+    # nan is a value here (no option of simulate looks like that).
+    parser._negative_number_matcher = _NEGATIVE_NUMBER
+    parser.epilog = (
+        "An option the chosen mode does not read is refused (exit 2) rather than ignored; an "
+        "option given twice takes its last value. Lengths and times must stay within float64's "
+        "exact range: mean length and every time at most 2^53 ~ 9.0e15."
     )
+    g = parser.add_argument_group("run")
+    g.add_argument("--slots", type=int, default=default(256), help="N generation slots")
+    g.add_argument("--batch", type=int, default=default(512), help="B samples per trainer step")
     g.add_argument(
         "--rollouts",
         type=int,
         default=None,
-        help="trained rollouts; runs rollouts // batch steps (default 100000 unless --steps)",
+        help="trained rollouts; runs rollouts // batch steps (default: 100000 unless --steps)",
     )
-    g.add_argument("--steps", type=int, default=None, help="trainer steps (instead of --rollouts)")
-    g.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
+    g.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="trainer steps, instead of --rollouts (default: not set)",
+    )
+    g.add_argument("--seed", type=int, default=default(0), help="seed of every random draw")
     g.add_argument(
         "--mode",
         choices=["async", "sync", "first_k", "admission"],
-        default="async",
+        default=default("async"),
         help="dispatch",
     )
-    g.add_argument("--launch", type=int, default=None, help="first_k: rollouts launched per step")
     g.add_argument(
-        "--leftovers", choices=["drop", "carry"], default="drop", help="first_k leftovers"
-    )
-    g.add_argument("--eta", type=int, default=None, help="staleness bound η (default: none)")
-    g.add_argument(
-        "--over-bound", choices=["keep", "drop"], default="keep", help="samples with s > η"
+        "--launch",
+        type=int,
+        default=None,
+        help="--mode first_k only: rollouts launched per step (default: --slots)",
     )
     g.add_argument(
-        "--engine", choices=["auto", "vector", "event"], default="auto", help="simulation engine"
+        "--leftovers",
+        choices=["drop", "carry"],
+        default=default("drop"),
+        help="--mode first_k only: what happens to the rollouts still running when a batch is full",
     )
-    lg = parser.add_argument_group("lengths (default: lognormal(mu, sigma), drawn as the peer)")
-    lg.add_argument("--mu", type=float, default=6.0, help="lognormal log-mean (default 6)")
-    lg.add_argument("--sigma", type=float, default=1.0, help="lognormal log-sd (default 1)")
+    g.add_argument(
+        "--eta",
+        type=int,
+        default=None,
+        help=(
+            "staleness bound η >= 0 (default: none). It acts only with --mode admission (launch "
+            "capacity) or --over-bound drop; with the default --over-bound keep in the other modes "
+            "it changes nothing, and the run says so on stderr"
+        ),
+    )
+    g.add_argument(
+        "--over-bound",
+        choices=["keep", "drop"],
+        default=default("keep"),
+        help="what the trainer does with a sample whose staleness exceeds --eta (drop needs --eta)",
+    )
+    g.add_argument(
+        "--engine",
+        choices=["auto", "vector", "event"],
+        default=default("auto"),
+        help="simulation engine (auto: vector where it applies, else event)",
+    )
+    lg = parser.add_argument_group(
+        "lengths (default: lognormal(mu, sigma), drawn as the SimPy peer draws them)"
+    )
+    lg.add_argument(
+        "--mu",
+        type=float,
+        default=default(6.0),
+        help=(
+            f"lognormal log-mean; needs {-LOG_TOKEN_RANGE:.2f} <= mu and mu + sigma^2/2 <= "
+            f"{LOG_TOKEN_RANGE:.2f} (= 53 ln 2: median >= 2^-53, mean <= 2^53 tokens)"
+        ),
+    )
+    lg.add_argument("--sigma", type=float, default=default(1.0), help="lognormal log-sd, > 0")
     lg.add_argument(
         "--lengths-npy",
         metavar="FILE",
         default=None,
-        help="N x K float64 matrix of per-slot lengths",
+        help=(
+            "N x K float64 matrix of per-slot lengths (row i = slot i's lengths in launch order, "
+            "entries in (0, 2^53]), written by numpy.save(FILE, lengths) (default: not set)"
+        ),
     )
     lg.add_argument(
         "--lengths-pmf",
@@ -71,42 +137,78 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=(
             "discrete pmf over lengths 1..M: comma-separated probabilities P1,...,PM summing to 1 "
-            "(write a value that starts with '-' as --lengths-pmf=-0.1,...)"
+            "(write a value that starts with '-' as --lengths-pmf=-0.1,...) (default: not set)"
         ),
     )
-    tg = parser.add_argument_group("timing")
-    tg.add_argument("--token-time", type=float, default=1.0, help="decode time per token")
-    tg.add_argument("--prefill-time", type=float, default=0.0, help="prefill time per rollout")
+    tg = parser.add_argument_group("timing (any time unit; every time at most 2^53)")
+    tg.add_argument(
+        "--token-time",
+        type=float,
+        default=default(1.0),
+        help="decode time per token, in [2^-53, 2^53]",
+    )
+    tg.add_argument(
+        "--prefill-time", type=float, default=default(0.0), help="prefill time per rollout"
+    )
     tg.add_argument(
         "--slowdown-per-slot",
         type=float,
         default=None,
         metavar="A",
-        help="decode slowdown factor 1 + A * busy_slots",
+        help="decode slowdown factor 1 + A * busy_slots (default: none, factor 1)",
     )
-    tg.add_argument("--trainer-time", type=float, default=0.0, help="trainer step time")
+    tg.add_argument("--trainer-time", type=float, default=default(0.0), help="trainer step time")
     tg.add_argument(
         "--trainer-time-random",
         action="store_true",
         help="draw each trainer step time from an exponential law with mean --trainer-time",
     )
-    pg = parser.add_argument_group("partial rollouts and preemption")
+    pg = parser.add_argument_group("partial rollouts (--mode async or admission) and preemption")
     pg.add_argument(
-        "--partial", choices=["none", "restart", "recompute", "keep_kv"], default="none"
-    )
-    pg.add_argument("--reprefill-token-time", type=float, default=0.0, help="re-prefill time/token")
-    pg.add_argument("--preempt-rate", type=float, default=0.0, help="preemptions per slot per time")
-    pg.add_argument(
-        "--preempt-duration", type=float, default=0.0, help="time a preempted slot is lost"
+        "--partial",
+        choices=["none", "restart", "recompute", "keep_kv"],
+        default=default("none"),
+        help="what happens to rollouts in flight at each publication",
     )
     pg.add_argument(
-        "--no-persist-kv", action="store_true", help="re-prefill after preemption (no saved KV)"
+        "--reprefill-token-time",
+        type=float,
+        default=default(0.0),
+        help="re-prefill time per generated token (--partial recompute, or --no-persist-kv)",
     )
-    pg.add_argument("--kv-restore-time", type=float, default=0.0, help="time to reload saved KV")
+    pg.add_argument(
+        "--preempt-rate",
+        type=float,
+        default=default(0.0),
+        help="preemptions per slot per time unit (0: none)",
+    )
+    pg.add_argument(
+        "--preempt-duration",
+        type=float,
+        default=default(0.0),
+        help="time a preempted slot is lost (> 0 with --preempt-rate)",
+    )
+    pg.add_argument(
+        "--no-persist-kv",
+        action="store_true",
+        help="re-prefill after preemption instead of reloading the saved KV (with --preempt-rate)",
+    )
+    pg.add_argument(
+        "--kv-restore-time",
+        type=float,
+        default=default(0.0),
+        help="time to reload the saved KV after a preemption (with --preempt-rate)",
+    )
     og = parser.add_argument_group("output")
     og.add_argument("--json", action="store_true", help="print one JSON object")
     og.add_argument(
-        "--trace", metavar="FILE.parquet", default=None, help="write the trace (Parquet)"
+        "--trace",
+        metavar="FILE.parquet",
+        default=None,
+        help=(
+            "write the per-rollout trace as Parquet to FILE.parquet (agent runs: a directory of "
+            "Parquet files) (default: not written)"
+        ),
     )
     og.add_argument(
         "--progress",
@@ -119,15 +221,146 @@ def configure(parser: argparse.ArgumentParser) -> None:
     configure_agent_options(parser)  # agent rollouts (issue 9), on when --tool-turns is given
 
 
+def _shown(args: argparse.Namespace, dest: str) -> str:
+    """The option ``dest`` as the user typed it: ``--leftovers carry``, ``--no-persist-kv``."""
+    option = "--" + dest.replace("_", "-")
+    value = getattr(args, dest)
+    return option if value is True else f"{option} {value}"
+
+
+# Options of the plain simulator that agent rollouts (--tool-turns) do not model.
+_PLAIN_ONLY = (
+    "launch",
+    "leftovers",
+    "engine",
+    "prefill_time",
+    "slowdown_per_slot",
+    "trainer_time",
+    "trainer_time_random",
+    "partial",
+    "reprefill_token_time",
+    "preempt_rate",
+    "preempt_duration",
+    "no_persist_kv",
+    "kv_restore_time",
+)
+
+
+def _refuse_inert_options(args: argparse.Namespace) -> None:
+    """Refuse an option that the chosen mode does not read (a ``ValueError`` naming it).
+
+    argparse would accept it and the run would ignore it; the message names the option, what reads
+    it, and how to select that or drop the option.
+    """
+
+    def refuse(dest: str, needs: str, fix: str, context: str = "without it") -> None:
+        option = "--" + dest.replace("_", "-")
+        raise ValueError(
+            f"{option} applies only {needs}; got {_shown(args, dest)} {context}. {fix}"
+        )
+
+    agent_dests = [d for d in vars(args) if d.startswith("tool_") or d == "agent_lengths"]
+    if not given(args, "tool_turns"):
+        for dest in agent_dests:
+            if given(args, dest):
+                refuse(
+                    dest,
+                    "to agent rollouts with tool calls, which --tool-turns selects",
+                    f"Add --tool-turns N (tool calls per rollout), or drop "
+                    f"--{dest.replace('_', '-')}.",
+                )
+    else:
+        mode = getattr(args, "mode", "async")
+        if given(args, "mode") and mode != "async":
+            raise ValueError(
+                f"--mode must be async (or not given) with --tool-turns (agent rollouts are "
+                f"continuous asynchronous dispatch); got --mode {mode} with --tool-turns "
+                f"{args.tool_turns}. Drop --mode, or drop --tool-turns for the plain simulator."
+            )
+        for dest in _PLAIN_ONLY:
+            if given(args, dest):
+                option = "--" + dest.replace("_", "-")
+                raise ValueError(
+                    f"{option} applies only to the plain simulator, which agent rollouts "
+                    f"(--tool-turns) do not model; got {_shown(args, dest)} with --tool-turns "
+                    f"{args.tool_turns}. Drop {option}, or drop --tool-turns."
+                )
+        return
+    mode = args.mode
+    if given(args, "leftovers") and mode != "first_k":
+        refuse(
+            "leftovers",
+            f"to --mode first_k (the rollouts still running when a batch is full; --mode {mode} "
+            "has none)",
+            "Pass --mode first_k, or drop --leftovers.",
+        )
+    preempt = float(args.preempt_rate) > 0
+    for dest in ("preempt_duration", "no_persist_kv", "kv_restore_time"):
+        if given(args, dest) and not preempt:
+            refuse(
+                dest,
+                "with preemption, which --preempt-rate R (R > 0) selects",
+                f"Add --preempt-rate R, or drop --{dest.replace('_', '-')}.",
+            )
+    if given(args, "kv_restore_time") and args.no_persist_kv:
+        refuse(
+            "kv_restore_time",
+            "when the saved KV is reloaded after a preemption, which --no-persist-kv turns off "
+            "(then the prefix is re-prefilled at --reprefill-token-time)",
+            "Drop --no-persist-kv, or drop --kv-restore-time.",
+        )
+    if (
+        given(args, "reprefill_token_time")
+        and args.partial != "recompute"
+        and not (preempt and args.no_persist_kv)
+    ):
+        refuse(
+            "reprefill_token_time",
+            "when generated tokens are re-prefilled: with --partial recompute, or with "
+            "--preempt-rate R --no-persist-kv",
+            "Add one of those, or drop --reprefill-token-time.",
+        )
+    if args.lengths_npy is not None or args.lengths_pmf is not None:
+        source = "--lengths-npy" if args.lengths_npy is not None else "--lengths-pmf"
+        for dest in ("mu", "sigma"):
+            if given(args, dest):
+                refuse(
+                    dest,
+                    f"to the default lognormal length law, which {source} replaces",
+                    f"Drop --{dest}, or drop {source}.",
+                    context=f"with {source}",
+                )
+
+
+def _eta_note(args: argparse.Namespace) -> str | None:
+    """A one-line note when ``--eta`` is given but acts on nothing (``--over-bound keep``)."""
+    if args.eta is None or args.over_bound == "drop":
+        return None
+    if not given(args, "tool_turns") and args.mode == "admission":
+        return None
+    mode = "agent rollouts" if given(args, "tool_turns") else f"--mode {args.mode}"
+    return (
+        f"refimpl simulate: note: --eta {args.eta} changes nothing here: with --over-bound keep "
+        f"(the default) and {mode}, samples staler than {args.eta} are trained and only reported "
+        "in staleness_hist; add --over-bound drop to drop them"
+        + (", or --mode admission to bound launches." if mode.startswith("--mode") else ".")
+    )
+
+
 def _load_lengths_npy(path: str) -> Any:
     """Read ``--lengths-npy FILE``: an ``N × K`` real matrix, or a ``ValueError`` naming the option."""
     rule = "name a .npy file holding an N×K float64 matrix (row i = slot i's lengths)"
     fix = (
-        "Save the matrix with numpy.save(FILE, lengths) (lengths.shape == (slots, K)), e.g. "
-        "shared/peers/simpy_queue.py --save-lengths FILE."
+        "Write it with numpy.save(FILE, lengths), lengths a float64 array of shape (slots, K) "
+        "holding each slot's rollout lengths in launch order."
     )
     try:
         loaded = np.load(path, allow_pickle=False)
+    except MemoryError as err:
+        raise ValueError(
+            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, whose array does not fit in "
+            f"memory ({err}). Pass a smaller matrix."
+        ) from None
     except OSError as err:
         reason = err.strerror or str(err)
         raise ValueError(
@@ -168,6 +401,19 @@ def _load_lengths_npy(path: str) -> Any:
     return np.asarray(loaded, dtype=np.float64)
 
 
+_FILE_SUFFIXES = (
+    ".parquet",
+    ".pq",
+    ".csv",
+    ".tsv",
+    ".json",
+    ".jsonl",
+    ".arrow",
+    ".feather",
+    ".txt",
+)
+
+
 def _check_trace_path(path: str, *, directory: bool) -> None:
     """Fail before the run if ``--trace`` cannot be written (a ``ValueError`` naming the option).
 
@@ -178,12 +424,22 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
     fix = (
         "Pass a path you can write, e.g. --trace ./trace" + ("" if directory else ".parquet") + "."
     )
+    if not path.strip():
+        raise ValueError(f"--trace must name {what}; got an empty --trace={path!r}. {fix}")
+    suffix = os.path.splitext(path.rstrip(os.sep))[1].lower()
     target = os.path.abspath(path)
     if directory:
         if os.path.exists(target) and not os.path.isdir(target):
             raise ValueError(
                 f"--trace must name {what} (agent runs write one Parquet file per table); got "
                 f"--trace={path!r}, an existing file. {fix}"
+            )
+        if not os.path.isdir(target) and suffix in _FILE_SUFFIXES:
+            raise ValueError(
+                f"--trace must name a directory for agent runs (they write rollouts.parquet, "
+                f"calls.parquet, attempts.parquet and shards.parquet into it); got --trace={path!r}, "
+                f"a file name ending in {suffix}. Pass a directory name without a suffix, e.g. "
+                f"--trace {os.path.splitext(path)[0] or 'trace'}."
             )
         probe = target
         while not os.path.exists(probe):
@@ -193,6 +449,15 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
             raise ValueError(
                 f"--trace must name {what}; got --trace={path!r}, an existing directory. "
                 f"Name the file, e.g. --trace {os.path.join(path, 'trace.parquet')}."
+            )
+        if suffix != ".parquet":
+            raise ValueError(
+                f"--trace must name a .parquet file (the trace is written as Parquet only: its "
+                f"per-rollout segment columns are lists, which CSV and JSON lines cannot hold); got "
+                f"--trace={path!r}"
+                + (f", ending in {suffix}" if suffix else ", without the .parquet suffix")
+                + f". Pass e.g. --trace {os.path.splitext(path)[0] or 'trace'}.parquet, and convert "
+                "with pyarrow or pandas if you need another format."
             )
         probe = os.path.dirname(target)
         if not os.path.isdir(probe):
@@ -295,6 +560,16 @@ def _option_names(message: str, args: argparse.Namespace) -> str:
     message = message.replace(" must be None unless ", " must not be given unless ")
     message = re.sub(r"(--[a-z-]+) is None\b", r"\1 is not given", message)
     message = re.sub(r"got (--[a-z-]+)=None\b", r"got no \1", message)
+    if args.lengths_npy is not None:  # the file the user named, not the array read from it
+        message = re.sub(
+            r"got --lengths-npy=array of shape (\([^)]*\)): .*?(?=\. [A-Z]|\.$)",
+            lambda m: f"got --lengths-npy={args.lengths_npy!r} (shape {m.group(1)})",
+            message,
+        )
+    if args.lengths_pmf is not None:
+        from refimpl.sim.agent import _typed_pmf
+
+        message = _typed_pmf(message, str(args.lengths_pmf))
     return re.sub(r"(--[a-z-]+)='(\w+)'", r"\1 \2", message)
 
 
@@ -323,20 +598,22 @@ def _config(args: argparse.Namespace) -> Any:
     slowdown = None
     if args.slowdown_per_slot is not None:
         a = float(args.slowdown_per_slot)
-        positive = 1.0 + a > 0 and 1.0 + a * args.slots > 0  # 1 + A·busy is linear in busy
-        if args.slots >= 1 and not (math.isfinite(a) and positive):
+        ends = (1.0 + a, 1.0 + a * args.slots)  # 1 + A·busy is linear in busy
+        inside = all(0 < f <= TOKEN_RANGE for f in ends)
+        if args.slots >= 1 and not (math.isfinite(a) and inside):
             raise ValueError(
-                f"--slowdown-per-slot must keep the decode slowdown factor 1 + A·busy finite and "
-                f"> 0 for busy = 1..--slots (A > -1/{args.slots}); got --slowdown-per-slot={a!r}. "
-                "Pass A >= 0 (decoding slows as slots fill), e.g. --slowdown-per-slot 0.001."
+                f"--slowdown-per-slot must keep the decode slowdown factor 1 + A·busy in (0, 2^53] "
+                f"for busy = 1..--slots (-1/{args.slots} < A <= (2^53 - 1)/{args.slots}); got "
+                f"--slowdown-per-slot={a!r}. Pass A >= 0 (decoding slows as slots fill), e.g. "
+                "--slowdown-per-slot 0.001."
             )
         slowdown = lambda busy: 1.0 + a * busy  # noqa: E731
     trainer_time: Any = args.trainer_time
     if args.trainer_time_random:
         mean = float(args.trainer_time)
-        if not (math.isfinite(mean) and mean > 0):
+        if not (math.isfinite(mean) and 0 < mean <= TOKEN_RANGE):
             raise ValueError(
-                "--trainer-time must be finite and > 0 with --trainer-time-random (it is the mean of "
+                "--trainer-time must be in (0, 2^53] with --trainer-time-random (it is the mean of "
                 f"the exponential step time); got --trainer-time={mean!r}. Pass e.g. --trainer-time "
                 "5 --trainer-time-random, or drop --trainer-time-random for a fixed step time."
             )
@@ -406,14 +683,54 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
         bar.update(n)
 
     try:
-        out = run_agent_cli(agent, trace=args.trace, progress=advance)
-    except (ValueError, TypeError, RuntimeError, OSError) as err:
+        with _numeric_guard():
+            out = run_agent_cli(agent, trace=args.trace, progress=advance)
+    except (FloatingPointError, RuntimeWarning) as err:
         bar.close()
-        print(f"refimpl simulate: {err}", file=sys.stderr)
-        return 2
+        return _fail(
+            f"the run overflows float64 arithmetic ({err}) with these options; scale the lengths "
+            "and times down (see refimpl simulate --help for their ranges)."
+        )
+    except (ValueError, TypeError, RuntimeError, OSError, MemoryError) as err:
+        bar.close()
+        if _is_size_error(err):
+            return _fail(_TOO_BIG.format(why=str(err).split(";")[0]))
+        return _fail(str(err))
     bar.close()
     _print(out, as_json=args.json)
     return 0
+
+
+def _fail(message: str) -> int:
+    print(f"refimpl simulate: {message}", file=sys.stderr)
+    return 2
+
+
+def _numeric_guard() -> Any:
+    """Inside: numpy overflow or invalid arithmetic raises ``FloatingPointError``, warnings raise."""
+    import contextlib
+    import warnings
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(np.errstate(over="raise", invalid="raise", divide="raise"))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("error", RuntimeWarning)
+    return stack
+
+
+_TOO_BIG = (
+    "the run does not fit in memory ({why}): it draws --slots x K lengths up front (K = "
+    "ceil(1.25 x rollouts / slots) + 64) and keeps one row per launched rollout. Pass fewer "
+    "--rollouts or --steps, fewer --slots or a smaller --batch."
+)
+
+
+def _is_size_error(err: BaseException) -> bool:
+    text = str(err)
+    return isinstance(err, MemoryError) or (
+        isinstance(err, ValueError)
+        and ("array is too big" in text or "Maximum allowed dimension" in text)
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -424,23 +741,26 @@ def run(args: argparse.Namespace) -> int:
     from refimpl.sim.agent import agent_config_from_args
 
     try:
+        _refuse_inert_options(args)
         agent = agent_config_from_args(args)
     except (ValueError, TypeError) as err:
-        print(f"refimpl simulate: {err}", file=sys.stderr)
-        return 2
+        return _fail(str(err))
+    for name, value in vars(args).items():
+        setattr(args, name, plain(value))
+    note = _eta_note(args)
+    if note is not None:
+        print(note, file=sys.stderr)
     if args.trace is not None:
         try:
             _check_trace_path(args.trace, directory=agent is not None)
         except ValueError as err:
-            print(f"refimpl simulate: {err}", file=sys.stderr)
-            return 2
+            return _fail(str(err))
     if agent is not None:
         return _run_agent(args, agent)
     try:
         cfg = _config(args)
     except (ValueError, TypeError) as err:
-        print(f"refimpl simulate: {_option_names(str(err), args)}", file=sys.stderr)
-        return 2
+        return _fail(_option_names(str(err), args))
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = tqdm(
         total=cfg.trained_target, file=sys.stderr, disable=not show, unit="rollout", leave=False
@@ -451,14 +771,22 @@ def run(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     try:
-        trace = simulate(cfg, engine=args.engine, progress=advance)
-    except (ValueError, TypeError, RuntimeError) as err:
+        with _numeric_guard():
+            trace = simulate(cfg, engine=args.engine, progress=advance)
+            wall = time.perf_counter() - t0
+            summary = trace.summary()
+    except (FloatingPointError, RuntimeWarning) as err:
         bar.close()
-        print(f"refimpl simulate: {_option_names(str(err), args)}", file=sys.stderr)
-        return 2
-    wall = time.perf_counter() - t0
+        return _fail(
+            f"the run overflows float64 arithmetic ({err}) with these options; scale the lengths "
+            "and times down (see refimpl simulate --help for their ranges)."
+        )
+    except (ValueError, TypeError, RuntimeError, MemoryError) as err:
+        bar.close()
+        if _is_size_error(err):
+            return _fail(_TOO_BIG.format(why=str(err).split(";")[0]))
+        return _fail(_option_names(str(err), args))
     bar.close()
-    summary = trace.summary()
     engine = args.engine
     if engine == "auto":
         engine = "vector" if cfg.vectorizable else "event"
@@ -476,15 +804,15 @@ def run(args: argparse.Namespace) -> int:
     from refimpl.sim import closed_form
 
     try:
-        out["closed_form"] = closed_form(cfg)._asdict()
-    except ValueError:
+        with _numeric_guard():
+            out["closed_form"] = closed_form(cfg)._asdict()
+    except (ValueError, FloatingPointError, RuntimeWarning):
         out["closed_form"] = None
     if args.trace is not None:
         try:
             trace.to_parquet(args.trace)
         except OSError as err:
-            print(f"refimpl simulate: cannot write --trace={args.trace!r}: {err}", file=sys.stderr)
-            return 2
+            return _fail(f"cannot write --trace={args.trace!r}: {err}")
         out["trace"] = args.trace
     _print(out, as_json=args.json)
     return 0

@@ -1,0 +1,85 @@
+"""Command-line plumbing shared by ``refimpl simulate`` and its agent options.
+
+argparse stores an option's default when the option is not given, so "given" and "not given" look
+the same. A default here is stored as an instance of a marker subclass (``_DefaultFloat(6.0)`` is a
+``float`` equal to 6.0), which argparse keeps as it is; a value the user typed is converted by the
+option's ``type`` into a plain ``float``/``int``/``str``. :func:`given` tells them apart, so an option
+that the chosen mode does not read can be refused, while the documented defaults stay what ``--help``
+says.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["USAGE", "HelpFormatter", "default", "given"]
+
+#: The one usage line printed before an argparse error (the full list is ``--help``).
+USAGE = "refimpl simulate [options]   (refimpl simulate --help lists them)"
+
+
+class _DefaultFloat(float):
+    __slots__ = ()
+
+
+class _DefaultInt(int):
+    __slots__ = ()
+
+
+class _DefaultStr(str):
+    __slots__ = ()
+
+
+_MARKERS = (_DefaultFloat, _DefaultInt, _DefaultStr)
+
+
+def default(value: Any) -> Any:
+    """``value`` marked as a default (equal to it, of the same base type).
+
+    Examples
+    --------
+    >>> d = default(6.0)
+    >>> d == 6.0, given(argparse.Namespace(mu=d), "mu"), given(argparse.Namespace(mu=6.0), "mu")
+    (True, False, True)
+    """
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float):
+        return _DefaultFloat(value)
+    if isinstance(value, int):
+        return _DefaultInt(value)
+    if isinstance(value, str):
+        return _DefaultStr(value)
+    raise TypeError(f"default must be a float, int, str, bool or None; got {value!r}")
+
+
+def given(args: argparse.Namespace, dest: str) -> bool:
+    """Whether the user typed the option stored in ``args.<dest>`` (a flag: whether it is set)."""
+    value = getattr(args, dest, None)
+    return not (value is None or value is False or isinstance(value, _MARKERS))
+
+
+def plain(value: Any) -> Any:
+    """``value`` without its default marker (a plain ``float``/``int``/``str``)."""
+    for marker, base in zip(_MARKERS, (float, int, str), strict=True):
+        if isinstance(value, marker):
+            return base(value)
+    return value
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default: ``(default: 6.0)``, ``(default: off)`` for a flag.
+
+    An option whose default is ``None`` says in its own help what not giving it means.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.default is None:
+            return text
+        if action.default is False:
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"

@@ -1,0 +1,409 @@
+"""``refimpl simulate`` gives every input a clear answer: a run, or one line on stderr and exit 2.
+
+Each refusal names the option the user typed, the rule, the value received and the fix; no traceback,
+no numpy or scipy warning and no internal field name or object repr reaches the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refimpl.cli import main
+from refimpl.sim import SimConfig
+
+_RUN = ["simulate", "--no-progress", "--slots", "8", "--batch", "8"]
+
+
+def _refused(capsys: pytest.CaptureFixture[str], options: str, tmp_path: Path | None = None) -> str:
+    """Run ``refimpl simulate`` with ``options``; assert exit 2 with one clean line; return it."""
+    extra = shlex.split(options.format(tmp=tmp_path))
+    if "--rollouts" not in extra and "--steps" not in extra:
+        extra += ["--steps", "2"]
+    assert main([*_RUN, *extra]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    lines = out.err.splitlines()
+    assert len(lines) == 1, out.err
+    assert lines[0].startswith("refimpl simulate: "), out.err
+    for leak in ("Traceback", "Warning", "<scipy", "object at 0x", "<function", "_frozen"):
+        assert leak not in out.err, out.err
+    return lines[0]
+
+
+def _ran(capsys: pytest.CaptureFixture[str], options: str) -> tuple[dict[str, object], str]:
+    extra = shlex.split(options)
+    if "--rollouts" not in extra and "--steps" not in extra:
+        extra += ["--steps", "2"]
+    assert main([*_RUN, *extra, "--json"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. values that are valid in form but that float64 cannot simulate meaningfully
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("--mu 50", "--mu and --sigma must give a lognormal mean exp(--mu + --sigma^2/2) <= 2^53"),
+        ("--mu 45", "got --mu=45.0 and --sigma=1.0 (--mu + --sigma^2/2 = 45.5)"),
+        ("--mu 40", "--mu + --sigma^2/2 <= 36.74"),
+        ("--sigma 30", "got --mu=6.0 and --sigma=30.0"),
+        ("--sigma 1e10", "--mu and --sigma must give a lognormal mean"),
+        ("--mu -800", "--mu must be >= -36.74"),
+        ("--mu nan", "--mu must be finite"),
+        ("--mu inf", "--mu must be finite"),
+        ("--sigma nan", "--sigma must be finite"),
+        ("--token-time 1e308", "--token-time must lie in [2^-53, 2^53]"),
+        ("--token-time 1e-320", "--token-time must lie in [2^-53, 2^53]"),
+        ("--token-time nan", "--token-time must be finite"),
+        ("--prefill-time 1e300", "--prefill-time must lie in [0, 2^53"),
+        ("--trainer-time 1e308", "--trainer-time must lie in [0, 2^53"),
+        ("--trainer-time 1e308 --trainer-time-random", "--trainer-time must be in (0, 2^53]"),
+        ("--trainer-time -inf", "--trainer-time must be finite"),
+        ("--mu -1e3", "--mu must be >= -36.74"),  # argparse read -1e3 as an option
+        ("--sigma -0.0", "--sigma must be > 0"),
+        ("--lengths-pmf -0.1,1.1", "--lengths-pmf must be non-negative"),
+        ("--slowdown-per-slot 1e308", "--slowdown-per-slot must keep the decode slowdown factor"),
+        ("--slowdown-per-slot nan", "--slowdown-per-slot must keep the decode slowdown factor"),
+        ("--preempt-rate 1e300 --preempt-duration 1", "--preempt-rate must lie in [0, 2^53"),
+        ("--preempt-rate 0.1 --preempt-duration 1e300", "--preempt-duration must lie in [0, 2^53"),
+        (  # 6.7e5 preemption events per rollout: the run did not end
+            "--preempt-rate 1000 --preempt-duration 1",
+            "--preempt-rate must expect at most 1024 preemptions per rollout",
+        ),
+        ("--lengths-npy {tmp}/huge.npy", "--lengths-npy must be <= 2^53"),
+        ("--rollouts 99999999999999999999", "the run does not fit in memory"),
+        ("--slots 99999999999999999999 --steps 1", "the run does not fit in memory"),
+        ("--slots 1 --batch 99999999999999 --steps 3", "the run does not fit in memory"),
+    ],
+)
+def test_meaningless_numbers_are_refused_with_the_range_that_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    np.save(tmp_path / "huge.npy", np.full((8, 40), 1e300))
+    line = _refused(capsys, options, tmp_path)
+    assert says in line, line
+    for field in ("lognormal_", "token_time", "trainer_time", "slowdown must", "preempt_"):
+        assert field not in line, line
+
+
+def test_the_lognormal_bound_is_in_the_help(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "-36.74 <= mu and mu + sigma^2/2 <= 36.74" in text
+    assert "decode time per token, in [2^-53, 2^53]" in text
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"lognormal_mu": -800.0},  # every draw underflows to 0 tokens (the run never ended)
+        {"lognormal_mu": -40.0, "lognormal_sigma": 5.0},
+        {"lognormal_sigma": 1e10},
+        {"token_time": 1e308},
+        {"trainer_time": 1e308},  # the clock overflowed (the run never ended)
+        {"preempt_rate": 1e300, "preempt_duration": 1.0},
+        {"kv_restore_time": 1e300},
+        {"lengths": np.full((2, 4), 2.0**60)},
+        {"slowdown": lambda busy: 1e300},
+    ],
+)
+def test_sim_config_refuses_what_float64_cannot_simulate(fields: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"2\^-?53"):
+        SimConfig(slots=2, batch=2, steps=2, **fields)  # type: ignore[arg-type]
+
+
+def test_negative_zero_times_read_as_zero() -> None:
+    cfg = SimConfig(slots=2, batch=2, steps=2, prefill_time=-0.0, trainer_time=-0.0)
+    assert np.copysign(1.0, cfg.prefill_time) == 1.0
+    assert np.copysign(1.0, cfg.trainer_time) == 1.0
+
+
+def test_the_largest_lengths_within_range_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # whole-number lengths of 1e15 tokens: the length-bias histogram counted 1e15 bins before
+    np.save(tmp_path / "big.npy", np.full((8, 40), 1e15))
+    out, err = _ran(capsys, f"--lengths-npy {tmp_path / 'big.npy'}")
+    assert out["length_mean"] == 1e15
+    assert err == ""
+    out, _ = _ran(capsys, "--mu 36 --sigma 0.5 --token-time 9e15")
+    assert out["trained_rollouts"] == 16
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. --eta without --over-bound drop
+# ---------------------------------------------------------------------------------------------
+
+
+def test_an_eta_that_acts_on_nothing_says_so_on_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plain, err = _ran(capsys, "--steps 4")
+    bounded, err = _ran(capsys, "--steps 4 --eta 0")
+    assert bounded["staleness_hist"] == plain["staleness_hist"]  # nothing dropped: keep
+    assert err.count("\n") == 1, err
+    assert err.startswith("refimpl simulate: note: --eta 0 changes nothing here"), err
+    assert "--over-bound drop" in err
+    for acting in ("--eta 0 --over-bound drop", "--mode admission --eta 0"):
+        _, err = _ran(capsys, f"--steps 4 {acting}")
+        assert err == "", err
+    _, err = _ran(capsys, "--steps 4 --tool-turns 1 --eta 0")
+    assert "note: --eta 0 changes nothing here" in err, err
+
+
+def test_the_help_says_what_eta_does_with_keep(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "with the default --over-bound keep in the other modes it changes nothing" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. options that the chosen mode does not read
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("--leftovers carry", "--leftovers applies only to --mode first_k"),
+        ("--mode sync --leftovers drop", "got --leftovers drop without it. Pass --mode first_k"),
+        ("--tool-shards 2", "--tool-shards applies only to agent rollouts"),
+        ("--tool-latency 5", "Add --tool-turns N"),
+        ("--tool-admission queue", "--tool-admission applies only to agent rollouts"),
+        ("--tool-timeout 3", "--tool-timeout applies only to agent rollouts"),
+        ("--agent-lengths expon", "--agent-lengths applies only to agent rollouts"),
+        ("--reprefill-token-time 2", "--reprefill-token-time applies only when generated tokens"),
+        ("--partial keep_kv --reprefill-token-time 2", "with --partial recompute"),
+        ("--kv-restore-time 1", "--kv-restore-time applies only with preemption"),
+        ("--preempt-duration 3", "--preempt-duration applies only with preemption"),
+        ("--no-persist-kv", "--no-persist-kv applies only with preemption"),
+        (
+            "--preempt-rate 0.01 --preempt-duration 1 --no-persist-kv --kv-restore-time 1",
+            "which --no-persist-kv turns off",
+        ),
+        ("--lengths-pmf 1 --mu 3", "--mu applies only to the default lognormal length law"),
+        ("--lengths-pmf 1 --sigma 2", "which --lengths-pmf replaces; got --sigma 2.0 with"),
+        ("--tool-turns 1 --partial restart", "--partial applies only to the plain simulator"),
+        ("--tool-turns 1 --engine event", "--engine applies only to the plain simulator"),
+        ("--tool-turns 1 --trainer-time 2", "--trainer-time applies only to the plain simulator"),
+        ("--tool-turns 1 --prefill-time 2", "--prefill-time applies only to the plain simulator"),
+        ("--tool-turns 1 --preempt-rate 0.1", "--preempt-rate applies only to the plain"),
+        ("--tool-turns 1 --slowdown-per-slot 0.1", "--slowdown-per-slot applies only"),
+        ("--tool-turns 1 --mode sync", "--mode must be async (or not given) with --tool-turns"),
+        ("--tool-turns 1 --tool-max-redirects 1", "applies only with --tool-admission redirect"),
+        (
+            "--tool-turns 1 --tool-recovery reexecute --tool-replay-cost 1",
+            "--tool-replay-cost applies only with --tool-recovery replay",
+        ),
+        ("--tool-turns 1 --agent-lengths expon --lengths-pmf 1", "must not be combined with"),
+        ("--tool-turns 1 --agent-lengths expon --mu 3", "which --agent-lengths replaces"),
+        ("--tool-turns 1 --rollouts 16 --steps 2", "--rollouts and --steps must not both"),
+    ],
+)
+def test_an_option_the_mode_does_not_read_is_refused(
+    capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    line = _refused(capsys, options)
+    assert says in line, line
+    first = options.split()[-2] if options.split()[-1][0] != "-" else options.split()[-1]
+    assert line.startswith("refimpl simulate: --"), line
+    assert first in line or "--mode" in line or "--rollouts" in line, line
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "--mode first_k --leftovers carry",
+        "--partial recompute --reprefill-token-time 2",
+        "--preempt-rate 0.001 --preempt-duration 1 --kv-restore-time 1",
+        "--preempt-rate 0.001 --preempt-duration 1 --no-persist-kv --reprefill-token-time 1",
+        "--lengths-pmf 0.5,0.5",
+        "--tool-turns 1 --mode async --tool-admission redirect --tool-max-redirects 1",
+        "--tool-turns 1 --tool-recovery replay --tool-replay-cost 1 --tool-latency 2",
+    ],
+)
+def test_options_that_apply_still_run(capsys: pytest.CaptureFixture[str], options: str) -> None:
+    out, err = _ran(capsys, options)
+    assert err == ""
+    assert out["length_mean"] is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. --trace names what it writes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("where", "agent", "says"),
+    [
+        ("{tmp}/out.csv", False, r"--trace must name a \.parquet file .*ending in \.csv"),
+        ("{tmp}/out.jsonl", False, r"ending in \.jsonl\. Pass e\.g\. --trace .*/out\.parquet"),
+        ("{tmp}/out", False, r"without the \.parquet suffix"),
+        ("/dev/null", False, r"without the \.parquet suffix"),
+        ("", False, r"got an empty --trace=''"),
+        ("{tmp}/run.parquet", True, r"must name a directory for agent runs .*ending in \.parquet"),
+    ],
+)
+def test_a_trace_name_says_what_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str, agent: bool, says: str
+) -> None:
+    import re
+
+    options = f"--trace '{where}'" + (" --tool-turns 1" if agent else "")
+    line = _refused(capsys, options, tmp_path)
+    assert re.search(says, line), line
+    assert not any(tmp_path.iterdir())  # refused before the run: nothing written
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. agent rollouts: errors name the options
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("--agent-lengths lognorm:s=-1", "--agent-lengths must give parameters that scipy"),
+        ("--agent-lengths norm:loc=nan", "--agent-lengths must give finite parameters"),
+        ("--agent-lengths norm:loc=5", "--agent-lengths must be supported on [0, inf)"),
+        ("--agent-lengths nosuchdist:x=1", "--agent-lengths must name a scipy.stats distribution"),
+        ("--agent-lengths lognorm:s=1,scale=", "--agent-lengths must give parameters as KEY="),
+        ("--agent-lengths lognorm:s=1,s=2", "--agent-lengths must give each parameter once"),
+        ("--agent-lengths ''", "--agent-lengths must be a number or NAME:KEY=VALUE"),
+        ("--agent-lengths poisson:mu=3", "--agent-lengths must put no mass on 0 tokens"),
+        ("--agent-lengths pareto:b=0.5", "--agent-lengths must have a finite mean"),
+        ("--mu 1000", "--mu and --sigma must give a lognormal mean"),
+        ("--lengths-pmf 0.5,0.6", "--lengths-pmf must sum to 1 (within 1e-9); got --lengths-pmf"),
+        ("--lengths-npy {tmp}/huge.npy", "--lengths-npy must hold lengths <= 2^53"),
+        ("--tool-latency -1", "--tool-latency must be a number in [0, 2^53]"),
+        ("--tool-latency nan", "got --tool-latency=nan"),
+        ("--tool-latency expon:scale=-1", "--tool-latency must give parameters that scipy"),
+        ("--tool-shards 0", "--tool-shards must be >= 1 (pool shards); got --tool-shards=0."),
+        ("--tool-shards -1", "--tool-shards must be >= 1"),
+        ("--tool-capacity 0", "--tool-capacity must be >= 1"),
+        ("--tool-refresh nan", "Pass a finite --tool-refresh."),
+        ("--tool-keepalive 0", "--tool-keepalive must be > 0"),
+        ("--tool-keepalive nan", "Pass a finite --tool-keepalive."),
+        ("--tool-crash-rate inf", "--tool-crash-rate must be finite"),
+        ("--tool-cold-start -1", "--tool-cold-start must be >= 0"),
+        ("--tool-timeout 0", "--tool-timeout must be > 0"),
+        ("--tool-timeout nan", "Pass a finite --tool-timeout."),
+        ("--tool-max-attempts 0", "--tool-max-attempts must be >= 1"),
+        ("--tool-retry-delay -0.5", "--tool-retry-delay must be >= 0"),
+        ("--token-time 1e300", "--token-time must be <= 2^53"),
+        ("--seed -1", "--seed must be >= 0"),
+    ],
+)
+def test_agent_mode_errors_name_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    np.save(tmp_path / "huge.npy", np.full((8, 40), 1e300))
+    line = _refused(capsys, f"--tool-turns 1 {options}", tmp_path)
+    assert says in line, line
+    assert "starts at nan" not in line, line
+    for field in ("tool_latency", "max_attempts", "crash_rate", "cold_start", "got lengths"):
+        assert field not in line, line
+
+
+@pytest.mark.parametrize(
+    ("turns", "says"),
+    [
+        ("-1", "--tool-turns must be an integer in [0, 2^20]"),
+        ("99999999999999999999", "--tool-turns must be an integer in [0, 2^20]"),
+        ("''", "--tool-turns must be an integer or NAME:KEY=VALUE,... naming a scipy.stats law"),
+        ("expon:scale=1", "--tool-turns must be an integer or a discrete scipy.stats law"),
+    ],
+)
+def test_bad_tool_turns_name_the_option(
+    capsys: pytest.CaptureFixture[str], turns: str, says: str
+) -> None:
+    line = _refused(capsys, f"--tool-turns {turns}")
+    assert says in line, line
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. --lengths-npy messages cite nothing outside the package
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", [False, True])
+def test_a_bad_lengths_npy_says_how_to_write_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], agent: bool
+) -> None:
+    (tmp_path / "x.npy").write_text("not numpy")
+    line = _refused(capsys, f"--lengths-npy {tmp_path / 'x.npy'}" + " --tool-turns 1" * agent)
+    assert "numpy.save(FILE, lengths)" in line, line
+    assert "shape (slots, K)" in line, line
+    assert "shared/" not in line, line
+    assert "peers" not in line, line
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. argparse errors: one short usage line and the error
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ("--slots abc", "argument --slots: invalid int value: 'abc'"),
+        ("--seed 1.5", "argument --seed: invalid int value: '1.5'"),
+        ("--eta inf", "argument --eta: invalid int value: 'inf'"),
+        ("--mode nope", "argument --mode: invalid choice: 'nope'"),
+        ("--mu", "argument --mu: expected one argument"),
+    ],
+)
+def test_an_argparse_error_prints_one_usage_line(
+    capsys: pytest.CaptureFixture[str], options: str, says: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", *shlex.split(options)])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "usage: refimpl simulate [options]   (refimpl simulate --help lists them)",
+        f"refimpl simulate: error: {says}" + lines[-1][len(f"refimpl simulate: error: {says}") :],
+    ], lines
+    assert says in lines[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. --help shows every default
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_help_shows_the_default_of_every_option() -> None:
+    from refimpl.cli import _parser
+
+    root = _parser("simulate")
+    sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices["simulate"]
+    formatter = parser._get_formatter()
+    seen = 0
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        text = formatter._expand_help(action)
+        assert "default" in text, (action.option_strings, text)
+        assert "None" not in text, (action.option_strings, text)
+        assert "default: False" not in text, (action.option_strings, text)
+        seen += 1
+    assert seen > 40
