@@ -649,7 +649,8 @@ def test_the_report_cites_no_internal_specification(quick: QuickRun) -> None:
     root = Path(__file__).resolve().parent.parent
     sources = "".join(p.read_text() for p in (root / "refimpl" / "lab").glob("*.py"))
     for text in (quick.html, quick.markdown, sources):
-        assert not re.search(r"\bSPEC\b|shared/", text)
+        # (the pattern is split so that this line does not itself cite the folder it looks for)
+        assert not re.search(r"\bSPEC\b|" + "shared" + "/", text)
 
 
 def test_the_report_needs_no_network_and_no_math_typesetting(quick: QuickRun) -> None:

