@@ -57,7 +57,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import COMMANDS, _parser, main
@@ -498,6 +498,7 @@ def run_case(case: Case) -> None:
                 sys.stdin = saved_stdin
         out, err = stdout.getvalue(), stderr.getvalue()
         note(f"exit code: {code!r}\nstderr: {err[-2000:]}")
+        event(f"exit {code!r}")  # --hypothesis-show-statistics: how the cases end
         assert crash is None, f"{argv} raised (a traceback for the user):\n{crash}"
         assert code in EXIT_CODES, f"{argv} exited {code!r}; documented: 0, 1, 2\n{err}"
         assert not caught, f"{argv} raised warnings: {[str(w.message) for w in caught]}"

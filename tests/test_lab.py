@@ -344,6 +344,13 @@ def test_an_unusable_out_directory_is_refused_before_the_run_with_the_fix(
     assert main(["lab", "--quick", "--out", str(a_file / "sub")]) == 2
     assert "--out must be a writable directory" in capsys.readouterr().err
     assert a_file.read_text() == "not a directory"
+    # --out in a directory that does not exist: refused, and no parent directories are created
+    # (as check --report, simulate --trace and sweep --out refuse a missing directory).
+    deep = tmp_path / "missing" / "report"
+    assert main(["lab", "--quick", "--out", str(deep)]) == 2
+    err = capsys.readouterr().err
+    assert f"the directory {str(deep.parent)!r} it would be created in does not exist" in err
+    assert not (tmp_path / "missing").exists()
 
 
 def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:

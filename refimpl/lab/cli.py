@@ -77,11 +77,15 @@ def _seed(text: str) -> int:
 
 
 def _unwritable(figures: Path) -> str | None:
-    """Create ``figures`` (and its parent, the report directory); why it cannot be written, or None.
+    """Create ``figures`` (and its parent, the report directory, in an existing directory); why it
+    cannot be written, or None.
 
     Checked before any section runs, so that a bad ``--out`` fails in a second with exit 2 instead
     of a traceback after the whole run.
     """
+    parent = figures.parent.parent
+    if not parent.is_dir():  # as check --report, simulate --trace and sweep --out: no mkdir -p
+        return f"the directory {str(parent)!r} it would be created in does not exist"
     try:
         figures.mkdir(parents=True, exist_ok=True)
         probe = figures.parent / ".refimpl-lab-write-test"
