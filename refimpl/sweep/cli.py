@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         print(
-            f"\nrefimpl sweep: interrupted. Finished cells are kept in {journal_path(args.out)} "
+            f"refimpl sweep: interrupted. Finished cells are kept in {journal_path(args.out)} "
             f"and {args.out}; rerun the same command to resume.",
             file=sys.stderr,
         )
