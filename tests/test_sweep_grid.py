@@ -358,3 +358,54 @@ def test_a_kind_of_your_own_is_not_checked_and_good_grids_still_parse() -> None:
         }
     )
     assert good.n_cells == 2
+
+
+# --- every cell's parameters are checked before the run ----------------------------------------
+
+_SIM_FIXED: dict[str, Any] = {"batch": 2, "rollouts": 8}
+
+
+@pytest.mark.parametrize(
+    ("table", "start"),
+    [
+        (
+            {"sweep": {"kind": "simulate"}, "fixed": _SIM_FIXED, "axes": {"slots": [8, -1]}},
+            "axes.slots[1] = -1: slots must be >= 1 (generation slots); got slots=-1.",
+        ),
+        (
+            {"sweep": {"kind": "simulate"}, "fixed": _SIM_FIXED, "axes": {"slots": [-1, 8]}},
+            "axes.slots[0] = -1: slots must be >= 1",
+        ),
+        (
+            {
+                "sweep": {"kind": "simulate"},
+                "fixed": {**_SIM_FIXED, "slots": 0},
+                "axes": {"eta": [0]},
+            },
+            "fixed.slots: slots must be >= 1",
+        ),
+        (
+            {
+                "sweep": {"kind": "simulate"},
+                "fixed": {**_SIM_FIXED, "slots": 4},
+                "axes": {"eta": [0, 1], "mode": ["async", "asnyc"]},
+            },
+            "axes.mode[1] = 'asnyc': mode must be one of",
+        ),
+        (
+            {"sweep": {"kind": "busy"}, "axes": {"draws": [10, 0]}},
+            "axes.draws[1] = 0: draws must be >= 1",
+        ),
+        (
+            {"sweep": {"kind": "busy"}, "axes": {"draws": ["ten", "twenty"]}},
+            "axes.draws[0] = 'ten': draws must be",
+        ),
+    ],
+)
+def test_a_parameter_value_its_kind_rejects_is_a_grid_error_before_any_cell_runs(
+    table: dict[str, Any], start: str
+) -> None:
+    with pytest.raises(GridError) as caught:
+        parse_grid(table)
+    assert str(caught.value).startswith(start), str(caught.value)
+    assert caught.value.path == start.split(" ", 1)[0].rstrip(":")

@@ -51,6 +51,9 @@ _TOP_KEYS = ("sweep", "fixed", "axes")
 _RANGE_KEYS = ("start", "stop", "step", "num", "log")
 _MAX_AXIS_VALUES = 1_000_000
 _MAX_CELLS = 10_000_000
+#: Parameter points of a built-in kind checked one by one before a run; beyond, each axis value
+#: is checked with the other axes at their first value.
+_MAX_CHECKED_POINTS = 100_000
 #: Version of the seed derivation; bumping it changes every seed (a changelog entry).
 _SEED_SCHEME = 1
 
@@ -345,7 +348,54 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
             f"axes and sweep.replicates give {grid.n_cells} cells, more than {_MAX_CELLS}. "
             "Split the sweep into several grids.",
         )
+    _check_cells(grid)
     return grid
+
+
+def _check_cells(grid: Grid) -> None:
+    """Refuse a cell of a built-in kind whose parameters its kind rejects, before any cell runs.
+
+    Each axis value is checked with the other axes at their first value, so that the message names
+    the value to fix (``axes.slots[1] = -1: slots must be >= 1 ...``); then every parameter point,
+    when there are at most :data:`_MAX_CHECKED_POINTS` of them, for rules between parameters.
+    """
+    from refimpl.sweep.kinds import KINDS, check_parameters
+
+    if grid.kind not in KINDS:
+        return
+
+    def problem(params: Mapping[str, Any]) -> str | None:
+        try:
+            check_parameters(grid.kind, params)
+        except (ValueError, TypeError) as exc:
+            return str(exc)
+        return None
+
+    base = {**grid.fixed, **{k: values[0] for k, values in grid.axes.items()}}
+    first = problem(base)
+    if first is not None:
+        # The fixed parameters or a first axis value: our messages start with the parameter name.
+        key = first.split(" ", 1)[0]
+        if key in grid.axes:
+            path = f"axes.{key}[0]"
+            raise GridError(path, f"{path} = {grid.axes[key][0]!r}: {first}")
+        path = f"fixed.{key}" if key in grid.fixed else "fixed"
+        raise GridError(path, f"{path}: {first}")
+    for key, values in grid.axes.items():
+        for i, value in enumerate(values[1:], start=1):
+            why = problem({**base, key: value})
+            if why is not None:
+                path = f"axes.{key}[{i}]"
+                raise GridError(path, f"{path} = {value!r}: {why}")
+    names = list(grid.axes)
+    points = math.prod(len(v) for v in grid.axes.values())
+    if len(names) < 2 or points > _MAX_CHECKED_POINTS:
+        return
+    for point in itertools.product(*grid.axes.values()):
+        why = problem({**grid.fixed, **dict(zip(names, point, strict=True))})
+        if why is not None:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in zip(names, point, strict=True))
+            raise GridError("axes", f"axes: the cell with {shown}: {why}")
 
 
 def _check_against_kind(
