@@ -612,3 +612,14 @@ def test_a_grid_value_its_kind_rejects_exits_2_before_any_cell_runs(
         "slots); got slots=-1. Pass slots >= 1.\n"  # fmt: skip
     assert not out.exists()
     assert not journal_path(out).exists()
+
+
+def test_the_command_names_a_missing_grid_file_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nope.toml")
+    assert main(["sweep", missing, "--out", str(tmp_path / "r.parquet")]) == 2
+    assert capsys.readouterr().err == (
+        f"refimpl sweep: GRID.toml {missing!r}: no such file. Pass the path of a grid file "
+        "(TOML; see docs/howto/sweeps.md).\n"
+    )

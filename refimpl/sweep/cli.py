@@ -97,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         grid = load_grid(args.grid)
+    except FileNotFoundError:
+        print(
+            f"refimpl sweep: GRID.toml {args.grid!r}: no such file. Pass the path of a grid file "
+            "(TOML; see docs/howto/sweeps.md).",
+            file=sys.stderr,
+        )
+        return 2
     except (GridError, OSError) as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
         return 2

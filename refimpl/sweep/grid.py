@@ -240,9 +240,26 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
     4
     """
     p = Path(path)
+    if p.is_dir():
+        raise GridError("", f"{p} is a directory, not a grid file. Pass the path of a TOML file.")
+    with p.open("rb") as fh:
+        data = fh.read()
     try:
-        with p.open("rb") as fh:
-            table = tomllib.load(fh)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GridError(
+            "",
+            f"{p} is not a TOML text file (byte {exc.start} is not UTF-8). Pass a grid file "
+            "written as UTF-8 text (see docs/howto/sweeps.md).",
+        ) from None
+    if "\x00" in text:
+        raise GridError(
+            "",
+            f"{p} is not a TOML text file (it holds NUL bytes). Pass a grid file written as "
+            "UTF-8 text (see docs/howto/sweeps.md).",
+        )
+    try:
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise GridError("", f"{p}: not valid TOML: {exc}. Fix the syntax at that line.") from None
     try:
@@ -501,7 +518,7 @@ def _kind(sweep: Mapping[str, Any]) -> str:
         raise _fail("sweep.kind", "be a string", kind, 'Write kind = "NAME".')
     try:
         resolve_kind(kind)
-    except (ValueError, ImportError, AttributeError) as exc:
+    except (ValueError, TypeError, ImportError, AttributeError) as exc:
         raise GridError("sweep.kind", f"sweep.kind: {exc}") from None
     return kind
 
@@ -534,12 +551,24 @@ def _plain_value(value: Any, path: str) -> None:
         )
     if isinstance(value, float) and not math.isfinite(value):
         raise _fail(path, "be finite", value, "Write a finite number (no nan or inf).")
+    _int64(value, path)
     if isinstance(value, list):
         for i, v in enumerate(value):
             _plain_value(v, f"{path}[{i}]")
     elif isinstance(value, Mapping):
         for k, v in value.items():
             _plain_value(v, f"{path}.{k}")
+
+
+def _int64(value: Any, path: str) -> None:
+    """Integers are int64 columns and parameters: refuse one that does not fit."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise _fail(
+            path,
+            "fit a 64-bit integer (-2**63 <= value < 2**63)",
+            value,
+            "Write a smaller integer, or a float (e.g. 1e20) if a float is meant.",
+        )
 
 
 def _type_name(value: Any) -> str:
@@ -563,6 +592,7 @@ def _axis(spec: Any, path: str) -> tuple[Scalar, ...]:
         if isinstance(v, (bool, int, float, str)):
             if isinstance(v, float) and not math.isfinite(v):
                 raise _fail(p, "be finite", v, "Write a finite number (no nan or inf).")
+            _int64(v, p)
             values.append(v)
         else:
             raise _fail(
@@ -651,9 +681,10 @@ def _range(spec: Mapping[str, Any], path: str) -> tuple[Scalar, ...]:
         else:  # stop counts as reached within rounding: 0.0 to 0.3 by 0.1 gives 4 values
             count = math.floor((stop - start) / step * (1 + 1e-12) + 1e-9) + 1
         if count > _MAX_AXIS_VALUES:
+            shown = str(count) if count < 10**12 else f"about {float(count):.3g}"
             raise _fail(
                 f"{path}.step",
-                f"give at most {_MAX_AXIS_VALUES} values (it gives {count})",
+                f"give at most {_MAX_AXIS_VALUES} values (it gives {shown})",
                 step,
                 "Use a larger step.",
             )

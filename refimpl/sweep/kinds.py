@@ -617,6 +617,11 @@ def resolve_kind(kind: str) -> KindFunction:
         raise AttributeError(
             f"cell kind {kind!r}: module {module_name!r} has no {qualname!r}. Check the name."
         ) from None
+    except Exception as exc:  # the module itself fails while it is imported
+        raise ImportError(
+            f"cell kind {kind!r}: importing module {module_name!r} failed "
+            f"({type(exc).__name__}: {exc}). Fix the module, or name another."
+        ) from None
     if not callable(fn):
         raise TypeError(f"cell kind {kind!r} is not callable; name a function (params, seed).")
     result: KindFunction = fn
