@@ -179,3 +179,21 @@ def test_sigint_while_the_command_imports_prints_one_line_and_exits_130(
             proc.kill()
             proc.wait()
     assert (proc.returncode, out, err) == (130, "", "refimpl check: interrupted\n")
+
+
+@pytest.mark.parametrize("command", ["sweep", "check"])
+def test_the_help_of_every_option_says_its_default(command: str) -> None:
+    from refimpl.cli import _parser
+
+    subparsers = next(a for a in _parser(command)._actions if isinstance(a.choices, dict))
+    assert isinstance(subparsers.choices, dict)
+    sub = subparsers.choices[command]
+    for action in sub._actions:
+        if (
+            not action.option_strings
+            or action.help == argparse.SUPPRESS
+            or "-h" in action.option_strings
+        ):
+            continue
+        text = action.help or ""
+        assert action.required or "default" in text, (action.option_strings, text)
