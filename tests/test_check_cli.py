@@ -827,3 +827,22 @@ def test_an_empty_or_broken_standard_input_is_named_as_such(
     err = _last_error(capsys)
     assert err.startswith("refimpl check: error: standard input is not a readable Parquet file")
     assert "refimpl-check-" not in err  # the spooled copy is never named
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--param", "eta=1", "--param", "eta=2"], "--param eta is given twice (last 'eta=2')"),
+        (["--param", "eta=1", "--rtol", "-1"], "--rtol must be finite and >= 0 (a tolerance); got"),
+        (
+            ["--param", "eta=1", "--atol", "nan"],
+            "--atol must be finite and >= 0 (a tolerance); got",
+        ),
+    ],
+)
+def test_options_given_wrong_are_named_in_one_line(
+    extra: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 1], "weight": [1.0, 1.0]})
+    assert check(path, "staleness_mask", *extra) == EXIT_UNUSABLE
+    assert says in _last_error(capsys)

@@ -334,6 +334,10 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
             raise _Unusable(
                 f"unknown parameter {key!r} for spec {spec.name!r} (its parameters: {valid})."
             )
+        if key in params:
+            raise _Unusable(
+                f"--param {key} is given twice (last {item!r}); pass each parameter once."
+            )
         kind = spec.params[key]
         try:
             params[key] = int(value) if kind is int else float(value)
@@ -550,8 +554,12 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         rtol=default.rtol if args.rtol is None else args.rtol,
         atol=default.atol if args.atol is None else args.atol,
     )
-    if tol.rtol < 0 or tol.atol < 0 or not all(map(math.isfinite, tol)):
-        raise _Unusable(f"--rtol and --atol must be finite and >= 0; got {tol}.")
+    for option, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise _Unusable(
+                f"{option} must be finite and >= 0 (a tolerance); got {option} {value}. Pass e.g. "
+                f"{option} 1e-9, or leave it out for the spec's default ({default._asdict()})."
+            )
     if args.chunk_rows < 1:
         raise _Unusable(f"--chunk-rows must be >= 1; got {args.chunk_rows}.")
     with tempfile.TemporaryDirectory(prefix="refimpl-check-") as spool:
