@@ -540,7 +540,7 @@ def test_garbage_parquet_is_unusable(tmp_path: Path, capsys: pytest.CaptureFixtu
             ],
             "tau must be > 0",
         ),
-        (["--spec", "tis", "--param", "cap=2", "--rtol", "-1"], "--rtol and --atol must be"),
+        (["--spec", "tis", "--param", "cap=2", "--rtol", "-1"], "--rtol must be finite and >= 0"),
     ],
 )
 def test_bad_command_line_is_unusable_and_says_how_to_fix_it(
