@@ -11,21 +11,57 @@ defined in one of the modules below, which own their ``__all__``.
 - :mod:`refimpl.penalties`: published length penalties (Kimi k1.5, DAPO, cosine, L1).
 - :mod:`refimpl.sim`: the asynchronous rollout-queue simulator.
 - :mod:`refimpl.testing`: strategies and conformance checks for downstream implementations.
+
+The flat names are loaded on first use (PEP 562): ``import refimpl`` itself imports neither numpy
+nor scipy, so that the ``refimpl`` command (``refimpl.cli``) starts in milliseconds and a Ctrl-C
+while it loads reaches :func:`refimpl.cli.main`, which reports it in one line.
 """
 
-from refimpl import dispatch, effort, frameworks, penalties, staleness
-from refimpl.dispatch import *
-from refimpl.effort import *
-from refimpl.frameworks import *
-from refimpl.penalties import *
-from refimpl.staleness import *
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0.dev0"
 
-__all__ = [
-    *dispatch.__all__,
-    *staleness.__all__,
-    *frameworks.__all__,
-    *effort.__all__,
-    *penalties.__all__,
-]
+#: The modules whose ``__all__`` make up the flat API, in the order of ``refimpl.__all__``.
+_FLAT = ("dispatch", "staleness", "frameworks", "effort", "penalties")
+
+if TYPE_CHECKING:  # what the type checker and readers see; at run time __getattr__ loads them
+    from refimpl import dispatch, effort, frameworks, penalties, staleness
+    from refimpl.dispatch import *
+    from refimpl.effort import *
+    from refimpl.frameworks import *
+    from refimpl.penalties import *
+    from refimpl.staleness import *
+
+    __all__ = [
+        *dispatch.__all__,
+        *staleness.__all__,
+        *frameworks.__all__,
+        *effort.__all__,
+        *penalties.__all__,
+    ]
+
+
+def _load_flat() -> None:
+    names: list[str] = []
+    for sub in _FLAT:
+        module = importlib.import_module(f"refimpl.{sub}")
+        for name in module.__all__:
+            globals()[name] = getattr(module, name)
+        names.extend(module.__all__)
+    globals()["__all__"] = names
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__all__" or not name.startswith("__"):
+        _load_flat()  # imports the submodules, which also binds them as attributes of refimpl
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module 'refimpl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    _load_flat()
+    return sorted(globals())

@@ -6,6 +6,14 @@ Each subcommand lives in the module that owns it and exposes two functions::
     def run(args: argparse.Namespace) -> int: ...                  # do the work, return exit code
 
 Only the chosen subcommand's module is imported, so ``refimpl --help`` and ``refimpl check`` stay fast.
+
+Exit codes shared by every subcommand: **2** for a usage error (argparse), **130** (128 + SIGINT)
+after Ctrl-C, which prints one line ``refimpl COMMAND: interrupted`` whether it comes while the
+arguments are parsed, while the subcommand's modules load or while it runs, and **141**
+(128 + SIGPIPE) when the reader of standard output goes away. This module and the package root import
+only the standard library (numpy, scipy, pyarrow load inside :func:`main`), so the only moment a
+Ctrl-C still ends with Python's own ``KeyboardInterrupt`` message is the interpreter's start-up, the
+few milliseconds before :func:`main` is entered.
 """
 
 from __future__ import annotations
@@ -84,10 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
-    parser = _parser(chosen if chosen in COMMANDS else None)
-    args = parser.parse_args(args_list)
-    module = importlib.import_module(COMMANDS[args.command].module)
+    name = f"refimpl {chosen}" if chosen in COMMANDS else "refimpl"
     try:
+        parser = _parser(chosen if chosen in COMMANDS else None)
+        args = parser.parse_args(args_list)
+        module = importlib.import_module(COMMANDS[args.command].module)
         code: int = module.run(args)
         sys.stdout.flush()
     except BrokenPipeError:
@@ -97,6 +106,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
-        print(f"refimpl {args.command}: interrupted", file=sys.stderr)
+        if argv is None and _in_main_thread():
+            # The command line is ending: a second Ctrl-C must not turn this into a traceback.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     return code
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -6,8 +6,10 @@ mismatching row is known); malformed traces must exit 2 with the line (or Parque
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -538,7 +540,7 @@ def test_garbage_parquet_is_unusable(tmp_path: Path, capsys: pytest.CaptureFixtu
             ],
             "tau must be > 0",
         ),
-        (["--spec", "tis", "--param", "cap=2", "--rtol", "-1"], "--rtol and --atol must be"),
+        (["--spec", "tis", "--param", "cap=2", "--rtol", "-1"], "--rtol must be finite and >= 0"),
     ],
 )
 def test_bad_command_line_is_unusable_and_says_how_to_fix_it(
@@ -673,3 +675,174 @@ def test_staleness_without_any_version_column_says_which_to_log(
     path = write_trace(tmp_path, fmt, {"trained_step": [3], "version": [2], "staleness": [1]})
     assert check(path, "staleness") == EXIT_UNUSABLE
     assert "neither a 'min_version' nor a 'versions' column" in capsys.readouterr().err
+
+
+# --- exact integers, unusable files, standard input ----------------------------------------------
+
+_BIG = 2**60  # float64 rounds 2**60 + 1 and 2**60 + 3 to 2**60: a float staleness would be 0
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("layout", ["min_version", "versions"])
+def test_staleness_is_computed_exactly_for_versions_beyond_2_to_the_53(
+    fmt: str, layout: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    versions: Any = (
+        [[_BIG + 1, _BIG + 3], [_BIG + 2]] if layout == "versions" else [_BIG + 1, _BIG + 2]
+    )
+    columns: Columns = {"trained_step": [_BIG + 3, _BIG + 3], layout: versions, "staleness": [2, 1]}
+    assert float(_BIG + 3) - float(_BIG + 1) == 0  # what a float64 computation would expect
+    assert check(write_trace(tmp_path, fmt, columns), "staleness") == EXIT_OK, capsys.readouterr()
+    columns["staleness"] = [2, 0]  # 0: the float64 answer, wrong by one
+    assert check(write_trace(tmp_path, fmt, columns, "wrong"), "staleness") == EXIT_MISMATCH
+    out = capsys.readouterr().out
+    assert "MISMATCH: 1 of 2 rows" in out
+    assert f"trained_step={_BIG + 3}" in out  # shown exactly, not rounded
+    assert "expected staleness=1, found staleness=0" in out
+
+
+def test_staleness_is_exact_for_versions_beyond_int64_in_jsonl(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = 2**70
+    columns: Columns = {"trained_step": [big + 3], "min_version": [big + 1], "staleness": [2]}
+    assert check(write_trace(tmp_path, "jsonl", columns), "staleness") == EXIT_OK
+    report = tmp_path / "r.json"
+    columns["staleness"] = [3]
+    path = write_trace(tmp_path, "jsonl", columns, "wrong")
+    assert check(path, "staleness", "--report", str(report)) == EXIT_MISMATCH
+    shown = json.loads(report.read_text())["first_mismatches"][0]
+    assert shown["inputs"] == {"trained_step": big + 3, "min_version": big + 1}
+    assert (shown["expected"], shown["found"]) == (2, 3)
+
+
+@pytest.mark.parametrize(
+    ("content", "spec", "says"),
+    [
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00garbage,\xff\xfe\n1,2\n", "tis", "a NUL byte"),
+        (b"logp_target,logp_behavior,weight\n0,0,1\n\xe9t\xe9,0,1\n", "tis", "not UTF-8"),
+        (b"trained_step,min_version,staleness\n\x00\x01\x02\n", "staleness", "a NUL byte"),
+    ],
+)
+def test_a_binary_file_given_as_csv_is_not_a_csv_text_file_and_no_byte_is_echoed(
+    content: bytes, spec: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(content)
+    params = ["--param", "cap=2"] if spec == "tis" else []
+    assert check(path, spec, *params) == EXIT_UNUSABLE
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith(f"refimpl check: error: {str(path)!r} is not a CSV text file (line ")
+    assert says in err
+    assert "JSONL" in err
+    assert "Parquet" in err
+    assert err.isascii()
+    assert "garbage" not in err
+
+
+def _last_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "says"),
+    [
+        ("dir.csv", lambda p: p.mkdir(), "is a directory, not a trace file"),
+        ("empty.csv", lambda p: p.write_bytes(b""), "is empty"),
+        ("empty.jsonl", lambda p: p.write_bytes(b""), "has no rows"),
+        ("empty.parquet", lambda p: p.write_bytes(b""), "is not a readable Parquet file"),
+        ("t.parquet", None, "is not a readable Parquet file"),  # truncated
+        ("t.jsonl", lambda p: p.write_text('{"cdf": 0.5, "pi": 1}\n{"cdf": 0.5,\n'), "line 2"),
+        ("t.jsonl", lambda p: p.write_text('{"cdf": 0.5, "pi": 1}\n[1, 2]\n'), "line 2: a JSON"),
+    ],
+)
+def test_an_unusable_file_is_one_line_and_exit_2(
+    name: str,
+    make: Callable[[Path], object] | None,
+    says: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / name
+    if make is None:
+        good = write_trace(tmp_path, "parquet", {"cdf": [0.5] * 100, "pi": [0.75] * 100}, "good")
+        path.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    else:
+        make(path)
+    assert check(path, "inclusion_probability", "--param", "n=2", "--param", "k=1") == 2
+    err = _last_error(capsys)
+    assert says in err, err
+
+
+def test_dev_null_is_an_empty_trace(capsys: pytest.CaptureFixture[str]) -> None:
+    assert check(Path("/dev/null"), "staleness", "--format", "csv") == EXIT_UNUSABLE
+    assert "'/dev/null' is empty" in _last_error(capsys)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 1e308 * 10])
+def test_a_non_finite_version_is_unusable_and_a_non_finite_logged_staleness_a_mismatch(
+    fmt: str, bad: float, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inputs: Columns = {"trained_step": [5, 5], "min_version": [3, bad], "staleness": [2, 0]}
+    assert check(write_trace(tmp_path, fmt, inputs), "staleness") == EXIT_UNUSABLE
+    err = _last_error(capsys)
+    assert f"{where(fmt, 1)}: the inputs" in err, err
+    logged: Columns = {"trained_step": [5, 5], "min_version": [3, 4], "staleness": [2, bad]}
+    assert check(write_trace(tmp_path, fmt, logged, "logged"), "staleness") == EXIT_MISMATCH
+    assert "MISMATCH: 1 of 2 rows" in capsys.readouterr().out
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_trace_on_standard_input_is_read_with_its_format_sniffed_or_given(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    columns: Columns = {"trained_step": [5, 7], "min_version": [3, 7], "staleness": [2, 1]}
+    data = write_trace(tmp_path, fmt, columns).read_bytes()
+    for given in ([], ["--format", fmt]):
+        _stdin(monkeypatch, data)
+        assert main(["check", "-", "--spec", "staleness", "--no-progress", *given]) == 1
+        out = capsys.readouterr().out
+        assert f"refimpl check - ({fmt})" in out
+        assert "MISMATCH: 1 of 2 rows" in out
+
+
+def test_an_empty_or_broken_standard_input_is_named_as_such(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _stdin(monkeypatch, b"")
+    assert main(["check", "-", "--spec", "staleness"]) == EXIT_UNUSABLE
+    assert _last_error(capsys) == (
+        "refimpl check: error: standard input is empty: no header line and no rows. "
+        "Nothing to check.\n"
+    )
+    _stdin(monkeypatch, b"PAR1 truncated")
+    assert main(["check", "-", "--spec", "staleness"]) == EXIT_UNUSABLE
+    err = _last_error(capsys)
+    assert err.startswith("refimpl check: error: standard input is not a readable Parquet file")
+    assert "refimpl-check-" not in err  # the spooled copy is never named
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--param", "eta=1", "--param", "eta=2"], "--param eta is given twice (last 'eta=2')"),
+        (["--param", "eta=1", "--rtol", "-1"], "--rtol must be finite and >= 0 (a tolerance); got"),
+        (
+            ["--param", "eta=1", "--atol", "nan"],
+            "--atol must be finite and >= 0 (a tolerance); got",
+        ),
+    ],
+)
+def test_options_given_wrong_are_named_in_one_line(
+    extra: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_trace(tmp_path, "csv", {"staleness": [0, 1], "weight": [1.0, 1.0]})
+    assert check(path, "staleness_mask", *extra) == EXIT_UNUSABLE
+    assert says in _last_error(capsys)

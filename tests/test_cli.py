@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import types
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -61,3 +67,133 @@ def test_unknown_subcommand_exits_2_with_the_choices() -> None:
 
 def test_main_returns_the_subcommand_exit_code() -> None:
     assert main(["simulate", "--slots", "4", "--batch", "8", "--rollouts", "64"]) == 0
+
+
+# --- Ctrl-C at any moment ------------------------------------------------------------------------
+
+
+def _interrupt(*args: object, **kwargs: object) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("phase", ["parse", "configure", "import", "run"])
+def test_ctrl_c_in_any_phase_of_a_command_prints_one_line_and_exits_130(
+    phase: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import refimpl.testing.check_cli as check_cli
+
+    if phase == "parse":
+        monkeypatch.setattr(argparse.ArgumentParser, "parse_args", _interrupt)
+    elif phase == "configure":
+        monkeypatch.setattr(check_cli, "configure", _interrupt)
+    elif phase == "run":
+        monkeypatch.setattr(check_cli, "run", _interrupt)
+    else:  # the subcommand's module is imported after the arguments are parsed
+        real = importlib.import_module
+        calls = []
+
+        def import_module(name: str, package: str | None = None) -> types.ModuleType:
+            calls.append(name)
+            if name == COMMANDS["check"].module and calls.count(name) == 2:
+                raise KeyboardInterrupt
+            return real(name, package)
+
+        monkeypatch.setattr(importlib, "import_module", import_module)
+    try:
+        code = main(["check", "t.csv", "--spec", "tis", "--param", "cap=2"])
+    except KeyboardInterrupt:
+        pytest.fail(f"a Ctrl-C while the command was in its {phase} phase escaped main()")
+    assert code == 128 + signal.SIGINT
+    assert capsys.readouterr() == ("", "refimpl check: interrupted\n")
+
+
+def test_importing_the_command_loads_no_numerical_library() -> None:
+    # Whatever `refimpl.cli` imports runs before main() can catch a Ctrl-C; numpy and scipy took
+    # seconds on a loaded machine, a window in which Ctrl-C printed a 40-line traceback.
+    code = (
+        "import sys, refimpl.cli; print(sorted({'numpy', 'scipy', 'pyarrow'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+# Installed with PYTHONPATH in the child: the first import of numpy (inside main(), while the
+# subcommand's options are configured) signals readiness on one pipe and blocks reading another,
+# until the test's SIGINT interrupts the read; no sleep decides where the child is.
+_HOLD_NUMPY = """
+import os, sys
+
+class _HoldNumpy:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            sys.meta_path.remove(self)
+            os.write(int(os.environ["REFIMPL_TEST_READY_FD"]), b"r")
+            os.read(int(os.environ["REFIMPL_TEST_HOLD_FD"]), 1)
+        return None
+
+sys.meta_path.insert(0, _HoldNumpy())
+"""
+
+
+def _console_script() -> list[str]:
+    script = Path(sys.executable).with_name("refimpl")
+    found = str(script) if script.exists() else shutil.which("refimpl")
+    if found is None:
+        pytest.skip("the refimpl console script is not installed")
+    return [found]
+
+
+@pytest.mark.parametrize("launcher", ["python -m refimpl", "console script"])
+def test_sigint_while_the_command_imports_prints_one_line_and_exits_130(
+    launcher: str, tmp_path: Path
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(_HOLD_NUMPY)
+    command = [sys.executable, "-m", "refimpl"] if launcher.startswith("python") else []
+    command = command or _console_script()
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
+        "REFIMPL_TEST_READY_FD": str(ready_w),
+        "REFIMPL_TEST_HOLD_FD": str(hold_r),
+    }
+    proc = subprocess.Popen(
+        [*command, "check", str(tmp_path / "t.csv"), "--spec", "tis", "--param", "cap=2"],
+        env=env,
+        pass_fds=(ready_w, hold_r),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        assert os.read(ready_r, 1) == b"r", "the child ended before importing numpy"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)  # a hang guard only
+    finally:
+        os.close(hold_w)  # releases a child that the signal did not reach
+        os.close(ready_r)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert (proc.returncode, out, err) == (130, "", "refimpl check: interrupted\n")
+
+
+@pytest.mark.parametrize("command", ["sweep", "check"])
+def test_the_help_of_every_option_says_its_default(command: str) -> None:
+    from refimpl.cli import _parser
+
+    subparsers = next(a for a in _parser(command)._actions if isinstance(a.choices, dict))
+    assert isinstance(subparsers.choices, dict)
+    sub = subparsers.choices[command]
+    for action in sub._actions:
+        if (
+            not action.option_strings
+            or action.help == argparse.SUPPRESS
+            or "-h" in action.option_strings
+        ):
+            continue
+        text = action.help or ""
+        assert action.required or "default" in text, (action.option_strings, text)

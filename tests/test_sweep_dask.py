@@ -23,8 +23,9 @@ from refimpl.cli import main
 
 _HERE = __name__
 
+# busy as "module:function", which parse_grid does not check: the cells with draws = 0 run and fail.
 BUSY = {
-    "sweep": {"kind": "busy", "replicates": 3, "seed": 5},
+    "sweep": {"kind": "refimpl.sweep.kinds:busy", "replicates": 3, "seed": 5},
     "axes": {"draws": [10, 2000, 0], "scale": {"start": 0.5, "stop": 1.5, "num": 3}},
 }
 

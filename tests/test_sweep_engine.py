@@ -84,8 +84,10 @@ def _without_wall_time(table: pa.Table) -> pa.Table:
     return table.drop_columns(["wall_time_s"])
 
 
+# busy, named as "module:function": parse_grid checks the parameters of a built-in kind only, so
+# the cells with draws = 0 run and fail (and the engines' handling of failures is seen).
 BUSY = {
-    "sweep": {"kind": "busy", "replicates": 3, "seed": 11},
+    "sweep": {"kind": "refimpl.sweep.kinds:busy", "replicates": 3, "seed": 11},
     "axes": {"draws": [10, 1000, 0], "label": ["a", "b"]},
 }
 
@@ -141,7 +143,10 @@ def test_metrics_listed_in_the_grid_are_kept_and_a_missing_one_is_a_grid_or_cell
     table = sweep.run(keep, engine="serial")
     assert table.column_names[-1] == "mean_square"
     assert "mean" not in table.column_names
-    wrong = {**BUSY, "sweep": {**BUSY["sweep"], "metrics": ["median"]}}
+    wrong: dict[str, Any] = {
+        "sweep": {"kind": "busy", "replicates": 3, "seed": 11, "metrics": ["median"]},
+        "axes": {"draws": [10, 1000]},
+    }
     with pytest.raises(sweep.GridError, match=r"sweep.metrics\[0\] = 'median' is not a metric"):
         sweep.run(wrong, engine="serial")
     # a kind named "module:function" declares nothing: its cells find the missing metric
@@ -371,7 +376,8 @@ def _write(path: Path, text: str) -> Path:
 def test_the_command_writes_the_table_and_exits_1_when_cells_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    grid = _write(tmp_path / "g.toml", '[sweep]\nkind = "busy"\n[axes]\ndraws = [10, 0]\n')
+    kind = "refimpl.sweep.kinds:busy"  # not a built-in name: draws = 0 fails when it runs
+    grid = _write(tmp_path / "g.toml", f'[sweep]\nkind = "{kind}"\n[axes]\ndraws = [10, 0]\n')
     out = tmp_path / "r.parquet"
     assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 1
     assert "2 of 2 cells" in capsys.readouterr().err
@@ -455,3 +461,165 @@ def test_the_command_exits_2_before_any_cell_runs_on_an_unknown_parameter_or_met
     _write(grid, fixed)
     assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 0
     assert pq.read_table(out).num_rows == 2
+
+
+# --- Ctrl-C --------------------------------------------------------------------------------------
+
+# On PYTHONPATH in the sweep's processes: a pool process (argv --multiprocessing-fork) that starts
+# importing numpy, which it does while it unpickles its initializer, i.e. before _worker_init can
+# ignore SIGINT, writes its pid to a file and waits for another file. The test thus knows that the
+# process is inside its start-up when the Ctrl-C comes, whatever the load.
+_HOLD_STARTING_WORKER = """
+import os, sys, time
+
+if "--multiprocessing-fork" in sys.argv and "REFIMPL_TEST_WORKER_READY" in os.environ:
+
+    class _HoldNumpy:
+        def find_spec(self, name, path=None, target=None):
+            if name == "numpy":
+                sys.meta_path.remove(self)
+                ready = os.environ["REFIMPL_TEST_WORKER_READY"]
+                with open(ready + ".tmp", "w") as fh:
+                    fh.write(str(os.getpid()))
+                os.replace(ready + ".tmp", ready)
+                while not os.path.exists(os.environ["REFIMPL_TEST_WORKER_RELEASE"]):
+                    time.sleep(0.01)
+            return None
+
+    sys.meta_path.insert(0, _HoldNumpy())
+"""
+
+
+def _wait_for(condition: Any, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 300  # a hang guard only: each wait ends when its event happens
+    while not condition():
+        assert proc.poll() is None, f"the sweep ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within 300 s"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("presses", [1, 2], ids=["ctrl-c", "ctrl-c-twice"])
+@pytest.mark.parametrize("moment", ["worker-starting", "cell-running"])
+def test_ctrl_c_at_any_moment_of_a_local_sweep_ends_in_one_line_with_exit_130(
+    moment: str, presses: int, tmp_path: Path
+) -> None:
+    """SIGINT goes to the whole process group, as a terminal's Ctrl-C does, at a known moment.
+
+    Once: the running cells end, are journaled and written, and the process exits 130 with the
+    documented lines only. Twice: the running cells are abandoned and their processes end.
+    """
+    log, out, release = tmp_path / "log.jsonl", tmp_path / "r.parquet", tmp_path / "release"
+    ready = tmp_path / "worker-ready"
+    (tmp_path / "sitecustomize.py").write_text(_HOLD_STARTING_WORKER)
+    grid_file = tmp_path / "grid.toml"
+    hold = "hold_at = 0\n" if moment == "cell-running" else ""
+    grid_file.write_text(
+        f'[sweep]\nkind = "{_HERE}:recorded"\nreplicates = 2\n'
+        f'[fixed]\nlog = "{log}"\nrelease = "{release}"\n{hold}'
+        "[axes]\nx = [0, 1, 2]\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parent), *sys.path]),
+    }
+    if moment == "worker-starting":
+        env.update(REFIMPL_TEST_WORKER_READY=str(ready), REFIMPL_TEST_WORKER_RELEASE=str(release))
+    command = [sys.executable, "-m", "refimpl", "sweep", str(grid_file), "--out", str(out)]
+    err_file = tmp_path / "stderr"
+    with err_file.open("wb") as err_fh:
+        proc = subprocess.Popen(
+            [*command, "--workers", "1"], env=env, stderr=err_fh, start_new_session=True
+        )
+    try:
+        if moment == "worker-starting":
+            _wait_for(ready.exists, proc, "a pool process started")
+            pids = {int(ready.read_text())}
+        else:
+            _wait_for(lambda: log.exists() and log.read_text().count("\n") >= 1, proc, "a cell")
+            pids = {json.loads(line)["pid"] for line in log.read_text().splitlines()}
+        os.killpg(proc.pid, signal.SIGINT)
+        _wait_for(lambda: b"waiting for" in err_file.read_bytes(), proc, "the waiting line")
+        if presses == 2:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            release.touch()
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    err = err_file.read_text()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    assert "Error" not in err, err
+    lines = [ln for ln in re.split(r"[\r\n]+", err) if ln.strip() and not ln.startswith("sweep:")]
+    assert lines[0].startswith("interrupted: waiting for 2 running cells"), err
+    assert lines[1:] == [
+        f"refimpl sweep: interrupted. Finished cells are kept in {journal_path(out)} and {out}; "
+        "rerun the same command to resume."
+    ], err
+    assert _gone_within(pids, seconds=60), "a pool process outlived the sweep"
+    finished = [json.loads(line)["seed"] for line in journal_path(out).read_text().splitlines()[1:]]
+    assert sorted(finished) == sorted(pq.read_table(out).column("seed").to_pylist())
+    if presses == 1:  # the two cells handed out ran to the end and are kept; the rest never ran
+        assert sorted(finished) == sorted(_executions(log))
+        assert len(finished) == 2
+    else:  # abandoned: nothing finished
+        assert finished == []
+
+
+@pytest.mark.parametrize(
+    ("out", "args", "says"),
+    [
+        ("r.csv", [], ["--out", "r.csv", "must end in .parquet", "'.csv'", "r.parquet"]),
+        ("r", [], ["--out", "must end in .parquet", "no suffix"]),
+        ("missing/dir/r.parquet", [], ["--out", "the directory", "missing/dir", "does not exist"]),
+        ("a-dir.parquet", [], ["--out", "is a directory"]),
+        ("r.parquet", ["--workers", "0"], ["--workers must be >= 1", "got 0"]),
+    ],
+)
+def test_the_command_refuses_an_unusable_out_or_workers_before_any_cell_runs(
+    out: str,
+    args: list[str],
+    says: list[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "a-dir.parquet").mkdir()
+    grid = _write(tmp_path / "g.toml", '[sweep]\nkind = "busy"\n[axes]\ndraws = [10]\n')
+    target = tmp_path / out
+    assert main(["sweep", str(grid), "--out", str(target), "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    for text in says:
+        assert text in err, err
+    assert not (tmp_path / "missing").exists(), "a directory was created"
+    assert not target.is_file()
+    assert not journal_path(target).exists()
+
+
+def test_a_grid_value_its_kind_rejects_exits_2_before_any_cell_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid = _write(
+        tmp_path / "g.toml",
+        '[sweep]\nkind = "simulate"\n[fixed]\nbatch = 2\nrollouts = 8\n[axes]\nslots = [8, -1]\n',
+    )
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"refimpl sweep: {grid}: axes.slots[1] = -1: slots must be >= 1 (generation " \
+        "slots); got slots=-1. Pass slots >= 1.\n"  # fmt: skip
+    assert not out.exists()
+    assert not journal_path(out).exists()
+
+
+def test_the_command_names_a_missing_grid_file_and_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nope.toml")
+    assert main(["sweep", missing, "--out", str(tmp_path / "r.parquet")]) == 2
+    assert capsys.readouterr().err == (
+        f"refimpl sweep: GRID.toml {missing!r}: no such file. Pass the path of a grid file "
+        "(TOML; see docs/howto/sweeps.md).\n"
+    )

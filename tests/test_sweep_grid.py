@@ -358,3 +358,92 @@ def test_a_kind_of_your_own_is_not_checked_and_good_grids_still_parse() -> None:
         }
     )
     assert good.n_cells == 2
+
+
+# --- every cell's parameters are checked before the run ----------------------------------------
+
+_SIM_FIXED: dict[str, Any] = {"batch": 2, "rollouts": 8}
+
+
+@pytest.mark.parametrize(
+    ("table", "start"),
+    [
+        (
+            {"sweep": {"kind": "simulate"}, "fixed": _SIM_FIXED, "axes": {"slots": [8, -1]}},
+            "axes.slots[1] = -1: slots must be >= 1 (generation slots); got slots=-1.",
+        ),
+        (
+            {"sweep": {"kind": "simulate"}, "fixed": _SIM_FIXED, "axes": {"slots": [-1, 8]}},
+            "axes.slots[0] = -1: slots must be >= 1",
+        ),
+        (
+            {
+                "sweep": {"kind": "simulate"},
+                "fixed": {**_SIM_FIXED, "slots": 0},
+                "axes": {"eta": [0]},
+            },
+            "fixed.slots: slots must be >= 1",
+        ),
+        (
+            {
+                "sweep": {"kind": "simulate"},
+                "fixed": {**_SIM_FIXED, "slots": 4},
+                "axes": {"eta": [0, 1], "mode": ["async", "asnyc"]},
+            },
+            "axes.mode[1] = 'asnyc': mode must be one of",
+        ),
+        (
+            {"sweep": {"kind": "busy"}, "axes": {"draws": [10, 0]}},
+            "axes.draws[1] = 0: draws must be >= 1",
+        ),
+        (
+            {"sweep": {"kind": "busy"}, "axes": {"draws": ["ten", "twenty"]}},
+            "axes.draws[0] = 'ten': draws must be",
+        ),
+    ],
+)
+def test_a_parameter_value_its_kind_rejects_is_a_grid_error_before_any_cell_runs(
+    table: dict[str, Any], start: str
+) -> None:
+    with pytest.raises(GridError) as caught:
+        parse_grid(table)
+    assert str(caught.value).startswith(start), str(caught.value)
+    assert caught.value.path == start.split(" ", 1)[0].rstrip(":")
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\xff\xfe[sweep]\n", "is not a TOML text file (byte 0 is not UTF-8)"),
+        (b'[sweep]\nkind = "busy"\n\x00', "is not a TOML text file (it holds NUL bytes)"),
+        (b'[sweep]\nkind = "busy"\n[axes]\nx = [99999999999999999999]\n', "axes.x[0] must fit"),
+        (b'[sweep]\nkind = "busy"\n[fixed]\nn = -99999999999999999999\n', "fixed.n must fit a 64"),
+        (
+            b'[sweep]\nkind = "busy"\n[axes]\nd = {start = 1, stop = 1e300, step = 1}\n',
+            "axes.d.step must give at most 1000000 values (it gives about 1e+300)",
+        ),
+        (b'[sweep]\nkind = "os:sep"\n', "sweep.kind: cell kind 'os:sep' is not callable"),
+        (
+            b'[sweep]\nkind = "refimpl_test_boom:f"\n',
+            "importing module 'refimpl_test_boom' failed (RuntimeError: boom)",
+        ),
+    ],
+)
+def test_a_grid_file_that_cannot_be_used_is_one_grid_error(
+    content: bytes, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "refimpl_test_boom.py").write_text('raise RuntimeError("boom")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    grid = tmp_path / "g.toml"
+    grid.write_bytes(content)
+    with pytest.raises(GridError) as caught:
+        load_grid(grid)
+    message = str(caught.value)
+    assert says in message, message
+    assert "\n" not in message
+    assert len(message) < 400
+
+
+def test_a_directory_is_not_a_grid_file(tmp_path: Path) -> None:
+    with pytest.raises(GridError, match="is a directory, not a grid file"):
+        load_grid(tmp_path)

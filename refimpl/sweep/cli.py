@@ -1,14 +1,17 @@
 """``refimpl sweep GRID.toml --out results.parquet``: run a parameter sweep.
 
 Exit codes: 0 every cell succeeded; 1 some cells failed (their rows say why); 2 the grid or the
-options are invalid, or ``--out`` holds another grid's results; 130 interrupted (rerun the same
-command to resume).
+options are invalid (checked before any cell runs: ``--out`` must name a ``.parquet`` file in an
+existing, writable directory), or ``--out`` holds another grid's results; 130 interrupted (rerun
+the same command to resume).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 __all__ = ["configure", "run"]
 
@@ -20,7 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--out",
         required=True,
         metavar="RESULTS.parquet",
-        help="results file; finished cells are journaled to RESULTS.parquet.journal.jsonl, and "
+        help="results file (required; Parquet, so its name must end in .parquet, in an existing "
+        "directory); finished cells are journaled to RESULTS.parquet.journal.jsonl, and "
         "rerunning the same command resumes",
     )
     parser.add_argument(
@@ -34,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--scheduler",
         metavar="ADDRESS",
         default=None,
-        help="address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --engine dask)",
+        help="address of a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --engine dask; "
+        "default: none, start a local cluster)",
     )
     parser.add_argument(
         "--workers",
@@ -46,9 +51,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retry-failed",
         action="store_true",
-        help="run again the cells that failed in an earlier run of the same grid",
+        help="run again the cells that failed in an earlier run of the same grid (default: keep "
+        "their records)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress bar (default: a progress bar on stderr)"
+    )
+
+
+def _out_problem(out: str) -> str | None:
+    """Why ``--out`` cannot take the results (``None`` if it can); checked before any cell runs."""
+    path = Path(out)
+    if path.suffix.lower() != ".parquet":
+        return (
+            f"--out {out!r} must end in .parquet (the results table is written as Parquet); got "
+            + (f"the suffix {path.suffix!r}" if path.suffix else "no suffix")
+            + f". Pass e.g. --out "
+            f"{str(path.with_suffix('.parquet'))!r}, and convert afterwards if you need CSV."
+        )
+    fix = "Pass an --out path in an existing, writable directory (or create the directory)."
+    if path.is_dir():
+        return f"--out {out!r} is a directory, not a file. {fix}"
+    directory = path.parent
+    if not directory.is_dir():
+        return f"--out {out!r}: the directory {str(directory)!r} does not exist. {fix}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"--out {out!r}: no permission to write in {str(directory)!r}. {fix}"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,8 +86,24 @@ def run(args: argparse.Namespace) -> int:
     from refimpl.sweep.engine import run as run_sweep
     from refimpl.sweep.grid import GridError, load_grid
 
+    problem = _out_problem(args.out)
+    if problem is None and args.workers is not None and args.workers < 1:
+        problem = (
+            f"--workers must be >= 1 (processes of the pool); got {args.workers}. Pass e.g. "
+            "--workers 2, or leave it out for one per CPU."
+        )
+    if problem is not None:
+        print(f"refimpl sweep: {problem}", file=sys.stderr)
+        return 2
     try:
         grid = load_grid(args.grid)
+    except FileNotFoundError:
+        print(
+            f"refimpl sweep: GRID.toml {args.grid!r}: no such file. Pass the path of a grid file "
+            "(TOML; see docs/howto/sweeps.md).",
+            file=sys.stderr,
+        )
+        return 2
     except (GridError, OSError) as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
         return 2
@@ -80,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         print(
-            f"\nrefimpl sweep: interrupted. Finished cells are kept in {journal_path(args.out)} "
+            f"refimpl sweep: interrupted. Finished cells are kept in {journal_path(args.out)} "
             f"and {args.out}; rerun the same command to resume.",
             file=sys.stderr,
         )

@@ -9,6 +9,7 @@ holds; a journal written by a different grid is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -235,17 +236,80 @@ def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
     return {}
 
 
+# --- Ctrl-C ------------------------------------------------------------------------------------
+
+_SIGMASK = hasattr(signal, "pthread_sigmask")
+
+
+class _Interrupts:
+    """Ctrl-C during a sweep: ``KeyboardInterrupt`` in the main thread, but never mid-bookkeeping.
+
+    Inside :meth:`held` (starting a pool and its processes, handing out a cell, journaling a record)
+    an interrupt is remembered and raised when the block ends, so the pool, the list of cells
+    handed out and the journal are always consistent when ``KeyboardInterrupt`` arrives. SIGINT is
+    also blocked in the thread that starts the pool's processes: a child inherits the blocked
+    signal, so the Ctrl-C that a terminal sends to the whole process group stays pending in a
+    worker still importing (before :func:`_worker_init` ignores it) instead of printing a
+    traceback and breaking the pool. Pool threads started there inherit the mask too.
+
+    The handler is installed only in the main thread and only over Python's default one (a
+    caller's own SIGINT handler is left alone); the signal mask is used wherever it exists.
+    """
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self._depth:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupts:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._depth += 1
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if _SIGMASK else None
+        try:
+            yield
+        finally:
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            self._depth -= 1
+        if not self._depth and self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
+
+
 # --- engines ----------------------------------------------------------------------------------
 
 
 def _worker_init(parent_pid: int) -> None:
     """Set up a pool process: Ctrl-C is the parent's business, and the parent's death is ours.
 
-    The parent cancels the queue on Ctrl-C and lets running cells end. If the parent dies without
-    cleaning up (``SIGKILL``, a crash), a watchdog thread ends this process within half a second
-    instead of leaving it orphaned.
+    The process starts with SIGINT blocked (see :class:`_Interrupts`); it is ignored from here on,
+    which also discards a Ctrl-C that came while the process was starting. The parent cancels the
+    queue on Ctrl-C and lets running cells end. If the parent dies without cleaning up
+    (``SIGKILL``, a crash), a watchdog thread ends this process within half a second instead of
+    leaving it orphaned.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _SIGMASK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def watch() -> None:
         while os.getppid() == parent_pid:
@@ -276,7 +340,7 @@ def _run_serial(cells: list[Cell]) -> Generator[dict[str, Any], None, None]:
 
 
 def _run_local(
-    cells: list[Cell], workers: int, say: Callable[[str], None]
+    cells: list[Cell], workers: int, say: Callable[[str], None], interrupts: _Interrupts
 ) -> Generator[dict[str, Any], None, None]:
     """A spawn-started process pool with at most ``2 * workers`` cells handed out at a time.
 
@@ -284,16 +348,20 @@ def _run_local(
     are then run one at a time in a one-process pool (a fresh one after each death), so only the
     cell that kills its process is recorded as failed, and the sweep continues in a new pool.
 
-    On ``KeyboardInterrupt`` (Ctrl-C while waiting, or thrown in by the consumer) the cells not yet
+    On ``KeyboardInterrupt`` (Ctrl-C at any moment, or thrown in by the consumer) the cells not yet
     started are cancelled, the running ones are waited for and yielded, then ``KeyboardInterrupt``
     is raised. A second interrupt abandons the running cells (their processes are terminated).
     """
     context = multiprocessing.get_context("spawn")
 
     def new_pool(n: int) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=n, mp_context=context, initializer=_worker_init, initargs=(os.getpid(),)
-        )
+        with interrupts.held():
+            return ProcessPoolExecutor(
+                max_workers=n,
+                mp_context=context,
+                initializer=_worker_init,
+                initargs=(os.getpid(),),
+            )
 
     todo = iter(cells)
     pool = new_pool(workers)
@@ -303,10 +371,11 @@ def _run_local(
 
     def fill() -> None:
         while not interrupted and len(inflight) < 2 * workers:
-            cell = next(todo, None)
-            if cell is None:
-                return
-            inflight[pool.submit(execute_cell, cell)] = cell
+            with interrupts.held():  # a cell handed out is a cell in inflight
+                cell = next(todo, None)
+                if cell is None:
+                    return
+                inflight[pool.submit(execute_cell, cell)] = cell
 
     def stop_queue() -> None:
         nonlocal interrupted
@@ -319,57 +388,84 @@ def _run_local(
             say(f"interrupted: waiting for {len(inflight)} running cells (Ctrl-C again to abandon)")
 
     try:
-        fill()
-        while inflight:
+        while True:
             try:
+                fill()
+                if not inflight:
+                    break
                 done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                suspects: list[Cell] = []
+                for fut in done:
+                    try:
+                        record = fut.result()
+                    except BrokenProcessPool:
+                        suspects.append(inflight.pop(fut))
+                        continue
+                    del inflight[fut]
+                    yield record
+                if suspects and not interrupted:
+                    suspects += inflight.values()  # all of them failed with the pool
+                    inflight.clear()
+                    with interrupts.held():
+                        pool.shutdown(wait=True)
+                    yield from _isolated(suspects, new_pool, interrupts)
+                    pool = new_pool(workers)
             except KeyboardInterrupt:
                 stop_queue()
-                continue
-            suspects: list[Cell] = []
-            for fut in done:
-                cell = inflight.pop(fut)
-                try:
-                    record = fut.result()
-                except BrokenProcessPool:
-                    suspects.append(cell)
-                    continue
-                try:
-                    yield record
-                except KeyboardInterrupt:
-                    stop_queue()
-            if suspects and not interrupted:
-                suspects += inflight.values()  # all of them failed with the pool
-                inflight.clear()
-                pool.shutdown(wait=True)
-                yield from _isolated(suspects, new_pool)
-                pool = new_pool(workers)
-            fill()
         abandoned = False
     finally:
-        if abandoned:
-            for process in list((getattr(pool, "_processes", None) or {}).values()):
-                process.terminate()  # private attribute; best effort on a second Ctrl-C
-        pool.shutdown(wait=not abandoned, cancel_futures=True)
+        _stop(pool, abandoned, interrupts)
     if interrupted:
         raise KeyboardInterrupt
 
 
 def _isolated(
-    cells: list[Cell], new_pool: Callable[[int], ProcessPoolExecutor]
+    cells: list[Cell], new_pool: Callable[[int], ProcessPoolExecutor], interrupts: _Interrupts
 ) -> Iterator[dict[str, Any]]:
-    """Run cells one at a time in a one-process pool, replaced only when a cell kills it."""
+    """Run cells one at a time in a one-process pool, replaced only when a cell kills it.
+
+    On Ctrl-C the running cell is waited for and yielded, then ``KeyboardInterrupt`` is raised; a
+    second Ctrl-C abandons it.
+    """
     solo = new_pool(1)
+    abandoned = True
     try:
         for cell in cells:
+            with interrupts.held():
+                future = solo.submit(execute_cell, cell)
+            interrupted = False
             try:
-                yield solo.submit(execute_cell, cell).result()
+                try:
+                    record = future.result()
+                except KeyboardInterrupt:
+                    interrupted = True
+                    record = future.result()  # let the running cell end; Ctrl-C again abandons
             except BrokenProcessPool as exc:
-                yield _died(cell, exc)
+                record = _died(cell, exc)
                 solo.shutdown(wait=True)
                 solo = new_pool(1)
+            yield record
+            if interrupted:
+                abandoned = False
+                raise KeyboardInterrupt
+        abandoned = False
     finally:
-        solo.shutdown(wait=True, cancel_futures=True)
+        _stop(solo, abandoned, interrupts)
+
+
+def _stop(pool: ProcessPoolExecutor, abandon: bool, interrupts: _Interrupts) -> None:
+    """Shut a pool down: wait for its processes to end, or (``abandon``) terminate them."""
+    if abandon:
+        processes = list((getattr(pool, "_processes", None) or {}).values())  # private
+        # Shut down before terminating: the pool's thread then drops the cancelled cells before
+        # it sees its processes die (otherwise it fails them again and dies of InvalidStateError,
+        # a traceback on stderr).
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+    else:
+        with interrupts.held():
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _import_distributed() -> Any:
@@ -609,6 +705,7 @@ def run(
         dynamic_ncols=True,
     )
     bar.set_postfix_str(f"failed={failed} remaining={len(todo)}", refresh=False)
+    interrupts = _Interrupts()
     if engine == "serial" or not todo:  # nothing to run: start no pool and no cluster
         stream = _run_serial(todo)
     elif engine == "local":
@@ -617,36 +714,39 @@ def run(
             if progress:
                 bar.write(message, file=sys.stderr)
 
-        stream = _run_local(todo, workers or os.cpu_count() or 1, say)
+        stream = _run_local(todo, workers or os.cpu_count() or 1, say, interrupts)
     else:
         stream = _run_dask(todo, workers, scheduler)
     remaining = len(todo)
 
     def keep(record: dict[str, Any]) -> None:
         nonlocal remaining, failed
-        if journal is not None:
-            journal.append(record)
-        records[record["cell_id"]] = record
+        with interrupts.held():  # a record is journaled whole, or not at all
+            if journal is not None:
+                journal.append(record)
+            records[record["cell_id"]] = record
         remaining -= 1
         failed += record["status"] != "ok"
         bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
         bar.update(1)
 
     try:
-        try:
-            for record in stream:
-                keep(record)
-                if on_record is not None:
-                    on_record(record)
-        except KeyboardInterrupt:
-            # Let the engine finish the running cells and journal them (on_record is not called).
+        with interrupts:
             try:
-                keep(stream.throw(KeyboardInterrupt()))
                 for record in stream:
                     keep(record)
-            except StopIteration:
-                pass
-            raise
+                    if on_record is not None:
+                        on_record(record)
+            except KeyboardInterrupt:
+                # Let the engine finish the running cells and journal them (on_record is not
+                # called). A stream that has ended already re-raises the interrupt at once.
+                try:
+                    keep(stream.throw(KeyboardInterrupt()))
+                    for record in stream:
+                        keep(record)
+                except StopIteration:
+                    pass
+                raise
     finally:
         close = getattr(stream, "close", None)
         if close is not None:

@@ -51,6 +51,9 @@ _TOP_KEYS = ("sweep", "fixed", "axes")
 _RANGE_KEYS = ("start", "stop", "step", "num", "log")
 _MAX_AXIS_VALUES = 1_000_000
 _MAX_CELLS = 10_000_000
+#: Parameter points of a built-in kind checked one by one before a run; beyond, each axis value
+#: is checked with the other axes at their first value.
+_MAX_CHECKED_POINTS = 100_000
 #: Version of the seed derivation; bumping it changes every seed (a changelog entry).
 _SEED_SCHEME = 1
 
@@ -237,9 +240,26 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
     4
     """
     p = Path(path)
+    if p.is_dir():
+        raise GridError("", f"{p} is a directory, not a grid file. Pass the path of a TOML file.")
+    with p.open("rb") as fh:
+        data = fh.read()
     try:
-        with p.open("rb") as fh:
-            table = tomllib.load(fh)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GridError(
+            "",
+            f"{p} is not a TOML text file (byte {exc.start} is not UTF-8). Pass a grid file "
+            "written as UTF-8 text (see docs/howto/sweeps.md).",
+        ) from None
+    if "\x00" in text:
+        raise GridError(
+            "",
+            f"{p} is not a TOML text file (it holds NUL bytes). Pass a grid file written as "
+            "UTF-8 text (see docs/howto/sweeps.md).",
+        )
+    try:
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise GridError("", f"{p}: not valid TOML: {exc}. Fix the syntax at that line.") from None
     try:
@@ -345,7 +365,54 @@ def parse_grid(table: Mapping[str, Any]) -> Grid:
             f"axes and sweep.replicates give {grid.n_cells} cells, more than {_MAX_CELLS}. "
             "Split the sweep into several grids.",
         )
+    _check_cells(grid)
     return grid
+
+
+def _check_cells(grid: Grid) -> None:
+    """Refuse a cell of a built-in kind whose parameters its kind rejects, before any cell runs.
+
+    Each axis value is checked with the other axes at their first value, so that the message names
+    the value to fix (``axes.slots[1] = -1: slots must be >= 1 ...``); then every parameter point,
+    when there are at most :data:`_MAX_CHECKED_POINTS` of them, for rules between parameters.
+    """
+    from refimpl.sweep.kinds import KINDS, check_parameters
+
+    if grid.kind not in KINDS:
+        return
+
+    def problem(params: Mapping[str, Any]) -> str | None:
+        try:
+            check_parameters(grid.kind, params)
+        except (ValueError, TypeError) as exc:
+            return str(exc)
+        return None
+
+    base = {**grid.fixed, **{k: values[0] for k, values in grid.axes.items()}}
+    first = problem(base)
+    if first is not None:
+        # The fixed parameters or a first axis value: our messages start with the parameter name.
+        key = first.split(" ", 1)[0]
+        if key in grid.axes:
+            path = f"axes.{key}[0]"
+            raise GridError(path, f"{path} = {grid.axes[key][0]!r}: {first}")
+        path = f"fixed.{key}" if key in grid.fixed else "fixed"
+        raise GridError(path, f"{path}: {first}")
+    for key, values in grid.axes.items():
+        for i, value in enumerate(values[1:], start=1):
+            why = problem({**base, key: value})
+            if why is not None:
+                path = f"axes.{key}[{i}]"
+                raise GridError(path, f"{path} = {value!r}: {why}")
+    names = list(grid.axes)
+    points = math.prod(len(v) for v in grid.axes.values())
+    if len(names) < 2 or points > _MAX_CHECKED_POINTS:
+        return
+    for point in itertools.product(*grid.axes.values()):
+        why = problem({**grid.fixed, **dict(zip(names, point, strict=True))})
+        if why is not None:
+            shown = ", ".join(f"{k} = {v!r}" for k, v in zip(names, point, strict=True))
+            raise GridError("axes", f"axes: the cell with {shown}: {why}")
 
 
 def _check_against_kind(
@@ -451,7 +518,7 @@ def _kind(sweep: Mapping[str, Any]) -> str:
         raise _fail("sweep.kind", "be a string", kind, 'Write kind = "NAME".')
     try:
         resolve_kind(kind)
-    except (ValueError, ImportError, AttributeError) as exc:
+    except (ValueError, TypeError, ImportError, AttributeError) as exc:
         raise GridError("sweep.kind", f"sweep.kind: {exc}") from None
     return kind
 
@@ -484,12 +551,24 @@ def _plain_value(value: Any, path: str) -> None:
         )
     if isinstance(value, float) and not math.isfinite(value):
         raise _fail(path, "be finite", value, "Write a finite number (no nan or inf).")
+    _int64(value, path)
     if isinstance(value, list):
         for i, v in enumerate(value):
             _plain_value(v, f"{path}[{i}]")
     elif isinstance(value, Mapping):
         for k, v in value.items():
             _plain_value(v, f"{path}.{k}")
+
+
+def _int64(value: Any, path: str) -> None:
+    """Integers are int64 columns and parameters: refuse one that does not fit."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise _fail(
+            path,
+            "fit a 64-bit integer (-2**63 <= value < 2**63)",
+            value,
+            "Write a smaller integer, or a float (e.g. 1e20) if a float is meant.",
+        )
 
 
 def _type_name(value: Any) -> str:
@@ -513,6 +592,7 @@ def _axis(spec: Any, path: str) -> tuple[Scalar, ...]:
         if isinstance(v, (bool, int, float, str)):
             if isinstance(v, float) and not math.isfinite(v):
                 raise _fail(p, "be finite", v, "Write a finite number (no nan or inf).")
+            _int64(v, p)
             values.append(v)
         else:
             raise _fail(
@@ -601,9 +681,10 @@ def _range(spec: Mapping[str, Any], path: str) -> tuple[Scalar, ...]:
         else:  # stop counts as reached within rounding: 0.0 to 0.3 by 0.1 gives 4 values
             count = math.floor((stop - start) / step * (1 + 1e-12) + 1e-9) + 1
         if count > _MAX_AXIS_VALUES:
+            shown = str(count) if count < 10**12 else f"about {float(count):.3g}"
             raise _fail(
                 f"{path}.step",
-                f"give at most {_MAX_AXIS_VALUES} values (it gives {count})",
+                f"give at most {_MAX_AXIS_VALUES} values (it gives {shown})",
                 step,
                 "Use a larger step.",
             )

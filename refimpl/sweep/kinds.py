@@ -77,11 +77,7 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> abs(m["mean"]) < 0.05 and abs(m["mean_square"] - 1) < 0.05
     True
     """
-    from refimpl._validation import as_int
-
-    if "draws" not in params:
-        raise ValueError("busy needs the parameter draws (number of normal draws); add draws = N.")
-    draws = as_int(params["draws"], name="draws", minimum=1, meaning="number of normal draws")
+    draws = _busy_draws(params)
     rng = np.random.default_rng(seed)
     total = 0.0
     total_sq = 0.0
@@ -92,6 +88,14 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
         total_sq += float(np.square(x).sum())  # not np.dot: BLAS threads would oversubscribe
         left -= x.size
     return {"mean": total / draws, "mean_square": total_sq / draws}
+
+
+def _busy_draws(params: Mapping[str, Any]) -> int:
+    from refimpl._validation import as_int
+
+    if "draws" not in params:
+        raise ValueError("busy needs the parameter draws (number of normal draws); add draws = N.")
+    return as_int(params["draws"], name="draws", minimum=1, meaning="number of normal draws")
 
 
 # --- length laws in a grid ------------------------------------------------------------------
@@ -271,6 +275,13 @@ def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
     """
     import refimpl
 
+    name, law, arguments = _closed_form_arguments(params)
+    result = getattr(refimpl, name)(law, **arguments)
+    return _flatten(name, result)
+
+
+def _closed_form_arguments(params: Mapping[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """closed_form's function name, length law and keyword arguments, checked; nothing computed."""
     params = dict(params)
     name = params.pop("function", None)
     if name is None:
@@ -293,8 +304,7 @@ def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
             "law or pmf": 'law = "NAME" or pmf = [p1, ..., pM]',
         }[first]
         raise ValueError(f"closed_form function {name!r} needs its length law as {how}.")
-    result = getattr(refimpl, name)(law, **params)
-    return _flatten(name, result)
+    return name, law, params
 
 
 def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
@@ -336,8 +346,21 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> m["trained_rollouts"], m == simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
     (64.0, True)
     """
-    from refimpl.sim import SimConfig
     from refimpl.sim import simulate as run_simulation
+
+    summary = run_simulation(_simulate_config(params, seed)).summary().to_json_dict()
+    metrics: dict[str, float] = {}
+    for key, value in summary.items():
+        parts = value.items() if isinstance(value, Mapping) else [("", value)]
+        for sub, x in parts:  # a table of numbers becomes KEY_SUB; lists (histograms) are left out
+            if isinstance(x, (int, float)) and not isinstance(x, bool):
+                metrics[f"{key}_{sub}" if sub else key] = float(x)
+    return metrics
+
+
+def _simulate_config(params: Mapping[str, Any], seed: int) -> Any:
+    """The ``SimConfig`` of a simulate cell (validated by its constructor); nothing is run."""
+    from refimpl.sim import SimConfig
 
     params = dict(params)
     if "seed" in params:
@@ -347,15 +370,38 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
         )
     lengths = _length_law(params)
     _reject_unknown("simulate", params, _simulate_parameters())
-    config = SimConfig(**params, lengths=lengths, seed=seed)
-    summary = run_simulation(config).summary().to_json_dict()
-    metrics: dict[str, float] = {}
-    for key, value in summary.items():
-        parts = value.items() if isinstance(value, Mapping) else [("", value)]
-        for sub, x in parts:  # a table of numbers becomes KEY_SUB; lists (histograms) are left out
-            if isinstance(x, (int, float)) and not isinstance(x, bool):
-                metrics[f"{key}_{sub}" if sub else key] = float(x)
-    return metrics
+    return SimConfig(**params, lengths=lengths, seed=seed)
+
+
+def check_parameters(kind: str, params: Mapping[str, Any]) -> None:
+    """Check a cell's parameters as the built-in ``kind`` will, without running it.
+
+    ``busy`` checks ``draws`` when it is given (the grid tests of the engines use busy with other
+    parameters; without ``draws`` its cells fail when they run); ``simulate`` builds the cell's ``SimConfig``; ``closed_form``
+    checks the function, the length law and the parameter names (the function's numeric arguments
+    are checked by the function itself, when the cell runs). A kind of your own
+    (``"module:function"``) is not checked.
+
+    Raises
+    ------
+    ValueError, TypeError
+        What the cell would fail with, naming the parameter, the rule and the fix.
+
+    Examples
+    --------
+    >>> check_parameters("simulate", {"slots": 4, "batch": 8, "rollouts": 64})
+    >>> check_parameters("simulate", {"slots": -1, "batch": 8, "rollouts": 64})
+    Traceback (most recent call last):
+    ...
+    ValueError: slots must be >= 1 (generation slots); got slots=-1. Pass slots >= 1.
+    """
+    if kind == "busy":
+        if "draws" in params:
+            _busy_draws(params)
+    elif kind == "simulate":
+        _simulate_config(params, 0)
+    elif kind == "closed_form":
+        _closed_form_arguments(params)
 
 
 def _simulate_required() -> frozenset[str]:
@@ -571,6 +617,11 @@ def resolve_kind(kind: str) -> KindFunction:
         raise AttributeError(
             f"cell kind {kind!r}: module {module_name!r} has no {qualname!r}. Check the name."
         ) from None
+    except Exception as exc:  # the module itself fails while it is imported
+        raise ImportError(
+            f"cell kind {kind!r}: importing module {module_name!r} failed "
+            f"({type(exc).__name__}: {exc}). Fix the module, or name another."
+        ) from None
     if not callable(fn):
         raise TypeError(f"cell kind {kind!r} is not callable; name a function (params, seed).")
     result: KindFunction = fn
@@ -620,8 +671,10 @@ def execute_cell(cell: Any) -> dict[str, Any]:
     Examples
     --------
     >>> from refimpl.sweep import parse_grid, expand
-    >>> g = parse_grid({"sweep": {"kind": "busy"}, "axes": {"draws": [100, 0]}})
-    >>> ok, bad = (execute_cell(c) for c in expand(g))
+    >>> g = parse_grid({"sweep": {"kind": "busy"}, "axes": {"draws": [100]}})
+    >>> cell = next(expand(g))
+    >>> ok = execute_cell(cell)
+    >>> bad = execute_cell(cell._replace(params={"draws": 0}))  # parse_grid refuses draws = 0
     >>> ok["status"], sorted(ok["metrics"])
     ('ok', ['mean', 'mean_square'])
     >>> bad["status"], bad["error"][:30]

@@ -42,6 +42,44 @@ class TraceError(Exception):
     """The trace cannot be checked (exit code 2); the message says where and how to fix it."""
 
 
+ACCEPTED = (
+    "refimpl check reads CSV and JSONL as UTF-8 text, and Parquet (a .parquet suffix or "
+    "--format parquet)"
+)
+
+
+def _require_text(path: Path, data: bytes, fmt: str, first_line: int) -> None:
+    """Refuse a block that is not UTF-8 text (a binary file), without echoing its bytes."""
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        line = first_line + data.count(b"\n", 0, nul)
+        why = "a NUL byte"
+    else:
+        try:
+            data.decode("utf-8")
+            return
+        except UnicodeDecodeError as exc:
+            line = first_line + data.count(b"\n", 0, exc.start)
+            why = "bytes that are not UTF-8"
+    raise TraceError(
+        f"{str(path)!r} is not a {fmt.upper()} text file (line {line} holds {why}). "
+        f"{ACCEPTED}; pass the trace itself, or the right --format."
+    )
+
+
+def sniff_format(path: Path) -> str | None:
+    """The format of a trace from its first bytes (``None``: empty): Parquet's magic ``PAR1``, a
+    JSON object (``{``), else CSV."""
+    with path.open("rb") as fh:
+        head = fh.read(4096)
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    stripped = head.lstrip()
+    if not stripped:
+        return None
+    return "jsonl" if stripped.startswith(b"{") else "csv"
+
+
 @dataclass
 class Chunk:
     """A block of rows: column name -> float64 array (or list of arrays for list columns)."""
@@ -82,18 +120,46 @@ def read_chunks(
     *,
     chunk_rows: int,
     on_progress: Callable[[int], None],
+    exact: bool = False,
 ) -> Iterator[Chunk]:
     """Stream the columns ``numeric`` (float64) and ``lists`` (lists of numbers) of a trace.
 
-    ``on_progress`` receives the number of bytes (text formats) or rows (Parquet) consumed so far.
+    With ``exact``, numbers are read without a float64 round trip (integers such as versions and
+    steps, of any size): a column is an int64 array when every value is an integer that fits, else
+    an object array of Python ``int`` (an integral float becomes its ``int``) and ``float`` (the
+    others: a fraction, NaN, infinity). ``on_progress`` receives the number of bytes (text
+    formats) or rows (Parquet) consumed so far.
     """
+    if path.is_dir():
+        raise TraceError(
+            f"{str(path)!r} is a directory, not a trace file. Pass the path of a logged trace."
+        )
     if not path.is_file():
         raise TraceError(f"no such file: {str(path)!r}. Pass the path of a logged trace.")
     if fmt == "csv":
-        return _csv_chunks(path, numeric, lists, chunk_rows, on_progress)
+        return _csv_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
     if fmt == "jsonl":
-        return _jsonl_chunks(path, numeric, lists, chunk_rows, on_progress)
-    return _parquet_chunks(path, numeric, lists, chunk_rows, on_progress)
+        return _jsonl_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
+    return _parquet_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
+
+
+def exact_array(values: Sequence[Any]) -> NDArray[Any]:
+    """Python numbers as an int64 array when all are integers that fit, else an object array of
+    ``int`` (integral floats converted exactly) and ``float``."""
+    out = [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+    if all(type(v) is int and -(2**63) <= v < 2**63 for v in out):
+        return np.asarray(out, dtype=np.int64)
+    arr = np.empty(len(out), dtype=object)
+    arr[:] = out
+    return arr
+
+
+def _exact_text(text: str) -> int | float:
+    """A number written in a CSV field, exactly: an integer literal of any size, else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _missing(path: Path, wanted: Sequence[str], present: Sequence[str]) -> None:
@@ -174,8 +240,10 @@ def _csv_bad_line(block: bytes, first_line: int, width: int) -> tuple[int, int] 
     return None
 
 
-def _csv_list(text: str) -> NDArray[np.float64]:
+def _csv_list(text: str, exact: bool = False) -> NDArray[Any]:
     parts = [p for p in re.split(r"[\s,;]+", text.strip().strip("[]").strip()) if p]
+    if exact:
+        return exact_array([_exact_text(p) for p in parts])
     return np.asarray([float(p) for p in parts], dtype=np.float64)
 
 
@@ -185,6 +253,7 @@ def _csv_chunks(
     lists: Sequence[str],
     chunk_rows: int,
     on_progress: Callable[[int], None],
+    exact: bool = False,
 ) -> Iterator[Chunk]:
     # Each block is parsed on its own with the non-streaming pyarrow.csv.read_csv: the streaming
     # reader (open_csv) keeps a background thread that, alive at interpreter exit after an error,
@@ -199,7 +268,8 @@ def _csv_chunks(
 
     with path.open("rb") as handle:
         head = handle.readline()
-        header = next(csv.reader([head.decode("utf-8-sig", errors="replace")]), None)
+        _require_text(path, head, "csv", 1)
+        header = next(csv.reader([head.decode("utf-8-sig")]), None)
         if not header:
             raise TraceError(
                 f"{str(path)!r} is empty: no header line and no rows. Nothing to check."
@@ -219,6 +289,7 @@ def _csv_chunks(
         row = 0
         line = 2
         for block in _csv_blocks(handle, size):
+            _require_text(path, block, "csv", line)
             data = head + block
             try:
                 table = pacsv.read_csv(
@@ -255,7 +326,7 @@ def _csv_chunks(
                     values = []
                     for i, s in enumerate(col.to_pylist()):
                         try:
-                            values.append(_csv_list(s))
+                            values.append(_csv_list(s, exact))
                         except ValueError:
                             raise TraceError(
                                 f"line {lines[i]}: column {name!r} holds {s!r}, not a list of "
@@ -264,8 +335,11 @@ def _csv_chunks(
                     columns[name] = values
                     continue
                 try:
+                    if exact:
+                        columns[name] = _exact_csv_column(col)
+                        continue
                     columns[name] = to_float(col).to_numpy(zero_copy_only=False)
-                except pa.ArrowInvalid:
+                except (pa.ArrowInvalid, ValueError):
                     i = _first_bad(col, to_float)
                     raise TraceError(
                         f"line {lines[i]}: column {name!r} holds {col[i].as_py()!r}, not a number. "
@@ -276,15 +350,31 @@ def _csv_chunks(
             on_progress(handle.tell())
 
 
+def _exact_csv_column(col: Any) -> NDArray[Any]:
+    """A CSV column of numbers, exactly (int64 when every field is an integer that fits)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        out: NDArray[Any] = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+        return out
+    except pa.ArrowInvalid:
+        return exact_array([_exact_text(v) for v in col.to_pylist()])  # ValueError: not a number
+
+
 # --- JSONL ----------------------------------------------------------------------------------
 
 
 def _jsonl_slow(
-    lines: list[bytes], first_line: int, numeric: Sequence[str], lists: Sequence[str]
+    lines: list[bytes],
+    first_line: int,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    exact: bool = False,
 ) -> tuple[dict[str, Any], NDArray[np.int64]]:
     """Parse line by line with exact error messages (used when the fast path cannot)."""
     out: dict[str, list[Any]] = {c: [] for c in [*numeric, *lists]}
-    numbers: list[int] = []
+    row_lines: list[int] = []
     for offset, raw in enumerate(lines):
         where = f"line {first_line + offset}"
         if not raw.strip():
@@ -303,7 +393,7 @@ def _jsonl_slow(
                     f"{where}: no key {name!r} (keys: {', '.join(map(repr, obj)) or 'none'}). "
                     "Log it in every row."
                 )
-            out[name].append(_json_number(obj[name], where, name))
+            out[name].append(_json_number(obj[name], where, name, exact))
         for name in lists:
             if name not in obj:
                 raise TraceError(
@@ -314,17 +404,19 @@ def _jsonl_slow(
                 raise TraceError(
                     f"{where}: {name!r} is {value!r}, not a list of numbers. Log e.g. [3, 3, 4]."
                 )
+            numbers = [_json_number(v, where, name, exact) for v in value]
             out[name].append(
-                np.asarray([_json_number(v, where, name) for v in value], dtype=np.float64)
+                exact_array(numbers) if exact else np.asarray(numbers, dtype=np.float64)
             )
-        numbers.append(first_line + offset)
+        row_lines.append(first_line + offset)
     columns: dict[str, Any] = {
-        c: (np.asarray(v, dtype=np.float64) if c in numeric else v) for c, v in out.items()
+        c: ((exact_array(v) if exact else np.asarray(v, dtype=np.float64)) if c in numeric else v)
+        for c, v in out.items()
     }
-    return columns, np.asarray(numbers, dtype=np.int64)
+    return columns, np.asarray(row_lines, dtype=np.int64)
 
 
-def _json_number(value: Any, where: str, name: str) -> float:
+def _json_number(value: Any, where: str, name: str, exact: bool = False) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "null" if value is None else type(value).__name__
         what = {
@@ -335,6 +427,8 @@ def _json_number(value: Any, where: str, name: str) -> float:
         raise TraceError(
             f"{where}: {name!r} is {value!r} ({kind}), not a number. Log numbers, not {what}."
         )
+    if exact:
+        return value  # int of any size, or float
     try:
         return float(value)
     except OverflowError:  # an integer beyond float64
@@ -347,11 +441,13 @@ def _jsonl_chunks(
     lists: Sequence[str],
     chunk_rows: int,
     on_progress: Callable[[int], None],
+    exact: bool = False,
 ) -> Iterator[Chunk]:
     import pyarrow as pa
     import pyarrow.json as pajson
 
-    fields = [(c, pa.float64()) for c in numeric] + [(c, pa.list_(pa.float64())) for c in lists]
+    number = pa.int64() if exact else pa.float64()  # exact: int64, else the slow path
+    fields = [(c, number) for c in numeric] + [(c, pa.list_(number)) for c in lists]
     schema = pa.schema(fields)
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     line = 1
@@ -362,6 +458,7 @@ def _jsonl_chunks(
             if not block:
                 break
             data = b"".join(block)
+            _require_text(path, data, "jsonl", line)
             columns: dict[str, Any] | None = None
             numbers: NDArray[np.int64] | None = None
             try:
@@ -378,13 +475,14 @@ def _jsonl_chunks(
                             columns[c] = table.column(c).to_numpy()
                         for c in lists:
                             columns[c] = [
-                                np.asarray(v, dtype=np.float64) for v in table.column(c).to_pylist()
+                                np.asarray(v, dtype=number.to_pandas_dtype())
+                                for v in table.column(c).to_pylist()
                             ]
                         numbers = line + np.asarray(nonblank, dtype=np.int64)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 columns = None
             if columns is None or numbers is None:
-                columns, numbers = _jsonl_slow(block, line, numeric, lists)
+                columns, numbers = _jsonl_slow(block, line, numeric, lists, exact)
             line += len(block)
             if numbers.size:
                 yield Chunk(columns, row, numbers)
@@ -401,6 +499,7 @@ def _parquet_chunks(
     lists: Sequence[str],
     chunk_rows: int,
     on_progress: Callable[[int], None],
+    exact: bool = False,
 ) -> Iterator[Chunk]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -443,7 +542,17 @@ def _parquet_chunks(
                 for i, v in enumerate(values):
                     if any(x is None for x in v):
                         raise TraceError(f"row {row + i}: column {name!r} holds a null version.")
-                columns[name] = [np.asarray(v, dtype=np.float64) for v in values]
+                if exact:
+                    columns[name] = [exact_array(v) for v in values]
+                else:
+                    columns[name] = [np.asarray(v, dtype=np.float64) for v in values]
+            elif exact and pa.types.is_integer(col.type):
+                try:
+                    columns[name] = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+                except pa.ArrowInvalid:  # uint64 beyond int64
+                    columns[name] = exact_array(col.to_pylist())
+            elif exact:
+                columns[name] = exact_array(col.to_pylist())
             else:
                 columns[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
         yield Chunk(columns, row, None)

@@ -27,6 +27,17 @@ parsed or whose inputs the reference rejects (NaN log-probability, negative stal
 newer than its trainer step), with its line number (CSV, JSONL) or row number (Parquet), and an
 **empty trace** (no rows: a gate that checked nothing must not pass).
 
+The trace may be ``-``, standard input (also a pipe or a device such as ``/dev/null``): it is copied
+to a temporary file first, and its format is ``--format``, else sniffed from its first bytes
+(Parquet's magic ``PAR1``, a JSON object ``{``, else CSV). A file that is not text where text is
+expected (NUL bytes, bytes that are not UTF-8: a binary file given as CSV) is refused as "not a CSV
+text file" without echoing its bytes; a directory is refused as such.
+
+The ``staleness`` spec reads steps and versions as integers and computes ``s = j − min_t v_t`` in
+exact integer arithmetic (int64, or Python integers beyond it in JSONL and CSV): no float64 round
+trip, which would merge versions beyond 2**53. It follows the definition and the domain of
+:func:`refimpl.sample_staleness`.
+
 Large traces are streamed in chunks (CSV blocks cut at row boundaries, each parsed by
 ``pyarrow.csv.read_csv``; ``ParquetFile.iter_batches``; blocks of JSONL lines), so memory stays bounded whatever the number of rows; progress goes to stderr.
 """
@@ -37,7 +48,9 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +59,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.testing._traces import FORMATS, Chunk, TraceError, detect_format, read_chunks
+from refimpl.testing._traces import (
+    _SUFFIXES as _SUFFIX_FORMAT,
+)
+from refimpl.testing._traces import (
+    FORMATS,
+    Chunk,
+    TraceError,
+    detect_format,
+    read_chunks,
+    sniff_format,
+)
 from refimpl.testing.tolerances import TRACE, Tolerance, agree
 
 __all__ = ["EXIT_MISMATCH", "EXIT_OK", "EXIT_UNUSABLE", "configure", "run"]
@@ -72,6 +95,7 @@ class _TraceSpec:
         None
     )
     notes: str = ""
+    exact: bool = False  # integers read and compared exactly (no float64 round trip)
 
 
 def _mis_edge(
@@ -86,11 +110,56 @@ def _mis_edge(
     return np.asarray(edge & ((found == 0) | np.isclose(found, ratio, rtol=1e-5)), dtype=np.bool_)
 
 
-def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[np.float64]:
-    versions = cols["versions"] if "versions" in cols else cols["min_version"]
+def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any]:
+    """``s = trained_step - oldest version`` in exact integer arithmetic, whatever the size.
+
+    The definition and the domain of :func:`refimpl.sample_staleness` (whole numbers, versions
+    ``>= 0`` and ``<= trained_step``, a sample has a version), computed on int64 or Python ints
+    instead of float64, which rounds integers beyond 2**53 (a staleness of 2 between versions
+    near 2**60 would come out 0). Raises ``ValueError`` as the reference does.
+    """
     steps = cols["trained_step"]
-    out: NDArray[np.float64] = r.sample_staleness(steps, versions).sample
+    if "versions" in cols:
+        oldest: NDArray[Any] = np.empty(len(steps), dtype=object)
+        for i, row in enumerate(cols["versions"]):
+            if len(row) == 0:
+                raise ValueError(
+                    "token_versions must hold at least one token version (every sample has a "
+                    f"generated token); sample {i} is empty."
+                )
+            for v in row.tolist():
+                _whole(v, "token_versions", "versions count optimizer steps")
+            oldest[i] = min(row.tolist())
+    else:
+        oldest = cols["min_version"]
+    if steps.dtype != np.int64 or oldest.dtype != np.int64:
+        steps, oldest = steps.astype(object), oldest.astype(object)
+        for j, v in zip(steps, oldest, strict=True):
+            _whole(j, "trained_step", "trainer steps are counted")
+            _whole(v, "token_versions", "versions count optimizer steps")
+    if np.any(steps < 0):
+        j = steps[np.flatnonzero(steps < 0)[0]]
+        raise ValueError(f"trained_step must be >= 0 (trainer steps start at 0); got {j}.")
+    if np.any(oldest < 0):
+        v = oldest[np.flatnonzero(oldest < 0)[0]]
+        raise ValueError(
+            f"token_versions must be >= 0 (the initial weights are version 0); got version {v}."
+        )
+    newer = oldest > steps
+    if np.any(newer):
+        k = int(np.flatnonzero(newer)[0])
+        raise ValueError(
+            "token_versions must be <= trained_step (the trainer at step j holds version j; no "
+            f"token can come from a newer version); got version {oldest[k]} > trained_step "
+            f"{steps[k]}: check for an off-by-one (the version published *after* step j is j + 1)."
+        )
+    out: NDArray[Any] = steps - oldest
     return out
+
+
+def _whole(value: Any, name: str, meaning: str) -> None:
+    if not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must hold whole numbers ({meaning}); got {value!r}.")
 
 
 SPECS: dict[str, _TraceSpec] = {
@@ -157,6 +226,7 @@ SPECS: dict[str, _TraceSpec] = {
             expected=_staleness_expected,
             probe=lambda r, p: None,
             notes="s = trained_step − oldest token version; versions may be a list per row",
+            exact=True,
         ),
     )
 }
@@ -179,19 +249,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
         )
         + ".\nexit codes: 0 all rows agree, 1 a mismatch, 2 unusable input (incl. an empty trace)."
     )
-    parser.add_argument("trace", type=Path, help="the logged trace: .csv, .jsonl or .parquet")
-    parser.add_argument("--spec", required=True, help=f"one of: {', '.join(SPECS)}")
+    parser.add_argument(
+        "trace",
+        type=Path,
+        help="the logged trace: .csv, .jsonl or .parquet; - reads standard input (the format from "
+        "--format, else sniffed: Parquet's magic bytes, a JSON object per line, else CSV)",
+    )
+    parser.add_argument("--spec", required=True, help=f"required; one of: {', '.join(SPECS)}")
     parser.add_argument(
         "--param",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a parameter of the spec (repeat), e.g. --param eta=1",
+        help="a parameter of the spec (repeat), e.g. --param eta=1 (default: none; the spec "
+        "says which it needs)",
     )
-    parser.add_argument("--report", type=Path, help="write a JSON report to this file")
-    parser.add_argument("--format", choices=FORMATS, help="trace format (default: from suffix)")
-    parser.add_argument("--rtol", type=float, help="relative tolerance (default: per spec)")
-    parser.add_argument("--atol", type=float, help="absolute tolerance (default: per spec)")
+    parser.add_argument(
+        "--report", type=Path, help="write a JSON report to this file (default: no report)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="trace format (default: from the suffix; for - or a pipe, sniffed from the content)",
+    )
+    parser.add_argument(
+        "--rtol", type=float, help="relative tolerance (default: per spec, tolerances.TRACE)"
+    )
+    parser.add_argument(
+        "--atol", type=float, help="absolute tolerance (default: per spec, tolerances.TRACE)"
+    )
     parser.add_argument(
         "--max-show",
         type=_count,
@@ -247,6 +333,10 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
             valid = ", ".join(spec.params) or "none"
             raise _Unusable(
                 f"unknown parameter {key!r} for spec {spec.name!r} (its parameters: {valid})."
+            )
+        if key in params:
+            raise _Unusable(
+                f"--param {key} is given twice (last {item!r}); pass each parameter once."
             )
         kind = spec.params[key]
         try:
@@ -305,8 +395,9 @@ def _check_chunk(
 ) -> None:
     cols = {k: v for k, v in chunk.columns.items() if k != spec.found}
 
-    def reference(c: Columns) -> NDArray[np.float64]:
-        return np.asarray(spec.expected(refimpl, c, params), dtype=np.float64)
+    def reference(c: Columns) -> NDArray[Any]:
+        out = spec.expected(refimpl, c, params)
+        return out if spec.exact else np.asarray(out, dtype=np.float64)
 
     try:
         with np.errstate(all="ignore"):
@@ -323,16 +414,21 @@ def _check_chunk(
             f"{chunk.where(i)}: the inputs ({shown}) are outside the domain of "
             f"refimpl.{spec.reference}: {why}"
         ) from None
-    found = np.asarray(chunk.columns[spec.found], dtype=np.float64)
-    ok = agree(found, expected, tol)
-    if spec.either is not None:
-        ok |= spec.either(cols, params, found)
-    bad = np.flatnonzero(~ok)
+    if spec.exact:
+        found, ok, err = _exact_agree(chunk.columns[spec.found], expected, tol)
+        bad = np.flatnonzero(~ok)
+        err = err[bad]
+    else:
+        found = np.asarray(chunk.columns[spec.found], dtype=np.float64)
+        ok = agree(found, expected, tol)
+        if spec.either is not None:
+            ok |= spec.either(cols, params, found)
+        bad = np.flatnonzero(~ok)
+        with np.errstate(invalid="ignore"):
+            err = np.abs(found[bad] - expected[bad])
     tally.rows += chunk.size
     tally.mismatches += int(bad.size)
     if bad.size:
-        with np.errstate(invalid="ignore"):
-            err = np.abs(found[bad] - expected[bad])
         finite = err[np.isfinite(err)]
         worst = math.inf if finite.size < err.size else float(finite.max(initial=0.0))
         tally.max_abs_error = max(tally.max_abs_error, worst)
@@ -349,9 +445,35 @@ def _check_chunk(
         tally.shown.append(row)
 
 
+def _exact_agree(
+    found: NDArray[Any], expected: NDArray[Any], tol: Tolerance
+) -> tuple[NDArray[Any], NDArray[np.bool_], NDArray[np.float64]]:
+    """Exact comparison of integers (int64 or Python ints): ``found == expected``, or within
+    ``tol`` when one is given (computed exactly on the integers); the errors as float64."""
+    if found.dtype != np.int64 or expected.dtype != np.int64:
+        found, expected = found.astype(object), expected.astype(object)  # Python int and float
+    with np.errstate(invalid="ignore", over="ignore"):
+        if found.dtype == object:
+            diff = np.array(
+                [
+                    abs(f - e) if not isinstance(f, float) or math.isfinite(f) else math.inf
+                    for f, e in zip(found, expected, strict=True)
+                ],
+                dtype=object,
+            )
+        else:
+            diff = np.abs(found.astype(object) - expected.astype(object))
+        limit = [tol.atol + tol.rtol * abs(e) for e in expected] if tol.atol or tol.rtol else 0
+        ok = np.asarray(diff <= np.asarray(limit, dtype=object), dtype=np.bool_)
+    err = np.array([float(d) for d in diff], dtype=np.float64)
+    return found, ok, err
+
+
 def _show_value(v: Any) -> str:
     if isinstance(v, np.ndarray):
-        return "[" + ", ".join(_fmt(x) for x in v.tolist()) + "]"
+        return "[" + ", ".join(_show_value(x) for x in v.tolist()) + "]"
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return str(int(v))  # exactly, whatever its size
     x = float(v)
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else _fmt(x)
 
@@ -359,6 +481,8 @@ def _show_value(v: Any) -> str:
 def _json_value(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return [_json_value(x) for x in v.tolist()]
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return int(v)  # JSON integers are exact
     x = float(v)
     return x if math.isfinite(x) else str(x)  # JSON has no NaN/inf: write "nan", "inf"
 
@@ -430,23 +554,74 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         rtol=default.rtol if args.rtol is None else args.rtol,
         atol=default.atol if args.atol is None else args.atol,
     )
-    if tol.rtol < 0 or tol.atol < 0 or not all(map(math.isfinite, tol)):
-        raise _Unusable(f"--rtol and --atol must be finite and >= 0; got {tol}.")
-    fmt = detect_format(args.trace, args.format)
+    for option, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise _Unusable(
+                f"{option} must be finite and >= 0 (a tolerance); got {option} {value}. Pass e.g. "
+                f"{option} 1e-9, or leave it out for the spec's default ({default._asdict()})."
+            )
+    if args.chunk_rows < 1:
+        raise _Unusable(f"--chunk-rows must be >= 1; got {args.chunk_rows}.")
+    with tempfile.TemporaryDirectory(prefix="refimpl-check-") as spool:
+        trace = _readable(args.trace, Path(spool))
+        try:
+            return _check(args, report, spec, params, tol, trace)
+        except TraceError as exc:
+            if trace != args.trace:  # name what the user passed, not the spooled copy
+                raise TraceError(str(exc).replace(repr(str(trace)), _shown(args.trace))) from None
+            raise
+
+
+def _shown(trace: Path) -> str:
+    return "standard input" if str(trace) == "-" else repr(str(trace))
+
+
+def _readable(trace: Path, spool: Path) -> Path:
+    """A regular file with the trace: the path itself, or a copy of standard input (``-``), of a
+    pipe or of a device (``/dev/null``, ``<(...)``), which cannot be read twice or seeked."""
+    if str(trace) != "-" and (trace.is_file() or not trace.exists() or trace.is_dir()):
+        return trace  # read_chunks names a missing file or a directory
+    copy = spool / "trace"
+    try:
+        with copy.open("wb") as out:
+            if str(trace) == "-":
+                shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+            else:
+                with trace.open("rb") as source:
+                    shutil.copyfileobj(source, out, 1 << 20)
+    except OSError as exc:
+        raise TraceError(
+            f"{_shown(trace)} could not be read ({exc.strerror or exc}). Pass a readable trace."
+        ) from None
+    return copy
+
+
+def _check(
+    args: argparse.Namespace,
+    report: dict[str, Any],
+    spec: _TraceSpec,
+    params: dict[str, Any],
+    tol: Tolerance,
+    trace: Path,
+) -> int:
+    import refimpl
+
+    if args.format is not None or (trace == args.trace and str(trace) != "-"):
+        fmt = detect_format(trace, args.format)
+    else:  # standard input or a pipe: the suffix, else the first bytes
+        fmt = _SUFFIX_FORMAT.get(args.trace.suffix.lower()) or sniff_format(trace) or "csv"
     report.update(format=fmt, tolerance=tol._asdict(), reference=f"refimpl.{spec.reference}")
     inputs = list(spec.inputs)
     lists: list[str] = []
     if spec.name == "staleness":
-        inputs, lists = _staleness_columns(args.trace, fmt)
-    if args.chunk_rows < 1:
-        raise _Unusable(f"--chunk-rows must be >= 1; got {args.chunk_rows}.")
+        inputs, lists = _staleness_columns(trace, fmt)
 
     from tqdm import tqdm
 
-    total = args.trace.stat().st_size if args.trace.is_file() else 0
+    total = trace.stat().st_size if trace.is_file() else 0
     unit = "rows" if fmt == "parquet" else "B"
     if fmt == "parquet":
-        total = _parquet_rows(args.trace)
+        total = _parquet_rows(trace)
     tally = _Tally()
     with tqdm(
         total=total,
@@ -462,17 +637,18 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             bar.update(done - bar.n)
 
         for chunk in read_chunks(
-            args.trace,
+            trace,
             fmt,
             [*inputs, spec.found],
             lists,
             chunk_rows=args.chunk_rows,
             on_progress=progress,
+            exact=spec.exact,
         ):
             _check_chunk(spec, refimpl, chunk, params, tol, tally, args.max_show)
     if tally.rows == 0:
         raise TraceError(
-            f"{str(args.trace)!r} has no rows: nothing was checked, and an empty trace cannot "
+            f"{_shown(args.trace)} has no rows: nothing was checked, and an empty trace cannot "
             "pass the gate. Check that the trainer wrote the trace."
         )
     code = EXIT_MISMATCH if tally.mismatches else EXIT_OK
@@ -508,8 +684,14 @@ def _column_names(path: Path, fmt: str) -> list[str] | None:
     if fmt == "csv":
         import csv
 
-        with path.open(newline="", encoding="utf-8", errors="replace") as f:
-            return next(csv.reader(f), [])
+        with path.open("rb") as f:
+            head = f.readline()
+        if b"\x00" in head:
+            return None  # not text: the reader says so
+        try:
+            return next(csv.reader([head.decode("utf-8-sig")]), [])
+        except UnicodeDecodeError:
+            return None
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -552,8 +734,9 @@ def _print_summary(
         f"refimpl check {trace} ({fmt}): spec {spec.name}"
         + (f" ({shown_params})" if params else "")
     )
+    exact = " (in exact integer arithmetic)" if spec.exact else ""
     print(
-        f"reference refimpl.{spec.reference}; tolerance |found - expected| <= "
+        f"reference refimpl.{spec.reference}{exact}; tolerance |found - expected| <= "
         f"{tol.atol:g} + {tol.rtol:g}*|expected|"
     )
     if not tally.mismatches:
