@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 __all__ = ["full_parser", "main"]
 
@@ -42,13 +42,34 @@ COMMANDS: dict[str, _Command] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are two lines: a short usage and the error itself.
+
+    argparse prints the whole usage block before the one useful line (35 lines for ``simulate``);
+    the full list of options is what ``--help`` is for.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        what = "COMMAND [options]" if self.prog == "refimpl" else "[options]"
+        self.exit(2, f"usage: {self.prog} {what}   ({self.prog} --help lists them)\n"
+                     f"{self.prog}: error: {message}\n")  # fmt: skip
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    chosen: argparse.ArgumentParser = sub.choices[name]
+    return chosen
+
+
 def _parser(chosen: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="refimpl",
         description="Reference functions, simulator and lab for asynchronous RL of language models.",
     )
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     for name, command in COMMANDS.items():
         p = sub.add_parser(name, help=command.summary, description=command.summary)
         if name == chosen:
@@ -95,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = f"refimpl {chosen}" if chosen in COMMANDS else "refimpl"
     try:
         parser = _parser(chosen if chosen in COMMANDS else None)
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # said by the subcommand (its usage), not by the root parser
+            _subparser(parser, args.command).error(f"unrecognized arguments: {' '.join(extra)}")
         module = importlib.import_module(COMMANDS[args.command].module)
         code: int = module.run(args)
         sys.stdout.flush()

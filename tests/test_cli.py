@@ -83,7 +83,7 @@ def test_ctrl_c_in_any_phase_of_a_command_prints_one_line_and_exits_130(
     import refimpl.testing.check_cli as check_cli
 
     if phase == "parse":
-        monkeypatch.setattr(argparse.ArgumentParser, "parse_args", _interrupt)
+        monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", _interrupt)
     elif phase == "configure":
         monkeypatch.setattr(check_cli, "configure", _interrupt)
     elif phase == "run":
@@ -197,3 +197,29 @@ def test_the_help_of_every_option_says_its_default(command: str) -> None:
             continue
         text = action.help or ""
         assert action.required or "default" in text, (action.option_strings, text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "says"),
+    [
+        (["simulate", "--slots", "abc"], "refimpl simulate", "invalid int value: 'abc'"),
+        (["simulate", "--bogus"], "refimpl simulate", "unrecognized arguments: --bogus"),
+        (["check", "--spec"], "refimpl check", "expected one argument"),
+        (["check", "t.csv", "--spec", "tis", "u.csv"], "refimpl check", "unrecognized arguments"),
+        (["sweep", "g.toml", "--workers", "a"], "refimpl sweep", "invalid int value: 'a'"),
+        (["lab", "--nope"], "refimpl lab", "unrecognized arguments: --nope"),
+        (["simulat"], "refimpl", "invalid choice: 'simulat'"),
+        ([], "refimpl", "the following arguments are required: COMMAND"),
+    ],
+)
+def test_a_usage_error_is_a_short_usage_line_and_the_error(
+    argv: list[str], prog: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # argparse printed the whole usage block (35 lines for simulate) before the one useful line.
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"usage: {prog} ") and f"({prog} --help lists them)" in lines[0]
+    assert lines[1].startswith(f"{prog}: error: ") and says in lines[1], lines

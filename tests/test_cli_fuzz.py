@@ -28,8 +28,8 @@ and the full lab (``lab`` always runs ``--quick --only effort`` here, the sectio
 tests/test_lab.py runs the others).
 
 Budgets: the ``ci`` profile runs each subcommand's fuzz with the example counts in ``BUDGET``,
-derandomized (the same cases every run). ``HYPOTHESIS_PROFILE=thorough`` runs
-``THOROUGH_EXAMPLES`` cases per subcommand, randomized, outside the gate::
+derandomized (the same cases every run). ``HYPOTHESIS_PROFILE=thorough`` runs the counts in
+``THOROUGH``, randomized, outside the gate::
 
     HYPOTHESIS_PROFILE=thorough .venv/bin/python -m pytest tests/test_cli_fuzz.py
 """
@@ -64,7 +64,7 @@ from refimpl.cli import COMMANDS, _parser, main
 HANG_GUARD_S = 120
 EXIT_CODES = frozenset({0, 1, 2})
 _THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
-THOROUGH_EXAMPLES = 2_000
+THOROUGH = {"simulate": 2_000, "check": 2_000, "sweep": 1_000, "lab": 100}
 BUDGET = {"simulate": 60, "check": 80, "sweep": 30, "lab": 8}
 
 # --- files -------------------------------------------------------------------------------------
@@ -596,13 +596,13 @@ def run_case(case: Case) -> None:
 
 def _settings(command: str) -> settings:
     return settings(
-        max_examples=THOROUGH_EXAMPLES if _THOROUGH else BUDGET[command],
+        max_examples=(THOROUGH if _THOROUGH else BUDGET)[command],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
 
 
 def test_every_subcommand_is_fuzzed() -> None:
-    assert set(BUDGET) == set(COMMANDS)
+    assert set(BUDGET) == set(THOROUGH) == set(COMMANDS)
     fuzzed = {
         name.removeprefix("test_fuzz_") for name in globals() if name.startswith("test_fuzz_")
     }

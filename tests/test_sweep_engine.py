@@ -553,7 +553,11 @@ def test_ctrl_c_at_any_moment_of_a_local_sweep_ends_in_one_line_with_exit_130(
     assert "Traceback" not in err, err
     assert "Error" not in err, err
     lines = [ln for ln in re.split(r"[\r\n]+", err) if ln.strip() and not ln.startswith("sweep:")]
-    assert lines[0].startswith("interrupted: waiting for 2 running cells"), err
+    # Two cells are handed out (workers=1: one running, one queued to the pool). Whether the queued
+    # one has reached the pool's call queue (and can no longer be cancelled) is up to the pool's
+    # own thread, so the count is read from the line, not assumed.
+    waiting = re.match(r"interrupted: waiting for (\d+) running cells? \(", lines[0])
+    assert waiting is not None and int(waiting.group(1)) in (1, 2), err
     assert lines[1:] == [
         f"refimpl sweep: interrupted. Finished cells are kept in {journal_path(out)} and {out}; "
         "rerun the same command to resume."
@@ -561,9 +565,9 @@ def test_ctrl_c_at_any_moment_of_a_local_sweep_ends_in_one_line_with_exit_130(
     assert _gone_within(pids, seconds=60), "a pool process outlived the sweep"
     finished = [json.loads(line)["seed"] for line in journal_path(out).read_text().splitlines()[1:]]
     assert sorted(finished) == sorted(pq.read_table(out).column("seed").to_pylist())
-    if presses == 1:  # the two cells handed out ran to the end and are kept; the rest never ran
+    if presses == 1:  # the cells still running ran to the end and are kept; the rest never ran
         assert sorted(finished) == sorted(_executions(log))
-        assert len(finished) == 2
+        assert len(finished) == int(waiting.group(1))
     else:  # abandoned: nothing finished
         assert finished == []
 

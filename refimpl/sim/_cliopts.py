@@ -13,10 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["USAGE", "HelpFormatter", "default", "given"]
-
-#: The one usage line printed before an argparse error (the full list is ``--help``).
-USAGE = "refimpl simulate [options]   (refimpl simulate --help lists them)"
+__all__ = ["HelpFormatter", "default", "given"]
 
 
 class _DefaultFloat(float):

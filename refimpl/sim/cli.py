@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.sim._cliopts import USAGE, HelpFormatter, default, given, plain
+from refimpl.sim._cliopts import HelpFormatter, default, given, plain
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 
 __all__ = ["configure", "run"]
@@ -42,7 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     read is refused) store a marked default (:mod:`refimpl.sim._cliopts`), so "not given" can be
     told from "given the default value"; ``--help`` shows every default.
     """
-    parser.usage = USAGE
     parser.formatter_class = HelpFormatter
     # argparse reads only -1 and -1.5 as negative numbers: `--mu -1e3`, `--trainer-time -inf` and
     # `--lengths-pmf -0.1,1.1` would be "expected one argument". A dash then a digit, a dot, inf or
