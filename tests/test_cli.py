@@ -221,5 +221,7 @@ def test_a_usage_error_is_a_short_usage_line_and_the_error(
     assert exit_info.value.code == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2, lines
-    assert lines[0].startswith(f"usage: {prog} ") and f"({prog} --help lists them)" in lines[0]
-    assert lines[1].startswith(f"{prog}: error: ") and says in lines[1], lines
+    assert lines[0].startswith(f"usage: {prog} "), lines
+    assert f"({prog} --help lists them)" in lines[0], lines
+    assert lines[1].startswith(f"{prog}: error: "), lines
+    assert says in lines[1], lines

@@ -557,7 +557,8 @@ def test_ctrl_c_at_any_moment_of_a_local_sweep_ends_in_one_line_with_exit_130(
     # one has reached the pool's call queue (and can no longer be cancelled) is up to the pool's
     # own thread, so the count is read from the line, not assumed.
     waiting = re.match(r"interrupted: waiting for (\d+) running cells? \(", lines[0])
-    assert waiting is not None and int(waiting.group(1)) in (1, 2), err
+    assert waiting is not None, err
+    assert int(waiting.group(1)) in (1, 2), err
     assert lines[1:] == [
         f"refimpl sweep: interrupted. Finished cells are kept in {journal_path(out)} and {out}; "
         "rerun the same command to resume."

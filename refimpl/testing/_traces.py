@@ -493,6 +493,34 @@ def _jsonl_chunks(
 # --- Parquet --------------------------------------------------------------------------------
 
 
+def _one_line(exc: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def _readable_batches(file: Any, path: Path, chunk_rows: int, columns: list[str]) -> Iterator[Any]:
+    """The file's record batches; a page that cannot be decoded is a ``TraceError``.
+
+    The footer can be intact while the pages it points at are not (bytes inserted or cut in the
+    middle of the file): pyarrow then fails only while reading, with a multi-line ``OSError``.
+    """
+    import pyarrow as pa
+
+    batches = file.iter_batches(batch_size=chunk_rows, columns=columns)
+    row = 0
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(
+                f"{str(path)!r} is not a readable Parquet file: its data from row {row} on cannot "
+                f"be decoded ({_one_line(exc)}). The file is damaged; write it again."
+            ) from None
+        row += batch.num_rows
+        yield batch
+
+
 def _parquet_chunks(
     path: Path,
     numeric: Sequence[str],
@@ -508,7 +536,8 @@ def _parquet_chunks(
         file = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(
-            f"{str(path)!r} is not a readable Parquet file ({exc}). Is it empty or truncated?"
+            f"{str(path)!r} is not a readable Parquet file ({_one_line(exc)}). Is it empty or "
+            "truncated?"
         ) from None
     schema = file.schema_arrow
     _missing(path, [*numeric, *lists], schema.names)
@@ -528,7 +557,7 @@ def _parquet_chunks(
                 f"column {name!r} has type {kind}, not a list of numbers. Log e.g. list<int64>."
             )
     row = 0
-    for batch in file.iter_batches(batch_size=chunk_rows, columns=[*numeric, *lists]):
+    for batch in _readable_batches(file, path, chunk_rows, [*numeric, *lists]):
         columns: dict[str, Any] = {}
         for name in [*numeric, *lists]:
             col = batch.column(name)
