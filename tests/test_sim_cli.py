@@ -81,9 +81,13 @@ def _ran(capsys: pytest.CaptureFixture[str], options: str) -> tuple[dict[str, ob
             "--preempt-rate must expect at most 1024 preemptions per rollout",
         ),
         ("--lengths-npy {tmp}/huge.npy", "--lengths-npy must be <= 2^53"),
-        ("--rollouts 99999999999999999999", "the run does not fit in memory"),
+        ("--rollouts 99999999999999999999", "--rollouts must keep the run to at most 5e+07"),
         ("--slots 99999999999999999999 --steps 1", "the run does not fit in memory"),
-        ("--slots 1 --batch 99999999999999 --steps 3", "the run does not fit in memory"),
+        ("--slots 1 --batch 99999999999999 --steps 3", "--steps must keep the run to at most"),
+        (  # the slots keep generating while the trainer works: 1.6e11 rollouts queued (it hung)
+            "--trainer-time 2147483648",
+            "the 8 slots generate about 5.17e+07 more rollouts, queued",
+        ),
     ],
 )
 def test_meaningless_numbers_are_refused_with_the_range_that_works(

@@ -25,6 +25,7 @@ from refimpl._validation import (
 
 __all__ = [
     "LOG_TOKEN_RANGE",
+    "MAX_LAUNCHED_ROLLOUTS",
     "MAX_PREEMPTIONS_PER_ROLLOUT",
     "MODES",
     "OVER_BOUND_ACTIONS",
@@ -50,6 +51,9 @@ TOKEN_RANGE: float = 2.0**53
 #: Preemptions a rollout may expect (``preempt_rate ×`` its mean time); each is simulated as an
 #: event, so far more would make a run of any size last hours.
 MAX_PREEMPTIONS_PER_ROLLOUT: int = 1024
+#: Rollouts one run may be expected to launch: the trace keeps a row per launched rollout (about
+#: 120 bytes with its bookkeeping), so this is about 6 GB, a quarter of the machines it is made for.
+MAX_LAUNCHED_ROLLOUTS: int = 50_000_000
 #: ``ln(2^53) = 53 ln 2 ≈ 36.74``: the lognormal's ``mu + sigma²/2`` (log of its mean) is at most this,
 #: and its ``mu`` (log of its median) at least minus this, so that no draw underflows to 0 tokens.
 LOG_TOKEN_RANGE: float = 53.0 * math.log(2.0)
@@ -400,18 +404,52 @@ class SimConfig:
         self._check_lengths()
         if self.preempt_rate > 0:
             self._check_preemption_budget()
+        self._check_run_size()
+
+    def _mean_length(self) -> float:
+        kind, lengths = self.length_kind, self.lengths
+        if kind == "lognormal":
+            return math.exp(self.lognormal_mu + 0.5 * self.lognormal_sigma**2)
+        if kind == "pmf":
+            return float(np.dot(np.arange(1, lengths.size + 1), lengths))
+        return float(lengths.mean())
+
+    def _check_run_size(self) -> None:
+        """At most :data:`MAX_LAUNCHED_ROLLOUTS` rollouts expected to be launched.
+
+        Trained samples, plus, asynchronously, what the slots keep generating while the trainer
+        works: ``slots × steps × trainer_time / (mean rollout time)``, queued without bound.
+        """
+        launched = float(self.trained_target)
+        if self.mode == "first_k" and self.launch is not None:
+            launched = float(self.steps) * self.launch
+        tt = self.trainer_time
+        trainer = float(tt.mean()) if _is_frozen_dist(tt) else float(tt)
+        queued = 0.0
+        if self.mode == "async" and trainer > 0 and self.length_kind != "matrix":
+            duration = self._mean_length() * self.token_time + self.prefill_time
+            queued = self.slots * self.steps * trainer / duration
+        if launched + queued > MAX_LAUNCHED_ROLLOUTS:
+            why = f"{self.steps} steps of batch {self.batch} train {self.trained_target:.4g}" + (
+                f", and while the trainer works (trainer_time {trainer:.4g} a step) the "
+                f"{self.slots} slots generate about {queued:.3g} more rollouts, queued"
+                if queued
+                else ""
+            )
+            named = "rollouts" if self.rollouts is not None else "steps"
+            raise invalid(
+                named,
+                f"keep the run to at most {MAX_LAUNCHED_ROLLOUTS:.0e} launched rollouts (a trace "
+                "row each, about 120 bytes)",
+                self.rollouts if self.rollouts is not None else self.steps,
+                f"This run would launch about {launched + queued:.3g}: {why}. Pass fewer "
+                "rollouts or steps"
+                + (", a shorter trainer_time or fewer slots." if queued else "."),
+            )
 
     def _check_preemption_budget(self) -> None:
         """At most :data:`MAX_PREEMPTIONS_PER_ROLLOUT` expected preemptions per rollout."""
-        kind, lengths = self.length_kind, self.lengths
-        if kind == "lognormal":
-            mean = math.exp(self.lognormal_mu + 0.5 * self.lognormal_sigma**2)
-        elif kind == "pmf":
-            mean = float(np.dot(np.arange(1, lengths.size + 1), lengths))
-        elif kind == "matrix":
-            mean = float(lengths.mean())
-        else:
-            mean = float(lengths.mean())
+        mean = self._mean_length()
         expected = self.preempt_rate * (mean * self.token_time + self.prefill_time)
         if expected > MAX_PREEMPTIONS_PER_ROLLOUT:
             raise invalid(
