@@ -490,6 +490,16 @@ if "--multiprocessing-fork" in sys.argv and "REFIMPL_TEST_WORKER_READY" in os.en
 """
 
 
+def _default_sigint() -> None:
+    """Run in the child before exec: SIGINT handled by default, as under a terminal.
+
+    A shell that starts a job in the background (``&`` or ``nohup`` without job control) leaves
+    SIGINT ignored, an ignored signal stays ignored across ``exec``, and Python then never raises
+    ``KeyboardInterrupt``: the test would depend on how its runner was started.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(condition: Any, proc: subprocess.Popen[bytes], what: str) -> None:
     deadline = time.monotonic() + 300  # a hang guard only: each wait ends when its event happens
     while not condition():
@@ -528,7 +538,11 @@ def test_ctrl_c_at_any_moment_of_a_local_sweep_ends_in_one_line_with_exit_130(
     err_file = tmp_path / "stderr"
     with err_file.open("wb") as err_fh:
         proc = subprocess.Popen(
-            [*command, "--workers", "1"], env=env, stderr=err_fh, start_new_session=True
+            [*command, "--workers", "1"],
+            env=env,
+            stderr=err_fh,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
         )
     try:
         if moment == "worker-starting":
