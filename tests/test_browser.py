@@ -37,7 +37,7 @@ from conftest import QuickLab
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTHS = (1400, 700)
-TIMEOUT = 60.0  # seconds for one protocol reply: a hung browser fails the test instead of hanging
+TIMEOUT = 300.0  # seconds for one protocol reply: a hung browser fails the test instead of hanging
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 # Runs in the page after its load event: waits for MathJax and the fonts, then reports what does

@@ -84,6 +84,10 @@ def _ran(capsys: pytest.CaptureFixture[str], options: str) -> tuple[dict[str, ob
         ("--rollouts 99999999999999999999", "--rollouts must keep the run to at most 5e+07"),
         ("--slots 99999999999999999999 --steps 1", "the run does not fit in memory"),
         ("--slots 1 --batch 99999999999999 --steps 3", "--steps must keep the run to at most"),
+        (  # 6.4e7 tool calls, each an event and a trace row (found by the fuzzer: it hung)
+            "--tool-turns 1_000_000 --batch 64 --steps 1",
+            "--tool-turns must keep the run to at most 5e+07 rollouts and tool calls",
+        ),
         (  # the slots keep generating while the trainer works: 1.6e11 rollouts queued (it hung)
             "--trainer-time 2147483648",
             "the 8 slots generate about 5.17e+07 more rollouts, queued",

@@ -63,6 +63,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import as_float_array, as_int, as_real, invalid, wrong_type
+from refimpl.sim._config import MAX_LAUNCHED_ROLLOUTS
 from refimpl.staleness import sample_staleness
 
 __all__ = [
@@ -268,6 +269,22 @@ class AgentConfig:
     eta: int | None = None
     seed: int = 0
 
+    def _check_run_size(self) -> None:
+        """At most ``MAX_LAUNCHED_ROLLOUTS`` (``refimpl.sim._config``) expected rows: one per trained
+        rollout and one per tool call (``steps × batch × (1 + E[turns])``), each an event too."""
+        turns = self.turns
+        mean_turns = float(turns.mean()) if _is_frozen_law(turns) else float(turns)
+        rows = self.steps * self.batch * (1.0 + mean_turns)
+        if not rows <= MAX_LAUNCHED_ROLLOUTS:
+            raise invalid(
+                "turns",
+                f"keep the run to at most {MAX_LAUNCHED_ROLLOUTS:.0e} rollouts and tool calls "
+                "(a trace row and events each)",
+                turns,
+                f"{self.steps} steps of batch {self.batch} with {mean_turns:.4g} calls a rollout "
+                f"make about {rows:.3g}; pass fewer turns, or fewer steps or a smaller batch.",
+            )
+
     def __post_init__(self) -> None:
         put = object.__setattr__
         put(self, "slots", as_int(self.slots, name="slots", minimum=1, meaning="generation slots"))
@@ -313,6 +330,7 @@ class AgentConfig:
             mat.flags.writeable = False
             put(self, "lengths", mat)
         put(self, "turns", _as_law(self.turns, name="turns", meaning="tool calls", integer=True))
+        self._check_run_size()
         put(
             self,
             "token_time",
