@@ -8,8 +8,10 @@ command line's contract (the CLI reference in the docs):
    tests send it on purpose);
 2. no warning of Python or of a library (numpy, scipy, pyarrow, tqdm) is raised, and nothing that
    looks like a traceback or a warning is printed;
-3. it ends before the hang guard fires (``HANG_GUARD_S``: every case is small by construction and
-   takes well under a second; the guard only turns a hang into a failure, it never decides one);
+3. it ends before the hang guard fires: ``HANG_GUARD_CPU_S`` of CPU time (every case is small by
+   construction and takes well under a CPU second; CPU time, so load cannot make it fire), or
+   ``HANG_GUARD_WALL_S`` of wall-clock time for a case that blocks; the guard only turns a hang
+   into a failure, it never decides one;
 4. it writes nothing but the outputs it was asked for, and changes no input;
 5. whatever the exit code, an output left under a requested name is complete (it parses: a
    refused ``check`` still writes its report, which says why);
@@ -56,12 +58,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, event, given, note, settings
+import pytest
+from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import COMMANDS, _parser, main
 
-HANG_GUARD_S = 120
+HANG_GUARD_CPU_S = 60  # CPU seconds: every case takes well under one
+HANG_GUARD_WALL_S = 1800  # wall-clock seconds: for a case that blocks instead of spinning
 EXIT_CODES = frozenset({0, 1, 2})
 _THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 THOROUGH = {"simulate": 2_000, "check": 2_000, "sweep": 1_000, "lab": 100}
@@ -448,17 +452,26 @@ class _Hang(BaseException):
 
 
 @contextlib.contextmanager
-def _hang_guard(seconds: int) -> Iterator[None]:
-    def fire(signum: int, frame: FrameType | None) -> None:
-        raise _Hang(f"the case did not end within {seconds} s")
+def _hang_guard(cpu_seconds: int, wall_seconds: int) -> Iterator[None]:
+    """Turn a hang into a failure: a case that spins for ``cpu_seconds`` of this process's CPU
+    time (``ITIMER_PROF``, so a loaded or niced machine does not make it fire sooner), or that
+    blocks for ``wall_seconds`` (a last resort for a wait on a file or a pipe)."""
 
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
+    def fire(signum: int, frame: FrameType | None) -> None:
+        what = "CPU" if signum == signal.SIGPROF else "wall-clock"
+        limit = cpu_seconds if signum == signal.SIGPROF else wall_seconds
+        raise _Hang(f"the case did not end within {limit} s of {what} time")
+
+    previous = {sig: signal.signal(sig, fire) for sig in (signal.SIGPROF, signal.SIGALRM)}
+    signal.setitimer(signal.ITIMER_PROF, cpu_seconds)
+    signal.setitimer(signal.ITIMER_REAL, wall_seconds)
     try:
         yield
     finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _materialize(case: Case, root: Path) -> tuple[list[str], list[Path]]:
@@ -558,7 +571,7 @@ def run_case(case: Case) -> None:
             saved_stdin = sys.stdin
             sys.stdin = io.TextIOWrapper(io.BytesIO(b""))
             try:
-                with _hang_guard(HANG_GUARD_S):
+                with _hang_guard(HANG_GUARD_CPU_S, HANG_GUARD_WALL_S):
                     code = main(argv)
             except SystemExit as exc:
                 code = 0 if exc.code is None else exc.code
@@ -598,6 +611,8 @@ def _settings(command: str) -> settings:
     return settings(
         max_examples=(THOROUGH if _THOROUGH else BUDGET)[command],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        # no explain phase: it traces every line run, which makes a case many times slower
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     )
 
 
@@ -631,3 +646,17 @@ def test_fuzz_sweep(case: Case) -> None:
 @given(case=cases("lab"))
 def test_fuzz_lab(case: Case) -> None:
     run_case(case)
+
+
+def test_the_hang_guard_fires_on_a_case_that_spins_or_blocks() -> None:
+    import time
+
+    def spin() -> None:
+        while True:
+            pass
+
+    # a spinning hang is caught after one CPU second, however loaded the machine
+    with pytest.raises(_Hang, match="1 s of CPU time"), _hang_guard(1, 600):
+        spin()
+    with pytest.raises(_Hang, match="1 s of wall-clock time"), _hang_guard(600, 1):
+        time.sleep(600)  # a blocking hang: no CPU spent, caught by the wall-clock bound

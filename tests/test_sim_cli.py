@@ -84,6 +84,10 @@ def _ran(capsys: pytest.CaptureFixture[str], options: str) -> tuple[dict[str, ob
         ("--rollouts 99999999999999999999", "--rollouts must keep the run to at most 5e+07"),
         ("--slots 99999999999999999999 --steps 1", "the run does not fit in memory"),
         ("--slots 1 --batch 99999999999999 --steps 3", "--steps must keep the run to at most"),
+        (  # the factor was tabulated for 2^31 busy counts in a Python loop (found by the fuzzer)
+            "--slots 2147483648 --slowdown-per-slot 0",
+            "--slots must be <= 2^20 = 1048576 with a slowdown",
+        ),
         (  # 6.4e7 tool calls, each an event and a trace row (found by the fuzzer: it hung)
             "--tool-turns 1_000_000 --batch 64 --steps 1",
             "--tool-turns must keep the run to at most 5e+07 rollouts and tool calls",

@@ -27,6 +27,7 @@ __all__ = [
     "LOG_TOKEN_RANGE",
     "MAX_LAUNCHED_ROLLOUTS",
     "MAX_PREEMPTIONS_PER_ROLLOUT",
+    "MAX_SLOWDOWN_SLOTS",
     "MODES",
     "OVER_BOUND_ACTIONS",
     "PARTIAL_POLICIES",
@@ -54,6 +55,8 @@ MAX_PREEMPTIONS_PER_ROLLOUT: int = 1024
 #: Rollouts one run may be expected to launch: the trace keeps a row per launched rollout (about
 #: 120 bytes with its bookkeeping), so this is about 6 GB, a quarter of the machines it is made for.
 MAX_LAUNCHED_ROLLOUTS: int = 50_000_000
+#: Slots a run with a decode slowdown may have: its factor is computed for every busy count.
+MAX_SLOWDOWN_SLOTS: int = 2**20
 #: ``ln(2^53) = 53 ln 2 ≈ 36.74``: the lognormal's ``mu + sigma²/2`` (log of its mean) is at most this,
 #: and its ``mu`` (log of its median) at least minus this, so that no draw underflows to 0 tokens.
 LOG_TOKEN_RANGE: float = 53.0 * math.log(2.0)
@@ -386,6 +389,14 @@ class SimConfig:
                     "a callable busy -> factor",
                     self.slowdown,
                     "Pass e.g. lambda busy: 1 + 0.001 * busy.",
+                )
+            if n > MAX_SLOWDOWN_SLOTS:
+                raise invalid(
+                    "slots",
+                    f"be <= 2^20 = {MAX_SLOWDOWN_SLOTS} with a slowdown (the factor is tabulated "
+                    "once for every busy count 1..slots)",
+                    n,
+                    "Pass fewer slots, or no slowdown.",
                 )
             table = np.ones(n + 1, dtype=np.float64)
             for busy in range(1, n + 1):
