@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from _processes import default_sigint
 
 from refimpl.cli import COMMANDS, main
 
@@ -135,16 +136,6 @@ sys.meta_path.insert(0, _HoldNumpy())
 """
 
 
-def _default_sigint() -> None:
-    """Run in the child before exec: SIGINT handled by default, as under a terminal.
-
-    A shell that starts a job in the background (``&`` or ``nohup`` without job control) leaves
-    SIGINT ignored, an ignored signal stays ignored across ``exec``, and Python then never raises
-    ``KeyboardInterrupt``: the test would depend on how its runner was started.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _console_script() -> list[str]:
     script = Path(sys.executable).with_name("refimpl")
     found = str(script) if script.exists() else shutil.which("refimpl")
@@ -172,7 +163,7 @@ def test_sigint_while_the_command_imports_prints_one_line_and_exits_130(
         [*command, "check", str(tmp_path / "t.csv"), "--spec", "tis", "--param", "cap=2"],
         env=env,
         pass_fds=(ready_w, hold_r),
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

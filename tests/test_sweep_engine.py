@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _processes import default_sigint
 
 from refimpl import sweep
 from refimpl.cli import main
@@ -490,16 +491,6 @@ if "--multiprocessing-fork" in sys.argv and "REFIMPL_TEST_WORKER_READY" in os.en
 """
 
 
-def _default_sigint() -> None:
-    """Run in the child before exec: SIGINT handled by default, as under a terminal.
-
-    A shell that starts a job in the background (``&`` or ``nohup`` without job control) leaves
-    SIGINT ignored, an ignored signal stays ignored across ``exec``, and Python then never raises
-    ``KeyboardInterrupt``: the test would depend on how its runner was started.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _wait_for(condition: Any, proc: subprocess.Popen[bytes], what: str) -> None:
     deadline = time.monotonic() + 300  # a hang guard only: each wait ends when its event happens
     while not condition():
@@ -542,7 +533,7 @@ def test_ctrl_c_at_any_moment_of_a_local_sweep_ends_in_one_line_with_exit_130(
             env=env,
             stderr=err_fh,
             start_new_session=True,
-            preexec_fn=_default_sigint,
+            preexec_fn=default_sigint,
         )
     try:
         if moment == "worker-starting":
