@@ -40,6 +40,7 @@ page ``derivations/learning`` (claims LRN1–LRN6).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from fractions import Fraction
@@ -47,6 +48,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import special
 
 from refimpl._validation import as_float_array, as_int, as_real, invalid
 from refimpl.dispatch import fluid_keep_probability, inclusion_probability_pmf
@@ -181,7 +183,7 @@ def stop_hazard(theta: ArrayLike, features: ArrayLike) -> FloatArray:
     [0.5, 0.5, 1.0]
     """
     z, _ = _logits(theta, features)
-    h = 1.0 / (1.0 + np.exp(-z))
+    h = np.asarray(special.expit(z), dtype=np.float64)
     h[-1] = 1.0
     return np.asarray(h, dtype=np.float64)
 
@@ -282,6 +284,28 @@ def token_scores(hazard: Any, features: Any) -> AnyArray:
         out[ell, :ell] = cont[:ell]
         out[ell, ell] = stop[ell]
     return out
+
+
+def _log_hazards(theta: ArrayLike, features: ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """``(log h(t), log(1 − h(t)))`` from the logits, never ``-inf`` (the last stop is forced)."""
+    z, _ = _logits(theta, features)
+    log_stop = -np.logaddexp(0.0, -z)
+    log_cont = -np.logaddexp(0.0, z)
+    log_stop[-1] = 0.0
+    log_cont[-1] = 0.0  # never a valid token: the policy stops at M
+    return np.asarray(log_stop, dtype=np.float64), np.asarray(log_cont, dtype=np.float64)
+
+
+def _token_log_probs_from_logits(
+    theta: ArrayLike, features: ArrayLike
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`token_log_probs` computed from the logits (finite however sharp the hazard)."""
+    log_stop, log_cont = _log_hazards(theta, features)
+    m = log_stop.size
+    mask = np.tril(np.ones((m, m)))
+    lp = np.where(np.tril(np.ones((m, m)), -1) > 0, log_cont[None, :], 0.0)
+    lp[np.arange(m), np.arange(m)] = log_stop
+    return np.asarray(lp * mask, dtype=np.float64), np.asarray(mask, dtype=np.float64)
 
 
 def token_log_probs(hazard: ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -506,6 +530,8 @@ def length_gradient(pmf: Any, scores: Any) -> AnyArray:
 # ---------------------------------------------------------------------------------------------
 
 _MAX_COMPOSITIONS = 200_000
+#: Largest log-weight exponentiated (``exp`` overflows float64 beyond ``~709.78``).
+_LOG_MAX = 700.0
 
 
 def _compositions(total: int, parts: int) -> Any:
@@ -597,7 +623,6 @@ def first_k_gradient(
     s, exact_s = _as_array(scores, name="scores", ndim=2)
     r, var, exact_r = _reward(quality, penalty, p.size)
     exact = exact_p and exact_s and exact_r
-    zero: Any = Fraction(0) if exact else 0.0
     num: Any = Fraction if exact else float
     b: Any = Fraction(baseline) if exact else as_real(baseline, name="baseline")
     if exact:
@@ -614,50 +639,69 @@ def first_k_gradient(
             k_,
             f"(k={k_} over {len(support)} support points gives {count}); use a smaller k or M.",
         )
-    w = [num(k_) / (num(n_) * pi[j]) if pi[j] > 0 else zero for j in range(p.size)]
-    adv = [r[j] - b for j in range(p.size)]
-    sq = [(s[j] * s[j]).sum() for j in range(p.size)]
-    surv = [zero] * p.size
+    dtype: Any = object if exact else np.float64
+    w = np.array([num(k_) / (num(n_) * pi[j]) for j in support], dtype=dtype)
+    adv = np.array([r[j] - b for j in support], dtype=dtype)
+    sv = s[support]
+    sq = (sv * sv).sum(axis=1)
+    vr = var[support]
+    counts, prob = _composition_table(tuple(p[j] for j in range(p.size)), n_, k_, exact)
+    cm = counts.astype(dtype)
+    if correction == "none":
+        unit = np.full(cm.shape, num(1) / k_, dtype=dtype)
+    elif correction == "horvitz_thompson":
+        unit = np.broadcast_to(w / k_, cm.shape)
+    else:
+        unit = w[None, :] / (cm @ w)[:, None]
+    coef = cm * unit  # (compositions, support): weight of each length in each batch
+    est = (coef * adv[None, :]) @ sv  # (compositions, d)
+    noise = (cm * unit * unit * (vr * sq)[None, :]).sum(axis=1)
+    mean = prob @ est
+    second = prob @ ((est * est).sum(axis=1) + noise)
+    trace = second - (mean * mean).sum()
+    if not exact:
+        return GradientMoments(np.asarray(mean, dtype=np.float64), float(trace))
+    return GradientMoments(np.asarray(mean, dtype=object), trace)
+
+
+@functools.lru_cache(maxsize=16)
+def _composition_table(
+    p: tuple[Any, ...], n: int, k: int, exact: bool
+) -> tuple[NDArray[np.int64], AnyArray]:
+    r"""Batch compositions of ``k`` over the support of ``p`` and their probabilities.
+
+    With :math:`m` the longest length in the batch :math:`\beta` (``b_m`` members),
+    :math:`P(\beta) = n! \prod_{j<m} p_j^{b_j}/b_j! \sum_{c=b_m}^{n-k+b_m}
+    p_m^c S_m^{n-k+b_m-c}/(c!(n-k+b_m-c)!)` (as in :func:`refimpl.ipw_estimator_moments`).
+    """
+    zero: Any = Fraction(0) if exact else 0.0
+    num: Any = Fraction if exact else float
+    support = [j for j in range(len(p)) if p[j] > 0]
+    surv = [zero] * len(p)
     acc = zero
-    for j in range(p.size - 1, -1, -1):
+    for j in range(len(p) - 1, -1, -1):
         surv[j] = acc
         acc = acc + p[j]
-    fact = [math.factorial(i) for i in range(n_ + 1)]
-    mean = np.array([zero] * s.shape[1], dtype=object)
-    second = zero
-    for comp in _compositions(k_, len(support)):
+    fact = [math.factorial(i) for i in range(n + 1)]
+    rows = []
+    probs = []
+    for comp in _compositions(k, len(support)):
         last = max(i for i, c in enumerate(comp) if c > 0)
         m = support[last]
-        coef = num(fact[n_])
+        coef = num(fact[n])
         for i in range(last):
             if comp[i]:
                 coef = coef * p[support[i]] ** comp[i] / fact[comp[i]]
-        rest = n_ - k_ + comp[last]
+        rest = n - k + comp[last]
         tail = sum(
             (p[m] ** c * surv[m] ** (rest - c) / (fact[c] * fact[rest - c]))
             for c in range(comp[last], rest + 1)
         )
-        prob = coef * tail
-        if correction == "none":
-            unit = [num(1) / k_] * len(support)
-        elif correction == "horvitz_thompson":
-            unit = [w[j] / k_ for j in support]
-        else:
-            norm = sum((comp[i] * w[support[i]] for i in range(len(comp))), zero)
-            unit = [w[j] / norm for j in support]
-        est = np.array([zero] * s.shape[1], dtype=object)
-        noise = zero
-        for i, c in enumerate(comp):
-            if c:
-                j = support[i]
-                est = est + (c * unit[i] * adv[j]) * s[j]
-                noise = noise + c * unit[i] * unit[i] * var[j] * sq[j]
-        mean = mean + prob * est
-        second = second + prob * ((est * est).sum() + noise)
-    trace = second - (mean * mean).sum()
-    if not exact:
-        return GradientMoments(mean.astype(np.float64), float(trace))
-    return GradientMoments(mean, trace)
+        rows.append(comp)
+        probs.append(coef * tail)
+    return np.asarray(rows, dtype=np.int64), np.asarray(
+        probs, dtype=object if exact else np.float64
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -806,16 +850,15 @@ def corrected_scores(
     if correction not in CORRECTIONS:
         raise invalid("correction", f"be one of {CORRECTIONS}", correction, "Pick one of them.")
     h_t = stop_hazard(theta, features)
-    h_b = stop_hazard(behaviour, features)
     phi = as_float_array(features, name="features", ndim=2)
     tok = np.asarray(token_scores(h_t, phi), dtype=np.float64)
     seq = tok.sum(axis=1)
     if correction == "none":
         return np.asarray(seq, dtype=np.float64)
-    lt, mask = token_log_probs(h_t)
-    lb, _ = token_log_probs(h_b)
+    lt, mask = _token_log_probs_from_logits(theta, phi)
+    lb, _ = _token_log_probs_from_logits(behaviour, phi)
     if correction == "sequence_is":
-        w = np.exp(((lt - lb) * mask).sum(axis=1))
+        w = np.exp(np.minimum(((lt - lb) * mask).sum(axis=1), _LOG_MAX))
         return np.asarray(w[:, None] * seq, dtype=np.float64)
     if correction in ("sequence_tis", "geometric"):
         level: Any = "sequence" if correction == "sequence_tis" else "geometric"
@@ -1174,6 +1217,9 @@ def _train(
         thetas[0] = th0
         hazards = np.empty((n_steps + 1, m))
         hazards[0] = h0
+        log_stop = np.empty((n_steps + 1, m))
+        log_cont = np.empty((n_steps + 1, m))
+        log_stop[0], log_cont[0] = _log_hazards(th0, phi)
         step_of = trace.step[order]
         slot_col = (trace.slot[order], trace.index[order])
         ell = np.asarray(trace.length[order], dtype=np.int64)
@@ -1189,7 +1235,17 @@ def _train(
                 r = rewards[sel]
                 adv = r - r.mean() if baseline == "batch" else r
                 gi = _sample_scores(
-                    th, h_j, phi, hazards, versions[rows], ell[sel], correction, cap, low, high
+                    j,
+                    hazards,
+                    log_stop,
+                    log_cont,
+                    phi,
+                    versions[rows],
+                    ell[sel],
+                    correction,
+                    cap,
+                    low,
+                    high,
                 )
                 if correction in ("horvitz_thompson", "hajek"):
                     pi = inclusion_probability_pmf(
@@ -1202,6 +1258,7 @@ def _train(
                     g = (adv @ gi) / b_
             thetas[j + 1] = th + lr * g
             hazards[j + 1] = stop_hazard(thetas[j + 1], phi)
+            log_stop[j + 1], log_cont[j + 1] = _log_hazards(thetas[j + 1], phi)
         implied = _lengths_from_uniforms(hazards, versions, uniforms[trace.slot, trace.index])
         new = lengths.copy()
         new[trace.slot, trace.index] = implied
@@ -1225,10 +1282,11 @@ def _train(
 
 
 def _sample_scores(
-    theta: FloatArray,
-    hazard: FloatArray,
-    features: FloatArray,
+    version: int,
     hazards: FloatArray,
+    log_stop: FloatArray,
+    log_cont: FloatArray,
+    features: FloatArray,
     versions: NDArray[np.int64],
     lengths: NDArray[np.int64],
     correction: str,
@@ -1236,9 +1294,9 @@ def _sample_scores(
     low: float,
     high: float,
 ) -> FloatArray:
-    """``G_i`` of each trained sample: corrected score at ``theta`` given its token versions."""
+    """``G_i`` of each trained sample: corrected score at ``version`` given its token versions."""
+    hazard = hazards[version]
     m = hazard.size
-    k = lengths.size
     t = np.arange(m)
     valid = (t[None, :] < lengths[:, None]).astype(np.float64)
     is_stop = t[None, :] == (lengths[:, None] - 1)
@@ -1249,15 +1307,13 @@ def _sample_scores(
     )
     if correction in ("none", "horvitz_thompson", "hajek"):
         return np.asarray(tok.sum(axis=1), dtype=np.float64)
-    hb = hazards[versions, t[None, :]]  # behaviour hazard of each token
-    with np.errstate(divide="ignore"):
-        lt = np.where(is_stop, np.log(np.broadcast_to(ht, (k, m))), np.log1p(-ht))
-        lb = np.where(is_stop, np.log(hb), np.log1p(-hb))
+    lt = np.where(is_stop, log_stop[version][None, :], log_cont[version][None, :])
+    lb = np.where(is_stop, log_stop[versions, t[None, :]], log_cont[versions, t[None, :]])
     lt = np.where(valid > 0, lt, 0.0)
     lb = np.where(valid > 0, lb, 0.0)
     seq = tok.sum(axis=1)
     if correction == "sequence_is":
-        w = np.exp(((lt - lb) * valid).sum(axis=1))
+        w = np.exp(np.minimum(((lt - lb) * valid).sum(axis=1), _LOG_MAX))
         return np.asarray(w[:, None] * seq, dtype=np.float64)
     if correction in ("sequence_tis", "geometric"):
         level: Any = "sequence" if correction == "sequence_tis" else "geometric"

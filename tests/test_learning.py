@@ -411,3 +411,33 @@ def test_training_arguments_are_validated() -> None:
         _run(correction="horvitz_thompson")
     with pytest.raises(ValueError, match="baseline must be"):
         _run(baseline="mean")
+
+
+def test_the_lab_section_flags_a_first_k_gradient_without_length_bias(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # the lab's closed-form checks can fail: a first-k gradient that forgets the length bias
+    # (the on-policy gradient for every correction) disagrees with the simulated batches
+    from refimpl.lab import learning as lab
+    from refimpl.lab.config import lab_config
+    from refimpl.lab.report import Section
+
+    config = lab_config(quick=True, seed=0)
+    q = lab.quality()
+    pol = lab._policy(lab.THETA_FIXED, q)
+
+    def run() -> set[str]:
+        section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
+        lab._first_k_checks(section, config, q, pol)
+        return {c.name for c in section.checks if not c.passed}
+
+    assert run() == set()
+
+    def unbiased(pmf: Any, scores: Any, quality: Any, **kw: Any) -> lrn.GradientMoments:
+        kw.pop("n")
+        kw.pop("k")
+        kw.pop("correction")
+        return lrn.policy_gradient(pmf, scores, quality, **kw)
+
+    monkeypatch.setattr(lrn, "first_k_gradient", unbiased)
+    assert {"first-k-none-0", "first-k-hajek-0"} <= run()

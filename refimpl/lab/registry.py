@@ -178,4 +178,27 @@ SECTIONS: tuple[SectionSpec, ...] = (
             _WALK,
         ),
     ),
+    SectionSpec(
+        key="learning",
+        title="Learning under asynchrony: the gradient, its bias and what the policy learns",
+        module="refimpl.lab.learning",
+        requires=(
+            "refimpl.learning.async_gradient",
+            "refimpl.learning.first_k_gradient",
+            "refimpl.learning.policy_gradient",
+            "refimpl.learning.train_policy",
+            "refimpl.inclusion_probability_pmf",
+            "refimpl.sim.STATUS",
+            "refimpl.sim.SimConfig",
+            "refimpl.sim.simulate",
+        ),
+        docs=(
+            DocLink("concepts/learning", "Learning under asynchrony"),
+            DocLink("derivations/learning", "Learning derivations (LRN1–LRN4)"),
+            DocLink("concepts/length-bias", "The length bias of dispatch"),
+            DocLink("derivations/importance", "Importance-weight derivations"),
+            DocLink("derivations/fluid", "Fluid model of continuous dispatch"),
+            _WALK,
+        ),
+    ),
 )
