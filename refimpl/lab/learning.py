@@ -406,14 +406,14 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"direction exactly; token TIS, IcePop and decoupled PPO correct each token's own "
         f"probability, not those before it, and stay biased even without a cap (LRN2)."
     )
-    fig, (ax1, ax2) = new_figure(2, height=5.2)
+    fig, (ax1, ax2) = new_figure(2, height=6.2)
     colors = [COLORS[0]] + [COLORS[1]] * 3 + [COLORS[2]] * 7 + [COLORS[3]] * 3
     for i, r in enumerate(rows):
         ax1.scatter(max(r[4], 1e-4), r[5], color=colors[i], s=30, zorder=3)
         ax1.annotate(
             str(i + 1),
             (max(r[4], 1e-4), r[5]),
-            fontsize=8,
+            fontsize=9,
             xytext=(3, 3),
             textcoords="offset points",
         )
@@ -424,7 +424,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax1.set_title("Bias against variance, each dispatch × correction")
     y = np.arange(len(rows))
     ax2.barh(y, [r[3] for r in rows], color=colors)
-    ax2.set_yticks(y, [f"{i + 1}. {r[0]}" for i, r in enumerate(rows)], fontsize=7.5)
+    short = [
+        f"{i + 1}. "
+        + r[0].replace("async N/B = 2: ", "async: ").replace("first 4 of 8: ", "first-k: ")
+        for i, r in enumerate(rows)
+    ]
+    ax2.set_yticks(y, short, fontsize=9)
     ax2.invert_yaxis()
     ax2.axvline(0.0, color="0.3", linewidth=1)
     ax2.set_xlabel("bias along ∇E[L] ÷ ‖∇J‖ (< 0: shorter)")
@@ -474,7 +479,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         capsize=2,
         label="simulation (±2 SE)",
     )
-    ax.set_xticks(x, [p[0] for p in pairs], rotation=35, ha="right", fontsize=8)
+    ax.set_xticks(x, [p[0] for p in pairs], rotation=35, ha="right", fontsize=9)
     ax.set_ylabel("E ĝ component ÷ ‖∇J‖")
     ax.set_title("Expected gradient: closed form against refimpl.sim batches")
     ax.legend(loc="best")
