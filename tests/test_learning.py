@@ -441,3 +441,26 @@ def test_the_lab_section_flags_a_first_k_gradient_without_length_bias(
 
     monkeypatch.setattr(lrn, "first_k_gradient", unbiased)
     assert {"first-k-none-0", "first-k-hajek-0"} <= run()
+
+
+@pytest.mark.parametrize("correction", ["none", "horvitz_thompson", "hajek"])
+def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_batches(
+    correction: str,
+) -> None:
+    run = _run(mode="first_k", slots=4, batch=2, launch=4, correction=correction)
+    tr = run.trace
+    order = tr.training_order()
+    _, suc = lrn._uniforms(5, 4, int(tr.index.max()) + 1, 8)
+    theta = np.array([-1.0, 0.0])
+    for j in range(12):
+        rows = order[tr.step[order] == j]
+        h = lrn.stop_hazard(theta, PHI8)
+        s = lrn.token_scores(h, PHI8).sum(axis=1)
+        ell = tr.length[rows].astype(int)
+        r = (suc[tr.slot[rows], tr.index[rows]] < Q8[ell - 1]) - 0.02 * ell
+        pi = refimpl.inclusion_probability_pmf(lrn.hazard_length_pmf(h), n=4, k=2)
+        w = {"none": np.ones(2), "horvitz_thompson": 2 / (4 * pi[ell - 1])}.get(correction)
+        if w is None:  # Hájek: self-normalised
+            w = 2 * (1 / pi[ell - 1]) / (1 / pi[ell - 1]).sum()
+        theta = theta + 1.0 * ((w * (r - r.mean())) @ s[ell - 1]) / 2
+        np.testing.assert_allclose(run.thetas[j + 1], theta, rtol=1e-12, atol=1e-14)
