@@ -549,10 +549,8 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         note="E[L] and J are exact for the trained parameters of each version; one seeded run each.",
     )
     section.metric("optimum", {"length": l_star, "reward": j_star})
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9.8, 7.6), layout="constrained")
-    panels = [[fig.add_subplot(2, 2, 2 * i + j + 1) for j in range(2)] for i in range(2)]
+    fig, flat = new_figure(2, nrows=2, height=7.6)
+    panels = [flat[:2], flat[2:]]
     axes_spec = (("steps", "trainer steps"), ("time", "simulated time (tokens)"))
     for row, (xkey, xlabel) in enumerate(axes_spec):
         a1, a2 = panels[row]
@@ -565,7 +563,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         a1.axhline(l_star, color="black", linestyle=":", linewidth=1.2)
         a2.axhline(j_star, color="black", linestyle=":", linewidth=1.2)
         for ax in (a1, a2):
-            ax.grid(True, alpha=0.3)
             ax.set_xlabel(xlabel)
         a1.set_ylabel("E_θ[L] (exact)")
         a2.set_ylabel("J(θ) (exact)")
