@@ -986,6 +986,8 @@ class TrainingRun(NamedTuple):
     r""":math:`E_{\theta_j}[L]`, exact, per version."""
     expected_reward: FloatArray
     r""":math:`J(\theta_j)`, exact, per version."""
+    gradients: FloatArray
+    r"""The corrected batch estimate :math:`\hat g_j` of every step, shape (steps, d)."""
     iterations: int
     """Passes of the consistency fixed point (simulate, train, redraw lengths) until stable."""
     trace: Any
@@ -1035,12 +1037,13 @@ def train_policy(
     launch: int | None = None,
     correction: str = "none",
     penalty: float = 0.0,
-    baseline: str = "batch",
+    baseline: str | float = "batch",
     cap: float = 2.0,
     low: float = 0.5,
     high: float = 2.0,
     seed: int = 0,
     max_iterations: int = 500,
+    schedule: ArrayLike | None = None,
 ) -> TrainingRun:
     r"""Train the toy policy on the batches that :func:`refimpl.sim.simulate` forms.
 
@@ -1087,10 +1090,16 @@ def train_policy(
         One of :data:`CORRECTIONS`, or ``horvitz_thompson``/``hajek`` (``first_k``).
     penalty, cap, low, high : float
         As in :func:`gradient_moments` and :func:`corrected_scores`.
-    baseline : {'batch', 'none'}
+    baseline : {'batch', 'none'} or float
+        The batch mean reward, no baseline, or a constant.
     seed : int
     max_iterations : int
         Bound on the fixed-point passes; an error names it if reached.
+    schedule : array_like (steps + 1, d), optional
+        Replay a fixed policy path instead of training: version :math:`j` is ``schedule[j]``
+        (``schedule[0]`` must equal ``theta0``); the estimates :math:`\hat g_j` are computed and
+        recorded but not applied (a closed-form check of the expected gradient with stale
+        behaviours). ``baseline`` may then be a number, a constant :math:`b`.
 
     Returns
     -------
@@ -1121,8 +1130,21 @@ def train_policy(
         raise invalid(
             "correction", f"be one of {allowed} for mode={mode!r}", correction, "Pick one."
         )
-    if baseline not in ("batch", "none"):
-        raise invalid("baseline", "be 'batch' or 'none'", baseline, "Pick one.")
+    if isinstance(baseline, str):
+        if baseline not in ("batch", "none"):
+            raise invalid("baseline", "be 'batch', 'none' or a number", baseline, "Pick one.")
+    else:
+        baseline = as_real(baseline, name="baseline")
+    path: FloatArray | None = None
+    if schedule is not None:
+        path = as_float_array(schedule, name="schedule", ndim=2)
+        if path.shape != (n_steps + 1, th0.size) or not np.array_equal(path[0], th0):
+            raise invalid(
+                "schedule",
+                f"have shape (steps + 1, d) = ({n_steps + 1}, {th0.size}) and start at theta0",
+                path,
+                "Pass the parameters of versions 0..steps, the first equal to theta0.",
+            )
     c = as_real(penalty, name="penalty", low=0.0)
     per_slot = n_steps * b_ / n_ if mode in ("async", "admission") else n_steps
     columns = math.ceil(per_slot * 1.5) + 16
@@ -1149,6 +1171,7 @@ def train_policy(
                 seed,
                 max_iterations,
                 columns,
+                path,
             )
         except rsim.OutOfLengths:
             columns *= 2
@@ -1178,13 +1201,14 @@ def _train(
     launch: int | None,
     correction: str,
     c: float,
-    baseline: str,
+    baseline: str | float,
     cap: float,
     low: float,
     high: float,
     seed: int,
     max_iterations: int,
     columns: int,
+    path: FloatArray | None,
 ) -> TrainingRun:
     import refimpl.sim as rsim
 
@@ -1225,6 +1249,7 @@ def _train(
         ell = np.asarray(trace.length[order], dtype=np.int64)
         succ = success_u[slot_col] < qual[ell - 1]
         rewards = succ.astype(np.float64) - c * ell
+        grads = np.zeros((n_steps, th0.size))
         for j in range(n_steps):
             sel = np.flatnonzero(step_of == j)
             th = thetas[j]
@@ -1233,7 +1258,10 @@ def _train(
             if sel.size:
                 rows = order[sel]
                 r = rewards[sel]
-                adv = r - r.mean() if baseline == "batch" else r
+                if isinstance(baseline, str):
+                    adv = r - r.mean() if baseline == "batch" else r
+                else:
+                    adv = r - baseline
                 gi = _sample_scores(
                     j,
                     hazards,
@@ -1256,7 +1284,8 @@ def _train(
                     g = (scale * adv) @ gi
                 else:
                     g = (adv @ gi) / b_
-            thetas[j + 1] = th + lr * g
+            grads[j] = g
+            thetas[j + 1] = th + lr * g if path is None else path[j + 1]
             hazards[j + 1] = stop_hazard(thetas[j + 1], phi)
             log_stop[j + 1], log_cont[j + 1] = _log_hazards(thetas[j + 1], phi)
         implied = _lengths_from_uniforms(hazards, versions, uniforms[trace.slot, trace.index])
@@ -1269,6 +1298,7 @@ def _train(
                 np.asarray(trace.publish_times, dtype=np.float64),
                 np.asarray([expected_length(p) for p in pmfs], dtype=np.float64),
                 np.asarray([float(p @ reward_mean) for p in pmfs], dtype=np.float64),
+                grads,
                 iteration,
                 trace,
             )
