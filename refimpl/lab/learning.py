@@ -494,8 +494,9 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"shorter outputs, for a negative one (baseline above every reward) to longer ones (LRN4). "
         f"Inverse propensity (HT) removes the bias exactly (LRN1) at a variance "
         f"{fmt(rows[2][5] / max(rows[0][5], 1e-300))}× that of the on-policy batch (the rare long"
-        f" rollouts get weights up to k/(nπ(M))); Hájek "
-        f"keeps a small bias. For stale behaviours, only the full sequence ratio restores the "
+        f" rollouts get weights up to k/(nπ(M))); Hájek's self-normalisation tames the variance "
+        f"and brings the bias back ({fmt(rows[3][4])} ‖∇J‖ against {fmt(fk[4])} uncorrected). "
+        f"For stale behaviours, only the full sequence ratio restores the "
         f"direction exactly; token TIS, IcePop and decoupled PPO correct each token's own "
         f"probability, not those before it, and stay biased even without a cap (LRN2)."
     )
@@ -647,6 +648,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         ],
         note="E[L] and J are exact for the trained parameters of each version; one seeded run each.",
     )
+    stuck = [r.label for r in runs if float(r.reward[-1]) < target]
+    section.metric("runs_below_target", stuck)
+    if stuck:
+        section.text(
+            f"**Runs that did not reach J ≥ {fmt(target)}:** {', '.join(stuck)}. A tight mask "
+            "trains only the rollouts that finish within η + 1 versions, the short ones: the "
+            "length bias it creates can hold a policy that must learn to think longer at short "
+            "outputs (one seeded run: a measurement of this toy, not a law)."
+        )
     section.metric("optimum", {"length": l_star, "reward": j_star})
     fig, flat = new_figure(2, nrows=2, height=7.6)
     panels = [flat[:2], flat[2:]]
