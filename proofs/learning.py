@@ -18,9 +18,11 @@ $w = k/(n\pi)$ gives
 
 $$
 E\Bigl[\frac1k\sum_{i\in\beta} w(L_i) f(L_i)\Bigr]
-= \sum_\ell \frac{f(\ell)}{n\pi(\ell)}\,E\bigl[\#\{i \in \beta: L_i = \ell\}\bigr]
-= \sum_\ell \frac{f(\ell)}{n\pi(\ell)}\, n\,p(\ell)\,\pi(\ell) = \nabla J .
+= \sum_\ell \frac{f(\ell)\,E[N_\ell]}{n\pi(\ell)},
 $$
+
+where $N_\ell$ counts the batch members of length $\ell$, and $E[N_\ell] = n\,p(\ell)\,\pi(\ell)$,
+so the sum is $\sum_\ell p(\ell) f(\ell) = \nabla J$.
 
 The proof enumerates every $n$-tuple of launched lengths with symbolic probabilities (support of 3,
 $n \le 3$), computes $\pi$ from the same enumeration (the tied share of the free places), and
@@ -33,15 +35,24 @@ $G(\ell) = \sum_t \min(\rho_t, C)\,\nabla\log\pi(a_t)$. Since $\min(\rho, C) = \
 and $\mu(\ell)\rho_t = \pi(a_t)\prod_{u\ne t}\mu(a_u)$,
 
 $$
-E_\mu[A\,G] - \nabla J
-= \underbrace{\sum_\ell A(\ell)\sum_{t\le\ell} s_t(\ell)\Bigl[\pi(a_t)\prod_{u\ne t}\mu(a_u)
-  - \prod_u \pi(a_u)\Bigr]}_{\text{per-token ratios ignore the other tokens}}
-\;-\;\underbrace{\sum_\ell A(\ell)\,\mu(\ell)\sum_{t\le\ell}(\rho_t - C)^+ s_t(\ell)}_{\text{truncation}} .
+E_\mu[A\,G] - \nabla J = B_\text{ratio} - B_\text{trunc},
 $$
 
-The first term is there even without a cap: a token-level ratio corrects the token's own
+$$
+B_\text{ratio} = \sum_\ell A(\ell)\sum_{t\le\ell} s_t(\ell)\Bigl[\pi(a_t)\prod_{u\ne t}\mu(a_u)
+  - \prod_u \pi(a_u)\Bigr],
+$$
+
+$$
+B_\text{trunc} = \sum_\ell A(\ell)\,\mu(\ell)\sum_{t\le\ell}(\rho_t - C)^+ s_t(\ell).
+$$
+
+$B_\text{ratio}$ is the bias of per-token ratios: they ignore the other tokens.
+$B_\text{trunc}$ is the truncation.
+
+$B_\text{ratio}$ is there even without a cap: a token-level ratio corrects the token's own
 probability, not those of the tokens before it, so token IS is biased for a sequence-level reward
-unless $\mu = \pi$. The second is IS1's truncation bias, token by token. The proof checks the
+unless $\mu = \pi$. $B_\text{trunc}$ is IS1's truncation bias, token by token. The proof checks the
 identity symbolically for $M = 3$ (symbolic target and behaviour hazards, symbolic advantages and
 scores) on every subset of tokens over the cap, and `refimpl.learning.corrected_scores` against it.
 
@@ -49,9 +60,11 @@ scores) on every subset of tokens over the cap, and `refimpl.learning.corrected_
 $F_q, F_p$, summation by parts gives
 
 $$
-\sum_\ell (q(\ell) - p(\ell))\,f(\ell) = \sum_{\ell=1}^{M-1}\bigl(F_q(\ell) - F_p(\ell)\bigr)
-\bigl(f(\ell) - f(\ell+1)\bigr).
+\sum_\ell (q(\ell) - p(\ell))\,f(\ell)
+= \sum_{\ell=1}^{M-1} D(\ell)\,\bigl(f(\ell) - f(\ell+1)\bigr),
 $$
+
+with $D = F_q - F_p$.
 
 First-$k$ dispatch and a staleness mask (without lag: $q_\eta \propto p\,\mathrm{keep}$, keep
 non-increasing) both make $q$ stochastically smaller than $p$ ($F_q \ge F_p$; conventions
@@ -105,8 +118,8 @@ def _tuple_expectation(probs: list[Any], n: int, k: int, value: Any) -> tuple[An
 
 @claim(
     "LRN1",
-    r"Inverse propensity makes the first-$k$ gradient exact: "
-    r"$E[\frac1k\sum_{i\in\beta}\frac{k}{n\pi(L_i)}A(L_i)s(L_i)] = \nabla J$ for every $n \le 3$, "
+    r"Inverse propensity makes the first-$k$ gradient exact: the HT batch gradient with "
+    r"weights $k/(n\pi)$ has mean $\nabla J$ for every $n \le 3$, "
     r"$k \le n$, with symbolic probabilities $p_1, p_2, 1 - p_1 - p_2$ and symbolic $A s$ per length "
     r"(batch enumerated, $\pi$ from the same enumeration); the uncorrected mean is "
     r"$\sum_\ell q(\ell)A s$ with $q$ = `selected_pmf`; the Hájek estimate is biased for $k < n$ "
@@ -181,10 +194,9 @@ _TOKENS = {1: [(1, "s")], 2: [(1, "c"), (2, "s")], 3: [(1, "c"), (2, "c")]}
 
 @claim(
     "LRN2",
-    r"The bias of token TIS: $E_\mu[A\sum_t\min(\rho_t,C)s_t] - \nabla J = \sum_\ell A(\ell)\sum_t "
-    r"s_t(\ell)[\pi(a_t)\prod_{u\ne t}\mu(a_u) - \prod_u\pi(a_u)] - \sum_\ell A(\ell)\mu(\ell)"
-    r"\sum_t(\rho_t - C)^+ s_t(\ell)$, on every subset of tokens over the cap ($M = 3$, symbolic "
-    r"hazards of target and behaviour, advantages, scores); the first term vanishes for all $A, s$ "
+    r"The bias of token TIS is $B_\text{ratio} - B_\text{trunc}$ (above), on every subset of "
+    r"tokens over the cap ($M = 3$, symbolic "
+    r"hazards of target and behaviour, advantages, scores); $B_\text{ratio}$ vanishes for all $A, s$ "
     r"only if $\mu = \pi$ (it is not 0 at a rational point with $\mu \ne \pi$), so token IS is "
     r"biased even without a cap; `refimpl.learning.corrected_scores` agrees.",
     method="exact",
@@ -274,8 +286,8 @@ def token_tis_bias_closed_form() -> None:
 
 @claim(
     "LRN3",
-    r"Direction of a length bias: $\sum_\ell (q - p) f = \sum_{\ell<M}(F_q(\ell) - F_p(\ell))"
-    r"(f(\ell) - f(\ell+1))$ (symbolic, $M = 5$), so $F_q \ge F_p$ and $f$ non-increasing give a "
+    r"Direction of a length bias: summation by parts (symbolic, $M = 5$), so $F_q \ge F_p$ and "
+    r"$f$ non-increasing give a "
     r"non-negative bias along $u$ for $f = A\,u^\top s$; first-$k$ (`selected_pmf`) and the fluid "
     r"staleness mask give $F_q \ge F_p$ exactly on random rational laws.",
     method="symbolic",

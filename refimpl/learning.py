@@ -35,7 +35,7 @@ rational and no logarithm is needed):
 References
 ----------
 conventions §first-k-of-n, §async-dispatch, §masks-and-weights, §effort-conditioning; the derivation
-page ``derivations/learning`` (claims LRN1–LRN6).
+page ``derivations/learning`` (claims LRN1–LRN4).
 """
 
 from __future__ import annotations
@@ -508,7 +508,8 @@ def length_gradient(pmf: Any, scores: Any) -> AnyArray:
     r""":math:`\nabla E_\theta[L] = \sum_\ell p(\ell)\,\ell\,\nabla\log p(\ell)`, shape (d,).
 
     The direction in which the policy's outputs get longer: a bias with a negative component along
-    it pushes the policy towards shorter outputs.
+    it pushes the policy towards shorter outputs (when it does: claims :ref:`LRN3 <lrn3>`,
+    :ref:`LRN4 <lrn4>`).
 
     Examples
     --------
@@ -571,7 +572,7 @@ def first_k_gradient(
     with :math:`w = k/(n\pi)` (:func:`refimpl.inclusion_probability_pmf`) and
     :math:`s = \nabla\log p_\theta(\ell)`. :math:`E[\hat g_\text{none}] = \sum_\ell q(\ell)(\bar R -
     b) s` with :math:`q` = :func:`refimpl.selected_pmf` (biased), :math:`E[\hat g_\text{HT}] = \nabla
-    J` exactly (claim LRN1), Hájek is biased for finite :math:`k`. Mean and variance are finite sums
+    J` exactly (claim :ref:`LRN1 <lrn1>`), Hájek is biased for finite :math:`k`. Mean and variance are finite sums
     over the compositions :math:`\beta` of :math:`k` (probability as in
     :func:`refimpl.ipw_estimator_moments`), with the Bernoulli reward noise included.
 
@@ -820,7 +821,8 @@ def corrected_scores(
     ======================  ==============================================================
 
     The weights come from :func:`refimpl.truncated_is_weights`, :func:`refimpl.masked_is_weights`
-    and :func:`refimpl.decoupled_ppo_weights`. Decoupled PPO is evaluated at its proximal point
+    and :func:`refimpl.decoupled_ppo_weights`. Only ``sequence_is`` is unbiased for a stale
+    behaviour; the bias of token TIS, in closed form, is claim :ref:`LRN2 <lrn2>`. Decoupled PPO is evaluated at its proximal point
     (:math:`\pi_\text{prox} = \pi_\theta`, where the PPO ratio is 1 and unclipped), so its gradient
     is the behaviour-weighted token score.
 
