@@ -300,6 +300,27 @@ def test_token_level_corrections_do_not_remove_the_staleness_bias() -> None:
             THETA, PHI, Q10, slots=8, batch=4, lag=lag, correction=corr, cap=1e6
         ).mean
         assert _cos(g, on) < 1 - 1e-6, corr
+    # a band no ratio leaves: IcePop is uncapped token IS, biased the same way
+    wide = lrn.async_gradient(
+        THETA, PHI, Q10, slots=8, batch=4, lag=lag, correction="icepop", low=1e-6, high=1e6
+    ).mean
+    assert _cos(wide, on) < 1 - 1e-6
+
+
+def test_capped_sequence_level_corrections_are_biased_and_uncapped_ones_are_not() -> None:
+    # a cap no sequence ratio reaches makes sequence TIS the full sequence ratio (direction exact);
+    # a cap of 1 truncates every up-weighted sequence and leaves a bias; the geometric mean is not
+    # the sequence ratio even uncapped
+    lag = np.array([0.3, -0.2])
+    on = _on_policy()
+    args: dict[str, Any] = {"slots": 8, "batch": 4, "lag": lag}
+    free = lrn.async_gradient(THETA, PHI, Q10, correction="sequence_tis", cap=1e12, **args).mean
+    exact = lrn.async_gradient(THETA, PHI, Q10, correction="sequence_is", **args).mean
+    np.testing.assert_allclose(free, exact, rtol=1e-12)
+    tight = lrn.async_gradient(THETA, PHI, Q10, correction="sequence_tis", cap=1.0, **args).mean
+    assert _cos(tight, on) < 1 - 1e-6
+    geo = lrn.async_gradient(THETA, PHI, Q10, correction="geometric", cap=1e12, **args).mean
+    assert _cos(geo, on) < 1 - 1e-6
 
 
 def test_a_staleness_mask_without_lag_is_the_length_bias_of_the_fluid_keep_law() -> None:
