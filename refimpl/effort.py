@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,6 +28,7 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import (
     as_float_array,
     as_int,
+    as_pmf,
     as_real,
     invalid,
     require_same_shape,
@@ -33,8 +36,13 @@ from refimpl._validation import (
 )
 
 __all__ = [
+    "AdaptiveGap",
+    "DifficultyMix",
     "EffortFrontier",
     "EffortPolicy",
+    "adaptive_gap",
+    "budget_frontier",
+    "difficulty_mix",
     "effort_frontier",
     "effort_penalty",
     "optimal_length",
@@ -315,6 +323,111 @@ def shaped_reward(
 
 
 # ---------------------------------------------------------------------------------------------
+# a mix of difficulty classes (private helpers)
+# ---------------------------------------------------------------------------------------------
+
+
+class _Mix(NamedTuple):
+    """Validated classes: per-class ``q_max`` and ``λ`` (shape (D,)) and the weights, if any."""
+
+    q_max: NDArray[np.float64]
+    lam: NDArray[np.float64]
+    weights: NDArray[np.float64] | list[Fraction] | None
+
+
+def _class_parameter(value: Any, *, name: str, meaning: str) -> NDArray[np.float64]:
+    """A positive scalar or a non-empty 1-D array of positive values (one per class)."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return np.asarray([as_real(value, name=name, low=0.0, low_open=True, meaning=meaning)])
+    arr = as_float_array(value, name=name, ndim=(0, 1))
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.size == 0:
+        raise invalid(
+            name, "be non-empty (one value per class)", arr, f"Pass one {name} per class."
+        )
+    bad = arr <= 0.0
+    if np.any(bad):
+        first = int(np.flatnonzero(bad)[0])
+        raise invalid(
+            name,
+            f"be > 0 ({meaning})",
+            arr,
+            f"Entry {first} is {float(arr[first])!r}; pass positive values.",
+        )
+    return arr
+
+
+def _is_scalar(value: Any) -> bool:
+    return np.ndim(value) == 0 if not isinstance(value, (str, bytes)) else True
+
+
+def _mix(q_max: Any, lam: Any, weights: Any) -> _Mix | None:
+    """The classes of a call, or ``None`` for the one-curve call (scalar ``q_max``, ``lam``, no weights)."""
+    if weights is None and _is_scalar(q_max) and _is_scalar(lam):
+        return None
+    q = _class_parameter(q_max, name="q_max", meaning="saturation quality of each class")
+    lm = _class_parameter(lam, name="lam", meaning="quality length scale of each class")
+    w: NDArray[np.float64] | list[Fraction] | None = None
+    if weights is not None:
+        w, _ = as_pmf(weights, name="weights")
+    sizes = {"q_max": q.size, "lam": lm.size}
+    if w is not None:
+        sizes["weights"] = len(w)
+    n = max(sizes.values())
+    for name, size in sizes.items():
+        if size != n and (size != 1 or name == "weights"):
+            shown = ", ".join(f"{k}: {v}" for k, v in sizes.items())
+            raise invalid(
+                name,
+                f"have one entry per class ({n} classes; q_max and lam may also have one for all)",
+                {"q_max": q, "lam": lm, "weights": weights}[name],
+                f"Give q_max, lam and weights the same length (got {shown}).",
+            )
+    return _Mix(np.broadcast_to(q, (n,)).copy(), np.broadcast_to(lm, (n,)).copy(), w)
+
+
+def _mix_mean(values: NDArray[np.float64], weights: NDArray[np.float64] | list[Fraction]) -> Any:
+    """``Σ_d w_d v[..., d]``; with ``Fraction`` weights the sum is exact, rounded once."""
+    if isinstance(weights, list):
+        flat = values.reshape(-1, values.shape[-1])
+        exact = [
+            float(
+                sum(
+                    (Fraction(float(v)) * w for v, w in zip(row, weights, strict=True)), Fraction(0)
+                )
+            )
+            for row in flat
+        ]
+        return np.asarray(exact, dtype=np.float64).reshape(values.shape[:-1])
+    return values @ weights
+
+
+def _class_optimum(
+    arr: NDArray[np.float64], mix: _Mix, k0: float, b_min: float, tau: float
+) -> NDArray[np.float64]:
+    """``ℓ*_d(b)`` for every class, shape ``(*b.shape, D)`` (log form, never forms ``k(b)``)."""
+    x = _scaled_effort(arr, b_min, tau)[..., None]
+    intercept = np.log(mix.q_max) - np.log(mix.lam) - np.log(k0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        length = np.maximum(mix.lam * (intercept + x), 0.0)
+    if not np.all(np.isfinite(length)):
+        raise invalid(
+            "b",
+            "give a finite optimal length (λ·(b − b_min)/τ overflows float64)",
+            arr,
+            "Pass smaller efforts or a larger tau.",
+        )
+    return _out(length)
+
+
+def _class_quality(length: NDArray[np.float64], mix: _Mix) -> NDArray[np.float64]:
+    """``Q_d(ℓ_d)`` for lengths with a class axis last."""
+    with np.errstate(over="ignore", under="ignore"):
+        return _out(-mix.q_max * np.expm1(-(length / mix.lam)))
+
+
+# ---------------------------------------------------------------------------------------------
 # the optimum and the frontier
 # ---------------------------------------------------------------------------------------------
 
@@ -354,9 +467,16 @@ def _optimum(
 
 
 def optimal_length(
-    b: ArrayLike, *, q_max: float, lam: float, k0: float, b_min: float, tau: float
+    b: ArrayLike,
+    *,
+    q_max: float | ArrayLike,
+    lam: float | ArrayLike,
+    k0: float,
+    b_min: float,
+    tau: float,
+    weights: ArrayLike | Sequence[Fraction] | None = None,
 ) -> NDArray[np.float64]:
-    r"""Reward-maximising length ``L*(b)`` under the saturating quality model.
+    r"""Reward-maximising length ``L*(b)`` under the saturating quality model, for one class or a mix.
 
     Maximises ``Q(ℓ) − k(b)·ℓ`` over ``ℓ >= 0`` with ``Q(ℓ) = q_max (1 − e^{−ℓ/λ})`` (``ℓ_scale = 1``):
 
@@ -366,44 +486,61 @@ def optimal_length(
                = \max\!\left(0,\ \lambda \ln\frac{q_\text{max}}{\lambda k_0}
                  + \frac{\lambda}{\tau}(b - b_\text{min})\right).
 
+    On a mix of difficulty classes ``d`` (``lam`` and/or ``q_max`` one entry per class) each class
+    gets its own optimum :math:`\ell^*_d(b)`, the formula above with :math:`\lambda_d, q_{\max,d}`;
+    with ``weights`` :math:`w_d` the result is the mix's mean length
+    :math:`\sum_d w_d\, \ell^*_d(b)` (the cost of the adaptive policy).
+
     Parameters
     ----------
     b : array_like of float, any shape
         Effort values, finite and ``>= b_min``.
-    q_max : float
-        Saturation quality, ``> 0``.
-    lam : float
-        Quality length scale ``λ > 0``.
+    q_max : float or array_like of float, shape (D,)
+        Saturation quality, ``> 0``; one per class, or one for all.
+    lam : float or array_like of float, shape (D,)
+        Quality length scale ``λ > 0``; one per class, or one for all.
     k0 : float
         Length price at ``b_min``, ``> 0`` (with ``k0 = 0`` there is no finite optimum).
     b_min : float
         Lowest effort.
     tau : float
         Decay length of the price, ``> 0``.
+    weights : array_like, shape (D,), optional
+        Share of each class in the mix: non-negative, summing to 1 (exactly, for ``Fraction``
+        weights; within 1e-9 otherwise). Quadrature weights of a continuous difficulty law
+        (:func:`difficulty_mix`) are such a mix.
 
     Returns
     -------
     ndarray of float64
-        ``L*(b) >= 0``, same shape as ``b``.
+        ``L*(b) >= 0``: shape of ``b`` for one class (scalar ``q_max`` and ``lam``, no ``weights``)
+        or with ``weights``; ``(*b.shape, D)`` (one length per class, class axis last) for per-class
+        ``q_max`` or ``lam`` without ``weights``.
 
     Raises
     ------
     TypeError
         If an input is not numeric.
     ValueError
-        If an input is not finite, ``b < b_min``, ``k0 <= 0``, ``q_max <= 0``, ``lam <= 0``,
-        ``tau <= 0``, or ``L*`` exceeds the float64 range (``λ (b − b_min)/τ > 1.8e308``).
+        If an input is not finite, ``b < b_min``, ``k0 <= 0``, a ``q_max`` or ``lam`` is ``<= 0``,
+        ``tau <= 0``, the per-class arrays and ``weights`` differ in length, ``weights`` is not a
+        probability vector, or ``L*`` exceeds the float64 range (``λ (b − b_min)/τ > 1.8e308``).
 
     Notes
     -----
     First-order condition ``(q_max/λ) e^{−ℓ/λ} = k(b)`` (EF4), second-order condition
     ``Q''(ℓ) < 0`` everywhere (EF5), so the root is the unique maximiser when positive; otherwise
     the reward is decreasing on ``ℓ >= 0`` and ``L* = 0``. ``L*`` is linear in ``b`` with slope
-    ``λ/τ`` where positive (EF6) and non-decreasing in ``b``.
+    ``λ/τ`` where positive (EF6) and non-decreasing in ``b``. On a mix the classes are separate
+    problems, so the per-class optimum maximises the mix's mean shaped reward (EM1), and no other
+    allocation of the same mean length has a higher mean quality (EM3).
 
     Computed in the log form above, which never forms ``k(b)``: as ``k(b) → 0`` (large
     ``(b − b_min)/τ``) ``L*`` keeps growing linearly and stays exact after ``k(b)`` itself has
     underflowed to 0; it does not blow up to ``inf`` silently (an overflow of the linear term raises).
+    The weighted mean is exact for ``Fraction`` weights (the exact sum of the float64 per-class
+    lengths, rounded once); with float weights it is a float64 dot product. A one-class mix
+    (``lam=[λ], weights=[1]``) gives the one-class values bit for bit.
 
     References
     ----------
@@ -411,36 +548,78 @@ def optimal_length(
 
     Examples
     --------
+    >>> from fractions import Fraction
     >>> from refimpl import optimal_length
     >>> optimal_length([0.0, 1.0, 2.0], q_max=1.0, lam=100.0, k0=0.005, b_min=0.0, tau=1.0)
     array([ 69.31471806, 169.31471806, 269.31471806])
     >>> float(optimal_length(0.0, q_max=1.0, lam=100.0, k0=0.02, b_min=0.0, tau=1.0))  # too dear
     0.0
+
+    Two classes, easy (``λ = 20``) and hard (``λ = 200``): one length each, then the mix's mean.
+
+    >>> optimal_length([0.0, 1.0], q_max=1.0, lam=[20.0, 200.0], k0=0.005, b_min=0.0, tau=1.0)
+    array([[ 46.05170186,   0.        ],
+           [ 66.05170186, 200.        ]])
+    >>> optimal_length(1.0, q_max=1.0, lam=[20.0, 200.0], k0=0.005, b_min=0.0, tau=1.0,
+    ...                weights=[Fraction(1, 2), Fraction(1, 2)])
+    array(133.02585093)
     """
-    return _optimum(b, q_max, lam, k0, b_min, tau)[0]
+    mix = _mix(q_max, lam, weights)
+    if mix is None:
+        return _optimum(b, q_max, lam, k0, b_min, tau)[0]
+    k0_, b_min_, tau_, arr = _mix_effort(b, k0, b_min, tau)
+    length = _class_optimum(arr, mix, k0_, b_min_, tau_)
+    return length if mix.weights is None else _out(_mix_mean(length, mix.weights))
+
+
+def _mix_effort(b: ArrayLike, k0: Any, b_min: Any, tau: Any) -> tuple[float, float, float, Any]:
+    k0_, b_min_, tau_ = _penalty_parameters(k0, b_min, tau)
+    if k0_ == 0.0:
+        raise invalid(
+            "k0",
+            "be > 0 for an optimal length (with k0 = 0 longer is always better: L* = inf)",
+            k0,
+            "Pass a positive k0.",
+        )
+    return k0_, b_min_, tau_, _effort_array(b, b_min_)
 
 
 def effort_frontier(
-    b: ArrayLike, *, q_max: float, lam: float, k0: float, b_min: float, tau: float
+    b: ArrayLike,
+    *,
+    q_max: float | ArrayLike,
+    lam: float | ArrayLike,
+    k0: float,
+    b_min: float,
+    tau: float,
+    weights: ArrayLike | Sequence[Fraction] | None = None,
 ) -> EffortFrontier:
-    r"""The analytic cost/quality frontier ``b ↦ (L*(b), Q(L*(b)))``.
+    r"""The analytic cost/quality frontier ``b ↦ (L*(b), Q(L*(b)))``, of one class or of a mix.
 
     .. math::
 
         \text{cost}(b) = L^*(b), \qquad
         \text{quality}(b) = Q(L^*(b)) = \max\!\left(0,\ q_\text{max} - \lambda k(b)\right).
 
+    On a mix of classes with weights :math:`w_d`, the adaptive policy spends
+    :math:`\ell^*_d(b)` on class ``d`` and the frontier is
+
+    .. math::
+
+        b \mapsto \Big(\sum_d w_d\, \ell^*_d(b),\ \sum_d w_d\, Q_d(\ell^*_d(b))\Big).
+
     Parameters
     ----------
     b : array_like of float, any shape
         Effort values, ``>= b_min``.
-    q_max, lam, k0, b_min, tau : float
-        As in :func:`optimal_length`.
+    q_max, lam, k0, b_min, tau, weights
+        As in :func:`optimal_length` (``q_max`` and ``lam`` may be per class).
 
     Returns
     -------
     EffortFrontier
-        ``(cost, quality)``: float64 arrays of the shape of ``b``.
+        ``(cost, quality)``: float64 arrays of the shape of ``b`` (one class, or a mix with
+        ``weights``), or ``(*b.shape, D)`` per class (per-class ``q_max`` or ``lam``, no weights).
 
     Raises
     ------
@@ -456,6 +635,12 @@ def effort_frontier(
     ``q_max`` once ``λ k(b)`` is below half an ulp of ``q_max``; beyond that, points tie in quality
     while the cost still grows (and :func:`pareto_front` keeps only the cheapest of them).
 
+    On a mix the slope is still the price, ``dQ/dL = k(b)`` (EM4), and the frontier dominates the
+    fixed-budget curve :func:`budget_frontier`: at equal mean cost its mean quality is no lower, and
+    strictly higher wherever the classes' optimal lengths differ (EM3); :func:`adaptive_gap`
+    measures by how much. The mix's mean is exact for ``Fraction`` weights (one rounding of the
+    exact sum of the float64 per-class values).
+
     Examples
     --------
     >>> from refimpl import effort_frontier
@@ -464,11 +649,296 @@ def effort_frontier(
     array([ 69.31471806, 169.31471806, 269.31471806])
     >>> front.quality
     array([0.5       , 0.81606028, 0.93233236])
+    >>> mix = effort_frontier([1.0, 2.0], q_max=1.0, lam=[20.0, 200.0], k0=0.005, b_min=0.0,
+    ...                       tau=1.0, weights=[0.5, 0.5])
+    >>> mix.cost, mix.quality
+    (array([133.02585093, 243.02585093]), array([0.79766631, 0.92556559]))
     """
-    length, arr, q_max_, lam_, k0_, b_min_, tau_ = _optimum(b, q_max, lam, k0, b_min, tau)
-    k = effort_penalty(arr, k0=k0_, b_min=b_min_, tau=tau_)
-    quality = np.where(length > 0.0, np.maximum(q_max_ - lam_ * k, 0.0), 0.0)
-    return EffortFrontier(cost=length, quality=_out(quality))
+    mix = _mix(q_max, lam, weights)
+    if mix is None:
+        length, arr, q_max_, lam_, k0_, b_min_, tau_ = _optimum(b, q_max, lam, k0, b_min, tau)
+        k = effort_penalty(arr, k0=k0_, b_min=b_min_, tau=tau_)
+        quality = np.where(length > 0.0, np.maximum(q_max_ - lam_ * k, 0.0), 0.0)
+        return EffortFrontier(cost=length, quality=_out(quality))
+    k0_, b_min_, tau_, arr = _mix_effort(b, k0, b_min, tau)
+    length = _class_optimum(arr, mix, k0_, b_min_, tau_)
+    k = effort_penalty(arr, k0=k0_, b_min=b_min_, tau=tau_)[..., None]
+    quality = _out(np.where(length > 0.0, np.maximum(mix.q_max - mix.lam * k, 0.0), 0.0))
+    if mix.weights is None:
+        return EffortFrontier(cost=length, quality=quality)
+    return EffortFrontier(
+        cost=_out(_mix_mean(length, mix.weights)), quality=_out(_mix_mean(quality, mix.weights))
+    )
+
+
+def budget_frontier(
+    length: ArrayLike,
+    *,
+    q_max: float | ArrayLike,
+    lam: float | ArrayLike,
+    weights: ArrayLike | Sequence[Fraction] | None,
+) -> EffortFrontier:
+    r"""The fixed-budget curve: one length ``ℓ`` for every problem of the mix (budget forcing).
+
+    .. math::
+
+        \ell \mapsto \Big(\ell,\ \sum_d w_d\, Q_d(\ell)\Big), \qquad
+        Q_d(\ell) = q_{\max,d}\left(1 - e^{-\ell/\lambda_d}\right).
+
+    This is what a length controller that ignores the problem reaches: truncation at ``ℓ``, or a
+    policy conditioned on a budget but not on the problem.
+
+    Parameters
+    ----------
+    length : array_like of float, any shape
+        The one length spent on every problem, finite and ``>= 0``.
+    q_max, lam : float or array_like of float, shape (D,)
+        Per-class quality model, as in :func:`optimal_length`.
+    weights : array_like, shape (D,), or None
+        Share of each class (a probability vector; exact for ``Fraction`` weights). ``None``: no
+        averaging, the quality of each class (class axis last; a scalar ``q_max`` and ``lam`` give
+        the one-class curve ``(ℓ, Q(ℓ))``).
+
+    Returns
+    -------
+    EffortFrontier
+        ``cost``: the length, as float64 (broadcast to ``(*length.shape, D)`` per class when
+        ``weights`` is ``None`` and a parameter is per class); ``quality``: the mix's mean quality.
+
+    Raises
+    ------
+    TypeError
+        If an input is not numeric.
+    ValueError
+        If an input is not finite, a length is negative, a ``q_max`` or ``lam`` is ``<= 0``, the
+        per-class arrays and ``weights`` differ in length, or ``weights`` is not a probability
+        vector.
+
+    Notes
+    -----
+    Increasing and concave in ``ℓ`` (a mix of increasing concave curves), from 0 to
+    :math:`\sum_d w_d q_{\max,d}`. It lies on or below :func:`effort_frontier` at every cost (EM3):
+    one length for all is one allocation among many, and the adaptive one is best for its cost.
+    For one class the two curves coincide: every point of ``(ℓ, Q(ℓ))`` with
+    ``ℓ >= L*(b_min)`` is an adaptive optimum.
+
+    Examples
+    --------
+    >>> from refimpl import budget_frontier
+    >>> fixed = budget_frontier([133.02585093], q_max=1.0, lam=[20.0, 200.0], weights=[0.5, 0.5])
+    >>> fixed.quality  # the adaptive mix reaches 0.79766631 at this mean cost
+    array([0.74225029])
+    """
+    mix = _mix(q_max, lam, weights)
+    ell = as_float_array(length, name="length")
+    _require_nonnegative(ell, name="length", meaning="a generated length")
+    if mix is None:
+        return EffortFrontier(
+            cost=_out(ell),
+            quality=saturating_quality(ell, q_max=q_max, lam=lam),  # type: ignore[arg-type]
+        )
+    per_class = _class_quality(np.broadcast_to(ell[..., None], (*ell.shape, mix.lam.size)), mix)
+    if mix.weights is None:
+        cost = np.broadcast_to(ell[..., None], per_class.shape).copy()
+        return EffortFrontier(cost=_out(cost), quality=per_class)
+    return EffortFrontier(cost=_out(ell.copy()), quality=_out(_mix_mean(per_class, mix.weights)))
+
+
+class AdaptiveGap(NamedTuple):
+    """What adapting the length to the problem buys over one fixed length, at each effort.
+
+    Attributes
+    ----------
+    cost, quality : ndarray of float64
+        The adaptive frontier point: mean length and mean quality (:func:`effort_frontier`).
+    budget_quality : ndarray of float64
+        Mean quality of the fixed budget ``ℓ = cost`` (:func:`budget_frontier`): equal cost.
+    budget_length : ndarray of float64
+        The fixed length whose mean quality equals ``quality``: equal quality.
+    quality_gained : ndarray of float64
+        ``quality − budget_quality >= 0``: quality gained at equal cost.
+    cost_saved : ndarray of float64
+        ``budget_length − cost >= 0``: tokens saved per problem at equal quality.
+    """
+
+    cost: NDArray[np.float64]
+    quality: NDArray[np.float64]
+    budget_quality: NDArray[np.float64]
+    budget_length: NDArray[np.float64]
+    quality_gained: NDArray[np.float64]
+    cost_saved: NDArray[np.float64]
+
+
+def adaptive_gap(
+    b: ArrayLike,
+    *,
+    q_max: float | ArrayLike,
+    lam: float | ArrayLike,
+    k0: float,
+    b_min: float,
+    tau: float,
+    weights: ArrayLike | Sequence[Fraction],
+) -> AdaptiveGap:
+    r"""The gap between the adaptive frontier and the fixed-budget curve, at each effort ``b``.
+
+    With :math:`C(b), A(b)` the adaptive frontier (:func:`effort_frontier`) and
+    :math:`B(\ell) = \sum_d w_d Q_d(\ell)` the fixed-budget curve (:func:`budget_frontier`):
+
+    .. math::
+
+        \text{quality gained} = A(b) - B(C(b)), \qquad
+        \text{cost saved} = B^{-1}(A(b)) - C(b).
+
+    Parameters
+    ----------
+    b : array_like of float, any shape
+        Effort values, ``>= b_min``.
+    q_max, lam, k0, b_min, tau, weights
+        As in :func:`effort_frontier`; ``weights`` is required (the gap is a property of a mix).
+
+    Returns
+    -------
+    AdaptiveGap
+        Float64 arrays of the shape of ``b``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`effort_frontier`.
+
+    Notes
+    -----
+    Both gaps are ``>= 0`` (EM3) and 0 for one class. The equal-quality length
+    :math:`B^{-1}(A)` lies between the shortest and the longest :math:`\ell^*_d(b)` (``B`` is
+    increasing and :math:`B(\min_d \ell^*_d) \le A \le B(\max_d \ell^*_d)`); it is found by
+    bisection in that bracket to float64 resolution (at most 1100 halvings, vectorised).
+
+    Examples
+    --------
+    >>> from refimpl import adaptive_gap
+    >>> gap = adaptive_gap([1.0], q_max=1.0, lam=[20.0, 200.0], k0=0.005, b_min=0.0, tau=1.0,
+    ...                    weights=[0.5, 0.5])
+    >>> gap.quality_gained, gap.cost_saved
+    (array([0.05541601]), array([47.97015166]))
+    """
+    if weights is None:
+        raise invalid(
+            "weights",
+            "be given (the gap compares strategies on a mix of classes)",
+            weights,
+            "Pass one weight per class, e.g. weights=[0.5, 0.5].",
+        )
+    mix = _mix(q_max, lam, weights)
+    if mix is None or mix.weights is None:  # pragma: no cover - weights were given above
+        raise AssertionError("a mix with weights")
+    k0_, b_min_, tau_, arr = _mix_effort(b, k0, b_min, tau)
+    length = _class_optimum(arr, mix, k0_, b_min_, tau_)
+    front = effort_frontier(
+        arr, q_max=mix.q_max, lam=mix.lam, k0=k0_, b_min=b_min_, tau=tau_, weights=weights
+    )
+    fixed = budget_frontier(front.cost, q_max=mix.q_max, lam=mix.lam, weights=weights)
+    lo = np.min(length, axis=-1)
+    hi = np.max(length, axis=-1)
+    target = front.quality
+    for _ in range(1100):
+        mid = 0.5 * (lo + hi)
+        if np.all((mid == lo) | (mid == hi)):
+            break
+        below = budget_frontier(mid, q_max=mix.q_max, lam=mix.lam, weights=weights).quality < target
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    budget_length = _out(hi)
+    return AdaptiveGap(
+        cost=front.cost,
+        quality=front.quality,
+        budget_quality=fixed.quality,
+        budget_length=budget_length,
+        quality_gained=_out(np.maximum(front.quality - fixed.quality, 0.0)),
+        cost_saved=_out(np.maximum(budget_length - front.cost, 0.0)),
+    )
+
+
+class DifficultyMix(NamedTuple):
+    """A mix of difficulty classes: per-class quality model and weights (see :func:`difficulty_mix`).
+
+    Attributes
+    ----------
+    q_max, lam, weights : ndarray of float64, shape (D,)
+        Saturation quality, quality length scale and share of each class; pass them as
+        ``q_max=, lam=, weights=`` (``**mix._asdict()``) to :func:`effort_frontier` and friends.
+    """
+
+    q_max: NDArray[np.float64]
+    lam: NDArray[np.float64]
+    weights: NDArray[np.float64]
+
+
+def difficulty_mix(
+    *, median: float, sigma: float, q_max: float = 1.0, nodes: int = 64
+) -> DifficultyMix:
+    r"""A log-normal law of the quality length scale ``λ``, as equally likely quantile classes.
+
+    :math:`\ln\lambda \sim \mathcal N(\ln m, \sigma^2)` is replaced by ``nodes`` classes of
+    weight :math:`1/n` at the mid-quantiles :math:`\lambda_i = m\, e^{\sigma z_i}`,
+    :math:`z_i = \Phi^{-1}((i - \tfrac12)/n)`: class ``i`` stands for the ``i``-th ``n``-quantile
+    of difficulty, and :math:`E[f(\lambda)] \approx \tfrac1n \sum_i f(\lambda_i)`.
+
+    Parameters
+    ----------
+    median : float
+        Median ``m`` of ``λ``, ``> 0`` (tokens).
+    sigma : float
+        Standard deviation of ``ln λ``, ``>= 0`` (0: every class has ``λ = m``).
+    q_max : float, default 1.0
+        Saturation quality of every class, ``> 0``.
+    nodes : int, default 64
+        Number of classes, ``>= 1``.
+
+    Returns
+    -------
+    DifficultyMix
+        ``q_max``, ``lam`` (increasing) and ``weights`` (each ``1/nodes``, as float64).
+
+    Raises
+    ------
+    TypeError
+        If a parameter has the wrong type.
+    ValueError
+        If a parameter is outside its domain.
+
+    Notes
+    -----
+    Why mid-quantiles and not Gauss–Hermite nodes: the adaptive frontier's integrand has a kink
+    where :math:`\ell^*(\lambda)` is clipped at 0 (at :math:`\lambda = q_\text{max}/k(b)`, which
+    moves with ``b``), which no fixed rule resolves, and there Gauss–Hermite converges no faster than
+    the mid-quantile rule (both about :math:`1/n`). Measured against the closed form of the
+    log-normal mix (EM6) at ``m = 100, σ = 1, k0 = 0.005, τ = 1``, ``b ∈ [0, 4]``: the mean quality
+    of the adaptive frontier is within 1.1e-3 at 64 classes and 2.5e-4 at 256, the mean cost within
+    0.5% and 0.15%; the fixed-budget curve (smooth in ``z``) within 4e-4 and 7e-5.
+
+    Examples
+    --------
+    >>> from refimpl import difficulty_mix
+    >>> mix = difficulty_mix(median=100.0, sigma=1.0, nodes=3)
+    >>> mix.lam
+    array([ 38.00617399, 100.        , 263.11514554])
+    >>> mix.weights
+    array([0.33333333, 0.33333333, 0.33333333])
+    """
+    m = as_real(median, name="median", low=0.0, low_open=True, meaning="median of λ")
+    s = as_real(sigma, name="sigma", low=0.0, meaning="standard deviation of ln λ")
+    q = as_real(q_max, name="q_max", low=0.0, low_open=True, meaning="saturation quality")
+    n = as_int(nodes, name="nodes", minimum=1, meaning="quadrature classes")
+    z = _normal_quantile((np.arange(n) + 0.5) / n)
+    return DifficultyMix(
+        q_max=_out(np.full(n, q)), lam=_out(m * np.exp(s * z)), weights=_out(np.full(n, 1.0 / n))
+    )
+
+
+def _normal_quantile(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    from scipy.special import ndtri
+
+    return _out(ndtri(p))
 
 
 def pareto_front(cost: ArrayLike, quality: ArrayLike) -> NDArray[np.intp]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import TypedDict
+from fractions import Fraction
+from typing import Any, TypedDict
 
 import numpy as np
 import pytest
@@ -20,6 +21,9 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl import (
     EffortFrontier,
     EffortPolicy,
+    adaptive_gap,
+    budget_frontier,
+    difficulty_mix,
     effort_frontier,
     effort_penalty,
     optimal_length,
@@ -493,3 +497,273 @@ def test_policy_methods_keep_the_shape_of_b(trained: list[EffortPolicy]) -> None
     assert policy.mean_length(1.0).shape == ()
     assert policy.evaluate(np.ones((2, 3))).quality.shape == (2, 3)
     assert policy.sample_lengths(np.ones(4), rng=np.random.default_rng(0)).shape == (4,)
+
+
+# ---------------------------------------------------------------------------------------------
+# a mix of difficulty classes: adaptive effort against one fixed budget
+# ---------------------------------------------------------------------------------------------
+
+PENALTY = {"k0": 0.005, "b_min": 0.0, "tau": 1.0}
+
+
+@given(model_params(), st.lists(offsets, min_size=1, max_size=6))
+def test_a_one_class_mix_is_the_one_class_call_bit_for_bit(
+    p: dict[str, float], a: list[float]
+) -> None:
+    b = p["b_min"] + np.asarray(a)
+    one = effort_frontier(b, **p)
+    rest = {k: v for k, v in p.items() if k not in ("q_max", "lam")}
+    for weights in ([1.0], [Fraction(1)]):
+        mixed = effort_frontier(b, q_max=[p["q_max"]], lam=[p["lam"]], weights=weights, **rest)
+        assert np.array_equal(mixed.cost, one.cost)
+        assert np.array_equal(mixed.quality, one.quality)
+        length = optimal_length(b, q_max=p["q_max"], lam=[p["lam"]], weights=weights, **rest)
+        assert np.array_equal(length, optimal_length(b, **p))
+    fixed = budget_frontier(one.cost, q_max=p["q_max"], lam=p["lam"], weights=[1.0])
+    assert np.array_equal(
+        fixed.quality, saturating_quality(one.cost, q_max=p["q_max"], lam=p["lam"])
+    )
+
+
+def test_per_class_results_are_the_one_class_calls_along_the_last_axis() -> None:
+    b = np.array([[0.0, 0.5], [1.0, 3.0]])
+    lam, q = [20.0, 200.0, 50.0], [1.0, 0.8, 0.9]
+    length = optimal_length(b, q_max=q, lam=lam, **PENALTY)
+    front = effort_frontier(b, q_max=q, lam=lam, **PENALTY)
+    fixed = budget_frontier(b, q_max=q, lam=lam, weights=None)
+    assert (
+        length.shape == front.cost.shape == front.quality.shape == fixed.quality.shape == (2, 2, 3)
+    )
+    for d in range(3):
+        one = effort_frontier(b, q_max=q[d], lam=lam[d], **PENALTY)
+        assert np.array_equal(length[..., d], optimal_length(b, q_max=q[d], lam=lam[d], **PENALTY))
+        assert np.array_equal(front.cost[..., d], one.cost)
+        assert np.array_equal(front.quality[..., d], one.quality)
+        assert np.array_equal(fixed.cost[..., d], b)
+        assert np.array_equal(fixed.quality[..., d], saturating_quality(b, q_max=q[d], lam=lam[d]))
+
+
+def test_fraction_weights_give_the_exact_mean_rounded_once() -> None:
+    # The per-class values are float64; with Fraction weights the mix's mean is their exact
+    # weighted sum, rounded once (computed here with Fractions, independently of the library).
+    b = np.linspace(0.0, 3.0, 7)
+    lam = [20.0, 70.0, 200.0]
+    w = [Fraction(1, 3), Fraction(1, 6), Fraction(1, 2)]
+    per = effort_frontier(b, q_max=1.0, lam=lam, **PENALTY)
+    mixed = effort_frontier(b, q_max=1.0, lam=lam, weights=w, **PENALTY)
+    fixed_per = budget_frontier(b * 50, q_max=1.0, lam=lam, weights=None)
+    fixed = budget_frontier(b * 50, q_max=1.0, lam=lam, weights=w)
+    for i in range(b.size):
+
+        def exact(row: NDArray[np.float64]) -> float:
+            return float(
+                sum((Fraction(float(v)) * wd for v, wd in zip(row, w, strict=True)), Fraction(0))
+            )
+
+        assert mixed.cost[i] == exact(per.cost[i])
+        assert mixed.quality[i] == exact(per.quality[i])
+        assert fixed.quality[i] == exact(fixed_per.quality[i])
+    assert (
+        optimal_length(b, q_max=1.0, lam=lam, weights=w, **PENALTY).tolist() == mixed.cost.tolist()
+    )
+
+
+@st.composite
+def mixes(draw: st.DrawFn) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """2–5 classes: λ in [1, 1000], q_max in [0.1, 1], positive weights summing to 1."""
+    n = draw(st.integers(2, 5))
+    lam = np.asarray(draw(st.lists(st.floats(1.0, 1000.0), min_size=n, max_size=n)))
+    q = np.asarray(draw(st.lists(st.floats(0.1, 1.0), min_size=n, max_size=n)))
+    raw = np.asarray(draw(st.lists(st.floats(0.05, 1.0), min_size=n, max_size=n)))
+    return q, lam, raw / raw.sum()
+
+
+def check_adaptive_dominates_fixed(
+    frontier: Callable[..., EffortFrontier],
+    q: NDArray[np.float64],
+    lam: NDArray[np.float64],
+    w: NDArray[np.float64],
+    b: NDArray[np.float64],
+) -> None:
+    """At equal mean cost the adaptive mean quality is no lower; strictly where the ℓ*_d differ."""
+    front = frontier(b, q_max=q, lam=lam, weights=w, **PENALTY)
+    fixed = budget_frontier(front.cost, q_max=q, lam=lam, weights=w)
+    scale = float(np.dot(w, q))
+    assert np.all(front.quality >= fixed.quality - 1e-12 * scale)
+    per = optimal_length(b, q_max=q, lam=lam, **PENALTY)
+    spread = (per.max(axis=-1) - per.min(axis=-1)) / lam.max()
+    # the gap is second order in the spread of the ℓ*_d: resolvable once spread >= 1e-3
+    strict = spread >= 1e-3
+    assert np.all(front.quality[strict] > fixed.quality[strict])
+
+
+@given(mixes(), st.lists(st.floats(0.0, 8.0), min_size=1, max_size=8))
+def test_adaptive_frontier_dominates_the_fixed_budget_curve(
+    mix: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]], a: list[float]
+) -> None:
+    check_adaptive_dominates_fixed(effort_frontier, *mix, np.asarray(a))
+
+
+def test_dominance_property_rejects_a_frontier_that_spends_the_mean_length_everywhere() -> None:
+    # wrong variant: the adaptive cost, but the quality of giving every class that mean length
+    def wrong(b: ArrayLike, **kw: Any) -> EffortFrontier:
+        front = effort_frontier(b, **kw)
+        fixed = budget_frontier(front.cost, q_max=kw["q_max"], lam=kw["lam"], weights=kw["weights"])
+        return EffortFrontier(front.cost, fixed.quality)
+
+    q, lam, w = np.array([1.0, 1.0]), np.array([20.0, 200.0]), np.array([0.5, 0.5])
+    with pytest.raises(AssertionError):
+        check_adaptive_dominates_fixed(wrong, q, lam, w, np.array([1.0, 2.0]))
+
+
+@given(mixes(), st.lists(st.floats(0.0, 8.0), min_size=1, max_size=8))
+def test_adaptive_gap_is_the_distance_at_equal_cost_and_at_equal_quality(
+    mix: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]], a: list[float]
+) -> None:
+    q, lam, w = mix
+    b = np.asarray(a)
+    gap = adaptive_gap(b, q_max=q, lam=lam, weights=w, **PENALTY)
+    front = effort_frontier(b, q_max=q, lam=lam, weights=w, **PENALTY)
+    assert np.array_equal(gap.cost, front.cost)
+    assert np.array_equal(gap.quality, front.quality)
+    assert np.all(gap.quality_gained >= 0.0)
+    assert np.all(gap.cost_saved >= 0.0)
+    np.testing.assert_allclose(gap.quality_gained, gap.quality - gap.budget_quality, atol=1e-15)
+    # equal quality: the fixed length reaches the adaptive quality, and no shorter length does
+    at = budget_frontier(gap.budget_length, q_max=q, lam=lam, weights=w).quality
+    below = budget_frontier(
+        np.nextafter(gap.budget_length, 0.0), q_max=q, lam=lam, weights=w
+    ).quality
+    resolvable = gap.quality < 0.999 * np.dot(w, q)
+    assert np.all(at[resolvable] >= gap.quality[resolvable] - 4e-16)
+    assert np.all(below[resolvable] <= gap.quality[resolvable] + 4e-16)
+
+
+def test_adaptive_gap_of_two_classes_matches_a_hand_computation() -> None:
+    # λ = 20 and 200, q_max = 1, k(1) = 0.005/e: ℓ* = 20 ln(e/0.1) and 200 ln(e/1) = 200
+    k = 0.005 / math.e
+    l_easy, l_hard = 20.0 * math.log(1.0 / (20.0 * k)), 200.0
+    cost = 0.5 * (l_easy + l_hard)
+    quality = 0.5 * ((1.0 - 20.0 * k) + (1.0 - 200.0 * k))
+    fixed = 0.5 * ((1.0 - math.exp(-cost / 20.0)) + (1.0 - math.exp(-cost / 200.0)))
+    gap = adaptive_gap(1.0, q_max=1.0, lam=[20.0, 200.0], weights=[0.5, 0.5], **PENALTY)
+    assert float(gap.cost) == pytest.approx(cost, rel=1e-15)
+    assert float(gap.quality) == pytest.approx(quality, rel=1e-15)
+    assert float(gap.quality_gained) == pytest.approx(quality - fixed, rel=1e-12)
+    ell = float(gap.budget_length)
+    reached = 0.5 * ((1.0 - math.exp(-ell / 20.0)) + (1.0 - math.exp(-ell / 200.0)))
+    assert reached == pytest.approx(quality, rel=1e-15)
+    assert one_class_gap_is_zero()
+
+
+def one_class_gap_is_zero() -> bool:
+    gap = adaptive_gap([0.0, 1.0, 4.0], q_max=1.0, lam=[100.0], weights=[1.0], **PENALTY)
+    # zero up to the rounding of the two closed forms (q − λk and 1 − e^{−ℓ/λ}): a few ulps
+    return bool(np.all(gap.quality_gained <= 4e-16) and np.all(gap.cost_saved <= 1e-12 * gap.cost))
+
+
+def _lognormal_frontier_closed_form(
+    b: NDArray[np.float64], *, median: float, sigma: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """E over ln λ ~ N(ln m, σ²) of ℓ*(λ) and Q(ℓ*(λ)), q_max = 1 (normal CDFs; see EM6)."""
+    from scipy.stats import norm
+
+    k = PENALTY["k0"] * np.exp(-b)
+    a = np.log(1.0 / (k * median)) / sigma  # ℓ* > 0 iff λ < 1/k iff z < a
+    mean_lam = median * np.exp(sigma**2 / 2) * norm.cdf(a - sigma)
+    mean_lam_z = median * np.exp(sigma**2 / 2) * (sigma * norm.cdf(a - sigma) - norm.pdf(a - sigma))
+    cost = (np.log(1.0 / k) - np.log(median)) * mean_lam - sigma * mean_lam_z
+    return cost, norm.cdf(a) - k * mean_lam
+
+
+def test_difficulty_mix_converges_to_the_lognormal_closed_form() -> None:
+    b = np.linspace(0.0, 4.0, 41)
+    cost, quality = _lognormal_frontier_closed_form(b, median=100.0, sigma=1.0)
+    errors = []
+    for nodes in (64, 256):
+        mix = difficulty_mix(median=100.0, sigma=1.0, nodes=nodes)
+        front = effort_frontier(b, **mix._asdict(), **PENALTY)
+        errors.append(float(np.max(np.abs(front.quality - quality))))
+        np.testing.assert_allclose(front.cost, cost, rtol=0.006 if nodes == 64 else 0.002)
+    # measured 1.07e-3 and 2.44e-4 (difficulty_mix's Notes); the error falls like 1/nodes
+    assert errors[0] < 1.2e-3
+    assert errors[1] < 2.7e-4
+    assert errors[1] < errors[0] / 3
+    assert np.array_equal(difficulty_mix(median=100.0, sigma=0.0, nodes=5).lam, np.full(5, 100.0))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda: optimal_length(0.0, q_max=1.0, lam=[1.0, 2.0], weights=[1.0], **PENALTY),
+            ValueError,
+            r"weights must have one entry per class \(2 classes",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=[1.0, 1.0, 1.0], lam=[1.0, 2.0], **PENALTY),
+            ValueError,
+            r"lam must have one entry per class \(3 classes",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=1.0, lam=[1.0, -2.0], **PENALTY),
+            ValueError,
+            r"lam must be > 0 \(quality length scale of each class\).*Entry 1",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=1.0, lam=[], **PENALTY),
+            ValueError,
+            r"lam must be non-empty",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=1.0, lam=[[1.0]], **PENALTY),
+            ValueError,
+            r"lam must be 0-D or 1-D",
+        ),
+        (
+            lambda: budget_frontier([1.0], q_max=1.0, lam=[1.0, 2.0], weights=[0.5, 0.6]),
+            ValueError,
+            r"weights must sum to 1",
+        ),
+        (
+            lambda: budget_frontier(
+                [1.0], q_max=1.0, lam=[1.0, 2.0], weights=[Fraction(1, 2), Fraction(1, 3)]
+            ),
+            ValueError,
+            r"weights must sum to 1 exactly",
+        ),
+        (
+            lambda: budget_frontier([-1.0], q_max=1.0, lam=[1.0], weights=[1.0]),
+            ValueError,
+            r"length must be >= 0",
+        ),
+        (
+            lambda: budget_frontier([1.0], q_max=1.0, lam=["a"], weights=[1.0]),
+            TypeError,
+            r"lam must be an array of real numbers",
+        ),
+        (
+            lambda: adaptive_gap(0.0, q_max=1.0, lam=[1.0], weights=None, **PENALTY),  # type: ignore[arg-type]
+            ValueError,
+            r"weights must be given",
+        ),
+        (
+            lambda: effort_frontier(
+                0.0, q_max=1.0, lam=[1.0], k0=0.0, b_min=0.0, tau=1.0, weights=[1.0]
+            ),
+            ValueError,
+            r"k0 must be > 0 for an optimal length",
+        ),
+        (lambda: difficulty_mix(median=100.0, sigma=-1.0), ValueError, r"sigma must be >= 0"),
+        (
+            lambda: difficulty_mix(median=100.0, sigma=1.0, nodes=0),
+            ValueError,
+            r"nodes must be >= 1",
+        ),
+    ],
+)
+def test_mix_arguments_are_refused_with_the_rule_and_the_fix(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()
