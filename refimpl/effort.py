@@ -11,7 +11,8 @@ The module also carries a toy effort-conditioned policy trained by policy gradie
 (:func:`train_effort_policy`), which shows that one set of parameters conditioned on ``b`` learns
 ``L*(b)`` and traces the analytic frontier.
 
-Claim ids (``proofs/effort.py``): EF1–EF3 (the penalty), EF4–EF6 (the optimum), EF7–EF9 (the frontier).
+Claim ids (``proofs/effort.py``): EF1–EF3 (the penalty), EF4–EF6 (the optimum), EF7–EF9 (the frontier);
+(``proofs/effort_mix.py``) EM1–EM6 (a mix of problems: adaptive effort against a fixed budget).
 """
 
 from __future__ import annotations
@@ -532,7 +533,7 @@ def optimal_length(
     ``Q''(ℓ) < 0`` everywhere (EF5), so the root is the unique maximiser when positive; otherwise
     the reward is decreasing on ``ℓ >= 0`` and ``L* = 0``. ``L*`` is linear in ``b`` with slope
     ``λ/τ`` where positive (EF6) and non-decreasing in ``b``. On a mix the classes are separate
-    problems, so the per-class optimum maximises the mix's mean shaped reward (EM1), and no other
+    problems, so the per-class optimum maximises the mix's mean shaped reward (EM2), and no other
     allocation of the same mean length has a higher mean quality (EM3).
 
     Computed in the log form above, which never forms ``k(b)``: as ``k(b) → 0`` (large
@@ -912,7 +913,7 @@ def difficulty_mix(
     where :math:`\ell^*(\lambda)` is clipped at 0 (at :math:`\lambda = q_\text{max}/k(b)`, which
     moves with ``b``), which no fixed rule resolves, and there Gauss–Hermite converges no faster than
     the mid-quantile rule (both about :math:`1/n`). Measured against the closed form of the
-    log-normal mix (EM6) at ``m = 100, σ = 1, k0 = 0.005, τ = 1``, ``b ∈ [0, 4]``: the mean quality
+    log-normal mix (EM5) at ``m = 100, σ = 1, k0 = 0.005, τ = 1``, ``b ∈ [0, 4]``: the mean quality
     of the adaptive frontier is within 1.1e-3 at 64 classes and 2.5e-4 at 256, the mean cost within
     0.5% and 0.15%; the fixed-budget curve (smooth in ``z``) within 4e-4 and 7e-5.
 
