@@ -856,7 +856,7 @@ def test_two_adam_steps_match_the_hand_computation() -> None:
 # ---------------------------------------------------------------------------------------------
 
 MIX: dict[str, Any] = {"q_max": 1.0, "lam": [25.0, 100.0, 400.0], "weights": [0.4, 0.4, 0.2]}
-MIX_PENALTY = {"k0": 0.002, "b_min": 0.0, "tau": 1.0}
+MIX_PENALTY: dict[str, Any] = {"k0": 0.002, "b_min": 0.0, "tau": 1.0}
 
 
 @pytest.fixture(scope="module")
