@@ -343,9 +343,7 @@ def _class_parameter(value: Any, *, name: str, meaning: str) -> NDArray[np.float
     """A positive scalar or a non-empty 1-D array of positive values (one per class)."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return np.asarray([as_real(value, name=name, low=0.0, low_open=True, meaning=meaning)])
-    arr = as_float_array(value, name=name, ndim=(0, 1))
-    if arr.ndim == 0:
-        arr = arr.reshape(1)
+    arr = np.atleast_1d(as_float_array(value, name=name, ndim=(0, 1)))
     if arr.size == 0:
         raise invalid(
             name, "be non-empty (one value per class)", arr, f"Pass one {name} per class."

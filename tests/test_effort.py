@@ -447,6 +447,20 @@ def test_training_from_a_seed_is_bit_identical() -> None:
     assert not np.array_equal(a.mean_coef, c.mean_coef)  # the seed matters
 
 
+def test_training_at_the_defaults_is_pinned(trained: list[EffortPolicy]) -> None:
+    # Seeded regression values of train_effort_policy at its defaults, seed 0 (this build, numpy's
+    # PCG64 streams); 1e-9 rather than bit for bit because numpy's exp/log take CPU-dependent SIMD
+    # paths. A changed default (steps, batch, group, degree), draw order or update moves them.
+    policy = trained[0]
+    np.testing.assert_allclose(
+        policy.mean_coef[:3],
+        [5.415241967520461, 0.8897266340413862, -0.19798846673666495],
+        rtol=1e-9,
+    )
+    assert float(policy.log_spread_coef[0]) == pytest.approx(-3.828776152251288, rel=1e-9)
+    assert float(policy.reward_history[-1]) == pytest.approx(0.6783539080729994, rel=1e-9)
+
+
 def test_learned_mean_length_approaches_the_optimal_length(trained: list[EffortPolicy]) -> None:
     # Training is deterministic given the seed, so this cannot flake; the tolerance covers the
     # approximation bias of the degree-6 features and the residual spread (measured <= 0.6% for seeds
