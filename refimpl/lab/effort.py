@@ -673,7 +673,9 @@ def _mix_part(section: Section, config: LabConfig, progress: Callable[[str], Non
         for j, p in enumerate(group):
             span = float(front[j] - fixed[j])
             share = float((q[j] - fixed[j]) / span) if span > 1e-9 else float("nan")
-            if short[j] <= 1e-3:
+            if span <= 2e-3:
+                verdict = "where the two curves meet (near saturation)"
+            elif short[j] <= 1e-3:
                 verdict = "on the adaptive frontier"
             elif np.isfinite(share) and abs(share) <= 0.02:
                 verdict = "on the fixed-budget curve"
@@ -713,7 +715,8 @@ def _mix_part(section: Section, config: LabConfig, progress: Callable[[str], Non
         ),
         rows,
         digits=3,
-        note="Verdict 'on the frontier': shortfall ≤ 1e-3. 'Dominated by another setting': another "
+        note="Verdicts: 'on the adaptive frontier': shortfall ≤ 1e-3; 'on the fixed-budget curve': "
+        "share within ±0.02; 'where the two curves meet': the whole gap is ≤ 2e-3 at that cost. 'Dominated by another setting': another "
         "setting of the same penalty has no more cost and no less quality. Kimi's rows are one "
         "training run read at several steps: its group reward has no fixed length (EM6), and the "
         "lengths keep falling as training goes on.",
