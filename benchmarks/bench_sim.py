@@ -188,7 +188,7 @@ def main() -> int:
                 slots=SLOTS, batch=BATCH, steps=steps, seed=SEED,
                 lengths=scipy.stats.lognorm(s=1.0, scale=float(np.exp(6.0))), **AGENT_OPTIONS,
             )  # fmt: skip
-            t, c, _ = best_of(1, lambda: simulate_agent(cfg_a))
+            t, c, _ = best_of(1, lambda cfg_a=cfg_a: simulate_agent(cfg_a))
             ratio = t_peer / t
             met = ratio >= 10.0
             ok &= met
@@ -204,9 +204,9 @@ def main() -> int:
             model = (t_peer, c_peer, (stale, tlen, t_end))
         else:
             fn = models.MODELS[model_name]
-            model = best_of(1, lambda: fn(lengths, BATCH, steps, **model_options))
+            model = best_of(1, lambda fn=fn, kw=model_options: fn(lengths, BATCH, steps, **kw))
         t_m, c_m, (m_stale, m_len, m_end) = model
-        t, c, trace = best_of(args.repeats, lambda: simulate(cfg))
+        t, c, trace = best_of(args.repeats, lambda cfg=cfg: simulate(cfg))
         order = trace.training_order()
         agrees = (
             np.array_equal(trace.staleness[order], m_stale)

@@ -305,18 +305,19 @@ def test_the_compiled_engine_is_the_reference_engine_sample_for_sample(cfg: SimC
 @pytest.mark.parametrize(
     "kw",
     [
-        {"partial": "restart"},  # more rows than planned: the kernel asks for room and reruns
+        {"partial": "restart"},  # more rows than planned
         {"partial": "recompute", "reprefill_token_time": 0.5},  # more version segments
         {"preempt_rate": 0.2, "preempt_duration": 2.0},  # more preemption delays
         {"mode": "first_k", "launch": 9, "leftovers": "carry"},  # more lengths, block by block
     ],
     ids=["rows", "segments", "preemptions", "lengths"],
 )
-def test_the_compiled_engine_reruns_to_the_same_trace_when_it_runs_out_of_room(
+def test_the_compiled_engine_gives_the_same_trace_when_it_runs_out_of_room(
     kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Starting with almost no room forces every "I need more" path of the kernel; the rerun from
-    the start must give the reference trace exactly."""
+    """Starting with almost no room forces every "I need more" path of the kernel (grow the arrays
+    between two events and resume; or, inside an event, run again from the start); either way the
+    trace must be the reference trace exactly."""
     cfg = SimConfig(slots=3, batch=2, steps=60, lengths=np.full(3, 1.0 / 3), seed=5, **kw)
     monkeypatch.setattr(_compiled, "_rows_estimate", lambda cfg: 1)
     monkeypatch.setattr(_compiled, "_INITIAL_ROOM", 1)

@@ -54,12 +54,17 @@ _PARTIAL_CODES = {"none": 0, "restart": 1, "recompute": 2, "keep_kv": 3}
 # integer state S[...]
 _SEQ, _BUSY, _VERSION, _J, _TRAINING, _RANK, _ADMITTED, _RUNNING, _PENDING_LAUNCH = range(9)
 _NR, _BUF_HEAD, _BUF_TAIL, _NBATCH, _IDLE_HEAD, _IDLE_LEN, _ERR, _ERR_A, _ERR_B = range(9, 18)
-_COMPLETED, _NSEG, _EXP_USED, _KCOLS = range(18, 22)
-_N_STATE = 22
+_COMPLETED, _NSEG, _EXP_USED, _KCOLS, _STARTED, _MAXCOL = range(18, 24)
+_N_STATE = 24
 # float state SF[...]
 _T, _VCLOCK, _GEN_BUSY, _TRAINER_BUSY = range(4)
 # errors: what the kernel needs from Python
 _OK, _STUCK, _NEED_LENGTHS, _NEED_ROWS, _NEED_HEAP, _NEED_SEGMENTS, _NEED_EXPS = range(7)
+# between two events: the arrays are nearly full; grow them and resume (state is consistent)
+_NEED_ROOM = 7
+# room one event may need at most: a publication can launch (restart, admission, a new step) and
+# reschedule (recompute) on every slot, twice over for restart under admission
+_ROWS_PER_EVENT, _HEAP_PER_EVENT, _SEGMENTS_PER_EVENT, _COLUMNS_PER_EVENT = 2, 4, 2, 3
 # integer parameters P[...]
 (
     _P_SLOTS,
@@ -76,7 +81,8 @@ _OK, _STUCK, _NEED_LENGTHS, _NEED_ROWS, _NEED_HEAP, _NEED_SEGMENTS, _NEED_EXPS =
     _P_SLOW,
     _P_PREEMPT,
     _P_PERSIST_KV,
-) = range(14)
+    _P_FIXED_LENGTHS,
+) = range(15)
 # float parameters PF[...]
 _F_TT, _F_PRE, _F_RP, _F_PSCALE, _F_PDUR, _F_KVRESTORE = range(6)
 # rollout int32 rows R[...]
@@ -192,6 +198,8 @@ def _launch(
         S[_ERR] = _NEED_ROWS
         return
     SL[_S_NXT, s] = k + 1
+    if k + 1 > S[_MAXCOL]:
+        S[_MAXCOL] = k + 1
     length = lengths[s, k]
     S[_NR] = rid + 1
     t = SF[_T]
@@ -460,29 +468,32 @@ def _publish_partial(
 def _kernel(
     P: Any, PF: Any, lengths: Any, taus: Any, slow: Any, exps: Any, S: Any, SF: Any, R: Any,
     RF: Any, W: Any, status: Any, ht: Any, hk: Any, hp: Any, seg_r: Any, seg_k: Any, seg_v: Any,
-    publish_times: Any,
+    publish_times: Any, SL: Any, SLF: Any, idle: Any, batch: Any, hn: Any,
 ) -> None:  # fmt: skip
-    """Run the event loop until the last publication, or until it needs something (``S[_ERR]``)."""
+    """Run (or resume) the event loop until the last publication, or until it needs something
+    (``S[_ERR]``); with ``_NEED_ROOM`` it stopped between two events and can be resumed."""
     n_slots, steps = P[_P_SLOTS], P[_P_STEPS]
     has_slow = P[_P_SLOW] == 1
     step_mode = P[_P_STEP_MODE] == 1
     admission = P[_P_ADMISSION] == 1
     partial = P[_P_PARTIAL]
     pscale = PF[_F_PSCALE]
-    SL = np.full((4, n_slots), -1, dtype=np.int64)
-    SL[_S_NXT, :] = 0
-    SLF = np.zeros((5, n_slots), dtype=np.float64)
-    idle = np.empty(n_slots, dtype=np.int64)
-    batch = np.empty(P[_P_BATCH], dtype=np.int64)
-    hn = np.zeros(2, dtype=np.int64)
     ev = np.empty(3, dtype=np.int64)
     S[_KCOLS] = lengths.shape[1]
-    if P[_P_PREEMPT]:
+    rows, heap, segs = status.shape[0], ht.shape[1], seg_r.shape[0]
+    check_columns = P[_P_FIXED_LENGTHS] == 0
+    started = S[_STARTED] == 1
+    S[_STARTED] = 1
+    if started:
+        pass
+    elif P[_P_PREEMPT]:
         for s in range(n_slots):
             e = S[_EXP_USED]
             S[_EXP_USED] = e + 1
             _push(ht, hk, hp, hn, S, 0, pscale * exps[e], 0, _PREEMPT, s, 0)
-    if P[_P_CONTINUOUS]:
+    if started:
+        pass
+    elif P[_P_CONTINUOUS]:
         for s in range(n_slots):
             _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
     else:
@@ -493,6 +504,15 @@ def _kernel(
         else:
             _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
     while S[_ERR] == _OK:
+        if (
+            rows - S[_NR] < _ROWS_PER_EVENT * n_slots + 1
+            or heap - max(hn[0], hn[1]) < _HEAP_PER_EVENT * n_slots + 4
+            or (partial != 0 and segs - S[_NSEG] < _SEGMENTS_PER_EVENT * n_slots)
+            or (P[_P_PREEMPT] and S[_EXP_USED] >= exps.shape[0])
+            or (check_columns and S[_KCOLS] - S[_MAXCOL] < _COLUMNS_PER_EVENT)
+        ):
+            S[_ERR] = _NEED_ROOM
+            return
         t = SF[_T]
         if not has_slow:
             if hn[0] == 0:
@@ -673,6 +693,21 @@ def _rows_estimate(cfg: SimConfig) -> int:
     return int(n * 1.02) + 2 * cfg.slots + 1024
 
 
+def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
+    """``a`` with its last axis grown to ``size`` (its contents kept)."""
+    out = np.zeros((*a.shape[:-1], size), dtype=a.dtype)  # W accumulates: zeros
+    out[..., : a.shape[-1]] = a
+    return out
+
+
+def _exponentials(cfg: SimConfig, n: int) -> NDArray[np.float64]:
+    """The first ``n`` standard exponentials of the preemption stream (the reference engine
+    draws ``exponential(1 / rate)`` one at a time from the same generator: the same numbers)."""
+    if n == 0:
+        return np.zeros(0)
+    return np.random.default_rng([cfg.seed, 2]).standard_exponential(n)
+
+
 def _readonly(a: NDArray[Any]) -> NDArray[Any]:
     """A read-only view: inputs always have one numba type, so the kernel compiles once."""
     v = a.view()
@@ -708,6 +743,7 @@ def run_compiled(
             cfg.slowdown_table is not None,
             cfg.preempt_rate > 0,
             cfg.persist_kv,
+            supply.fixed,
         ],
         dtype=np.int64,
     )  # fmt: skip
@@ -731,15 +767,11 @@ def run_compiled(
     # first sizes; the kernel asks for more when they do not suffice
     n_exp = 4 * n_slots + _INITIAL_ROOM if cfg.preempt_rate > 0 else 0
     rows = _rows_estimate(cfg)
-    heap = 2 * n_slots + _INITIAL_ROOM
+    heap = (_HEAP_PER_EVENT + 2) * n_slots + 4 + _INITIAL_ROOM
     n_seg = _INITIAL_ROOM if cfg.partial != "none" else 0
     need_w = cfg.partial != "none" or cfg.preempt_rate > 0 or cfg.mode in ("sync", "first_k")
-    while True:
-        exps = (
-            np.random.default_rng([cfg.seed, 2]).standard_exponential(n_exp)
-            if n_exp
-            else np.zeros(0)
-        )
+    while True:  # a run from the start (again only when an event overran its room)
+        exps = _exponentials(cfg, n_exp)
         S = np.zeros(_N_STATE, dtype=np.int64)
         SF = np.zeros(4, dtype=np.float64)
         R = np.empty((8, rows), dtype=np.int32)
@@ -753,20 +785,51 @@ def run_compiled(
         seg_k = np.empty(n_seg, dtype=np.float64)
         seg_v = np.empty(n_seg, dtype=np.int32)
         publish = np.zeros(steps, dtype=np.float64)
-        kernel(
-            _readonly(params), _readonly(fparams), _readonly(supply.matrix), _readonly(taus),
-            _readonly(slow), _readonly(exps), S, SF, R, RF, W, status, ht, hk, hp, seg_r, seg_k,
-            seg_v, publish,
-        )  # fmt: skip
-        err = int(S[_ERR])
+        SL = np.full((4, n_slots), -1, dtype=np.int64)  # next column, rollout, paused, segment
+        SL[_S_NXT] = 0
+        SLF = np.zeros((5, n_slots), dtype=np.float64)
+        idle = np.empty(n_slots, dtype=np.int64)
+        batch = np.empty(cfg.batch, dtype=np.int64)
+        hn = np.zeros(2, dtype=np.int64)
+        while True:  # resume after growing
+            kernel(
+                _readonly(params), _readonly(fparams), _readonly(supply.matrix),
+                _readonly(taus), _readonly(slow), _readonly(exps), S, SF, R, RF, W, status, ht,
+                hk, hp, seg_r, seg_k, seg_v, publish, SL, SLF, idle, batch, hn,
+            )  # fmt: skip
+            err = int(S[_ERR])
+            if err != _NEED_ROOM:
+                break
+            S[_ERR] = _OK
+            done = max(int(S[_J]), 1)
+            scale = steps / done * 1.05  # the whole run, extrapolated from the part done
+            n_r = int(S[_NR])
+            if rows - n_r < _ROWS_PER_EVENT * n_slots + 1:
+                rows = max(int(rows * 1.5), int(n_r * scale)) + _ROWS_PER_EVENT * n_slots + 1
+                R, RF, status = _grown(R, rows), _grown(RF, rows), _grown(status, rows)
+                if need_w:
+                    W = _grown(W, rows)
+            if heap - int(hn.max()) < _HEAP_PER_EVENT * n_slots + 4:
+                heap = 2 * heap + _HEAP_PER_EVENT * n_slots + 4
+                ht, hk, hp = _grown(ht, heap), _grown(hk, heap), _grown(hp, heap)
+            if cfg.partial != "none" and n_seg - int(S[_NSEG]) < _SEGMENTS_PER_EVENT * n_slots:
+                n_seg = max(2 * n_seg, int(S[_NSEG] * scale)) + _SEGMENTS_PER_EVENT * n_slots
+                seg_r, seg_k, seg_v = (
+                    _grown(seg_r, n_seg),
+                    _grown(seg_k, n_seg),
+                    _grown(seg_v, n_seg),
+                )
+            if cfg.preempt_rate > 0 and int(S[_EXP_USED]) >= n_exp:
+                n_exp = max(2 * n_exp, int(n_exp * scale))
+                exps = _exponentials(cfg, n_exp)  # a longer prefix of the same stream
+            while supply.matrix.shape[1] - int(S[_MAXCOL]) < _COLUMNS_PER_EVENT:
+                supply.extend(slot=0, needed=int(S[_MAXCOL]) + _COLUMNS_PER_EVENT)
         if err == _OK:
             break
         if err == _STUCK:
             raise _Stuck
         done = max(int(S[_J]), 1)
-        if err == _NEED_LENGTHS:
-            # the reference engine extends by one block here; more blocks of the same stream
-            # change nothing but save reruns (an explicit matrix raises OutOfLengths here)
+        if err == _NEED_LENGTHS:  # an explicit matrix: raises OutOfLengths as the reference does
             need = int(S[_ERR_B])
             supply.extend(slot=int(S[_ERR_A]), needed=need)
             want = need * steps / done * 1.05
