@@ -95,6 +95,9 @@ MODES: dict[str, tuple[dict[str, Any], str | None, dict[str, Any], float]] = {
     ),
     "admission control, eta=1": ({"mode": "admission", "eta": 1}, "admission", {"eta": 1}, 20.0),
 }
+# Rollouts whose lengths a mode uses per trained one, beyond the peer's margin (restart aborts and
+# relaunches): the length matrix is drawn for that many more rollouts.
+LENGTHS_FACTOR = {"async, partial restart": 2.0, "first_k, launch 600": 1.5}
 AGENT = "agent rollouts, 2 tool turns"
 AGENT_OPTIONS = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
 
@@ -199,12 +202,20 @@ def main() -> int:
             )
             continue
         options, model_name, model_options, target = MODES[name]
-        cfg = SimConfig(slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=lengths, **options)
+        factor = LENGTHS_FACTOR.get(name, 1.0)
+        mode_lengths = (
+            lengths if factor == 1.0 else peer.draw_lengths(SLOTS, int(rollouts * factor), SEED)
+        )
+        cfg = SimConfig(
+            slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=mode_lengths, **options
+        )
         if model_name is None:
             model = (t_peer, c_peer, (stale, tlen, t_end))
         else:
             fn = models.MODELS[model_name]
-            model = best_of(1, lambda fn=fn, kw=model_options: fn(lengths, BATCH, steps, **kw))
+            model = best_of(
+                1, lambda fn=fn, kw=model_options, m=mode_lengths: fn(m, BATCH, steps, **kw)
+            )
         t_m, c_m, (m_stale, m_len, m_end) = model
         t, c, trace = best_of(args.repeats, lambda cfg=cfg: simulate(cfg))
         order = trace.training_order()

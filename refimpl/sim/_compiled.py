@@ -273,7 +273,7 @@ def _new_segment(
 
 
 def _idle_append(s: int, S: Any, idle: Any) -> None:
-    n = idle.shape[0]
+    n = idle.shape[0] // 2  # the ring is the first half; _start_step sorts in the second
     idle[(S[_IDLE_HEAD] + S[_IDLE_LEN]) % n] = s
     S[_IDLE_LEN] += 1
 
@@ -281,7 +281,7 @@ def _idle_append(s: int, S: Any, idle: Any) -> None:
 def _idle_popleft(S: Any, idle: Any) -> int:
     h = S[_IDLE_HEAD]
     s = idle[h]
-    S[_IDLE_HEAD] = (h + 1) % idle.shape[0]
+    S[_IDLE_HEAD] = (h + 1) % (idle.shape[0] // 2)
     S[_IDLE_LEN] -= 1
     return int(s)
 
@@ -383,13 +383,14 @@ def _start_step(
             in_flight += 1
     need = P[_P_LAUNCH] - in_flight - (S[_BUF_TAIL] - S[_BUF_HEAD]) - S[_PENDING_LAUNCH]
     n_idle = S[_IDLE_LEN]
-    free = np.empty(n_idle, dtype=np.int64)
-    for i in range(n_idle):
-        free[i] = _idle_popleft(S, idle)
-    free.sort()
+    mark = idle[n_slots:]  # the scratch half: which slots are idle, to visit them in slot order
+    mark[:] = 0
+    for _ in range(n_idle):
+        mark[_idle_popleft(S, idle)] = 1
     S[_IDLE_HEAD] = 0
-    for i in range(n_idle):
-        s = free[i]
+    for s in range(n_slots):
+        if mark[s] == 0:
+            continue
         if need <= 0:
             _idle_append(s, S, idle)
             continue
@@ -468,7 +469,7 @@ def _publish_partial(
 def _kernel(
     P: Any, PF: Any, lengths: Any, taus: Any, slow: Any, exps: Any, S: Any, SF: Any, R: Any,
     RF: Any, W: Any, status: Any, ht: Any, hk: Any, hp: Any, seg_r: Any, seg_k: Any, seg_v: Any,
-    publish_times: Any, SL: Any, SLF: Any, idle: Any, batch: Any, hn: Any,
+    publish_times: Any, SL: Any, SLF: Any, idle: Any, batch: Any, hn: Any, ev: Any,
 ) -> None:  # fmt: skip
     """Run (or resume) the event loop until the last publication, or until it needs something
     (``S[_ERR]``); with ``_NEED_ROOM`` it stopped between two events and can be resumed."""
@@ -478,7 +479,6 @@ def _kernel(
     admission = P[_P_ADMISSION] == 1
     partial = P[_P_PARTIAL]
     pscale = PF[_F_PSCALE]
-    ev = np.empty(3, dtype=np.int64)
     S[_KCOLS] = lengths.shape[1]
     rows, heap, segs = status.shape[0], ht.shape[1], seg_r.shape[0]
     check_columns = P[_P_FIXED_LENGTHS] == 0
@@ -586,7 +586,7 @@ def _kernel(
             else:  # remove s from the idle queue if it is there (first occurrence, order kept)
                 n_idle = S[_IDLE_LEN]
                 h = S[_IDLE_HEAD]
-                m = idle.shape[0]
+                m = idle.shape[0] // 2
                 found = -1
                 for i in range(n_idle):
                     if idle[(h + i) % m] == s:
@@ -671,11 +671,16 @@ def _compile() -> Callable[..., None]:
     if _compiled is None:
         assert numba is not None
         g = globals()
-        _admission_capacity = numba.njit(cache=True, inline="always")(_admission_capacity)
+        _admission_capacity = numba.njit(cache=True, _nrt=False, inline="always")(
+            _admission_capacity
+        )
         g["_admission_capacity"] = _admission_capacity
         for name in _HELPERS:
             g[name] = numba.njit(
-                cache=True, error_model="numpy", inline="always" if name in _INLINE else "never"
+                cache=True,
+                error_model="numpy",
+                _nrt=False,
+                inline="always" if name in _INLINE else "never",
             )(g[name])
         _compiled = g["_kernel"]
     return _compiled
@@ -788,14 +793,15 @@ def run_compiled(
         SL = np.full((4, n_slots), -1, dtype=np.int64)  # next column, rollout, paused, segment
         SL[_S_NXT] = 0
         SLF = np.zeros((5, n_slots), dtype=np.float64)
-        idle = np.empty(n_slots, dtype=np.int64)
+        idle = np.empty(2 * n_slots, dtype=np.int64)  # a ring of idle slots, and scratch
+        ev = np.empty(3, dtype=np.int64)  # the popped event's kind, ref, generation
         batch = np.empty(cfg.batch, dtype=np.int64)
         hn = np.zeros(2, dtype=np.int64)
         while True:  # resume after growing
             kernel(
                 _readonly(params), _readonly(fparams), _readonly(supply.matrix),
                 _readonly(taus), _readonly(slow), _readonly(exps), S, SF, R, RF, W, status, ht,
-                hk, hp, seg_r, seg_k, seg_v, publish, SL, SLF, idle, batch, hn,
+                hk, hp, seg_r, seg_k, seg_v, publish, SL, SLF, idle, batch, hn, ev,
             )  # fmt: skip
             err = int(S[_ERR])
             if err != _NEED_ROOM:
