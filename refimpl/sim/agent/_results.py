@@ -359,6 +359,7 @@ def agent_summary_dict(result: AgentResult) -> dict[str, Any]:
     Examples
     --------
     >>> import json, scipy.stats as st
+    >>> from refimpl.sim.agent import simulate_agent
     >>> res = simulate_agent(AgentConfig(slots=2, batch=2, steps=2, lengths=st.expon(), seed=1))
     >>> d = agent_summary_dict(res)
     >>> d["rollouts_trained"], d["utilisation"], len(json.dumps(d)) > 0
