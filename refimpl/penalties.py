@@ -26,7 +26,15 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from refimpl._validation import as_float_array, as_real, invalid, require_same_shape, wrong_type
+from refimpl._validation import (
+    as_float_array,
+    as_real,
+    invalid,
+    require_entries,
+    require_in_range,
+    require_same_shape,
+    wrong_type,
+)
 
 __all__ = [
     "cosine_length_reward",
@@ -44,15 +52,9 @@ __all__ = [
 
 def _lengths(lengths: ArrayLike, *, name: str = "lengths") -> NDArray[np.float64]:
     arr = as_float_array(lengths, name=name)
-    bad = arr < 0
-    if np.any(bad):
-        first = int(np.flatnonzero(bad.ravel())[0])
-        raise invalid(
-            name,
-            "be >= 0 (token counts)",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}; pass non-negative lengths.",
-        )
+    require_in_range(
+        arr, name=name, low=0.0, meaning="token counts", fix="; pass non-negative lengths."
+    )
     return arr
 
 
@@ -67,15 +69,13 @@ def _correct(correct: ArrayLike, like: NDArray[np.float64]) -> NDArray[np.bool_]
             raise wrong_type(
                 "correct", "a boolean array", correct, "Pass correct as booleans (or 0/1)."
             ) from None
-        ok = (values == 0.0) | (values == 1.0)
-        if not np.all(ok):
-            first = int(np.flatnonzero(~ok.ravel())[0])
-            raise invalid(
-                "correct",
-                "contain only booleans or 0/1",
-                values,
-                f"Entry {first} is {float(values.ravel()[first])!r}; pass True/False per response.",
-            )
+        require_entries(
+            values,
+            (values != 0.0) & (values != 1.0),
+            name="correct",
+            rule="contain only booleans or 0/1",
+            fix="; pass True/False per response.",
+        )
         flags = values == 1.0
     require_same_shape(like, flags, names=("lengths", "correct"))
     return np.asarray(flags, dtype=np.bool_)

@@ -31,6 +31,11 @@ from refimpl._validation import (
     as_int,
     as_real,
     invalid,
+    mismatch,
+    require_entries,
+    require_in_range,
+    require_in_unit_interval,
+    require_ordered,
     require_same_shape,
     wrong_type,
 )
@@ -181,15 +186,13 @@ class OverMaskingScenario(NamedTuple):
 
 
 def _require_integral(arr: NDArray[np.float64], *, name: str, meaning: str) -> None:
-    bad = arr != np.round(arr)
-    if np.any(bad):
-        first = int(np.flatnonzero(bad.ravel())[0])
-        raise invalid(
-            name,
-            f"hold whole numbers ({meaning})",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}; pass integer counts.",
-        )
+    require_entries(
+        arr,
+        arr != np.round(arr),
+        name=name,
+        rule=f"hold whole numbers ({meaning})",
+        fix="; pass integer counts.",
+    )
 
 
 def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
@@ -202,15 +205,14 @@ def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
             "one value per sample, or its .token (with .mask) for one per token.",
         )
     arr = as_float_array(s, name=name)
-    if np.any(arr < 0):
-        first = int(np.flatnonzero((arr < 0).ravel())[0])
-        raise invalid(
-            name,
-            "be >= 0 (staleness s = j − min_t v_t counts versions behind the trainer)",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}: a token version is newer than the trainer "
-            "step that trains it. Compute s with sample_staleness(trained_step, token_versions).",
-        )
+    require_in_range(
+        arr,
+        name=name,
+        low=0.0,
+        meaning="staleness s = j − min_t v_t counts versions behind the trainer",
+        fix=": a token version is newer than the trainer step that trains it. Compute s with "
+        "sample_staleness(trained_step, token_versions).",
+    )
     _require_integral(arr, name=name, meaning="staleness counts policy versions")
     return arr
 
@@ -220,14 +222,13 @@ def _as_mask(mask: ArrayLike | None, shape: tuple[int, ...], *, like: str) -> ND
         return np.ones(shape, dtype=np.float64)
     m = as_float_array(mask, name="mask")
     require_same_shape(m, np.empty(shape), names=("mask", like))
-    if np.any((m != 0.0) & (m != 1.0)):
-        first = int(np.flatnonzero(((m != 0.0) & (m != 1.0)).ravel())[0])
-        raise invalid(
-            "mask",
-            "hold only 0 and 1 (1 = a real token, 0 = padding)",
-            m,
-            f"Entry {first} is {float(m.ravel()[first])!r}; pass a boolean or 0/1 padding mask.",
-        )
+    require_entries(
+        m,
+        (m != 0.0) & (m != 1.0),
+        name="mask",
+        rule="hold only 0 and 1 (1 = a real token, 0 = padding)",
+        fix="; pass a boolean or 0/1 padding mask.",
+    )
     return m
 
 
@@ -499,10 +500,11 @@ def sample_staleness(
     elif isinstance(trained_step, (list, tuple, np.ndarray)):
         step = as_float_array(trained_step, name="trained_step", ndim=1)
         if step.shape != (batch,):
-            raise ValueError(
-                f"trained_step and token_versions must have one entry per sample; got "
-                f"trained_step.shape={step.shape} and token_versions.shape={versions.shape}. "
-                "Pass one trained step per sample, or a single int."
+            raise mismatch(
+                ("trained_step", "token_versions"),
+                "have one entry per sample",
+                f"trained_step.shape={step.shape} and token_versions.shape={versions.shape}",
+                "Pass one trained step per sample, or a single int.",
             )
         _require_integral(step, name="trained_step", meaning="trainer steps are counted")
         if np.any(step < 0):
@@ -878,11 +880,7 @@ def masked_is_weights(
     d, m = _log_ratio(logp_target, logp_behavior, mask, names=("logp_target", "logp_behavior"))
     lo = as_real(low, name="low", low=0.0, high=1.0, meaning="lower ratio bound α, 0 <= α <= 1")
     hi = as_real(high, name="high", meaning="upper ratio bound β >= 1")
-    if lo > hi:
-        raise ValueError(
-            f"low must be <= high (the kept band is [low, high]); got low={lo!r} and high={hi!r}. "
-            "Swap them."
-        )
+    require_ordered(lo, hi, names=("low", "high"), meaning="the kept band is [low, high]")
     if hi < 1.0:
         raise invalid(
             "high",
@@ -1087,28 +1085,23 @@ def vtrace(
     v_tm1_a, v_t_a, r_a, disc, rho = arrays
     if v_tm1_a.shape[-1] == 0:
         raise invalid("v_tm1", "have at least one time step", v_tm1_a, "Pass T >= 1.")
-    if np.any((disc < 0) | (disc > 1)):
-        first = int(np.flatnonzero(((disc < 0) | (disc > 1)).ravel())[0])
-        raise invalid(
-            "discount_t",
-            "lie in [0, 1] (0 marks an episode boundary)",
-            disc,
-            f"Entry {first} is {float(disc.ravel()[first])!r}.",
-        )
-    if np.any(rho < 0):
-        first = int(np.flatnonzero((rho < 0).ravel())[0])
-        raise invalid(
-            "rho_tm1",
-            "be >= 0 (importance ratios π/μ, not log-ratios)",
-            rho,
-            f"Entry {first} is {float(rho.ravel()[first])!r}; if you have log-ratios pass np.exp(them).",
-        )
+    require_in_unit_interval(
+        disc, name="discount_t", meaning="0 marks an episode boundary", fix="."
+    )
+    require_in_range(
+        rho,
+        name="rho_tm1",
+        low=0.0,
+        meaning="importance ratios π/μ, not log-ratios",
+        fix="; if you have log-ratios pass np.exp(them).",
+    )
     lam = as_float_array(lambda_, name="lambda_")
     if lam.ndim > 0 and lam.shape not in (v_tm1_a.shape, v_tm1_a.shape[-1:]):
-        raise ValueError(
-            f"lambda_ and v_tm1 must have compatible shapes (lambda_ is a scalar, (T,) or the full "
-            f"shape); got lambda_.shape={lam.shape} and v_tm1.shape={v_tm1_a.shape}. "
-            "Pass a scalar lambda_ or one per time step."
+        raise mismatch(
+            ("lambda_", "v_tm1"),
+            "have compatible shapes (lambda_ is a scalar, (T,) or the full shape)",
+            f"lambda_.shape={lam.shape} and v_tm1.shape={v_tm1_a.shape}",
+            "Pass a scalar lambda_ or one per time step.",
         )
     if np.any((lam < 0) | (lam > 1)):
         raise invalid("lambda_", "lie in [0, 1] (trace mixing)", lam, "Pass 0 <= lambda_ <= 1.")
@@ -1147,11 +1140,7 @@ def _as_weights(w: ArrayLike, *, name: str = "w") -> NDArray[np.float64]:
     arr = as_float_array(w, name=name, ndim=1)
     if arr.size == 0:
         raise invalid(name, "hold at least one weight", arr, "Pass a non-empty 1-D array.")
-    if np.any(arr < 0):
-        first = int(np.flatnonzero(arr < 0)[0])
-        raise invalid(
-            name, "be >= 0 (importance weights)", arr, f"Entry {first} is {float(arr[first])!r}."
-        )
+    require_in_range(arr, name=name, low=0.0, meaning="importance weights", fix=".")
     return arr
 
 
