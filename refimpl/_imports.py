@@ -55,7 +55,7 @@ def import_object(ref: str, *, what: str, require_callable: bool = True) -> Any:
     >>> import_object("os.path:nope", what="candidate")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    refimpl.errors.InvalidArgument: candidate 'os.path:nope': module 'os.path' has no attribute 'nope'. ...
+    refimpl.errors.InvalidArgument: candidate must name an attribute of its module; ...
     """
     module_name, qualname = split_reference(ref, what=what)
     try:
@@ -67,14 +67,14 @@ def import_object(ref: str, *, what: str, require_callable: bool = True) -> Any:
         ) from None
     except Exception as exc:  # the module itself fails while it is imported
         raise InvalidArgument(
-            f"{what} {ref!r}: importing module {module_name!r} failed "
-            f"({type(exc).__name__}: {exc}). Fix the module, or name another."
+            f"{what} module {module_name!r} failed while it was imported "
+            f"({type(exc).__name__}: {exc}); got {what}={ref!r}. Fix the module, or name another."
         ) from None
     for part in qualname.split("."):
         if not hasattr(obj, part):
             raise InvalidArgument(
-                f"{what} {ref!r}: module {module_name!r} has no attribute {qualname!r}. "
-                "Check the function name after ':'."
+                f"{what} must name an attribute of its module; got {what}={ref!r}, and module "
+                f"{module_name!r} has no attribute {qualname!r}. Check the function name after ':'."
             )
         obj = getattr(obj, part)
     if require_callable and not callable(obj):

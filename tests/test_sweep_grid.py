@@ -428,7 +428,7 @@ def test_a_parameter_value_its_kind_rejects_is_a_grid_error_before_any_cell_runs
         ),
         (
             b'[sweep]\nkind = "refimpl_test_boom:f"\n',
-            "importing module 'refimpl_test_boom' failed (RuntimeError: boom)",
+            "module 'refimpl_test_boom' failed while it was imported (RuntimeError: boom)",
         ),
     ],
 )

@@ -97,7 +97,8 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
 def _busy_draws(params: Mapping[str, Any]) -> int:
     if "draws" not in params:
         raise InvalidArgument(
-            "busy needs the parameter draws (number of normal draws); add draws = N."
+            "busy needs the parameter draws (number of normal draws); got the parameters "
+            f"{sorted(params)}. Add draws = N."
         )
     return as_int(params["draws"], name="draws", minimum=1, meaning="number of normal draws")
 
@@ -612,7 +613,8 @@ def resolve_kind(kind: str) -> KindFunction:
     if ":" not in kind:
         raise InvalidArgument(
             f"unknown cell kind {kind!r}; built-in kinds: {', '.join(sorted(KINDS))}, or "
-            '"module:function" for your own (importable where the cells run).'
+            '"module:function" for your own (importable where the cells run); got '
+            f"kind={kind!r}."
         )
     fn = import_object(kind, what="cell kind")
     result: KindFunction = fn
