@@ -269,7 +269,9 @@ def dapo_overlong_penalty(
     in ``[−penalty_factor, 0]`` with the floor (PEN3, PEN4). The two variants agree on
     :math:`\ell \le L_\text{max}`: they differ only where generation was not truncated at
     :math:`L_\text{max}` (in verl it always is, so the floor never binds there). OpenRLHF caps the
-    excess at the buffer length, which is ``floor=True``. On the ramp the penalty is a price
+    excess at the buffer length, which is ``floor=True``, and so is TRL 1.16.0's
+    ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)`` (−1 beyond the maximum;
+    its length is the number of completion tokens). On the ramp the penalty is a price
     :math:`1/L_\text{cache}` per token; under the saturating quality model the optimal length is
     :math:`\operatorname{clip}(\lambda\ln(q_\text{max}L_\text{cache}/\lambda),
     L_\text{max} - L_\text{cache}, L_\text{max})` (PEN4).
@@ -383,7 +385,9 @@ def cosine_length_reward(
     ``max_value_correct`` again) and it measures length in characters; this function clips at
     :math:`L` (the value at ``max_length`` persists) and takes whatever length unit you pass. The
     paper's reference code (demystify-long-cot) replaces the reward by an exceed-length penalty at
-    the cap: pass ``exceed_value``.
+    the cap: pass ``exceed_value``. TRL 1.16.0's ``trl.rewards.get_cosine_scaled_reward`` (same
+    defaults, ``max_len``) clamps the progress at 1 as this function does and counts completion
+    tokens; it gives ``None`` when the gold answer cannot be parsed.
 
     References
     ----------

@@ -57,6 +57,7 @@ __all__ = [
     "staleness_mask",
     "truncated_is_weights",
     "vtrace",
+    "vtrace_td_error_and_advantage",
 ]
 
 Level = Literal["token", "sequence", "geometric"]
@@ -752,6 +753,17 @@ def truncated_is_weights(
     with :math:`\rho_t = \exp(\log\pi_t - \log\mu_t)` and the products over the valid tokens,
     computed as :math:`\exp(\min(\sum_t \log\rho_t, \log C))` (log space: never overflows).
 
+    .. warning::
+
+        ``level="sequence"`` is the **product** of the token ratios, as in verl 0.9.1
+        (``rollout_is="sequence"``) and TRL's ``vllm_importance_sampling_mode="sequence_*"``. TRL's
+        ``importance_sampling_level="sequence"`` (GSPO) is the **geometric mean** instead: its
+        counterpart here is ``level="geometric"`` (read in TRL 1.16.0). verl also clamps the log-ratio (sum) to
+        ``[-20, 20]`` before ``exp``; refimpl computes it exactly.
+
+        TRL's ``*_truncate`` modes also clamp from below at ``vllm_importance_sampling_clip_min``
+        when it is set; this function only caps from above.
+
     Parameters
     ----------
     logp_target : array_like, shape (T,) or (B, T)
@@ -830,6 +842,14 @@ def masked_is_weights(
 
     with ``ρ`` the token ratio, the sequence product, or its geometric mean (``level``), compared in
     log space: :math:`\log\alpha \le \log\rho \le \log\beta`.
+
+    .. warning::
+
+        ``level="sequence"`` is the **product** of the token ratios, as in verl 0.9.1
+        (``rollout_is="sequence"``) and TRL's ``vllm_importance_sampling_mode="sequence_*"``. TRL's
+        ``importance_sampling_level="sequence"`` (GSPO) is the **geometric mean** instead: its
+        counterpart here is ``level="geometric"`` (read in TRL 1.16.0). verl also clamps the log-ratio (sum) to
+        ``[-20, 20]`` before ``exp``; refimpl computes it exactly.
 
     Parameters
     ----------
@@ -1004,6 +1024,14 @@ def vtrace(
 ) -> VTraceOutput:
     r"""V-trace targets and policy-gradient advantages (IMPALA), with rlax's semantics.
 
+    .. warning::
+
+        ``refimpl.vtrace`` returns the triple ``(errors, pg_advantage, q_estimate)``, as
+        ``rlax.vtrace_td_error_and_advantage`` does (also offered under that name:
+        :func:`vtrace_td_error_and_advantage`). ``rlax.vtrace`` returns **only the errors**: its
+        counterpart here is ``refimpl.vtrace(...).errors``. Compare like with like when you check
+        an rlax-based implementation against this one.
+
     With truncated ratios :math:`\bar\rho_s = \min(\bar\rho, \rho_s)` and
     :math:`c_s = \lambda_s \min(1, \rho_s)`, the temporal differences
     :math:`\delta_s = \bar\rho_s (r_s + \gamma_s V(x_{s+1}) - V(x_s))` and
@@ -1055,9 +1083,10 @@ def vtrace(
 
     Notes
     -----
-    Follows ``rlax.vtrace_td_error_and_advantage``: the trace cutting uses ``min(1, ρ)`` (``c̄ = 1``
-    fixed), ``errors`` are the targets minus ``v_tm1`` (rlax's ``stop_target_gradients`` only
-    affects gradients, so it has no counterpart here). Some implementations (e.g. TorchBeast,
+    Follows ``rlax.vtrace_td_error_and_advantage`` (rlax 0.1.9): the trace cutting uses
+    ``min(1, ρ)`` (``c̄ = 1`` fixed), ``errors`` are the targets minus ``v_tm1`` (rlax's
+    ``stop_target_gradients`` only affects gradients, so it has no counterpart here, nor has its
+    ``sample_mask``). Golden values computed by rlax itself pin this (tests/data/vtrace_rlax/). Some implementations (e.g. TorchBeast,
     scalable_agent) take log-ratios and a separate ``c̄``; convert with ``rho = exp(log_rho)``.
     Invariants: with ``ρ ≡ 1`` and clip thresholds ``>= 1`` the targets are the λ-returns; a
     discount of 0 separates independent episodes (claims VT1–VT3).
@@ -1131,6 +1160,65 @@ def vtrace(
     return VTraceOutput(errors=errors, pg_advantage=pg_advantage, q_estimate=q_estimate)
 
 
+def vtrace_td_error_and_advantage(
+    v_tm1: ArrayLike,
+    v_t: ArrayLike,
+    r_t: ArrayLike,
+    discount_t: ArrayLike,
+    rho_tm1: ArrayLike,
+    *,
+    lambda_: ArrayLike = 1.0,
+    clip_rho_threshold: float = 1.0,
+    clip_pg_rho_threshold: float = 1.0,
+) -> VTraceOutput:
+    r"""V-trace errors, advantages and Q estimates, under rlax's name for them.
+
+    The same function as :func:`vtrace` (the formulas, parameters, validation and claims are
+    documented there), named as rlax names it, so that a port of rlax code finds it.
+
+    .. warning::
+
+        Which returns what: ``rlax.vtrace_td_error_and_advantage``, this function and
+        ``refimpl.vtrace`` all return ``(errors, pg_advantage, q_estimate)``; ``rlax.vtrace``
+        returns only ``errors`` (``refimpl.vtrace(...).errors`` here).
+
+    Parameters
+    ----------
+    v_tm1, v_t, r_t, discount_t, rho_tm1 : array_like, shape (T,) or (B, T)
+        As in :func:`vtrace`.
+    lambda_, clip_rho_threshold, clip_pg_rho_threshold : float or array_like
+        As in :func:`vtrace`.
+
+    Returns
+    -------
+    VTraceOutput
+        ``(errors, pg_advantage, q_estimate)``, each of the input shape.
+
+    Raises
+    ------
+    ValueError
+        As :func:`vtrace`.
+
+    Examples
+    --------
+    >>> import refimpl
+    >>> args = ([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.9, 0.9], [1.0, 1.0])
+    >>> out = refimpl.vtrace_td_error_and_advantage(*args)
+    >>> out.errors, out.q_estimate
+    (array([1.9, 1. ]), array([1.9, 1. ]))
+    """
+    return vtrace(
+        v_tm1,
+        v_t,
+        r_t,
+        discount_t,
+        rho_tm1,
+        lambda_=lambda_,
+        clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # diagnostics
 # ---------------------------------------------------------------------------------------------
@@ -1169,6 +1257,13 @@ def effective_sample_size(w: ArrayLike) -> float:
 
     Notes
     -----
+    .. warning::
+
+        This is Kish's ESS, a **count** in ``[1, n]``. verl 0.9.1's metric
+        ``rollout_is_eff_sample_size`` is the **fraction** ``ESS / n`` in ``(0, 1]`` (computed as
+        ``1 / mean((w / mean(w))²)`` over the valid tokens, on the truncated weights): divide by
+        ``n`` before comparing.
+
     ``ESS = n`` iff all weights are equal (and positive); ``ESS = 1`` iff one weight is positive;
     invariant to scaling ``w`` and to permuting it (claims ESS1–ESS3). Computed on ``w / max(w)`` so
     that huge weights do not overflow.
