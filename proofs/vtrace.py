@@ -29,7 +29,7 @@ it, and those after it never look back (claim VT3). This is why a batch may conc
 **Scope.** The three claims are proved for one horizon, $T = 4$, with every quantity symbolic; they
 are not proved here for every $T$ (the argument above is general, the SymPy check is not). Other
 horizons are covered by comparison, not proof: golden values computed by rlax itself for
-$T \in \{1, 4, 6, \dots, 32\}$ (`tests/test_vtrace_rlax.py`), and the property tests of
+$T$ from 1 to 32 (`tests/test_vtrace_rlax.py`), and the property tests of
 `tests/test_staleness.py`.
 """
 

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats
 
 import refimpl
+import refimpl.sim as rsim
 from refimpl.lab._common import TOL_RULE, Z_TOL, block_mean_and_se, lognormal, seed
 from refimpl.lab._plot import COLORS, legend_below, new_figure, sim_with_error
 from refimpl.lab.config import LabConfig
@@ -74,8 +75,6 @@ def verdict(effective_speedup: float, mean_ratio: float) -> str:
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the async-worth section."""
-    import refimpl.sim as rsim
-
     n = 32
     steps = config.speedup_steps
     a_steps = config.async_steps

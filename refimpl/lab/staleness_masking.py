@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import refimpl
+import refimpl.sim as rsim
 from refimpl.lab._common import (
     TOL_RULE,
     Z_TOL,
@@ -48,8 +49,6 @@ def _law() -> Any:
 
 def _consumed(trace: Any, warm: int) -> dict[str, Any]:
     """Samples the trainer consumed (trained or dropped over the bound) from step ``warm`` on."""
-    import refimpl.sim as rsim
-
     st = np.asarray(trace.step)
     ok = st >= warm
     status = np.asarray(trace.status)[ok]
@@ -63,8 +62,6 @@ def _consumed(trace: Any, warm: int) -> dict[str, Any]:
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the staleness-masking section."""
-    import refimpl.sim as rsim
-
     dist = _law()
     mean_l = float(dist.mean())
     n, b = config.async_slots, config.async_batch
@@ -323,8 +320,6 @@ def _corrections(
     runs: dict[int, dict[str, Any]],
 ) -> None:
     """IPW, Hájek and clipped estimates of E_p[L]: bias and variance."""
-    import refimpl.sim as rsim
-
     reps = config.estimator_reps
     clip = 5.0
     settings = (
@@ -511,8 +506,6 @@ def _corrections(
 
 def _alternatives(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Admission control and partial rollouts against the drop, with their token costs."""
-    import refimpl.sim as rsim
-
     dist = _law()
     mean_l = float(dist.mean())
     n, b = config.async_slots, config.async_batch

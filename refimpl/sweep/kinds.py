@@ -16,17 +16,25 @@ module must be importable where the cells run (every Dask worker, for a cluster)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import time
 import traceback
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.stats
 
+import refimpl
+from refimpl import dispatch
 from refimpl._imports import import_object
 from refimpl._validation import as_int, wrong_type
 from refimpl.errors import InvalidArgument, InvalidArgumentType
+from refimpl.sim import SimConfig
+from refimpl.sim import simulate as run_simulation
 
 __all__ = [
     "CLOSED_FORMS",
@@ -108,8 +116,6 @@ def _busy_draws(params: Mapping[str, Any]) -> int:
 
 def _law_family(name: Any) -> tuple[Any, list[str]]:
     """The ``scipy.stats`` family named ``name`` and the arguments it takes (shapes, loc, scale)."""
-    import scipy.stats
-
     if not isinstance(name, str):
         raise wrong_type(
             "law", "the name of a scipy.stats distribution", name, 'Pass e.g. law = "lognorm".'
@@ -205,18 +211,12 @@ _FIRST_ARGUMENT = {
 
 def _keywords(function: Callable[..., Any]) -> tuple[str, ...]:
     """The keyword-only parameters of ``function``, read from its signature."""
-    import inspect
-
     parameters = inspect.signature(function).parameters.values()
     return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def _required_keywords(name: str) -> frozenset[str]:
     """The keyword-only parameters of ``refimpl.dispatch.NAME`` without a default."""
-    import inspect
-
-    from refimpl import dispatch
-
     parameters = inspect.signature(getattr(dispatch, name)).parameters.values()
     return frozenset(
         p.name
@@ -226,8 +226,6 @@ def _required_keywords(name: str) -> frozenset[str]:
 
 
 def _closed_forms() -> dict[str, tuple[str, tuple[str, ...]]]:
-    from refimpl import dispatch
-
     return {
         name: (first, _keywords(getattr(dispatch, name))) for name, first in _FIRST_ARGUMENT.items()
     }
@@ -285,8 +283,6 @@ def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> closed_form({"function": "length_bias", "pmf": [0.5, 0.5], "n": 2, "k": 1}, 0)["selected_mean"]
     1.25
     """
-    import refimpl
-
     name, law, arguments = _closed_form_arguments(params)
     result = getattr(refimpl, name)(law, **arguments)
     return _flatten(name, result)
@@ -358,8 +354,6 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> m["trained_rollouts"], m == simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
     (64.0, True)
     """
-    from refimpl.sim import simulate as run_simulation
-
     summary = run_simulation(_simulate_config(params, seed)).summary().to_json_dict()
     metrics: dict[str, float] = {}
     for key, value in summary.items():
@@ -372,8 +366,6 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
 
 def _simulate_config(params: Mapping[str, Any], seed: int) -> Any:
     """The ``SimConfig`` of a simulate cell (validated by its constructor); nothing is run."""
-    from refimpl.sim import SimConfig
-
     params = dict(params)
     if "seed" in params:
         raise InvalidArgument(
@@ -418,10 +410,6 @@ def check_parameters(kind: str, params: Mapping[str, Any]) -> None:
 
 def _simulate_required() -> frozenset[str]:
     """The fields of ``SimConfig`` without a default."""
-    import dataclasses
-
-    from refimpl.sim import SimConfig
-
     return frozenset(
         f.name
         for f in dataclasses.fields(SimConfig)
@@ -431,10 +419,6 @@ def _simulate_required() -> frozenset[str]:
 
 def _simulate_parameters() -> frozenset[str]:
     """The fields of ``SimConfig`` a grid may set (not the seed, the lengths or ``slowdown``)."""
-    import dataclasses
-
-    from refimpl.sim import SimConfig
-
     fields = {f.name for f in dataclasses.fields(SimConfig) if f.init}
     return frozenset(fields - {"seed", "slowdown", "lengths"})
 
@@ -503,10 +487,6 @@ def _simulate_metrics() -> tuple[str, ...]:
 
 def _closed_form_metrics(name: str, params: Mapping[str, Any]) -> tuple[str, ...]:
     """The metrics of closed_form for ``function = name``, from the function's return type."""
-    import typing
-
-    from refimpl import dispatch
-
     returns = typing.get_type_hints(getattr(dispatch, name))["return"]
     if isinstance(returns, type) and issubclass(returns, tuple) and hasattr(returns, "_fields"):
         return tuple(returns._fields)
