@@ -620,7 +620,7 @@ def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, fl
     names = list(out) if wanted is None else list(wanted)
     missing = [m for m in names if m not in out]
     if missing:
-        raise KeyError(
+        raise InvalidArgument(
             f"cell kind {kind!r} returned no metric {missing[0]!r}; it returns "
             f"{', '.join(map(str, out)) or 'nothing'}. Fix sweep.metrics."
         )
