@@ -94,7 +94,7 @@ def _launch(eta: int, version: int, batch: int, accepted: int, running: int, cap
     r"among unit-length ones is trained with staleness at least $L - 1$, for every $L \le 30$: "
     r"admission control gives no per-sample bound.",
     method="exact",
-    scope="η, v in {0, 1, 2}, B in {1, 2, 3}, N_max in {1..5}; the unbounded-staleness schedule for j <= 20",
+    scope="η, v in {0, 1, 2}, B in {1, 2, 3}, N_max in {1..5}; the simulated counterexample for 3 <= L <= 30",
 )
 def admission_bounds_count_not_sample() -> None:
     for eta, version, batch, cap in itertools.product(range(3), range(3), range(1, 4), range(1, 6)):
