@@ -228,6 +228,11 @@ def trl_staleness_bound(*, max_staleness: int) -> FrameworkStalenessBound:
     holds when it takes the sample (``j``), because a rollout's oldest token is its first and
     versions only increase. Over-bound samples are dropped, so the bound holds per sample.
 
+    Read in TRL 1.16.0 (``trl/experimental/async_grpo``): the version is recorded once per group of
+    ``num_generations`` rollouts, when its first rollout is launched, so for a rollout of the group
+    launched later ``current − v`` is at least its ``s``: TRL may drop a sample whose ``s`` is within
+    the bound, never keep one beyond it.
+
     Parameters
     ----------
     max_staleness : int
