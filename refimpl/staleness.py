@@ -35,6 +35,7 @@ from refimpl._validation import (
     require_entries,
     require_in_range,
     require_in_unit_interval,
+    require_one_of,
     require_ordered,
     require_same_shape,
     wrong_type,
@@ -253,14 +254,13 @@ def _log_ratio(
 
 
 def _as_level(level: Any) -> Level:
-    if level not in _LEVELS:
-        raise invalid(
-            "level",
-            "be one of 'token', 'sequence', 'geometric'",
-            level,
-            "Pass level='token' (per-token ratios), 'sequence' (product over the sequence) or "
-            "'geometric' (geometric mean over the valid tokens).",
-        )
+    require_one_of(
+        level,
+        _LEVELS,
+        name="level",
+        fix="Pass level='token' (per-token ratios), 'sequence' (product over the sequence) or "
+        "'geometric' (geometric mean over the valid tokens).",
+    )
     out: Level = level
     return out
 

@@ -229,6 +229,19 @@ def _staleness_cases() -> list[Case]:
             r"rho_tm1 must be >= 0.*log-ratios",
         ),
         Case(
+            "st-vtrace-lambda-shape",
+            lambda: st.vtrace(one, one, one, one, one, lambda_=[0.5, 0.5]),
+            ValueError,
+            r"lambda_ and v_tm1 must have compatible shapes .*got lambda_.shape=\(2,\) and "
+            r"v_tm1.shape=\(3,\)\. Pass a scalar lambda_ or one per time step",
+        ),
+        Case(
+            "st-vtrace-rlax-name-discount",
+            lambda: st.vtrace_td_error_and_advantage(one, one, one, -one, one),
+            ValueError,
+            r"discount_t must lie in \[0, 1\] \(0 marks an episode boundary\).*Entry 0 is -1\.0\.",
+        ),
+        Case(
             "st-vtrace-lambda",
             lambda: st.vtrace(one, one, one, one, one, lambda_=1.5),
             ValueError,
