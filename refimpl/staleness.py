@@ -614,11 +614,12 @@ def admission_capacity(
     on average: nothing is dropped, and a sample may still be trained with ``s > η`` (long
     rollouts, partial rollouts); no per-sample guarantee (conventions §staleness-bound, §admission-and-partial). Monotone: capacity is
     non-decreasing in ``eta``, ``version`` and ``max_concurrent``, non-increasing in ``accepted``
-    and ``running``.
+    and ``running``. AReaL 1.0.4 (``areal/infra/staleness_manager.py``) clamps the concurrency limit
+    and the batch to at least 1 (``max(1, ·)``) where this function refuses values below 1.
 
     References
     ----------
-    AReaL (arXiv 2505.24298), ``StalenessManager.get_capacity``.
+    AReaL (arXiv 2505.24298), ``StalenessManager.get_capacity`` (read in AReaL 1.0.4).
 
     Examples
     --------
