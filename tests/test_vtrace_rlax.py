@@ -145,3 +145,28 @@ def test_the_comparison_rejects_the_errors_only_return_of_rlax_vtrace() -> None:
 
     found = mismatches(errors_only)
     assert len(found) == len(FIELDS) * len(CASES)
+
+
+@pytest.mark.parametrize(
+    "names",
+    [("lambda-scalar", "lambda-per-step"), ("on-policy-lambda-returns", "independent-next-values")],
+)
+def test_a_batch_of_rows_agrees_with_rlax_row_by_row(names: tuple[str, str]) -> None:
+    # rlax takes one trajectory; refimpl's (B, T) batch must give each row's golden values
+    cases = [next(c for c in CASES if c["name"] == n) for n in names]
+    rows = [_args(c) for c in cases]
+    assert all(r[1]["clip_rho_threshold"] == rows[0][1]["clip_rho_threshold"] for r in rows)
+    assert all(r[1]["clip_pg_rho_threshold"] == rows[0][1]["clip_pg_rho_threshold"] for r in rows)
+    t = len(rows[0][0][0])
+    stacked = [np.array([r[0][i] for r in rows]) for i in range(5)]
+    lam = np.array([np.broadcast_to(np.asarray(r[1]["lambda_"], dtype=float), (t,)) for r in rows])
+    out = refimpl.vtrace(
+        *stacked,
+        lambda_=lam,
+        clip_rho_threshold=rows[0][1]["clip_rho_threshold"],
+        clip_pg_rho_threshold=rows[0][1]["clip_pg_rho_threshold"],
+    )
+    for b, case in enumerate(cases):
+        for field in FIELDS:
+            want = case["vtrace_td_error_and_advantage"][field]
+            np.testing.assert_allclose(getattr(out, field)[b], want, rtol=0, atol=_tolerance(case))
