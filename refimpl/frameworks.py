@@ -280,6 +280,17 @@ def verl_staleness_bound(*, staleness_threshold: float) -> FrameworkStalenessBou
     rollout can span several syncs). To bound ``s`` per sample, mask with
     :func:`refimpl.staleness_mask` on :func:`refimpl.sample_staleness`.
 
+    .. warning::
+
+        This is ``async_training.staleness_threshold`` (``verl/experimental/fully_async_policy``).
+        verl 0.9.1's v1 trainer has a different setting, ``trainer.v1.sampler.max_off_policy_threshold``
+        ``τ`` (default 8, ``max_off_policy_strategy="drop"`` or ``"wait"``), which *is* a count of
+        steps: a trajectory is dropped (or waited for) when ``g − g_fetch + 1 > τ``, with ``g`` the
+        global step being trained and ``g_fetch`` the one at which its prompt left the dataloader.
+        That bounds ``s <= τ − 1`` only if the rollout's weights at fetch time were those of step
+        ``g_fetch``; when the weight sync lags they are older and ``s`` can exceed it. It is not
+        translated here.
+
     Parameters
     ----------
     staleness_threshold : float
