@@ -8,21 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
-from _validation_table import Case, check_refusal
+import scipy.stats
+from _validation_table import Case, as_any, check_refusal
+
+from refimpl.sim import SimConfig, simulate
 
 
 def _sim(**kw: Any) -> Any:
-    from refimpl.sim import SimConfig
-
     base: dict[str, Any] = {"slots": 4, "batch": 4, "rollouts": 64}
     base.update(kw)
     return SimConfig(**base)
 
 
 def _simulate(**kw: Any) -> Any:
-    from refimpl.sim import simulate
-
     engine = kw.pop("engine", "auto")
     return simulate(_sim(**kw), engine=engine)
 
@@ -113,7 +113,7 @@ CASES: list[Case] = [
     ),
     Case(
         "sim-trainer-law-negative",
-        lambda: _sim(trainer_time=__import__("scipy.stats").stats.norm()),
+        lambda: _sim(trainer_time=scipy.stats.norm()),
         ValueError,
         r"trainer_time must have support in \[0, inf\)",
     ),
@@ -149,25 +149,25 @@ CASES: list[Case] = [
     ),
     Case(
         "sim-matrix-wrong-rows",
-        lambda: _sim(lengths=__import__("numpy").ones((3, 10))),
+        lambda: _sim(lengths=np.ones((3, 10))),
         ValueError,
         r"(?s)lengths must have one row per slot \(slots=4 rows\).*got 3 rows",
     ),
     Case(
         "sim-matrix-nonpositive",
-        lambda: _sim(lengths=__import__("numpy").zeros((4, 10))),
+        lambda: _sim(lengths=np.zeros((4, 10))),
         ValueError,
         r"(?s)lengths must be > 0.*Entry \[0, 0\]",
     ),
     Case(
         "sim-matrix-nan",
-        lambda: _sim(lengths=__import__("numpy").full((4, 10), float("nan"))),
+        lambda: _sim(lengths=np.full((4, 10), float("nan"))),
         ValueError,
         r"lengths must contain only finite values",
     ),
     Case(
         "sim-pmf-not-normalised",
-        lambda: _sim(lengths=__import__("numpy").array([0.5, 0.2])),
+        lambda: _sim(lengths=np.array([0.5, 0.2])),
         ValueError,
         r"lengths must sum to 1.*divide every entry by the total",
     ),
@@ -179,7 +179,7 @@ CASES: list[Case] = [
     ),
     Case(
         "sim-matrix-too-short",
-        lambda: _simulate(lengths=__import__("numpy").ones((4, 3))),
+        lambda: _simulate(lengths=np.ones((4, 3))),
         ValueError,
         r"lengths must hold every rollout.*K=3 columns.*slot \d needs at least \d+ lengths",
     ),
@@ -191,7 +191,7 @@ CASES: list[Case] = [
     ),
     Case(
         "sim-config-not-a-config",
-        lambda: __import__("refimpl.sim").sim.simulate({"slots": 4}),
+        lambda: simulate(as_any({"slots": 4})),
         TypeError,
         r"config must be a SimConfig",
     ),
