@@ -62,8 +62,11 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl._validation import as_float_array, as_int, as_real, invalid, wrong_type
-from refimpl.sim._config import MAX_LAUNCHED_ROLLOUTS
+from refimpl._validation import as_float_array, as_int, as_pmf, as_real, invalid, wrong_type
+from refimpl.errors import InvalidArgument
+from refimpl.sim._cliopts import default, given, plain
+from refimpl.sim._config import MAX_LAUNCHED_ROLLOUTS, check_lognormal
+from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
 from refimpl.staleness import sample_staleness
 
 __all__ = [
@@ -241,7 +244,7 @@ class AgentConfig:
     >>> AgentConfig(slots=4, batch=4, steps=3, lengths=st.expon(scale=10.0), refresh=-1.0)
     Traceback (most recent call last):
     ...
-    ValueError: refresh must be >= 0 (router view refresh period δ; 0 = consistent view); got refresh=-1.0. Pass refresh >= 0.
+    refimpl.errors.InvalidArgument: refresh must be >= 0 (router view refresh period δ; 0 = consistent view); got refresh=-1.0. Pass refresh >= 0.
     """
 
     slots: int
@@ -854,7 +857,7 @@ class _Engine:
         if self.len_stream is None:
             mat = cfg.lengths
             if k >= mat.shape[1]:
-                raise ValueError(
+                raise InvalidArgument(
                     f"lengths must have a column for every launch; slot {slot} needed launch {k + 1} "
                     f"but lengths has {mat.shape[1]} columns. Pass a longer N × K matrix (the "
                     "SimPy peer's margin, ceil(1.25·rollouts/slots) + 64 columns, is ample when "
@@ -864,13 +867,13 @@ class _Engine:
         else:
             length = float(self.len_stream.draw())
             if not length > 0.0:
-                raise ValueError(
+                raise InvalidArgument(
                     f"lengths must draw positive token counts; got {length!r} at launch {k} of slot "
                     f"{slot}. Pass a law supported on (0, inf)."
                 )
         turns = int(self.turns_stream.draw())
         if turns < 0:
-            raise ValueError(
+            raise InvalidArgument(
                 f"turns must draw counts >= 0; got {turns}. Pass a law on {{0, 1, ...}}."
             )
         r = len(self.r_slot)
@@ -950,7 +953,7 @@ class _Engine:
             self.r_status[r] = _ABORTED
             self.aborted += 1
             if self.aborted > 1000 + 100 * self.target:
-                raise ValueError(
+                raise InvalidArgument(
                     f"on_failure='abort' must leave some rollouts to train; {self.aborted} "
                     f"rollouts were aborted while only {self.trained} of {self.target} trained. "
                     "Calls fail far more often than they succeed: raise timeout or max_attempts, "
@@ -1610,8 +1613,6 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
     >>> args.tool_turns, args.tool_capacity, args.tool_admission
     ('2', 4, 'queue')
     """
-    from refimpl.sim._cliopts import default
-
     if standalone:
         parser.add_argument("--slots", type=int, default=default(256), help="generation slots N")
         parser.add_argument(
@@ -1769,9 +1770,6 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         return None
     import scipy.stats
 
-    from refimpl.sim._cliopts import given, plain
-    from refimpl.sim._config import check_lognormal
-
     def opt(dest: str, fallback: Any = None) -> Any:
         return plain(getattr(args, dest, fallback))
 
@@ -1780,7 +1778,7 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
     steps = opt("steps")
     rollouts = opt("rollouts")
     if steps is not None and rollouts is not None:
-        raise ValueError(
+        raise InvalidArgument(
             f"--rollouts and --steps must not both be given (each sets the run length); got "
             f"--rollouts={rollouts} and --steps={steps}. Pass only one of them."
         )
@@ -1801,21 +1799,19 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         )
     source = "--lengths-npy" if path is not None else "--lengths-pmf" if pmf is not None else None
     if source is not None and text is not None:
-        raise ValueError(
+        raise InvalidArgument(
             f"--agent-lengths must not be combined with {source} (each gives the lengths); got "
             f"--agent-lengths={text!r} and {source}. Pass one of them."
         )
     for dest in ("mu", "sigma"):
         other = source or ("--agent-lengths" if text is not None else None)
         if other is not None and given(args, dest):
-            raise ValueError(
+            raise InvalidArgument(
                 f"--{dest} applies only to the default lognormal length law, which {other} "
                 f"replaces; got --{dest} {opt(dest)} with {other}. Drop --{dest}, or drop {other}."
             )
     if path is not None:
-        from refimpl.sim.cli import _load_lengths_npy
-
-        lengths = _load_lengths_npy(str(path))
+        lengths = load_lengths_npy(str(path))
         if lengths.size and not np.all(np.isfinite(lengths) & (lengths > 0)):
             raise invalid(
                 "--lengths-npy",
@@ -1832,13 +1828,10 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
                 f"Its largest entry is {float(lengths.max())!r}; save token counts <= 2^53.",
             )
     elif pmf is not None:
-        from refimpl._validation import as_pmf
-        from refimpl.sim.cli import _parse_pmf
-
         try:
-            p, _ = as_pmf(_parse_pmf(str(pmf)), name="--lengths-pmf")
+            p, _ = as_pmf(parse_pmf(str(pmf)), name="--lengths-pmf")
         except ValueError as err:
-            raise ValueError(_typed_pmf(str(err), str(pmf))) from None
+            raise InvalidArgument(typed_pmf(str(err), str(pmf))) from None
         probs = np.asarray(p, dtype=np.float64)
         lengths = scipy.stats.rv_discrete(values=(np.arange(1, probs.size + 1), probs))
     elif text is not None:
@@ -1874,14 +1867,14 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         "seed": opt("seed", 0),
     }
     if given(args, "tool_max_redirects") and values["admission"] != "redirect":
-        raise ValueError(
+        raise InvalidArgument(
             f"--tool-max-redirects applies only with --tool-admission redirect (a full shard "
             f"sends the call on); got --tool-max-redirects {values['max_redirects']} with "
             f"--tool-admission {values['admission']}. Add --tool-admission redirect, or drop "
             "--tool-max-redirects."
         )
     if given(args, "tool_replay_cost") and values["recovery"] != "replay":
-        raise ValueError(
+        raise InvalidArgument(
             f"--tool-replay-cost applies only with --tool-recovery replay (the default); got "
             f"--tool-replay-cost {values['replay_cost']} with --tool-recovery "
             f"{values['recovery']}. Drop one of them."
@@ -1938,15 +1931,6 @@ _CLI_OPTION = {
     "replay_cost": "--tool-replay-cost",
     "on_failure": "--tool-on-failure",
 }
-
-
-def _typed_pmf(message: str, text: str) -> str:
-    """Show ``--lengths-pmf`` as typed, not as the array it was parsed into."""
-    import re
-
-    return re.sub(
-        r"--lengths-pmf=array of shape \(\d+,\): \[[^\]]*\]", f"--lengths-pmf={text!r}", message
-    )
 
 
 def _cli_names(message: str) -> str:
