@@ -14,6 +14,7 @@ import test_validation_penalties
 import test_validation_sim
 import test_validation_staleness
 import test_validation_sweep
+import test_validation_testing
 from _validation_table import Case, check_refusal
 
 import refimpl
@@ -27,6 +28,7 @@ TABLES = (
     test_validation_penalties,
     test_validation_sim,
     test_validation_sweep,
+    test_validation_testing,
 )
 ALL_CASES: list[Case] = [case for table in TABLES for case in table.CASES]
 
