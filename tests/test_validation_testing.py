@@ -22,32 +22,9 @@ def _fails_conformance() -> None:
 
 
 def _testing_cases() -> list[Case]:
-    mask = refimpl.staleness_mask
+    # Not yet here: the suite's own argument checks (spec, max_examples, expected_failures, checks)
+    # still raise plain ValueError/TypeError; they join when they raise through the builders.
     return [
-        Case(
-            "testing-unknown-spec",
-            lambda: check_conformance(mask, spec="nope"),
-            ValueError,
-            r"spec must be one of .*got spec='nope'",
-        ),
-        Case(
-            "testing-max-examples-zero",
-            lambda: check_conformance(mask, spec="staleness_mask", max_examples=0),
-            ValueError,
-            r"max_examples must be an int >= 1; got max_examples=0",
-        ),
-        Case(
-            "testing-expected-failures-string",
-            lambda: check_conformance(mask, spec="staleness_mask", expected_failures="binary"),
-            TypeError,
-            r"expected_failures must be a mapping .*Wrap it in a list",
-        ),
-        Case(
-            "testing-unknown-check",
-            lambda: check_conformance(mask, spec="staleness_mask", checks=["nope"]),
-            ValueError,
-            r"checks names a check that spec 'staleness_mask' does not have; got 'nope'",
-        ),
         Case(
             "testing-candidate-no-colon",
             lambda: check_conformance("no_colon", spec="staleness_mask"),

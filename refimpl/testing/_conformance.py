@@ -25,7 +25,7 @@ from hypothesis.errors import NoSuchExample
 from numpy.typing import NDArray
 
 from refimpl._imports import import_object, split_reference
-from refimpl.errors import InvalidArgument, InvalidArgumentType, RefimplError
+from refimpl.errors import InvalidArgumentType, RefimplError
 from refimpl.testing import strategies as rst
 from refimpl.testing.tolerances import FUNCTION, Tolerance
 
@@ -958,7 +958,7 @@ def spec_names() -> tuple[str, ...]:
 
 def _spec(name: Any) -> _Spec:
     if not isinstance(name, str) or name not in _SPECS:
-        raise InvalidArgument(
+        raise ValueError(
             f"spec must be one of {', '.join(map(repr, _SPECS))}; got spec={name!r}. "
             "Pass the name of the function family your candidate implements."
         )
@@ -1108,7 +1108,7 @@ def _expected(
     if expected_failures is None:
         return {}
     if isinstance(expected_failures, str):
-        raise InvalidArgumentType(
+        raise TypeError(
             f"expected_failures must be a mapping {{check name: reason}} or an iterable of check "
             f"names; got the string {expected_failures!r}. Wrap it in a list: "
             f"[{expected_failures!r}]."
@@ -1122,7 +1122,7 @@ def _expected(
     for name, reason in declared.items():
         short = name.removeprefix(f"{spec.name}.")
         if short not in known:
-            raise InvalidArgument(
+            raise ValueError(
                 f"expected_failures names a check that spec {spec.name!r} does not have; got "
                 f"{name!r}. Use one of: {', '.join(known)}."
             )
@@ -1221,7 +1221,7 @@ def check_conformance(
     """
     the_spec = _spec(spec)
     if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
-        raise InvalidArgument(
+        raise ValueError(
             f"max_examples must be an int >= 1; got max_examples={max_examples!r}. "
             "Pass e.g. max_examples=100."
         )
@@ -1231,7 +1231,7 @@ def check_conformance(
     selected = known if checks is None else [str(c).removeprefix(f"{spec}.") for c in checks]
     for name in selected:
         if name not in known:
-            raise InvalidArgument(
+            raise ValueError(
                 f"checks names a check that spec {spec!r} does not have; got {name!r}. "
                 f"Use one of: {', '.join(known)}."
             )
