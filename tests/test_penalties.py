@@ -192,6 +192,10 @@ def test_dapo_penalty_factor_scales_and_no_negative_zero() -> None:
     p = dapo_overlong_penalty([0.0, 900.0], max_length=1000, cache_length=200, penalty_factor=2.0)
     np.testing.assert_array_equal(p, [0.0, -1.0])
     assert not np.signbit(p[0])
+    # a zero factor times a negative ramp is -0.0 in IEEE arithmetic; the penalty is +0.0
+    zero = dapo_overlong_penalty([900.0], max_length=1000, cache_length=200, penalty_factor=0.0)
+    assert zero[0] == 0.0
+    assert not np.signbit(zero[0])
 
 
 # ---------------------------------------------------------------------------------------------
