@@ -312,7 +312,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_ylabel("speedup (×)")
     ax2.set_title(f"What it buys after the drop (η = {ETA})")
     ax2.set_ylim(0, 1.12 * max(max(effs), np.nanmax(ratios_sim)))
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: matplotlib is heavy
 
     handles, _ = ax2.get_legend_handles_labels()
     handles += [

@@ -20,7 +20,7 @@ __all__ = ["show"]
 
 def _placeholder(title: str, missing: list[str]) -> None:
     """A figure that says plainly that the section is not available in this build."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib is heavy
 
     fig = plt.figure(figsize=(7.0, 1.6))
     fig.text(

@@ -215,7 +215,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax2.set_ylabel("density of ln ℓ")
     ax2.set_ylim(0, 1.6 * ax2.get_ylim()[1])  # room for the legend above the curves
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib is heavy
 
     series_legend(
         ax2,

@@ -207,7 +207,7 @@ def _records_from_table(table: pa.Table, grid: Grid) -> dict[str, dict[str, Any]
 
 
 def _write_parquet(table: pa.Table, out: Path) -> None:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
 
     tmp = out.with_name(out.name + ".tmp")
     pq.write_table(table, tmp)
@@ -220,7 +220,7 @@ def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
     if journal.exists():
         return _read_journal(journal, grid, out)
     if out.exists():
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
 
         try:
             meta = pq.read_schema(out).metadata or {}
@@ -472,7 +472,7 @@ def _stop(pool: ProcessPoolExecutor, abandon: bool, interrupts: _Interrupts) -> 
 
 def _import_distributed() -> Any:
     try:
-        import distributed
+        import distributed  # lazy: an optional dependency (the sweep extra), needed only for dask
     except ImportError as exc:
         raise ImportError(
             f"engine='dask' needs dask.distributed, which is not installed ({exc}). Install it "
@@ -701,7 +701,7 @@ def run(
     failed = sum(1 for c in cells if c.cell_id in records and records[c.cell_id]["status"] != "ok")
     failed -= sum(1 for c in todo if c.cell_id in records)  # failed before, running again now
 
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: only when a progress bar is shown
 
     bar = tqdm(
         total=len(cells),
