@@ -206,6 +206,32 @@ def _effort_cases() -> list[Case]:
             ValueError,
             r"k0 must be > 0 to train a policy",
         ),
+        Case(
+            "difficulty_mix-median-zero",
+            lambda: r.difficulty_mix(median=0.0, sigma=1.0),
+            ValueError,
+            r"median must be > 0 \(median of λ\); got median=0\.0",
+        ),
+        Case(
+            "difficulty_mix-nodes-zero",
+            lambda: r.difficulty_mix(median=100.0, sigma=1.0, nodes=0),
+            ValueError,
+            r"nodes must be >= 1 \(quadrature classes\)",
+        ),
+        Case(
+            "budget_frontier-classes-differ",
+            lambda: r.budget_frontier(
+                [10.0], q_max=1.0, lam=[100.0, 200.0], weights=[0.5, 0.2, 0.3]
+            ),
+            ValueError,
+            r"lam must have one entry per class \(3 classes",
+        ),
+        Case(
+            "budget_frontier-weights-sum",
+            lambda: r.budget_frontier([10.0], q_max=1.0, lam=[100.0, 200.0], weights=[0.7, 0.7]),
+            ValueError,
+            r"weights must sum to 1 \(within 1e-9\).*It sums to 1\.4",
+        ),
     ]
 
 
