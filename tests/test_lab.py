@@ -376,6 +376,7 @@ def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
         code = re.sub(r'""".*?"""', "", path.read_text(), flags=re.S)
         used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
         used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
+        used |= {f"refimpl.learning.{n}" for n in re.findall(r"\blrn\.([a-z_]\w*)\(", code)}
         assert set(spec.requires) == used, spec.key
 
 
