@@ -10,6 +10,7 @@ import pytest
 import test_validation_dispatch
 import test_validation_effort
 import test_validation_frameworks
+import test_validation_learning
 import test_validation_penalties
 import test_validation_sim
 import test_validation_staleness
@@ -26,6 +27,7 @@ TABLES = (
     test_validation_frameworks,
     test_validation_effort,
     test_validation_penalties,
+    test_validation_learning,
     test_validation_sim,
     test_validation_sweep,
     test_validation_testing,
