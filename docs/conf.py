@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import inspect
 import re
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -76,39 +74,15 @@ logger = logging.getLogger("refimpl.docs")
 
 def _generate_derivations(app: Sphinx) -> None:
     """Write docs/derivations/<module>.md from each proof module: its docstring, then its claims."""
-    from proofs._framework import all_claims
+    from proofs._framework import all_claims, derivation_page
 
     out = Path(app.srcdir) / "derivations"
     out.mkdir(exist_ok=True)
     claims = all_claims()
     modules = sorted({c.module for c in claims.values()})
-    methods = {
-        "symbolic": "proved symbolically (SymPy simplifies the difference to 0)",
-        "exact": "proved exactly (a finite computation in exact arithmetic)",
-        "numeric": "**numeric only** (50-digit evaluation at random points; not a proof)",
-    }
     for name in modules:
-        module = importlib.import_module(name)
-        doc = inspect.cleandoc(module.__doc__ or name)
-        parts = [doc, "", "## Claims", ""]
-        for c in (c for c in claims.values() if c.module == name):
-            source = textwrap.dedent(inspect.getsource(c.check))
-            parts += [
-                f"### {c.id}",
-                "",
-                f"({c.id.lower()})=",
-                "",
-                c.statement,
-                "",
-                f"*Status:* {methods[c.method]}. *Checked by* `{name}.{c.check.__name__}`:",
-                "",
-                "```python",
-                source.rstrip(),
-                "```",
-                "",
-            ]
+        text = derivation_page(name, claims.values())
         page = out / f"{name.split('.')[-1]}.md"
-        text = "\n".join(parts) + "\n"
         if not page.exists() or page.read_text() != text:
             page.write_text(text)
 

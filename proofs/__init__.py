@@ -8,9 +8,9 @@ Write a proof module like this::
 
     \"\"\"Length bias of first-k-of-n dispatch.  (Markdown/MyST: the derivation in words.)\"\"\"
     import sympy as sp
-    from proofs._framework import claim, assert_zero
+    from proofs._framework import GENERAL, claim, assert_zero
 
-    @claim("LB1", r"$\\sum_\\ell q(\\ell) = 1$", method="symbolic")
+    @claim("LB1", r"$\\sum_\\ell q(\\ell) = 1$", method="symbolic", scope=GENERAL)
     def selected_pmf_sums_to_one() -> None:
         ...
         assert_zero(expr)

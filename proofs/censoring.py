@@ -33,6 +33,7 @@ from proofs._framework import assert_close, assert_zero, claim
     "Without censoring the product-limit estimate telescopes to the empirical survival: "
     "$\\prod_{i \\le m} (1 - d_i/r_i) = r_{m+1}/r_1$ when $r_{i+1} = r_i - d_i$ (symbolic, "
     "$m = 5$); `refimpl.kaplan_meier` against the empirical survival of a sample with ties.",
+    scope="the telescoping product for m = 5 factors; the library check on one sample with ties",
 )
 def kaplan_meier_without_censoring() -> None:
     r1 = sp.symbols("r1", positive=True)
@@ -62,6 +63,7 @@ def kaplan_meier_without_censoring() -> None:
     "maximiser of the censored log-likelihood $\\sum_{\\text{finished}} \\log f + "
     "\\sum_{\\text{censored}} \\log S$ found numerically (scipy), and its unbiased variant against "
     "$(k-1)/k$ times that maximiser.",
+    scope="the identity for every k <= n <= 6; the Rényi spacings for n <= 5; the Gamma law for k <= 4; the expectations symbolic in k and λ",
 )
 def exponential_rate_estimators() -> None:
     # 1. Total time on test as a sum of normalised spacings (an identity of linear forms).

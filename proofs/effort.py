@@ -52,7 +52,7 @@ import numpy as np
 import sympy as sp
 
 import refimpl
-from proofs._framework import assert_close, assert_positive, assert_zero, claim
+from proofs._framework import GENERAL, assert_close, assert_positive, assert_zero, claim
 
 b, b_min = sp.symbols("b b_min", real=True)
 d = sp.Symbol("d", positive=True)  # b − b_min > 0
@@ -83,7 +83,7 @@ def _subs(p: dict[str, float], b_value: float) -> dict[sp.Symbol, float]:
     }
 
 
-@claim("EF1", r"$k(b_\text{min}) = k_0$.")
+@claim("EF1", r"$k(b_\text{min}) = k_0$.", scope=GENERAL)
 def penalty_at_lowest_effort() -> None:
     assert_zero(k_expr.subs(b, b_min) - k0, label="k(b_min) - k0")
     for p in POINTS:
@@ -93,7 +93,11 @@ def penalty_at_lowest_effort() -> None:
         assert_close(found, p["k0"], rel=0.0, label="effort_penalty(b_min)")
 
 
-@claim("EF2", r"$\dfrac{dk}{db} = -\dfrac{k(b)}{\tau}$; for $k_0 > 0$, $k$ is strictly decreasing.")
+@claim(
+    "EF2",
+    r"$\dfrac{dk}{db} = -\dfrac{k(b)}{\tau}$; for $k_0 > 0$, $k$ is strictly decreasing.",
+    scope=GENERAL,
+)
 def penalty_derivative() -> None:
     assert_zero(sp.diff(k_expr, b) + k_expr / tau, label="dk/db + k/tau")
     assert_positive(-sp.diff(k_expr, b), label="-dk/db")
@@ -109,7 +113,11 @@ def penalty_derivative() -> None:
             assert_close(float(slope), float(-kk[1] / p["tau"]), rel=1e-6, label="dk/db")
 
 
-@claim("EF3", r"$k(b + \tau) = k(b)/e$: each $\tau$ of extra effort divides the price by $e$.")
+@claim(
+    "EF3",
+    r"$k(b + \tau) = k(b)/e$: each $\tau$ of extra effort divides the price by $e$.",
+    scope=GENERAL,
+)
 def penalty_per_tau() -> None:
     assert_zero(k_expr.subs(b, b + tau) - k_expr / sp.E, label="k(b+tau) - k(b)/e")
     for p in POINTS:
@@ -126,6 +134,7 @@ def penalty_per_tau() -> None:
     "EF4",
     r"First-order condition: $\frac{d}{d\ell}\left[Q(\ell) - k\ell\right] = 0$ at "
     r"$\ell = \lambda \ln\frac{q_\text{max}}{\lambda k}$.",
+    scope=GENERAL,
 )
 def first_order_condition() -> None:
     k = sp.Symbol("k", positive=True)
@@ -147,6 +156,7 @@ def first_order_condition() -> None:
     r"Second-order condition: $\frac{d^2}{d\ell^2}\left[Q(\ell) - k\ell\right] = "
     r"-\frac{q_\text{max}}{\lambda^2} e^{-\ell/\lambda} < 0$ for all $\ell$: the root is the unique "
     r"maximiser, and $L^* = 0$ when the root is $\le 0$.",
+    scope=GENERAL,
 )
 def second_order_condition() -> None:
     k = sp.Symbol("k", positive=True)
@@ -170,6 +180,7 @@ def second_order_condition() -> None:
     "EF6",
     r"$L^*(b) = \lambda \ln\frac{q_\text{max}}{\lambda k_0} + \frac{\lambda}{\tau}(b - b_\text{min})$ "
     r"where positive: linear in $b$ with slope $\lambda/\tau$.",
+    scope=GENERAL,
 )
 def optimal_length_is_linear() -> None:
     assert_zero(sp.expand_log(L_root - L_linear, force=True), label="L*(b) log form")
@@ -185,7 +196,11 @@ def optimal_length_is_linear() -> None:
             assert_close(float(Lv), expected, rel=1e-13, label="L* linear form")
 
 
-@claim("EF7", r"$Q(L^*(b)) = q_\text{max} - \lambda k(b)$ where $L^* > 0$ (and 0 where $L^* = 0$).")
+@claim(
+    "EF7",
+    r"$Q(L^*(b)) = q_\text{max} - \lambda k(b)$ where $L^* > 0$ (and 0 where $L^* = 0$).",
+    scope=GENERAL,
+)
 def quality_at_optimum() -> None:
     assert_zero(Q_expr.subs(ell, L_root) - (q_max - lam * k_expr), label="Q(L*)")
     for p in POINTS:
@@ -202,6 +217,7 @@ def quality_at_optimum() -> None:
     "EF8",
     r"Along the frontier $\dfrac{dQ}{dL} = \dfrac{dQ(L^*)/db}{dL^*/db} = k(b)$: the slope is the "
     r"price that selects the point.",
+    scope=GENERAL,
 )
 def frontier_slope_is_the_price() -> None:
     quality = q_max - lam * k_expr
@@ -220,6 +236,7 @@ def frontier_slope_is_the_price() -> None:
     "EF9",
     r"The frontier is concave: $\dfrac{d^2Q}{dL^2} = \dfrac{dk/db}{dL^*/db} = -\dfrac{k(b)}{\lambda}"
     r" < 0$; with $dL^*/db > 0$ and $dQ/dL = k > 0$ its points are mutually non-dominated.",
+    scope=GENERAL,
 )
 def frontier_is_concave() -> None:
     second = sp.diff(k_expr, b) / sp.diff(L_root, b)

@@ -79,7 +79,7 @@ import numpy as np
 import sympy as sp
 
 import refimpl
-from proofs._framework import assert_close, assert_positive, assert_zero, claim
+from proofs._framework import GENERAL, assert_close, assert_positive, assert_zero, claim
 
 x = sp.Symbol("x", real=True)
 ell, lam, q, k = sp.symbols("ell lambda q k", positive=True)
@@ -101,6 +101,7 @@ EFFORTS = np.linspace(0.0, 6.0, 25)
     r"$\varphi(x) = e^{-x} - 1 + x \ge 0$ on $\mathbb R$, with equality only at $x = 0$: "
     r"$\varphi(0) = 0$, $\varphi'$ vanishes only at 0 (SymPy's `solveset`), $\varphi'' = e^{-x} > 0$, "
     r"and SymPy's `minimum` over $\mathbb R$ is 0.",
+    scope=GENERAL,
 )
 def phi_is_nonnegative() -> None:
     assert_zero(phi.subs(x, 0), label="phi(0)")
@@ -118,6 +119,7 @@ def phi_is_nonnegative() -> None:
     r"$\ell^* = 0$ ($k = q/\lambda + s$), $g(0) - g(\ell) = s\ell + q\varphi(\ell/\lambda)$. So "
     r"$\ell^*_d$ is each class's unique best length. Library check: the per-class "
     r"`optimal_length` beats every length of a fine grid on every class of the check mixes.",
+    scope=GENERAL,
 )
 def per_class_regret() -> None:
     star = sp.Symbol("ell_star", positive=True)
@@ -156,6 +158,7 @@ def per_class_regret() -> None:
     r"three classes, log-normal), strictly where the per-class optima differ, and "
     r"`adaptive_gap` matches both coordinates.",
     method="exact",
+    scope="three classes with symbolic weights (the exact identity); the crossing argument general; the library check on the check mixes",
 )
 def adaptive_dominates_fixed_budget() -> None:
     w1, w2 = sp.symbols("w_1 w_2", positive=True)
@@ -216,6 +219,7 @@ def adaptive_dominates_fixed_budget() -> None:
     r"$dA/du = k\sum_{d \in S} w_d\lambda_d$ over the classes with $\ell^*_d > 0$, so the frontier's "
     r"slope $dA/dC$ is the price $k$ (symbolic, three classes). Library check: secant slopes of "
     r"`effort_frontier` on the check mixes against `effort_penalty` at the midpoint.",
+    scope="three classes (symbolic); the library check on the check mixes",
 )
 def mix_slope_is_the_price() -> None:
     u = sp.Symbol("u", real=True)
@@ -245,6 +249,7 @@ def mix_slope_is_the_price() -> None:
     r"(SymPy integrates both against the normal density). Library check: `difficulty_mix` with 256 "
     r"classes reproduces the closed-form frontier within 2.7e-4 in quality and 0.2% in cost "
     r"(the quadrature error falls like 1/classes; see `difficulty_mix`).",
+    scope=GENERAL,
 )
 def lognormal_closed_form() -> None:
     m, s = sp.symbols("m sigma", positive=True)
@@ -285,6 +290,7 @@ def lognormal_closed_form() -> None:
     r"matching (the limit is symbolic); at $\ell = 0$, a deviation to $\ell'$ earns "
     r"$Q(\ell') - \omega/2 \to q - \omega/2$. Library check: `kimi_length_reward` gives the "
     r"undercutting response $+\tfrac12$, the matched group 0, and a longer deviant $-\tfrac12$.",
+    scope=GENERAL,
 )
 def kimi_has_no_symmetric_fixed_point() -> None:
     omega, eps = sp.symbols("omega epsilon", positive=True)

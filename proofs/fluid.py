@@ -45,7 +45,7 @@ import sympy as sp
 from scipy import integrate
 
 import refimpl
-from proofs._framework import assert_close, assert_zero, claim
+from proofs._framework import GENERAL, assert_close, assert_zero, claim
 
 
 @claim(
@@ -58,6 +58,7 @@ from proofs._framework import assert_close, assert_zero, claim
     "bound no rollout reaches; `fluid_keep_probability` against $P(s \\le \\eta \\mid \\ell)$ from "
     "the two-point law of $s$. The premise's consequence is checked against the simulator in "
     "the test suite (`test_mean_staleness_of_continuous_dispatch_is_slots_over_batch`).",
+    scope=GENERAL,
 )
 def fluid_staleness() -> None:
     m = sp.symbols("m", integer=True, nonnegative=True)
@@ -113,6 +114,7 @@ def fluid_staleness() -> None:
     "undefined $F$: the derivative is $(\\eta + t) F'((\\eta + t)\\Delta) \\ge 0$); `refimpl.fluid_steady_state` solves "
     "$\\Delta = B E[L]/(N E_p[\\mathrm{keep}_\\Delta])$ and its kept fraction and trained mean "
     "length match direct quadrature.",
+    scope="general (symbolic η and Δ, any law); the whole expectation spot-checked for exponential lengths, η = 0, 1, 2",
 )
 def masked_fixed_point() -> None:
     # Every law: keep(ℓ) as an integral of an indicator, checked on each range of ℓ.
@@ -179,6 +181,7 @@ def masked_fixed_point() -> None:
     "\\frac1\\Delta\\int_0^{\\eta\\Delta} S - \\frac\\eta\\Delta\\int_{\\eta\\Delta}^{(\\eta+1)\\Delta} S$ "
     "(symbolic for exponential lengths, $\\eta \\le 3$, against the direct expectation over "
     "$\\ell$ of $\\sum_s s\\,P(s \\mid \\ell)$); `refimpl.fluid_steady_state` against it.",
+    scope="exponential lengths, η <= 3",
 )
 def trained_staleness() -> None:
     lam, delta, x = sp.symbols("lambda Delta x", positive=True)

@@ -64,6 +64,7 @@ from scipy import stats
 
 import refimpl
 from proofs._framework import (
+    GENERAL,
     assert_close,
     assert_nonnegative,
     assert_positive,
@@ -96,6 +97,7 @@ def _random_policies(rng: random.Random, k: int) -> tuple[list[Fraction], list[F
     r"symbolic probabilities); the estimate is exact on the actions below the cap and the bias is "
     r"$\le 0$ for $f \ge 0$.",
     method="exact",
+    scope="3 actions, every subset of them over the cap (symbolic probabilities)",
 )
 def truncated_is_bias() -> None:
     for size in range(K + 1):
@@ -135,6 +137,7 @@ def truncated_is_bias() -> None:
     r"\sum_{a:\rho_a\notin[\alpha,\beta]}\pi_a f_a$ for every subset of actions outside the band: the "
     r"bias is the whole target mass outside, not just an excess.",
     method="exact",
+    scope="3 actions, every subset of them outside the band (symbolic probabilities); the library check on 5 actions",
 )
 def masked_is_bias() -> None:
     pi = [mu[a] * rho[a] for a in range(K)]
@@ -185,6 +188,7 @@ def _hit_probability_by_quantiles(t: int, m: float, s: float, cap: float, points
     r"$2\log C - \sigma^2 T$, so it increases exactly for $T < 2\log C/\sigma^2$. "
     r"`refimpl.masked_is_weights` reproduces $P_T$.",
     method="symbolic",
+    scope=GENERAL,
 )
 def sequence_cap_hits_long_sequences_more_often() -> None:
     z0 = logC / (sigma * sp.sqrt(T_sym))
@@ -224,6 +228,7 @@ def sequence_cap_hits_long_sequences_more_often() -> None:
     r"$\mathrm{ESS} \le n$, with equality iff all weights are equal; `refimpl.effective_sample_size` "
     r"matches exact rational evaluation.",
     method="symbolic",
+    scope="n = 4 weights (symbolic)",
 )
 def ess_at_most_n() -> None:
     n = 4
@@ -249,6 +254,7 @@ def ess_at_most_n() -> None:
     r"$(\sum_i w_i)^2 - \sum_i w_i^2 = 2\sum_{i<j} w_i w_j \ge 0$ for $w \ge 0$ ($n = 4$): hence "
     r"$\mathrm{ESS} \ge 1$, with equality iff exactly one weight is positive.",
     method="symbolic",
+    scope="n = 4 weights (symbolic)",
 )
 def ess_at_least_one() -> None:
     n = 4
@@ -265,6 +271,7 @@ def ess_at_least_one() -> None:
     r"$\mathrm{ESS}(c\,w) = \mathrm{ESS}(w)$ for $c > 0$ (scale invariance), and "
     r"`refimpl.effective_sample_size` keeps it for weights up to $10^{300}$ (no overflow).",
     method="symbolic",
+    scope=GENERAL,
 )
 def ess_scale_invariant() -> None:
     n = 4

@@ -125,6 +125,7 @@ def _tuple_expectation(probs: list[Any], n: int, k: int, value: Any) -> tuple[An
     r"$\sum_\ell q(\ell)A s$ with $q$ = `selected_pmf`; the Hájek estimate is biased for $k < n$ "
     r"(exact counterexample); `refimpl.learning.first_k_gradient` agrees on rational policies.",
     method="exact",
+    scope="every n <= 3, k <= n, three-point laws with symbolic probabilities; the library check on rational policies",
 )
 def ipw_first_k_gradient_is_exact() -> None:
     p1, p2 = sp.symbols("p1 p2", positive=True)
@@ -200,6 +201,7 @@ _TOKENS = {1: [(1, "s")], 2: [(1, "c"), (2, "s")], 3: [(1, "c"), (2, "c")]}
     r"only if $\mu = \pi$ (it is not 0 at a rational point with $\mu \ne \pi$), so token IS is "
     r"biased even without a cap; `refimpl.learning.corrected_scores` agrees.",
     method="exact",
+    scope="M = 3 (symbolic hazards, advantages and scores), every subset of tokens over the cap",
 )
 def token_tis_bias_closed_form() -> None:
     h1, h2, g1, g2, cap = sp.symbols("h1 h2 g1 g2 C", positive=True)
@@ -291,6 +293,7 @@ def token_tis_bias_closed_form() -> None:
     r"non-negative bias along $u$ for $f = A\,u^\top s$; first-$k$ (`selected_pmf`) and the fluid "
     r"staleness mask give $F_q \ge F_p$ exactly on random rational laws.",
     method="symbolic",
+    scope="M = 5 (symbolic summation by parts); the library check on random rational laws",
 )
 def direction_of_length_bias() -> None:
     m = 5
@@ -336,6 +339,7 @@ def direction_of_length_bias() -> None:
     r"$\ge 0$ along $\theta$ for $a > 0$ (towards shorter outputs: $\partial_\theta E[L] < 0$) and "
     r"$\le 0$ for $a < 0$; `first_k_gradient` agrees on rational hazards.",
     method="symbolic",
+    scope="M = 6 (symbolic); the library check on rational hazards",
 )
 def length_bias_pushes_towards_shorter_outputs() -> None:
     m = 6

@@ -100,6 +100,7 @@ def _random_exact_pmf(rng: random.Random, size: int) -> list[Fraction]:
     "LB0",
     "Worked check: $n = 8$, $k = 4$, $F(\\ell) = 1/2$ gives $\\pi(\\ell) = 1/2$.",
     method="exact",
+    scope="one worked instance: n = 8, k = 4, F = 1/2",
 )
 def worked_check() -> None:
     value = _binom_cdf(7, sp.Rational(1, 2), 3)
@@ -118,6 +119,7 @@ def worked_check() -> None:
     "derivative is $(n-1)[b(j-1; n-2, F) - b(j; n-2, F)]$ (so the sum's derivative telescopes to "
     "$-(n-1) b(k-1; n-2, F)$) and $(n-1)\\binom{n-2}{k-1} = 1/B(n-k, k)$; exactly as polynomials "
     "for every $n \\le 10$; and against `refimpl.inclusion_probability`.",
+    scope="the derivative identity symbolic in n and k; the polynomial identity for every 2 <= n <= 10",
 )
 def binomial_sum_is_incomplete_beta() -> None:
     n, k, j = sp.symbols("n k j", positive=True, integer=True)
@@ -160,6 +162,7 @@ def binomial_sum_is_incomplete_beta() -> None:
     "E[\\min(\\mathrm{Bin}(n,u),k)]/n$ and $G' = P(\\mathrm{Bin}(n-1,u) \\le k-1)$: a polynomial "
     "identity in $(F(\\ell-1), p(\\ell))$ for every $n \\le 6$, $1 \\le k \\le n$; and "
     "`refimpl.inclusion_probability_pmf` (exact and float) against the multinomial sum.",
+    scope="every n <= 6, 1 <= k <= n (polynomial identity)",
 )
 def tie_interval_closed_form() -> None:
     for n in range(1, 7):
@@ -199,6 +202,7 @@ def tie_interval_closed_form() -> None:
     "with symbolic probabilities $p_1, p_2, p_3 = 1 - p_1 - p_2$ and the multinomial $\\pi$, for "
     "every $n \\le 5$; and `refimpl.selected_pmf` sums to exactly 1 on random exact pmfs.",
     method="exact",
+    scope="three-point pmfs with symbolic probabilities, every n <= 5",
 )
 def trained_law_sums_to_one() -> None:
     p1, p2 = sp.symbols("p1 p2", positive=True)
@@ -230,6 +234,7 @@ def trained_law_sums_to_one() -> None:
     "$(n, k) \\in \\{(2,1), (3,1), (3,2)\\}$; and `refimpl.ipw_estimator_moments` reports zero "
     "Horvitz–Thompson bias exactly on random exact pmfs.",
     method="exact",
+    scope="three-point pmfs with symbolic probabilities, (n, k) in {(2, 1), (3, 1), (3, 2)}",
 )
 def horvitz_thompson_is_unbiased() -> None:
     p1, p2 = sp.symbols("p1 p2", positive=True)

@@ -35,7 +35,7 @@ import sympy as sp
 from scipy import integrate, special
 
 import refimpl
-from proofs._framework import assert_close, assert_zero, claim
+from proofs._framework import GENERAL, assert_close, assert_zero, claim
 
 
 @claim(
@@ -44,6 +44,7 @@ from proofs._framework import assert_close, assert_zero, claim
     "(symbolic integration of the order-statistic density for every $n \\le 6$, $j \\le n$, with "
     "symbolic $\\lambda$); `refimpl.expected_max`, `refimpl.async_speedup` and "
     "`refimpl.selected_mean` against the closed forms up to $n = 1000$.",
+    scope="every n <= 6, j <= n (symbolic λ); the library check up to n = 1000",
 )
 def exponential_order_statistics() -> None:
     lam, x = sp.symbols("lambda x", positive=True)
@@ -77,6 +78,7 @@ def exponential_order_statistics() -> None:
     "Uniform lengths on $[a, b]$: $E[\\max] = a + (b-a)\\,n/(n+1)$ and the speedup bound is "
     "$(a + (b-a) n/(n+1))/((a+b)/2)$, symbolically for symbolic $n$, $a$, $b$; "
     "`refimpl.expected_max` and `refimpl.async_speedup` against them.",
+    scope=GENERAL,
 )
 def uniform_order_statistics() -> None:
     n, a, b, t = sp.symbols("n a b t", positive=True)
@@ -104,6 +106,7 @@ def uniform_order_statistics() -> None:
     "direct quadrature of $\\frac12\\int_0^1 |r(u) - 1|\\,du$ and of the KL integral, for an "
     "exponential and a lognormal law.",
     method="symbolic",
+    scope="general (symbolic in n and k); as exact polynomials for every 1 <= k < n <= 10",
 )
 def continuous_bias_is_law_free() -> None:
     n, k = sp.symbols("n k", positive=True, integer=True)

@@ -58,6 +58,7 @@ import sympy as sp
 
 import refimpl
 from proofs._framework import (
+    GENERAL,
     assert_close,
     assert_positive,
     assert_zero,
@@ -78,6 +79,7 @@ def _grid_argmax(values: np.ndarray, grid: np.ndarray) -> float:
     "PEN1",
     r"Kimi: $\lambda(\ell_\text{min}) = \tfrac12$, $\lambda(\ell_\text{max}) = -\tfrac12$, "
     r"$d\lambda/d\ell = -1/(\ell_\text{max} - \ell_\text{min}) < 0$.",
+    scope=GENERAL,
 )
 def kimi_endpoints() -> None:
     kimi = sp.Rational(1, 2) - (ell - l_lo) / width
@@ -95,6 +97,7 @@ def kimi_endpoints() -> None:
     r"answers get $\le 0$, and the shortest response, when correct, gets $\tfrac12$ (degenerate "
     r"groups: 0).",
     method="exact",
+    scope="every group of 1–4 responses with lengths in {0, 1, 2, 3} and every correctness pattern",
 )
 def kimi_exhaustive() -> None:
     half = Fraction(1, 2)
@@ -118,6 +121,7 @@ def kimi_exhaustive() -> None:
     r"DAPO: the ramp $((L_\text{max} - L_\text{cache}) - \ell)/L_\text{cache}$ is 0 at "
     r"$L_\text{max} - L_\text{cache}$ and $-1$ at $L_\text{max}$ (the floor is continuous), and "
     r"verl's $-(\ell - (L_\text{max} - L_\text{cache}))/L_\text{cache}$ is the same ramp.",
+    scope=GENERAL,
 )
 def dapo_ramp() -> None:
     ramp = ((l_max - l_cache) - ell) / l_cache
@@ -139,6 +143,7 @@ def dapo_ramp() -> None:
     r"ramp; on it the first-order condition $Q'(\ell) = 1/L_\text{cache}$ has that root; beyond "
     r"$L_\text{max}$, $Q - 1 < 0 = Q(0) + R(0)$ for $q_\text{max} \le 1$. Library check: "
     r"`saturating_quality + dapo_overlong_penalty` on a fine grid peaks at the closed form.",
+    scope=GENERAL,
 )
 def dapo_optimum() -> None:
     root = lam * sp.log(q_max * l_cache / lam)
@@ -171,6 +176,7 @@ def dapo_optimum() -> None:
     r"$[0, L]$ (symbolic: SymPy's inequality solver finds no $u \in [0, 1]$ with $\sin \pi u < 0$), "
     r"so correct rewards fall from $r^c_\text{max}$ to $r^c_\text{min}$ and wrong rewards "
     r"rise from $r^w_\text{min}$ to $r^w_\text{max}$.",
+    scope=GENERAL,
 )
 def cosine_schedule() -> None:
     L = sp.Symbol("L", positive=True)
@@ -211,6 +217,7 @@ def cosine_schedule() -> None:
     r"objective is concave; its slope $Q' + \alpha > 0$ below the target, and above it "
     r"$Q' - \alpha$ vanishes at that root. Library check: `saturating_quality` plus "
     r"`l1_exact_reward` on a fine grid peaks at the closed form.",
+    scope=GENERAL,
 )
 def l1_exact_optimum() -> None:
     alpha = sp.Symbol("alpha", positive=True)
@@ -244,6 +251,7 @@ def l1_exact_optimum() -> None:
     r"reward is $Q$, with $Q' > 0$, so the window's left end beats every shorter length; above it "
     r"the reward is 0, which no length in the window falls below). Library check: "
     r"`saturating_quality · l1_max_reward` on a grid peaks inside the window.",
+    scope=GENERAL,
 )
 def l1_max_budget() -> None:
     alpha, delta, gold = sp.symbols("alpha delta n_gold", positive=True)

@@ -53,6 +53,7 @@ from refimpl.sim import STATUS, SimConfig, simulate
     r"$\mathbb{1}[s\le\eta]$, and `refimpl.staleness_decay` is $\gamma^s$ for rational "
     r"$\gamma \in (0, 1]$ (to 4 ulp); both are non-increasing in $s$ and equal 1 at $s = 0$.",
     method="exact",
+    scope="s in {0..30}, η in {0..10}, sampled rational γ",
 )
 def staleness_weights_keep_on_policy() -> None:
     s = np.arange(31)
@@ -93,6 +94,7 @@ def _launch(eta: int, version: int, batch: int, accepted: int, running: int, cap
     r"among unit-length ones is trained with staleness at least $L - 1$, for every $L \le 30$: "
     r"admission control gives no per-sample bound.",
     method="exact",
+    scope="η, v in {0, 1, 2}, B in {1, 2, 3}, N_max in {1..5}; the simulated counterexample for 3 <= L <= 30",
 )
 def admission_bounds_count_not_sample() -> None:
     for eta, version, batch, cap in itertools.product(range(3), range(3), range(1, 4), range(1, 6)):
@@ -143,6 +145,7 @@ def admission_bounds_count_not_sample() -> None:
     r"`refimpl.policy_version` counts the publications strictly before $t$: a launch at the "
     r"publication instant sees the old version (exhaustive over integer times and schedules).",
     method="exact",
+    scope="up to 4 publications at integer times 0..5, launches at integer times −1..7",
 )
 def tie_rule_sees_old_version() -> None:
     for k in range(5):

@@ -25,6 +25,12 @@ is then the same λ-return.
 A discount $\gamma_k = 0$ ends an episode: every product $\prod_{i=s}^{t-1}\gamma_i c_i$ with
 $s \le k < t$ contains $\gamma_k$, so the targets before the boundary do not depend on anything after
 it, and those after it never look back (claim VT3). This is why a batch may concatenate episodes.
+
+**Scope.** The three claims are proved for one horizon, $T = 4$, with every quantity symbolic; they
+are not proved here for every $T$ (the argument above is general, the SymPy check is not). Other
+horizons are covered by comparison, not proof: golden values computed by rlax itself for
+$T$ from 1 to 32 (`tests/test_vtrace_rlax.py`), and the property tests of
+`tests/test_staleness.py`.
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ def _numeric_case(seed: int) -> dict[str, np.ndarray]:
     r"symbolic), and `refimpl.vtrace` matches the closed form with $\bar\rho_s = \min(\bar\rho,"
     r"\rho_s)$, $c_s = \lambda_s\min(1, \rho_s)$.",
     method="symbolic",
+    scope="horizon T = 4 (every quantity symbolic); the library check on 5 random trajectories of length 4",
 )
 def vtrace_recursion_equals_closed_form() -> None:
     rec = _recursion(rho_bar, c, gamma)
@@ -125,6 +132,7 @@ def vtrace_recursion_equals_closed_form() -> None:
     r"`q_estimate` both equal the λ-return $G_s = r_s + \gamma_s((1-\lambda_s)V(x_{s+1}) + "
     r"\lambda_s G_{s+1})$, $G_{T-1} = r_{T-1} + \gamma_{T-1} V(x_T)$.",
     method="symbolic",
+    scope="horizon T = 4 (every quantity symbolic); the library check on 5 random trajectories of length 4",
 )
 def vtrace_on_policy_is_lambda_return() -> None:
     ones = tuple(sp.Integer(1) for _ in range(T))
@@ -166,6 +174,7 @@ def vtrace_on_policy_is_lambda_return() -> None:
     r"on any quantity after step $k$ (its derivative with respect to each is 0), and `refimpl.vtrace` "
     r"on the whole trajectory equals `refimpl.vtrace` on the two pieces.",
     method="symbolic",
+    scope="horizon T = 4, a boundary at each of its steps (symbolic); the library check on one trajectory of length 4",
 )
 def vtrace_splits_at_episode_boundary() -> None:
     for k in range(T - 1):

@@ -11,6 +11,8 @@ defined in one of the modules below, which own their ``__all__``.
 - :mod:`refimpl.penalties`: published length penalties (Kimi k1.5, DAPO, cosine, L1).
 - :mod:`refimpl.sim`: the asynchronous rollout-queue simulator.
 - :mod:`refimpl.testing`: strategies and conformance checks for downstream implementations.
+- :mod:`refimpl.errors`: the exception family (:class:`RefimplError`, :class:`InvalidArgument`,
+  :class:`InvalidArgumentType`) every refusal belongs to.
 
 The flat names are loaded on first use (PEP 562): ``import refimpl`` itself imports neither numpy
 nor scipy, so that the ``refimpl`` command (``refimpl.cli``) starts in milliseconds and a Ctrl-C
@@ -25,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 #: The modules whose ``__all__`` make up the flat API, in the order of ``refimpl.__all__``.
-_FLAT = ("dispatch", "staleness", "frameworks", "effort", "penalties")
+_FLAT = ("dispatch", "staleness", "frameworks", "effort", "penalties", "errors")
 
 if TYPE_CHECKING:  # what the type checker and readers see; at run time __getattr__ loads them
-    from refimpl import dispatch, effort, frameworks, penalties, staleness
+    from refimpl import dispatch, effort, errors, frameworks, penalties, staleness
     from refimpl.dispatch import *
     from refimpl.effort import *
+    from refimpl.errors import *
     from refimpl.frameworks import *
     from refimpl.penalties import *
     from refimpl.staleness import *
@@ -41,6 +44,7 @@ if TYPE_CHECKING:  # what the type checker and readers see; at run time __getatt
         *frameworks.__all__,
         *effort.__all__,
         *penalties.__all__,
+        *errors.__all__,
     ]
 
 

@@ -1,12 +1,17 @@
 """Argument validation shared by every public function.
 
 Every public function validates its inputs first, in a fixed order (convert, shape, domain), and
-raises ``TypeError`` or ``ValueError`` whose message names the parameter, the rule, the value received
-and how to fix the call, e.g.::
+raises :class:`~refimpl.errors.InvalidArgumentType` (a ``TypeError``) or
+:class:`~refimpl.errors.InvalidArgument` (a ``ValueError``) whose message names the parameter, the
+rule, the value received and how to fix the call, e.g.::
 
     tau must be > 0 (decay length in effort units); got tau=0.0. Pass a positive tau.
 
-Nothing here is public API; the messages are (tests/test_validation.py pins them).
+The builders come in two layers: :func:`invalid`, :func:`wrong_type` and :func:`mismatch` build an
+exception from its parts (for a rule that only one function has); the ``as_*`` converters and the
+``require_*`` checks apply a common rule (an integer ``>= minimum``, a real in an interval, entries
+in a range, two parameters in order, a value among choices) and raise with the standard message.
+Nothing here is public API; the messages are (the tests/test_validation_*.py tables pin them).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from refimpl.errors import InvalidArgument, InvalidArgumentType
 
 __all__: list[str] = []
 
@@ -33,14 +40,14 @@ def _show(value: Any) -> str:
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
-def invalid(name: str, rule: str, value: Any, fix: str) -> ValueError:
-    """Build the standard ``ValueError``: ``{name} must {rule}; got {name}={value}. {fix}``."""
-    return ValueError(f"{name} must {rule}; got {name}={_show(value)}. {fix}")
+def invalid(name: str, rule: str, value: Any, fix: str) -> InvalidArgument:
+    """Build the standard refusal: ``{name} must {rule}; got {name}={value}. {fix}``."""
+    return InvalidArgument(f"{name} must {rule}; got {name}={_show(value)}. {fix}")
 
 
-def wrong_type(name: str, expected: str, value: Any, fix: str) -> TypeError:
-    """Build the standard ``TypeError`` for an argument of the wrong kind."""
-    return TypeError(
+def wrong_type(name: str, expected: str, value: Any, fix: str) -> InvalidArgumentType:
+    """Build the standard refusal of an argument of the wrong kind."""
+    return InvalidArgumentType(
         f"{name} must be {expected}; got {name}={_show(value)} "
         f"of type {type(value).__name__}. {fix}"
     )
@@ -120,26 +127,119 @@ def as_float_array(
     return arr
 
 
-def require_same_shape(a: NDArray[Any], b: NDArray[Any], *, names: tuple[str, str]) -> None:
+def mismatch(names: tuple[str, str], rule: str, got: str, fix: str) -> InvalidArgument:
+    """Build the refusal of a rule between two parameters: ``{a} and {b} must {rule}; got {got}. {fix}``.
+
+    ``got`` shows both values (or both shapes), e.g. ``"low=2.0 and high=1.0"``.
+    """
+    return InvalidArgument(f"{names[0]} and {names[1]} must {rule}; got {got}. {fix}")
+
+
+def require_same_shape(
+    a: NDArray[Any],
+    b: NDArray[Any],
+    *,
+    names: tuple[str, str],
+    fix: str = "Pass arrays of matching shape (one entry per token).",
+) -> None:
     """Both arrays must have one shape; the message shows both shapes."""
     if a.shape != b.shape:
-        raise ValueError(
-            f"{names[0]} and {names[1]} must have the same shape; got {names[0]}.shape={a.shape} "
-            f"and {names[1]}.shape={b.shape}. Pass arrays of matching shape (one entry per token)."
+        raise mismatch(
+            names,
+            "have the same shape",
+            f"{names[0]}.shape={a.shape} and {names[1]}.shape={b.shape}",
+            fix,
         )
 
 
-def require_in_unit_interval(arr: NDArray[np.float64], *, name: str, meaning: str) -> None:
-    """Every entry of ``arr`` must lie in [0, 1]."""
-    bad = (arr < 0.0) | (arr > 1.0)
+def require_ordered(
+    low: float,
+    high: float,
+    *,
+    names: tuple[str, str],
+    meaning: str = "",
+    strict: bool = False,
+    fix: str = "Swap them.",
+) -> None:
+    """Two parameters in order: ``low <= high`` (``low < high`` when ``strict``).
+
+    The message is ``{low} must be <= {high} ({meaning}); got low=... and high=.... {fix}``.
+    """
+    if low < high or (low == high and not strict):
+        return
+    op = "<" if strict else "<="
+    what = f" ({meaning})" if meaning else ""
+    raise InvalidArgument(
+        f"{names[0]} must be {op} {names[1]}{what}; got {names[0]}={low!r} and "
+        f"{names[1]}={high!r}. {fix}"
+    )
+
+
+def require_one_of(value: Any, choices: tuple[Any, ...], *, name: str, fix: str = "") -> None:
+    """``value`` must be one of ``choices`` (same type and equal: ``True`` is not ``1``)."""
+    if any(type(value) is type(c) and value == c for c in choices):
+        return
+    shown = ", ".join(repr(c) for c in choices)
+    raise invalid(name, f"be one of {shown}", value, fix or f"Pass {name} as one of {shown}.")
+
+
+def first_bad(arr: NDArray[Any], bad: NDArray[np.bool_]) -> tuple[int, float]:
+    """The flat index and the value of the first entry where ``bad`` holds (``bad.any()`` must)."""
+    first = int(np.flatnonzero(bad.ravel())[0])
+    return first, float(arr.ravel()[first])
+
+
+def require_entries(
+    arr: NDArray[Any], bad: NDArray[np.bool_], *, name: str, rule: str, fix: str
+) -> None:
+    """No entry of ``arr`` may be ``bad``; the message shows the first offending entry.
+
+    The message is ``{name} must {rule}; got {name}=array(...). Entry {i} is {x!r}{fix}``: ``fix``
+    starts with its own separator (``"; pass values in [0, 1]."`` or ``"."``).
+    """
     if np.any(bad):
-        first = int(np.flatnonzero(bad.ravel())[0])
-        raise invalid(
-            name,
-            f"lie in [0, 1] ({meaning})",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}; pass values in [0, 1].",
-        )
+        first, value = first_bad(arr, bad)
+        raise invalid(name, rule, arr, f"Entry {first} is {value!r}{fix}")
+
+
+def require_in_range(
+    arr: NDArray[np.float64],
+    *,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    meaning: str = "",
+    fix: str | None = None,
+) -> None:
+    """Every entry of ``arr`` lies in the closed range ``[low, high]`` (either end may be open-ended).
+
+    The rule reads ``lie in [low, high]`` for two ends, ``be >= low`` or ``be <= high`` for one; the
+    default fix is ``; pass values in [low, high].`` (resp. ``>= low``, ``<= high``).
+    """
+    bad = np.zeros(arr.shape, dtype=bool)
+    if low is not None:
+        bad |= arr < low
+    if high is not None:
+        bad |= arr > high
+    if not np.any(bad):
+        return
+    if low is not None and high is not None:
+        rule, want = f"lie in [{low:g}, {high:g}]", f"values in [{low:g}, {high:g}]"
+    elif low is not None:
+        rule, want = f"be >= {low:g}", f"values >= {low:g}"
+    else:
+        rule, want = f"be <= {high:g}", f"values <= {high:g}"
+    what = f" ({meaning})" if meaning else ""
+    require_entries(
+        arr, bad, name=name, rule=f"{rule}{what}", fix=f"; pass {want}." if fix is None else fix
+    )
+
+
+def require_in_unit_interval(
+    arr: NDArray[np.float64], *, name: str, meaning: str, fix: str | None = None
+) -> None:
+    """Every entry of ``arr`` must lie in [0, 1]."""
+    require_in_range(arr, name=name, low=0.0, high=1.0, meaning=meaning, fix=fix)
 
 
 def require_frozen_distribution(dist: Any, *, name: str = "dist") -> None:

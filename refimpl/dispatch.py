@@ -30,7 +30,9 @@ from refimpl._validation import (
     as_pmf,
     as_real,
     invalid,
+    require_entries,
     require_frozen_distribution,
+    require_in_range,
     require_in_unit_interval,
     require_same_shape,
     wrong_type,
@@ -1534,19 +1536,14 @@ def _censored_arrays(durations: ArrayLike, observed: ArrayLike) -> tuple[FloatAr
     d = as_float_array(durations, name="durations", ndim=1)
     o = as_float_array(observed, name="observed", ndim=1)
     require_same_shape(d, o, names=("durations", "observed"))
-    if np.any(d < 0):
-        i = int(np.flatnonzero(d < 0)[0])
-        raise invalid(
-            "durations", "be >= 0 (lengths)", d, f"Entry {i} is {float(d[i])!r}; pass lengths >= 0."
-        )
-    if not np.all((o == 0) | (o == 1)):
-        i = int(np.flatnonzero((o != 0) & (o != 1))[0])
-        raise invalid(
-            "observed",
-            "be 0/1 or bool (1 = finished, 0 = censored: unfinished at the cut-off)",
-            o,
-            f"Entry {i} is {float(o[i])!r}.",
-        )
+    require_in_range(d, name="durations", low=0.0, meaning="lengths", fix="; pass lengths >= 0.")
+    require_entries(
+        o,
+        (o != 0) & (o != 1),
+        name="observed",
+        rule="be 0/1 or bool (1 = finished, 0 = censored: unfinished at the cut-off)",
+        fix=".",
+    )
     return d, o
 
 

@@ -228,6 +228,11 @@ def trl_staleness_bound(*, max_staleness: int) -> FrameworkStalenessBound:
     holds when it takes the sample (``j``), because a rollout's oldest token is its first and
     versions only increase. Over-bound samples are dropped, so the bound holds per sample.
 
+    Read in TRL 1.16.0 (``trl/experimental/async_grpo``): the version is recorded once per group of
+    ``num_generations`` rollouts, when its first rollout is launched, so for a rollout of the group
+    launched later ``current − v`` is at least its ``s``: TRL may drop a sample whose ``s`` is within
+    the bound, never keep one beyond it.
+
     Parameters
     ----------
     max_staleness : int
@@ -274,6 +279,17 @@ def verl_staleness_bound(*, staleness_threshold: float) -> FrameworkStalenessBou
     accumulates, not how stale a sample is: there is no ``η``, and no per-sample bound (a long
     rollout can span several syncs). To bound ``s`` per sample, mask with
     :func:`refimpl.staleness_mask` on :func:`refimpl.sample_staleness`.
+
+    .. warning::
+
+        This is ``async_training.staleness_threshold`` (``verl/experimental/fully_async_policy``).
+        verl 0.9.1's v1 trainer has a different setting, ``trainer.v1.sampler.max_off_policy_threshold``
+        ``τ`` (default 8, ``max_off_policy_strategy="drop"`` or ``"wait"``), which *is* a count of
+        steps: a trajectory is dropped (or waited for) when ``g − g_fetch + 1 > τ``, with ``g`` the
+        global step being trained and ``g_fetch`` the one at which its prompt left the dataloader.
+        That bounds ``s <= τ − 1`` only if the rollout's weights at fetch time were those of step
+        ``g_fetch``; when the weight sync lags they are older and ``s`` can exceed it. It is not
+        translated here.
 
     Parameters
     ----------

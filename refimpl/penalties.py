@@ -26,7 +26,15 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from refimpl._validation import as_float_array, as_real, invalid, require_same_shape, wrong_type
+from refimpl._validation import (
+    as_float_array,
+    as_real,
+    invalid,
+    require_entries,
+    require_in_range,
+    require_same_shape,
+    wrong_type,
+)
 
 __all__ = [
     "cosine_length_reward",
@@ -44,15 +52,9 @@ __all__ = [
 
 def _lengths(lengths: ArrayLike, *, name: str = "lengths") -> NDArray[np.float64]:
     arr = as_float_array(lengths, name=name)
-    bad = arr < 0
-    if np.any(bad):
-        first = int(np.flatnonzero(bad.ravel())[0])
-        raise invalid(
-            name,
-            "be >= 0 (token counts)",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}; pass non-negative lengths.",
-        )
+    require_in_range(
+        arr, name=name, low=0.0, meaning="token counts", fix="; pass non-negative lengths."
+    )
     return arr
 
 
@@ -67,15 +69,13 @@ def _correct(correct: ArrayLike, like: NDArray[np.float64]) -> NDArray[np.bool_]
             raise wrong_type(
                 "correct", "a boolean array", correct, "Pass correct as booleans (or 0/1)."
             ) from None
-        ok = (values == 0.0) | (values == 1.0)
-        if not np.all(ok):
-            first = int(np.flatnonzero(~ok.ravel())[0])
-            raise invalid(
-                "correct",
-                "contain only booleans or 0/1",
-                values,
-                f"Entry {first} is {float(values.ravel()[first])!r}; pass True/False per response.",
-            )
+        require_entries(
+            values,
+            (values != 0.0) & (values != 1.0),
+            name="correct",
+            rule="contain only booleans or 0/1",
+            fix="; pass True/False per response.",
+        )
         flags = values == 1.0
     require_same_shape(like, flags, names=("lengths", "correct"))
     return np.asarray(flags, dtype=np.bool_)
@@ -269,7 +269,9 @@ def dapo_overlong_penalty(
     in ``[−penalty_factor, 0]`` with the floor (PEN3, PEN4). The two variants agree on
     :math:`\ell \le L_\text{max}`: they differ only where generation was not truncated at
     :math:`L_\text{max}` (in verl it always is, so the floor never binds there). OpenRLHF caps the
-    excess at the buffer length, which is ``floor=True``. On the ramp the penalty is a price
+    excess at the buffer length, which is ``floor=True``, and so is TRL 1.16.0's
+    ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)`` (−1 beyond the maximum;
+    its length is the number of completion tokens). On the ramp the penalty is a price
     :math:`1/L_\text{cache}` per token; under the saturating quality model the optimal length is
     :math:`\operatorname{clip}(\lambda\ln(q_\text{max}L_\text{cache}/\lambda),
     L_\text{max} - L_\text{cache}, L_\text{max})` (PEN4).
@@ -383,7 +385,9 @@ def cosine_length_reward(
     ``max_value_correct`` again) and it measures length in characters; this function clips at
     :math:`L` (the value at ``max_length`` persists) and takes whatever length unit you pass. The
     paper's reference code (demystify-long-cot) replaces the reward by an exceed-length penalty at
-    the cap: pass ``exceed_value``.
+    the cap: pass ``exceed_value``. TRL 1.16.0's ``trl.rewards.get_cosine_scaled_reward`` (same
+    defaults, ``max_len``) clamps the progress at 1 as this function does and counts completion
+    tokens; it gives ``None`` when the gold answer cannot be parsed.
 
     References
     ----------

@@ -31,6 +31,12 @@ from refimpl._validation import (
     as_int,
     as_real,
     invalid,
+    mismatch,
+    require_entries,
+    require_in_range,
+    require_in_unit_interval,
+    require_one_of,
+    require_ordered,
     require_same_shape,
     wrong_type,
 )
@@ -52,6 +58,7 @@ __all__ = [
     "staleness_mask",
     "truncated_is_weights",
     "vtrace",
+    "vtrace_td_error_and_advantage",
 ]
 
 Level = Literal["token", "sequence", "geometric"]
@@ -181,15 +188,13 @@ class OverMaskingScenario(NamedTuple):
 
 
 def _require_integral(arr: NDArray[np.float64], *, name: str, meaning: str) -> None:
-    bad = arr != np.round(arr)
-    if np.any(bad):
-        first = int(np.flatnonzero(bad.ravel())[0])
-        raise invalid(
-            name,
-            f"hold whole numbers ({meaning})",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}; pass integer counts.",
-        )
+    require_entries(
+        arr,
+        arr != np.round(arr),
+        name=name,
+        rule=f"hold whole numbers ({meaning})",
+        fix="; pass integer counts.",
+    )
 
 
 def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
@@ -202,15 +207,14 @@ def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
             "one value per sample, or its .token (with .mask) for one per token.",
         )
     arr = as_float_array(s, name=name)
-    if np.any(arr < 0):
-        first = int(np.flatnonzero((arr < 0).ravel())[0])
-        raise invalid(
-            name,
-            "be >= 0 (staleness s = j − min_t v_t counts versions behind the trainer)",
-            arr,
-            f"Entry {first} is {float(arr.ravel()[first])!r}: a token version is newer than the trainer "
-            "step that trains it. Compute s with sample_staleness(trained_step, token_versions).",
-        )
+    require_in_range(
+        arr,
+        name=name,
+        low=0.0,
+        meaning="staleness s = j − min_t v_t counts versions behind the trainer",
+        fix=": a token version is newer than the trainer step that trains it. Compute s with "
+        "sample_staleness(trained_step, token_versions).",
+    )
     _require_integral(arr, name=name, meaning="staleness counts policy versions")
     return arr
 
@@ -220,14 +224,13 @@ def _as_mask(mask: ArrayLike | None, shape: tuple[int, ...], *, like: str) -> ND
         return np.ones(shape, dtype=np.float64)
     m = as_float_array(mask, name="mask")
     require_same_shape(m, np.empty(shape), names=("mask", like))
-    if np.any((m != 0.0) & (m != 1.0)):
-        first = int(np.flatnonzero(((m != 0.0) & (m != 1.0)).ravel())[0])
-        raise invalid(
-            "mask",
-            "hold only 0 and 1 (1 = a real token, 0 = padding)",
-            m,
-            f"Entry {first} is {float(m.ravel()[first])!r}; pass a boolean or 0/1 padding mask.",
-        )
+    require_entries(
+        m,
+        (m != 0.0) & (m != 1.0),
+        name="mask",
+        rule="hold only 0 and 1 (1 = a real token, 0 = padding)",
+        fix="; pass a boolean or 0/1 padding mask.",
+    )
     return m
 
 
@@ -251,14 +254,13 @@ def _log_ratio(
 
 
 def _as_level(level: Any) -> Level:
-    if level not in _LEVELS:
-        raise invalid(
-            "level",
-            "be one of 'token', 'sequence', 'geometric'",
-            level,
-            "Pass level='token' (per-token ratios), 'sequence' (product over the sequence) or "
-            "'geometric' (geometric mean over the valid tokens).",
-        )
+    require_one_of(
+        level,
+        _LEVELS,
+        name="level",
+        fix="Pass level='token' (per-token ratios), 'sequence' (product over the sequence) or "
+        "'geometric' (geometric mean over the valid tokens).",
+    )
     out: Level = level
     return out
 
@@ -499,10 +501,11 @@ def sample_staleness(
     elif isinstance(trained_step, (list, tuple, np.ndarray)):
         step = as_float_array(trained_step, name="trained_step", ndim=1)
         if step.shape != (batch,):
-            raise ValueError(
-                f"trained_step and token_versions must have one entry per sample; got "
-                f"trained_step.shape={step.shape} and token_versions.shape={versions.shape}. "
-                "Pass one trained step per sample, or a single int."
+            raise mismatch(
+                ("trained_step", "token_versions"),
+                "have one entry per sample",
+                f"trained_step.shape={step.shape} and token_versions.shape={versions.shape}",
+                "Pass one trained step per sample, or a single int.",
             )
         _require_integral(step, name="trained_step", meaning="trainer steps are counted")
         if np.any(step < 0):
@@ -611,11 +614,12 @@ def admission_capacity(
     on average: nothing is dropped, and a sample may still be trained with ``s > η`` (long
     rollouts, partial rollouts); no per-sample guarantee (conventions §staleness-bound, §admission-and-partial). Monotone: capacity is
     non-decreasing in ``eta``, ``version`` and ``max_concurrent``, non-increasing in ``accepted``
-    and ``running``.
+    and ``running``. AReaL 1.0.4 (``areal/infra/staleness_manager.py``) clamps the concurrency limit
+    and the batch to at least 1 (``max(1, ·)``) where this function refuses values below 1.
 
     References
     ----------
-    AReaL (arXiv 2505.24298), ``StalenessManager.get_capacity``.
+    AReaL (arXiv 2505.24298), ``StalenessManager.get_capacity`` (read in AReaL 1.0.4).
 
     Examples
     --------
@@ -758,6 +762,17 @@ def truncated_is_weights(
     with :math:`\rho_t = \exp(\log\pi_t - \log\mu_t)` and the products over the valid tokens,
     computed as :math:`\exp(\min(\sum_t \log\rho_t, \log C))` (log space: never overflows).
 
+    .. warning::
+
+        ``level="sequence"`` is the **product** of the token ratios, as in verl 0.9.1
+        (``rollout_is="sequence"``) and TRL's ``vllm_importance_sampling_mode="sequence_*"``. TRL's
+        ``importance_sampling_level="sequence"`` (GSPO) is the **geometric mean** instead: its
+        counterpart here is ``level="geometric"`` (read in TRL 1.16.0). verl also clamps the log-ratio (sum) to
+        ``[-20, 20]`` before ``exp``; refimpl computes it exactly.
+
+        TRL's ``*_truncate`` modes also clamp from below at ``vllm_importance_sampling_clip_min``
+        when it is set; this function only caps from above.
+
     Parameters
     ----------
     logp_target : array_like, shape (T,) or (B, T)
@@ -837,6 +852,14 @@ def masked_is_weights(
     with ``ρ`` the token ratio, the sequence product, or its geometric mean (``level``), compared in
     log space: :math:`\log\alpha \le \log\rho \le \log\beta`.
 
+    .. warning::
+
+        ``level="sequence"`` is the **product** of the token ratios, as in verl 0.9.1
+        (``rollout_is="sequence"``) and TRL's ``vllm_importance_sampling_mode="sequence_*"``. TRL's
+        ``importance_sampling_level="sequence"`` (GSPO) is the **geometric mean** instead: its
+        counterpart here is ``level="geometric"`` (read in TRL 1.16.0). verl also clamps the log-ratio (sum) to
+        ``[-20, 20]`` before ``exp``; refimpl computes it exactly.
+
     Parameters
     ----------
     logp_target, logp_behavior : array_like, shape (T,) or (B, T)
@@ -886,11 +909,7 @@ def masked_is_weights(
     d, m = _log_ratio(logp_target, logp_behavior, mask, names=("logp_target", "logp_behavior"))
     lo = as_real(low, name="low", low=0.0, high=1.0, meaning="lower ratio bound α, 0 <= α <= 1")
     hi = as_real(high, name="high", meaning="upper ratio bound β >= 1")
-    if lo > hi:
-        raise ValueError(
-            f"low must be <= high (the kept band is [low, high]); got low={lo!r} and high={hi!r}. "
-            "Swap them."
-        )
+    require_ordered(lo, hi, names=("low", "high"), meaning="the kept band is [low, high]")
     if hi < 1.0:
         raise invalid(
             "high",
@@ -1014,6 +1033,14 @@ def vtrace(
 ) -> VTraceOutput:
     r"""V-trace targets and policy-gradient advantages (IMPALA), with rlax's semantics.
 
+    .. warning::
+
+        ``refimpl.vtrace`` returns the triple ``(errors, pg_advantage, q_estimate)``, as
+        ``rlax.vtrace_td_error_and_advantage`` does (also offered under that name:
+        :func:`vtrace_td_error_and_advantage`). ``rlax.vtrace`` returns **only the errors**: its
+        counterpart here is ``refimpl.vtrace(...).errors``. Compare like with like when you check
+        an rlax-based implementation against this one.
+
     With truncated ratios :math:`\bar\rho_s = \min(\bar\rho, \rho_s)` and
     :math:`c_s = \lambda_s \min(1, \rho_s)`, the temporal differences
     :math:`\delta_s = \bar\rho_s (r_s + \gamma_s V(x_{s+1}) - V(x_s))` and
@@ -1065,9 +1092,10 @@ def vtrace(
 
     Notes
     -----
-    Follows ``rlax.vtrace_td_error_and_advantage``: the trace cutting uses ``min(1, ρ)`` (``c̄ = 1``
-    fixed), ``errors`` are the targets minus ``v_tm1`` (rlax's ``stop_target_gradients`` only
-    affects gradients, so it has no counterpart here). Some implementations (e.g. TorchBeast,
+    Follows ``rlax.vtrace_td_error_and_advantage`` (rlax 0.1.9): the trace cutting uses
+    ``min(1, ρ)`` (``c̄ = 1`` fixed), ``errors`` are the targets minus ``v_tm1`` (rlax's
+    ``stop_target_gradients`` only affects gradients, so it has no counterpart here, nor has its
+    ``sample_mask``). Golden values computed by rlax itself pin this (tests/data/vtrace_rlax/). Some implementations (e.g. TorchBeast,
     scalable_agent) take log-ratios and a separate ``c̄``; convert with ``rho = exp(log_rho)``.
     Invariants: with ``ρ ≡ 1`` and clip thresholds ``>= 1`` the targets are the λ-returns; a
     discount of 0 separates independent episodes (claims VT1–VT3).
@@ -1095,28 +1123,23 @@ def vtrace(
     v_tm1_a, v_t_a, r_a, disc, rho = arrays
     if v_tm1_a.shape[-1] == 0:
         raise invalid("v_tm1", "have at least one time step", v_tm1_a, "Pass T >= 1.")
-    if np.any((disc < 0) | (disc > 1)):
-        first = int(np.flatnonzero(((disc < 0) | (disc > 1)).ravel())[0])
-        raise invalid(
-            "discount_t",
-            "lie in [0, 1] (0 marks an episode boundary)",
-            disc,
-            f"Entry {first} is {float(disc.ravel()[first])!r}.",
-        )
-    if np.any(rho < 0):
-        first = int(np.flatnonzero((rho < 0).ravel())[0])
-        raise invalid(
-            "rho_tm1",
-            "be >= 0 (importance ratios π/μ, not log-ratios)",
-            rho,
-            f"Entry {first} is {float(rho.ravel()[first])!r}; if you have log-ratios pass np.exp(them).",
-        )
+    require_in_unit_interval(
+        disc, name="discount_t", meaning="0 marks an episode boundary", fix="."
+    )
+    require_in_range(
+        rho,
+        name="rho_tm1",
+        low=0.0,
+        meaning="importance ratios π/μ, not log-ratios",
+        fix="; if you have log-ratios pass np.exp(them).",
+    )
     lam = as_float_array(lambda_, name="lambda_")
     if lam.ndim > 0 and lam.shape not in (v_tm1_a.shape, v_tm1_a.shape[-1:]):
-        raise ValueError(
-            f"lambda_ and v_tm1 must have compatible shapes (lambda_ is a scalar, (T,) or the full "
-            f"shape); got lambda_.shape={lam.shape} and v_tm1.shape={v_tm1_a.shape}. "
-            "Pass a scalar lambda_ or one per time step."
+        raise mismatch(
+            ("lambda_", "v_tm1"),
+            "have compatible shapes (lambda_ is a scalar, (T,) or the full shape)",
+            f"lambda_.shape={lam.shape} and v_tm1.shape={v_tm1_a.shape}",
+            "Pass a scalar lambda_ or one per time step.",
         )
     if np.any((lam < 0) | (lam > 1)):
         raise invalid("lambda_", "lie in [0, 1] (trace mixing)", lam, "Pass 0 <= lambda_ <= 1.")
@@ -1146,6 +1169,65 @@ def vtrace(
     return VTraceOutput(errors=errors, pg_advantage=pg_advantage, q_estimate=q_estimate)
 
 
+def vtrace_td_error_and_advantage(
+    v_tm1: ArrayLike,
+    v_t: ArrayLike,
+    r_t: ArrayLike,
+    discount_t: ArrayLike,
+    rho_tm1: ArrayLike,
+    *,
+    lambda_: ArrayLike = 1.0,
+    clip_rho_threshold: float = 1.0,
+    clip_pg_rho_threshold: float = 1.0,
+) -> VTraceOutput:
+    r"""V-trace errors, advantages and Q estimates, under rlax's name for them.
+
+    The same function as :func:`vtrace` (the formulas, parameters, validation and claims are
+    documented there), named as rlax names it, so that a port of rlax code finds it.
+
+    .. warning::
+
+        Which returns what: ``rlax.vtrace_td_error_and_advantage``, this function and
+        ``refimpl.vtrace`` all return ``(errors, pg_advantage, q_estimate)``; ``rlax.vtrace``
+        returns only ``errors`` (``refimpl.vtrace(...).errors`` here).
+
+    Parameters
+    ----------
+    v_tm1, v_t, r_t, discount_t, rho_tm1 : array_like, shape (T,) or (B, T)
+        As in :func:`vtrace`.
+    lambda_, clip_rho_threshold, clip_pg_rho_threshold : float or array_like
+        As in :func:`vtrace`.
+
+    Returns
+    -------
+    VTraceOutput
+        ``(errors, pg_advantage, q_estimate)``, each of the input shape.
+
+    Raises
+    ------
+    ValueError
+        As :func:`vtrace`.
+
+    Examples
+    --------
+    >>> import refimpl
+    >>> args = ([0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.9, 0.9], [1.0, 1.0])
+    >>> out = refimpl.vtrace_td_error_and_advantage(*args)
+    >>> out.errors, out.q_estimate
+    (array([1.9, 1. ]), array([1.9, 1. ]))
+    """
+    return vtrace(
+        v_tm1,
+        v_t,
+        r_t,
+        discount_t,
+        rho_tm1,
+        lambda_=lambda_,
+        clip_rho_threshold=clip_rho_threshold,
+        clip_pg_rho_threshold=clip_pg_rho_threshold,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # diagnostics
 # ---------------------------------------------------------------------------------------------
@@ -1155,11 +1237,7 @@ def _as_weights(w: ArrayLike, *, name: str = "w") -> NDArray[np.float64]:
     arr = as_float_array(w, name=name, ndim=1)
     if arr.size == 0:
         raise invalid(name, "hold at least one weight", arr, "Pass a non-empty 1-D array.")
-    if np.any(arr < 0):
-        first = int(np.flatnonzero(arr < 0)[0])
-        raise invalid(
-            name, "be >= 0 (importance weights)", arr, f"Entry {first} is {float(arr[first])!r}."
-        )
+    require_in_range(arr, name=name, low=0.0, meaning="importance weights", fix=".")
     return arr
 
 
@@ -1188,6 +1266,13 @@ def effective_sample_size(w: ArrayLike) -> float:
 
     Notes
     -----
+    .. warning::
+
+        This is Kish's ESS, a **count** in ``[1, n]``. verl 0.9.1's metric
+        ``rollout_is_eff_sample_size`` is the **fraction** ``ESS / n`` in ``(0, 1]`` (computed as
+        ``1 / mean((w / mean(w))²)`` over the valid tokens, on the truncated weights): divide by
+        ``n`` before comparing.
+
     ``ESS = n`` iff all weights are equal (and positive); ``ESS = 1`` iff one weight is positive;
     invariant to scaling ``w`` and to permuting it (claims ESS1–ESS3). Computed on ``w / max(w)`` so
     that huge weights do not overflow.

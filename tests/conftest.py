@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The generators of reference data run in their own environments (rlax and jax for V-trace), not
+# in the test suite: never import them here, not even for their doctests.
+collect_ignore = ["data"]
+
 settings.register_profile(
     "ci",
     derandomize=True,

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import Phase, given, settings
+from _wrong_variants import rejects, run_property
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from numpy.typing import NDArray
@@ -60,28 +61,6 @@ LEVELS: tuple[S.Level, ...] = ("token", "sequence", "geometric")
 SEQUENCE_LEVELS: tuple[S.Level, ...] = ("sequence", "geometric")
 STALENESS = hnp.arrays(np.float64, st.integers(1, 30), elements=st.integers(0, 12).map(float))
 BOUNDARY_REALS = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0))
-
-
-def run_property(test: Callable[[], None]) -> None:
-    """Run a Hypothesis test function (a zero-argument callable made by ``given``)."""
-    test()
-
-
-def rejects(test: Callable[[], None]) -> None:
-    """The property must fail on a wrong variant (Hypothesis re-raises the falsifying error).
-
-    Shrinking is skipped (only finding a counterexample matters here), which keeps this fast, and
-    the search is derandomized with a fixed budget so that the outcome does not depend on the
-    Hypothesis profile (a rejection that depended on luck would be a flaky test).
-    """
-    quick = settings(
-        phases=[Phase.explicit, Phase.generate],
-        database=None,
-        derandomize=True,
-        max_examples=200,
-    )
-    with pytest.raises((AssertionError, ExceptionGroup)):
-        quick(test)()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ def test_a_failing_cell_is_recorded_with_its_error_and_the_sweep_goes_on() -> No
     assert len(bad) == 6
     assert len(good) == 12
     assert all(row["status"] == "error" for row in bad)
-    assert all(row["error"].startswith("ValueError: draws must be >= 1") for row in bad)
+    assert all(row["error"].startswith("InvalidArgument: draws must be >= 1") for row in bad)
     assert all(row["mean"] is None for row in bad)
     assert all(row["status"] == "ok" and row["error"] is None for row in good)
     assert all(row["wall_time_s"] >= 0 for row in table)

@@ -139,7 +139,7 @@ def test_a_bad_parameter_becomes_the_cells_error_not_the_sweeps() -> None:
     }
     rows = sweep.run(grid, engine="serial").to_pylist()
     assert [r["status"] for r in rows] == ["ok", "error"]
-    assert re.search(r"^ValueError: k must .*", rows[1]["error"])
+    assert re.search(r"^InvalidArgument: k must .*", rows[1]["error"])
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)

@@ -65,7 +65,7 @@ LAB_RC: dict[str, Any] = {
 @contextmanager
 def lab_style() -> Iterator[None]:
     """Draw inside this context so that figures get the lab's font sizes (nothing leaks out)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib is heavy and needed only when a figure is drawn
 
     rc: Any = LAB_RC  # matplotlib types its keys as a Literal of every rc name
     with matplotlib.rc_context(rc):
@@ -86,7 +86,7 @@ def new_figure(
     """
     w = width if width is not None else (FULL_WIDTH if ncols > 1 else 7.0)
     if _PYPLOT[0]:
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # lazy: heavy, and only after use_pyplot() chose it
 
         fig = plt.figure(figsize=(w, height), layout="constrained")
     else:
@@ -134,7 +134,7 @@ def series_handles(
     extra: list[Any] | None = None,
 ) -> list[Any]:
     """Legend handles: one per coloured series, plus two explaining line vs markers."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib is heavy
 
     handles: list[Any] = [
         Line2D([], [], color=c, linewidth=2, marker="o", markersize=4.5, label=label)

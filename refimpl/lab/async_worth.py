@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 
 import refimpl
+import refimpl.sim as rsim
 from refimpl.lab._common import TOL_RULE, Z_TOL, block_mean_and_se, lognormal, seed
 from refimpl.lab._plot import COLORS, legend_below, new_figure, sim_with_error
 from refimpl.lab.config import LabConfig
@@ -75,8 +76,6 @@ def verdict(effective_speedup: float, mean_ratio: float) -> str:
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the async-worth section."""
-    import refimpl.sim as rsim
-
     n = 32
     steps = config.speedup_steps
     a_steps = config.async_steps
@@ -321,7 +320,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_ylabel("speedup (×)")
     ax2.set_title(f"What it buys after the drop (η = {ETA})")
     ax2.set_ylim(0, 1.12 * max(max(effs), np.nanmax(ratios_sim)))
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # lazy: matplotlib is heavy
 
     handles, _ = ax2.get_legend_handles_labels()
     handles += [

@@ -22,6 +22,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import refimpl
 from refimpl.lab.config import lab_config
 
 __all__ = ["configure", "run"]
@@ -101,8 +102,6 @@ def default_docs_url(out: Path) -> str | None:
 
     A pip installation has no ``docs/`` next to the package: then there is nothing to link to.
     """
-    import refimpl
-
     root = Path(refimpl.__file__).resolve().parent.parent
     if not (root / "docs" / "conf.py").is_file():
         return None
@@ -174,6 +173,8 @@ def _say(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the lab with the parsed ``args``; return 0 if every check agrees, 1 if not, 2 if refused."""
+    # Lazy, for `refimpl --help`'s start-up: matplotlib and the report (numpy) load only when the
+    # lab runs, and matplotlib's backend is chosen before anything imports pyplot.
     import matplotlib
 
     matplotlib.use("Agg")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import refimpl
+import refimpl.sim as rsim
 from refimpl.lab._common import (
     TOL_RULE,
     Z_TOL,
@@ -60,8 +61,6 @@ DIAG_COLUMNS = (
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the debugging section."""
-    import refimpl.sim as rsim
-
     section.text(
         "Two bugs that silently drop too much, on a batch where the right answer is known. "
         "**Off-by-one:** the trainer counts staleness against the version it is about to publish "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from refimpl._validation import invalid
 from refimpl.lab._plot import lab_style, use_pyplot
 from refimpl.lab.config import lab_config
 from refimpl.lab.registry import SECTIONS, missing_names
@@ -19,7 +20,7 @@ __all__ = ["show"]
 
 def _placeholder(title: str, missing: list[str]) -> None:
     """A figure that says plainly that the section is not available in this build."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib is heavy
 
     fig = plt.figure(figsize=(7.0, 1.6))
     fig.text(
@@ -42,7 +43,7 @@ def show(key: str, *, seed: int = 0) -> Section:
     """
     specs = {s.key: (n, s) for n, s in enumerate(SECTIONS, start=1)}
     if key not in specs:
-        raise ValueError(f"key must name a lab section ({', '.join(specs)}); got key={key!r}.")
+        raise invalid("key", f"name a lab section ({', '.join(specs)})", key, "Pass one of them.")
     number, spec = specs[key]
     with tempfile.TemporaryDirectory() as tmp:
         section = Section(

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 import refimpl
+import refimpl.sim as rsim
 from refimpl.lab._common import (
     TOL_RULE,
     Z_TOL,
@@ -46,8 +47,6 @@ TAILS = {"light tail (σ = 0.5)": 0.5, "heavy tail (σ = 1.25)": 1.25}
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the length-bias section."""
-    import refimpl.sim as rsim
-
     section.text(
         "**First k of n.** Launch `n` rollouts at once and train on the first `k` to finish: a "
         "rollout of length `ℓ` is kept with probability `π(ℓ)`, so the trained law is "
@@ -160,8 +159,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
 
 def _transient(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Continuous async dispatch from a cold start: early batches are short-biased."""
-    import refimpl.sim as rsim
-
     n, b = config.async_slots, config.async_batch
     reps = 8 if config.quick else 32
     steps = 40
@@ -235,8 +232,6 @@ def _transient(section: Section, config: LabConfig, progress: Callable[[str], No
 
 def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Bias magnitude against tail heaviness and against over-provisioning N/B (or n/k)."""
-    import refimpl.sim as rsim
-
     steps = config.first_k_batches // 2
     sigmas = (0.25, 0.5, 1.0, 1.5) if config.quick else (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
     fig, (ax1,) = new_figure(1, width=6.0, height=4.0)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import NamedTuple
 
+from refimpl._imports import find_object, import_object
 from refimpl.lab.config import LabConfig
 from refimpl.lab.report import DocLink, Section
 
@@ -25,7 +25,8 @@ class SectionSpec(NamedTuple):
     docs: tuple[DocLink, ...]
 
     def build_function(self) -> Build:
-        build: Build = importlib.import_module(self.module).build
+        # The section modules import matplotlib: loaded only when the lab runs that section.
+        build: Build = import_object(f"{self.module}:build", what="lab section")
         return build
 
 
@@ -37,17 +38,7 @@ def missing_names(requires: tuple[str, ...]) -> list[str]:
     >>> missing_names(("refimpl.lab.config.lab_config", "refimpl.lab.config.nope"))
     ['refimpl.lab.config.nope']
     """
-    missing = []
-    for dotted in requires:
-        module_name, _, attr = dotted.rpartition(".")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            missing.append(dotted)
-            continue
-        if not hasattr(module, attr):
-            missing.append(dotted)
-    return missing
+    return [dotted for dotted in requires if find_object(dotted) is None]
 
 
 _WALK = DocLink("howto/lab-walkthrough", "Lab walkthrough")

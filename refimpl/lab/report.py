@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from refimpl._validation import invalid
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
@@ -204,10 +206,12 @@ def nonnegative(value: float, *, name: str, bound: float = NOISE_BOUND) -> float
     """
     v = float(value)
     if math.isnan(v) or v < -bound:
-        raise ValueError(
-            f"{name} must be >= 0 (it is non-negative by definition); got {name}={v!r}, beyond "
-            f"the float64 rounding bound -{bound:g}. This is a bug in the computation that "
-            "produced it, not rounding: do not clamp it, fix the computation."
+        raise invalid(
+            name,
+            "be >= 0 (it is non-negative by definition)",
+            v,
+            f"It is beyond the float64 rounding bound -{bound:g}: a bug in the computation that "
+            "produced it, not rounding; do not clamp it, fix the computation.",
         )
     return max(v, 0.0)
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import refimpl
+import refimpl.sim as rsim
 from refimpl.lab._common import (
     TOL_RULE,
     Z_TOL,
@@ -48,8 +49,6 @@ def _law() -> Any:
 
 def _consumed(trace: Any, warm: int) -> dict[str, Any]:
     """Samples the trainer consumed (trained or dropped over the bound) from step ``warm`` on."""
-    import refimpl.sim as rsim
-
     st = np.asarray(trace.step)
     ok = st >= warm
     status = np.asarray(trace.status)[ok]
@@ -63,8 +62,6 @@ def _consumed(trace: Any, warm: int) -> dict[str, Any]:
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the staleness-masking section."""
-    import refimpl.sim as rsim
-
     dist = _law()
     mean_l = float(dist.mean())
     n, b = config.async_slots, config.async_batch
@@ -218,7 +215,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_xlabel("rollout length ℓ (tokens, log scale)")
     ax2.set_ylabel("density of ln ℓ")
     ax2.set_ylim(0, 1.6 * ax2.get_ylim()[1])  # room for the legend above the curves
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # lazy: matplotlib is heavy
 
     series_legend(
         ax2,
@@ -323,8 +320,6 @@ def _corrections(
     runs: dict[int, dict[str, Any]],
 ) -> None:
     """IPW, Hájek and clipped estimates of E_p[L]: bias and variance."""
-    import refimpl.sim as rsim
-
     reps = config.estimator_reps
     clip = 5.0
     settings = (
@@ -511,8 +506,6 @@ def _corrections(
 
 def _alternatives(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Admission control and partial rollouts against the drop, with their token costs."""
-    import refimpl.sim as rsim
-
     dist = _law()
     mean_l = float(dist.mean())
     n, b = config.async_slots, config.async_batch

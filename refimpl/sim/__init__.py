@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from refimpl._validation import invalid
+from refimpl._validation import invalid, wrong_type
 from refimpl.sim import _compiled, _config, _trace
 from refimpl.sim._closed import ClosedForm, closed_form
 from refimpl.sim._config import SimConfig
@@ -142,8 +142,6 @@ def simulate(
     [1.0, 2.0, 3.0]
     """
     if not isinstance(config, SimConfig):
-        from refimpl._validation import wrong_type
-
         raise wrong_type(
             "config", "a SimConfig", config, "Build one: SimConfig(slots=..., batch=..., ...)."
         )

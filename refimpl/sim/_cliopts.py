@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from refimpl.errors import InvalidArgumentType
+
 __all__ = ["HelpFormatter", "default", "given"]
 
 
@@ -48,7 +50,7 @@ def default(value: Any) -> Any:
         return _DefaultInt(value)
     if isinstance(value, str):
         return _DefaultStr(value)
-    raise TypeError(f"default must be a float, int, str, bool or None; got {value!r}")
+    raise InvalidArgumentType(f"default must be a float, int, str, bool or None; got {value!r}")
 
 
 def given(args: argparse.Namespace, dest: str) -> bool:

@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl.sim._config import SimConfig
+from refimpl.sim._event import _Stuck
 from refimpl.sim._lengths import LengthSupply
 from refimpl.sim._trace import STATUS, RawTrace
 from refimpl.staleness import _admission_capacity
@@ -728,8 +729,6 @@ def run_compiled(
     progress: Callable[[int], None] | None = None,
 ) -> RawTrace:
     """Run the compiled engine (``AVAILABLE`` must be true); the trace is in canonical row order."""
-    from refimpl.sim._event import _Stuck
-
     kernel = _compile()
     n_slots, steps = cfg.slots, cfg.steps
     params = np.array(

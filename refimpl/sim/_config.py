@@ -22,6 +22,7 @@ from refimpl._validation import (
     invalid,
     wrong_type,
 )
+from refimpl.errors import InvalidArgument
 
 __all__ = [
     "LOG_TOKEN_RANGE",
@@ -81,7 +82,7 @@ def check_lognormal(mu: Any, sigma: Any, *, names: tuple[str, str]) -> tuple[flo
     >>> check_lognormal(50.0, 1.0, names=("mu", "sigma"))
     Traceback (most recent call last):
     ...
-    ValueError: mu and sigma must give a lognormal mean exp(mu + sigma^2/2) <= 2^53 ≈ 9.0e15 tokens, i.e. mu + sigma^2/2 <= 36.74 (53·ln 2; beyond it float64 no longer counts single tokens); got mu=50.0 and sigma=1.0 (mu + sigma^2/2 = 50.5). Pass a smaller mu or sigma (mu=6, sigma=1: a median of 403 tokens).
+    refimpl.errors.InvalidArgument: mu and sigma must give a lognormal mean exp(mu + sigma^2/2) <= 2^53 ≈ 9.0e15 tokens, i.e. mu + sigma^2/2 <= 36.74 (53·ln 2; beyond it float64 no longer counts single tokens); got mu=50.0 and sigma=1.0 (mu + sigma^2/2 = 50.5). Pass a smaller mu or sigma (mu=6, sigma=1: a median of 403 tokens).
     """
     m_name, s_name = names
     m = as_real(mu, name=m_name, meaning="log-scale location")
@@ -96,7 +97,7 @@ def check_lognormal(mu: Any, sigma: Any, *, names: tuple[str, str]) -> tuple[flo
         )
     log_mean = m + 0.5 * sd * sd
     if not log_mean <= LOG_TOKEN_RANGE:
-        raise ValueError(
+        raise InvalidArgument(
             f"{m_name} and {s_name} must give a lognormal mean exp({m_name} + {s_name}^2/2) <= "
             f"2^53 ≈ 9.0e15 tokens, i.e. {m_name} + {s_name}^2/2 <= {LOG_TOKEN_RANGE:.2f} (53·ln 2; "
             f"beyond it float64 no longer counts single tokens); got {m_name}={m!r} and "
@@ -226,7 +227,7 @@ class SimConfig:
     >>> SimConfig(slots=4, batch=0, rollouts=64)
     Traceback (most recent call last):
     ...
-    ValueError: batch must be >= 1 (samples per trainer step); got batch=0. Pass batch >= 1.
+    refimpl.errors.InvalidArgument: batch must be >= 1 (samples per trainer step); got batch=0. Pass batch >= 1.
     """
 
     slots: int

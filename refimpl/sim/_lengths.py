@@ -6,12 +6,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import invalid
+from refimpl.errors import InvalidArgument
 from refimpl.sim._config import SimConfig
 
 __all__ = ["LengthSupply", "OutOfLengths"]
 
 
-class OutOfLengths(ValueError):
+class OutOfLengths(InvalidArgument):
     """A slot needs more lengths than an explicit length matrix holds."""
 
 

@@ -26,8 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.errors import InvalidArgument
+from refimpl.sim import SimConfig, closed_form, simulate
 from refimpl.sim._cliopts import HelpFormatter, default, given, plain
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
+from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
+from refimpl.sim.agent import agent_config_from_args, configure_agent_options, run_agent_cli
 
 __all__ = ["configure", "run"]
 
@@ -216,8 +220,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="progress bar on stderr (default: only when stderr is a terminal)",
     )
-    from refimpl.sim.agent import configure_agent_options
-
     configure_agent_options(parser)  # agent rollouts (issue 9), on when --tool-turns is given
 
 
@@ -255,7 +257,7 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
 
     def refuse(dest: str, needs: str, fix: str, context: str = "without it") -> None:
         option = "--" + dest.replace("_", "-")
-        raise ValueError(
+        raise InvalidArgument(
             f"{option} applies only {needs}; got {_shown(args, dest)} {context}. {fix}"
         )
 
@@ -272,7 +274,7 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
     else:
         mode = getattr(args, "mode", "async")
         if given(args, "mode") and mode != "async":
-            raise ValueError(
+            raise InvalidArgument(
                 f"--mode must be async (or not given) with --tool-turns (agent rollouts are "
                 f"continuous asynchronous dispatch); got --mode {mode} with --tool-turns "
                 f"{args.tool_turns}. Drop --mode, or drop --tool-turns for the plain simulator."
@@ -280,7 +282,7 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
         for dest in _PLAIN_ONLY:
             if given(args, dest):
                 option = "--" + dest.replace("_", "-")
-                raise ValueError(
+                raise InvalidArgument(
                     f"{option} applies only to the plain simulator, which agent rollouts "
                     f"(--tool-turns) do not model; got {_shown(args, dest)} with --tool-turns "
                     f"{args.tool_turns}. Drop {option}, or drop --tool-turns."
@@ -347,60 +349,6 @@ def _eta_note(args: argparse.Namespace) -> str | None:
     )
 
 
-def _load_lengths_npy(path: str) -> Any:
-    """Read ``--lengths-npy FILE``: an ``N × K`` real matrix, or a ``ValueError`` naming the option."""
-    rule = "name a .npy file holding an N×K float64 matrix (row i = slot i's lengths)"
-    fix = (
-        "Write it with numpy.save(FILE, lengths), lengths a float64 array of shape (slots, K) "
-        "holding each slot's rollout lengths in launch order."
-    )
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except MemoryError as err:
-        raise ValueError(
-            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, whose array does not fit in "
-            f"memory ({err}). Pass a smaller matrix."
-        ) from None
-    except OSError as err:
-        reason = err.strerror or str(err)
-        raise ValueError(
-            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, which cannot be read "
-            f"({reason}). Pass the path of an existing, readable file. {fix}"
-        ) from None
-    except (ValueError, EOFError) as err:
-        with open(path, "rb") as fh:
-            magic = fh.read(6)
-        why = str(err)
-        if magic != b"\x93NUMPY" and not magic.startswith(b"PK"):
-            why = "no NumPy .npy header: it is not a file written by numpy.save"
-        raise ValueError(
-            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, which numpy cannot read as a "
-            f"plain numeric .npy array ({why}). {fix}"
-        ) from None
-    if not isinstance(loaded, np.ndarray):  # an .npz archive
-        loaded.close()
-        raise ValueError(
-            f"--lengths-npy must {rule}; got --lengths-npy={path!r}, an .npz archive of arrays "
-            f"{sorted(loaded.files)}. Save the one matrix with numpy.save, not numpy.savez."
-        )
-    if loaded.dtype.kind not in "iuf":
-        raise ValueError(
-            f"--lengths-npy must be an N×K float64 matrix (row i = slot i's lengths); got an array "
-            f"of dtype {loaded.dtype} in {path!r}. Save lengths.astype(numpy.float64). {fix}"
-        )
-    if loaded.ndim != 2:
-        hint = (
-            " A pmf over lengths 1..M goes through --lengths-pmf P1,P2,... instead."
-            if loaded.ndim == 1
-            else ""
-        )
-        raise ValueError(
-            f"--lengths-npy must be an N×K float64 matrix (row i = slot i's lengths); got a "
-            f"{loaded.ndim}-D array of shape {loaded.shape} in {path!r}.{hint} {fix}"
-        )
-    return np.asarray(loaded, dtype=np.float64)
-
-
 _FILE_SUFFIXES = (
     ".parquet",
     ".pq",
@@ -425,17 +373,17 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
         "Pass a path you can write, e.g. --trace ./trace" + ("" if directory else ".parquet") + "."
     )
     if not path.strip():
-        raise ValueError(f"--trace must name {what}; got an empty --trace={path!r}. {fix}")
+        raise InvalidArgument(f"--trace must name {what}; got an empty --trace={path!r}. {fix}")
     suffix = os.path.splitext(path.rstrip(os.sep))[1].lower()
     target = os.path.abspath(path)
     if directory:
         if os.path.exists(target) and not os.path.isdir(target):
-            raise ValueError(
+            raise InvalidArgument(
                 f"--trace must name {what} (agent runs write one Parquet file per table); got "
                 f"--trace={path!r}, an existing file. {fix}"
             )
         if not os.path.isdir(target) and suffix in _FILE_SUFFIXES:
-            raise ValueError(
+            raise InvalidArgument(
                 f"--trace must name a directory for agent runs (they write rollouts.parquet, "
                 f"calls.parquet, attempts.parquet and shards.parquet into it); got --trace={path!r}, "
                 f"a file name ending in {suffix}. Pass a directory name without a suffix, e.g. "
@@ -446,12 +394,12 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
             probe = os.path.dirname(probe)
     else:
         if os.path.isdir(target):
-            raise ValueError(
+            raise InvalidArgument(
                 f"--trace must name {what}; got --trace={path!r}, an existing directory. "
                 f"Name the file, e.g. --trace {os.path.join(path, 'trace.parquet')}."
             )
         if suffix != ".parquet":
-            raise ValueError(
+            raise InvalidArgument(
                 f"--trace must name a .parquet file (the trace is written as Parquet only: its "
                 f"per-rollout segment columns are lists, which CSV and JSON lines cannot hold); got "
                 f"--trace={path!r}"
@@ -461,12 +409,12 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
             )
         probe = os.path.dirname(target)
         if not os.path.isdir(probe):
-            raise ValueError(
+            raise InvalidArgument(
                 f"--trace must name {what}; got --trace={path!r}, whose directory {probe!r} does "
                 f"not exist. Create it first, or {fix[0].lower()}{fix[1:]}"
             )
     if not os.path.isdir(probe):
-        raise ValueError(
+        raise InvalidArgument(
             f"--trace must name {what}; got --trace={path!r}, but {probe!r} is not a directory. "
             f"{fix}"
         )
@@ -474,26 +422,10 @@ def _check_trace_path(path: str, *, directory: bool) -> None:
         with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as err:
-        raise ValueError(
+        raise InvalidArgument(
             f"--trace must name {what}; got --trace={path!r}, but no file can be created in "
             f"{probe!r} ({err.strerror or err}). {fix}"
         ) from None
-
-
-def _parse_pmf(text: str) -> Any:
-    """Read ``--lengths-pmf P1,...,PM`` into a float array, or a ``ValueError`` naming the option."""
-    values = []
-    for i, item in enumerate(text.split(","), start=1):
-        try:
-            values.append(float(item))
-        except ValueError:
-            raise ValueError(
-                f"--lengths-pmf must be comma-separated probabilities of lengths 1..M (P1,...,PM, "
-                f"summing to 1); got --lengths-pmf={text!r}, whose entry {i} ({item.strip()!r}, "
-                f"the probability of length {i}) is not a number. Pass e.g. --lengths-pmf "
-                "0.5,0.3,0.2 (no spaces around the commas unless quoted)."
-            ) from None
-    return np.array(values, dtype=np.float64)
 
 
 # SimConfig fields whose command-line option is not simply ``--field-with-dashes``.
@@ -567,28 +499,24 @@ def _option_names(message: str, args: argparse.Namespace) -> str:
             message,
         )
     if args.lengths_pmf is not None:
-        from refimpl.sim.agent import _typed_pmf
-
-        message = _typed_pmf(message, str(args.lengths_pmf))
+        message = typed_pmf(message, str(args.lengths_pmf))
     return re.sub(r"(--[a-z-]+)='(\w+)'", r"\1 \2", message)
 
 
 def _config(args: argparse.Namespace) -> Any:
     import scipy.stats
 
-    from refimpl.sim import SimConfig
-
     lengths: Any = None
     if args.lengths_npy is not None and args.lengths_pmf is not None:
-        raise ValueError(
+        raise InvalidArgument(
             "--lengths-npy and --lengths-pmf must not both be given; got both. Pass one of them."
         )
     if args.lengths_npy is not None:
-        lengths = _load_lengths_npy(args.lengths_npy)
+        lengths = load_lengths_npy(args.lengths_npy)
     elif args.lengths_pmf is not None:
-        lengths = _parse_pmf(args.lengths_pmf)
+        lengths = parse_pmf(args.lengths_pmf)
     if args.rollouts is not None and args.steps is not None:
-        raise ValueError(
+        raise InvalidArgument(
             f"--rollouts and --steps must not both be given (each sets the run length); got "
             f"--rollouts={args.rollouts} and --steps={args.steps}. Pass only one of them."
         )
@@ -601,7 +529,7 @@ def _config(args: argparse.Namespace) -> Any:
         ends = (1.0 + a, 1.0 + a * args.slots)  # 1 + A·busy is linear in busy
         inside = all(0 < f <= TOKEN_RANGE for f in ends)
         if args.slots >= 1 and not (math.isfinite(a) and inside):
-            raise ValueError(
+            raise InvalidArgument(
                 f"--slowdown-per-slot must keep the decode slowdown factor 1 + A·busy in (0, 2^53] "
                 f"for busy = 1..--slots (-1/{args.slots} < A <= (2^53 - 1)/{args.slots}); got "
                 f"--slowdown-per-slot={a!r}. Pass A >= 0 (decoding slows as slots fill), e.g. "
@@ -612,7 +540,7 @@ def _config(args: argparse.Namespace) -> Any:
     if args.trainer_time_random:
         mean = float(args.trainer_time)
         if not (math.isfinite(mean) and 0 < mean <= TOKEN_RANGE):
-            raise ValueError(
+            raise InvalidArgument(
                 "--trainer-time must be in (0, 2^53] with --trainer-time-random (it is the mean of "
                 f"the exponential step time); got --trainer-time={mean!r}. Pass e.g. --trainer-time "
                 "5 --trainer-time-random, or drop --trainer-time-random for a fixed step time."
@@ -674,8 +602,6 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
     """Agent rollouts with tool calls (``refimpl.sim.agent``, issue 9), when --tool-turns is given."""
     from tqdm import tqdm
 
-    from refimpl.sim.agent import run_agent_cli
-
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = tqdm(total=agent.steps, file=sys.stderr, disable=not show, unit="step", leave=False)
 
@@ -736,9 +662,6 @@ def _is_size_error(err: BaseException) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
     from tqdm import tqdm
-
-    from refimpl.sim import simulate
-    from refimpl.sim.agent import agent_config_from_args
 
     try:
         _refuse_inert_options(args)
@@ -803,8 +726,6 @@ def run(args: argparse.Namespace) -> int:
         "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
     }
     out.update(summary.to_json_dict())
-    from refimpl.sim import closed_form
-
     try:
         with _numeric_guard():
             out["closed_form"] = closed_form(cfg)._asdict()

@@ -82,6 +82,7 @@ def _out_problem(out: str) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; return the exit code."""
+    # Lazy, for `refimpl --help`'s start-up: the engine loads pyarrow, the kinds numpy and scipy.
     from refimpl.sweep.engine import journal_path
     from refimpl.sweep.engine import run as run_sweep
     from refimpl.sweep.grid import GridError, load_grid

@@ -25,6 +25,8 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from refimpl._validation import invalid, wrong_type
+from refimpl.errors import InvalidArgument
 from refimpl.sweep.grid import RESERVED_COLUMNS, Cell, Grid, expand, load_grid, parse_grid
 from refimpl.sweep.kinds import execute_cell
 
@@ -55,8 +57,8 @@ def journal_path(out: str | os.PathLike[str]) -> Path:
 # --- the journal ------------------------------------------------------------------------------
 
 
-def _refuse_other_grid(where: Path, theirs: str, grid: Grid, out: Path) -> ValueError:
-    return ValueError(
+def _refuse_other_grid(where: Path, theirs: str, grid: Grid, out: Path) -> InvalidArgument:
+    return InvalidArgument(
         f"{where} was written by a different grid (fingerprint {theirs[:12]}…, this grid "
         f"{grid.fingerprint[:12]}…): its finished cells do not belong to this sweep. Pass a new "
         f"out path, or delete {out} and {journal_path(out)} to start over."
@@ -81,7 +83,7 @@ def _read_journal(path: Path, grid: Grid, out: Path) -> dict[str, dict[str, Any]
     except json.JSONDecodeError:
         header = None
     if not isinstance(header, dict) or header.get("format") != _JOURNAL_FORMAT:
-        raise ValueError(
+        raise InvalidArgument(
             f"{path} is not a refimpl sweep journal (its first line is not the journal header). "
             f"Pass a different out path, or delete {path}."
         )
@@ -91,7 +93,7 @@ def _read_journal(path: Path, grid: Grid, out: Path) -> dict[str, dict[str, Any]
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{path}, line {number}, is not valid JSON: the journal is damaged. Delete that "
                 "line (its cell will run again) and rerun."
             ) from None
@@ -162,7 +164,7 @@ def _table(grid: Grid, cells: list[Cell], records: Mapping[str, Mapping[str, Any
     metrics = _metric_names(grid, rows)
     clash = [m for m in metrics if m in RESERVED_COLUMNS or m in grid.axes]
     if clash:
-        raise ValueError(
+        raise InvalidArgument(
             f"cell kind {grid.kind!r} returns metric {clash[0]!r}, which is also a column name "
             f"(reserved or an axis). List the metrics to keep in sweep.metrics, without it."
         )
@@ -205,7 +207,7 @@ def _records_from_table(table: pa.Table, grid: Grid) -> dict[str, dict[str, Any]
 
 
 def _write_parquet(table: pa.Table, out: Path) -> None:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
 
     tmp = out.with_name(out.name + ".tmp")
     pq.write_table(table, tmp)
@@ -218,7 +220,7 @@ def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
     if journal.exists():
         return _read_journal(journal, grid, out)
     if out.exists():
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
 
         try:
             meta = pq.read_schema(out).metadata or {}
@@ -226,7 +228,7 @@ def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
             meta = {}
         theirs = meta.get(_META_FINGERPRINT)
         if theirs is None:
-            raise ValueError(
+            raise InvalidArgument(
                 f"{out} exists and is not a refimpl sweep result. Pass a different out path, or "
                 "delete the file."
             )
@@ -470,7 +472,7 @@ def _stop(pool: ProcessPoolExecutor, abandon: bool, interrupts: _Interrupts) -> 
 
 def _import_distributed() -> Any:
     try:
-        import distributed
+        import distributed  # lazy: an optional dependency (the sweep extra), needed only for dask
     except ImportError as exc:
         raise ImportError(
             f"engine='dask' needs dask.distributed, which is not installed ({exc}). Install it "
@@ -569,9 +571,11 @@ def _as_grid(grid: Grid | Mapping[str, Any] | str | os.PathLike[str]) -> Grid:
         return parse_grid(grid)
     if isinstance(grid, (str, os.PathLike)):
         return load_grid(grid)
-    raise TypeError(
-        f"grid must be a Grid, a table (dict) or the path of a grid file; got {type(grid).__name__}."
-        " Pass e.g. run('grid.toml')."
+    raise wrong_type(
+        "grid",
+        "a Grid, a table (dict) or the path of a grid file",
+        grid,
+        "Pass e.g. run('grid.toml').",
     )
 
 
@@ -655,19 +659,23 @@ def run(
     """
     g = _as_grid(grid)
     if engine not in ENGINES:
-        raise ValueError(
-            f"engine must be one of {', '.join(ENGINES)}; got engine={engine!r}. "
-            "Pass engine='local' (a process pool) or engine='dask'."
+        raise invalid(
+            "engine",
+            f"be one of {', '.join(ENGINES)}",
+            engine,
+            "Pass engine='local' (a process pool) or engine='dask'.",
         )
     if workers is not None and (
         isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
     ):
-        raise ValueError(
-            f"workers must be an integer >= 1; got workers={workers!r}. Pass e.g. workers=2, "
-            "or None for one per CPU."
+        raise invalid(
+            "workers",
+            "be an integer >= 1",
+            workers,
+            "Pass e.g. workers=2, or None for one per CPU.",
         )
     if scheduler is not None and engine != "dask":
-        raise ValueError(
+        raise InvalidArgument(
             f"scheduler is only used with engine='dask'; got engine={engine!r} and "
             f"scheduler={scheduler!r}. Pass engine='dask'."
         )
@@ -693,7 +701,7 @@ def run(
     failed = sum(1 for c in cells if c.cell_id in records and records[c.cell_id]["status"] != "ok")
     failed -= sum(1 for c in todo if c.cell_id in records)  # failed before, running again now
 
-    from tqdm import tqdm
+    from tqdm import tqdm  # lazy: only when a progress bar is shown
 
     bar = tqdm(
         total=len(cells),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime
 import difflib
 import hashlib
-import importlib
 import itertools
 import json
 import math
@@ -40,6 +39,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from refimpl.errors import InvalidArgument
+from refimpl.sweep.kinds import (
+    _SELECTORS,
+    KINDS,
+    _ParameterError,
+    _signature,
+    check_parameters,
+    resolve_kind,
+)
 
 __all__ = ["Cell", "Grid", "GridError", "expand", "load_grid", "parse_grid"]
 
@@ -60,7 +69,7 @@ _SEED_SCHEME = 1
 Scalar = int | float | str | bool
 
 
-class GridError(ValueError):
+class GridError(InvalidArgument):
     """A grid file or grid table that cannot be run.
 
     The message names the key path (``path``, e.g. ``axes.eta[2]``), the rule and the fix.
@@ -376,8 +385,6 @@ def _check_cells(grid: Grid) -> None:
     the value to fix (``axes.slots[1] = -1: slots must be >= 1 ...``); then every parameter point,
     when there are at most :data:`_MAX_CHECKED_POINTS` of them, for rules between parameters.
     """
-    from refimpl.sweep.kinds import KINDS, check_parameters
-
     if grid.kind not in KINDS:
         return
 
@@ -427,8 +434,6 @@ def _check_against_kind(
     axis of a selecting parameter (``function``, ``law``) is checked value by value. Kinds given as
     ``"module:function"`` declare nothing and are not checked.
     """
-    from refimpl.sweep.kinds import _SELECTORS, _ParameterError, _signature
-
     selectors = [k for k in axes if k in _SELECTORS]
     base = {**fixed, **{k: values[0] for k, values in axes.items()}}
     names = [*fixed, *axes]
@@ -505,8 +510,6 @@ def _int(value: Any, path: str, minimum: int, meaning: str) -> int:
 
 
 def _kind(sweep: Mapping[str, Any]) -> str:
-    from refimpl.sweep.kinds import KINDS, resolve_kind
-
     if "kind" not in sweep:
         raise GridError(
             "sweep.kind",
@@ -518,7 +521,7 @@ def _kind(sweep: Mapping[str, Any]) -> str:
         raise _fail("sweep.kind", "be a string", kind, 'Write kind = "NAME".')
     try:
         resolve_kind(kind)
-    except (ValueError, TypeError, ImportError, AttributeError) as exc:
+    except (ValueError, TypeError) as exc:
         raise GridError("sweep.kind", f"sweep.kind: {exc}") from None
     return kind
 
@@ -729,11 +732,3 @@ def expand(grid: Grid) -> Iterator[Cell]:
             )
             yield Cell(cid, index, grid.kind, params, axis_values, r, seed, grid.metrics)
             index += 1
-
-
-def _import_dotted(ref: str) -> Any:
-    module_name, _, qualname = ref.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj

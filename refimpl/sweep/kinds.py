@@ -16,13 +16,25 @@ module must be importable where the cells run (every Dask worker, for a cluster)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import time
 import traceback
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
+import scipy.stats
+
+import refimpl
+from refimpl import dispatch
+from refimpl._imports import import_object
+from refimpl._validation import as_int, wrong_type
+from refimpl.errors import InvalidArgument, InvalidArgumentType
+from refimpl.sim import SimConfig
+from refimpl.sim import simulate as run_simulation
 
 __all__ = [
     "CLOSED_FORMS",
@@ -91,10 +103,11 @@ def busy(params: dict[str, Any], seed: int) -> dict[str, float]:
 
 
 def _busy_draws(params: Mapping[str, Any]) -> int:
-    from refimpl._validation import as_int
-
     if "draws" not in params:
-        raise ValueError("busy needs the parameter draws (number of normal draws); add draws = N.")
+        raise InvalidArgument(
+            "busy needs the parameter draws (number of normal draws); got the parameters "
+            f"{sorted(params)}. Add draws = N."
+        )
     return as_int(params["draws"], name="draws", minimum=1, meaning="number of normal draws")
 
 
@@ -103,13 +116,13 @@ def _busy_draws(params: Mapping[str, Any]) -> int:
 
 def _law_family(name: Any) -> tuple[Any, list[str]]:
     """The ``scipy.stats`` family named ``name`` and the arguments it takes (shapes, loc, scale)."""
-    import scipy.stats
-
     if not isinstance(name, str):
-        raise TypeError(f"law must be the name of a scipy.stats distribution; got law={name!r}.")
+        raise wrong_type(
+            "law", "the name of a scipy.stats distribution", name, 'Pass e.g. law = "lognorm".'
+        )
     family = getattr(scipy.stats, name, None)
     if not isinstance(family, scipy.stats.rv_continuous):
-        raise ValueError(
+        raise InvalidArgument(
             f"law={name!r} is not a continuous scipy.stats distribution; use e.g. "
             '"lognorm", "expon", "gamma", "weibull_min", "pareto", "uniform".'
         )
@@ -127,21 +140,26 @@ def _length_law(params: dict[str, Any]) -> Any:
     name = params.pop("law", None)
     args = params.pop("law_args", {})
     if not isinstance(args, Mapping):
-        raise TypeError(f"law_args must be a table of the law's parameters; got {args!r}.")
+        raise wrong_type(
+            "law_args",
+            "a table of the law's parameters",
+            args,
+            "Pass e.g. law_args = {s = 1.0, scale = 400.0}.",
+        )
     args = dict(args)
     for key in [k for k in params if k.startswith("law_")]:
         args[key[4:]] = params.pop(key)
     pmf = params.pop("pmf", None)
     if pmf is not None:
         if name is not None or args:
-            raise ValueError(
+            raise InvalidArgument(
                 "give the length law either as pmf = [...] or as law = NAME (with law_args), "
                 "not both."
             )
         return np.asarray(pmf, dtype=np.float64)
     if name is None:
         if args:
-            raise ValueError(
+            raise InvalidArgument(
                 f"law parameters {sorted(args)} were given without law = NAME; add e.g. "
                 'law = "lognorm".'
             )
@@ -149,13 +167,13 @@ def _length_law(params: dict[str, Any]) -> Any:
     family, allowed = _law_family(name)
     unknown = [a for a in args if a not in allowed]
     if unknown:
-        raise ValueError(
+        raise InvalidArgument(
             f"law={name!r} has no parameter {unknown[0]!r}; it takes {', '.join(allowed)} "
             f"(give them as law_args = {{...}} or law_NAME)."
         )
     missing = [a for a in allowed[:-2] if a not in args]  # the shapes (not loc, scale)
     if missing:
-        raise ValueError(
+        raise InvalidArgument(
             f"law={name!r} needs its shape parameter {missing[0]!r}; add law_{missing[0]} = VALUE."
         )
     return family(**args)
@@ -174,7 +192,7 @@ def _flatten(name: str, result: Any) -> dict[str, float]:
 def _reject_unknown(kind: str, params: Mapping[str, Any], allowed: Any) -> None:
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise ValueError(
+        raise InvalidArgument(
             f"{kind} takes no parameter {unknown[0]!r}; it takes {', '.join(sorted(allowed))}. "
             "Remove it from [fixed] or [axes]."
         )
@@ -193,18 +211,12 @@ _FIRST_ARGUMENT = {
 
 def _keywords(function: Callable[..., Any]) -> tuple[str, ...]:
     """The keyword-only parameters of ``function``, read from its signature."""
-    import inspect
-
     parameters = inspect.signature(function).parameters.values()
     return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def _required_keywords(name: str) -> frozenset[str]:
     """The keyword-only parameters of ``refimpl.dispatch.NAME`` without a default."""
-    import inspect
-
-    from refimpl import dispatch
-
     parameters = inspect.signature(getattr(dispatch, name)).parameters.values()
     return frozenset(
         p.name
@@ -214,8 +226,6 @@ def _required_keywords(name: str) -> frozenset[str]:
 
 
 def _closed_forms() -> dict[str, tuple[str, tuple[str, ...]]]:
-    from refimpl import dispatch
-
     return {
         name: (first, _keywords(getattr(dispatch, name))) for name, first in _FIRST_ARGUMENT.items()
     }
@@ -273,8 +283,6 @@ def closed_form(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> closed_form({"function": "length_bias", "pmf": [0.5, 0.5], "n": 2, "k": 1}, 0)["selected_mean"]
     1.25
     """
-    import refimpl
-
     name, law, arguments = _closed_form_arguments(params)
     result = getattr(refimpl, name)(law, **arguments)
     return _flatten(name, result)
@@ -285,12 +293,12 @@ def _closed_form_arguments(params: Mapping[str, Any]) -> tuple[str, Any, dict[st
     params = dict(params)
     name = params.pop("function", None)
     if name is None:
-        raise ValueError(
+        raise InvalidArgument(
             f"closed_form needs function = NAME, one of {', '.join(CLOSED_FORMS)}; add it to "
             "[fixed]."
         )
     if name not in CLOSED_FORMS:
-        raise ValueError(
+        raise InvalidArgument(
             f"closed_form has no function {name!r}; it offers {', '.join(CLOSED_FORMS)}."
         )
     first, keywords = CLOSED_FORMS[name]
@@ -303,7 +311,7 @@ def _closed_form_arguments(params: Mapping[str, Any]) -> tuple[str, Any, dict[st
             "pmf": "pmf = [p1, ..., pM]",
             "law or pmf": 'law = "NAME" or pmf = [p1, ..., pM]',
         }[first]
-        raise ValueError(f"closed_form function {name!r} needs its length law as {how}.")
+        raise InvalidArgument(f"closed_form function {name!r} needs its length law as {how}.")
     return name, law, params
 
 
@@ -346,8 +354,6 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
     >>> m["trained_rollouts"], m == simulate({"slots": 4, "batch": 8, "rollouts": 64}, 1)
     (64.0, True)
     """
-    from refimpl.sim import simulate as run_simulation
-
     summary = run_simulation(_simulate_config(params, seed)).summary().to_json_dict()
     metrics: dict[str, float] = {}
     for key, value in summary.items():
@@ -360,11 +366,9 @@ def simulate(params: dict[str, Any], seed: int) -> dict[str, float]:
 
 def _simulate_config(params: Mapping[str, Any], seed: int) -> Any:
     """The ``SimConfig`` of a simulate cell (validated by its constructor); nothing is run."""
-    from refimpl.sim import SimConfig
-
     params = dict(params)
     if "seed" in params:
-        raise ValueError(
+        raise InvalidArgument(
             "simulate takes its seed from the sweep (one per cell); remove the seed parameter "
             "and set sweep.seed for the root of all seeds."
         )
@@ -393,7 +397,7 @@ def check_parameters(kind: str, params: Mapping[str, Any]) -> None:
     >>> check_parameters("simulate", {"slots": -1, "batch": 8, "rollouts": 64})
     Traceback (most recent call last):
     ...
-    ValueError: slots must be >= 1 (generation slots); got slots=-1. Pass slots >= 1.
+    refimpl.errors.InvalidArgument: slots must be >= 1 (generation slots); got slots=-1. Pass slots >= 1.
     """
     if kind == "busy":
         if "draws" in params:
@@ -406,10 +410,6 @@ def check_parameters(kind: str, params: Mapping[str, Any]) -> None:
 
 def _simulate_required() -> frozenset[str]:
     """The fields of ``SimConfig`` without a default."""
-    import dataclasses
-
-    from refimpl.sim import SimConfig
-
     return frozenset(
         f.name
         for f in dataclasses.fields(SimConfig)
@@ -419,10 +419,6 @@ def _simulate_required() -> frozenset[str]:
 
 def _simulate_parameters() -> frozenset[str]:
     """The fields of ``SimConfig`` a grid may set (not the seed, the lengths or ``slowdown``)."""
-    import dataclasses
-
-    from refimpl.sim import SimConfig
-
     fields = {f.name for f in dataclasses.fields(SimConfig) if f.init}
     return frozenset(fields - {"seed", "slowdown", "lengths"})
 
@@ -438,7 +434,7 @@ class _Signature(NamedTuple):
     required: frozenset[str] = frozenset()
 
 
-class _ParameterError(ValueError):
+class _ParameterError(InvalidArgument):
     """A parameter (``key``) that makes every cell of the kind fail."""
 
     def __init__(self, key: str, message: str) -> None:
@@ -491,10 +487,6 @@ def _simulate_metrics() -> tuple[str, ...]:
 
 def _closed_form_metrics(name: str, params: Mapping[str, Any]) -> tuple[str, ...]:
     """The metrics of closed_form for ``function = name``, from the function's return type."""
-    import typing
-
-    from refimpl import dispatch
-
     returns = typing.get_type_hints(getattr(dispatch, name))["return"]
     if isinstance(returns, type) and issubclass(returns, tuple) and hasattr(returns, "_fields"):
         return tuple(returns._fields)
@@ -579,9 +571,11 @@ def resolve_kind(kind: str) -> KindFunction:
 
     Raises
     ------
-    ValueError
-        Unknown name; ``ImportError``/``AttributeError`` when ``module:function`` does not resolve;
-        ``TypeError`` when it is not callable.
+    refimpl.errors.InvalidArgument
+        Unknown name, or a ``module:function`` that does not resolve (the module cannot be
+        imported, fails while it is imported, or has no such function).
+    refimpl.errors.InvalidArgumentType
+        When it names something that is not callable.
 
     Examples
     --------
@@ -592,38 +586,17 @@ def resolve_kind(kind: str) -> KindFunction:
     >>> resolve_kind("nope")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: unknown cell kind 'nope'; built-in kinds: busy..., or "module:function" ...
+    refimpl.errors.InvalidArgument: unknown cell kind 'nope'; built-in kinds: busy..., or "module:function" ...
     """
     if kind in KINDS:
         return KINDS[kind]
     if ":" not in kind:
-        raise ValueError(
+        raise InvalidArgument(
             f"unknown cell kind {kind!r}; built-in kinds: {', '.join(sorted(KINDS))}, or "
-            '"module:function" for your own (importable where the cells run).'
+            '"module:function" for your own (importable where the cells run); got '
+            f"kind={kind!r}."
         )
-    from refimpl.sweep.grid import _import_dotted
-
-    module_name, _, qualname = kind.partition(":")
-    if not module_name or not qualname:
-        raise ValueError(f'cell kind {kind!r} must read "module:function" with both parts given.')
-    try:
-        fn = _import_dotted(kind)
-    except ImportError as exc:
-        raise ImportError(
-            f"cell kind {kind!r}: cannot import module {module_name!r} ({exc}). "
-            "Install it or put it on PYTHONPATH where the cells run."
-        ) from None
-    except AttributeError:
-        raise AttributeError(
-            f"cell kind {kind!r}: module {module_name!r} has no {qualname!r}. Check the name."
-        ) from None
-    except Exception as exc:  # the module itself fails while it is imported
-        raise ImportError(
-            f"cell kind {kind!r}: importing module {module_name!r} failed "
-            f"({type(exc).__name__}: {exc}). Fix the module, or name another."
-        ) from None
-    if not callable(fn):
-        raise TypeError(f"cell kind {kind!r} is not callable; name a function (params, seed).")
+    fn = import_object(kind, what="cell kind")
     result: KindFunction = fn
     return result
 
@@ -640,14 +613,14 @@ def _describe(exc: BaseException) -> str:
 
 def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, float]:
     if not isinstance(out, Mapping):
-        raise TypeError(
+        raise InvalidArgumentType(
             f"cell kind {kind!r} returned {type(out).__name__}, not a dict of metrics; "
             "return {name: float}."
         )
     names = list(out) if wanted is None else list(wanted)
     missing = [m for m in names if m not in out]
     if missing:
-        raise KeyError(
+        raise InvalidArgument(
             f"cell kind {kind!r} returned no metric {missing[0]!r}; it returns "
             f"{', '.join(map(str, out)) or 'nothing'}. Fix sweep.metrics."
         )
@@ -655,7 +628,7 @@ def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, fl
     for m in names:
         v = out[m]
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise TypeError(
+            raise InvalidArgumentType(
                 f"cell kind {kind!r} returned metric {m!r} = {v!r}, not a real number; "
                 "metrics are floats."
             )
@@ -677,8 +650,8 @@ def execute_cell(cell: Any) -> dict[str, Any]:
     >>> bad = execute_cell(cell._replace(params={"draws": 0}))  # parse_grid refuses draws = 0
     >>> ok["status"], sorted(ok["metrics"])
     ('ok', ['mean', 'mean_square'])
-    >>> bad["status"], bad["error"][:30]
-    ('error', 'ValueError: draws must be >= 1')
+    >>> bad["status"], bad["error"][:35]
+    ('error', 'InvalidArgument: draws must be >= 1')
     """
     start = time.perf_counter()
     try:

@@ -9,7 +9,6 @@ was found.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import textwrap
@@ -25,6 +24,8 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 from numpy.typing import NDArray
 
+from refimpl._imports import import_object, split_reference
+from refimpl.errors import InvalidArgumentType, RefimplError
 from refimpl.testing import strategies as rst
 from refimpl.testing.tolerances import FUNCTION, Tolerance
 
@@ -859,7 +860,7 @@ class CheckResult:
         return "\n".join(parts)
 
 
-class ConformanceError(AssertionError):
+class ConformanceError(RefimplError, AssertionError):
     """Raised by :meth:`ConformanceReport.raise_if_failed`; its message is the full report."""
 
 
@@ -980,34 +981,11 @@ def check_names(spec: str) -> tuple[str, ...]:
 def _resolve(candidate: Any) -> tuple[Callable[..., Any], str, str]:
     """The callable, its label, and the source line that imports it as ``candidate``."""
     if isinstance(candidate, str):
-        module_name, sep, qualname = candidate.partition(":")
-        if not sep or not module_name or not qualname:
-            raise ValueError(
-                f"candidate must be a callable or 'package.module:function'; got "
-                f"candidate={candidate!r}. Separate the module and the function with ':'."
-            )
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(
-                f"candidate module {module_name!r} cannot be imported ({exc}); got "
-                f"candidate={candidate!r}. Check the spelling and that it is on sys.path."
-            ) from None
-        for part in qualname.split("."):
-            if not hasattr(obj, part):
-                raise ValueError(
-                    f"candidate {candidate!r}: {module_name!r} has no attribute {qualname!r}. "
-                    "Check the function name after ':'."
-                )
-            obj = getattr(obj, part)
-        if not callable(obj):
-            raise TypeError(
-                f"candidate must be callable; got candidate={candidate!r} of type "
-                f"{type(obj).__name__}. Point at a function."
-            )
+        module_name, qualname = split_reference(candidate, what="candidate")
+        obj = import_object(candidate, what="candidate")
         return obj, candidate, _import_line(module_name, qualname)
     if not callable(candidate):
-        raise TypeError(
+        raise InvalidArgumentType(
             f"candidate must be a callable or 'package.module:function'; got {candidate!r} of "
             f"type {type(candidate).__name__}. Pass your function itself."
         )

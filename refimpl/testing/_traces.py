@@ -21,6 +21,8 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.errors import InvalidArgument
+
 FORMATS = ("csv", "jsonl", "parquet")
 _SUFFIXES = {
     ".csv": "csv",
@@ -38,8 +40,12 @@ _CSV_BLOCK_BYTES = 1 << 20
 _JSONL_BLOCK_BYTES = 4 << 20
 
 
-class TraceError(Exception):
-    """The trace cannot be checked (exit code 2); the message says where and how to fix it."""
+class TraceError(InvalidArgument):
+    """The trace cannot be checked (exit code 2); the message says where and how to fix it.
+
+    Part of refimpl's exception family: an :class:`~refimpl.errors.InvalidArgument` (a
+    ``ValueError``), like every refusal.
+    """
 
 
 ACCEPTED = (

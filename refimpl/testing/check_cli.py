@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.errors import InvalidArgument, RefimplError
 from refimpl.testing._traces import (
     _SUFFIXES as _SUFFIX_FORMAT,
 )
@@ -123,7 +124,7 @@ def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any
         oldest: NDArray[Any] = np.empty(len(steps), dtype=object)
         for i, row in enumerate(cols["versions"]):
             if len(row) == 0:
-                raise ValueError(
+                raise InvalidArgument(
                     "token_versions must hold at least one token version (every sample has a "
                     f"generated token); sample {i} is empty."
                 )
@@ -139,16 +140,16 @@ def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any
             _whole(v, "token_versions", "versions count optimizer steps")
     if np.any(steps < 0):
         j = steps[np.flatnonzero(steps < 0)[0]]
-        raise ValueError(f"trained_step must be >= 0 (trainer steps start at 0); got {j}.")
+        raise InvalidArgument(f"trained_step must be >= 0 (trainer steps start at 0); got {j}.")
     if np.any(oldest < 0):
         v = oldest[np.flatnonzero(oldest < 0)[0]]
-        raise ValueError(
+        raise InvalidArgument(
             f"token_versions must be >= 0 (the initial weights are version 0); got version {v}."
         )
     newer = oldest > steps
     if np.any(newer):
         k = int(np.flatnonzero(newer)[0])
-        raise ValueError(
+        raise InvalidArgument(
             "token_versions must be <= trained_step (the trainer at step j holds version j; no "
             f"token can come from a newer version); got version {oldest[k]} > trained_step "
             f"{steps[k]}: check for an off-by-one (the version published *after* step j is j + 1)."
@@ -159,7 +160,7 @@ def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any
 
 def _whole(value: Any, name: str, meaning: str) -> None:
     if not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must hold whole numbers ({meaning}); got {value!r}.")
+        raise InvalidArgument(f"{name} must hold whole numbers ({meaning}); got {value!r}.")
 
 
 SPECS: dict[str, _TraceSpec] = {
@@ -318,8 +319,8 @@ def _input_sets(spec: _TraceSpec) -> list[str]:
     return [", ".join(spec.inputs)]
 
 
-class _Unusable(Exception):
-    pass
+class _Unusable(RefimplError):
+    """The command cannot run as asked (exit code 2): a member of refimpl's exception family."""
 
 
 def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:

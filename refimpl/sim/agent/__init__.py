@@ -56,9 +56,10 @@ Use :class:`AgentConfig` to describe a run, :func:`simulate_agent` to run it and
 
 from __future__ import annotations
 
+from refimpl.sim import _lengthfiles
+
 # _engine, _typed_pmf and the event codes: for the tests, which reach into the engine, and the CLI
 from refimpl.sim.agent import _engine as _engine
-from refimpl.sim.agent._cli import _typed_pmf as _typed_pmf
 from refimpl.sim.agent._cli import (
     agent_config_from_args,
     configure_agent_options,
@@ -89,6 +90,8 @@ from refimpl.sim.agent._results import (
     ShardStats,
     agent_summary_dict,
 )
+
+_typed_pmf = _lengthfiles.typed_pmf  # shown as typed by the CLI's messages
 
 __all__ = [
     "ADMISSION_POLICIES",

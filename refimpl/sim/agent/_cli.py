@@ -10,7 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from refimpl._validation import as_int, invalid
+from refimpl._validation import as_int, as_pmf, invalid
+from refimpl.errors import InvalidArgument
+from refimpl.sim._cliopts import default, given, plain
+from refimpl.sim._config import check_lognormal
+from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf
+from refimpl.sim._lengthfiles import typed_pmf as _typed_pmf
 from refimpl.sim.agent._config import (
     ADMISSION_POLICIES,
     FAILURE_ACTIONS,
@@ -191,8 +196,6 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
     >>> args.tool_turns, args.tool_capacity, args.tool_admission
     ('2', 4, 'queue')
     """
-    from refimpl.sim._cliopts import default
-
     if standalone:
         parser.add_argument("--slots", type=int, default=default(256), help="generation slots N")
         parser.add_argument(
@@ -350,9 +353,6 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         return None
     import scipy.stats
 
-    from refimpl.sim._cliopts import given, plain
-    from refimpl.sim._config import check_lognormal
-
     def opt(dest: str, fallback: Any = None) -> Any:
         return plain(getattr(args, dest, fallback))
 
@@ -361,7 +361,7 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
     steps = opt("steps")
     rollouts = opt("rollouts")
     if steps is not None and rollouts is not None:
-        raise ValueError(
+        raise InvalidArgument(
             f"--rollouts and --steps must not both be given (each sets the run length); got "
             f"--rollouts={rollouts} and --steps={steps}. Pass only one of them."
         )
@@ -382,21 +382,19 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         )
     source = "--lengths-npy" if path is not None else "--lengths-pmf" if pmf is not None else None
     if source is not None and text is not None:
-        raise ValueError(
+        raise InvalidArgument(
             f"--agent-lengths must not be combined with {source} (each gives the lengths); got "
             f"--agent-lengths={text!r} and {source}. Pass one of them."
         )
     for dest in ("mu", "sigma"):
         other = source or ("--agent-lengths" if text is not None else None)
         if other is not None and given(args, dest):
-            raise ValueError(
+            raise InvalidArgument(
                 f"--{dest} applies only to the default lognormal length law, which {other} "
                 f"replaces; got --{dest} {opt(dest)} with {other}. Drop --{dest}, or drop {other}."
             )
     if path is not None:
-        from refimpl.sim.cli import _load_lengths_npy
-
-        lengths = _load_lengths_npy(str(path))
+        lengths = load_lengths_npy(str(path))
         if lengths.size and not np.all(np.isfinite(lengths) & (lengths > 0)):
             raise invalid(
                 "--lengths-npy",
@@ -413,13 +411,10 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
                 f"Its largest entry is {float(lengths.max())!r}; save token counts <= 2^53.",
             )
     elif pmf is not None:
-        from refimpl._validation import as_pmf
-        from refimpl.sim.cli import _parse_pmf
-
         try:
-            p, _ = as_pmf(_parse_pmf(str(pmf)), name="--lengths-pmf")
+            p, _ = as_pmf(parse_pmf(str(pmf)), name="--lengths-pmf")
         except ValueError as err:
-            raise ValueError(_typed_pmf(str(err), str(pmf))) from None
+            raise InvalidArgument(_typed_pmf(str(err), str(pmf))) from None
         probs = np.asarray(p, dtype=np.float64)
         lengths = scipy.stats.rv_discrete(values=(np.arange(1, probs.size + 1), probs))
     elif text is not None:
@@ -455,14 +450,14 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         "seed": opt("seed", 0),
     }
     if given(args, "tool_max_redirects") and values["admission"] != "redirect":
-        raise ValueError(
+        raise InvalidArgument(
             f"--tool-max-redirects applies only with --tool-admission redirect (a full shard "
             f"sends the call on); got --tool-max-redirects {values['max_redirects']} with "
             f"--tool-admission {values['admission']}. Add --tool-admission redirect, or drop "
             "--tool-max-redirects."
         )
     if given(args, "tool_replay_cost") and values["recovery"] != "replay":
-        raise ValueError(
+        raise InvalidArgument(
             f"--tool-replay-cost applies only with --tool-recovery replay (the default); got "
             f"--tool-replay-cost {values['replay_cost']} with --tool-recovery "
             f"{values['recovery']}. Drop one of them."
@@ -519,15 +514,6 @@ _CLI_OPTION = {
     "replay_cost": "--tool-replay-cost",
     "on_failure": "--tool-on-failure",
 }
-
-
-def _typed_pmf(message: str, text: str) -> str:
-    """Show ``--lengths-pmf`` as typed, not as the array it was parsed into."""
-    import re
-
-    return re.sub(
-        r"--lengths-pmf=array of shape \(\d+,\): \[[^\]]*\]", f"--lengths-pmf={text!r}", message
-    )
 
 
 def _cli_names(message: str) -> str:

@@ -167,7 +167,7 @@ class AgentConfig:
     >>> AgentConfig(slots=4, batch=4, steps=3, lengths=st.expon(scale=10.0), refresh=-1.0)
     Traceback (most recent call last):
     ...
-    ValueError: refresh must be >= 0 (router view refresh period δ; 0 = consistent view); got refresh=-1.0. Pass refresh >= 0.
+    refimpl.errors.InvalidArgument: refresh must be >= 0 (router view refresh period δ; 0 = consistent view); got refresh=-1.0. Pass refresh >= 0.
     """
 
     slots: int

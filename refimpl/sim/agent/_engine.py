@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import wrong_type
+from refimpl.errors import InvalidArgument
 from refimpl.sim.agent._config import (
     _A_ENDED,
     _A_QUEUED,
@@ -272,7 +273,7 @@ class _Engine:
         if self.len_stream is None:
             mat = cfg.lengths
             if k >= mat.shape[1]:
-                raise ValueError(
+                raise InvalidArgument(
                     f"lengths must have a column for every launch; slot {slot} needed launch {k + 1} "
                     f"but lengths has {mat.shape[1]} columns. Pass a longer N × K matrix (the "
                     "SimPy peer's margin, ceil(1.25·rollouts/slots) + 64 columns, is ample when "
@@ -282,13 +283,13 @@ class _Engine:
         else:
             length = float(self.len_stream.draw())
             if not length > 0.0:
-                raise ValueError(
+                raise InvalidArgument(
                     f"lengths must draw positive token counts; got {length!r} at launch {k} of slot "
                     f"{slot}. Pass a law supported on (0, inf)."
                 )
         turns = int(self.turns_stream.draw())
         if turns < 0:
-            raise ValueError(
+            raise InvalidArgument(
                 f"turns must draw counts >= 0; got {turns}. Pass a law on {{0, 1, ...}}."
             )
         r = len(self.r_slot)
@@ -368,7 +369,7 @@ class _Engine:
             self.r_status[r] = _ABORTED
             self.aborted += 1
             if self.aborted > 1000 + 100 * self.target:
-                raise ValueError(
+                raise InvalidArgument(
                     f"on_failure='abort' must leave some rollouts to train; {self.aborted} "
                     f"rollouts were aborted while only {self.trained} of {self.target} trained. "
                     "Calls fail far more often than they succeed: raise timeout or max_attempts, "

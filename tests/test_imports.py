@@ -1,0 +1,174 @@
+"""Every module of refimpl imports on its own, in a fresh interpreter.
+
+An import circle can hide behind import order: ``a`` imports ``b`` at its top, ``b`` imports ``a``
+inside a function, and everything works as long as nobody imports ``b`` first. One child process
+imports each module alone: before each import it forgets every ``refimpl`` module it has loaded,
+so each import starts from nothing (third-party libraries stay loaded, which keeps it cheap: a few
+seconds for all of them).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import refimpl
+
+# Run in the child: import each module named on stdin alone; print the failures as JSON.
+_CHILD = r"""
+import importlib, json, sys, traceback
+
+failures = {}
+for name in json.loads(sys.stdin.read()):
+    for loaded in [m for m in sys.modules if m == ROOT or m.startswith(ROOT + ".")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        failures[name] = traceback.format_exc(limit=-3)
+print(json.dumps(failures))
+"""
+
+
+def import_each_alone(root: str, names: list[str], path: Path | None = None) -> dict[str, str]:
+    """Failures (module -> traceback) of importing each module of ``names`` alone, in a child."""
+    code = f"ROOT = {root!r}\n" + _CHILD
+    if path is not None:
+        code = f"import sys; sys.path.insert(0, {str(path)!r})\n" + code
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(names),
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard: the imports take a few seconds
+        check=True,
+    )
+    failures: dict[str, str] = json.loads(result.stdout.strip().splitlines()[-1])
+    return failures
+
+
+def _modules() -> list[str]:
+    found = pkgutil.walk_packages(refimpl.__path__, prefix="refimpl.")
+    return ["refimpl", *sorted(m.name for m in found)]
+
+
+def test_every_refimpl_module_imports_alone() -> None:
+    names = _modules()
+    assert {"refimpl.sweep.grid", "refimpl.sweep.kinds", "refimpl.sim.agent"} <= set(names)
+    failures = import_each_alone("refimpl", names)
+    assert not failures, "\n".join(f"{name}:\n{tb}" for name, tb in failures.items())
+
+
+def test_the_check_finds_a_circle_that_import_order_hides(tmp_path: Path) -> None:
+    # the wrong variant: a imports b at its top, b needs a's name at its top
+    pkg = tmp_path / "circ"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circ.b import helper\nVALUE = 1\n")
+    (pkg / "b.py").write_text("from circ.a import VALUE\n\ndef helper():\n    return VALUE\n")
+    failures = import_each_alone("circ", ["circ.a", "circ.b"], path=tmp_path)
+    assert set(failures) == {"circ.a", "circ.b"}
+    assert all("ImportError" in tb for tb in failures.values())
+
+
+# --- no import inside a function to dodge a circle ------------------------------------------------
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_edges(root: Path) -> tuple[dict[str, set[str]], list[tuple[str, str, int]]]:
+    """The package's imports of its own modules: module-level edges, and those inside functions.
+
+    An import under ``if TYPE_CHECKING:`` is not an edge (it never runs).
+    """
+    modules = {_module_name(p, root): p for p in root.rglob("*.py")}
+    package = root.name
+
+    def owner(name: str) -> str | None:  # the module a dotted name lives in
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    top: dict[str, set[str]] = {m: set() for m in modules}
+    inner: list[tuple[str, str, int]] = []
+    for name, path in modules.items():
+
+        def add(target: str, line: int, depth: int, name: str = name) -> None:
+            if target != package and not target.startswith(package + "."):
+                return
+            found = owner(target)
+            if found is None or found == name:
+                return
+            if depth == 0:
+                top[name].add(found)
+            else:
+                inner.append((name, found, line))
+
+        def walk(node: ast.AST, depth: int) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and ast.unparse(child.test) == "TYPE_CHECKING":
+                    continue
+                if isinstance(child, ast.Import):
+                    for alias in child.names:
+                        add(alias.name, child.lineno, depth)
+                elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+                    for alias in child.names:
+                        full = f"{child.module}.{alias.name}"
+                        add(full if full in modules else child.module, child.lineno, depth)
+                inner_depth = depth + isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                walk(child, inner_depth)
+
+        walk(ast.parse(path.read_text()), 0)
+    return top, inner
+
+
+def hidden_circles(root: Path) -> list[str]:
+    """Imports inside functions whose target imports the importer back (a circle they dodge)."""
+    top, inner = import_edges(root)
+    edges = {m: set(t) for m, t in top.items()}
+    for a, b, _ in inner:
+        edges[a].add(b)
+
+    def reaches(start: str, goal: str) -> bool:  # importing a module also imports its packages
+        seen: set[str] = set()
+        stack = [start]
+        while stack:
+            node = stack.pop()
+            if node == goal:
+                return True
+            if node not in seen:
+                seen.add(node)
+                stack.extend([*edges.get(node, ()), *_parents(node)])
+        return False
+
+    return [
+        f"{a} (line {line}) imports {b} inside a function" for a, b, line in inner if reaches(b, a)
+    ]
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def test_no_module_imports_another_inside_a_function_to_dodge_a_circle() -> None:
+    assert hidden_circles(Path(refimpl.__file__).parent) == []
+
+
+def test_the_static_check_finds_a_circle_hidden_inside_a_function(tmp_path: Path) -> None:
+    # the wrong variant: a imports b at its top; b imports a inside a function
+    pkg = tmp_path / "circ"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from circ.b import helper\nVALUE = 1\n")
+    (pkg / "b.py").write_text("def helper():\n    from circ.a import VALUE\n    return VALUE\n")
+    (pkg / "c.py").write_text("def lazy():\n    import circ.a\n    return circ.a\n")  # no circle
+    assert hidden_circles(pkg) == ["circ.b (line 2) imports circ.a inside a function"]
+    assert import_each_alone("circ", ["circ.a", "circ.b", "circ.c"], path=tmp_path) == {}
