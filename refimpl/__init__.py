@@ -25,20 +25,23 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 #: The modules whose ``__all__`` make up the flat API, in the order of ``refimpl.__all__``.
-_FLAT = ("dispatch", "staleness", "frameworks", "effort", "penalties")
+#: ``refimpl.frameworks`` contributes only its staleness translations (``frameworks._staleness``);
+#: its adapters stay under ``refimpl.frameworks``.
+_FLAT = ("dispatch", "staleness", "frameworks._staleness", "effort", "penalties")
 
 if TYPE_CHECKING:  # what the type checker and readers see; at run time __getattr__ loads them
-    from refimpl import dispatch, effort, frameworks, penalties, staleness
+    from refimpl import dispatch, effort, penalties, staleness
     from refimpl.dispatch import *
     from refimpl.effort import *
-    from refimpl.frameworks import *
+    from refimpl.frameworks import _staleness
+    from refimpl.frameworks._staleness import *
     from refimpl.penalties import *
     from refimpl.staleness import *
 
     __all__ = [
         *dispatch.__all__,
         *staleness.__all__,
-        *frameworks.__all__,
+        *_staleness.__all__,
         *effort.__all__,
         *penalties.__all__,
     ]

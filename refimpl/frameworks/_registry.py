@@ -1,0 +1,141 @@
+"""The frameworks refimpl tests, the versions it read them from, and the adapters' record type."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+__all__ = [
+    "TESTED_VERSIONS",
+    "Adapter",
+    "Classification",
+    "Divergence",
+    "installed_version",
+    "load_function",
+]
+
+#: Each framework's distribution on PyPI and the version every statement and adapter in
+#: :mod:`refimpl.frameworks` was read from and is tested against (ci/frameworks-requirements.txt).
+TESTED_VERSIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "verl": ("verl", "0.9.1"),
+        "trl": ("trl", "1.16.0"),
+        "areal": ("areal", "1.0.4"),
+        "skyrl": ("skyrl", "0.3.0"),
+    }
+)
+
+Classification = Literal["convention", "numerical limit", "defect"]
+
+
+def installed_version(framework: str) -> str | None:
+    """The installed version of ``framework`` (a key of :data:`TESTED_VERSIONS`), or ``None``.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import installed_version
+    >>> installed_version("no-such-framework") is None
+    True
+    """
+    dist = TESTED_VERSIONS.get(framework, (framework, ""))[0]
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def load_function(path: str) -> Any:
+    """Import ``"package.module:attribute.attribute"`` after the stubs of :mod:`._stubs` are in place.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import load_function
+    >>> load_function("math:floor")(2.5)
+    2
+    """
+    from refimpl.frameworks._stubs import install_stubs
+
+    install_stubs()
+    module_name, _, attribute = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attribute.split(".") if attribute else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Why a framework function fails a check of its spec under its declared conventions.
+
+    Attributes
+    ----------
+    classification : {"convention", "numerical limit", "defect"}
+        A convention the oracle cannot declare (a different but deliberate rule), a limit of the
+        framework's arithmetic (a precision, an epsilon), or a defect a maintainer would fix.
+    explanation : str
+        What differs and where in the framework's code, in a sentence or two.
+    """
+
+    classification: Classification
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One framework function, at one setting, mapped onto one refimpl spec.
+
+    Attributes
+    ----------
+    key : str
+        Stable id, ``"<framework>.<name>"``: what :func:`refimpl.frameworks.check` and
+        ``refimpl conformance`` take.
+    framework : str
+        A key of :data:`TESTED_VERSIONS`.
+    function : str
+        The framework function under test, ``"module:qualname"`` (imported, never transcribed).
+    settings : mapping
+        The framework's own settings this adapter calls it with, under the framework's names.
+    spec : str
+        The refimpl spec (:func:`refimpl.testing.spec_names`).
+    conventions : mapping
+        The declared conventions (:func:`refimpl.testing.conventions`), each read from the
+        framework's code.
+    candidate : callable
+        The adapter: the spec's signature on torch tensors in, the framework's result out. Its
+        source is self-contained (imports inside), so a reproduction can paste it.
+    divergences : mapping
+        Check name → :class:`Divergence`, for the checks it is known to fail under its conventions.
+    dtype : str
+        The precision of the inputs it is checked in.
+    note : str
+        What the mapping does, in a sentence.
+    """
+
+    key: str
+    framework: str
+    function: str
+    settings: Mapping[str, Any]
+    spec: str
+    conventions: Mapping[str, Any]
+    candidate: Callable[..., Any]
+    divergences: Mapping[str, Divergence] = field(default_factory=dict)
+    dtype: str = "float64"
+    note: str = ""
+
+    @property
+    def setup(self) -> str:
+        """Python that defines ``candidate`` on its own: the adapter's source, then its name."""
+        import inspect
+        import textwrap
+
+        source = textwrap.dedent(inspect.getsource(self.candidate))
+        stubs = ""
+        from refimpl.frameworks._stubs import STUBS
+
+        if any(s.framework == self.framework for s in STUBS):
+            stubs = "from refimpl.frameworks import install_stubs\ninstall_stubs()\n"
+        return f"{stubs}{source}\ncandidate = {self.candidate.__name__}\n"
