@@ -21,12 +21,101 @@ with NaN never agreeing and an infinity agreeing only with the same infinity (:f
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["EXACT", "FUNCTION", "TRACE", "Tolerance", "agree"]
+__all__ = [
+    "EXACT",
+    "FUNCTION",
+    "SAFETY",
+    "TRACE",
+    "UNIT_ROUNDOFF",
+    "Tolerance",
+    "agree",
+    "largest_finite",
+    "smallest_normal",
+    "summation_factor",
+    "unit_roundoff",
+]
+
+#: Unit roundoff ``u = 2^-p`` (``p`` significand bits, the implicit one included) by dtype: the
+#: largest relative error of rounding one real number to the dtype.
+UNIT_ROUNDOFF: dict[str, float] = {
+    "float64": 2.0**-53,
+    "float32": 2.0**-24,
+    "float16": 2.0**-11,
+    "bfloat16": 2.0**-8,
+}
+
+#: The derived tolerances are first-order error bounds ``c·u·(condition)``; this factor covers the
+#: second-order terms and the freedom of a correct implementation (``exp(a)/exp(b)`` for
+#: ``exp(a − b)``, another summation order, a fused multiply-add, the output cast).
+SAFETY = 8.0
+
+
+def unit_roundoff(dtype: str) -> float:
+    """The unit roundoff of ``dtype`` (:data:`UNIT_ROUNDOFF`).
+
+    Examples
+    --------
+    >>> from refimpl.testing.tolerances import unit_roundoff
+    >>> unit_roundoff("bfloat16")
+    0.00390625
+    """
+    return UNIT_ROUNDOFF[dtype]
+
+
+#: The smallest positive normal number and the largest finite number of each dtype: a correct
+#: candidate's result below the first may flush to 0, beyond the second it is ±inf.
+_RANGE: dict[str, tuple[float, float]] = {
+    "float64": (2.0**-1022, float(np.finfo(np.float64).max)),
+    "float32": (2.0**-126, float(np.finfo(np.float32).max)),
+    "float16": (2.0**-14, 65504.0),
+    "bfloat16": (2.0**-126, 3.3895313892515355e38),
+}
+
+
+def smallest_normal(dtype: str) -> float:
+    """The smallest positive normal number of ``dtype`` (an absolute floor of every tolerance).
+
+    Examples
+    --------
+    >>> from refimpl.testing.tolerances import smallest_normal
+    >>> smallest_normal("float16")
+    6.103515625e-05
+    """
+    return _RANGE[dtype][0]
+
+
+def largest_finite(dtype: str) -> float:
+    """The largest finite number of ``dtype``.
+
+    Examples
+    --------
+    >>> from refimpl.testing.tolerances import largest_finite
+    >>> largest_finite("float16")
+    65504.0
+    """
+    return _RANGE[dtype][1]
+
+
+def summation_factor(n: int) -> float:
+    r"""The factor :math:`\lceil\log_2 n\rceil + 1` of the error bound of a pairwise (tree) sum.
+
+    A sum of ``n`` terms computed by pairwise summation (numpy, torch, every GPU reduction) has an
+    absolute error at most :math:`(\lceil\log_2 n\rceil + 1)\,u \sum_i |x_i|` to first order
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, §4.2).
+
+    Examples
+    --------
+    >>> from refimpl.testing.tolerances import summation_factor
+    >>> summation_factor(1), summation_factor(4096)
+    (1.0, 13.0)
+    """
+    return float(math.ceil(math.log2(max(n, 1)))) + 1.0
 
 
 class Tolerance(NamedTuple):
