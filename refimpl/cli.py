@@ -39,6 +39,10 @@ COMMANDS: dict[str, _Command] = {
     "simulate": _Command("refimpl.sim.cli", "simulate the asynchronous rollout queue"),
     "check": _Command("refimpl.testing.check_cli", "check a logged trace against the reference"),
     "sweep": _Command("refimpl.sweep.cli", "run a parameter sweep on a local pool or Dask"),
+    "conformance": _Command(
+        "refimpl.frameworks.cli",
+        "rerun the conformance matrix on the installed frameworks and print what changed",
+    ),
 }
 
 
@@ -109,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Examples
     --------
     >>> sorted(COMMANDS)
-    ['check', 'lab', 'simulate', 'sweep']
+    ['check', 'conformance', 'lab', 'simulate', 'sweep']
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)

@@ -37,18 +37,27 @@ from refimpl.frameworks._staleness import (
     verl_off_policy_bound,
     verl_staleness_bound,
 )
-from refimpl.frameworks._stubs import STUBS, Stub, install_stubs
+from refimpl.frameworks._stubs import (
+    SOURCE_LOADS,
+    STUBS,
+    SourceLoad,
+    Stub,
+    install_stubs,
+    load_from_source,
+)
 
 if TYPE_CHECKING:
     from refimpl.testing import ConformanceReport
 
 __all__ = [
+    "SOURCE_LOADS",
     "STUBS",
     "TESTED_VERSIONS",
     "Adapter",
     "Classification",
     "Divergence",
     "FrameworkStalenessBound",
+    "SourceLoad",
     "Stub",
     "adapter",
     "adapters",
@@ -57,6 +66,7 @@ __all__ = [
     "framework_staleness_bound",
     "install_stubs",
     "installed_version",
+    "load_from_source",
     "load_function",
     "prime_rl_staleness_bound",
     "rejection_sampling_to_refimpl",
@@ -74,14 +84,20 @@ def adapters(framework: str | None = None) -> tuple[Adapter, ...]:
     --------
     >>> from refimpl.frameworks import adapters
     >>> sorted({a.framework for a in adapters()})
-    ['areal', 'skyrl', 'trl', 'verl']
+    ['areal', 'openrlhf', 'skyrl', 'trl', 'verl']
     >>> all(a.key.startswith("verl.") for a in adapters("verl"))
     True
     """
     from refimpl._validation import invalid
-    from refimpl.frameworks import _areal, _skyrl, _trl, _verl
+    from refimpl.frameworks import _areal, _openrlhf, _skyrl, _trl, _verl
 
-    every = (*_verl.ADAPTERS, *_trl.ADAPTERS, *_areal.ADAPTERS, *_skyrl.ADAPTERS)
+    every = (
+        *_verl.ADAPTERS,
+        *_trl.ADAPTERS,
+        *_areal.ADAPTERS,
+        *_skyrl.ADAPTERS,
+        *_openrlhf.ADAPTERS,
+    )
     if framework is None:
         return every
     if framework not in TESTED_VERSIONS:

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._registry import Adapter
 
 _FUNCTIONAL = "areal.utils.functional"
 _RATIO = {"nonfinite": "one", "padding": "zero"}
+# apply_rejection_sampling casts both log-prob arrays with .float() before subtracting: a float64
+# call is computed in float32 (functional.py l.230).
+_FLOAT32 = {**_RATIO, "compute_dtype": "float32"}
 
 
 def rejection_sampling_to_refimpl(
@@ -52,7 +55,7 @@ def rejection_sampling_to_refimpl(
     --------
     >>> from refimpl.frameworks import rejection_sampling_to_refimpl
     >>> rejection_sampling_to_refimpl(level="token", action="mask", upper=5.0)
-    ('decoupled_ppo', {'cap': 5.0}, {'nonfinite': 'one', 'padding': 'zero'})
+    ('decoupled_ppo', {'cap': 5.0}, {'nonfinite': 'one', 'padding': 'zero', 'compute_dtype': 'float32'})
     >>> spec, params, conv = rejection_sampling_to_refimpl(level="sequence", agg="mean", upper=2.0)
     >>> spec, conv["weight"]
     ('masked_is_geometric', 'geometric')
@@ -68,13 +71,13 @@ def rejection_sampling_to_refimpl(
         )
     if level == "token" and action == "mask":
         if lower is None:
-            return "decoupled_ppo", {"cap": upper}, dict(_RATIO)
-        return "masked_is", {"low": lower, "high": upper}, dict(_RATIO)
+            return "decoupled_ppo", {"cap": upper}, dict(_FLOAT32)
+        return "masked_is", {"low": lower, "high": upper}, dict(_FLOAT32)
     if level == "token":
-        conv = dict(_RATIO) if lower is None else {**_RATIO, "lower": lower}
+        conv = dict(_FLOAT32) if lower is None else {**_FLOAT32, "lower": lower}
         return "tis", {"cap": upper}, conv
     spec = "masked_is_geometric" if agg == "mean" else "masked_is_sequence"
-    conv = {**_RATIO, "weight": "geometric", "output": "BT", "aggregate": agg}
+    conv = {**_FLOAT32, "weight": "geometric", "output": "BT", "aggregate": agg}
     return spec, {"low": 0.0 if lower is None else lower, "high": upper}, conv
 
 
@@ -85,7 +88,9 @@ def areal_token_mask(logp_prox: Any, logp_behavior: Any, *, cap: float | None, m
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import apply_rejection_sampling
 
-    upper = math.inf if cap is None else float(cap)  # no cap: a bound nothing exceeds
+    # No cap: a bound nothing exceeds. AReaL refuses upper <= 1 for the ratio metric; for cap = 1
+    # the next double above 1 keeps the same tokens, since AReaL compares float32 ratios with it.
+    upper = math.inf if cap is None else max(float(cap), math.nextafter(1.0, 2.0))
     config = RejectionSamplingConfig(level="token", action="mask", metric="ratio", upper=upper)
     result = apply_rejection_sampling(logp_prox, logp_behavior, mask, None, config)
     return result.behave_imp_weight
@@ -93,11 +98,15 @@ def areal_token_mask(logp_prox: Any, logp_behavior: Any, *, cap: float | None, m
 
 def areal_token_clamp(logp_prox: Any, logp_behavior: Any, *, cap: float, mask: Any) -> Any:
     """AReaL ``rejection_sampling: {level: token, action: clamp, metric: ratio, upper: cap, lower: 0.5}``."""
+    import math
+
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import apply_rejection_sampling
 
+    # AReaL refuses upper <= 1; the next double above 1 clamps float32 ratios as 1 does.
+    upper = max(float(cap), math.nextafter(1.0, 2.0))
     config = RejectionSamplingConfig(
-        level="token", action="clamp", metric="ratio", upper=float(cap), lower=0.5
+        level="token", action="clamp", metric="ratio", upper=upper, lower=0.5
     )
     result = apply_rejection_sampling(logp_prox, logp_behavior, mask, None, config)
     return result.behave_imp_weight
@@ -107,6 +116,8 @@ def areal_sequence_mask_mean(
     logp_prox: Any, logp_behavior: Any, *, low: float, high: float, mask: Any
 ) -> Any:
     """AReaL ``rejection_sampling: {level: sequence, action: mask, metric: ratio, agg: mean}``."""
+    import math
+
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import apply_rejection_sampling
 
@@ -115,7 +126,8 @@ def areal_sequence_mask_mean(
         action="mask",
         metric="ratio",
         agg="mean",
-        upper=float(high),
+        # AReaL refuses upper <= 1: for high = 1 the next double (the same band up to rounding).
+        upper=math.nextafter(1.0, 2.0) if high == 1 else float(high),
         lower=float(low) if low > 0 else None,
     )
     result = apply_rejection_sampling(logp_prox, logp_behavior, mask, None, config)
@@ -126,6 +138,8 @@ def areal_sequence_mask_sum(
     logp_prox: Any, logp_behavior: Any, *, low: float, high: float, mask: Any
 ) -> Any:
     """AReaL ``rejection_sampling: {level: sequence, action: mask, metric: ratio, agg: sum}``."""
+    import math
+
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import apply_rejection_sampling
 
@@ -134,7 +148,8 @@ def areal_sequence_mask_sum(
         action="mask",
         metric="ratio",
         agg="sum",
-        upper=float(high),
+        # AReaL refuses upper <= 1: for high = 1 the next double (the same band up to rounding).
+        upper=math.nextafter(1.0, 2.0) if high == 1 else float(high),
         lower=float(low) if low > 0 else None,
     )
     result = apply_rejection_sampling(logp_prox, logp_behavior, mask, None, config)
@@ -145,6 +160,8 @@ def areal_packed_sequence_mask_mean(
     logp_prox: Any, logp_behavior: Any, *, low: float, high: float, cu_seqlens: Any
 ) -> Any:
     """AReaL's packed 1-D layout: the same sequence mask on the valid tokens and ``cu_seqlens``."""
+    import math
+
     import torch
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import apply_rejection_sampling
@@ -154,7 +171,8 @@ def areal_packed_sequence_mask_mean(
         action="mask",
         metric="ratio",
         agg="mean",
-        upper=float(high),
+        # AReaL refuses upper <= 1: for high = 1 the next double (the same band up to rounding).
+        upper=math.nextafter(1.0, 2.0) if high == 1 else float(high),
         lower=float(low) if low > 0 else None,
     )
     loss_mask = torch.ones_like(logp_prox)
@@ -173,7 +191,8 @@ def areal_ppo_actor_behave_weight(
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import ppo_actor_loss_fn
 
-    upper = math.inf if cap is None else float(cap)
+    # AReaL refuses upper <= 1; the next double above 1 keeps the same float32 ratios as 1 does.
+    upper = math.inf if cap is None else max(float(cap), math.nextafter(1.0, 2.0))
     config = RejectionSamplingConfig(level="token", action="mask", metric="ratio", upper=upper)
     _, stat = ppo_actor_loss_fn(
         logprobs=logp_prox,  # π_θ = π_prox: the PPO ratio is 1 and plays no part
@@ -187,13 +206,6 @@ def areal_ppo_actor_behave_weight(
     return stat["behave_imp_weight"]
 
 
-_UPPER_ABOVE_ONE = Divergence(
-    "convention",
-    "AReaL's RejectionSamplingConfig refuses upper <= 1 for metric='ratio' (cli_args.py, "
-    "__post_init__: 'otherwise all non-identical policy tokens will be filtered'): the spec's "
-    "cap = 1 (or band top <= 1) raises ValueError by design.",
-)
-
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.rs_token_mask",
@@ -201,9 +213,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_FUNCTIONAL}:apply_rejection_sampling",
         settings={"level": "token", "action": "mask", "metric": "ratio", "upper": "cap"},
         spec="decoupled_ppo",
-        conventions=_RATIO,
+        conventions=_FLOAT32,
         candidate=areal_token_mask,
-        divergences={"agrees_with_reference": _UPPER_ABOVE_ONE},
         note="The old behave_imp_weight_cap (token_mask): π_prox/μ, 0 above the cap and at padding.",
     ),
     Adapter(
@@ -218,9 +229,8 @@ ADAPTERS: tuple[Adapter, ...] = (
             "lower": 0.5,
         },
         spec="tis",
-        conventions={**_RATIO, "lower": 0.5},
+        conventions={**_FLOAT32, "lower": 0.5},
         candidate=areal_token_clamp,
-        divergences={"agrees_with_reference": _UPPER_ABOVE_ONE},
         note="Two-sided truncation clip(ρ, 0.5, C) (the old token_truncate with a lower bound).",
     ),
     Adapter(
@@ -229,9 +239,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_FUNCTIONAL}:apply_rejection_sampling",
         settings={"level": "sequence", "action": "mask", "metric": "ratio", "agg": "mean"},
         spec="masked_is_geometric",
-        conventions={**_RATIO, "weight": "geometric", "output": "BT", "aggregate": "mean"},
+        conventions={**_FLOAT32, "weight": "geometric", "output": "BT", "aggregate": "mean"},
         candidate=areal_sequence_mask_mean,
-        divergences={"agrees_with_reference": _UPPER_ABOVE_ONE},
         note="A sequence filter on the geometric mean of ρ, and the geometric mean as every "
         "token's weight.",
     ),
@@ -241,9 +250,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_FUNCTIONAL}:apply_rejection_sampling",
         settings={"level": "sequence", "action": "mask", "metric": "ratio", "agg": "sum"},
         spec="masked_is_sequence",
-        conventions={**_RATIO, "weight": "geometric", "output": "BT", "aggregate": "sum"},
+        conventions={**_FLOAT32, "weight": "geometric", "output": "BT", "aggregate": "sum"},
         candidate=areal_sequence_mask_sum,
-        divergences={"agrees_with_reference": _UPPER_ABOVE_ONE},
         note="A sequence filter on the product Πρ, with the geometric mean as the weight.",
     ),
     Adapter(
@@ -259,14 +267,13 @@ ADAPTERS: tuple[Adapter, ...] = (
         },
         spec="masked_is_geometric",
         conventions={
-            **_RATIO,
+            **_FLOAT32,
             "weight": "geometric",
             "output": "BT",
             "aggregate": "mean",
             "layout": "packed",
         },
         candidate=areal_packed_sequence_mask_mean,
-        divergences={"agrees_with_reference": _UPPER_ABOVE_ONE},
         note="The same rule on AReaL's packed 1-D layout with cu_seqlens.",
     ),
     Adapter(
@@ -275,11 +282,77 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
         settings={"rejection_sampling": {"level": "token", "action": "mask", "upper": "cap"}},
         spec="decoupled_ppo",
-        conventions=_RATIO,
+        conventions=_FLOAT32,
         candidate=areal_ppo_actor_behave_weight,
-        divergences={"agrees_with_reference": _UPPER_ABOVE_ONE},
         note="The behaviour weight inside the decoupled-PPO loss (stat['behave_imp_weight']).",
     ),
 )
 
 __all__ = ["ADAPTERS", "rejection_sampling_to_refimpl"]
+
+
+def areal_capacity(
+    *, eta: int, version: int, batch: int, accepted: int, running: int, max_concurrent: int
+) -> int:
+    """AReaL's ``StalenessManager(max_staleness=eta).get_capacity()`` with the given counters."""
+    from areal.infra.staleness_manager import StalenessManager
+
+    class Version:
+        def get_version(self) -> int:
+            return version
+
+    manager = StalenessManager(Version(), max_concurrent, batch, eta)
+    manager.rollout_stat.accepted = accepted
+    manager.rollout_stat.running = running
+    capacity: int = manager.get_capacity()
+    return capacity
+
+
+def areal_overlong_penalty(
+    lengths: Any, *, max_length: int, cache_length: int, penalty_factor: float
+) -> Any:
+    """AReaL's ``reward_overlong_penalty`` on zero rewards: each response's ``loss_mask`` row sums to its length."""
+    import torch
+    from areal.utils.functional import reward_overlong_penalty
+
+    ell = torch.as_tensor(lengths).to(torch.int64).reshape(-1)
+    width = max(int(ell.max()) if ell.numel() else 0, 1)
+    loss_mask = (torch.arange(width)[None, :] < ell[:, None]).to(torch.int64)
+    data = {
+        "rewards": torch.zeros(ell.numel(), dtype=torch.float64),
+        "input_ids": torch.zeros((ell.numel(), 1), dtype=torch.int64),
+        "loss_mask": loss_mask,
+    }
+    out = reward_overlong_penalty(
+        data,
+        overlong_tokens=int(cache_length),
+        overlong_penalty_factor=float(penalty_factor),
+        max_response_length=int(max_length),
+    )
+    return out["rewards"]
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="areal.staleness_manager_capacity",
+        framework="areal",
+        function="areal.infra.staleness_manager:StalenessManager.get_capacity",
+        settings={"max_head_offpolicyness": "eta", "consumer_batch_size": "batch"},
+        spec="admission_capacity",
+        conventions={},
+        candidate=areal_capacity,
+        note="The admission rule of max_head_offpolicyness, with the counters set directly.",
+    ),
+    Adapter(
+        key="areal.reward_overlong_penalty",
+        framework="areal",
+        function=f"{_FUNCTIONAL}:reward_overlong_penalty",
+        settings={"overlong_tokens": "cache_length", "overlong_penalty_factor": "penalty_factor"},
+        spec="dapo_overlong",
+        conventions={"floor": False},
+        candidate=areal_overlong_penalty,
+        note="DAPO's penalty without the floor at −1 (copied from verl's DAPO reward manager): "
+        "beyond max_response_length it keeps falling.",
+    ),
+)

@@ -26,6 +26,7 @@ TESTED_VERSIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
         "trl": ("trl", "1.16.0"),
         "areal": ("areal", "1.0.4"),
         "skyrl": ("skyrl", "0.3.0"),
+        "openrlhf": ("openrlhf", "0.11.2"),
     }
 )
 
@@ -113,6 +114,9 @@ class Adapter:
         The precision of the inputs it is checked in.
     note : str
         What the mapping does, in a sentence.
+    max_examples : int or None
+        Hypothesis examples per check in the matrix, when the default finds too little (a
+        divergence that needs more draws to be met).
     """
 
     key: str
@@ -125,6 +129,7 @@ class Adapter:
     divergences: Mapping[str, Divergence] = field(default_factory=dict)
     dtype: str = "float64"
     note: str = ""
+    max_examples: int | None = None
 
     @property
     def setup(self) -> str:

@@ -136,3 +136,38 @@ ADAPTERS: tuple[Adapter, ...] = (
 )
 
 __all__ = ["ADAPTERS"]
+
+
+def skyrl_capacity(
+    *, eta: int, version: int, batch: int, accepted: int, running: int, max_concurrent: int
+) -> int:
+    """SkyRL's ``_AsyncStalenessManager._compute_capacity_unlocked`` (loaded from its installed file)."""
+    from refimpl.frameworks import load_from_source
+
+    manager_class = load_from_source("skyrl.train.fully_async_trainer")["_AsyncStalenessManager"]
+    manager = manager_class(
+        max_concurrent_generation_groups=max_concurrent,
+        mini_batch_size=batch,
+        max_staleness_steps=eta,
+    )
+    manager._current_global_step = version + 1  # SkyRL counts the step being worked on, from 1
+    manager._stat.accepted = accepted
+    manager._stat.running = running
+    capacity: int = manager._compute_capacity_unlocked()
+    return capacity
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="skyrl.async_staleness_capacity",
+        framework="skyrl",
+        function="skyrl.train.fully_async_trainer:_AsyncStalenessManager._compute_capacity_unlocked",
+        settings={"max_staleness_steps": "eta", "mini_batch_size": "batch"},
+        spec="admission_capacity",
+        conventions={},
+        candidate=skyrl_capacity,
+        note="(S + g)·B with g = version + 1; the class is executed from its installed file "
+        "(refimpl.frameworks.SOURCE_LOADS: its module cannot be imported on Python 3.11).",
+    ),
+)

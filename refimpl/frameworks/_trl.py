@@ -83,3 +83,40 @@ ADAPTERS: tuple[Adapter, ...] = (
 )
 
 __all__ = ["ADAPTERS"]
+
+
+def trl_soft_overlong_punishment(
+    lengths: Any, *, max_length: int, cache_length: int, penalty_factor: float
+) -> Any:
+    """TRL's ``get_soft_overlong_punishment(max_length, cache_length)`` on completions of these lengths.
+
+    TRL has no penalty factor of its own: ``GRPOConfig.reward_weights`` weights each reward
+    function, and ``penalty_factor`` is applied as that weight.
+    """
+    import torch
+    from trl.rewards import get_soft_overlong_punishment
+
+    reward = get_soft_overlong_punishment(int(max_length), int(cache_length))
+    ell = [int(v) for v in torch.as_tensor(lengths).reshape(-1).tolist()]
+    rewards = reward([[0] * n for n in ell])
+    return torch.tensor(rewards, dtype=torch.float64) * float(penalty_factor)
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="trl.soft_overlong_punishment",
+        framework="trl",
+        function="trl.rewards:get_soft_overlong_punishment",
+        settings={
+            "max_completion_len": "max_length",
+            "soft_punish_cache": "cache_length",
+            "reward_weights": "[penalty_factor]",
+        },
+        spec="dapo_overlong",
+        conventions={"floor": True},
+        candidate=trl_soft_overlong_punishment,
+        note="DAPO's Eq. 13 with the floor at −1 beyond max_completion_len; the reward weight "
+        "scales it.",
+    ),
+)

@@ -13,7 +13,12 @@ from typing import Any
 from refimpl.frameworks._registry import Adapter, Divergence
 
 _HELPER = "verl.trainer.ppo.rollout_corr_helper"
-_LOG_RATIO = {"inputs": "log_ratio", "log_ratio_clamp": 20.0, "padding": "zero"}
+_LOG_RATIO = {
+    "inputs": "log_ratio",
+    "log_ratio_clamp": 20.0,
+    "padding": "zero",
+    "empty_rows": "excluded",  # verl raises on a batch with no valid token
+}
 
 
 def verl_token_tis(log_ratio: Any, *, cap: float, mask: Any) -> Any:
@@ -110,11 +115,27 @@ def verl_correction_sequence_tis(
     return proto.batch["rollout_is_weights"]
 
 
-_ALL_PADDING_RAISES = Divergence(
+def _every_check(spec: str, divergence: Divergence) -> dict[str, Divergence]:
+    from refimpl.testing import check_names
+
+    return dict.fromkeys(check_names(spec), divergence)
+
+
+_ESS_DIVIDES_BY_ZERO = Divergence(
+    "defect",
+    "With an IcePop band ('lo_hi'), a batch in which every valid token falls outside the band makes "
+    "compute_is_metrics raise ZeroDivisionError: rollout_is_eff_sample_size is "
+    "1.0 / masked_mean((w / (masked_mean(w) + 1e-8))**2) (rollout_corr_helper.py l.754-758), and "
+    "the weights are all 0, so the training step fails instead of getting weight 0 (or an ESS of 0). "
+    "The repository at commit b178a3c (0.8.0.dev) clamped the ESS weights at the band's lower "
+    "bound, which kept the denominator positive; 0.9.1 clamps at 0.0.",
+)
+_TOKEN_CLAMP_BEFORE_AGGREGATE = Divergence(
     "convention",
-    "verl refuses a batch with no valid token: compute_rs_metrics (rollout_corr_helper.py l.438) "
-    "and compute_rollout_correction_and_rejection_mask raise ValueError('response_mask must "
-    "contain at least one valid token (1).'), a deliberate validation.",
+    "The sequence rejection statistics clamp each token's log-ratio to ±20 before they sum or "
+    "average (rollout_corr_helper.py l.262-263, then _sequence_sum / _sequence_mean), so a token "
+    "beyond ±20 counts as ±20 and a sequence whose true statistic is outside the band can be kept "
+    "(or the reverse). refimpl's log_ratio_clamp clamps the aggregate once (as SkyRL does).",
 )
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -146,6 +167,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="masked_is",
         conventions=_LOG_RATIO,
         candidate=verl_token_icepop,
+        divergences=_every_check("masked_is", _ESS_DIVIDES_BY_ZERO),
         note="IcePop ρ·1[lo ≤ ρ ≤ hi] per token after the ±20 clamp; lo = 0 has no verl spelling "
         "and is passed as the smallest positive float (the same entries, given the clamp).",
     ),
@@ -157,6 +179,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="masked_is_sequence",
         conventions={**_LOG_RATIO, "output": "BT"},
         candidate=verl_sequence_icepop,
+        divergences=_every_check("masked_is_sequence", _ESS_DIVIDES_BY_ZERO),
         note="IcePop on the sequence product Πρ (clamped in log space), broadcast to (B, T).",
     ),
     Adapter(
@@ -167,7 +190,6 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="masked_is",
         conventions={**_LOG_RATIO, "band_on": "reciprocal", "weight": "indicator"},
         candidate=verl_token_k1_mask,
-        divergences={"agrees_with_reference": _ALL_PADDING_RAISES},
         note="A 0/1 mask keeping log lo ≤ −log ρ ≤ log hi: the band is on μ/π, although the "
         "docstring calls lo/hi 'lower/upper ratio bounds'.",
     ),
@@ -184,6 +206,8 @@ ADAPTERS: tuple[Adapter, ...] = (
             "output": "BT",
         },
         candidate=verl_seq_mean_k1_mask,
+        divergences={"zero_outside_band": _TOKEN_CLAMP_BEFORE_AGGREGATE},
+        max_examples=60,  # a token beyond ±20 next to ones that cancel it: rarer than 25 draws
         note="A sequence mask on the mean of −log ρ (a geometric band on μ/π), each token's log ρ "
         "clamped to ±20 before the mean.",
     ),
@@ -200,6 +224,8 @@ ADAPTERS: tuple[Adapter, ...] = (
             "output": "BT",
         },
         candidate=verl_seq_sum_k1_mask,
+        divergences={"zero_outside_band": _TOKEN_CLAMP_BEFORE_AGGREGATE},
+        max_examples=60,  # a token beyond ±20 next to ones that cancel it: rarer than 25 draws
         note="A sequence mask on Σ −log ρ (a band on Πμ/π), each token clamped to ±20 first.",
     ),
     Adapter(
@@ -208,7 +234,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_HELPER}:compute_rollout_correction_and_rejection_mask",
         settings={"rollout_is": "sequence", "rollout_is_threshold": "cap", "rollout_rs": None},
         spec="tis_sequence",
-        conventions={"log_ratio_clamp": 20.0, "padding": "zero", "output": "BT"},
+        conventions={
+            "log_ratio_clamp": 20.0,
+            "padding": "zero",
+            "output": "BT",
+            "empty_rows": "excluded",
+        },
         candidate=verl_correction_sequence_tis,
         note="The trainer's entry point from the two log-probs; the weights come back in a "
         "DataProto under 'rollout_is_weights'.",
@@ -254,5 +285,39 @@ ADAPTERS = (
         candidate=verl_replay_buffer_mask,
         note="Finished groups dispatched s steps ago; dropped iff global_steps − "
         "prompt_global_steps + 1 > T: the threshold counts versions spanned.",
+    ),
+)
+
+
+def verl_rollout_is_ess(w: Any) -> float:
+    """verl's ``rollout_is_eff_sample_size`` metric of the token weights ``w`` (one row, no padding)."""
+    import torch
+    from verl.trainer.ppo.rollout_corr_helper import compute_is_metrics
+
+    weights = torch.as_tensor(w).reshape(1, -1)
+    mask = torch.ones_like(weights)
+    metrics = compute_is_metrics(
+        rollout_is_weights=weights,
+        raw_rollout_is_weights=weights,
+        log_ratio_for_metrics=torch.zeros_like(weights),
+        response_mask=mask,
+        rollout_is="token",
+        rollout_is_threshold=float("inf"),  # the ESS is computed on w.clamp(0, threshold): no clip
+        rollout_is_threshold_lower=None,
+    )
+    return float(metrics["rollout_is_eff_sample_size"])
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.rollout_is_ess",
+        framework="verl",
+        function=f"{_HELPER}:compute_is_metrics",
+        settings={"metric": "rollout_is_eff_sample_size", "rollout_is": "token"},
+        spec="effective_sample_size",
+        conventions={"ess": "fraction"},
+        candidate=verl_rollout_is_ess,
+        note="1 / masked_mean((w / (masked_mean(w) + 1e-8))²): the ESS as a fraction of the tokens.",
     ),
 )
