@@ -69,20 +69,24 @@ def test_the_skyrl_stub_is_needed_and_enough() -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert stubbed.returncode == 0, stubbed.stderr[-500:]
-    assert stub.module == "skyrl.backends"
+    assert stub.package == "skyrl.backends"
 
 
 def test_every_source_load_is_of_a_module_that_cannot_be_imported() -> None:
     for entry in SOURCE_LOADS:
         done = subprocess.run(
             [sys.executable, "-W", "ignore", "-c",
-             f"from refimpl.frameworks import install_stubs; install_stubs(); import {entry.module}"],
+             f"from refimpl.frameworks import install_stubs; install_stubs(); import {entry.source}"],
             capture_output=True, text=True,
         )  # fmt: skip
-        assert done.returncode != 0, f"{entry.module} imports: drop its source load"
+        assert done.returncode != 0, f"{entry.source} imports: drop its source load"
 
 
-@pytest.mark.parametrize("a", adapters("areal"), ids=lambda a: a.key)
+_REJECTION_SAMPLING = [a for a in adapters("areal") if "rejection_sampling" in a.function
+                       or a.function.endswith(":ppo_actor_loss_fn")]  # fmt: skip
+
+
+@pytest.mark.parametrize("a", _REJECTION_SAMPLING, ids=lambda a: a.key)
 def test_areal_rejection_sampling_translation_is_what_the_matrix_checks(a: object) -> None:
     from refimpl.frameworks import Adapter
 

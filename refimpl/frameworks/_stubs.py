@@ -28,21 +28,21 @@ class Stub:
     ----------
     framework : str
         The framework whose import chain it is in.
-    module : str
+    package : str
         The package whose ``__init__`` is not executed; its submodules still load from their files.
     reason : str
         Why the tested code does not need it.
     """
 
     framework: str
-    module: str
+    package: str
     reason: str
 
 
 STUBS: tuple[Stub, ...] = (
     Stub(
         framework="skyrl",
-        module="skyrl.backends",
+        package="skyrl.backends",
         reason=(
             "skyrl 0.3.0's skyrl/backends/__init__.py imports the Tinker backend (skyrl.backends.backend "
             "→ skyrl.tinker.types), whose pydantic models use typing.TypedDict, which pydantic refuses "
@@ -63,18 +63,18 @@ def install_stubs() -> None:
     >>> install_stubs()
     """
     for stub in STUBS:
-        if stub.module in sys.modules:
+        if stub.package in sys.modules:
             continue
-        parent, _, _ = stub.module.rpartition(".")
+        parent, _, _ = stub.package.rpartition(".")
         spec = importlib.util.find_spec(parent) if parent else None
         if spec is None or spec.origin is None:
             continue
-        path = os.path.join(os.path.dirname(spec.origin), stub.module.rpartition(".")[2])
+        path = os.path.join(os.path.dirname(spec.origin), stub.package.rpartition(".")[2])
         if not os.path.isdir(path):
             continue
-        module = types.ModuleType(stub.module, f"stub: {stub.reason}")
+        module = types.ModuleType(stub.package, f"stub: {stub.reason}")
         module.__path__ = [path]
-        sys.modules[stub.module] = module
+        sys.modules[stub.package] = module
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class SourceLoad:
     ----------
     framework : str
         The framework the file belongs to.
-    module : str
+    source : str
         The module whose file is read (located with :func:`importlib.util.find_spec` on its
         package, never imported).
     names : tuple of str
@@ -97,7 +97,7 @@ class SourceLoad:
     """
 
     framework: str
-    module: str
+    source: str
     names: tuple[str, ...]
     imports: str
     reason: str
@@ -106,7 +106,7 @@ class SourceLoad:
 SOURCE_LOADS: tuple[SourceLoad, ...] = (
     SourceLoad(
         framework="skyrl",
-        module="skyrl.train.fully_async_trainer",
+        source="skyrl.train.fully_async_trainer",
         names=("_RolloutStat", "_AsyncStalenessManager"),
         imports="import asyncio\nfrom dataclasses import dataclass",
         reason=(
@@ -136,7 +136,7 @@ def load_from_source(module: str) -> dict[str, Any]:
     """
     from refimpl._validation import invalid
 
-    entry = next((e for e in SOURCE_LOADS if e.module == module), None)
+    entry = next((e for e in SOURCE_LOADS if e.source == module), None)
     if entry is None:
         raise invalid(
             "module",
