@@ -57,7 +57,13 @@ def _load_flat() -> None:
     globals()["__all__"] = names
 
 
+#: Subpackages reachable as attributes after ``import refimpl``, imported on first use.
+_SUBPACKAGES = ("testing", "sim", "lab", "sweep")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"refimpl.{name}")
     if name == "__all__" or not name.startswith("__"):
         _load_flat()  # imports the submodules, which also binds them as attributes of refimpl
         if name in globals():

@@ -31,6 +31,7 @@ from refimpl._validation import invalid, wrong_type
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Spec
 from refimpl.testing._specs_basic import SPECS as _BASIC
+from refimpl.testing._specs_more import SPECS as _MORE
 from refimpl.testing._specs_weights import SPECS as _WEIGHTS
 from refimpl.testing.tolerances import Tolerance
 
@@ -57,7 +58,7 @@ _ORDER = (
     "staleness",
     "vtrace",
 )
-_ALL = {s.name: s for s in (*_BASIC, *_WEIGHTS)}
+_ALL = {s.name: s for s in (*_BASIC, *_WEIGHTS, *_MORE)}
 _SPECS: dict[str, Spec] = {name: _ALL[name] for name in _ORDER}
 _SPECS.update({name: s for name, s in _ALL.items() if name not in _SPECS})
 
