@@ -311,7 +311,10 @@ def areal_capacity(
 def areal_overlong_penalty(
     lengths: Any, *, max_length: int, cache_length: int, penalty_factor: float
 ) -> Any:
-    """AReaL's ``reward_overlong_penalty`` on zero rewards: each response's ``loss_mask`` row sums to its length."""
+    """AReaL's ``reward_overlong_penalty`` on zero float32 rewards (torch's default dtype, as in training).
+
+    Each response's ``loss_mask`` row sums to its length, which is how AReaL reads it.
+    """
     import torch
     from areal.utils.functional import reward_overlong_penalty
 
@@ -319,7 +322,7 @@ def areal_overlong_penalty(
     width = max(int(ell.max()) if ell.numel() else 0, 1)
     loss_mask = (torch.arange(width)[None, :] < ell[:, None]).to(torch.int64)
     data = {
-        "rewards": torch.zeros(ell.numel(), dtype=torch.float64),
+        "rewards": torch.zeros(ell.numel()),
         "input_ids": torch.zeros((ell.numel(), 1), dtype=torch.int64),
         "loss_mask": loss_mask,
     }
@@ -352,6 +355,7 @@ ADAPTERS = (
         spec="dapo_overlong",
         conventions={"floor": False},
         candidate=areal_overlong_penalty,
+        dtype="float32",  # AReaL computes the penalty in torch's default float32
         note="DAPO's penalty without the floor at −1 (copied from verl's DAPO reward manager): "
         "beyond max_response_length it keeps falling.",
     ),

@@ -25,6 +25,7 @@ __all__ = [
     "matrix_entry",
     "render_markdown",
     "run_matrix",
+    "verdict_of",
 ]
 
 #: Version of the JSON layout below; bump it when a field changes meaning.
@@ -74,12 +75,6 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
                 "explanation": known.explanation if known else "",
             }
         )
-    if divergences:
-        verdict = "divergence"
-    elif a.conventions:
-        verdict = "pass under conventions"
-    else:
-        verdict = "pass"
     return {
         "key": a.key,
         "framework": a.framework,
@@ -90,10 +85,29 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
         "dtype": a.dtype,
         "conventions": _jsonable(a.conventions),
         "note": a.note,
-        "verdict": verdict,
+        "verdict": verdict_of(a.spec, a.conventions, divergences),
         "checks": {r.name: r.status for r in report.results},
         "divergences": divergences,
     }
+
+
+def verdict_of(spec: str, conventions: Mapping[str, Any], divergences: Sequence[Any]) -> str:
+    """``"divergence"`` if any check diverges, else ``"pass under conventions"`` when a declared
+    convention differs from the spec's default, else ``"pass"``.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks._matrix import verdict_of
+    >>> verdict_of("dapo_overlong", {"floor": True}, []), verdict_of("dapo_overlong", {"floor": False}, [])
+    ('pass', 'pass under conventions')
+    """
+    from refimpl.testing import conventions as known
+
+    if divergences:
+        return "divergence"
+    defaults = {c.key: c.default for c in known(spec)}
+    named = {k: v for k, v in conventions.items() if defaults.get(k, object()) != v}
+    return "pass under conventions" if named else "pass"
 
 
 def run_matrix(

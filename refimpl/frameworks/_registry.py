@@ -50,7 +50,10 @@ def installed_version(framework: str) -> str | None:
 
 
 def load_function(path: str) -> Any:
-    """Import ``"package.module:attribute.attribute"`` after the stubs of :mod:`._stubs` are in place.
+    """Import ``"package.module:attribute.attribute"`` after the stubs are in place.
+
+    A module listed in :data:`refimpl.frameworks.SOURCE_LOADS` is not imported: the attribute is
+    taken from its installed file by :func:`refimpl.frameworks.load_from_source`.
 
     Examples
     --------
@@ -58,12 +61,18 @@ def load_function(path: str) -> Any:
     >>> load_function("math:floor")(2.5)
     2
     """
-    from refimpl.frameworks._stubs import install_stubs
+    from refimpl.frameworks._stubs import SOURCE_LOADS, install_stubs, load_from_source
 
     install_stubs()
     module_name, _, attribute = path.partition(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in attribute.split(".") if attribute else ():
+    parts = attribute.split(".") if attribute else []
+    if any(entry.source == module_name for entry in SOURCE_LOADS):
+        # executed from the installed file (its module cannot be imported: SOURCE_LOADS says why)
+        obj: Any = load_from_source(module_name)[parts[0]]
+        parts = parts[1:]
+    else:
+        obj = importlib.import_module(module_name)
+    for part in parts:
         obj = getattr(obj, part)
     return obj
 
@@ -143,4 +152,6 @@ class Adapter:
 
         if any(s.framework == self.framework for s in STUBS):
             stubs = "from refimpl.frameworks import install_stubs\ninstall_stubs()\n"
-        return f"{stubs}{source}\ncandidate = {self.candidate.__name__}\n"
+        # annotations stay unevaluated: the adapter's source names typing.Any without importing it
+        head = "from __future__ import annotations\n\n"
+        return f"{head}{stubs}{source}\ncandidate = {self.candidate.__name__}\n"

@@ -130,6 +130,12 @@ _ESS_DIVIDES_BY_ZERO = Divergence(
     "The repository at commit b178a3c (0.8.0.dev) clamped the ESS weights at the band's lower "
     "bound, which kept the denominator positive; 0.9.1 clamps at 0.0.",
 )
+_MASKED_MEAN_EPSILON = Divergence(
+    "numerical limit",
+    "verl_F.masked_mean divides by mask.sum() + 1e-8 (verl/utils/torch_functional.py l.308), so "
+    "the mean k1 statistic of a sequence is shrunk towards 0 by a relative 1e-8/n: a geometric "
+    "ratio just outside the band edge (here μ/π = 0.75 − 4e-15 for the band [0.75, 1]) is kept.",
+)
 _TOKEN_CLAMP_BEFORE_AGGREGATE = Divergence(
     "convention",
     "The sequence rejection statistics clamp each token's log-ratio to ±20 before they sum or "
@@ -206,10 +212,11 @@ ADAPTERS: tuple[Adapter, ...] = (
             "output": "BT",
         },
         candidate=verl_seq_mean_k1_mask,
-        divergences={"zero_outside_band": _TOKEN_CLAMP_BEFORE_AGGREGATE},
+        divergences={"agrees_with_reference": _MASKED_MEAN_EPSILON},
         max_examples=60,  # a token beyond ±20 next to ones that cancel it: rarer than 25 draws
         note="A sequence mask on the mean of −log ρ (a geometric band on μ/π), each token's log ρ "
-        "clamped to ±20 before the mean.",
+        "clamped to ±20 before the mean (with 50 examples a token at −25 beside one at +20 shows "
+        "that clamp too, as for seq_sum_k1).",
     ),
     Adapter(
         key="verl.rollout_rs_seq_sum_k1",
@@ -318,6 +325,17 @@ ADAPTERS = (
         spec="effective_sample_size",
         conventions={"ess": "fraction"},
         candidate=verl_rollout_is_ess,
+        divergences=_every_check(
+            "effective_sample_size",
+            Divergence(
+                "numerical limit",
+                "verl normalises by masked_mean(w) + 1e-8 (rollout_corr_helper.py l.756): equal "
+                "weights give an ESS fraction of 1 + 1e-8·(1/w̄) instead of 1, slightly above its "
+                "bound, and the ESS is not invariant to scaling the weights: for weights near 1e-3 "
+                "(a batch that IS almost rejects) it is off by about 1e-5, for weights near 1e-8 by "
+                "a factor of about 4.",
+            ),
+        ),
         note="1 / masked_mean((w / (masked_mean(w) + 1e-8))²): the ESS as a fraction of the tokens.",
     ),
 )
