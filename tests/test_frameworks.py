@@ -26,6 +26,7 @@ from refimpl.frameworks._matrix import (
     changes,
     load_matrix,
     render_markdown,
+    verdict_of,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
