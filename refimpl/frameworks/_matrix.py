@@ -234,17 +234,23 @@ def render_markdown(matrix: Mapping[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in matrix.get("versions", {}).items())
         + f"; {matrix.get('max_examples')} Hypothesis examples per check, derandomized.",
         "",
-        "| adapter | function | spec | verdict | conventions |",
+        "| adapter | verdict | spec | function | conventions (where they differ from the spec's) |",
         "|---|---|---|---|---|",
     ]
+    from refimpl.testing import conventions as known
+
     for e in matrix.get("entries", []):
-        conv = ", ".join(f"`{k}={v!r}`" for k, v in e["conventions"].items()) or "none"
+        defaults = {c.key: c.default for c in known(e["spec"])}
+        named = {k: v for k, v in e["conventions"].items() if defaults.get(k, object()) != v}
+        # plain text, not code spans, so that the cells wrap
+        conv = ", ".join(f"{k}={v!r}" for k, v in named.items()) or "none"
+        short = e["function"].rpartition(":")[2]
         verdict = e["verdict"]
         if e["divergences"]:
             kinds = sorted({d["classification"] for d in e["divergences"]})
             verdict = f"[divergence](#{e['key'].replace('.', '-').replace('_', '-')}) ({', '.join(kinds)})"
         lines.append(
-            f"| `{e['key']}` | `{_cell(e['function'])}` | `{e['spec']}` | {verdict} | {_cell(conv)} |"
+            f"| `{e['key']}` | {verdict} | {e['spec']} | {_cell(short)} | {_cell(conv)} |"
         )
     divergent = [e for e in matrix.get("entries", []) if e["divergences"]]
     if divergent:
