@@ -249,9 +249,7 @@ def render_markdown(matrix: Mapping[str, Any]) -> str:
         if e["divergences"]:
             kinds = sorted({d["classification"] for d in e["divergences"]})
             verdict = f"[divergence](#{e['key'].replace('.', '-').replace('_', '-')}) ({', '.join(kinds)})"
-        lines.append(
-            f"| `{e['key']}` | {verdict} | {e['spec']} | {_cell(short)} | {_cell(conv)} |"
-        )
+        lines.append(f"| `{e['key']}` | {verdict} | {e['spec']} | {_cell(short)} | {_cell(conv)} |")
     divergent = [e for e in matrix.get("entries", []) if e["divergences"]]
     if divergent:
         lines += ["", "## Divergences", ""]
