@@ -63,6 +63,7 @@ nitpicky = False
 # ``refimpl.__all__`` count when documented as ``refimpl.NAME`` or under their defining module.
 PUBLIC_SUBMODULES = [
     "refimpl.frameworks",
+    "refimpl.learning",
     "refimpl.sim",
     "refimpl.sim.agent",
     "refimpl.testing",
