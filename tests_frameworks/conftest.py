@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-from refimpl.frameworks import install_stubs
+from refimpl.frameworks import adapters, install_stubs, load_function
 
 #: Every framework module the tests and the adapters import.
 FRAMEWORK_MODULES = (
@@ -34,6 +34,10 @@ FRAMEWORK_MODULES = (
 
 install_stubs()
 with warnings.catch_warnings():
+    # Their import-time warnings include SyntaxWarnings of their own sources, raised when Python
+    # first compiles them (the stage installs without byte-compiling).
     warnings.simplefilter("ignore")
     for _name in FRAMEWORK_MODULES:
         importlib.import_module(_name)
+    for _adapter in adapters():  # and every function an adapter calls, so none is first met in a test
+        load_function(_adapter.function)
