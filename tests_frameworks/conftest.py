@@ -39,5 +39,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     for _name in FRAMEWORK_MODULES:
         importlib.import_module(_name)
-    for _adapter in adapters():  # and every function an adapter calls, so none is first met in a test
+    # and every function an adapter calls, so that none is first met inside a test
+    for _adapter in adapters():
         load_function(_adapter.function)
