@@ -387,7 +387,7 @@ class _InvalidExample(Exception):
 
 @dataclass(frozen=True)
 class _Outcome:
-    kind: Literal["failed", "raised"]
+    kind: Literal["failed", "raised", "invalid"]
     message: str
 
 
@@ -477,8 +477,8 @@ class _Runner:
             )
             try:
                 self.check.function(case)
-            except _InvalidExample:
-                return None
+            except _InvalidExample as exc:
+                return _Outcome("invalid", str(exc))
             except AssertionError as exc:
                 return _Outcome("failed", str(exc).strip() or "assertion failed")
             except Exception as exc:
@@ -490,7 +490,7 @@ class _Runner:
 
     def fails(self, calls: list[Call]) -> bool:
         outcome = self.evaluate(calls)
-        if outcome is None:
+        if outcome is None or outcome.kind == "invalid":
             return False
         if self.kind is None:
             self.kind = outcome.kind
@@ -653,6 +653,13 @@ def reproduce(
         candidate, the_spec, the_spec.check(check), bridge, resolved, _override(rtol, atol)
     )
     outcome = runner.evaluate(calls, printer=print, reraise=True)
+    if outcome is not None and outcome.kind == "invalid":
+        raise invalid(
+            "calls",
+            "be inputs that the reference accepts as the candidate sees them",
+            calls,
+            f"refimpl rejects them: {outcome.message}",
+        )
     if outcome is not None:
         raise ConformanceError(outcome.message)
 
@@ -831,6 +838,8 @@ def check_conformance(
             results.append(CheckResult(**common, status=status, reason=reason))
             continue
         outcome = runner.evaluate(example)
+        if outcome is not None and outcome.kind == "invalid":
+            outcome = None
         message = outcome.message if outcome is not None else "the failure did not repeat"
         if outcome is not None and outcome.kind == "failed" and "conventions=" not in message:
             hint = runner.explain(example)
