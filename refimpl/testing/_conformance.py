@@ -11,6 +11,7 @@ every comparison uses a tolerance derived from the dtype and the operation
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -174,6 +175,8 @@ class ConformanceReport:
         In the spec's check order.
     array : str
         The candidate's array library and dtype, e.g. ``"torch float32"``.
+    assumed : str
+        The source of the ``assume=`` predicate that restricted the draws (empty: none).
     conventions : dict
         Every convention key of the spec with the value the run used.
     """
@@ -183,6 +186,7 @@ class ConformanceReport:
     results: tuple[CheckResult, ...] = field(default_factory=tuple)
     array: str = "numpy float64"
     conventions: dict[str, Any] = field(default_factory=dict)
+    assumed: str = ""
 
     @property
     def ok(self) -> bool:
@@ -212,6 +216,8 @@ class ConformanceReport:
         tally = ", ".join(f"{v} {k}" for k, v in counts.items())
         lines = [f"refimpl conformance of {self.candidate} to spec {self.spec!r}: {tally}"]
         lines.append(f"  candidate arrays: {self.array}; conventions: {self.conventions}")
+        if self.assumed:
+            lines.append(f"  draws restricted by assume: {self.assumed}")
         lines += [f"  {r.status:8s} {r.id}" for r in self.results]
         details = [r.render() for r in self.results if r.status not in ("passed", "skipped")]
         return "\n".join(lines + (["", *details] if details else []))
@@ -381,6 +387,15 @@ def _calls_source(calls: Sequence[Call]) -> str:
     return "calls = [\n" + "\n".join(rows) + "\n]"
 
 
+def _size(calls: list[Call]) -> int:
+    """The number of array elements in the calls."""
+    total = 0
+    for args, kwargs in calls:
+        for v in (*args, *kwargs.values()):
+            total += int(np.size(v)) if isinstance(v, np.ndarray) else 1
+    return total
+
+
 class _InvalidExample(Exception):
     """The reference rejects the inputs as the candidate saw them (e.g. rounded below a bound)."""
 
@@ -402,7 +417,9 @@ class _Runner:
         bridge: ArrayBridge,
         conventions: dict[str, Any],
         override: Tolerance | None,
+        assume: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
+        self.assume = assume
         self.candidate = candidate
         self.spec = spec
         self.check = check
@@ -441,6 +458,8 @@ class _Runner:
         reraise: bool = False,
     ) -> _Outcome | None:
         conv = dict(self.conventions if conventions is None else conventions)
+        if self.assume is not None and not all(self.assume(dict(kw)) for _, kw in calls):
+            return _Outcome("invalid", "outside the domain declared by assume=")
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             try:
@@ -674,6 +693,7 @@ def check_conformance(
     setup: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    assume: Callable[[dict[str, Any]], bool] | None = None,
     expected_failures: Mapping[str, str] | Iterable[str] | None = None,
     max_examples: int = 100,
     checks: Iterable[str] | None = None,
@@ -717,6 +737,10 @@ def check_conformance(
         runs it first too.
     rtol, atol : float, optional
         Replace the derived tolerance by ``atol + rtol·|expected|`` in every comparison.
+    assume : callable, optional
+        ``assume(kwargs) -> bool`` on the keyword arguments of each drawn call (numpy values):
+        draws where it is False are not used, for a candidate that deliberately refuses part of
+        the domain (e.g. ``lambda kw: kw["low"] > 0``). The report's ``assumed`` says so.
     expected_failures : mapping or iterable of str, optional
         Checks that are known to fail, as ``{name: reason}`` or names (short or ``"spec.name"``).
         A declared failure that fails is ``xfailed``; one that passes is ``xpassed`` and makes the
@@ -830,13 +854,16 @@ def check_conformance(
                 )
             )
             continue
-        runner = _Runner(func, the_spec, check, bridge, resolved, override)
+        runner = _Runner(func, the_spec, check, bridge, resolved, override, assume)
         try:
             example = find(check.strategy(resolved), runner.fails, settings=config)
         except NoSuchExample:
             status: Status = "xpassed" if reason else "passed"
             results.append(CheckResult(**common, status=status, reason=reason))
             continue
+        if check.small is not None and _size(example) > 256:
+            with contextlib.suppress(NoSuchExample):  # only long inputs fail: keep the long one
+                example = find(check.small(resolved), runner.fails, settings=config)
         outcome = runner.evaluate(example)
         if outcome is not None and outcome.kind == "invalid":
             outcome = None
@@ -863,7 +890,17 @@ def check_conformance(
         results=tuple(results),
         array=bridge.describe(),
         conventions=resolved,
+        assumed=_describe(assume),
     )
+
+
+def _describe(assume: Callable[..., Any] | None) -> str:
+    if assume is None:
+        return ""
+    try:
+        return textwrap.dedent(inspect.getsource(assume)).strip()
+    except (OSError, TypeError):
+        return repr(assume)
 
 
 def _expected(
