@@ -184,18 +184,22 @@ def test_a_correct_float32_trace_passes_and_a_planted_bug_fails(
 def test_float64_default_tolerance_rejects_what_float32_accepts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A long float32 sequence product differs from float64 beyond TRACE's 1e-5: --dtype is what
-    makes it pass, by its derived tolerance."""
+    """A float32 sum over 4096 tokens of log-ratios +5 then −5, accumulated in order (as a loop
+    does: the partial sums reach 10^4), differs from float64 by ~1e-3 relative: beyond TRACE's 1e-5,
+    within the derived bound ``(⌈log₂ T⌉ + 1)·u·Σ|d|``, so --dtype float32 is what makes this
+    correct trace pass."""
     rng = np.random.default_rng(3)
-    lt, lb = [], []
+    lt, lb, w = [], [], []
     for _ in range(8):
-        a, b = _logps(rng, 4096)
+        b = (-rng.exponential(2.0, 4096)).astype(F32)
+        d = (np.repeat([5.0, -5.0], 2048) + rng.normal(0.0, 0.1, 4096)).astype(F32)
+        a = (b + d).astype(F32)
+        s = np.cumsum(a - b, dtype=F32)[-1]  # sequential float32 accumulation
         lt.append(a)
-        lb.append((b + F32(0.02)).astype(F32))
-    z = _float32_sequence(lt, lb, mean=False)
-    w = np.exp(np.minimum(z, F32(np.log(1e30)))).astype(F32)
+        lb.append(b)
+        w.append(np.minimum(np.exp(np.minimum(s, F32(80.0))), F32(1e30)))
     trace = tmp_path / "long.jsonl"
-    _write(trace, {"logp_target": lt, "logp_behavior": lb, "weight": w}, {})
+    _write(trace, {"logp_target": lt, "logp_behavior": lb, "weight": np.array(w)}, {})
     args = ["check", str(trace), "--spec", "tis_sequence", "--param", "cap=1e30"]
     assert main([*args, "--dtype", "float32"]) == 0, capsys.readouterr().out
     assert main(args) == 1, capsys.readouterr().out

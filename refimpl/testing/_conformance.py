@@ -449,6 +449,16 @@ class _Runner:
                 raw.append(self.candidate(*given[0], **given[1]))
         return seen, raw
 
+    def _reference_rejects(self, calls: list[Call], conv: Mapping[str, Any]) -> bool:
+        """True when the reference refuses the inputs as the candidate saw them (a candidate
+        that raises there is not wrong: e.g. an overflow that refimpl refuses as well)."""
+        for args, kwargs in calls:
+            try:
+                self.spec.expected((self.bridge.seen(args), self.bridge.seen(kwargs)), conv)
+            except (ValueError, TypeError):
+                return True
+        return False
+
     def evaluate(
         self,
         calls: list[Call],
@@ -467,6 +477,8 @@ class _Runner:
             except Exception as exc:
                 if reraise:
                     raise
+                if self._reference_rejects(calls, conv):
+                    return _Outcome("invalid", "the reference rejects these inputs too")
                 return _Outcome("raised", f"the candidate raised {type(exc).__name__}: {exc}")
             try:
                 found = [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]

@@ -157,6 +157,26 @@ FUNCTION: dict[str, Tolerance] = {
     "tis": Tolerance(rtol=1e-9, atol=0.0),
     "masked_is": Tolerance(rtol=1e-9, atol=0.0),
     "vtrace": Tolerance(rtol=1e-9, atol=1e-9),
+    **{
+        name: Tolerance(rtol=1e-9, atol=1e-12)
+        for name in (
+            "tis_sequence",
+            "tis_geometric",
+            "masked_is_sequence",
+            "masked_is_geometric",
+            "decoupled_ppo",
+            "staleness_decay",
+            "effective_sample_size",
+            "masking_diagnostics",
+            "shaped_reward",
+            "dapo_overlong",
+            "kimi_length_reward",
+            "cosine_length_reward",
+            "l1_exact",
+            "l1_max",
+        )
+    },
+    "admission_capacity": EXACT,
 }
 
 #: Logged traces checked by ``refimpl check`` (float32 accelerator arithmetic), by spec name.
@@ -167,6 +187,23 @@ TRACE: dict[str, Tolerance] = {
     "staleness": EXACT,
     "tis": Tolerance(rtol=1e-5, atol=1e-8),
     "masked_is": Tolerance(rtol=1e-5, atol=1e-8),
+    **{
+        name: Tolerance(rtol=1e-5, atol=1e-8)
+        for name in (
+            "tis_sequence",
+            "tis_geometric",
+            "masked_is_sequence",
+            "masked_is_geometric",
+            "decoupled_ppo",
+            "staleness_decay",
+            "shaped_reward",
+            "dapo_overlong",
+            "cosine_length_reward",
+            "l1_exact",
+            "l1_max",
+        )
+    },
+    "admission_capacity": EXACT,
 }
 
 
