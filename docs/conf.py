@@ -62,6 +62,7 @@ nitpicky = False
 # Public modules whose ``__all__`` must be documented in the API reference; the flat names of
 # ``refimpl.__all__`` count when documented as ``refimpl.NAME`` or under their defining module.
 PUBLIC_SUBMODULES = [
+    "refimpl.learning",
     "refimpl.sim",
     "refimpl.sim.agent",
     "refimpl.testing",

@@ -19,8 +19,16 @@ the rollout side is never more than $\eta + 1$ batches ahead of the trainer *in 
 bound the staleness of an individual sample: with $B = 1$, $\eta = 1$, $N_\text{max} = 2$, a long
 rollout launched at version 0 keeps running while short rollouts launched at versions 1, 2, 3, ...
 each fill a batch; when the long one finally finishes and is trained at step $j$ its staleness is
-$j$, unbounded in $j$. The check replays this schedule step by step through
-`refimpl.admission_capacity` and measures the staleness with `refimpl.sample_staleness`.
+$j$, unbounded in $j$. Why the short ones keep coming: with the long rollout running and one
+short one finishing per step, at version $v$ the trainer has accepted $v$ samples and one
+rollout is running, so capacity $= \min(2 - 1, (1 + v + 1) - (v + 1)) = 1$ and the next short one
+is admitted. If the long rollout takes $L$ time units and the short ones one unit each, the short
+ones finishing at times $1, \dots, L - 1$ fill steps $0, \dots, L-2$ before the long one exists as
+a completion, so it is trained at a step $j \ge L - 1$ with staleness $s = j \ge L - 1$, whatever
+the tie at time $L$. The check runs this schedule in the simulator's admission mode
+(`refimpl.sim`, which applies `refimpl.admission_capacity` at every launch) for $L = 3..30$ and
+reads, from the trace, that every launch respects the count bound and that the long rollout's
+staleness is at least $L - 1$.
 
 **Tie rule (claim ST3).** Version $k+1$ is published at time $\tau_k$; the version in force at time
 $t$ is $v(t) = \#\{k : \tau_k < t\}$, so a rollout launched at the instant $\tau_k$ still sees version
@@ -36,6 +44,7 @@ import numpy as np
 
 import refimpl
 from proofs._framework import claim
+from refimpl.sim import STATUS, SimConfig, simulate
 
 
 @claim(
@@ -79,9 +88,10 @@ def _launch(eta: int, version: int, batch: int, accepted: int, running: int, cap
 @claim(
     "ST2",
     r"After launching `max(capacity, 0)` rollouts, `accepted + running` $\le (\eta+v+1)B$ and "
-    r"`running` $\le N_\text{max}$ whenever they held before (exhaustive on a grid); yet a schedule "
-    r"with $B=1$, $\eta=1$, $N_\text{max}=2$ trains a sample with staleness $j$ at step $j$, for "
-    r"every $j \le 20$: admission control gives no per-sample bound.",
+    r"`running` $\le N_\text{max}$ whenever they held before (exhaustive on a grid); yet in the "
+    r"simulator's admission mode with $B=1$, $\eta=1$, $N_\text{max}=2$, a rollout of length $L$ "
+    r"among unit-length ones is trained with staleness at least $L - 1$, for every $L \le 30$: "
+    r"admission control gives no per-sample bound.",
     method="exact",
 )
 def admission_bounds_count_not_sample() -> None:
@@ -97,26 +107,35 @@ def admission_bounds_count_not_sample() -> None:
                     )
                 if n == 0 and accepted + running < limit and running < cap:
                     raise AssertionError("ST2: capacity 0 although both limits leave room")
-    # The schedule: one long rollout launched at version 0; every step one short rollout is
-    # launched at the current version and finishes before the next step.
+    # The schedule, run by the simulator's admission mode: slot 0 starts one rollout of length L,
+    # every other rollout has length 1; B = 1, η = 1, N_max = 2 slots.
     eta, batch, cap = 1, 1, 2
-    accepted, running, version = 0, 0, 0
-    n = _launch(eta, version, batch, accepted, running, cap)
-    if n < 2:
-        raise AssertionError(f"ST2 schedule: expected room for 2 launches at v=0, got {n}")
-    long_launch = 0  # the long rollout (version 0) and a short one start
-    running = 2
-    for step in range(20):
-        running -= 1  # the short rollout of this step finishes ...
-        accepted += 1  # ... and is trained at step `step`; the trainer publishes step + 1
-        version = step + 1
-        if _launch(eta, version, batch, accepted, running, cap) < 1:
-            raise AssertionError(f"ST2 schedule: no room for the next short rollout at v={version}")
-        running += 1
-        j = step + 1  # if the long rollout finished now, the trainer would take it at step j
-        s = refimpl.sample_staleness(j, [long_launch]).sample[0]
-        if s != j or (j > eta and not s > eta):
-            raise AssertionError(f"ST2 schedule: staleness {s} at step {j}")
+    for long_length in range(3, 31):
+        lengths = np.ones((cap, 4 * long_length))
+        lengths[0, 0] = long_length
+        trace = simulate(
+            SimConfig(
+                slots=cap,
+                batch=batch,
+                steps=long_length + 2,
+                mode="admission",
+                eta=eta,
+                lengths=lengths,
+            )
+        )
+        # the count bound, launch by launch: the i-th launch (1-based) at version v has i <= (η+v+1)B
+        order = np.lexsort((trace.slot, trace.launch_time))
+        launched = np.arange(1, order.size + 1)
+        if np.any(launched > (eta + trace.launch_version[order] + 1) * batch):
+            raise AssertionError(f"ST2: a launch breaks the count bound at L={long_length}")
+        long_one = np.flatnonzero((trace.slot == 0) & (trace.index == 0))[0]
+        if trace.status[long_one] != STATUS["trained"] or trace.launch_version[long_one] != 0:
+            raise AssertionError(
+                f"ST2 schedule: the long rollout was not trained at L={long_length}"
+            )
+        s = int(trace.staleness[long_one])
+        if s < long_length - 1 or s <= eta:
+            raise AssertionError(f"ST2 schedule: staleness {s} < L - 1 = {long_length - 1}")
 
 
 @claim(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import TypedDict
+from fractions import Fraction
+from typing import Any, TypedDict
 
 import numpy as np
 import pytest
@@ -18,14 +19,20 @@ from hypothesis import strategies as st
 from numpy.typing import ArrayLike, NDArray
 
 from refimpl import (
+    ConditionedEffortPolicy,
     EffortFrontier,
     EffortPolicy,
+    adaptive_gap,
+    budget_frontier,
+    difficulty_mix,
     effort_frontier,
     effort_penalty,
+    frontier_quality,
     optimal_length,
     pareto_front,
     saturating_quality,
     shaped_reward,
+    train_conditioned_policy,
     train_effort_policy,
 )
 
@@ -440,6 +447,20 @@ def test_training_from_a_seed_is_bit_identical() -> None:
     assert not np.array_equal(a.mean_coef, c.mean_coef)  # the seed matters
 
 
+def test_training_at_the_defaults_is_pinned(trained: list[EffortPolicy]) -> None:
+    # Seeded regression values of train_effort_policy at its defaults, seed 0 (this build, numpy's
+    # PCG64 streams); 1e-9 rather than bit for bit because numpy's exp/log take CPU-dependent SIMD
+    # paths. A changed default (steps, batch, group, degree), draw order or update moves them.
+    policy = trained[0]
+    np.testing.assert_allclose(
+        policy.mean_coef[:3],
+        [5.415241967520461, 0.8897266340413862, -0.19798846673666495],
+        rtol=1e-9,
+    )
+    assert float(policy.log_spread_coef[0]) == pytest.approx(-3.828776152251288, rel=1e-9)
+    assert float(policy.reward_history[-1]) == pytest.approx(0.6783539080729994, rel=1e-9)
+
+
 def test_learned_mean_length_approaches_the_optimal_length(trained: list[EffortPolicy]) -> None:
     # Training is deterministic given the seed, so this cannot flake; the tolerance covers the
     # approximation bias of the degree-6 features and the residual spread (measured <= 0.6% for seeds
@@ -493,3 +514,449 @@ def test_policy_methods_keep_the_shape_of_b(trained: list[EffortPolicy]) -> None
     assert policy.mean_length(1.0).shape == ()
     assert policy.evaluate(np.ones((2, 3))).quality.shape == (2, 3)
     assert policy.sample_lengths(np.ones(4), rng=np.random.default_rng(0)).shape == (4,)
+
+
+# ---------------------------------------------------------------------------------------------
+# a mix of difficulty classes: adaptive effort against one fixed budget
+# ---------------------------------------------------------------------------------------------
+
+PENALTY = {"k0": 0.005, "b_min": 0.0, "tau": 1.0}
+
+
+@given(model_params(), st.lists(offsets, min_size=1, max_size=6))
+def test_a_one_class_mix_is_the_one_class_call_bit_for_bit(
+    p: dict[str, float], a: list[float]
+) -> None:
+    b = p["b_min"] + np.asarray(a)
+    one = effort_frontier(b, **p)
+    rest = {k: v for k, v in p.items() if k not in ("q_max", "lam")}
+    for weights in ([1.0], [Fraction(1)]):
+        mixed = effort_frontier(b, q_max=[p["q_max"]], lam=[p["lam"]], weights=weights, **rest)
+        assert np.array_equal(mixed.cost, one.cost)
+        assert np.array_equal(mixed.quality, one.quality)
+        length = optimal_length(b, q_max=p["q_max"], lam=[p["lam"]], weights=weights, **rest)
+        assert np.array_equal(length, optimal_length(b, **p))
+    fixed = budget_frontier(one.cost, q_max=p["q_max"], lam=p["lam"], weights=[1.0])
+    assert np.array_equal(
+        fixed.quality, saturating_quality(one.cost, q_max=p["q_max"], lam=p["lam"])
+    )
+
+
+def test_per_class_results_are_the_one_class_calls_along_the_last_axis() -> None:
+    b = np.array([[0.0, 0.5], [1.0, 3.0]])
+    lam, q = [20.0, 200.0, 50.0], [1.0, 0.8, 0.9]
+    length = optimal_length(b, q_max=q, lam=lam, **PENALTY)
+    front = effort_frontier(b, q_max=q, lam=lam, **PENALTY)
+    fixed = budget_frontier(b, q_max=q, lam=lam, weights=None)
+    assert (
+        length.shape == front.cost.shape == front.quality.shape == fixed.quality.shape == (2, 2, 3)
+    )
+    for d in range(3):
+        one = effort_frontier(b, q_max=q[d], lam=lam[d], **PENALTY)
+        assert np.array_equal(length[..., d], optimal_length(b, q_max=q[d], lam=lam[d], **PENALTY))
+        assert np.array_equal(front.cost[..., d], one.cost)
+        assert np.array_equal(front.quality[..., d], one.quality)
+        assert np.array_equal(fixed.cost[..., d], b)
+        assert np.array_equal(fixed.quality[..., d], saturating_quality(b, q_max=q[d], lam=lam[d]))
+
+
+def test_fraction_weights_give_the_exact_mean_rounded_once() -> None:
+    # The per-class values are float64; with Fraction weights the mix's mean is their exact
+    # weighted sum, rounded once (computed here with Fractions, independently of the library).
+    b = np.linspace(0.0, 3.0, 7)
+    lam = [20.0, 70.0, 200.0]
+    w = [Fraction(1, 3), Fraction(1, 6), Fraction(1, 2)]
+    per = effort_frontier(b, q_max=1.0, lam=lam, **PENALTY)
+    mixed = effort_frontier(b, q_max=1.0, lam=lam, weights=w, **PENALTY)
+    fixed_per = budget_frontier(b * 50, q_max=1.0, lam=lam, weights=None)
+    fixed = budget_frontier(b * 50, q_max=1.0, lam=lam, weights=w)
+    for i in range(b.size):
+
+        def exact(row: NDArray[np.float64]) -> float:
+            return float(
+                sum((Fraction(float(v)) * wd for v, wd in zip(row, w, strict=True)), Fraction(0))
+            )
+
+        assert mixed.cost[i] == exact(per.cost[i])
+        assert mixed.quality[i] == exact(per.quality[i])
+        assert fixed.quality[i] == exact(fixed_per.quality[i])
+    assert (
+        optimal_length(b, q_max=1.0, lam=lam, weights=w, **PENALTY).tolist() == mixed.cost.tolist()
+    )
+
+
+@st.composite
+def mixes(draw: st.DrawFn) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """2–5 classes: λ in [1, 1000], q_max in [0.1, 1], positive weights summing to 1."""
+    n = draw(st.integers(2, 5))
+    lam = np.asarray(draw(st.lists(st.floats(1.0, 1000.0), min_size=n, max_size=n)))
+    q = np.asarray(draw(st.lists(st.floats(0.1, 1.0), min_size=n, max_size=n)))
+    raw = np.asarray(draw(st.lists(st.floats(0.05, 1.0), min_size=n, max_size=n)))
+    return q, lam, raw / raw.sum()
+
+
+def check_adaptive_dominates_fixed(
+    frontier: Callable[..., EffortFrontier],
+    q: NDArray[np.float64],
+    lam: NDArray[np.float64],
+    w: NDArray[np.float64],
+    b: NDArray[np.float64],
+) -> None:
+    """At equal mean cost the adaptive mean quality is no lower; strictly where the ℓ*_d differ."""
+    front = frontier(b, q_max=q, lam=lam, weights=w, **PENALTY)
+    fixed = budget_frontier(front.cost, q_max=q, lam=lam, weights=w)
+    scale = float(np.dot(w, q))
+    assert np.all(front.quality >= fixed.quality - 1e-12 * scale)
+    per = optimal_length(b, q_max=q, lam=lam, **PENALTY)
+    spread = (per.max(axis=-1) - per.min(axis=-1)) / lam.max()
+    # the gap is second order in the spread of the ℓ*_d: resolvable once spread >= 1e-3
+    strict = spread >= 1e-3
+    assert np.all(front.quality[strict] > fixed.quality[strict])
+
+
+@given(mixes(), st.lists(st.floats(0.0, 8.0), min_size=1, max_size=8))
+def test_adaptive_frontier_dominates_the_fixed_budget_curve(
+    mix: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]], a: list[float]
+) -> None:
+    check_adaptive_dominates_fixed(effort_frontier, *mix, np.asarray(a))
+
+
+def test_dominance_property_rejects_a_frontier_that_spends_the_mean_length_everywhere() -> None:
+    # wrong variant: the adaptive cost, but the quality of giving every class that mean length
+    def wrong(b: ArrayLike, **kw: Any) -> EffortFrontier:
+        front = effort_frontier(b, **kw)
+        fixed = budget_frontier(front.cost, q_max=kw["q_max"], lam=kw["lam"], weights=kw["weights"])
+        return EffortFrontier(front.cost, fixed.quality)
+
+    q, lam, w = np.array([1.0, 1.0]), np.array([20.0, 200.0]), np.array([0.5, 0.5])
+    with pytest.raises(AssertionError):
+        check_adaptive_dominates_fixed(wrong, q, lam, w, np.array([1.0, 2.0]))
+
+
+@given(mixes(), st.lists(st.floats(0.0, 8.0), min_size=1, max_size=8))
+def test_adaptive_gap_is_the_distance_at_equal_cost_and_at_equal_quality(
+    mix: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]], a: list[float]
+) -> None:
+    q, lam, w = mix
+    b = np.asarray(a)
+    gap = adaptive_gap(b, q_max=q, lam=lam, weights=w, **PENALTY)
+    front = effort_frontier(b, q_max=q, lam=lam, weights=w, **PENALTY)
+    assert np.array_equal(gap.cost, front.cost)
+    assert np.array_equal(gap.quality, front.quality)
+    assert np.all(gap.quality_gained >= 0.0)
+    assert np.all(gap.cost_saved >= 0.0)
+    np.testing.assert_allclose(gap.quality_gained, gap.quality - gap.budget_quality, atol=1e-15)
+    # equal quality: the fixed length reaches the adaptive quality, and no shorter length does
+    at = budget_frontier(gap.budget_length, q_max=q, lam=lam, weights=w).quality
+    below = budget_frontier(
+        np.nextafter(gap.budget_length, 0.0), q_max=q, lam=lam, weights=w
+    ).quality
+    resolvable = gap.quality < 0.999 * np.dot(w, q)
+    assert np.all(at[resolvable] >= gap.quality[resolvable] - 4e-16)
+    assert np.all(below[resolvable] <= gap.quality[resolvable] + 4e-16)
+
+
+def test_adaptive_gap_of_two_classes_matches_a_hand_computation() -> None:
+    # λ = 20 and 200, q_max = 1, k(1) = 0.005/e: ℓ* = 20 ln(e/0.1) and 200 ln(e/1) = 200
+    k = 0.005 / math.e
+    l_easy, l_hard = 20.0 * math.log(1.0 / (20.0 * k)), 200.0
+    cost = 0.5 * (l_easy + l_hard)
+    quality = 0.5 * ((1.0 - 20.0 * k) + (1.0 - 200.0 * k))
+    fixed = 0.5 * ((1.0 - math.exp(-cost / 20.0)) + (1.0 - math.exp(-cost / 200.0)))
+    gap = adaptive_gap(1.0, q_max=1.0, lam=[20.0, 200.0], weights=[0.5, 0.5], **PENALTY)
+    assert float(gap.cost) == pytest.approx(cost, rel=1e-15)
+    assert float(gap.quality) == pytest.approx(quality, rel=1e-15)
+    assert float(gap.quality_gained) == pytest.approx(quality - fixed, rel=1e-12)
+    ell = float(gap.budget_length)
+    reached = 0.5 * ((1.0 - math.exp(-ell / 20.0)) + (1.0 - math.exp(-ell / 200.0)))
+    assert reached == pytest.approx(quality, rel=1e-15)
+    assert one_class_gap_is_zero()
+
+
+def one_class_gap_is_zero() -> bool:
+    gap = adaptive_gap([0.0, 1.0, 4.0], q_max=1.0, lam=[100.0], weights=[1.0], **PENALTY)
+    # zero up to the rounding of the two closed forms (q − λk and 1 − e^{−ℓ/λ}): a few ulps
+    return bool(np.all(gap.quality_gained <= 4e-16) and np.all(gap.cost_saved <= 1e-12 * gap.cost))
+
+
+def _lognormal_frontier_closed_form(
+    b: NDArray[np.float64], *, median: float, sigma: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """E over ln λ ~ N(ln m, σ²) of ℓ*(λ) and Q(ℓ*(λ)), q_max = 1 (normal CDFs; see EM6)."""
+    from scipy.stats import norm
+
+    k = PENALTY["k0"] * np.exp(-b)
+    a = np.log(1.0 / (k * median)) / sigma  # ℓ* > 0 iff λ < 1/k iff z < a
+    mean_lam = median * np.exp(sigma**2 / 2) * norm.cdf(a - sigma)
+    mean_lam_z = median * np.exp(sigma**2 / 2) * (sigma * norm.cdf(a - sigma) - norm.pdf(a - sigma))
+    cost = (np.log(1.0 / k) - np.log(median)) * mean_lam - sigma * mean_lam_z
+    return cost, norm.cdf(a) - k * mean_lam
+
+
+def test_difficulty_mix_converges_to_the_lognormal_closed_form() -> None:
+    b = np.linspace(0.0, 4.0, 41)
+    cost, quality = _lognormal_frontier_closed_form(b, median=100.0, sigma=1.0)
+    errors = []
+    for nodes in (64, 256):
+        mix = difficulty_mix(median=100.0, sigma=1.0, nodes=nodes)
+        front = effort_frontier(b, **mix._asdict(), **PENALTY)
+        errors.append(float(np.max(np.abs(front.quality - quality))))
+        np.testing.assert_allclose(front.cost, cost, rtol=0.006 if nodes == 64 else 0.002)
+    # measured 1.07e-3 and 2.44e-4 (difficulty_mix's Notes); the error falls like 1/nodes
+    assert errors[0] < 1.2e-3
+    assert errors[1] < 2.7e-4
+    assert errors[1] < errors[0] / 3
+    assert np.array_equal(difficulty_mix(median=100.0, sigma=0.0, nodes=5).lam, np.full(5, 100.0))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (
+            lambda: optimal_length(0.0, q_max=1.0, lam=[1.0, 2.0], weights=[1.0], **PENALTY),
+            ValueError,
+            r"weights must have one entry per class \(2 classes",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=[1.0, 1.0, 1.0], lam=[1.0, 2.0], **PENALTY),
+            ValueError,
+            r"lam must have one entry per class \(3 classes",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=1.0, lam=[1.0, -2.0], **PENALTY),
+            ValueError,
+            r"lam must be > 0 \(quality length scale of each class\).*Entry 1",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=1.0, lam=[], **PENALTY),
+            ValueError,
+            r"lam must be non-empty",
+        ),
+        (
+            lambda: effort_frontier(0.0, q_max=1.0, lam=[[1.0]], **PENALTY),
+            ValueError,
+            r"lam must be 0-D or 1-D",
+        ),
+        (
+            lambda: budget_frontier([1.0], q_max=1.0, lam=[1.0, 2.0], weights=[0.5, 0.6]),
+            ValueError,
+            r"weights must sum to 1",
+        ),
+        (
+            lambda: budget_frontier(
+                [1.0], q_max=1.0, lam=[1.0, 2.0], weights=[Fraction(1, 2), Fraction(1, 3)]
+            ),
+            ValueError,
+            r"weights must sum to 1 exactly",
+        ),
+        (
+            lambda: budget_frontier([-1.0], q_max=1.0, lam=[1.0], weights=[1.0]),
+            ValueError,
+            r"length must be >= 0",
+        ),
+        (
+            lambda: budget_frontier([1.0], q_max=1.0, lam=["a"], weights=[1.0]),
+            TypeError,
+            r"lam must be an array of real numbers",
+        ),
+        (
+            lambda: adaptive_gap(0.0, q_max=1.0, lam=[1.0], weights=None, **PENALTY),  # type: ignore[arg-type]
+            ValueError,
+            r"weights must be given",
+        ),
+        (
+            lambda: effort_frontier(
+                0.0, q_max=1.0, lam=[1.0], k0=0.0, b_min=0.0, tau=1.0, weights=[1.0]
+            ),
+            ValueError,
+            r"k0 must be > 0 for an optimal length",
+        ),
+        (lambda: difficulty_mix(median=100.0, sigma=-1.0), ValueError, r"sigma must be >= 0"),
+        (
+            lambda: difficulty_mix(median=100.0, sigma=1.0, nodes=0),
+            ValueError,
+            r"nodes must be >= 1",
+        ),
+    ],
+)
+def test_mix_arguments_are_refused_with_the_rule_and_the_fix(
+    call: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---------------------------------------------------------------------------------------------
+# the optimiser, pinned by hand: one and two Adam steps of train_effort_policy
+# ---------------------------------------------------------------------------------------------
+
+
+def _hand_gradient(
+    rng: np.random.Generator, params: tuple[float, float], *, lam: float, k0: float
+) -> tuple[float, float]:
+    """REINFORCE-RLOO gradient of one step with batch=1, group=2, degree=0, q_max=1, b in [0, 1].
+
+    Draws exactly what train_effort_policy draws (one uniform effort, then a 1×2 normal block) and
+    computes the gradient with Python floats, by hand: with two samples the leave-one-out
+    advantages are ±(r₁ − r₂).
+    """
+    b = rng.uniform()
+    e1, e2 = rng.standard_normal((1, 2))[0]
+    mu, sigma = params[0], math.exp(params[1])
+    k = k0 * math.exp(-b)
+    r1, r2 = (
+        (1.0 - math.exp(-math.exp(mu + sigma * e) / lam)) - k * math.exp(mu + sigma * e)
+        for e in (e1, e2)
+    )
+    a1, a2 = r1 - r2, r2 - r1
+    grad_mu = 0.5 * (a1 * e1 + a2 * e2) / sigma
+    grad_log_sigma = 0.5 * (a1 * (e1 * e1 - 1.0) + a2 * (e2 * e2 - 1.0))
+    return grad_mu, grad_log_sigma
+
+
+ADAM_CASE = {"q_max": 1.0, "lam": 100.0, "k0": 0.02, "b_min": 0.0, "tau": 1.0, "b_max": 1.0}
+
+
+def test_one_adam_step_moves_each_parameter_by_the_learning_rate() -> None:
+    # t = 1: m̂ = g and v̂ = g² after bias correction, so the step is lr·g/(|g| + 1e-8), about ±lr
+    # per parameter; the schedule lr·(1 − (t − 1)/T) is lr at t = 1 whatever T is.
+    lr, spread = 0.05, 0.5
+    start = (math.log(100.0), math.log(spread))
+    policy = train_effort_policy(
+        **ADAM_CASE,
+        rng=3,
+        steps=1,
+        batch=1,
+        group=2,
+        degree=0,
+        learning_rate=lr,
+        initial_spread=spread,
+    )
+    g = _hand_gradient(np.random.default_rng(3), start, lam=100.0, k0=0.02)
+    want = [s + lr * gi / (abs(gi) + 1e-8) for s, gi in zip(start, g, strict=True)]
+    got = [float(policy.mean_coef[0]), float(policy.log_spread_coef[0])]
+    assert got == pytest.approx(want, rel=1e-14, abs=0.0)
+    assert all(abs(abs(w - s) - lr) < 1e-6 for w, s in zip(want, start, strict=True))
+
+
+def test_two_adam_steps_match_the_hand_computation() -> None:
+    # t = 2 of T = 2: the step size is lr/2 and the moments are bias-corrected by 1 − β^2.
+    lr, spread = 0.05, 0.5
+    policy = train_effort_policy(
+        **ADAM_CASE,
+        rng=5,
+        steps=2,
+        batch=1,
+        group=2,
+        degree=0,
+        learning_rate=lr,
+        initial_spread=spread,
+    )
+    rng = np.random.default_rng(5)
+    params = [math.log(100.0), math.log(spread)]
+    m1, m2 = [0.0, 0.0], [0.0, 0.0]
+    for t, size in ((1, lr), (2, lr / 2)):
+        g = _hand_gradient(rng, (params[0], params[1]), lam=100.0, k0=0.02)
+        for i in range(2):
+            m1[i] = 0.9 * m1[i] + 0.1 * g[i]
+            m2[i] = 0.999 * m2[i] + 0.001 * g[i] ** 2
+            params[i] += size * (m1[i] / (1 - 0.9**t)) / (math.sqrt(m2[i] / (1 - 0.999**t)) + 1e-8)
+    got = [float(policy.mean_coef[0]), float(policy.log_spread_coef[0])]
+    assert got == pytest.approx(params, rel=1e-14, abs=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# one checkpoint on a mix: conditioned on the effort and the problem, Bernoulli successes
+# ---------------------------------------------------------------------------------------------
+
+MIX: dict[str, Any] = {"q_max": 1.0, "lam": [25.0, 100.0, 400.0], "weights": [0.4, 0.4, 0.2]}
+MIX_PENALTY: dict[str, Any] = {"k0": 0.002, "b_min": 0.0, "tau": 1.0}
+
+
+@pytest.fixture(scope="module")
+def conditioned() -> list[ConditionedEffortPolicy]:
+    return [train_conditioned_policy(**MIX, **MIX_PENALTY, b_max=4.0, rng=seed) for seed in (0, 1)]
+
+
+def test_conditioned_training_is_reproducible_and_pinned(
+    conditioned: list[ConditionedEffortPolicy],
+) -> None:
+    again = train_conditioned_policy(**MIX, **MIX_PENALTY, b_max=4.0, rng=np.random.default_rng(0))
+    for name in ConditionedEffortPolicy._fields:
+        assert np.array_equal(getattr(again, name), getattr(conditioned[0], name)), name
+    assert not np.array_equal(conditioned[0].mean_coef, conditioned[1].mean_coef)
+    # Seeded regression values (this build, numpy's PCG64 streams). Pinned to 1e-9, not bit for
+    # bit: numpy's exp/log take CPU-dependent SIMD paths that may differ by an ulp, and 4000 steps
+    # amplify it; a changed draw order, schedule or gradient moves these in the first digits.
+    policy = conditioned[0]
+    np.testing.assert_allclose(
+        policy.mean_coef[:3],
+        [5.715742640881058, 0.8444594371885286, -0.10613402610187421],
+        rtol=1e-9,
+    )
+    assert float(policy.log_spread_coef[0]) == pytest.approx(-2.776475997672693, rel=1e-9)
+    assert float(policy.reward_history[-1]) == pytest.approx(0.8144286498393128, rel=1e-9)
+
+
+def check_on_the_adaptive_frontier(policy: ConditionedEffortPolicy, *, share: float) -> None:
+    """The policy's points: below the frontier by at most the regret, and by at most ``share`` of
+    the adaptive-over-fixed gap; hence above the fixed-budget curve."""
+    b = np.linspace(0.0, 4.0, 41)
+    points = policy.evaluate(b)
+    regret = policy.regret(b)
+    frontier = frontier_quality(points.cost, **MIX)
+    fixed = budget_frontier(points.cost, **MIX).quality
+    distance = frontier - points.quality
+    assert np.all(regret >= 0.0)
+    assert np.all(distance >= -1e-12)  # no policy is above the frontier (EM3)
+    assert np.all(distance <= regret + 1e-12)  # the regret bounds the distance (EM3, EM4)
+    assert np.all(regret <= share * (frontier - fixed))
+    assert np.all(points.quality > fixed)
+
+
+def test_one_conditioned_checkpoint_sits_on_the_adaptive_frontier(
+    conditioned: list[ConditionedEffortPolicy],
+) -> None:
+    # Measured: regret ≤ 0.097 of the gap for seeds 0–3 (train_conditioned_policy's Notes); 0.15
+    # leaves a margin. Training is deterministic given the seed, so this cannot flake.
+    for policy in conditioned:
+        check_on_the_adaptive_frontier(policy, share=0.15)
+
+
+def test_a_problem_blind_policy_only_reaches_the_fixed_budget_curve() -> None:
+    # the closeness check can fail: without the problem's feature (feature_degree=0) one length
+    # per effort is all the policy can express, and it lands on the fixed-budget curve
+    blind = train_conditioned_policy(
+        **MIX, **MIX_PENALTY, b_max=4.0, rng=0, feature_degree=0, steps=1500
+    )
+    with pytest.raises(AssertionError):
+        check_on_the_adaptive_frontier(blind, share=0.15)
+    untrained = train_conditioned_policy(**MIX, **MIX_PENALTY, b_max=4.0, rng=0, steps=1)
+    with pytest.raises(AssertionError):
+        check_on_the_adaptive_frontier(untrained, share=0.15)
+
+
+def test_frontier_quality_inverts_the_adaptive_cost() -> None:
+    b = np.linspace(0.0, 6.0, 31)
+    front = effort_frontier(b, **MIX, **MIX_PENALTY)
+    np.testing.assert_allclose(frontier_quality(front.cost, **MIX), front.quality, rtol=1e-12)
+    assert float(frontier_quality(0.0, **MIX)) == 0.0
+    # below the cost at b_min, the frontier continues with prices above k0
+    low = effort_frontier(-np.log(np.array([8.0, 4.0, 2.0])), **MIX, k0=0.002, b_min=-3.0, tau=1.0)
+    np.testing.assert_allclose(frontier_quality(low.cost, **MIX), low.quality, rtol=1e-12)
+
+
+def test_conditioned_policy_arguments_are_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match=r'success must be "bernoulli" or "expected"'):
+        train_conditioned_policy(**MIX, **MIX_PENALTY, b_max=4.0, rng=0, success="coin")
+    with pytest.raises(ValueError, match=r"q_max must be <= 1 \(a probability\)"):
+        train_conditioned_policy(
+            q_max=2.0, lam=[1.0], weights=[1.0], **MIX_PENALTY, b_max=4.0, rng=0
+        )
+    with pytest.raises(ValueError, match=r"b_max must be > b_min"):
+        train_conditioned_policy(**MIX, **MIX_PENALTY, b_max=0.0, rng=0)
+    policy = train_conditioned_policy(**MIX, **MIX_PENALTY, b_max=4.0, rng=0, steps=1)
+    with pytest.raises(ValueError, match=r"b must lie in the trained effort range"):
+        policy.evaluate([5.0])
+    with pytest.raises(ValueError, match=r"weights must be given"):
+        frontier_quality([1.0], q_max=1.0, lam=1.0, weights=None)  # type: ignore[arg-type]

@@ -376,6 +376,7 @@ def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
         code = re.sub(r'""".*?"""', "", path.read_text(), flags=re.S)
         used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
         used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
+        used |= {f"refimpl.learning.{n}" for n in re.findall(r"\blrn\.([a-z_]\w*)\(", code)}
         assert set(spec.requires) == used, spec.key
 
 
@@ -665,3 +666,43 @@ def test_the_report_needs_no_network_and_no_math_typesetting(quick: QuickRun) ->
     assert "<script" not in quick.html.lower()
     assert not re.search(r"mathjax|katex", quick.html, re.I)
     assert not re.search(r"\\\(|\\\[|\$[^$\s][^$]*\$", quick.html)
+
+
+def test_the_lab_flags_a_frontier_that_is_not_the_adaptive_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wrong variant of the adaptive frontier on a mix (quality 2% too high) must make the
+    # checkpoint-on-the-frontier checks disagree: their tolerance is the derived regret bound.
+    import refimpl
+
+    right = refimpl.frontier_quality
+
+    def wrong(cost: Any, **kw: Any) -> Any:
+        return 1.02 * right(cost, **kw)
+
+    monkeypatch.setattr(refimpl, "frontier_quality", wrong)
+    out = tmp_path / "wrong"
+    code = main(["lab", "--quick", "--only", "effort", "--out", str(out)])
+    checks = json.loads((out / "metrics.json").read_text())["sections"]["effort"]["checks"]
+    failed = {c["name"] for c in checks if not c["passed"]}
+    assert code == 1
+    assert {c["name"] for c in checks if c["name"].startswith("mix-policy-")} <= failed
+
+
+def test_the_mix_part_shows_every_strategy_and_the_gap(quick: QuickRun) -> None:
+    effort = quick.metrics["sections"]["effort"]
+    assert effort["available"]
+    metrics = effort["metrics"]
+    families = {row["penalty"] for row in metrics["penalties-on-mix"]}
+    for name in ("DAPO", "cosine", "L1-Exact", "L1-Max", "Kimi"):
+        assert any(f.startswith(name) for f in families), name
+    gaps = {row["mix"]: row for row in metrics["mix-gap-table"]}
+    one = gaps["one class (λ = 100)"]
+    assert abs(one["at cost 300"]) <= 4e-16  # one class: the two curves are one
+    for name, row in gaps.items():
+        if name != "one class (λ = 100)":
+            assert row["at cost 300"] > 0.0, name
+    # the checkpoint lies above the fixed-budget curve at every effort, within its regret bound
+    assert metrics["conditioned_policy_min_margin_over_fixed_budget"] > 0.0
+    assert metrics["conditioned_policy_max_distance"] <= metrics["conditioned_policy_max_regret"]
+    assert {"effort-mix-frontier.png", "effort-mix-gap.png"} <= set(effort["figures"])

@@ -106,6 +106,16 @@ def test_kimi_groups_are_independent_problems(problems: list[list[tuple[int, boo
     )
 
 
+def test_kimi_refuses_arguments_of_the_wrong_type_with_a_type_error() -> None:
+    # A scope that is not a string is a TypeError naming scope (not the ValueError of a wrong
+    # string); flags that are not numbers are a TypeError naming correct (found by mutation testing:
+    # without these checks the first became a ValueError and the second an UnboundLocalError).
+    with pytest.raises(TypeError, match=r"scope must be the string"):
+        kimi_length_reward([1, 2], [True, False], scope=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"correct must be a boolean array"):
+        kimi_length_reward([1, 2], ["yes", "no"])
+
+
 def test_kimi_rows_of_a_2d_array_are_problems() -> None:
     ell = np.array([[100.0, 200.0, 300.0], [10.0, 10.0, 10.0]])
     ok = np.array([[True, False, True], [True, True, False]])
@@ -182,6 +192,10 @@ def test_dapo_penalty_factor_scales_and_no_negative_zero() -> None:
     p = dapo_overlong_penalty([0.0, 900.0], max_length=1000, cache_length=200, penalty_factor=2.0)
     np.testing.assert_array_equal(p, [0.0, -1.0])
     assert not np.signbit(p[0])
+    # a zero factor times a negative ramp is -0.0 in IEEE arithmetic; the penalty is +0.0
+    zero = dapo_overlong_penalty([900.0], max_length=1000, cache_length=200, penalty_factor=0.0)
+    assert zero[0] == 0.0
+    assert not np.signbit(zero[0])
 
 
 # ---------------------------------------------------------------------------------------------

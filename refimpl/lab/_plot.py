@@ -77,9 +77,9 @@ SIM: dict[str, Any] = {"marker": "o", "linestyle": "none", "markersize": 4.5, "a
 
 
 def new_figure(
-    ncols: int = 1, *, width: float | None = None, height: float = 4.0
+    ncols: int = 1, *, nrows: int = 1, width: float | None = None, height: float = 4.0
 ) -> tuple[Figure, list[Axes]]:
-    """A figure with ``ncols`` side-by-side axes (no pyplot state, so nothing leaks between runs).
+    """A figure with ``nrows × ncols`` axes, row by row (no pyplot state, so nothing leaks).
 
     ``width`` is the whole figure's width in inches: :data:`FULL_WIDTH` by default for several
     panels, 7 inches for one.
@@ -91,7 +91,7 @@ def new_figure(
         fig = plt.figure(figsize=(w, height), layout="constrained")
     else:
         fig = Figure(figsize=(w, height), layout="constrained")
-    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(nrows * ncols)]
     for ax in axes:
         ax.grid(True, alpha=0.3)
     return fig, axes

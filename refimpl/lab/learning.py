@@ -1,0 +1,786 @@
+"""Section: learning under asynchrony — what the length bias, staleness and corrections do to the gradient.
+
+Closed forms: :mod:`refimpl.learning` (exact expected gradients on the finite support: first-k by
+enumeration of batch compositions, the fluid model for continuous dispatch, every correction of
+:mod:`refimpl.staleness`). Simulations: :func:`refimpl.sim.simulate` at a fixed policy (the
+closed-form checks) and :func:`refimpl.learning.train_policy` (the training runs, whose batches the
+simulator forms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats
+
+import refimpl
+from refimpl import learning as lrn
+from refimpl.lab._common import TOL_RULE, Z_TOL, seed
+from refimpl.lab._plot import COLORS, legend_below, new_figure
+from refimpl.lab.config import LabConfig
+from refimpl.lab.report import Section, fmt
+
+__all__ = ["MARGIN", "build", "quality", "verdict"]
+
+STREAM = 18
+M = 16
+PENALTY = 0.01
+LEARNING_RATE = 3.0
+#: The fixed policy of the gradient table (mean length about 4.8 tokens).
+THETA_FIXED = np.array([-1.5, 0.5])
+#: How far the policy moves per version along its gradient (the lag of a stale behaviour).
+LAG = 0.1
+#: The training runs start here (mean length about 3.7 tokens: most rollouts fail).
+THETA0 = np.array([-1.0, 0.0])
+CAP = 2.0
+BAND = (0.5, 2.0)
+#: Asynchrony must reach the reward target this much sooner than synchronous dispatch.
+MARGIN = 1.2
+#: Target of the "worth it" measurement: this share of the way from J(θ0) to the optimum.
+TARGET_SHARE = 0.8
+FLUID_SHARE = 0.05
+#: The fluid model of a *moving* policy takes the launch rate and the step time at the current law
+#: (first order in the lag); measured at 32 slots it is within about 8% of the simulated gradient.
+LAG_SHARE = 0.10
+T_RULE = (
+    "Student-t quantile × the standard error from {count} (false alarm ≈ 7e-6 per check, as "
+    "4.5 normal standard errors)"
+)
+
+
+#: Two-sided false-alarm rate of one check (that of ``Z_TOL`` standard errors under the normal law).
+FALSE_ALARM = 2.0 * float(stats.norm.sf(Z_TOL))
+
+
+def t_tolerance(dof: int) -> float:
+    """Standard errors a mean of ``dof + 1`` replicates is held to, at the lab's false-alarm rate.
+
+    A standard error estimated from few replicates is itself noisy: the mean over it follows
+    Student's t, whose quantile at :data:`FALSE_ALARM` exceeds ``Z_TOL``.
+
+    Examples
+    --------
+    >>> round(t_tolerance(10_000), 2), t_tolerance(5) > 10
+    (4.5, True)
+    """
+    return float(stats.t.isf(FALSE_ALARM / 2.0, dof))
+
+
+def quality() -> NDArray[np.float64]:
+    """Success probability by length: ``0.9 σ((ℓ − 7)/1.5)``: reasoning needs about 7 tokens."""
+    ell = np.arange(1, M + 1, dtype=np.float64)
+    return np.asarray(0.9 / (1.0 + np.exp(-(ell - 7.0) / 1.5)), dtype=np.float64)
+
+
+def verdict(speedup: float) -> str:
+    """Plain-language verdict from the measured time-to-target ratio (sync ÷ best async).
+
+    Examples
+    --------
+    >>> verdict(2.0), verdict(1.0), verdict(float("inf"))
+    ('worth it', 'not worth it', 'worth it')
+    """
+    return "worth it" if speedup >= MARGIN else "not worth it"
+
+
+class _Policy(NamedTuple):
+    phi: NDArray[np.float64]
+    pmf: NDArray[np.float64]
+    scores: NDArray[np.float64]
+    grad: NDArray[np.float64]
+    dlen: NDArray[np.float64]
+    baseline: float
+
+
+def _policy(theta: NDArray[np.float64], q: NDArray[np.float64]) -> _Policy:
+    phi = lrn.length_features(M, degree=1)
+    h = lrn.stop_hazard(theta, phi)
+    p = lrn.hazard_length_pmf(h)
+    s = np.asarray(lrn.token_scores(h, phi).sum(axis=1), dtype=np.float64)
+    b = float(lrn.mean_reward(p, q, penalty=PENALTY))
+    g = np.asarray(lrn.policy_gradient(p, s, q, penalty=PENALTY, baseline=b).mean, dtype=np.float64)
+    return _Policy(phi, p, s, g, np.asarray(lrn.length_gradient(p, s), dtype=np.float64), b)
+
+
+def _row(name: str, mean: Any, trace: float, pol: _Policy) -> tuple[Any, ...]:
+    g = np.asarray(mean, dtype=np.float64)
+    on = pol.grad
+    norm = float(np.linalg.norm(on))
+    cos = float(g @ on / (np.linalg.norm(g) * norm)) if np.linalg.norm(g) > 0 else 0.0
+    bias = g - on
+    along = float(bias @ pol.dlen / (np.linalg.norm(pol.dlen) * norm))
+    rel_bias = float(np.linalg.norm(bias) / norm)
+    return (
+        name,
+        cos,
+        float(np.linalg.norm(g) / norm - 1.0),
+        along,
+        rel_bias,
+        float(trace) / norm**2,
+        (rel_bias**2 + float(trace) / norm**2),
+    )
+
+
+def _gradient_table(
+    section: Section, q: NDArray[np.float64]
+) -> tuple[list[tuple[Any, ...]], _Policy]:
+    pol = _policy(THETA_FIXED, q)
+    n, k, slots, batch = 8, 4, 8, 4
+    rows: list[tuple[Any, ...]] = []
+    on = lrn.policy_gradient(pol.pmf, pol.scores, q, penalty=PENALTY, baseline=pol.baseline)
+    rows.append(_row("on-policy (B = 4)", on.mean, float(on.trace_variance) / batch, pol))
+    for corr, label in (
+        ("none", "uncorrected"),
+        ("horvitz_thompson", "IPW (HT)"),
+        ("hajek", "IPW (Hájek)"),
+    ):
+        fk = lrn.first_k_gradient(
+            pol.pmf,
+            pol.scores,
+            q,
+            n=n,
+            k=k,
+            correction=corr,
+            penalty=PENALTY,
+            baseline=pol.baseline,
+        )
+        rows.append(_row(f"first {k} of {n}: {label}", fk.mean, float(fk.trace_variance), pol))
+    lag = LAG * pol.grad / np.linalg.norm(pol.grad)
+    names = {
+        "none": "uncorrected",
+        "sequence_is": "sequence IS (uncapped)",
+        "token_tis": f"token TIS (C = {fmt(CAP)})",
+        "sequence_tis": f"sequence TIS (C = {fmt(CAP)})",
+        "geometric": f"geometric (C = {fmt(CAP)})",
+        "icepop": f"IcePop [{fmt(BAND[0])}, {fmt(BAND[1])}]",
+        "decoupled_ppo": f"decoupled PPO (cap {fmt(CAP)})",
+    }
+    common: dict[str, Any] = {
+        "slots": slots,
+        "batch": batch,
+        "lag": lag,
+        "penalty": PENALTY,
+        "baseline": pol.baseline,
+        "cap": CAP,
+        "low": BAND[0],
+        "high": BAND[1],
+    }
+    for corr in lrn.CORRECTIONS:
+        g = lrn.async_gradient(THETA_FIXED, pol.phi, q, correction=corr, **common)
+        rows.append(
+            _row(f"async N/B = 2: {names[corr]}", g.mean, float(g.trace_variance) / batch, pol)
+        )
+    for eta in (0, 1, 2):
+        g = lrn.async_gradient(THETA_FIXED, pol.phi, q, eta=eta, **common)
+        rows.append(
+            _row(f"async N/B = 2: mask η = {eta}", g.mean, float(g.trace_variance) / batch, pol)
+        )
+    section.table(
+        "gradient-bias",
+        f"The expected gradient at a fixed policy (E[L] = {fmt(lrn.expected_length(pol.pmf))} "
+        f"tokens), exactly: its cosine to the on-policy gradient ∇J, the relative error of its "
+        f"norm, the bias's component along ∇E[L] (negative: it pushes towards shorter outputs), "
+        f"and the trace of the batch estimate's covariance (B = {batch})",
+        (
+            "dispatch: correction",
+            "cos(E ĝ, ∇J)",
+            "‖E ĝ‖/‖∇J‖ − 1",
+            "bias along ∇E[L] (÷ ‖∇J‖)",
+            "‖E ĝ − ∇J‖/‖∇J‖",
+            "tr Cov(ĝ)/‖∇J‖²",
+            "(bias² + variance)/‖∇J‖²",
+        ),
+        rows,
+        note=(
+            f"Baseline b = J(θ) = {fmt(pol.baseline)}. Stale behaviours: the policy moved "
+            f"{fmt(LAG)} per version along ∇J, so a sample s versions stale was drawn by θ − s·δ. "
+            "First-k variances are of the whole batch (its members are dependent, enumerated "
+            "exactly); async variances are per draw ÷ B (the fluid limit's samples are independent)."
+        ),
+    )
+    return rows, pol
+
+
+def _first_k_checks(
+    section: Section, config: LabConfig, q: NDArray[np.float64], pol: _Policy
+) -> list[tuple[str, float, float, float]]:
+    import refimpl.sim as rsim
+
+    n, k = 8, 4
+    reps = 3_000 if config.quick else 20_000
+    tr = rsim.simulate(
+        rsim.SimConfig(
+            slots=n,
+            batch=k,
+            mode="first_k",
+            launch=n,
+            steps=reps,
+            lengths=pol.pmf,
+            seed=seed(config, STREAM, 1),
+        )
+    )
+    order = tr.training_order()
+    ell = np.asarray(tr.length[order], dtype=np.int64).reshape(reps, k)
+    rng = config.rng(STREAM * 100 + 1)
+    reward = (rng.random(ell.shape) < q[ell - 1]) - PENALTY * ell
+    adv = reward - pol.baseline
+    pi = refimpl.inclusion_probability_pmf(pol.pmf, n=n, k=k)
+    w = k / (n * pi[ell - 1])
+    sc = pol.scores[ell - 1]  # (reps, k, 2)
+    norm = float(np.linalg.norm(pol.grad))
+    out: list[tuple[str, float, float, float]] = []
+    for corr, unit in (
+        ("none", np.full(ell.shape, 1.0 / k)),
+        ("horvitz_thompson", w / k),
+        ("hajek", w / w.sum(axis=1, keepdims=True)),
+    ):
+        est = ((unit * adv)[:, :, None] * sc).sum(axis=1)  # (reps, 2)
+        exact = lrn.first_k_gradient(
+            pol.pmf,
+            pol.scores,
+            q,
+            n=n,
+            k=k,
+            correction=corr,
+            penalty=PENALTY,
+            baseline=pol.baseline,
+        )
+        # the standard error from the exact covariance trace (an upper bound on each component's
+        # variance): the sample variance of HT's heavy-tailed weights underestimates it
+        se = float(np.sqrt(float(exact.trace_variance) / reps))
+        for c in range(2):
+            m = float(est[:, c].mean())
+            section.check(
+                f"first-k-{corr}-{c}",
+                f"E ĝ[{c}] ÷ ‖∇J‖, first {k} of {n}, {corr}",
+                closed_form=float(exact.mean[c]) / norm,
+                simulation=m / norm,
+                tolerance=Z_TOL * se / norm,
+                rule=TOL_RULE + " (SE from the exact tr Cov, an upper bound per component)",
+            )
+            out.append((f"first-k {corr} [{c}]", float(exact.mean[c]) / norm, m / norm, se / norm))
+        if corr == "horvitz_thompson":
+            continue  # its fourth moment is so heavy that no sample gives an honest SE of the trace
+        dev = ((est - np.asarray(exact.mean, dtype=np.float64)) ** 2).sum(axis=1)
+        vm, vse = float(dev.mean()), float(dev.std(ddof=1) / np.sqrt(reps))
+        section.check(
+            f"first-k-{corr}-trace",
+            f"tr Cov(ĝ) ÷ ‖∇J‖², first {k} of {n}, {corr}",
+            closed_form=float(exact.trace_variance) / norm**2,
+            simulation=vm / norm**2,
+            tolerance=Z_TOL * vse / norm**2,
+            rule=TOL_RULE + " (mean of ‖ĝ − E ĝ‖² about the exact mean)",
+        )
+    return out
+
+
+def _async_checks(
+    section: Section, config: LabConfig, q: NDArray[np.float64], pol: _Policy
+) -> list[tuple[str, float, float, float]]:
+    import refimpl.sim as rsim
+
+    slots, batch = 32, 16
+    steps = 600 if config.quick else 3_000
+    warm = steps // 10
+    norm = float(np.linalg.norm(pol.grad))
+    out: list[tuple[str, float, float, float]] = []
+    for i, eta in enumerate((None, 0, 1)):
+        tr = rsim.simulate(
+            rsim.SimConfig(
+                slots=slots,
+                batch=batch,
+                steps=steps,
+                lengths=pol.pmf,
+                eta=eta,
+                over_bound="keep" if eta is None else "drop",
+                seed=seed(config, STREAM, 10 + i),
+            )
+        )
+        order = tr.training_order()
+        order = order[np.asarray(tr.step)[order] >= warm]
+        ell = np.asarray(tr.length[order], dtype=np.int64)
+        rng = config.rng(STREAM * 100 + 10 + i)
+        adv = (rng.random(ell.size) < q[ell - 1]) - PENALTY * ell - pol.baseline
+        per = ((adv[:, None] * pol.scores[ell - 1]).reshape(-1, batch, 2)).mean(axis=1)
+        pred = lrn.async_gradient(
+            THETA_FIXED,
+            pol.phi,
+            q,
+            slots=slots,
+            batch=batch,
+            eta=eta,
+            penalty=PENALTY,
+            baseline=pol.baseline,
+        ).mean
+        label = "no mask" if eta is None else f"mask η = {eta}"
+        for c in range(2):
+            # consecutive batches are correlated: batch means of 20 blocks give the standard error
+            blocks = per[: (per.shape[0] // 20) * 20, c].reshape(20, -1).mean(axis=1)
+            m, se = float(per[:, c].mean()), float(blocks.std(ddof=1) / np.sqrt(20))
+            tol = t_tolerance(19) * se / norm
+            rule = T_RULE.format(count="20 batch means")
+            if eta is not None:
+                tol += FLUID_SHARE * float(np.linalg.norm(pred)) / norm
+                rule = (
+                    f"fluid model: {fmt(100 * FLUID_SHARE)}% of the predicted norm (its "
+                    "approximation error at 32 slots) + " + T_RULE.format(count="20 batch means")
+                )
+            section.check(
+                f"async-{label.replace(' ', '').replace('=', '')}-{c}",
+                f"E ĝ[{c}] ÷ ‖∇J‖, async N = {slots}, B = {batch}, {label}, lag 0",
+                closed_form=float(pred[c]) / norm,
+                simulation=m / norm,
+                tolerance=tol,
+                rule=rule,
+            )
+            out.append((f"async {label} [{c}]", float(pred[c]) / norm, m / norm, se / norm))
+    return out
+
+
+def _lag_checks(
+    section: Section, config: LabConfig, q: NDArray[np.float64], pol: _Policy
+) -> list[tuple[str, float, float, float]]:
+    """Replay a policy path that moves by δ per version; compare the simulated batch gradients."""
+    slots, batch, steps, first = 32, 16, 24, 8
+    reps = 5 if config.quick else 16
+    lag = LAG * pol.grad / np.linalg.norm(pol.grad)
+    path = THETA_FIXED[None, :] + (np.arange(steps + 1) - steps // 2)[:, None] * lag[None, :]
+    norm = float(np.linalg.norm(pol.grad))
+    out: list[tuple[str, float, float, float]] = []
+    for corr in ("none", "token_tis"):
+        per_rep = []
+        for rep in range(reps):
+            run = lrn.train_policy(
+                path[0],
+                pol.phi,
+                q,
+                slots=slots,
+                batch=batch,
+                steps=steps,
+                learning_rate=1.0,
+                penalty=PENALTY,
+                baseline=pol.baseline,
+                schedule=path,
+                correction=corr,
+                cap=CAP,
+                seed=seed(config, STREAM, 500 + rep),
+            )
+            per_rep.append(run.gradients[first:].mean(axis=0))
+        sims = np.asarray(per_rep)
+        preds = np.asarray(
+            [
+                lrn.async_gradient(
+                    path[j],
+                    pol.phi,
+                    q,
+                    slots=slots,
+                    batch=batch,
+                    lag=lag,
+                    penalty=PENALTY,
+                    baseline=pol.baseline,
+                    correction=corr,
+                    cap=CAP,
+                ).mean
+                for j in range(first, steps)
+            ]
+        ).mean(axis=0)
+        for c in range(2):
+            m = float(sims[:, c].mean())
+            se = float(sims[:, c].std(ddof=1) / np.sqrt(reps))
+            section.check(
+                f"async-lag-{corr}-{c}",
+                f"E ĝ[{c}] ÷ ‖∇J‖, async N = {slots}, B = {batch}, policy moving {fmt(LAG)} per "
+                f"version, {corr}",
+                closed_form=float(preds[c]) / norm,
+                simulation=m / norm,
+                tolerance=t_tolerance(reps - 1) * se / norm
+                + LAG_SHARE * float(np.linalg.norm(preds)) / norm,
+                rule=(
+                    f"fluid model of a moving policy: {fmt(100 * LAG_SHARE)}% of the predicted "
+                    "norm (first order in the lag) + "
+                    + T_RULE.format(count=f"{reps} replicate runs")
+                ),
+            )
+            out.append((f"async lag {corr} [{c}]", float(preds[c]) / norm, m / norm, se / norm))
+    return out
+
+
+class _Run(NamedTuple):
+    label: str
+    steps: NDArray[np.float64]
+    time: NDArray[np.float64]
+    length: NDArray[np.float64]
+    reward: NDArray[np.float64]
+    staleness: float
+    kept: float
+
+
+def _train(
+    label: str,
+    config: LabConfig,
+    q: NDArray[np.float64],
+    theta0: NDArray[np.float64],
+    *,
+    index: int,
+    **kw: Any,
+) -> _Run:
+    import refimpl.sim as rsim
+
+    run = lrn.train_policy(
+        theta0,
+        lrn.length_features(M, degree=1),
+        q,
+        learning_rate=LEARNING_RATE,
+        penalty=PENALTY,
+        cap=CAP,
+        low=BAND[0],
+        high=BAND[1],
+        seed=seed(config, STREAM, 1000 + index),
+        **kw,
+    )
+    tr = run.trace
+    order = tr.training_order()
+    trained = int(order.size)
+    dropped = int(np.sum(np.asarray(tr.status) == rsim.STATUS["dropped"]))
+    return _Run(
+        label,
+        np.arange(run.thetas.shape[0], dtype=np.float64),
+        np.concatenate([[0.0], run.publish_times]),
+        run.mean_length,
+        run.expected_reward,
+        float(np.mean(tr.staleness[order])),
+        trained / max(trained + dropped, 1),
+    )
+
+
+def _time_to(run: _Run, target: float) -> float:
+    hit = np.flatnonzero(run.reward >= target)
+    return float(run.time[hit[0]]) if hit.size else float("inf")
+
+
+def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
+    """Fill the learning section."""
+    q = quality()
+    ell = np.arange(1, M + 1, dtype=np.float64)
+    rbar = q - PENALTY * ell
+    j_star, l_star = float(rbar.max()), int(np.argmax(rbar) + 1)
+    section.text(
+        f"A toy policy whose length emerges token by token: at position t it stops with hazard "
+        f"h_θ(t) = σ(θ₀ + θ₁ t/M) (M = {M}), so its length law is p_θ(ℓ) = h(ℓ) Π_{{t<ℓ}}(1 − h(t)) "
+        f"and every token has a probability under every version (`refimpl.learning`). A rollout "
+        f"succeeds with probability Q(ℓ) = 0.9 σ((ℓ − 7)/1.5) and pays {fmt(PENALTY)} per token "
+        f"(the effort penalty k(b)ℓ/ℓ_scale). The best this family can do is to stop at "
+        f"ℓ* = {l_star}: J* = {fmt(j_star)}. Everything at a fixed θ is exact (finite sums over the "
+        f"support); the training runs use the batches that `refimpl.sim` forms."
+    )
+    progress("exact gradients under every dispatch and correction")
+    rows, pol = _gradient_table(section, q)
+    # direction of the bias without a baseline (claim LRN3/LRN4's condition is on the advantage)
+    raw = lrn.first_k_gradient(pol.pmf, pol.scores, q, n=8, k=4, penalty=PENALTY).mean
+    raw_on = lrn.policy_gradient(pol.pmf, pol.scores, q, penalty=PENALTY).mean
+    along_raw = float((np.asarray(raw) - np.asarray(raw_on)) @ pol.dlen / np.linalg.norm(pol.dlen))
+    section.metric("first_k_bias_along_length_no_baseline", along_raw)
+    fk = rows[1]
+    section.text(
+        f"**Does length bias push towards shorter outputs?** Yes here: first 4 of 8, uncorrected, "
+        f"has cosine {fmt(fk[1])} to ∇J and a bias of {fmt(fk[3])} ‖∇J‖ along ∇E[L] with the "
+        f"baseline, {fmt(along_raw / float(np.linalg.norm(pol.grad)))} ‖∇J‖ without. Claim LRN3 "
+        f"gives the condition: the bias has a component ≥ 0 along a direction u whenever "
+        f"ℓ ↦ A(ℓ) u·∇log p(ℓ) is non-increasing (A the advantage), because the trained law is "
+        f"stochastically shorter; for a length-neutral positive advantage it always points to "
+        f"shorter outputs, for a negative one (baseline above every reward) to longer ones (LRN4). "
+        f"Inverse propensity (HT) removes the bias exactly (LRN1) at a variance "
+        f"{fmt(rows[2][5] / max(rows[0][5], 1e-300))}× that of the on-policy batch (the rare long"
+        f" rollouts get weights up to k/(nπ(M))); Hájek's self-normalisation tames the variance "
+        f"and brings the bias back ({fmt(rows[3][4])} ‖∇J‖ against {fmt(fk[4])} uncorrected). "
+        f"For stale behaviours, only the full sequence ratio restores the "
+        f"direction exactly; token TIS, IcePop and decoupled PPO correct each token's own "
+        f"probability, not those before it, and stay biased even without a cap (LRN2)."
+    )
+    fig, (ax1, ax2) = new_figure(2, height=6.2)
+    colors = [COLORS[0]] + [COLORS[1]] * 3 + [COLORS[2]] * 7 + [COLORS[3]] * 3
+    for i, r in enumerate(rows):
+        ax1.scatter(r[4], r[5], color=colors[i], s=30, zorder=3)
+        ax1.annotate(
+            str(i + 1),
+            (r[4], r[5]),
+            fontsize=9,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
+    ax1.set_yscale("log")
+    ax1.set_xlabel("relative bias ‖E ĝ − ∇J‖/‖∇J‖ (exact)")
+    ax1.set_ylabel("tr Cov(ĝ)/‖∇J‖² (exact)")
+    ax1.set_title("Bias against variance, each dispatch × correction")
+    y = np.arange(len(rows))
+    ax2.barh(y, [r[3] for r in rows], color=colors)
+    short = [
+        f"{i + 1}. "
+        + r[0].replace("async N/B = 2: ", "async: ").replace("first 4 of 8: ", "first-k: ")
+        for i, r in enumerate(rows)
+    ]
+    ax2.set_yticks(y, short, fontsize=9)
+    ax2.invert_yaxis()
+    ax2.axvline(0.0, color="0.3", linewidth=1)
+    ax2.set_xlabel("bias along ∇E[L] ÷ ‖∇J‖ (< 0: shorter)")
+    ax2.set_title("Which way the bias pushes the length")
+    from matplotlib.patches import Patch
+
+    legend_below(
+        fig,
+        [
+            Patch(color=COLORS[0], label="on-policy"),
+            Patch(color=COLORS[1], label="first k of n"),
+            Patch(color=COLORS[2], label="async, stale behaviour + correction"),
+            Patch(color=COLORS[3], label="async, staleness mask"),
+        ],
+        ncol=4,
+    )
+    section.figure(
+        fig,
+        "bias-variance",
+        "Left: each dispatch × correction at the fixed policy, its exact relative bias against "
+        "the exact trace of its batch covariance (numbers as in the table's rows; an unbiased "
+        "estimator sits at the left edge). Right: the bias's component along ∇E[L]: negative "
+        "bars push the policy towards shorter outputs.",
+    )
+
+    progress("closed forms against simulations at the fixed policy")
+    pairs = (
+        _first_k_checks(section, config, q, pol)
+        + _async_checks(section, config, q, pol)
+        + _lag_checks(section, config, q, pol)
+    )
+    fig, (ax,) = new_figure(1, width=9.8, height=4.4)
+    x = np.arange(len(pairs))
+    ax.plot(
+        x,
+        [p[1] for p in pairs],
+        color="black",
+        marker="_",
+        markersize=18,
+        linestyle="none",
+        markeredgewidth=2.5,
+        label="closed form",
+    )
+    ax.errorbar(
+        x,
+        [p[2] for p in pairs],
+        yerr=[2 * p[3] for p in pairs],
+        fmt="o",
+        color=COLORS[0],
+        ms=4,
+        capsize=2,
+        label="simulation (±2 SE)",
+    )
+    ax.set_xticks(x, [p[0] for p in pairs], rotation=35, ha="right", fontsize=9)
+    ax.set_ylabel("E ĝ component ÷ ‖∇J‖")
+    ax.set_title("Expected gradient: closed form against refimpl.sim batches")
+    ax.legend(loc="best")
+    section.figure(
+        fig,
+        "closed-vs-sim",
+        "Each component of the expected batch gradient at the fixed policy: the exact value "
+        "(black) against the mean over simulated batches (dots, ±2 SE): first 4 of 8 (uncorrected, "
+        "HT, Hájek) and continuous dispatch on 32 slots, batch 16, without a mask (steady state: "
+        "the on-policy gradient) and with the mask at η = 0 and 1 (fluid model); last, a policy path "
+        f"that moves {fmt(LAG)} per version along ∇J replayed through the simulator (stale "
+        "behaviours, uncorrected and token TIS) against the fluid model of a moving policy.",
+    )
+
+    progress("training runs through the simulator")
+    steps = 30 if config.quick else 100
+    slots, batch = 16, 8
+    plan: list[tuple[str, dict[str, Any]]] = [
+        ("sync", {"mode": "sync", "slots": slots, "batch": slots}),
+        ("async, uncorrected", {"correction": "none"}),
+        ("async + sequence IS", {"correction": "sequence_is"}),
+        ("async + token TIS", {"correction": "token_tis"}),
+    ]
+    if not config.quick:
+        plan += [
+            ("async + sequence TIS", {"correction": "sequence_tis"}),
+            ("async + geometric", {"correction": "geometric"}),
+            ("async + IcePop", {"correction": "icepop"}),
+            ("async + decoupled PPO", {"correction": "decoupled_ppo"}),
+            (
+                "async, partial (keep KV) + token TIS",
+                {"partial": "keep_kv", "correction": "token_tis"},
+            ),
+        ]
+    plan += [(f"async, mask η = {e}", {"eta": e}) for e in ((0, 1) if config.quick else (0, 1, 2))]
+    runs: list[_Run] = []
+    for i, (label, kw) in enumerate(plan):
+        args = {"slots": slots, "batch": batch, "steps": steps, **kw}
+        runs.append(_train(label, config, q, THETA0, index=i, **args))
+    j0 = float(runs[0].reward[0])
+    target = j0 + TARGET_SHARE * (j_star - j0)
+    section.table(
+        "training",
+        f"Where each run ends after {steps} trainer steps (N = {slots} slots, B = {batch}; sync "
+        f"trains all {slots} of each step), from E[L] = {fmt(runs[0].length[0])}, J = {fmt(j0)}; "
+        f"the on-policy optimum of the family is ℓ* = {l_star}, J* = {fmt(j_star)}",
+        (
+            "run",
+            "final E[L]",
+            "final J",
+            "J* − J",
+            "simulated time",
+            f"time to J ≥ {fmt(target)}",
+            "mean staleness",
+            "kept fraction",
+        ),
+        [
+            (
+                r.label,
+                float(r.length[-1]),
+                float(r.reward[-1]),
+                j_star - float(r.reward[-1]),
+                float(r.time[-1]),
+                _time_to(r, target),
+                r.staleness,
+                r.kept,
+            )
+            for r in runs
+        ],
+        note="E[L] and J are exact for the trained parameters of each version; one seeded run each.",
+    )
+    stuck = [r.label for r in runs if float(r.reward[-1]) < target]
+    section.metric("runs_below_target", stuck)
+    if stuck:
+        section.text(
+            f"**Runs that did not reach J ≥ {fmt(target)}:** {', '.join(stuck)}. A tight mask "
+            "trains only the rollouts that finish within η + 1 versions, the short ones: the "
+            "length bias it creates can hold a policy that must learn to think longer at short "
+            "outputs (one seeded run: a measurement of this toy, not a law)."
+        )
+    section.metric("optimum", {"length": l_star, "reward": j_star})
+    fig, flat = new_figure(2, nrows=2, height=7.6)
+    panels = [flat[:2], flat[2:]]
+    axes_spec = (("steps", "trainer steps"), ("time", "simulated time (tokens)"))
+    for row, (xkey, xlabel) in enumerate(axes_spec):
+        a1, a2 = panels[row]
+        for i, r in enumerate(runs):
+            xs = getattr(r, xkey)
+            style = "--" if "mask" in r.label else "-"
+            color = COLORS[i % len(COLORS)]
+            a1.plot(xs, r.length, style, color=color, linewidth=1.4, label=r.label)
+            a2.plot(xs, r.reward, style, color=color, linewidth=1.4)
+        a1.axhline(l_star, color="black", linestyle=":", linewidth=1.2)
+        a2.axhline(j_star, color="black", linestyle=":", linewidth=1.2)
+        for ax in (a1, a2):
+            ax.set_xlabel(xlabel)
+        a1.set_ylabel("E_θ[L] (exact)")
+        a2.set_ylabel("J(θ) (exact)")
+        a1.set_title(f"Mean length against {xlabel.split(' (')[0]}")
+        a2.set_title(f"Expected reward against {xlabel.split(' (')[0]}")
+    handles, _ = panels[0][0].get_legend_handles_labels()
+    legend_below(fig, handles, ncol=4)
+    section.figure(
+        fig,
+        "training",
+        f"Training the toy policy on the simulator's batches: exact E_θ[L] and J(θ) of each "
+        f"version against trainer steps (top) and simulated time (bottom); dotted: the on-policy "
+        f"optimum ℓ* = {l_star}, J* = {fmt(j_star)}; dashed: the staleness masks.",
+    )
+
+    progress("when asynchrony is not worth it, measured")
+    laws: list[tuple[str, NDArray[np.float64]]] = [("short start (E[L] ≈ 3.7)", THETA0)]
+    if not config.quick:
+        laws.append(("heavy-tailed start", np.array([-2.5, 1.5])))
+    ratios = (4,) if config.quick else (1, 2, 4)
+    worth_rows: list[tuple[Any, ...]] = []
+    index = 100
+    for law_name, th0 in laws:
+        for r_nb in ratios:
+            n_slots = batch * r_nb
+            sync_run = _train(
+                "sync",
+                config,
+                q,
+                th0,
+                index=index,
+                mode="sync",
+                slots=n_slots,
+                batch=n_slots,
+                steps=steps,
+            )
+            index += 1
+            j_start = float(sync_run.reward[0])
+            tgt = j_start + TARGET_SHARE * (j_star - j_start)
+            t_sync = _time_to(sync_run, tgt)
+            best = ("none", float("inf"))
+            times: dict[str, float] = {}
+            for label, kw in (
+                ("uncorrected", {}),
+                ("sequence TIS", {"correction": "sequence_tis"}),
+                ("mask η = 1", {"eta": 1}),
+            ):
+                a_run = _train(
+                    label,
+                    config,
+                    q,
+                    th0,
+                    index=index,
+                    slots=n_slots,
+                    batch=batch,
+                    steps=steps * r_nb,
+                    **kw,
+                )
+                index += 1
+                times[label] = _time_to(a_run, tgt)
+                if times[label] < best[1]:
+                    best = (label, times[label])
+            speed = t_sync / best[1] if np.isfinite(best[1]) else 0.0
+            worth_rows.append(
+                (
+                    law_name,
+                    float(r_nb),
+                    float(sync_run.length[0]),
+                    t_sync,
+                    times["uncorrected"],
+                    times["sequence TIS"],
+                    times["mask η = 1"],
+                    best[0],
+                    speed,
+                    (tgt - j_start) / best[1] if np.isfinite(best[1]) else 0.0,
+                    (tgt - j_start) / t_sync if np.isfinite(t_sync) else 0.0,
+                    verdict(speed),
+                )
+            )
+    section.table(
+        "worth",
+        f"Expected reward reached per unit of simulated time: the time each dispatch needs to go "
+        f"{fmt(100 * TARGET_SHARE)}% of the way from J(θ0) to J*, synchronous (all N slots per "
+        f"step) against asynchronous (B = {batch}) with each correction, and the verdict",
+        (
+            "start",
+            "N/B",
+            "E[L] at start",
+            "time, sync",
+            "time, async uncorrected",
+            "time, async + sequence TIS",
+            "time, async mask η = 1",
+            "best async",
+            "speedup sync ÷ best async (×)",
+            "reward gain per time, best async",
+            "reward gain per time, sync",
+            "verdict",
+        ),
+        worth_rows,
+        note=(
+            f"Verdict: asynchrony is worth it when its best correction reaches the target at least "
+            f"{MARGIN}× sooner than synchronous dispatch; inf: not reached within the run. One "
+            f"seeded run per cell: the verdict measures this toy, not a law."
+        ),
+    )
+    verdicts = [r[-1] for r in worth_rows]
+    section.headline(
+        f"Learning: first-k's uncorrected gradient has cosine {fmt(fk[1])} to ∇J and pushes "
+        f"towards shorter outputs; IPW removes the bias exactly; measured, asynchrony is "
+        f"{'worth it' if all(v == 'worth it' for v in verdicts) else 'not always worth it'} "
+        f"({sum(v == 'worth it' for v in verdicts)}/{len(verdicts)} cells)."
+    )
