@@ -315,6 +315,16 @@ def _as_clamp(log_ratio_clamp: Any) -> float:
     )
 
 
+def _as_clamp_at(clamp_at: Any) -> str:
+    out: str = _as_choice(
+        clamp_at,
+        name="clamp_at",
+        choices=("level", "token"),
+        fix="Pass clamp_at='level' (clamp the sum or mean) or 'token' (clamp each token).",
+    )
+    return out
+
+
 def _as_lower(lower: Any) -> float:
     if lower is None:
         return 0.0
@@ -861,6 +871,7 @@ def truncated_is_weights(
     lower: float | None = None,
     log_ratio_clamp: float | None = None,
     nonfinite: NonFinite = "error",
+    clamp_at: Literal["level", "token"] = "level",
 ) -> NDArray[np.float64]:
     r"""Truncated importance weights (TIS) at token, sequence or geometric level.
 
@@ -894,6 +905,9 @@ def truncated_is_weights(
     nonfinite : {"error", "one"}
         ``"one"``: a non-finite log-ratio (NaN, or an infinite log-probability) counts as 0,
         ratio 1 (AReaL); ``"error"`` (default) rejects it.
+    clamp_at : {"level", "token"}
+        Where ``log_ratio_clamp`` applies at the sequence levels: to the sum or mean (default,
+        SkyRL, verl's IS weights) or to each token before aggregating (verl's ``seq_*_k1``).
 
     Returns
     -------
@@ -948,6 +962,8 @@ def truncated_is_weights(
     if lvl == "token":
         w = np.maximum(_capped_exp(np.clip(d, -clamp, clamp), cap_value), low)
         return np.where(m > 0, w, 0.0)
+    if _as_clamp_at(clamp_at) == "token":
+        d, clamp = np.clip(d, -clamp, clamp), math.inf
     total = np.clip(_sequence_log_ratio(d, m, lvl), -clamp, clamp)
     return np.asarray(np.maximum(_capped_exp(total, cap_value), low), dtype=np.float64)
 
@@ -964,6 +980,7 @@ def masked_is_weights(
     weight: Literal["ratio", "indicator", "token", "geometric"] = "ratio",
     log_ratio_clamp: float | None = None,
     nonfinite: NonFinite = "error",
+    clamp_at: Literal["level", "token"] = "level",
 ) -> NDArray[np.float64]:
     r"""Masked importance weights (MIS / IcePop): ratios outside ``[α, β]`` are dropped, not clipped.
 
@@ -999,6 +1016,9 @@ def masked_is_weights(
         before ``exp`` (verl and SkyRL: 20).
     nonfinite : {"error", "one"}
         ``"one"``: a non-finite log-ratio counts as ratio 1 (AReaL); ``"error"`` rejects it.
+    clamp_at : {"level", "token"}
+        Where ``log_ratio_clamp`` applies at the sequence levels: the sum or mean (default), or
+        each token before aggregating (verl's ``seq_sum_k1`` / ``seq_mean_k1``).
 
     Returns
     -------
@@ -1071,6 +1091,8 @@ def masked_is_weights(
         fix="Pass weight='ratio', 'indicator', 'token' or 'geometric'.",
     )
     clamp = _as_clamp(log_ratio_clamp)
+    if lvl != "token" and _as_clamp_at(clamp_at) == "token":
+        d, clamp = np.clip(d, -clamp, clamp), math.inf
     z = np.clip(d if lvl == "token" else _sequence_log_ratio(d, m, lvl), -clamp, clamp)
     statistic = z if on == "ratio" else -z
     keep = (statistic >= log_lo) & (statistic <= log_hi)

@@ -11,6 +11,7 @@ every comparison uses a tolerance derived from the dtype and the operation
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import json
@@ -174,6 +175,8 @@ class ConformanceReport:
         In the spec's check order.
     array : str
         The candidate's array library and dtype, e.g. ``"torch float32"``.
+    assumed : str
+        The source of the ``assume=`` predicate that restricted the draws (empty: none).
     conventions : dict
         Every convention key of the spec with the value the run used.
     """
@@ -183,6 +186,7 @@ class ConformanceReport:
     results: tuple[CheckResult, ...] = field(default_factory=tuple)
     array: str = "numpy float64"
     conventions: dict[str, Any] = field(default_factory=dict)
+    assumed: str = ""
 
     @property
     def ok(self) -> bool:
@@ -212,6 +216,8 @@ class ConformanceReport:
         tally = ", ".join(f"{v} {k}" for k, v in counts.items())
         lines = [f"refimpl conformance of {self.candidate} to spec {self.spec!r}: {tally}"]
         lines.append(f"  candidate arrays: {self.array}; conventions: {self.conventions}")
+        if self.assumed:
+            lines.append(f"  draws restricted by assume: {self.assumed}")
         lines += [f"  {r.status:8s} {r.id}" for r in self.results]
         details = [r.render() for r in self.results if r.status not in ("passed", "skipped")]
         return "\n".join(lines + (["", *details] if details else []))
@@ -381,13 +387,22 @@ def _calls_source(calls: Sequence[Call]) -> str:
     return "calls = [\n" + "\n".join(rows) + "\n]"
 
 
+def _size(calls: list[Call]) -> int:
+    """The number of array elements in the calls."""
+    total = 0
+    for args, kwargs in calls:
+        for v in (*args, *kwargs.values()):
+            total += int(np.size(v)) if isinstance(v, np.ndarray) else 1
+    return total
+
+
 class _InvalidExample(Exception):
     """The reference rejects the inputs as the candidate saw them (e.g. rounded below a bound)."""
 
 
 @dataclass(frozen=True)
 class _Outcome:
-    kind: Literal["failed", "raised"]
+    kind: Literal["failed", "raised", "invalid"]
     message: str
 
 
@@ -402,7 +417,9 @@ class _Runner:
         bridge: ArrayBridge,
         conventions: dict[str, Any],
         override: Tolerance | None,
+        assume: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
+        self.assume = assume
         self.candidate = candidate
         self.spec = spec
         self.check = check
@@ -432,6 +449,16 @@ class _Runner:
                 raw.append(self.candidate(*given[0], **given[1]))
         return seen, raw
 
+    def _reference_rejects(self, calls: list[Call], conv: Mapping[str, Any]) -> bool:
+        """True when the reference refuses the inputs as the candidate saw them (a candidate
+        that raises there is not wrong: e.g. an overflow that refimpl refuses as well)."""
+        for args, kwargs in calls:
+            try:
+                self.spec.expected((self.bridge.seen(args), self.bridge.seen(kwargs)), conv)
+            except (ValueError, TypeError):
+                return True
+        return False
+
     def evaluate(
         self,
         calls: list[Call],
@@ -441,6 +468,8 @@ class _Runner:
         reraise: bool = False,
     ) -> _Outcome | None:
         conv = dict(self.conventions if conventions is None else conventions)
+        if self.assume is not None and not all(self.assume(dict(kw)) for _, kw in calls):
+            return _Outcome("invalid", "outside the domain declared by assume=")
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             try:
@@ -448,6 +477,8 @@ class _Runner:
             except Exception as exc:
                 if reraise:
                     raise
+                if self._reference_rejects(calls, conv):
+                    return _Outcome("invalid", "the reference rejects these inputs too")
                 return _Outcome("raised", f"the candidate raised {type(exc).__name__}: {exc}")
             try:
                 found = [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]
@@ -477,8 +508,8 @@ class _Runner:
             )
             try:
                 self.check.function(case)
-            except _InvalidExample:
-                return None
+            except _InvalidExample as exc:
+                return _Outcome("invalid", str(exc))
             except AssertionError as exc:
                 return _Outcome("failed", str(exc).strip() or "assertion failed")
             except Exception as exc:
@@ -490,7 +521,7 @@ class _Runner:
 
     def fails(self, calls: list[Call]) -> bool:
         outcome = self.evaluate(calls)
-        if outcome is None:
+        if outcome is None or outcome.kind == "invalid":
             return False
         if self.kind is None:
             self.kind = outcome.kind
@@ -653,6 +684,13 @@ def reproduce(
         candidate, the_spec, the_spec.check(check), bridge, resolved, _override(rtol, atol)
     )
     outcome = runner.evaluate(calls, printer=print, reraise=True)
+    if outcome is not None and outcome.kind == "invalid":
+        raise invalid(
+            "calls",
+            "be inputs that the reference accepts as the candidate sees them",
+            calls,
+            f"refimpl rejects them: {outcome.message}",
+        )
     if outcome is not None:
         raise ConformanceError(outcome.message)
 
@@ -667,6 +705,7 @@ def check_conformance(
     setup: str | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    assume: Callable[[dict[str, Any]], bool] | None = None,
     expected_failures: Mapping[str, str] | Iterable[str] | None = None,
     max_examples: int = 100,
     checks: Iterable[str] | None = None,
@@ -710,6 +749,10 @@ def check_conformance(
         runs it first too.
     rtol, atol : float, optional
         Replace the derived tolerance by ``atol + rtol·|expected|`` in every comparison.
+    assume : callable, optional
+        ``assume(kwargs) -> bool`` on the keyword arguments of each drawn call (numpy values):
+        draws where it is False are not used, for a candidate that deliberately refuses part of
+        the domain (e.g. ``lambda kw: kw["low"] > 0``). The report's ``assumed`` says so.
     expected_failures : mapping or iterable of str, optional
         Checks that are known to fail, as ``{name: reason}`` or names (short or ``"spec.name"``).
         A declared failure that fails is ``xfailed``; one that passes is ``xpassed`` and makes the
@@ -823,14 +866,19 @@ def check_conformance(
                 )
             )
             continue
-        runner = _Runner(func, the_spec, check, bridge, resolved, override)
+        runner = _Runner(func, the_spec, check, bridge, resolved, override, assume)
         try:
             example = find(check.strategy(resolved), runner.fails, settings=config)
         except NoSuchExample:
             status: Status = "xpassed" if reason else "passed"
             results.append(CheckResult(**common, status=status, reason=reason))
             continue
+        if check.small is not None and _size(example) > 256:
+            with contextlib.suppress(NoSuchExample):  # only long inputs fail: keep the long one
+                example = find(check.small(resolved), runner.fails, settings=config)
         outcome = runner.evaluate(example)
+        if outcome is not None and outcome.kind == "invalid":
+            outcome = None
         message = outcome.message if outcome is not None else "the failure did not repeat"
         if outcome is not None and outcome.kind == "failed" and "conventions=" not in message:
             hint = runner.explain(example)
@@ -854,7 +902,17 @@ def check_conformance(
         results=tuple(results),
         array=bridge.describe(),
         conventions=resolved,
+        assumed=_describe(assume),
     )
+
+
+def _describe(assume: Callable[..., Any] | None) -> str:
+    if assume is None:
+        return ""
+    try:
+        return textwrap.dedent(inspect.getsource(assume)).strip()
+    except (OSError, TypeError):
+        return repr(assume)
 
 
 def _expected(

@@ -78,6 +78,9 @@ class Check:
     function: Callable[[Case], None]
     #: ``None`` when the check applies under the conventions, else why it does not.
     applies: Callable[[Conventions], str | None] = field(default=lambda c: None)
+    #: short draws only: tried again when the counterexample found is large (T = 4096), since
+    #: the shrinker does not move between the branches of a mixed strategy
+    small: Callable[[Conventions], st.SearchStrategy[list[Call]]] | None = None
 
 
 @dataclass(frozen=True)

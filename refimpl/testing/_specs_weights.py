@@ -66,6 +66,14 @@ EMPTY_ROWS = Convention(
     "mask do)",
     who="excluded: verl's compute_rollout_rejection_mask (raises on an all-padding mask)",
 )
+EMPTY_BATCH = Convention(
+    "empty_batch",
+    "drawn",
+    ("drawn", "excluded"),
+    "a batch that is padding everywhere: drawn, or never drawn (every batch keeps a real token; "
+    "single all-padding rows are still drawn unless empty_rows='excluded')",
+    who="excluded: verl 0.9.1 (raises 'response_mask must contain at least one valid token')",
+)
 INPUTS = Convention(
     "inputs",
     "logprobs",
@@ -126,6 +134,13 @@ AGGREGATE = Convention(
     "a sequence's log-ratio: the sum (product of ratios) or the mean (geometric mean)",
     who="mean: AReaL agg='mean', SkyRL geometric, verl seq_mean_*",
 )
+CLAMP_AT = Convention(
+    "clamp_at",
+    "level",
+    ("level", "token"),
+    "where log_ratio_clamp applies at a sequence level: the sum or mean, or each token first",
+    who="token: verl's seq_sum_k1 / seq_mean_k1 rejection; level: SkyRL, verl's IS weights",
+)
 ABOVE_CAP = Convention(
     "above_cap",
     "mask",
@@ -136,7 +151,7 @@ ABOVE_CAP = Convention(
 
 
 def _conventions(family: Family, level: Level) -> tuple[Convention, ...]:
-    common = (PADDING, CLAMP, NONFINITE, INPUTS, LAYOUT, COMPUTE, EMPTY_ROWS)
+    common = (PADDING, CLAMP, NONFINITE, INPUTS, LAYOUT, COMPUTE, EMPTY_ROWS, EMPTY_BATCH)
     if family == "tis":
         own: tuple[Convention, ...] = (LOWER,)
     elif family == "mis":
@@ -151,6 +166,7 @@ def _conventions(family: Family, level: Level) -> tuple[Convention, ...]:
                 AGGREGATE.key, default, AGGREGATE.choices, AGGREGATE.meaning, who=AGGREGATE.who
             ),
             OUTPUT,
+            CLAMP_AT,
         )
     return common + own
 
@@ -261,6 +277,8 @@ def _padded_draw(
         lengths = np.asarray(
             draw(st.lists(st.integers(low, time), min_size=batch, max_size=batch)), dtype=np.int64
         )
+        if conv["empty_batch"] == "excluded" and lengths.max() == 0:
+            lengths[0] = 1
         if conv["nonfinite"] == "one":
             bad = draw(hnp.arrays(np.bool_, (batch, time)))
             which = draw(st.sampled_from([-np.inf, np.nan, np.inf]))
@@ -352,6 +370,8 @@ def _reference_kwargs(fam: _Family, conv: Conventions, params: dict[str, Any]) -
         kw.update(cap=params["cap"], above_cap=conv["above_cap"], lower=conv["lower"])
     if fam.family != "ppo":
         kw["level"] = fam.effective_level(conv)
+    if fam.level != "token":
+        kw["clamp_at"] = conv["clamp_at"]
     return kw
 
 
@@ -407,7 +427,11 @@ def _log_ratio(call: Call, conv: Conventions) -> tuple[Array, Array]:
     target, behavior, mask, _ = _from_call(call, conv)
     with np.errstate(invalid="ignore"):
         d = target - behavior
-    return np.where(np.isfinite(d), d, 0.0), mask
+    d = np.where(np.isfinite(d), d, 0.0)
+    c = conv["log_ratio_clamp"]
+    if c is not None and conv.get("clamp_at") == "token":
+        d = np.clip(d, -c, c)
+    return d, mask
 
 
 def _statistic_error(level: Level, call: Call, conv: Conventions) -> tuple[Array, Array]:
@@ -492,7 +516,7 @@ def _ratio(fam: _Family, case: Case, i: int = 0) -> Array:
         level = "geometric"
     statistic, _ = _statistic_error(level, call, conv)
     c = conv["log_ratio_clamp"]
-    if c is not None:
+    if c is not None and (level == "token" or conv.get("clamp_at") != "token"):
         statistic = np.clip(statistic, -c, c)
     with np.errstate(over="ignore"):
         ratio = np.exp(np.minimum(statistic, 709.0))
@@ -675,6 +699,7 @@ def _common_checks(fam: _Family) -> list[Check]:
             "conventions (an entry within rounding of a band edge may be kept or dropped)",
             _mixed_calls(fam),
             _agrees(fam),
+            small=_calls(fam, max_abs=1000.0),
         ),
         Check(
             "on_policy_weight_is_one",

@@ -1,15 +1,21 @@
 r"""Documented tolerances for comparing an implementation with the reference.
 
-Two families, because the two ways of checking see different numbers:
+The conformance suite (:func:`refimpl.testing.check_conformance`, the pytest plugin) and
+``refimpl check --dtype`` derive each comparison's tolerance from the candidate's dtype and the
+operation: ``|ŷ − y| <= SAFETY·u·condition + tiny``, with ``u`` the unit roundoff of the dtype
+(:data:`UNIT_ROUNDOFF`), the condition of the operation on these inputs (the derivation of each is
+in the API reference, "Derived tolerances"), and ``tiny`` the dtype's smallest normal number
+(:func:`smallest_normal`). The tables below are fixed tolerances:
 
-- :data:`FUNCTION`: a float64 candidate called in-process by :func:`refimpl.testing.check_conformance`
-  and by the pytest plugin. Another correct float64 formula (``exp(a)/exp(b)`` for ``exp(a − b)``, a
-  binomial sum for a regularised incomplete beta, another summation order in V-trace) differs from the
-  reference by a few ulp to ``~1e-12``; a real bug differs by far more.
-- :data:`TRACE`: values a trainer *logged*, typically computed in float32 on an accelerator and
-  written with 7–9 significant digits. Masks and staleness are integers and compared exactly.
+- :data:`FUNCTION`: float64 values compared in-process by downstream tests. Another correct
+  float64 formula (``exp(a)/exp(b)`` for ``exp(a − b)``, a binomial sum for a regularised
+  incomplete beta, another summation order in V-trace) differs from the reference by a few ulp to
+  ``~1e-12``; a real bug differs by far more.
+- :data:`TRACE`: the default of ``refimpl check`` without ``--dtype``: values a trainer *logged*,
+  typically computed in float32 on an accelerator and written with 7–9 significant digits. Masks
+  and staleness are integers and compared exactly.
 
-A value ``found`` agrees with ``expected`` when
+A value ``found`` agrees with ``expected`` under a :class:`Tolerance` when
 
 .. math::
 
@@ -151,6 +157,26 @@ FUNCTION: dict[str, Tolerance] = {
     "tis": Tolerance(rtol=1e-9, atol=0.0),
     "masked_is": Tolerance(rtol=1e-9, atol=0.0),
     "vtrace": Tolerance(rtol=1e-9, atol=1e-9),
+    **{
+        name: Tolerance(rtol=1e-9, atol=1e-12)
+        for name in (
+            "tis_sequence",
+            "tis_geometric",
+            "masked_is_sequence",
+            "masked_is_geometric",
+            "decoupled_ppo",
+            "staleness_decay",
+            "effective_sample_size",
+            "masking_diagnostics",
+            "shaped_reward",
+            "dapo_overlong",
+            "kimi_length_reward",
+            "cosine_length_reward",
+            "l1_exact",
+            "l1_max",
+        )
+    },
+    "admission_capacity": EXACT,
 }
 
 #: Logged traces checked by ``refimpl check`` (float32 accelerator arithmetic), by spec name.
@@ -161,6 +187,23 @@ TRACE: dict[str, Tolerance] = {
     "staleness": EXACT,
     "tis": Tolerance(rtol=1e-5, atol=1e-8),
     "masked_is": Tolerance(rtol=1e-5, atol=1e-8),
+    **{
+        name: Tolerance(rtol=1e-5, atol=1e-8)
+        for name in (
+            "tis_sequence",
+            "tis_geometric",
+            "masked_is_sequence",
+            "masked_is_geometric",
+            "decoupled_ppo",
+            "staleness_decay",
+            "shaped_reward",
+            "dapo_overlong",
+            "cosine_length_reward",
+            "l1_exact",
+            "l1_max",
+        )
+    },
+    "admission_capacity": EXACT,
 }
 
 
