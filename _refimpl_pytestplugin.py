@@ -4,6 +4,8 @@ Kept as a top-level module, like Hypothesis's ``_hypothesis_pytestplugin``, so t
 imports nothing from refimpl (nor numpy/scipy/hypothesis) unless the user asks for a conformance run::
 
     pytest --refimpl-target=mypkg.ops:staleness_mask --refimpl-spec=staleness_mask \
+           [--refimpl-xp=torch] [--refimpl-dtype=float32] [--refimpl-convention=KEY=VALUE ...] \
+           [--refimpl-rtol=R] [--refimpl-atol=A] \
            [--refimpl-xfail=CHECK[:reason] ...] [--refimpl-max-examples=N] \
            [--refimpl-only] [--refimpl-report=conformance.json]
 
@@ -35,6 +37,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--refimpl-spec",
         metavar="NAME",
         help="the spec it implements (refimpl.testing.spec_names()), e.g. staleness_mask",
+    )
+    group.addoption(
+        "--refimpl-xp",
+        metavar="LIBRARY",
+        help="the target's array library: numpy (default), torch, jax.numpy",
+    )
+    group.addoption(
+        "--refimpl-dtype",
+        metavar="DTYPE",
+        help="the dtype of its inputs: float64 (default), float32, bfloat16, float16",
+    )
+    group.addoption(
+        "--refimpl-convention",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="declare a convention (repeat); refimpl.testing.conventions(spec) lists them",
+    )
+    group.addoption(
+        "--refimpl-rtol",
+        type=float,
+        metavar="R",
+        help="replace the tolerance derived from the dtype by atol + rtol·|expected|",
+    )
+    group.addoption(
+        "--refimpl-atol",
+        type=float,
+        metavar="A",
+        help="see --refimpl-rtol",
     )
     group.addoption(
         "--refimpl-xfail",
@@ -93,7 +124,54 @@ def pytest_configure(config: pytest.Config) -> None:
         declared[name] = reason.strip() or "declared with --refimpl-xfail"
     if config.getoption("--refimpl-max-examples") < 1:
         raise pytest.UsageError("--refimpl-max-examples must be >= 1")
-    config.stash[_KEY] = {"target": target, "spec": spec, "declared": declared, "results": []}
+    from refimpl.testing import conventions as spec_conventions
+
+    known = {c.key: c for c in spec_conventions(spec)}
+    declared_conventions: dict[str, Any] = {}
+    for item in config.getoption("--refimpl-convention"):
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or key not in known:
+            raise pytest.UsageError(
+                f"--refimpl-convention must be KEY=VALUE with a key of spec {spec!r} "
+                f"({', '.join(known) or 'none'}); got {item!r}"
+            )
+        declared_conventions[key] = _convention_value(text.strip(), known[key].choices)
+    options = {
+        "xp": config.getoption("--refimpl-xp"),
+        "dtype": config.getoption("--refimpl-dtype"),
+        "conventions": declared_conventions,
+        "rtol": config.getoption("--refimpl-rtol"),
+        "atol": config.getoption("--refimpl-atol"),
+    }
+    try:
+        from refimpl.testing._arrays import ArrayBridge
+
+        ArrayBridge(options["xp"], options["dtype"])
+        from refimpl.testing._conformance import _override, _spec
+
+        _spec(spec).resolve(declared_conventions)
+        _override(options["rtol"], options["atol"])
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"refimpl: {exc}") from None
+    config.stash[_KEY] = {
+        "target": target,
+        "spec": spec,
+        "declared": declared,
+        "results": [],
+        "options": options,
+    }
+
+
+def _convention_value(text: str, choices: tuple[Any, ...]) -> Any:
+    """A convention value from the command line: one of the choices by its text, else a number."""
+    for choice in choices:
+        if str(choice) == text:
+            return choice
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -166,6 +244,7 @@ class RefimplCheckItem(pytest.Item):
             checks=[self.check],
             expected_failures={self.check: reason} if reason else None,
             max_examples=self.config.getoption("--refimpl-max-examples"),
+            **state["options"],
         )
         (result,) = report.results
         state["results"].append(result.to_dict())

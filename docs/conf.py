@@ -60,6 +60,7 @@ nitpicky = False
 # Public modules whose ``__all__`` must be documented in the API reference; the flat names of
 # ``refimpl.__all__`` count when documented as ``refimpl.NAME`` or under their defining module.
 PUBLIC_SUBMODULES = [
+    "refimpl.frameworks",
     "refimpl.learning",
     "refimpl.sim",
     "refimpl.sim.agent",
@@ -85,6 +86,19 @@ def _generate_derivations(app: Sphinx) -> None:
         page = out / f"{name.split('.')[-1]}.md"
         if not page.exists() or page.read_text() != text:
             page.write_text(text)
+
+
+def _generate_conformance_matrix(app: Sphinx) -> None:
+    """Write docs/conformance-matrix.md from the committed docs/conformance-matrix.json."""
+    import json
+
+    from refimpl.frameworks._matrix import render_markdown
+
+    source = Path(app.srcdir) / "conformance-matrix.json"
+    page = Path(app.srcdir) / "conformance-matrix.md"
+    text = render_markdown(json.loads(source.read_text(encoding="utf-8")))
+    if not page.exists() or page.read_text(encoding="utf-8") != text:
+        page.write_text(text, encoding="utf-8")
 
 
 def _check_api_documented(app: Sphinx, env: Any) -> None:
@@ -229,6 +243,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.set_html_assets_policy("always")
     app.connect("autodoc-process-docstring", _link_claim_ids)
     app.connect("builder-inited", _generate_derivations)
+    app.connect("builder-inited", _generate_conformance_matrix)
     app.connect("source-read", _check_plot_prefixes)
     app.connect("source-read", _link_citations_in_pages)
     app.connect("env-check-consistency", _check_api_documented)

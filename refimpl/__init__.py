@@ -27,21 +27,24 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 #: The modules whose ``__all__`` make up the flat API, in the order of ``refimpl.__all__``.
-_FLAT = ("dispatch", "staleness", "frameworks", "effort", "penalties", "errors")
+#: ``refimpl.frameworks`` contributes only its staleness translations (``frameworks._staleness``);
+#: its adapters stay under ``refimpl.frameworks``.
+_FLAT = ("dispatch", "staleness", "frameworks._staleness", "effort", "penalties", "errors")
 
 if TYPE_CHECKING:  # what the type checker and readers see; at run time __getattr__ loads them
-    from refimpl import dispatch, effort, errors, frameworks, penalties, staleness
+    from refimpl import dispatch, effort, errors, penalties, staleness
     from refimpl.dispatch import *
     from refimpl.effort import *
     from refimpl.errors import *
-    from refimpl.frameworks import *
+    from refimpl.frameworks import _staleness
+    from refimpl.frameworks._staleness import *
     from refimpl.penalties import *
     from refimpl.staleness import *
 
     __all__ = [
         *dispatch.__all__,
         *staleness.__all__,
-        *frameworks.__all__,
+        *_staleness.__all__,
         *effort.__all__,
         *penalties.__all__,
         *errors.__all__,
@@ -58,7 +61,13 @@ def _load_flat() -> None:
     globals()["__all__"] = names
 
 
+#: Subpackages reachable as attributes after ``import refimpl``, imported on first use.
+_SUBPACKAGES = ("testing", "sim", "lab", "sweep")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"refimpl.{name}")
     if name == "__all__" or not name.startswith("__"):
         _load_flat()  # imports the submodules, which also binds them as attributes of refimpl
         if name in globals():

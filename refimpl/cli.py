@@ -32,14 +32,42 @@ __all__ = ["full_parser", "main"]
 class _Command(NamedTuple):
     module: str
     summary: str
+    extra: str  # the optional dependencies it needs: pip install 'refimpl[EXTRA]'
 
 
 COMMANDS: dict[str, _Command] = {
-    "lab": _Command("refimpl.lab.cli", "run the whole lab and write a report (the main job)"),
-    "simulate": _Command("refimpl.sim.cli", "simulate the asynchronous rollout queue"),
-    "check": _Command("refimpl.testing.check_cli", "check a logged trace against the reference"),
-    "sweep": _Command("refimpl.sweep.cli", "run a parameter sweep on a local pool or Dask"),
+    "lab": _Command(
+        "refimpl.lab.cli", "run the whole lab and write a report (the main job)", "lab"
+    ),
+    "simulate": _Command("refimpl.sim.cli", "simulate the asynchronous rollout queue", "sim"),
+    "check": _Command(
+        "refimpl.testing.check_cli", "check a logged trace against the reference", "trace"
+    ),
+    "sweep": _Command(
+        "refimpl.sweep.cli", "run a parameter sweep on a local pool or Dask", "sweep"
+    ),
+    "conformance": _Command(
+        "refimpl.frameworks.cli",
+        "rerun the conformance matrix on the installed frameworks and print what changed",
+        "all",  # needs no extra of refimpl: torch and the frameworks, which it names itself
+    ),
 }
+
+#: Packages of the extras (pyproject's optional-dependencies), by import name.
+_OPTIONAL = frozenset({"matplotlib", "pyarrow", "tqdm", "dask", "distributed", "pandas"})
+
+
+def _missing_extra(name: str, exc: ModuleNotFoundError) -> str | None:
+    """The one-line message for a command whose optional dependency is not installed."""
+    root = (exc.name or "").split(".")[0]
+    if root not in _OPTIONAL:
+        return None
+    command = name.removeprefix("refimpl ")
+    extra = COMMANDS[command].extra if command in COMMANDS else "all"
+    return (
+        f"{name}: needs {root}, which is not installed (the light install leaves it out): "
+        f"pip install 'refimpl[{extra}]'"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Examples
     --------
     >>> sorted(COMMANDS)
-    ['check', 'lab', 'simulate', 'sweep']
+    ['check', 'conformance', 'lab', 'simulate', 'sweep']
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
@@ -122,6 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         module = importlib.import_module(COMMANDS[args.command].module)
         code: int = module.run(args)
         sys.stdout.flush()
+    except ModuleNotFoundError as exc:
+        message = _missing_extra(name, exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader went away (`refimpl simulate --json | head`): end quietly, as `cat` does.
         # Point stdout at devnull so that the interpreter's final flush does not fail again.

@@ -253,6 +253,93 @@ def _log_ratio(
     return a - b, m
 
 
+NonFinite = Literal["error", "one"]
+StalenessCount = Literal["versions_behind", "versions_spanned"]
+
+
+def _as_choice(value: Any, *, name: str, choices: tuple[str, ...], fix: str) -> Any:
+    if not isinstance(value, str) or value not in choices:
+        raise invalid(name, f"be one of {', '.join(map(repr, choices))}", value, fix)
+    return value
+
+
+def _nonfinite_log_ratio(
+    logp_target: ArrayLike,
+    logp_behavior: ArrayLike,
+    mask: ArrayLike | None,
+    *,
+    names: tuple[str, str],
+    nonfinite: Any,
+    ndim: tuple[int, ...] | None = (1, 2),
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Validated log-ratio and mask; with ``nonfinite="one"`` a non-finite log-ratio (a NaN or an
+    infinite log-probability) becomes 0, i.e. ratio 1 (AReaL's and TRL's convention)."""
+    mode = _as_choice(
+        nonfinite,
+        name="nonfinite",
+        choices=("error", "one"),
+        fix="Pass nonfinite='error' (reject NaN and infinities) or 'one' (ratio 1 there).",
+    )
+    if mode == "error":
+        if ndim is None:
+            a = as_float_array(logp_target, name=names[0])
+            b = as_float_array(logp_behavior, name=names[1])
+            require_same_shape(a, b, names=names)
+            return a - b, _as_mask(mask, a.shape, like=names[0])
+        return _log_ratio(logp_target, logp_behavior, mask, names=names)
+    raw_a = np.asarray(logp_target, dtype=np.float64)
+    raw_b = np.asarray(logp_behavior, dtype=np.float64)
+    if ndim is None:
+        a = as_float_array(np.where(np.isfinite(raw_a), raw_a, 0.0), name=names[0])
+        b = as_float_array(np.where(np.isfinite(raw_b), raw_b, 0.0), name=names[1])
+        require_same_shape(a, b, names=names)
+        m = _as_mask(mask, a.shape, like=names[0])
+    else:
+        _, m = _log_ratio(
+            np.where(np.isfinite(raw_a), raw_a, 0.0),
+            np.where(np.isfinite(raw_b), raw_b, 0.0),
+            mask,
+            names=names,
+        )
+    with np.errstate(invalid="ignore"):
+        d = raw_a - raw_b
+    return np.where(np.isfinite(d), d, 0.0), m
+
+
+def _as_clamp(log_ratio_clamp: Any) -> float:
+    if log_ratio_clamp is None:
+        return math.inf
+    return as_real(
+        log_ratio_clamp,
+        name="log_ratio_clamp",
+        low=0.0,
+        low_open=True,
+        meaning="the log-ratio is clipped to [-c, c] before exp (verl and SkyRL: 20)",
+    )
+
+
+def _as_clamp_at(clamp_at: Any) -> str:
+    out: str = _as_choice(
+        clamp_at,
+        name="clamp_at",
+        choices=("level", "token"),
+        fix="Pass clamp_at='level' (clamp the sum or mean) or 'token' (clamp each token).",
+    )
+    return out
+
+
+def _as_lower(lower: Any) -> float:
+    if lower is None:
+        return 0.0
+    return as_real(
+        lower,
+        name="lower",
+        low=0.0,
+        high=1.0,
+        meaning="lower truncation level of clip(ρ, lower, C); above 1 it would change ratio 1",
+    )
+
+
 def _as_level(level: Any) -> Level:
     require_one_of(
         level,
@@ -424,7 +511,11 @@ def _token_version_rows(
 
 
 def sample_staleness(
-    trained_step: ArrayLike, token_versions: Any, *, mask: ArrayLike | None = None
+    trained_step: ArrayLike,
+    token_versions: Any,
+    *,
+    mask: ArrayLike | None = None,
+    staleness_count: StalenessCount = "versions_behind",
 ) -> Staleness:
     r"""Staleness of each sample trained at step ``j``: the oldest token version decides.
 
@@ -451,6 +542,9 @@ def sample_staleness(
         Whole numbers in ``[0, j]``.
     mask : array_like, shape (B, T), optional
         0/1 padding mask for the padded layout (1 = a real token). Default: every entry is real.
+    staleness_count : {"versions_behind", "versions_spanned"}
+        ``"versions_spanned"``: count the versions a sample spans, ``s + 1`` (and ``s_t + 1`` per
+        real token), as verl's ``max_off_policy_threshold`` does.
 
     Returns
     -------
@@ -494,6 +588,7 @@ def sample_staleness(
     array([[1., 1., 1., 1.],
            [1., 1., 0., 0.]])
     """
+    shift = _as_count(staleness_count)
     versions, m = _token_version_rows(token_versions, mask)
     batch = versions.shape[0]
     if isinstance(trained_step, numbers.Integral) and not isinstance(trained_step, bool):
@@ -564,14 +659,21 @@ def sample_staleness(
             "published *after* step j is j + 1).",
         )
     token = np.zeros(versions.shape, dtype=np.float64)
-    token[valid] = step_flat - flat
+    token[valid] = step_flat - flat + shift
     oldest = np.min(np.where(valid, versions, np.inf), axis=1)
-    sample = (step - oldest).astype(np.float64)
+    sample = (step - oldest + shift).astype(np.float64)
     return Staleness(sample=sample, token=token, mask=m)
 
 
 def admission_capacity(
-    *, eta: int, version: int, batch: int, accepted: int, running: int, max_concurrent: int
+    *,
+    eta: int,
+    version: int,
+    batch: int,
+    accepted: int,
+    running: int,
+    max_concurrent: int,
+    staleness_count: StalenessCount = "versions_behind",
 ) -> int:
     r"""How many new rollouts AReaL/SkyRL admission control lets the rollout side launch now.
 
@@ -594,6 +696,9 @@ def admission_capacity(
         Rollouts in flight, ``>= 0``.
     max_concurrent : int
         Concurrency limit ``N_max >= 1`` (AReaL ``max_concurrent_rollouts``).
+    staleness_count : {"versions_behind", "versions_spanned"}
+        ``"versions_spanned"``: ``eta`` counts the versions a sample spans (``s + 1``), so the rule
+        reads ``(η + v)·B`` and ``eta >= 1``.
 
     Returns
     -------
@@ -631,7 +736,8 @@ def admission_capacity(
     ...                            max_concurrent=16)
     -2
     """
-    e = as_int(eta, name="eta", minimum=0, meaning="staleness bound in versions")
+    shift = _as_count(staleness_count)
+    e = as_int(eta, name="eta", minimum=shift, meaning="staleness bound in versions") - shift
     v = as_int(version, name="version", minimum=0, meaning="policy version")
     b = as_int(batch, name="batch", minimum=1, meaning="trained samples per step")
     acc = as_int(accepted, name="accepted", minimum=0, meaning="accepted rollouts")
@@ -653,7 +759,21 @@ def _admission_capacity(
 # ---------------------------------------------------------------------------------------------
 
 
-def staleness_mask(s: ArrayLike, *, eta: int) -> NDArray[np.float64]:
+def _as_count(staleness_count: Any) -> int:
+    """0 for ``"versions_behind"`` (``s``), 1 for ``"versions_spanned"`` (``s + 1``)."""
+    mode = _as_choice(
+        staleness_count,
+        name="staleness_count",
+        choices=("versions_behind", "versions_spanned"),
+        fix="Pass staleness_count='versions_behind' (s = j − v, refimpl's and TRL's) or "
+        "'versions_spanned' (s + 1, verl's max_off_policy_threshold).",
+    )
+    return 0 if mode == "versions_behind" else 1
+
+
+def staleness_mask(
+    s: ArrayLike, *, eta: int, staleness_count: StalenessCount = "versions_behind"
+) -> NDArray[np.float64]:
     r"""Hard staleness mask: keep a sample iff its staleness is at most ``η``.
 
     .. math::
@@ -667,6 +787,9 @@ def staleness_mask(s: ArrayLike, *, eta: int) -> NDArray[np.float64]:
         (see :func:`sample_staleness`).
     eta : int
         Staleness bound ``η >= 0``; ``η = 0`` admits only on-policy samples.
+    staleness_count : {"versions_behind", "versions_spanned"}
+        What ``eta`` bounds: ``s`` (default), or the versions a sample spans, ``s + 1`` (verl's
+        ``max_off_policy_threshold``: dropped iff ``s + 1 > threshold``; then ``eta >= 1``).
 
     Returns
     -------
@@ -694,8 +817,15 @@ def staleness_mask(s: ArrayLike, *, eta: int) -> NDArray[np.float64]:
     array([1., 1., 0., 0.])
     """
     arr = _as_staleness(s)
-    e = as_int(eta, name="eta", minimum=0, meaning="staleness bound in versions")
-    return (arr <= e).astype(np.float64)
+    shift = _as_count(staleness_count)
+    e = as_int(
+        eta,
+        name="eta",
+        minimum=shift,
+        meaning="staleness bound in versions"
+        + (": counting versions spanned, 1 admits only on-policy samples" if shift else ""),
+    )
+    return (arr + shift <= e).astype(np.float64)
 
 
 def staleness_decay(s: ArrayLike, *, gamma: float) -> NDArray[np.float64]:
@@ -750,6 +880,10 @@ def truncated_is_weights(
     cap: float,
     level: Level = "token",
     mask: ArrayLike | None = None,
+    lower: float | None = None,
+    log_ratio_clamp: float | None = None,
+    nonfinite: NonFinite = "error",
+    clamp_at: Literal["level", "token"] = "level",
 ) -> NDArray[np.float64]:
     r"""Truncated importance weights (TIS) at token, sequence or geometric level.
 
@@ -785,6 +919,18 @@ def truncated_is_weights(
         Per-token ratios, the sequence product, or its geometric mean over the valid tokens.
     mask : array_like, same shape, optional
         0/1 padding mask (1 = a real token). Default: every token is real.
+    lower : float, optional
+        Two-sided truncation ``clip(ρ, lower, C)`` with ``0 <= lower <= 1`` (AReaL's
+        ``action="clamp"``, TRL's vLLM correction). Default: one-sided, ``min(ρ, C)``.
+    log_ratio_clamp : float, optional
+        ``c > 0``: the log-ratio of the level (per token, or the sequence's sum or mean) is clipped
+        to ``[−c, c]`` before ``exp`` (verl and SkyRL use 20). Default: no clamp.
+    nonfinite : {"error", "one"}
+        ``"one"``: a non-finite log-ratio (NaN, or an infinite log-probability) counts as 0,
+        ratio 1 (AReaL); ``"error"`` (default) rejects it.
+    clamp_at : {"level", "token"}
+        Where ``log_ratio_clamp`` applies at the sequence levels: to the sum or mean (default,
+        SkyRL, verl's IS weights) or to each token before aggregating (verl's ``seq_*_k1``).
 
     Returns
     -------
@@ -825,13 +971,24 @@ def truncated_is_weights(
     >>> refimpl.truncated_is_weights(lp, lq, cap=5.0, level="sequence")
     array([2., 3.])
     """
-    d, m = _log_ratio(logp_target, logp_behavior, mask, names=("logp_target", "logp_behavior"))
+    d, m = _nonfinite_log_ratio(
+        logp_target,
+        logp_behavior,
+        mask,
+        names=("logp_target", "logp_behavior"),
+        nonfinite=nonfinite,
+    )
     cap_value = _as_cap(cap)
     lvl = _as_level(level)
+    clamp = _as_clamp(log_ratio_clamp)
+    low = _as_lower(lower)
     if lvl == "token":
-        return np.where(m > 0, _capped_exp(d, cap_value), 0.0)
-    total = _sequence_log_ratio(d, m, lvl)
-    return np.asarray(_capped_exp(total, cap_value), dtype=np.float64)
+        w = np.maximum(_capped_exp(np.clip(d, -clamp, clamp), cap_value), low)
+        return np.where(m > 0, w, 0.0)
+    if _as_clamp_at(clamp_at) == "token":
+        d, clamp = np.clip(d, -clamp, clamp), math.inf
+    total = np.clip(_sequence_log_ratio(d, m, lvl), -clamp, clamp)
+    return np.asarray(np.maximum(_capped_exp(total, cap_value), low), dtype=np.float64)
 
 
 def masked_is_weights(
@@ -842,6 +999,11 @@ def masked_is_weights(
     high: float,
     level: Level = "token",
     mask: ArrayLike | None = None,
+    band_on: Literal["ratio", "reciprocal"] = "ratio",
+    weight: Literal["ratio", "indicator", "token", "geometric"] = "ratio",
+    log_ratio_clamp: float | None = None,
+    nonfinite: NonFinite = "error",
+    clamp_at: Literal["level", "token"] = "level",
 ) -> NDArray[np.float64]:
     r"""Masked importance weights (MIS / IcePop): ratios outside ``[α, β]`` are dropped, not clipped.
 
@@ -872,12 +1034,29 @@ def masked_is_weights(
         Which ratio the band applies to.
     mask : array_like, same shape, optional
         0/1 padding mask (1 = a real token).
+    band_on : {"ratio", "reciprocal"}
+        ``"reciprocal"``: the band applies to ``1/ρ = μ/π`` (verl's ``k1`` rejection statistic
+        ``−log ρ`` with thresholds ``"lo_hi"``: kept iff ``log α <= −log ρ <= log β``).
+    weight : {"ratio", "indicator", "token", "geometric"}
+        The weight of a kept entry: the ratio the band applies to (default); 1 (``"indicator"``: the
+        0/1 rejection mask of verl and SkyRL); or, shaped like the tokens whatever the level, the
+        token ratio ``ρ_t`` (``"token"``) or the sequence's geometric-mean ratio (``"geometric"``:
+        AReaL's sequence-level rejection sampling, a filter combined with a geometric weight).
+    log_ratio_clamp : float, optional
+        ``c > 0``: each log-ratio (the filtered statistic and the weight) is clipped to ``[−c, c]``
+        before ``exp`` (verl and SkyRL: 20).
+    nonfinite : {"error", "one"}
+        ``"one"``: a non-finite log-ratio counts as ratio 1 (AReaL); ``"error"`` rejects it.
+    clamp_at : {"level", "token"}
+        Where ``log_ratio_clamp`` applies at the sequence levels: the sum or mean (default), or
+        each token before aggregating (verl's ``seq_sum_k1`` / ``seq_mean_k1``).
 
     Returns
     -------
     ndarray of float64
-        Token level: same shape as the inputs (0 at padding and where dropped). Sequence levels:
-        shape ``(B,)`` or ``()``. Values in ``{0} ∪ [α, β]``.
+        Token level, or ``weight`` ``"token"``/``"geometric"``: same shape as the inputs (0 at padding
+        and where dropped). Otherwise shape ``(B,)`` or ``()``. Values in ``{0} ∪ [α, β]`` for the
+        default ``band_on`` and ``weight``.
 
     Raises
     ------
@@ -906,7 +1085,13 @@ def masked_is_weights(
     >>> refimpl.masked_is_weights(lp, lq, low=0.5, high=2.0)
     array([1.  , 0.  , 0.  , 1.25])
     """
-    d, m = _log_ratio(logp_target, logp_behavior, mask, names=("logp_target", "logp_behavior"))
+    d, m = _nonfinite_log_ratio(
+        logp_target,
+        logp_behavior,
+        mask,
+        names=("logp_target", "logp_behavior"),
+        nonfinite=nonfinite,
+    )
     lo = as_real(low, name="low", low=0.0, high=1.0, meaning="lower ratio bound α, 0 <= α <= 1")
     hi = as_real(high, name="high", meaning="upper ratio bound β >= 1")
     require_ordered(lo, hi, names=("low", "high"), meaning="the kept band is [low, high]")
@@ -920,14 +1105,45 @@ def masked_is_weights(
     log_lo = -math.inf if lo == 0.0 else math.log(lo)
     log_hi = math.log(hi)
     lvl = _as_level(level)
-    if lvl == "token":
-        keep = (m > 0) & (d >= log_lo) & (d <= log_hi)
-        return np.where(keep, np.maximum(_capped_exp(d, hi), lo), 0.0)
-    total = _sequence_log_ratio(d, m, lvl)
-    keep_seq = (total >= log_lo) & (total <= log_hi)
-    return np.asarray(
-        np.where(keep_seq, np.maximum(_capped_exp(total, hi), lo), 0.0), dtype=np.float64
+    on = _as_choice(
+        band_on,
+        name="band_on",
+        choices=("ratio", "reciprocal"),
+        fix="Pass band_on='ratio' (α <= π/μ <= β) or 'reciprocal' (α <= μ/π <= β).",
     )
+    kind = _as_choice(
+        weight,
+        name="weight",
+        choices=("ratio", "indicator", "token", "geometric"),
+        fix="Pass weight='ratio', 'indicator', 'token' or 'geometric'.",
+    )
+    clamp = _as_clamp(log_ratio_clamp)
+    if lvl != "token" and _as_clamp_at(clamp_at) == "token":
+        d, clamp = np.clip(d, -clamp, clamp), math.inf
+    z = np.clip(d if lvl == "token" else _sequence_log_ratio(d, m, lvl), -clamp, clamp)
+    statistic = z if on == "ratio" else -z
+    keep = (statistic >= log_lo) & (statistic <= log_hi)
+    if kind == "ratio":
+        if on == "ratio":  # exactly inside [α, β], whatever the rounding of exp
+            value = np.maximum(_capped_exp(z, hi), lo)
+        else:
+            value = np.exp(np.minimum(z, _LOG_MAX))
+    elif kind == "indicator":
+        value = np.ones_like(z)
+    elif kind == "token":
+        value = np.exp(np.minimum(np.clip(d, -clamp, clamp), _LOG_MAX))
+    else:
+        value = np.exp(
+            np.minimum(np.clip(_sequence_log_ratio(d, m, "geometric"), -clamp, clamp), _LOG_MAX)
+        )
+    if kind in ("token", "geometric") and lvl != "token":
+        keep = keep[..., None]
+    if kind == "geometric":
+        value = value[..., None]
+    out = np.where(keep, value, 0.0)
+    if lvl == "token" or kind in ("token", "geometric"):
+        out = np.where(m > 0, np.broadcast_to(out, m.shape), 0.0)
+    return np.asarray(out, dtype=np.float64)
 
 
 def decoupled_ppo_weights(
@@ -936,6 +1152,10 @@ def decoupled_ppo_weights(
     *,
     cap: float | None = None,
     mask: ArrayLike | None = None,
+    above_cap: Literal["mask", "clip"] = "mask",
+    lower: float | None = None,
+    log_ratio_clamp: float | None = None,
+    nonfinite: NonFinite = "error",
 ) -> NDArray[np.float64]:
     r"""AReaL's behaviour importance weight ``π_prox/μ``, masked (set to 0) above the cap.
 
@@ -961,6 +1181,16 @@ def decoupled_ppo_weights(
         AReaL's ``behav_imp_weight_cap``). ``None``: no cap.
     mask : array_like, same shape, optional
         0/1 padding mask; padding gets weight 0.
+    above_cap : {"mask", "clip"}
+        ``"clip"``: ``clip(ρ, lower, C)`` instead of masking (AReaL's rejection sampling with
+        ``action="clamp"``). Needs a cap.
+    lower : float, optional
+        ``0 <= lower <= 1``: with ``"mask"`` a weight below it is masked too (AReaL's ``lower``);
+        with ``"clip"`` the lower truncation level. Default: none.
+    log_ratio_clamp : float, optional
+        ``c > 0``: the log-ratio is clipped to ``[−c, c]`` before ``exp``.
+    nonfinite : {"error", "one"}
+        ``"one"``: a non-finite log-ratio counts as ratio 1 (AReaL: ``log ρ`` set to 0).
 
     Returns
     -------
@@ -991,12 +1221,33 @@ def decoupled_ppo_weights(
     >>> refimpl.decoupled_ppo_weights(lp, lq, cap=5.0)
     array([1., 2., 0.])
     """
-    a = as_float_array(logp_prox, name="logp_prox")
-    b = as_float_array(logp_behavior, name="logp_behavior")
-    require_same_shape(a, b, names=("logp_prox", "logp_behavior"))
-    m = _as_mask(mask, a.shape, like="logp_prox")
-    d = a - b
-    valid = m > 0
+    d, m = _nonfinite_log_ratio(
+        logp_prox,
+        logp_behavior,
+        mask,
+        names=("logp_prox", "logp_behavior"),
+        nonfinite=nonfinite,
+        ndim=None,
+    )
+    action = _as_choice(
+        above_cap,
+        name="above_cap",
+        choices=("mask", "clip"),
+        fix="Pass above_cap='mask' (weight 0 above the cap) or 'clip' (min(ρ, C)).",
+    )
+    d = np.clip(d, -_as_clamp(log_ratio_clamp), _as_clamp(log_ratio_clamp))
+    low = _as_lower(lower)
+    log_low = -math.inf if low == 0.0 else math.log(low)
+    valid = (m > 0) & ((d >= log_low) | (action == "clip"))
+    if action == "clip":
+        if cap is None:
+            raise invalid(
+                "cap",
+                "be given with above_cap='clip' (clip(ρ, lower, C) needs C)",
+                cap,
+                "Pass cap=, e.g. cap=5.0.",
+            )
+        return np.where(valid, np.maximum(_capped_exp(d, _as_cap(cap)), low), 0.0)
     if cap is None:
         over = valid & (d > _LOG_MAX)
         if np.any(over):
@@ -1241,7 +1492,7 @@ def _as_weights(w: ArrayLike, *, name: str = "w") -> NDArray[np.float64]:
     return arr
 
 
-def effective_sample_size(w: ArrayLike) -> float:
+def effective_sample_size(w: ArrayLike, *, ess: Literal["count", "fraction"] = "count") -> float:
     r"""Kish's effective sample size of a set of non-negative weights.
 
     .. math::
@@ -1252,6 +1503,9 @@ def effective_sample_size(w: ArrayLike) -> float:
     ----------
     w : array_like, shape (n,)
         Weights, finite and ``>= 0``, ``n >= 1``.
+    ess : {"count", "fraction"}
+        ``"fraction"``: the ESS divided by ``n``, in ``(0, 1]`` (verl's
+        ``rollout_is_eff_sample_size``). Default: the count.
 
     Returns
     -------
@@ -1286,11 +1540,18 @@ def effective_sample_size(w: ArrayLike) -> float:
     1.6
     """
     arr = _as_weights(w)
+    scale = _as_choice(
+        ess,
+        name="ess",
+        choices=("count", "fraction"),
+        fix="Pass ess='count' ((Σw)²/Σw²) or 'fraction' (divided by n).",
+    )
     top = float(arr.max())
     if top == 0.0:
         return 0.0
     x = arr / top
-    return float(x.sum() ** 2 / np.square(x).sum())
+    value = float(x.sum() ** 2 / np.square(x).sum())
+    return value / arr.size if scale == "fraction" else value
 
 
 def _length_bins(

@@ -521,7 +521,7 @@ def test_garbage_parquet_is_unusable(tmp_path: Path, capsys: pytest.CaptureFixtu
         (["--spec", "staleness_mask"], "needs parameter(s) eta: add --param eta=..."),
         (
             ["--spec", "staleness_mask", "--param", "eta=1", "--param", "cap=2"],
-            "unknown parameter 'cap' for spec 'staleness_mask' (its parameters: eta)",
+            "unknown parameter 'cap' for spec 'staleness_mask' (its parameters: eta, staleness_count)",
         ),
         (["--spec", "staleness_mask", "--param", "eta"], "--param must be KEY=VALUE"),
         (["--spec", "staleness_mask", "--param", "eta=one"], "--param eta must be an integer"),

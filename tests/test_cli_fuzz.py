@@ -68,8 +68,8 @@ HANG_GUARD_CPU_S = 60  # CPU seconds: every case takes well under one
 HANG_GUARD_WALL_S = 1800  # wall-clock seconds: for a case that blocks instead of spinning
 EXIT_CODES = frozenset({0, 1, 2})
 _THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
-THOROUGH = {"simulate": 2_000, "check": 2_000, "sweep": 1_000, "lab": 100}
-BUDGET = {"simulate": 60, "check": 80, "sweep": 30, "lab": 8}
+THOROUGH = {"simulate": 2_000, "check": 2_000, "sweep": 1_000, "lab": 100, "conformance": 200}
+BUDGET = {"simulate": 60, "check": 80, "sweep": 30, "lab": 8, "conformance": 10}
 
 # --- files -------------------------------------------------------------------------------------
 
@@ -645,6 +645,14 @@ def test_fuzz_sweep(case: Case) -> None:
 @_settings("lab")
 @given(case=cases("lab"))
 def test_fuzz_lab(case: Case) -> None:
+    run_case(case)
+
+
+@_settings("conformance")
+@given(case=cases("conformance"))
+def test_fuzz_conformance(case: Case) -> None:
+    # Where the frameworks are not installed (the default environment), every run ends at the
+    # check for torch or for an installed framework: the fuzzing covers the option parsing.
     run_case(case)
 
 

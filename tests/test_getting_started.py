@@ -48,7 +48,7 @@ def run_python(source: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_install_command_is_the_readmes() -> None:
     install = console(blocks("console")[0])
     assert [c for c, _ in install] == [
-        "python3 -m venv --upgrade-deps .venv && .venv/bin/pip install .",
+        "python3 -m venv --upgrade-deps .venv && .venv/bin/pip install '.[lab]'",
         ". .venv/bin/activate",
     ]
     readme = (ROOT / "README.md").read_text()

@@ -28,6 +28,12 @@ CANDIDATES = textwrap.dedent(
 
     def no_cap(logp_target, logp_behavior, *, cap, mask=None):
         return np.exp(np.asarray(logp_target) - np.asarray(logp_behavior))
+
+    def torch_tis(logp_target, logp_behavior, *, cap, mask):
+        import torch
+        assert logp_target.dtype == torch.float32
+        w = torch.clamp(torch.exp(torch.clamp(logp_target - logp_behavior, -20, 20)), max=cap)
+        return torch.where(mask > 0, w, torch.zeros_like(w))
     """
 )
 
@@ -125,7 +131,7 @@ def test_planted_off_by_one_fails_with_a_reproduction(candidates: pytest.Pyteste
     result.stdout.fnmatch_lines(
         [
             "*FAILED   staleness_mask.keeps_at_bound*",
-            "*samples with s == eta == 0 got weights*",
+            "*samples with s == 0 (eta = 0) got weights*",
             "*from mycandidates import strict_mask as candidate*",
             "*FAILED refimpl::staleness_mask::keeps_on_policy*",
         ]
@@ -138,6 +144,42 @@ def test_planted_tis_without_cap_fails(candidates: pytest.Pytester) -> None:
     )
     result.assert_outcomes(failed=1, deselected=len(check_names("tis")) - 1)
     result.stdout.fnmatch_lines(["*weights above the cap*"])
+
+
+def test_float32_torch_target_with_a_declared_clamp_passes(candidates: pytest.Pytester) -> None:
+    args = ["--refimpl-target=mycandidates:torch_tis", "--refimpl-spec=tis", FAST]
+    torch_args = ["--refimpl-xp=torch", "--refimpl-dtype=float32"]
+    # torch in a child process: importing it into pytester's in-process runs is not safe
+    declared = candidates.runpytest_subprocess(
+        *args, *torch_args, "--refimpl-convention=log_ratio_clamp=20"
+    )
+    declared.assert_outcomes(passed=len(check_names("tis")))
+    undeclared = candidates.runpytest_subprocess(*args, *torch_args, "-k", "agrees")
+    undeclared.assert_outcomes(failed=1, deselected=len(check_names("tis")) - 1)
+    undeclared.stdout.fnmatch_lines(["*passes under conventions={'log_ratio_clamp': 20.0}*"])
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--refimpl-dtype=float8", "*dtype must be one of 'float64', 'float32'*"),
+        ("--refimpl-xp=nosuchlib", "*xp must name an installed array library*"),
+        ("--refimpl-convention=nope=1", "*--refimpl-convention must be KEY=VALUE with a key*"),
+        (
+            "--refimpl-convention=padding=two",
+            "*must be one of 'zero', 'one', 'ignored' for spec 'tis'*",
+        ),
+        ("--refimpl-rtol=-1", "*rtol must be a finite number >= 0*"),
+    ],
+)
+def test_bad_array_options_are_usage_errors(
+    candidates: pytest.Pytester, option: str, message: str
+) -> None:
+    result = candidates.runpytest_subprocess(
+        "--refimpl-target=mycandidates:torch_tis", "--refimpl-spec=tis", option
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
 
 
 def test_declared_expected_failures_xfail_and_a_stale_one_fails(

@@ -15,8 +15,11 @@ from refimpl.testing._conformance import (
     CheckResult,
     ConformanceError,
     ConformanceReport,
+    Convention,
     check_conformance,
     check_names,
+    conventions,
+    reproduce,
     spec_names,
 )
 
@@ -25,8 +28,11 @@ for _public in (
     CheckResult,
     ConformanceError,
     ConformanceReport,
+    Convention,
     check_conformance,
     check_names,
+    conventions,
+    reproduce,
     spec_names,
 ):
     _public.__module__ = __name__
@@ -36,7 +42,10 @@ __all__ = [
     "CheckResult",
     "ConformanceError",
     "ConformanceReport",
+    "Convention",
     "check_conformance",
     "check_names",
+    "conventions",
+    "reproduce",
     "spec_names",
 ]

@@ -97,18 +97,136 @@ class _TraceSpec:
     )
     notes: str = ""
     exact: bool = False  # integers read and compared exactly (no float64 round trip)
+    #: optional parameters (framework conventions), passed to the reference when given
+    options: dict[str, type] = field(default_factory=dict)
+    #: per row, the magnitude the rounding error of a correct computation scales with
+    #: (``--dtype``: |found − expected| <= SAFETY·u·condition + smallest normal)
+    condition: (
+        Callable[[Columns, dict[str, Any], NDArray[np.float64]], NDArray[np.float64]] | None
+    ) = None
+
+
+#: the unit roundoff that the band-edge zone is computed with (``--dtype``; float64 by default)
+_EDGE_DTYPE = {"dtype": "float64"}
 
 
 def _mis_edge(
     cols: Columns, params: dict[str, Any], found: NDArray[np.float64]
 ) -> NDArray[np.bool_]:
-    """Rows whose ratio sits at a band edge (to float64 rounding): kept or dropped both agree."""
+    """Rows whose ratio sits at a band edge to the rounding of the trace's dtype (``--dtype``;
+    1e-9 relative in float64): kept or dropped both agree."""
+    from refimpl.testing.tolerances import SAFETY, unit_roundoff
+
+    d = cols["logp_target"] - cols["logp_behavior"]
+    if params.get("band_on") == "reciprocal":
+        d = -d
+    u = unit_roundoff(_EDGE_DTYPE["dtype"])
+    zone = max(1e-9, SAFETY * u) * (np.abs(d) + 2.0)
+    edge = np.zeros(d.shape, dtype=bool)
+    for e in (params["low"], params["high"]):
+        if e > 0:
+            edge |= np.abs(d - np.log(e)) <= zone
     with np.errstate(over="ignore"):
-        ratio = np.exp(cols["logp_target"] - cols["logp_behavior"])
-    edge = np.isclose(ratio, params["low"], rtol=1e-9, atol=0) | np.isclose(
-        ratio, params["high"], rtol=1e-9, atol=0
-    )
-    return np.asarray(edge & ((found == 0) | np.isclose(found, ratio, rtol=1e-5)), dtype=np.bool_)
+        ratio = np.exp(np.minimum(d, 700.0))
+    near = np.abs(found - ratio) <= zone * np.abs(ratio) + 1e-300
+    return np.asarray(edge & ((found == 0) | near | (found == 1.0)), dtype=np.bool_)
+
+
+def _ratio_condition(
+    cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """A token weight ``exp(log π − log μ)``: ``(|d| + 3)·|w|`` (see the tolerances page)."""
+    with np.errstate(invalid="ignore"):
+        d = np.abs(
+            cols["logp_target" if "logp_target" in cols else "logp_prox"] - cols["logp_behavior"]
+        )
+    return np.asarray((np.where(np.isfinite(d), d, 0.0) + 3.0) * np.abs(expected), dtype=np.float64)
+
+
+def _sequence_log_ratios(cols: Columns) -> list[NDArray[np.float64]]:
+    out = []
+    for i, (a, b) in enumerate(zip(cols["logp_target"], cols["logp_behavior"], strict=True)):
+        if len(a) != len(b) or len(a) == 0:
+            raise ValueError(
+                f"logp_target and logp_behavior must be lists of one length >= 1 per sequence; "
+                f"row {i} has {len(a)} and {len(b)}."
+            )
+        out.append(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+    return out
+
+
+def _sequence_condition(
+    mean: bool,
+) -> Callable[[Columns, dict[str, Any], NDArray[np.float64]], NDArray[np.float64]]:
+    from refimpl.testing.tolerances import summation_factor
+
+    def condition(
+        cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        rows = _sequence_log_ratios(cols)
+        err = np.array(
+            [summation_factor(d.size) * np.abs(d).sum() / (d.size if mean else 1) for d in rows]
+        )
+        return np.asarray((err + 4.0) * np.abs(expected), dtype=np.float64)
+
+    return condition
+
+
+def _sequence_weights(
+    r: Any, cols: Columns, p: dict[str, Any], fn: str, level: str
+) -> NDArray[np.float64]:
+    rows = _sequence_log_ratios(cols)
+    kw = dict(p)
+    out = np.empty(len(rows))
+    for i, d in enumerate(rows):
+        out[i] = getattr(r, fn)(d, np.zeros_like(d), level=level, **kw)
+    return out
+
+
+def _elementwise(
+    *names: str,
+) -> Callable[[Columns, dict[str, Any], NDArray[np.float64]], NDArray[np.float64]]:
+    """The condition ``Σ |column| + |expected| + 2`` (sums and products of a few terms)."""
+
+    def condition(
+        cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        total = np.abs(expected) + 2.0
+        for n in names:
+            total = total + np.abs(np.asarray(cols[n], dtype=np.float64))
+        return np.asarray(total, dtype=np.float64)
+
+    return condition
+
+
+def _scaled_lengths(
+    cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    ell = np.abs(np.asarray(cols["length"], dtype=np.float64))
+    scale = float(params.get("cache_length", params.get("max_length", 1.0)))
+    top = float(params.get("max_length", 0.0))
+    return np.asarray(((ell + top) / scale + 4.0) * (np.abs(expected) + 1.0), dtype=np.float64)
+
+
+def _effort_condition(
+    cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    b = np.abs(np.asarray(cols["b"], dtype=np.float64))
+    x = np.abs(b - params["b_min"]) / params["tau"]
+    return np.asarray(((b + abs(params["b_min"])) / params["tau"] + 2 * x + 3) * np.abs(expected))
+
+
+def _l1_condition(
+    cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    ell = np.abs(np.asarray(cols["length"], dtype=np.float64))
+    t = np.abs(np.asarray(cols["target_length"], dtype=np.float64))
+    return np.asarray(3 * params.get("alpha", 3e-4) * (ell + t) + np.abs(expected) + 3.0)
+
+
+def _correct(cols: Columns) -> NDArray[np.bool_]:
+    c = np.asarray(cols["correct"], dtype=np.float64)
+    return np.asarray(c != 0, dtype=np.bool_)
 
 
 def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any]:
@@ -172,8 +290,9 @@ SPECS: dict[str, _TraceSpec] = {
             inputs=("staleness",),
             found="weight",
             params={"eta": int},
-            expected=lambda r, c, p: r.staleness_mask(c["staleness"], eta=p["eta"]),
-            probe=lambda r, p: r.staleness_mask([0], eta=p["eta"]),
+            expected=lambda r, c, p: r.staleness_mask(c["staleness"], **p),
+            probe=lambda r, p: r.staleness_mask([0], **p),
+            options={"staleness_count": str},
         ),
         _TraceSpec(
             name="tis",
@@ -182,9 +301,11 @@ SPECS: dict[str, _TraceSpec] = {
             found="weight",
             params={"cap": float},
             expected=lambda r, c, p: r.truncated_is_weights(
-                c["logp_target"], c["logp_behavior"], cap=p["cap"]
+                c["logp_target"], c["logp_behavior"], **p
             ),
-            probe=lambda r, p: r.truncated_is_weights([0.0], [0.0], cap=p["cap"]),
+            probe=lambda r, p: r.truncated_is_weights([0.0], [0.0], **p),
+            options={"lower": float, "log_ratio_clamp": float},
+            condition=_ratio_condition,
             notes="token level: one row per token",
         ),
         _TraceSpec(
@@ -193,10 +314,10 @@ SPECS: dict[str, _TraceSpec] = {
             inputs=("logp_target", "logp_behavior"),
             found="weight",
             params={"low": float, "high": float},
-            expected=lambda r, c, p: r.masked_is_weights(
-                c["logp_target"], c["logp_behavior"], low=p["low"], high=p["high"]
-            ),
-            probe=lambda r, p: r.masked_is_weights([0.0], [0.0], low=p["low"], high=p["high"]),
+            expected=lambda r, c, p: r.masked_is_weights(c["logp_target"], c["logp_behavior"], **p),
+            probe=lambda r, p: r.masked_is_weights([0.0], [0.0], **p),
+            options={"band_on": str, "weight": str, "log_ratio_clamp": float},
+            condition=_ratio_condition,
             either=_mis_edge,
             notes="token level; a ratio at a band edge (to 1e-9) may be kept or dropped",
         ),
@@ -208,6 +329,7 @@ SPECS: dict[str, _TraceSpec] = {
             params={"k0": float, "b_min": float, "tau": float},
             expected=lambda r, c, p: r.effort_penalty(c["b"], **p),
             probe=lambda r, p: r.effort_penalty([p["b_min"]], **p),
+            condition=_effort_condition,
         ),
         _TraceSpec(
             name="inclusion_probability",
@@ -217,6 +339,7 @@ SPECS: dict[str, _TraceSpec] = {
             params={"n": int, "k": int},
             expected=lambda r, c, p: r.inclusion_probability(c["cdf"], **p),
             probe=lambda r, p: r.inclusion_probability([0.5], **p),
+            condition=lambda c, p, e: p["n"] * (np.abs(e) + 1e-3),
         ),
         _TraceSpec(
             name="staleness",
@@ -228,6 +351,176 @@ SPECS: dict[str, _TraceSpec] = {
             probe=lambda r, p: None,
             notes="s = trained_step − oldest token version; versions may be a list per row",
             exact=True,
+        ),
+        _TraceSpec(
+            name="decoupled_ppo",
+            reference="decoupled_ppo_weights",
+            inputs=("logp_prox", "logp_behavior"),
+            found="weight",
+            params={"cap": float},
+            expected=lambda r, c, p: r.decoupled_ppo_weights(
+                c["logp_prox"], c["logp_behavior"], **p
+            ),
+            probe=lambda r, p: r.decoupled_ppo_weights([0.0], [0.0], **p),
+            options={"above_cap": str, "lower": float, "log_ratio_clamp": float},
+            condition=_ratio_condition,
+            notes="token level: one row per token (AReaL's behaviour weight)",
+        ),
+        _TraceSpec(
+            name="tis_sequence",
+            reference="truncated_is_weights",
+            inputs=(),
+            lists=("logp_target", "logp_behavior"),
+            found="weight",
+            params={"cap": float},
+            expected=lambda r, c, p: _sequence_weights(r, c, p, "truncated_is_weights", "sequence"),
+            probe=lambda r, p: r.truncated_is_weights([0.0], [0.0], **p),
+            options={"lower": float, "log_ratio_clamp": float},
+            condition=_sequence_condition(mean=False),
+            notes="one row per sequence: lists of its valid tokens' log-probabilities",
+        ),
+        _TraceSpec(
+            name="tis_geometric",
+            reference="truncated_is_weights",
+            inputs=(),
+            lists=("logp_target", "logp_behavior"),
+            found="weight",
+            params={"cap": float},
+            expected=lambda r, c, p: _sequence_weights(
+                r, c, p, "truncated_is_weights", "geometric"
+            ),
+            probe=lambda r, p: r.truncated_is_weights([0.0], [0.0], **p),
+            options={"lower": float, "log_ratio_clamp": float},
+            condition=_sequence_condition(mean=True),
+            notes="one row per sequence: lists of its valid tokens' log-probabilities",
+        ),
+        _TraceSpec(
+            name="masked_is_sequence",
+            reference="masked_is_weights",
+            inputs=(),
+            lists=("logp_target", "logp_behavior"),
+            found="weight",
+            params={"low": float, "high": float},
+            expected=lambda r, c, p: _sequence_weights(r, c, p, "masked_is_weights", "sequence"),
+            probe=lambda r, p: r.masked_is_weights([0.0], [0.0], **p),
+            options={"band_on": str, "weight": str, "log_ratio_clamp": float},
+            condition=_sequence_condition(mean=False),
+            notes="one row per sequence; a ratio at a band edge (to rounding) may be kept or dropped",
+        ),
+        _TraceSpec(
+            name="masked_is_geometric",
+            reference="masked_is_weights",
+            inputs=(),
+            lists=("logp_target", "logp_behavior"),
+            found="weight",
+            params={"low": float, "high": float},
+            expected=lambda r, c, p: _sequence_weights(r, c, p, "masked_is_weights", "geometric"),
+            probe=lambda r, p: r.masked_is_weights([0.0], [0.0], **p),
+            options={"band_on": str, "weight": str, "log_ratio_clamp": float},
+            condition=_sequence_condition(mean=True),
+            notes="one row per sequence; a ratio at a band edge (to rounding) may be kept or dropped",
+        ),
+        _TraceSpec(
+            name="staleness_decay",
+            reference="staleness_decay",
+            inputs=("staleness",),
+            found="weight",
+            params={"gamma": float},
+            expected=lambda r, c, p: r.staleness_decay(c["staleness"], **p),
+            probe=lambda r, p: r.staleness_decay([0], **p),
+            condition=lambda c, p, e: (
+                (np.abs(c["staleness"] * math.log(p["gamma"])) + np.abs(c["staleness"]) + 3)
+                * np.abs(e)
+            ),
+        ),
+        _TraceSpec(
+            name="admission_capacity",
+            reference="admission_capacity",
+            inputs=("version", "accepted", "running"),
+            found="capacity",
+            params={"eta": int, "batch": int, "max_concurrent": int},
+            expected=lambda r, c, p: np.array(
+                [
+                    float(
+                        r.admission_capacity(version=int(v), accepted=int(a), running=int(n), **p)
+                    )
+                    for v, a, n in zip(c["version"], c["accepted"], c["running"], strict=True)
+                ]
+            ),
+            probe=lambda r, p: r.admission_capacity(version=0, accepted=0, running=0, **p),
+            options={"staleness_count": str},
+            notes="one row per admission decision; counts compared exactly",
+        ),
+        _TraceSpec(
+            name="shaped_reward",
+            reference="shaped_reward",
+            inputs=("quality", "length", "b"),
+            found="reward",
+            params={"k0": float, "b_min": float, "tau": float},
+            expected=lambda r, c, p: r.shaped_reward(c["quality"], c["length"], c["b"], **p),
+            probe=lambda r, p: r.shaped_reward([0.0], [0.0], [p["b_min"]], **p),
+            options={"length_scale": float},
+            condition=_elementwise("quality", "length", "b"),
+        ),
+        _TraceSpec(
+            name="dapo_overlong",
+            reference="dapo_overlong_penalty",
+            inputs=("length",),
+            found="penalty",
+            params={"max_length": float, "cache_length": float},
+            expected=lambda r, c, p: r.dapo_overlong_penalty(
+                c["length"], **{k: (bool(v) if k == "floor" else v) for k, v in p.items()}
+            ),
+            probe=lambda r, p: r.dapo_overlong_penalty(
+                [0.0], **{k: (bool(v) if k == "floor" else v) for k, v in p.items()}
+            ),
+            options={"floor": int, "penalty_factor": float},
+            condition=_scaled_lengths,
+            notes="--param floor=0 for verl's and AReaL's unfloored ramp",
+        ),
+        _TraceSpec(
+            name="cosine_length_reward",
+            reference="cosine_length_reward",
+            inputs=("length", "correct"),
+            found="reward",
+            params={"max_length": float},
+            expected=lambda r, c, p: r.cosine_length_reward(c["length"], _correct(c), **p),
+            probe=lambda r, p: r.cosine_length_reward([0.0], [True], **p),
+            options={
+                "min_value_wrong": float,
+                "max_value_wrong": float,
+                "min_value_correct": float,
+                "max_value_correct": float,
+            },
+            condition=lambda c, p, e: (
+                np.pi * (np.abs(c["length"]) / p["max_length"] + 1) + np.abs(e) + 2
+            ),
+        ),
+        _TraceSpec(
+            name="l1_exact",
+            reference="l1_exact_reward",
+            inputs=("length", "correct", "target_length"),
+            found="reward",
+            params={},
+            expected=lambda r, c, p: r.l1_exact_reward(
+                c["length"], _correct(c), c["target_length"], **p
+            ),
+            probe=lambda r, p: r.l1_exact_reward([0.0], [True], [1.0], **p),
+            options={"alpha": float},
+            condition=_l1_condition,
+        ),
+        _TraceSpec(
+            name="l1_max",
+            reference="l1_max_reward",
+            inputs=("length", "correct", "target_length"),
+            found="reward",
+            params={},
+            expected=lambda r, c, p: r.l1_max_reward(
+                c["length"], _correct(c), c["target_length"], **p
+            ),
+            probe=lambda r, p: r.l1_max_reward([0.0], [True], [1.0], **p),
+            options={"alpha": float, "delta": float},
+            condition=_l1_condition,
         ),
     )
 }
@@ -274,6 +567,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="trace format (default: from the suffix; for - or a pipe, sniffed from the content)",
     )
     parser.add_argument(
+        "--dtype",
+        choices=("float64", "float32", "bfloat16", "float16"),
+        help="the dtype the trainer computed in: the tolerance is derived from it and the "
+        "operation, row by row (see the tolerances page); default: tolerances.TRACE",
+    )
+    parser.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="NAME=TRACE_COLUMN",
+        help="read the spec's column NAME from the trace's column TRACE_COLUMN (repeat), e.g. "
+        "--column weight=rollout_is_weights (default: the spec's own names)",
+    )
+    parser.add_argument(
         "--rtol", type=float, help="relative tolerance (default: per spec, tolerances.TRACE)"
     )
     parser.add_argument(
@@ -316,7 +623,7 @@ def _count(text: str) -> int:
 def _input_sets(spec: _TraceSpec) -> list[str]:
     if spec.name == "staleness":
         return ["trained_step, min_version", "trained_step, versions"]
-    return [", ".join(spec.inputs)]
+    return [", ".join([*spec.inputs, *(f"{n} (lists)" for n in spec.lists)])]
 
 
 class _Unusable(RefimplError):
@@ -330,8 +637,9 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep:
             raise _Unusable(f"--param must be KEY=VALUE; got {item!r}. Write e.g. --param eta=1.")
-        if key not in spec.params:
-            valid = ", ".join(spec.params) or "none"
+        kinds = {**spec.params, **spec.options}
+        if key not in kinds:
+            valid = ", ".join(kinds) or "none"
             raise _Unusable(
                 f"unknown parameter {key!r} for spec {spec.name!r} (its parameters: {valid})."
             )
@@ -339,7 +647,10 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
             raise _Unusable(
                 f"--param {key} is given twice (last {item!r}); pass each parameter once."
             )
-        kind = spec.params[key]
+        kind = kinds[key]
+        if kind is str:
+            params[key] = value.strip()
+            continue
         try:
             params[key] = int(value) if kind is int else float(value)
         except ValueError:
@@ -393,6 +704,7 @@ def _check_chunk(
     tol: Tolerance,
     tally: _Tally,
     max_show: int,
+    dtype: str | None = None,
 ) -> None:
     cols = {k: v for k, v in chunk.columns.items() if k != spec.found}
 
@@ -421,7 +733,10 @@ def _check_chunk(
         err = err[bad]
     else:
         found = np.asarray(chunk.columns[spec.found], dtype=np.float64)
-        ok = agree(found, expected, tol)
+        if dtype is not None and spec.condition is not None:
+            ok = _derived_agree(found, expected, spec.condition(cols, params, expected), dtype)
+        else:
+            ok = agree(found, expected, tol)
         if spec.either is not None:
             ok |= spec.either(cols, params, found)
         bad = np.flatnonzero(~ok)
@@ -444,6 +759,24 @@ def _check_chunk(
         if chunk.lines is not None:
             row["line"] = int(chunk.lines[i])
         tally.shown.append(row)
+
+
+def _derived_agree(
+    found: NDArray[np.float64],
+    expected: NDArray[np.float64],
+    condition: NDArray[np.float64],
+    dtype: str,
+) -> NDArray[np.bool_]:
+    """``|found − expected| <= SAFETY·u·condition + smallest normal`` (beyond the dtype's largest
+    finite number, the same infinity agrees)."""
+    from refimpl.testing.tolerances import SAFETY, largest_finite, smallest_normal, unit_roundoff
+
+    allowed = SAFETY * unit_roundoff(dtype) * np.abs(condition) + smallest_normal(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        close = np.abs(found - expected) <= allowed
+        overflow = np.isinf(found) & (np.abs(expected) > largest_finite(dtype))
+    finite = np.isfinite(found) & np.isfinite(expected)
+    return np.asarray((finite & close) | (np.isinf(found) & (found == expected)) | overflow)
 
 
 def _exact_agree(
@@ -550,7 +883,7 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         spec.probe(refimpl, params)
     except (ValueError, TypeError) as exc:
         raise _Unusable(f"invalid --param for spec {spec.name!r}: {exc}") from None
-    default = TRACE[spec.name]
+    default = TRACE.get(spec.name, Tolerance(rtol=1e-5, atol=1e-8))
     tol = Tolerance(
         rtol=default.rtol if args.rtol is None else args.rtol,
         atol=default.atol if args.atol is None else args.atol,
@@ -563,6 +896,9 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             )
     if args.chunk_rows < 1:
         raise _Unusable(f"--chunk-rows must be >= 1; got {args.chunk_rows}.")
+    report["columns"] = _parse_columns(spec, args.column)
+    report["dtype"] = args.dtype
+    _EDGE_DTYPE["dtype"] = args.dtype or "float64"
     with tempfile.TemporaryDirectory(prefix="refimpl-check-") as spool:
         trace = _readable(args.trace, Path(spool))
         try:
@@ -571,6 +907,30 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             if trace != args.trace:  # name what the user passed, not the spooled copy
                 raise TraceError(str(exc).replace(repr(str(trace)), _shown(args.trace))) from None
             raise
+
+
+def _parse_columns(spec: _TraceSpec, raw: list[str]) -> dict[str, str]:
+    """``--column NAME=TRACE_COLUMN``: the spec's column names and the trace's."""
+    known = [*spec.inputs, *spec.lists, spec.found]
+    if spec.name == "staleness":
+        known += ["min_version", "versions"]
+    out: dict[str, str] = {}
+    for item in raw:
+        name, sep, column = (x.strip() for x in item.partition("="))
+        if not sep or not name or not column:
+            raise _Unusable(
+                f"--column must be NAME=TRACE_COLUMN; got {item!r}. Write e.g. "
+                "--column weight=rollout_is_weights."
+            )
+        if name not in known:
+            raise _Unusable(
+                f"--column names {name!r}, which spec {spec.name!r} does not read (its columns: "
+                f"{', '.join(known)})."
+            )
+        if name in out:
+            raise _Unusable(f"--column {name} is given twice; map each column once.")
+        out[name] = column
+    return out
 
 
 def _shown(trace: Path) -> str:
@@ -613,9 +973,10 @@ def _check(
         fmt = _SUFFIX_FORMAT.get(args.trace.suffix.lower()) or sniff_format(trace) or "csv"
     report.update(format=fmt, tolerance=tol._asdict(), reference=f"refimpl.{spec.reference}")
     inputs = list(spec.inputs)
-    lists: list[str] = []
+    lists: list[str] = list(spec.lists)
+    mapping: dict[str, str] = report.get("columns", {})
     if spec.name == "staleness":
-        inputs, lists = _staleness_columns(trace, fmt)
+        inputs, lists = _staleness_columns(trace, fmt, mapping)
 
     from tqdm import tqdm
 
@@ -637,16 +998,18 @@ def _check(
         def progress(done: int) -> None:
             bar.update(done - bar.n)
 
+        back = {mapping.get(n, n): n for n in [*inputs, *lists, spec.found]}
         for chunk in read_chunks(
             trace,
             fmt,
-            [*inputs, spec.found],
-            lists,
+            [mapping.get(n, n) for n in [*inputs, spec.found]],
+            [mapping.get(n, n) for n in lists],
             chunk_rows=args.chunk_rows,
             on_progress=progress,
             exact=spec.exact,
         ):
-            _check_chunk(spec, refimpl, chunk, params, tol, tally, args.max_show)
+            chunk.columns = {back.get(k, k): v for k, v in chunk.columns.items()}
+            _check_chunk(spec, refimpl, chunk, params, tol, tally, args.max_show, args.dtype)
     if tally.rows == 0:
         raise TraceError(
             f"{_shown(args.trace)} has no rows: nothing was checked, and an empty trace cannot "
@@ -661,16 +1024,19 @@ def _check(
         max_abs_error=_json_value(tally.max_abs_error),
         first_mismatches=tally.shown,
     )
-    _print_summary(spec, params, tol, tally, args.trace, fmt)
+    _print_summary(spec, params, tol, tally, args.trace, fmt, args.dtype)
     return code
 
 
-def _staleness_columns(path: Path, fmt: str) -> tuple[list[str], list[str]]:
+def _staleness_columns(
+    path: Path, fmt: str, mapping: dict[str, str] | None = None
+) -> tuple[list[str], list[str]]:
     """``trained_step`` plus ``versions`` (list column) if the trace has it, else ``min_version``."""
     names = _column_names(path, fmt)
-    if names is not None and "versions" in names:
+    mapping = mapping or {}
+    if names is not None and mapping.get("versions", "versions") in names:
         return ["trained_step"], ["versions"]
-    if names is not None and names and "min_version" not in names:
+    if names is not None and names and mapping.get("min_version", "min_version") not in names:
         raise TraceError(
             f"{str(path)!r} has neither a 'min_version' nor a 'versions' column (columns found: "
             f"{', '.join(map(repr, names))}). Log the oldest token version of each sample as "
@@ -729,6 +1095,7 @@ def _print_summary(
     tally: _Tally,
     trace: Path,
     fmt: str,
+    dtype: str | None = None,
 ) -> None:
     shown_params = ", ".join(f"{k}={v}" for k, v in params.items())
     print(
@@ -736,10 +1103,16 @@ def _print_summary(
         + (f" ({shown_params})" if params else "")
     )
     exact = " (in exact integer arithmetic)" if spec.exact else ""
-    print(
-        f"reference refimpl.{spec.reference}{exact}; tolerance |found - expected| <= "
-        f"{tol.atol:g} + {tol.rtol:g}*|expected|"
-    )
+    if dtype is not None and spec.condition is not None:
+        from refimpl.testing.tolerances import SAFETY, unit_roundoff
+
+        rule = (
+            f"derived from {dtype}: |found - expected| <= {SAFETY:g}*u*condition, "
+            f"u = {unit_roundoff(dtype):.3g}"
+        )
+    else:
+        rule = f"|found - expected| <= {tol.atol:g} + {tol.rtol:g}*|expected|"
+    print(f"reference refimpl.{spec.reference}{exact}; tolerance {rule}")
     if not tally.mismatches:
         print(f"OK: all {tally.rows:,} rows agree with the reference.")
         return

@@ -7,12 +7,17 @@ through admission control, one is not a version count at all. The functions here
 of a framework's own setting, the ``η`` it corresponds to, where it is enforced, and whether it
 guarantees ``s ≤ η`` for every trained sample.
 
-The mapping follows conventions §framework-settings (the project's reading of each framework's documentation and code); a
-framework may change its semantics between versions, so check the version you run.
+Each statement was read from the installed sources of the version named in its ``source`` field
+(:data:`refimpl.frameworks.TESTED_VERSIONS`), and ``tests_frameworks/test_staleness_statements.py``
+checks it against that installed code in the framework stage of CI (conventions
+§framework-settings). prime-rl has no release on PyPI: its statement is read from its repository and
+is the one not tested against installed code. A framework may change its semantics between
+versions, so check the version you run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from refimpl._validation import as_int, as_real, invalid
@@ -24,6 +29,7 @@ __all__ = [
     "prime_rl_staleness_bound",
     "skyrl_staleness_bound",
     "trl_staleness_bound",
+    "verl_off_policy_bound",
     "verl_staleness_bound",
 ]
 
@@ -53,6 +59,8 @@ class FrameworkStalenessBound(NamedTuple):
         True iff every trained sample is guaranteed ``s ≤ η``.
     note : str
         What the setting does and how it differs from ``η``, in one or two sentences.
+    source : str
+        The framework version and the code the statement was read from (and is tested against).
     """
 
     framework: str
@@ -62,6 +70,7 @@ class FrameworkStalenessBound(NamedTuple):
     enforced_at: str
     per_sample_bound: bool
     note: str
+    source: str = ""
 
 
 def areal_staleness_bound(*, max_head_offpolicyness: int) -> FrameworkStalenessBound:
@@ -74,9 +83,12 @@ def areal_staleness_bound(*, max_head_offpolicyness: int) -> FrameworkStalenessB
         \min\bigl(N_\text{max} - \text{running},\;(\eta + v + 1)B - (\text{accepted} +
         \text{running})\bigr)
 
-    is ``<= 0`` (:func:`refimpl.admission_capacity`). Nothing is dropped for staleness, so a sample
-    may be trained with ``s > η``: a long rollout, or one interrupted and resumed (partial rollout),
-    can span more than ``η + 1`` versions. The bound holds on average, not per sample.
+    is ``<= 0`` (:func:`refimpl.admission_capacity`). AReaL 1.0.4 computes it in
+    ``StalenessManager.get_capacity`` (``areal/infra/staleness_manager.py``), fed with
+    ``max_staleness=max_head_offpolicyness``, and treats a ``max_concurrent_rollouts`` or
+    ``consumer_batch_size`` of 0 as 1. The rule only admits; it drops nothing, so a sample may be
+    trained with ``s > η``: a long rollout, or one interrupted and resumed (partial rollout), can span
+    more than ``η + 1`` versions. The bound holds on average, not per sample.
 
     Parameters
     ----------
@@ -97,7 +109,7 @@ def areal_staleness_bound(*, max_head_offpolicyness: int) -> FrameworkStalenessB
 
     References
     ----------
-    AReaL (arXiv 2505.24298), ``StalenessManager.get_capacity``.
+    AReaL (arXiv 2505.24298); AReaL 1.0.4, ``areal.infra.staleness_manager.StalenessManager``.
 
     Examples
     --------
@@ -120,8 +132,10 @@ def areal_staleness_bound(*, max_head_offpolicyness: int) -> FrameworkStalenessB
         enforced_at="admission",
         per_sample_bound=False,
         note="Admission control: launches stop when accepted + running reaches (η + v + 1)·B "
-        "(see admission_capacity); nothing is dropped, so long or interrupted rollouts can be "
-        "trained with s > η. Bounds staleness on average, not per sample.",
+        "(see admission_capacity; a batch size or concurrency of 0 counts as 1); the rule drops "
+        "nothing, so long or interrupted rollouts can be trained with s > η. Bounds staleness on "
+        "average, not per sample.",
+        source="areal 1.0.4: areal.infra.staleness_manager.StalenessManager.get_capacity",
     )
 
 
@@ -129,7 +143,9 @@ def skyrl_staleness_bound(*, max_staleness_steps: int) -> FrameworkStalenessBoun
     r"""SkyRL's ``max_staleness_steps`` as ``η``: AReaL's admission rule, no per-sample bound.
 
     SkyRL writes the same capacity rule as :math:`(S + g)\,B` with :math:`g = v + 1`, i.e.
-    :math:`(\eta + v + 1)\,B` with :math:`\eta = S` (:func:`refimpl.admission_capacity`).
+    :math:`(\eta + v + 1)\,B` with :math:`\eta = S` (:func:`refimpl.admission_capacity`). In skyrl
+    0.3.0, ``g`` is ``_AsyncStalenessManager._current_global_step`` (``skyrl/train/fully_async_trainer.py``),
+    the 1-based step being worked on, so ``g = v + 1`` with ``v`` the steps finished.
 
     Parameters
     ----------
@@ -167,8 +183,10 @@ def skyrl_staleness_bound(*, max_staleness_steps: int) -> FrameworkStalenessBoun
         eta=eta,
         enforced_at="admission",
         per_sample_bound=False,
-        note="The AReaL capacity rule written (S + g)·B with g = v + 1; admission control only, "
-        "so no per-sample guarantee.",
+        note="The AReaL capacity rule written (S + g)·B with g = v + 1 (g: the 1-based step being "
+        "worked on); admission control only, so no per-sample guarantee.",
+        source="skyrl 0.3.0: skyrl.train.fully_async_trainer._AsyncStalenessManager"
+        "._compute_capacity_unlocked",
     )
 
 
@@ -178,6 +196,10 @@ def prime_rl_staleness_bound(*, max_off_policy_steps: int) -> FrameworkStaleness
     prime-rl measures staleness as refimpl does (oldest token version, queue time included) and
     discards samples over the bound, so every trained sample has ``s ≤ η``
     (:func:`refimpl.staleness_mask` with ``eta=max_off_policy_steps``).
+
+    .. warning:: Read from the prime-rl repository (version 0.8.0, commit ``559b447``:
+       ``prime_rl.orchestrator.utils.min_fresh_version`` and the dispatcher's stale-group drop),
+       not tested: prime-rl has no release on PyPI, so CI cannot install and check it.
 
     Parameters
     ----------
@@ -218,6 +240,8 @@ def prime_rl_staleness_bound(*, max_off_policy_steps: int) -> FrameworkStaleness
         per_sample_bound=True,
         note="η on s = j − min_t v_t (oldest token version, queue time included); samples over "
         "the bound are discarded, so the bound holds per sample.",
+        source="prime-rl 0.8.0 (repository commit 559b447; not on PyPI, not tested against "
+        "installed code): prime_rl.orchestrator.utils.min_fresh_version",
     )
 
 
@@ -226,7 +250,10 @@ def trl_staleness_bound(*, max_staleness: int) -> FrameworkStalenessBound:
 
     ``current − v_launch`` equals refimpl's ``s`` whenever ``current`` is the version the trainer
     holds when it takes the sample (``j``), because a rollout's oldest token is its first and
-    versions only increase. Over-bound samples are dropped, so the bound holds per sample.
+    versions only increase. Over-bound samples are dropped, so the bound holds per sample. In TRL
+    1.16.0 the rule is in ``trl.experimental.async_grpo.async_grpo_trainer.RolloutQueueDataset``:
+    ``staleness = model_version_fn() − sample.model_version``, dropped iff ``> max_staleness``
+    (``AsyncGRPOConfig.max_staleness`` defaults to 4).
 
     Read in TRL 1.16.0 (``trl/experimental/async_grpo``): the version is recorded once per group of
     ``num_generations`` rollouts, when its first rollout is launched, so for a rollout of the group
@@ -268,6 +295,7 @@ def trl_staleness_bound(*, max_staleness: int) -> FrameworkStalenessBound:
         per_sample_bound=True,
         note="η on current − v_launch, which equals s = j − min_t v_t when 'current' is the "
         "trainer's version j; over-bound samples are dropped when consumed.",
+        source="trl 1.16.0: trl.experimental.async_grpo.async_grpo_trainer.RolloutQueueDataset",
     )
 
 
@@ -275,10 +303,13 @@ def verl_staleness_bound(*, staleness_threshold: float) -> FrameworkStalenessBou
     """verl's ``staleness_threshold``: a fraction of extra samples per sync, **not** a version count.
 
     The setting lets the rollout side generate up to a fraction ``staleness_threshold`` of extra
-    samples beyond what one weight synchronisation consumes. It limits how much stale data
-    accumulates, not how stale a sample is: there is no ``η``, and no per-sample bound (a long
-    rollout can span several syncs). To bound ``s`` per sample, mask with
-    :func:`refimpl.staleness_mask` on :func:`refimpl.sample_staleness`.
+    samples beyond what one weight synchronisation consumes: in verl 0.9.1
+    (``verl.experimental.fully_async_policy``), ``FullyAsyncRollouter`` stops at
+    ``required_samples · (staleness_threshold + 1) · trigger_parameter_sync_step`` samples per
+    synchronisation. It limits how much stale data accumulates, not how stale a sample is: there is
+    no ``η``, and no per-sample bound (a long rollout can span several syncs). For a per-sample bound
+    verl 0.9 has a separate setting, ``max_off_policy_threshold`` (:func:`verl_off_policy_bound`); or
+    mask with :func:`refimpl.staleness_mask` on :func:`refimpl.sample_staleness`.
 
     .. warning::
 
@@ -330,10 +361,67 @@ def verl_staleness_bound(*, staleness_threshold: float) -> FrameworkStalenessBou
         per_sample_bound=False,
         note="A fraction of extra samples generated per weight sync, not a version count: it "
         "does not bound the staleness of any sample.",
+        source="verl 0.9.1: verl.experimental.fully_async_policy.fully_async_rollouter"
+        ".FullyAsyncRollouter.set_max_required_samples",
     )
 
 
-def framework_staleness_bound(*, framework: Framework | str, value: Any) -> FrameworkStalenessBound:
+def verl_off_policy_bound(*, max_off_policy_threshold: int) -> FrameworkStalenessBound:
+    """verl's ``max_off_policy_threshold`` (strategy ``"drop"``): versions spanned, so ``η = T − 1``.
+
+    verl 0.9's replay buffer (``verl.trainer.ppo.v1.replay_buffer.ReplayBufferAsync``) drops a
+    finished group iff ``global_steps − prompt_global_steps + 1 > T``: the setting counts the
+    versions a sample spans, ``s + 1``, not its staleness ``s``. A sample is kept iff ``s ≤ T − 1``,
+    so ``T`` corresponds to ``η = T − 1``, enforced per sample when the trainer takes a batch. (With
+    ``max_off_policy_strategy="wait"`` nothing is dropped; that strategy is not translated here.)
+
+    Parameters
+    ----------
+    max_off_policy_threshold : int
+        The verl setting, ``>= 1`` (verl rejects 0; ``None`` there disables the control).
+
+    Returns
+    -------
+    FrameworkStalenessBound
+        ``eta = max_off_policy_threshold − 1``, ``enforced_at="consumption"``,
+        ``per_sample_bound=True``.
+
+    Raises
+    ------
+    TypeError
+        If the value is not an integer.
+    ValueError
+        If it is below 1.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import verl_off_policy_bound
+    >>> b = verl_off_policy_bound(max_off_policy_threshold=8)  # verl's default
+    >>> b.eta, b.enforced_at, b.per_sample_bound
+    (7, 'consumption', True)
+    """
+    spanned = as_int(
+        max_off_policy_threshold,
+        name="max_off_policy_threshold",
+        minimum=1,
+        meaning="verl's bound on the versions a sample spans, s + 1",
+    )
+    return FrameworkStalenessBound(
+        framework="verl",
+        setting="max_off_policy_threshold",
+        value=float(spanned),
+        eta=spanned - 1,
+        enforced_at="consumption",
+        per_sample_bound=True,
+        note="Counts versions spanned (s + 1): a finished group with global_steps − "
+        "prompt_global_steps + 1 > T is dropped when a batch is sampled, so η = T − 1 per sample.",
+        source="verl 0.9.1: verl.trainer.ppo.v1.replay_buffer.ReplayBufferAsync._stale_terminal_keys",
+    )
+
+
+def framework_staleness_bound(
+    *, framework: Framework | str, value: Any, setting: str | None = None
+) -> FrameworkStalenessBound:
     """Dispatch on a framework's name: its staleness setting, translated into ``η``.
 
     Parameters
@@ -342,6 +430,10 @@ def framework_staleness_bound(*, framework: Framework | str, value: Any) -> Fram
         Case-insensitive; ``"prime_rl"`` is accepted for ``"prime-rl"``.
     value : int or float
         The value of that framework's staleness setting (see the per-framework functions).
+    setting : str, optional
+        The setting's own name, for a framework with more than one: verl's
+        ``"staleness_threshold"`` (the default) or ``"max_off_policy_threshold"``. For the others it
+        must be omitted or equal to their one setting.
 
     Returns
     -------
@@ -350,7 +442,7 @@ def framework_staleness_bound(*, framework: Framework | str, value: Any) -> Fram
     Raises
     ------
     ValueError
-        If the framework is unknown or the value is out of range.
+        If the framework or the setting is unknown, or the value is out of range.
     TypeError
         If the value has the wrong type.
 
@@ -360,21 +452,38 @@ def framework_staleness_bound(*, framework: Framework | str, value: Any) -> Fram
     >>> [framework_staleness_bound(framework=f, value=1).per_sample_bound
     ...  for f in ("areal", "skyrl", "prime-rl", "trl", "verl")]
     [False, False, True, True, False]
+    >>> framework_staleness_bound(framework="verl", value=8, setting="max_off_policy_threshold").eta
+    7
     """
     key = str(framework).lower().replace("_", "-") if isinstance(framework, str) else framework
-    if key == "areal":
-        return areal_staleness_bound(max_head_offpolicyness=value)
-    if key == "skyrl":
-        return skyrl_staleness_bound(max_staleness_steps=value)
-    if key == "prime-rl":
-        return prime_rl_staleness_bound(max_off_policy_steps=value)
-    if key == "trl":
-        return trl_staleness_bound(max_staleness=value)
-    if key == "verl":
-        return verl_staleness_bound(staleness_threshold=value)
-    raise invalid(
-        "framework",
-        "be one of " + ", ".join(repr(f) for f in _FRAMEWORKS),
-        framework,
-        "Pass one of these names, or call the per-framework function directly.",
-    )
+    settings: dict[str, dict[str, Callable[[Any], FrameworkStalenessBound]]] = {
+        "areal": {
+            "max_head_offpolicyness": lambda v: areal_staleness_bound(max_head_offpolicyness=v)
+        },
+        "skyrl": {"max_staleness_steps": lambda v: skyrl_staleness_bound(max_staleness_steps=v)},
+        "prime-rl": {
+            "max_off_policy_steps": lambda v: prime_rl_staleness_bound(max_off_policy_steps=v)
+        },
+        "trl": {"max_staleness": lambda v: trl_staleness_bound(max_staleness=v)},
+        "verl": {
+            "staleness_threshold": lambda v: verl_staleness_bound(staleness_threshold=v),
+            "max_off_policy_threshold": lambda v: verl_off_policy_bound(max_off_policy_threshold=v),
+        },
+    }
+    if key not in settings:
+        raise invalid(
+            "framework",
+            "be one of " + ", ".join(repr(f) for f in _FRAMEWORKS),
+            framework,
+            "Pass one of these names, or call the per-framework function directly.",
+        )
+    own = settings[key]
+    name = next(iter(own)) if setting is None else setting
+    if name not in own:
+        raise invalid(
+            "setting",
+            f"name one of {key}'s settings: " + ", ".join(repr(n) for n in own),
+            setting,
+            "Pass one of these names, or omit setting for the first.",
+        )
+    return own[name](value)

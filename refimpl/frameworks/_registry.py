@@ -1,0 +1,157 @@
+"""The frameworks refimpl tests, the versions it read them from, and the adapters' record type."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+__all__ = [
+    "TESTED_VERSIONS",
+    "Adapter",
+    "Classification",
+    "Divergence",
+    "installed_version",
+    "load_function",
+]
+
+#: Each framework's distribution on PyPI and the version every statement and adapter in
+#: :mod:`refimpl.frameworks` was read from and is tested against (ci/frameworks-requirements.txt).
+TESTED_VERSIONS: Mapping[str, tuple[str, str]] = MappingProxyType(
+    {
+        "verl": ("verl", "0.9.1"),
+        "trl": ("trl", "1.16.0"),
+        "areal": ("areal", "1.0.4"),
+        "skyrl": ("skyrl", "0.3.0"),
+        "openrlhf": ("openrlhf", "0.11.2"),
+    }
+)
+
+Classification = Literal["convention", "numerical limit", "defect"]
+
+
+def installed_version(framework: str) -> str | None:
+    """The installed version of ``framework`` (a key of :data:`TESTED_VERSIONS`), or ``None``.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import installed_version
+    >>> installed_version("no-such-framework") is None
+    True
+    """
+    dist = TESTED_VERSIONS.get(framework, (framework, ""))[0]
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def load_function(path: str) -> Any:
+    """Import ``"package.module:attribute.attribute"`` after the stubs are in place.
+
+    A module listed in :data:`refimpl.frameworks.SOURCE_LOADS` is not imported: the attribute is
+    taken from its installed file by :func:`refimpl.frameworks.load_from_source`.
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import load_function
+    >>> load_function("math:floor")(2.5)
+    2
+    """
+    from refimpl.frameworks._stubs import SOURCE_LOADS, install_stubs, load_from_source
+
+    install_stubs()
+    module_name, _, attribute = path.partition(":")
+    parts = attribute.split(".") if attribute else []
+    if any(entry.source == module_name for entry in SOURCE_LOADS):
+        # executed from the installed file (its module cannot be imported: SOURCE_LOADS says why)
+        obj: Any = load_from_source(module_name)[parts[0]]
+        parts = parts[1:]
+    else:
+        obj = importlib.import_module(module_name)
+    for part in parts:
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Why a framework function fails a check of its spec under its declared conventions.
+
+    Attributes
+    ----------
+    classification : {"convention", "numerical limit", "defect"}
+        A convention the oracle cannot declare (a different but deliberate rule), a limit of the
+        framework's arithmetic (a precision, an epsilon), or a defect a maintainer would fix.
+    explanation : str
+        What differs and where in the framework's code, in a sentence or two.
+    """
+
+    classification: Classification
+    explanation: str
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One framework function, at one setting, mapped onto one refimpl spec.
+
+    Attributes
+    ----------
+    key : str
+        Stable id, ``"<framework>.<name>"``: what :func:`refimpl.frameworks.check` and
+        ``refimpl conformance`` take.
+    framework : str
+        A key of :data:`TESTED_VERSIONS`.
+    function : str
+        The framework function under test, ``"module:qualname"`` (imported, never transcribed).
+    settings : mapping
+        The framework's own settings this adapter calls it with, under the framework's names.
+    spec : str
+        The refimpl spec (:func:`refimpl.testing.spec_names`).
+    conventions : mapping
+        The declared conventions (:func:`refimpl.testing.conventions`), each read from the
+        framework's code.
+    candidate : callable
+        The adapter: the spec's signature on torch tensors in, the framework's result out. Its
+        source is self-contained (imports inside), so a reproduction can paste it.
+    divergences : mapping
+        Check name → :class:`Divergence`, for the checks it is known to fail under its conventions.
+    dtype : str
+        The precision of the inputs it is checked in.
+    note : str
+        What the mapping does, in a sentence.
+    max_examples : int or None
+        Hypothesis examples per check in the matrix, when the default finds too little (a
+        divergence that needs more draws to be met).
+    """
+
+    key: str
+    framework: str
+    function: str
+    settings: Mapping[str, Any]
+    spec: str
+    conventions: Mapping[str, Any]
+    candidate: Callable[..., Any]
+    divergences: Mapping[str, Divergence] = field(default_factory=dict)
+    dtype: str = "float64"
+    note: str = ""
+    max_examples: int | None = None
+
+    @property
+    def setup(self) -> str:
+        """Python that defines ``candidate`` on its own: the adapter's source, then its name."""
+        import inspect
+        import textwrap
+
+        source = textwrap.dedent(inspect.getsource(self.candidate))
+        stubs = ""
+        from refimpl.frameworks._stubs import STUBS
+
+        if any(s.framework == self.framework for s in STUBS):
+            stubs = "from refimpl.frameworks import install_stubs\ninstall_stubs()\n"
+        # annotations stay unevaluated: the adapter's source names typing.Any without importing it
+        head = "from __future__ import annotations\n\n"
+        return f"{head}{stubs}{source}\ncandidate = {self.candidate.__name__}\n"

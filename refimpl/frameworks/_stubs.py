@@ -1,0 +1,167 @@
+"""The one list of import stubs, and of code loaded without its module, each with the reason.
+
+A stub replaces a module that a framework's import chain executes but that the tested function never
+uses (:data:`STUBS`, put in place by :func:`install_stubs`, idempotent, a no-op for a framework that
+is not installed). A *source load* (:data:`SOURCE_LOADS`, :func:`load_from_source`) executes classes
+taken from an installed framework file, unchanged, when that file's own imports cannot run here.
+Nothing else in refimpl stubs a framework module or reads framework code.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SOURCE_LOADS", "STUBS", "SourceLoad", "Stub", "install_stubs", "load_from_source"]
+
+
+@dataclass(frozen=True)
+class Stub:
+    """A module replaced by an empty package that keeps the real directory as its ``__path__``.
+
+    Attributes
+    ----------
+    framework : str
+        The framework whose import chain it is in.
+    package : str
+        The package whose ``__init__`` is not executed; its submodules still load from their files.
+    reason : str
+        Why the tested code does not need it.
+    """
+
+    framework: str
+    package: str
+    reason: str
+
+
+STUBS: tuple[Stub, ...] = (
+    Stub(
+        framework="skyrl",
+        package="skyrl.backends",
+        reason=(
+            "skyrl 0.3.0's skyrl/backends/__init__.py imports the Tinker backend (skyrl.backends.backend "
+            "→ skyrl.tinker.types), whose pydantic models use typing.TypedDict, which pydantic refuses "
+            "on Python < 3.12; the tested skyrl.backends.skyrl_train.utils.off_policy_correction_utils "
+            "imports only torch, omegaconf and skyrl_train.utils.torch_utils. Its package __init__ is "
+            "skipped; every module under it still loads from its installed file."
+        ),
+    ),
+)
+
+
+def install_stubs() -> None:
+    """Put every stub of :data:`STUBS` in place (once; a framework that is not installed is left alone).
+
+    Examples
+    --------
+    >>> from refimpl.frameworks import install_stubs
+    >>> install_stubs()
+    """
+    for stub in STUBS:
+        if stub.package in sys.modules:
+            continue
+        parent, _, _ = stub.package.rpartition(".")
+        spec = importlib.util.find_spec(parent) if parent else None
+        if spec is None or spec.origin is None:
+            continue
+        path = os.path.join(os.path.dirname(spec.origin), stub.package.rpartition(".")[2])
+        if not os.path.isdir(path):
+            continue
+        module = types.ModuleType(stub.package, f"stub: {stub.reason}")
+        module.__path__ = [path]
+        sys.modules[stub.package] = module
+
+
+@dataclass(frozen=True)
+class SourceLoad:
+    """Top-level classes executed from an installed framework file without importing its module.
+
+    Attributes
+    ----------
+    framework : str
+        The framework the file belongs to.
+    source : str
+        The module whose file is read (located with :func:`importlib.util.find_spec` on its
+        package, never imported).
+    names : tuple of str
+        The top-level classes or functions executed, in order, from that file's source.
+    imports : str
+        The standard-library imports they need, executed first.
+    reason : str
+        Why the module itself cannot be imported, and why the names need nothing else from it.
+    """
+
+    framework: str
+    source: str
+    names: tuple[str, ...]
+    imports: str
+    reason: str
+
+
+SOURCE_LOADS: tuple[SourceLoad, ...] = (
+    SourceLoad(
+        framework="skyrl",
+        source="skyrl.train.fully_async_trainer",
+        names=("_RolloutStat", "_AsyncStalenessManager"),
+        imports="import asyncio\nfrom dataclasses import dataclass",
+        reason=(
+            "skyrl 0.3.0's fully_async_trainer imports the Ray PPO trainer, skyrl_gym and "
+            "skyrl.train.config, whose import reaches skyrl.tinker.types (pydantic refuses its "
+            "typing.TypedDict on Python < 3.12). _RolloutStat (a dataclass of counters) and "
+            "_AsyncStalenessManager (the capacity rule; asyncio only) use nothing else of the module."
+        ),
+    ),
+)
+
+
+def load_from_source(module: str) -> dict[str, Any]:
+    """Execute the :data:`SOURCE_LOADS` entry for ``module``: its names, from the installed file.
+
+    Returns
+    -------
+    dict
+        The names defined (each class or function exactly as written in the installed file).
+
+    Raises
+    ------
+    ValueError
+        If ``module`` has no entry in :data:`SOURCE_LOADS`.
+    ModuleNotFoundError
+        If the framework is not installed.
+    """
+    from refimpl._validation import invalid
+
+    entry = next((e for e in SOURCE_LOADS if e.source == module), None)
+    if entry is None:
+        raise invalid(
+            "module",
+            "have an entry in refimpl.frameworks.SOURCE_LOADS",
+            module,
+            "List it there, with the reason it cannot be imported.",
+        )
+    package, _, leaf = module.rpartition(".")
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(f"{package} is not installed", name=package)
+    path = os.path.join(os.path.dirname(spec.origin), f"{leaf}.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    nodes = {
+        n.name: n
+        for n in tree.body
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    body = ast.parse(entry.imports).body + [nodes[name] for name in entry.names]
+    code = compile(ast.Module(body=body, type_ignores=[]), path, "exec")
+    # A module object of its own (dataclasses look their class's module up in sys.modules), under a
+    # name that cannot be mistaken for the framework's module.
+    loaded = types.ModuleType(f"refimpl.frameworks.source_load:{module}", f"from {path}")
+    loaded.__file__ = path
+    sys.modules[loaded.__name__] = loaded
+    exec(code, loaded.__dict__)
+    return {name: loaded.__dict__[name] for name in entry.names}

@@ -1,0 +1,341 @@
+"""verl 0.9.1: rollout correction (TIS, IcePop, rejection masks), read from its installed sources.
+
+Every adapter calls the installed function; its source is self-contained so that a reproduction can
+paste it. ``verl/trainer/ppo/rollout_corr_helper.py``: the weights and masks take the log-ratio
+``log π − log μ`` (``old_log_prob − rollout_log_prob``), clamp it to ±20 (``SAFETY_BOUND``) before
+``exp`` and return ``(B, T)`` tensors that are 0 at padding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.frameworks._registry import Adapter, Divergence
+
+_HELPER = "verl.trainer.ppo.rollout_corr_helper"
+_LOG_RATIO = {
+    "inputs": "log_ratio",
+    "log_ratio_clamp": 20.0,
+    "padding": "zero",
+    "empty_rows": "excluded",  # verl raises on a batch with no valid token
+}
+
+
+def verl_token_tis(log_ratio: Any, *, cap: float, mask: Any) -> Any:
+    """verl token TIS: ``rollout_is="token"``, ``rollout_is_threshold=cap``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    weights, _ = compute_rollout_correction_weights(
+        log_ratio, mask, rollout_is="token", rollout_is_threshold=float(cap)
+    )
+    return weights
+
+
+def verl_sequence_tis(log_ratio: Any, *, cap: float, mask: Any) -> Any:
+    """verl sequence TIS: ``rollout_is="sequence"``, ``rollout_is_threshold=cap``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    weights, _ = compute_rollout_correction_weights(
+        log_ratio, mask, rollout_is="sequence", rollout_is_threshold=float(cap)
+    )
+    return weights
+
+
+def verl_token_icepop(log_ratio: Any, *, low: float, high: float, mask: Any) -> Any:
+    """verl token IcePop: ``rollout_is="token"``, ``rollout_is_threshold="low_high"``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    # verl refuses lo = 0; after its clamp of log ρ to >= −20, 5e-324 keeps what 0 keeps.
+    band = f"{float(max(low, 5e-324))!r}_{float(high)!r}"
+    weights, _ = compute_rollout_correction_weights(
+        log_ratio, mask, rollout_is="token", rollout_is_threshold=band
+    )
+    return weights
+
+
+def verl_sequence_icepop(log_ratio: Any, *, low: float, high: float, mask: Any) -> Any:
+    """verl sequence IcePop: ``rollout_is="sequence"``, ``rollout_is_threshold="low_high"``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_weights
+
+    # verl refuses lo = 0; after its clamp of log ρ to >= −20, 5e-324 keeps what 0 keeps.
+    band = f"{float(max(low, 5e-324))!r}_{float(high)!r}"
+    weights, _ = compute_rollout_correction_weights(
+        log_ratio, mask, rollout_is="sequence", rollout_is_threshold=band
+    )
+    return weights
+
+
+def verl_token_k1_mask(log_ratio: Any, *, low: float, high: float, mask: Any) -> Any:
+    """verl rejection mask ``rollout_rs="token_k1"``, ``rollout_rs_threshold="low_high"``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    # verl refuses lo = 0; after its clamp of log ρ to >= −20, 5e-324 keeps what 0 keeps.
+    band = f"{float(max(low, 5e-324))!r}_{float(high)!r}"
+    kept, _ = compute_rollout_rejection_mask(
+        log_ratio, mask, rollout_rs="token_k1", rollout_rs_threshold=band
+    )
+    return kept
+
+
+def verl_seq_mean_k1_mask(log_ratio: Any, *, low: float, high: float, mask: Any) -> Any:
+    """verl rejection mask ``rollout_rs="seq_mean_k1"``, ``rollout_rs_threshold="low_high"``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    # verl refuses lo = 0; after its clamp of log ρ to >= −20, 5e-324 keeps what 0 keeps.
+    band = f"{float(max(low, 5e-324))!r}_{float(high)!r}"
+    kept, _ = compute_rollout_rejection_mask(
+        log_ratio, mask, rollout_rs="seq_mean_k1", rollout_rs_threshold=band
+    )
+    return kept
+
+
+def verl_seq_sum_k1_mask(log_ratio: Any, *, low: float, high: float, mask: Any) -> Any:
+    """verl rejection mask ``rollout_rs="seq_sum_k1"``, ``rollout_rs_threshold="low_high"``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    # verl refuses lo = 0; after its clamp of log ρ to >= −20, 5e-324 keeps what 0 keeps.
+    band = f"{float(max(low, 5e-324))!r}_{float(high)!r}"
+    kept, _ = compute_rollout_rejection_mask(
+        log_ratio, mask, rollout_rs="seq_sum_k1", rollout_rs_threshold=band
+    )
+    return kept
+
+
+def verl_correction_sequence_tis(
+    logp_target: Any, logp_behavior: Any, *, cap: float, mask: Any
+) -> Any:
+    """verl's entry point from log-probs: ``rollout_is="sequence"``, ``rollout_is_threshold=cap``."""
+    from verl.trainer.ppo.rollout_corr_helper import (
+        compute_rollout_correction_and_rejection_mask,
+    )
+
+    proto, _, _ = compute_rollout_correction_and_rejection_mask(
+        logp_target, logp_behavior, mask, rollout_is="sequence", rollout_is_threshold=float(cap)
+    )
+    return proto.batch["rollout_is_weights"]
+
+
+def _every_check(spec: str, divergence: Divergence) -> dict[str, Divergence]:
+    from refimpl.testing import check_names
+
+    return dict.fromkeys(check_names(spec), divergence)
+
+
+_ESS_DIVIDES_BY_ZERO = Divergence(
+    "defect",
+    "With an IcePop band ('lo_hi'), a batch in which every valid token falls outside the band makes "
+    "compute_is_metrics raise ZeroDivisionError: rollout_is_eff_sample_size is "
+    "1.0 / masked_mean((w / (masked_mean(w) + 1e-8))**2) (rollout_corr_helper.py l.754-758), and "
+    "the weights are all 0, so the training step fails instead of getting weight 0 (or an ESS of 0). "
+    "The repository at commit b178a3c (0.8.0.dev) clamped the ESS weights at the band's lower "
+    "bound, which kept the denominator positive; 0.9.1 clamps at 0.0.",
+)
+_MASKED_MEAN_EPSILON = Divergence(
+    "numerical limit",
+    "verl_F.masked_mean divides by mask.sum() + 1e-8 (verl/utils/torch_functional.py l.308), so "
+    "the mean k1 statistic of a sequence is shrunk towards 0 by a relative 1e-8/n: a geometric "
+    "ratio just outside the band edge (here μ/π = 0.75 − 4e-15 for the band [0.75, 1]) is kept.",
+)
+_TOKEN_CLAMP_BEFORE_AGGREGATE = Divergence(
+    "convention",
+    "The sequence rejection statistics clamp each token's log-ratio to ±20 before they sum or "
+    "average (rollout_corr_helper.py l.262-263, then _sequence_sum / _sequence_mean), so a token "
+    "beyond ±20 counts as ±20 and a sequence whose true statistic is outside the band can be kept "
+    "(or the reverse). refimpl's log_ratio_clamp clamps the aggregate once (as SkyRL does).",
+)
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter(
+        key="verl.rollout_is_token_tis",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_correction_weights",
+        settings={"rollout_is": "token", "rollout_is_threshold": "cap"},
+        spec="tis",
+        conventions=_LOG_RATIO,
+        candidate=verl_token_tis,
+        note="Token TIS min(exp(clip(log ρ, ±20)), C), 0 at padding.",
+    ),
+    Adapter(
+        key="verl.rollout_is_sequence_tis",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_correction_weights",
+        settings={"rollout_is": "sequence", "rollout_is_threshold": "cap"},
+        spec="tis_sequence",
+        conventions={**_LOG_RATIO, "output": "BT"},
+        candidate=verl_sequence_tis,
+        note="Sequence TIS min(exp(clip(Σ log ρ, ±20)), C) broadcast to (B, T), 0 at padding.",
+    ),
+    Adapter(
+        key="verl.rollout_is_token_icepop",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_correction_weights",
+        settings={"rollout_is": "token", "rollout_is_threshold": "low_high"},
+        spec="masked_is",
+        conventions=_LOG_RATIO,
+        candidate=verl_token_icepop,
+        divergences=_every_check("masked_is", _ESS_DIVIDES_BY_ZERO),
+        note="IcePop ρ·1[lo ≤ ρ ≤ hi] per token after the ±20 clamp; lo = 0 has no verl spelling "
+        "and is passed as the smallest positive float (the same entries, given the clamp).",
+    ),
+    Adapter(
+        key="verl.rollout_is_sequence_icepop",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_correction_weights",
+        settings={"rollout_is": "sequence", "rollout_is_threshold": "low_high"},
+        spec="masked_is_sequence",
+        conventions={**_LOG_RATIO, "output": "BT"},
+        candidate=verl_sequence_icepop,
+        divergences=_every_check("masked_is_sequence", _ESS_DIVIDES_BY_ZERO),
+        note="IcePop on the sequence product Πρ (clamped in log space), broadcast to (B, T).",
+    ),
+    Adapter(
+        key="verl.rollout_rs_token_k1",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_rejection_mask",
+        settings={"rollout_rs": "token_k1", "rollout_rs_threshold": "low_high"},
+        spec="masked_is",
+        conventions={**_LOG_RATIO, "band_on": "reciprocal", "weight": "indicator"},
+        candidate=verl_token_k1_mask,
+        note="A 0/1 mask keeping log lo ≤ −log ρ ≤ log hi: the band is on μ/π, although the "
+        "docstring calls lo/hi 'lower/upper ratio bounds'.",
+    ),
+    Adapter(
+        key="verl.rollout_rs_seq_mean_k1",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_rejection_mask",
+        settings={"rollout_rs": "seq_mean_k1", "rollout_rs_threshold": "low_high"},
+        spec="masked_is_geometric",
+        conventions={
+            **_LOG_RATIO,
+            "band_on": "reciprocal",
+            "weight": "indicator",
+            "output": "BT",
+        },
+        candidate=verl_seq_mean_k1_mask,
+        divergences={"agrees_with_reference": _MASKED_MEAN_EPSILON},
+        max_examples=60,  # a token beyond ±20 next to ones that cancel it: rarer than 25 draws
+        note="A sequence mask on the mean of −log ρ (a geometric band on μ/π), each token's log ρ "
+        "clamped to ±20 before the mean (with 50 examples a token at −25 beside one at +20 shows "
+        "that clamp too, as for seq_sum_k1).",
+    ),
+    Adapter(
+        key="verl.rollout_rs_seq_sum_k1",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_rejection_mask",
+        settings={"rollout_rs": "seq_sum_k1", "rollout_rs_threshold": "low_high"},
+        spec="masked_is_sequence",
+        conventions={
+            **_LOG_RATIO,
+            "band_on": "reciprocal",
+            "weight": "indicator",
+            "output": "BT",
+        },
+        candidate=verl_seq_sum_k1_mask,
+        divergences={"zero_outside_band": _TOKEN_CLAMP_BEFORE_AGGREGATE},
+        max_examples=60,  # a token beyond ±20 next to ones that cancel it: rarer than 25 draws
+        note="A sequence mask on Σ −log ρ (a band on Πμ/π), each token clamped to ±20 first.",
+    ),
+    Adapter(
+        key="verl.rollout_correction_sequence_tis",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_correction_and_rejection_mask",
+        settings={"rollout_is": "sequence", "rollout_is_threshold": "cap", "rollout_rs": None},
+        spec="tis_sequence",
+        conventions={
+            "log_ratio_clamp": 20.0,
+            "padding": "zero",
+            "output": "BT",
+            "empty_rows": "excluded",
+        },
+        candidate=verl_correction_sequence_tis,
+        note="The trainer's entry point from the two log-probs; the weights come back in a "
+        "DataProto under 'rollout_is_weights'.",
+    ),
+)
+
+
+def verl_replay_buffer_mask(s: Any, *, eta: int) -> Any:
+    """verl's ``ReplayBufferAsync(max_off_policy_threshold=eta, max_off_policy_strategy="drop")``: 1 = kept."""
+    import torch
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+
+    buffer = ReplayBufferAsync(
+        trainer_mode="async",
+        trainer_config=OmegaConf.create({}),
+        max_off_policy_threshold=int(eta),
+        max_off_policy_strategy="drop",
+        sampler_kwargs=OmegaConf.create({}),
+    )
+    stale = torch.as_tensor(s)
+    values = [int(v) for v in stale.reshape(-1).tolist()]
+    global_steps = max(values, default=0) + 1
+    keys = [f"prompt{i}" for i in range(len(values))]
+    buffer.finished_keys["train"] = set(keys)
+    buffer.prompt_global_steps["train"] = {
+        k: global_steps - v for k, v in zip(keys, values, strict=True)
+    }
+    dropped = buffer._stale_terminal_keys(global_steps, "train")
+    flags = [0.0 if k in dropped else 1.0 for k in keys]
+    return torch.tensor(flags, dtype=torch.float64).reshape(stale.shape)
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.max_off_policy_threshold",
+        framework="verl",
+        function="verl.trainer.ppo.v1.replay_buffer:ReplayBufferAsync._stale_terminal_keys",
+        settings={"max_off_policy_threshold": "eta", "max_off_policy_strategy": "drop"},
+        spec="staleness_mask",
+        conventions={"staleness_count": "versions_spanned"},
+        candidate=verl_replay_buffer_mask,
+        note="Finished groups dispatched s steps ago; dropped iff global_steps − "
+        "prompt_global_steps + 1 > T: the threshold counts versions spanned.",
+    ),
+)
+
+
+def verl_rollout_is_ess(w: Any) -> float:
+    """verl's ``rollout_is_eff_sample_size`` metric of the token weights ``w`` (one row, no padding)."""
+    import torch
+    from verl.trainer.ppo.rollout_corr_helper import compute_is_metrics
+
+    weights = torch.as_tensor(w).reshape(1, -1)
+    mask = torch.ones_like(weights)
+    metrics = compute_is_metrics(
+        rollout_is_weights=weights,
+        raw_rollout_is_weights=weights,
+        log_ratio_for_metrics=torch.zeros_like(weights),
+        response_mask=mask,
+        rollout_is="token",
+        rollout_is_threshold=float("inf"),  # the ESS is computed on w.clamp(0, threshold): no clip
+        rollout_is_threshold_lower=None,
+    )
+    return float(metrics["rollout_is_eff_sample_size"])
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.rollout_is_ess",
+        framework="verl",
+        function=f"{_HELPER}:compute_is_metrics",
+        settings={"metric": "rollout_is_eff_sample_size", "rollout_is": "token"},
+        spec="effective_sample_size",
+        conventions={"ess": "fraction"},
+        candidate=verl_rollout_is_ess,
+        divergences=_every_check(
+            "effective_sample_size",
+            Divergence(
+                "numerical limit",
+                "verl normalises by masked_mean(w) + 1e-8 (rollout_corr_helper.py l.756): equal "
+                "weights give an ESS fraction of 1 + 1e-8·(1/w̄) instead of 1, slightly above its "
+                "bound, and the ESS is not invariant to scaling the weights: for weights near 1e-3 "
+                "(a batch that IS almost rejects) it is off by about 1e-5, for weights near 1e-8 by "
+                "a factor of about 4.",
+            ),
+        ),
+        note="1 / masked_mean((w / (masked_mean(w) + 1e-8))²): the ESS as a fraction of the tokens.",
+    ),
+)

@@ -1,0 +1,822 @@
+"""Specs of the importance weights: TIS, masked IS / IcePop, decoupled-PPO behaviour weights.
+
+One family, three levels (token, sequence, geometric), with the conventions frameworks differ by
+(verl, AReaL, TRL and SkyRL as read from their installed sources, see the docs' conventions page):
+the value at padding, a log-ratio clamp before ``exp``, two-sided truncation, a band on ``π/μ`` or
+on its reciprocal, the weight a kept entry gets, non-finite log-ratios, the aggregation of a
+sequence (sum or mean), the output layout and packed inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from numpy.typing import NDArray
+
+import refimpl
+from refimpl.testing import strategies as rst
+from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._engine import Call, Case, Check, Convention, Conventions, Spec
+from refimpl.testing.tolerances import largest_finite, summation_factor
+
+Family = Literal["tis", "mis", "ppo"]
+Level = Literal["token", "sequence", "geometric"]
+Array = NDArray[np.float64]
+
+# ---------------------------------------------------------------------------------------------
+# conventions
+# ---------------------------------------------------------------------------------------------
+
+PADDING = Convention(
+    "padding",
+    "zero",
+    ("zero", "one", "ignored"),
+    "the value at padding positions (and of an all-padding row): 0, 1, or not compared",
+    who="zero: verl, AReaL; one: SkyRL's token mask; ignored: SkyRL's token TIS",
+)
+CLAMP = Convention(
+    "log_ratio_clamp",
+    None,
+    (None,),
+    "c > 0: the log-ratio of the level (per token, the sequence sum or mean) is clipped to [−c, c] "
+    "before exp",
+    number=True,
+    who="20: verl (SAFETY_BOUND), SkyRL (safe_exp_delta)",
+)
+NONFINITE = Convention(
+    "nonfinite",
+    "error",
+    ("error", "one"),
+    "'one': a non-finite log-ratio (NaN, an infinite log-probability) counts as ratio 1; "
+    "'error': such inputs are not drawn",
+    who="one: AReaL (apply_rejection_sampling), TRL (get_off_policy_mask)",
+)
+EMPTY_ROWS = Convention(
+    "empty_rows",
+    "padding",
+    ("padding", "excluded"),
+    "an all-padding row: drawn, and its weight is the padding value; or never drawn (the "
+    "candidate requires a real token per row, as refimpl's sequence levels and verl's rejection "
+    "mask do)",
+    who="excluded: verl's compute_rollout_rejection_mask (raises on an all-padding mask)",
+)
+EMPTY_BATCH = Convention(
+    "empty_batch",
+    "drawn",
+    ("drawn", "excluded"),
+    "a batch that is padding everywhere: drawn, or never drawn (every batch keeps a real token; "
+    "single all-padding rows are still drawn unless empty_rows='excluded')",
+    who="excluded: verl 0.9.1 (raises 'response_mask must contain at least one valid token')",
+)
+INPUTS = Convention(
+    "inputs",
+    "logprobs",
+    ("logprobs", "log_ratio"),
+    "'logprobs': the candidate gets (logp_target, logp_behavior); 'log_ratio': one array "
+    "log π − log μ",
+    who="log_ratio: verl's compute_rollout_correction_weights",
+)
+LAYOUT = Convention(
+    "layout",
+    "padded",
+    ("padded", "packed"),
+    "'padded': (B, T) arrays and mask=; 'packed': 1-D arrays of the valid tokens and "
+    "cu_seqlens= (B + 1 offsets)",
+    who="packed: AReaL",
+)
+OUTPUT = Convention(
+    "output",
+    "B",
+    ("B", "B1", "BT"),
+    "a sequence weight as (B,), (B, 1), or broadcast to every token (B, T) (packed: (N,))",
+    who="BT: verl, AReaL; B1: SkyRL",
+)
+COMPUTE = Convention(
+    "compute_dtype",
+    None,
+    (None, "float32", "bfloat16", "float16"),
+    "the dtype the candidate computes in when it is coarser than its inputs (tolerances follow)",
+    who="float32: SkyRL (safe_exp_delta), AReaL (upcasts bf16 to float32: leave it None)",
+)
+LOWER = Convention(
+    "lower",
+    None,
+    (None,),
+    "two-sided truncation clip(ρ, lower, C), 0 < lower <= 1",
+    number=True,
+    who="AReaL (action='clamp'), TRL's vLLM correction",
+)
+BAND_ON = Convention(
+    "band_on",
+    "ratio",
+    ("ratio", "reciprocal"),
+    "the band [low, high] applies to π/μ, or to its reciprocal μ/π (the k1 statistic −log ρ)",
+    who="reciprocal: verl's rejection mask with token_k1 / seq_sum_k1 / seq_mean_k1",
+)
+WEIGHT = Convention(
+    "weight",
+    "ratio",
+    ("ratio", "indicator", "token", "geometric"),
+    "a kept entry's weight: the filtered ratio, 1 (a 0/1 mask), the token ratio, or the "
+    "sequence's geometric-mean ratio (the last two shaped like the tokens)",
+    who="indicator: verl's rejection mask, SkyRL's masks; geometric: AReaL's sequence level",
+)
+AGGREGATE = Convention(
+    "aggregate",
+    "sum",
+    ("sum", "mean"),
+    "a sequence's log-ratio: the sum (product of ratios) or the mean (geometric mean)",
+    who="mean: AReaL agg='mean', SkyRL geometric, verl seq_mean_*",
+)
+CLAMP_AT = Convention(
+    "clamp_at",
+    "level",
+    ("level", "token"),
+    "where log_ratio_clamp applies at a sequence level: the sum or mean, or each token first",
+    who="token: verl's seq_sum_k1 / seq_mean_k1 rejection; level: SkyRL, verl's IS weights",
+)
+ABOVE_CAP = Convention(
+    "above_cap",
+    "mask",
+    ("mask", "clip"),
+    "a weight above the cap: set to 0 (masked), or clipped to the cap",
+    who="mask: AReaL behave_imp_weight (action='mask'); clip: action='clamp'",
+)
+
+
+def _conventions(family: Family, level: Level) -> tuple[Convention, ...]:
+    common = (PADDING, CLAMP, NONFINITE, INPUTS, LAYOUT, COMPUTE, EMPTY_ROWS, EMPTY_BATCH)
+    if family == "tis":
+        own: tuple[Convention, ...] = (LOWER,)
+    elif family == "mis":
+        own = (BAND_ON, WEIGHT)
+    else:
+        own = (ABOVE_CAP, LOWER)
+    if level != "token":
+        default = "mean" if level == "geometric" else "sum"
+        own = (
+            *own,
+            Convention(
+                AGGREGATE.key, default, AGGREGATE.choices, AGGREGATE.meaning, who=AGGREGATE.who
+            ),
+            OUTPUT,
+            CLAMP_AT,
+        )
+    return common + own
+
+
+# ---------------------------------------------------------------------------------------------
+# the calls: drawn padded, handed over padded or packed
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Family:
+    family: Family
+    level: Level
+
+    def effective_level(self, conv: Conventions) -> Level:
+        if self.level == "token":
+            return "token"
+        return "geometric" if conv["aggregate"] == "mean" else "sequence"
+
+    def token_shaped(self, conv: Conventions) -> bool:
+        if self.level == "token":
+            return True
+        if self.family == "mis" and conv["weight"] in ("token", "geometric"):
+            return True
+        return bool(conv["output"] == "BT")
+
+
+def _params(family: Family) -> st.SearchStrategy[dict[str, Any]]:
+    if family == "tis":
+        return rst.is_caps().map(lambda c: {"cap": c})
+    if family == "mis":
+        return rst.is_bands().map(lambda b: {"low": b[0], "high": b[1]})
+    return st.one_of(st.none(), rst.is_caps()).map(lambda c: {"cap": c})
+
+
+def _edges(family: Family, params: dict[str, Any], conv: Conventions) -> list[float]:
+    """Log-ratio values at the edges that the weight changes at."""
+    out = [0.0]
+    if family in ("tis", "ppo") and params.get("cap") is not None:
+        out.append(math.log(params["cap"]))
+    if family == "mis":
+        sign = 1.0 if conv["band_on"] == "ratio" else -1.0
+        out.append(sign * math.log(params["high"]))
+        if params["low"] > 0:
+            out.append(sign * math.log(params["low"]))
+    if conv.get("lower") is not None:
+        out.append(math.log(conv["lower"]))
+    if conv.get("log_ratio_clamp") is not None:
+        out += [conv["log_ratio_clamp"], -conv["log_ratio_clamp"]]
+    return out
+
+
+def _ulps(x: float, k: int) -> float:
+    return float(x + k * math.ulp(x)) if x != 0.0 else float(k * 5e-324)
+
+
+@st.composite
+def _padded_draw(
+    draw: st.DrawFn,
+    family: Family,
+    conv: Conventions,
+    *,
+    max_abs: float = 20.0,
+    long: bool = False,
+    padding: bool = True,
+) -> tuple[Array, Array, Array, dict[str, Any]]:
+    params = draw(_params(family))
+    edges = _edges(family, params, conv)
+    if long:
+        batch, time = draw(st.integers(1, 2)), 4096
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        behavior = -rng.exponential(2.0, (batch, time))
+        noise = rng.normal(0.0, draw(st.sampled_from([0.0, 1e-3, 0.1, 1.0])), (batch, time))
+        target = np.minimum(behavior + noise, 0.0)
+        lengths = rng.integers(1, time + 1, batch)
+        lengths[0] = time
+    else:
+        batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 8))
+        logp = st.floats(-max_abs, 0.0, allow_nan=False, allow_subnormal=False)
+        behavior = draw(hnp.arrays(np.float64, (batch, time), elements=logp))
+        big = [25.0, -25.0, 50.0, -50.0, 89.0, 710.0, -710.0] if max_abs > 20 else [25.0, -25.0]
+        offsets = st.one_of(
+            st.just(0.0),  # on-policy
+            st.floats(-max_abs, max_abs, allow_nan=False, allow_subnormal=False),
+            st.sampled_from(big),  # log-ratios beyond ±20
+            st.tuples(st.sampled_from(edges), st.integers(-1, 1)).map(lambda e: _ulps(*e)),
+        )
+        offset = draw(hnp.arrays(np.float64, (batch, time), elements=offsets))
+        row_mode = draw(
+            st.lists(
+                st.sampled_from(["mixed", "on_policy", "all_edge", "one_edge", "rejected"]),
+                min_size=batch,
+                max_size=batch,
+            )
+        )
+        for i, mode in enumerate(row_mode):
+            if mode == "on_policy":
+                offset[i] = 0.0
+            elif mode == "all_edge":
+                offset[i] = _ulps(draw(st.sampled_from(edges)), draw(st.integers(-1, 1)))
+            elif mode == "one_edge":
+                offset[i] = 0.0
+                offset[i, 0] = _ulps(draw(st.sampled_from(edges)), draw(st.integers(-1, 1)))
+            elif mode == "rejected":  # every token far outside any band or cap
+                offset[i] = draw(st.sampled_from([30.0, -30.0]))
+        target = behavior + offset
+        low = time if not padding else (1 if conv["empty_rows"] == "excluded" else 0)
+        lengths = np.asarray(
+            draw(st.lists(st.integers(low, time), min_size=batch, max_size=batch)), dtype=np.int64
+        )
+        if conv["empty_batch"] == "excluded" and lengths.max() == 0:
+            lengths[0] = 1
+        if conv["nonfinite"] == "one":
+            bad = draw(hnp.arrays(np.bool_, (batch, time)))
+            which = draw(st.sampled_from([-np.inf, np.nan, np.inf]))
+            side = draw(st.booleans())
+            if side:
+                target = np.where(bad, which, target)
+            else:
+                behavior = np.where(bad, which, behavior)
+    mask = (np.arange(time)[None, :] < lengths[:, None]).astype(np.float64)
+    if not padding:
+        mask = np.ones_like(mask)
+    return target, behavior, mask, params
+
+
+def _to_call(
+    target: Array, behavior: Array, mask: Array, params: dict[str, Any], conv: Conventions
+) -> Call:
+    if conv["inputs"] == "log_ratio":
+        with np.errstate(invalid="ignore"):
+            arrays: tuple[Array, ...] = (target - behavior,)
+    else:
+        arrays = (target, behavior)
+    if conv["layout"] == "packed":
+        valid = mask > 0
+        lengths = valid.sum(axis=1).astype(np.int64)
+        cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return tuple(a[valid] for a in arrays), {**params, "cu_seqlens": cu}
+    return arrays, {**params, "mask": mask}
+
+
+def _from_call(call: Call, conv: Conventions) -> tuple[Array, Array, Array, dict[str, Any]]:
+    """The padded ``(target, behavior, mask, params)`` of a call (log-ratio inputs: behavior 0)."""
+    args, kwargs = call
+    params = {k: v for k, v in kwargs.items() if k not in ("mask", "cu_seqlens")}
+    arrays = [np.asarray(a, dtype=np.float64) for a in args]
+    if len(arrays) == 1:
+        arrays.append(np.zeros_like(arrays[0]))
+    if "cu_seqlens" in kwargs:
+        cu = np.asarray(kwargs["cu_seqlens"], dtype=np.int64)
+        lengths = np.diff(cu)
+        time = max(int(lengths.max(initial=0)), 1)
+        mask = (np.arange(time)[None, :] < lengths[:, None]).astype(np.float64)
+        out = []
+        for a in arrays:
+            padded = np.zeros(mask.shape)
+            padded[mask > 0] = a
+            out.append(padded)
+        return out[0], out[1], mask, params
+    return arrays[0], arrays[1], np.asarray(kwargs["mask"], dtype=np.float64), params
+
+
+def _calls(
+    fam: _Family, *, max_abs: float = 20.0, long: bool = False, padding: bool = True
+) -> Callable[[Conventions], st.SearchStrategy[list[Call]]]:
+    def strategy(conv: Conventions) -> st.SearchStrategy[list[Call]]:
+        draws = _padded_draw(fam.family, conv, max_abs=max_abs, long=long, padding=padding)
+        return draws.map(lambda d: [_to_call(*d, conv)])
+
+    return strategy
+
+
+def _mixed_calls(fam: _Family) -> Callable[[Conventions], st.SearchStrategy[list[Call]]]:
+    """Mostly short batches, sometimes T = 4096."""
+
+    def strategy(conv: Conventions) -> st.SearchStrategy[list[Call]]:
+        return st.one_of(
+            _calls(fam)(conv), _calls(fam, max_abs=1000.0)(conv), _calls(fam, long=True)(conv)
+        )
+
+    return strategy
+
+
+# ---------------------------------------------------------------------------------------------
+# the reference under the conventions, its layout, and the rounding-error model
+# ---------------------------------------------------------------------------------------------
+
+
+def _reference_kwargs(fam: _Family, conv: Conventions, params: dict[str, Any]) -> dict[str, Any]:
+    kw: dict[str, Any] = {
+        "log_ratio_clamp": conv["log_ratio_clamp"],
+        "nonfinite": conv["nonfinite"],
+    }
+    if fam.family == "tis":
+        kw.update(cap=params["cap"], lower=conv["lower"])
+    elif fam.family == "mis":
+        kw.update(low=params["low"], high=params["high"], band_on=conv["band_on"])
+        kw["weight"] = conv["weight"]
+    else:
+        kw.update(cap=params["cap"], above_cap=conv["above_cap"], lower=conv["lower"])
+    if fam.family != "ppo":
+        kw["level"] = fam.effective_level(conv)
+    if fam.level != "token":
+        kw["clamp_at"] = conv["clamp_at"]
+    return kw
+
+
+def _reference_fn(fam: _Family) -> Callable[..., Any]:
+    if fam.family == "tis":
+        return refimpl.truncated_is_weights
+    if fam.family == "mis":
+        return refimpl.masked_is_weights
+    return refimpl.decoupled_ppo_weights
+
+
+def _pad_value(conv: Conventions) -> float:
+    return 1.0 if conv["padding"] == "one" else 0.0
+
+
+def _layout(fam: _Family, conv: Conventions, per_row: Array, mask: Array) -> Array:
+    """A per-row or per-token (B, T) result in the declared output layout."""
+    token_shaped = fam.token_shaped(conv)
+    if per_row.ndim == 1 and token_shaped:
+        per_row = np.broadcast_to(per_row[:, None], mask.shape)
+    if per_row.ndim == 2:
+        out = np.where(mask > 0, per_row, _pad_value(conv))
+        return out[mask > 0] if conv["layout"] == "packed" else out
+    empty = mask.sum(axis=1) == 0
+    out = np.where(empty, _pad_value(conv), per_row)
+    return out[:, None] if conv["output"] == "B1" else out
+
+
+def _per_row(fam: _Family, call: Call, conv: Conventions) -> tuple[Array, Array]:
+    """The reference as (B,) or (B, T), all-padding rows filled with 0; and the mask."""
+    target, behavior, mask, params = _from_call(call, conv)
+    kw = _reference_kwargs(fam, conv, params)
+    fn = _reference_fn(fam)
+    rows = mask.sum(axis=1) > 0
+    token_out = fam.level == "token" or (
+        fam.family == "mis" and conv["weight"] in ("token", "geometric")
+    )
+    out = np.zeros(mask.shape if token_out else mask.shape[:1])
+    if rows.any():
+        out[rows] = fn(target[rows], behavior[rows], mask=mask[rows], **kw)
+    return out, mask
+
+
+def _expected(fam: _Family) -> Callable[[Call, Conventions], Array]:
+    def expected(call: Call, conv: Conventions) -> Array:
+        out, mask = _per_row(fam, call, conv)
+        return _layout(fam, conv, out, mask)
+
+    return expected
+
+
+def _log_ratio(call: Call, conv: Conventions) -> tuple[Array, Array]:
+    target, behavior, mask, _ = _from_call(call, conv)
+    with np.errstate(invalid="ignore"):
+        d = target - behavior
+    d = np.where(np.isfinite(d), d, 0.0)
+    c = conv["log_ratio_clamp"]
+    if c is not None and conv.get("clamp_at") == "token":
+        d = np.clip(d, -c, c)
+    return d, mask
+
+
+def _statistic_error(level: Level, call: Call, conv: Conventions) -> tuple[Array, Array]:
+    """Per row or token: the log-ratio statistic and the first-order bound of its rounding error
+    in units of ``u`` (an elementwise difference: ``|d|``; a pairwise sum of ``n`` terms:
+    ``(⌈log₂ n⌉ + 1)·Σ|d|``; a mean: that over ``n``, plus ``|mean|`` for the division)."""
+    d, mask = _log_ratio(call, conv)
+    if level == "token":
+        return d, np.abs(d) + 1.0
+    n = mask.sum(axis=1)
+    total = (d * mask).sum(axis=1)
+    factor = np.array([summation_factor(int(k)) for k in n])
+    err = factor * (np.abs(d) * mask).sum(axis=1) + 1.0
+    if level == "geometric":
+        mean = total / np.maximum(n, 1)
+        return mean, err / np.maximum(n, 1) + np.abs(mean) + 1.0
+    return total, err
+
+
+def _condition(fam: _Family) -> Callable[[Call, Conventions, Array], Array]:
+    def condition(call: Call, conv: Conventions, expected: Array) -> Array:
+        _, mask = _log_ratio(call, conv)
+        level = fam.effective_level(conv)
+        if fam.family == "mis" and conv["weight"] == "token":
+            level = "token"
+        elif fam.family == "mis" and conv["weight"] == "geometric":
+            level = "geometric"
+        _, err = _statistic_error(level, call, conv)
+        # exp turns an absolute error of the log-ratio into a relative one; + the rounding of exp,
+        # of the comparison with the cap and of the output cast
+        rel = _layout(fam, conv, err + 3.0, mask)
+        return np.asarray(rel * np.abs(expected), dtype=np.float64)
+
+    return condition
+
+
+def _edge_zone(fam: _Family, case: Case, i: int = 0) -> NDArray[np.bool_]:
+    """Entries whose kept-or-dropped decision sits within rounding of a band edge or cap: a
+    correct candidate in the declared dtype may decide either way there."""
+    conv = case.conventions
+    call = case.calls[i]
+    _, _, mask, params = _from_call(call, conv)
+    level = fam.effective_level(conv)
+    statistic, err = _statistic_error(level, call, conv)
+    edges = _edges(fam.family, params, conv)[1:]
+    if fam.family == "tis" or (fam.family == "ppo" and conv["above_cap"] == "clip"):
+        edges = []  # truncation is continuous: no decision to take either way
+    near = np.zeros(statistic.shape, dtype=bool)
+    for e in edges:
+        near |= np.abs(statistic - e) <= case.allowed(1.0, err + 2.0)
+    zone = _layout(fam, conv, near.astype(np.float64), mask)
+    return np.asarray(zone > 0, dtype=np.bool_)
+
+
+def _ignored(fam: _Family, case: Case, i: int = 0) -> NDArray[np.bool_]:
+    """Output entries the conventions leave free (padding with ``padding='ignored'``)."""
+    free: NDArray[np.bool_] = ~_valid(fam, case, i) & (case.conventions["padding"] == "ignored")
+    return free
+
+
+def _valid(fam: _Family, case: Case, i: int = 0) -> NDArray[np.bool_]:
+    """Output entries that belong to real tokens (or to rows with a real token)."""
+    conv = case.conventions
+    _, _, mask, _ = _from_call(case.calls[i], conv)
+    if fam.token_shaped(conv):
+        if conv["layout"] == "packed":
+            return np.ones(int(mask.sum()), dtype=np.bool_)
+        return np.asarray(mask > 0, dtype=np.bool_)
+    rows = np.asarray(mask.sum(axis=1) > 0, dtype=np.bool_)
+    return rows[:, None] if conv["output"] == "B1" else rows
+
+
+def _ratio(fam: _Family, case: Case, i: int = 0) -> Array:
+    """The ratio that a kept entry's weight equals, in the output layout."""
+    conv = dict(case.conventions)
+    call = case.calls[i]
+    _, _, mask, _ = _from_call(call, conv)
+    level = fam.effective_level(conv)
+    if fam.family == "mis" and conv["weight"] == "token":
+        level = "token"
+    elif fam.family == "mis" and conv["weight"] == "geometric":
+        level = "geometric"
+    statistic, _ = _statistic_error(level, call, conv)
+    c = conv["log_ratio_clamp"]
+    if c is not None and (level == "token" or conv.get("clamp_at") != "token"):
+        statistic = np.clip(statistic, -c, c)
+    with np.errstate(over="ignore"):
+        ratio = np.exp(np.minimum(statistic, 709.0))
+    if fam.family == "mis" and conv["weight"] == "indicator":
+        ratio = np.ones_like(ratio)
+    return _layout(fam, conv, ratio, mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# the checks (typed functions)
+# ---------------------------------------------------------------------------------------------
+
+
+def _found(case: Case, i: int = 0) -> Array:
+    out: Array = case.found[i]
+    return out
+
+
+def _shape_first(case: Case, i: int = 0) -> None:
+    expected = case.expected(i)
+    found = _found(case, i)
+    layout = case.conventions.get("output", "token")
+    assert found.shape == expected.shape, (
+        f"the weights have shape {found.shape}; expected {expected.shape} "
+        f"(layout {case.conventions.get('layout')!r}, output {layout!r}): pass "
+        "conventions={'output': ...} ('B', 'B1', 'BT') if the layout is intended"
+    )
+
+
+def _agrees(fam: _Family) -> Callable[[Case], None]:
+    def agrees_with_reference(case: Case) -> None:
+        _shape_first(case)
+        expected = case.expected()
+        free = _ignored(fam, case) | _edge_zone(fam, case)
+        case.show("found:   ", _found(case))
+        case.show("expected:", expected)
+        case.assert_close(_found(case), expected, case.condition(), "the weights", either=free)
+
+    return agrees_with_reference
+
+
+def _on_policy_one(fam: _Family) -> Callable[[Case], None]:
+    def on_policy_weight_is_one(case: Case) -> None:
+        _shape_first(case)
+        conv = case.conventions
+        d, mask = _log_ratio(case.calls[0], conv)
+        zero = (d == 0) | (mask == 0)
+        if fam.token_shaped(conv) and fam.level == "token":
+            on = _layout(fam, conv, (d == 0).astype(np.float64), mask) > 0
+        else:
+            rows = (zero.all(axis=1) & (mask.sum(axis=1) > 0)).astype(np.float64)
+            on = _layout(fam, conv, rows, mask) > 0
+        on &= _valid(fam, case)
+        w = _found(case)
+        case.show("on-policy:", on)
+        case.show("w:", w)
+        assert np.all(w[on] == 1.0), f"entries with ratio exactly 1 got weights {w[on]}"
+
+    return on_policy_weight_is_one
+
+
+def _finite(fam: _Family) -> Callable[[Case], None]:
+    def finite_and_non_negative(case: Case) -> None:
+        w = _found(case)
+        # a weight beyond the dtype's largest finite value can only be +inf there
+        keep = ~_ignored(fam, case) & ~(np.abs(case.expected()) > largest_finite(case.dtype))
+        w = w[keep] if keep.shape == w.shape else w
+        case.show("w:", w)
+        assert np.all(np.isfinite(w)), f"non-finite weights: {w[~np.isfinite(w)]}"
+        assert np.all(w >= 0), f"negative weights: {w[w < 0]}"
+
+    return finite_and_non_negative
+
+
+def _at_padding(fam: _Family) -> Callable[[Case], None]:
+    def zero_at_padding(case: Case) -> None:
+        _shape_first(case)
+        valid = _valid(fam, case)
+        w = _found(case)
+        value = _pad_value(case.conventions)
+        case.show("valid:", valid)
+        case.show("w:    ", w)
+        pad = w[~valid]
+        if np.all(pad == value):
+            return
+        other = 1.0 - value
+        hint = ""
+        if np.all(pad == other):
+            key = "one" if other == 1.0 else "zero"
+            hint = (
+                f": weights are {other:g} at padding: pass conventions={{'padding': '{key}'}} if "
+                "that is intended"
+            )
+        raise AssertionError(f"padding entries got weights {pad} instead of {value:g}{hint}")
+
+    return zero_at_padding
+
+
+def _not_at_ignored_padding(conv: Conventions) -> str | None:
+    return (
+        "padding='ignored' declares any value at padding" if conv["padding"] == "ignored" else None
+    )
+
+
+def _never_exceeds_cap(fam: _Family) -> Callable[[Case], None]:
+    def never_exceeds_cap(case: Case) -> None:
+        cap = case.calls[0][1]["cap"]
+        if cap is None:
+            return
+        w = _found(case)
+        w = w[~_ignored(fam, case)] if w.shape == _ignored(fam, case).shape else w
+        limit = cap + case.slack(cap)
+        case.show("w:", w, "cap:", cap)
+        assert np.all(w <= limit), f"weights above the cap {cap}: {w[w > limit]}"
+
+    return never_exceeds_cap
+
+
+def _equals_ratio(fam: _Family) -> Callable[[Case], None]:
+    def equals_ratio(case: Case) -> None:
+        _shape_first(case)
+        conv = case.conventions
+        expected = case.expected()
+        ratio = _ratio(fam, case)
+        kept = (expected != 0) & _valid(fam, case) & ~_edge_zone(fam, case)
+        if fam.family == "tis":  # strictly between the truncation levels
+            cap = case.calls[0][1]["cap"]
+            low = conv["lower"] or 0.0
+            kept &= (ratio < cap - case.slack(cap)) & (ratio > low + case.slack(low))
+        if fam.family == "ppo" and conv["above_cap"] == "clip":
+            cap = case.calls[0][1]["cap"]
+            low = conv["lower"] or 0.0
+            kept &= (ratio < cap - case.slack(cap)) & (ratio > low + case.slack(low))
+        w = _found(case)
+        case.show("ratio:", ratio)
+        case.show("w:    ", w)
+        case.assert_close(w[kept], ratio[kept], case.condition()[kept], "kept weights vs the ratio")
+
+    return equals_ratio
+
+
+def _zero_outside(fam: _Family) -> Callable[[Case], None]:
+    def zero_outside_band(case: Case) -> None:
+        _shape_first(case)
+        expected = case.expected()
+        dropped = (expected == 0) & _valid(fam, case) & ~_edge_zone(fam, case)
+        w = _found(case)
+        case.show("expected:", expected)
+        case.show("w:       ", w)
+        assert np.all(w[dropped] == 0.0), (
+            f"entries outside the band got weights {w[dropped][w[dropped] != 0]} (dropped, "
+            "not clipped, is the rule)"
+        )
+
+    return zero_outside_band
+
+
+def _weights_spec(name: str, fam: _Family, signature: str, checks: list[Check]) -> Spec:
+    return Spec(
+        name=name,
+        reference={
+            "tis": "truncated_is_weights",
+            "mis": "masked_is_weights",
+            "ppo": "decoupled_ppo_weights",
+        }[fam.family],
+        signature=signature,
+        read=lambda raw, call, conv: ArrayBridge.to_numpy(raw),
+        expected=_expected(fam),
+        condition=_condition(fam),
+        checks=tuple(checks),
+        conventions=_conventions(fam.family, fam.level),
+    )
+
+
+def _common_checks(fam: _Family) -> list[Check]:
+    return [
+        Check(
+            "agrees_with_reference",
+            f"the weights agree with refimpl.{_reference_fn(fam).__name__} under the declared "
+            "conventions (an entry within rounding of a band edge may be kept or dropped)",
+            _mixed_calls(fam),
+            _agrees(fam),
+            small=_calls(fam, max_abs=1000.0),
+        ),
+        Check(
+            "on_policy_weight_is_one",
+            "an entry whose ratio is exactly 1 (a token, or every token of a sequence) gets "
+            "weight 1",
+            _calls(fam),
+            _on_policy_one(fam),
+        ),
+    ]
+
+
+def _tail_checks(fam: _Family) -> list[Check]:
+    return [
+        Check(
+            "finite_and_non_negative",
+            "weights are finite and >= 0, also for log-ratios of several hundred",
+            _calls(fam, max_abs=1000.0),
+            _finite(fam),
+        ),
+        Check(
+            "zero_at_padding",
+            "padding entries (and all-padding rows) get the declared padding value (0 by default)",
+            _calls(fam),
+            _at_padding(fam),
+            applies=_not_at_ignored_padding,
+        ),
+    ]
+
+
+def _tis(name: str, level: Level) -> Spec:
+    fam = _Family("tis", level)
+    return _weights_spec(
+        name,
+        fam,
+        f"candidate(logp_target, logp_behavior, *, cap, mask) ({level} level)",
+        [
+            *_common_checks(fam),
+            Check(
+                "never_exceeds_cap",
+                "no weight exceeds the cap C (beyond rounding of C to the dtype)",
+                _calls(fam),
+                _never_exceeds_cap(fam),
+            ),
+            Check(
+                "equals_ratio_below_cap",
+                "below the cap (and above a declared lower level) the weight is the ratio itself",
+                _calls(fam),
+                _equals_ratio(fam),
+            ),
+            *_tail_checks(fam),
+        ],
+    )
+
+
+def _mis(name: str, level: Level) -> Spec:
+    fam = _Family("mis", level)
+    return _weights_spec(
+        name,
+        fam,
+        f"candidate(logp_target, logp_behavior, *, low, high, mask) ({level} level)",
+        [
+            *_common_checks(fam),
+            Check(
+                "zero_outside_band",
+                "a ratio outside [α, β] is dropped (weight 0), not clipped to the edge",
+                _calls(fam),
+                _zero_outside(fam),
+            ),
+            Check(
+                "equals_ratio_inside_band",
+                "inside [α, β] the weight is the ratio itself (or 1 with weight='indicator')",
+                _calls(fam),
+                _equals_ratio(fam),
+            ),
+            *_tail_checks(fam),
+        ],
+    )
+
+
+def _ppo() -> Spec:
+    fam = _Family("ppo", "token")
+    return _weights_spec(
+        "decoupled_ppo",
+        fam,
+        "candidate(logp_prox, logp_behavior, *, cap, mask) (cap may be None)",
+        [
+            *_common_checks(fam),
+            Check(
+                "zero_above_cap",
+                "a weight above the cap is masked to 0 (with above_cap='mask'), not clipped",
+                _calls(fam),
+                _zero_outside(fam),
+                applies=lambda c: "above_cap='clip'" if c["above_cap"] == "clip" else None,
+            ),
+            Check(
+                "never_exceeds_cap",
+                "no weight exceeds the cap C",
+                _calls(fam),
+                _never_exceeds_cap(fam),
+            ),
+            Check(
+                "equals_ratio_up_to_cap",
+                "a kept weight is the ratio π_prox/μ itself",
+                _calls(fam),
+                _equals_ratio(fam),
+            ),
+            *_tail_checks(fam),
+        ],
+    )
+
+
+SPECS: tuple[Spec, ...] = (
+    _tis("tis", "token"),
+    _tis("tis_sequence", "sequence"),
+    _tis("tis_geometric", "geometric"),
+    _mis("masked_is", "token"),
+    _mis("masked_is_sequence", "sequence"),
+    _mis("masked_is_geometric", "geometric"),
+    _ppo(),
+)

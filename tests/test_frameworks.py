@@ -1,0 +1,179 @@
+"""refimpl.frameworks without the frameworks: the statements' arithmetic, the matrix tooling and the
+committed docs/conformance-matrix.json. The checks against the installed frameworks themselves are
+in tests_frameworks/ (the framework stage of CI)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refimpl.cli import main
+from refimpl.frameworks import (
+    STUBS,
+    TESTED_VERSIONS,
+    adapter,
+    adapters,
+    framework_staleness_bound,
+    rejection_sampling_to_refimpl,
+    verl_off_policy_bound,
+)
+from refimpl.frameworks._matrix import (
+    MATRIX_PATH,
+    changes,
+    load_matrix,
+    render_markdown,
+    verdict_of,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def committed() -> dict[str, Any]:
+    return load_matrix(ROOT / MATRIX_PATH)
+
+
+def test_verl_max_off_policy_threshold_is_one_more_than_eta() -> None:
+    for threshold in range(1, 10):
+        assert verl_off_policy_bound(max_off_policy_threshold=threshold).eta == threshold - 1
+    via = framework_staleness_bound(framework="verl", value=3, setting="max_off_policy_threshold")
+    assert via == verl_off_policy_bound(max_off_policy_threshold=3)
+    assert framework_staleness_bound(framework="verl", value=0.5).setting == "staleness_threshold"
+
+
+def test_an_unknown_setting_is_refused_with_the_settings_named() -> None:
+    with pytest.raises(ValueError, match="max_off_policy_threshold"):
+        framework_staleness_bound(framework="verl", value=1, setting="max_staleness")
+    with pytest.raises(ValueError, match="max_head_offpolicyness"):
+        framework_staleness_bound(framework="areal", value=1, setting="max_staleness")
+
+
+def test_areal_kl_metrics_have_no_refimpl_spec() -> None:
+    with pytest.raises(ValueError, match="metric='ratio'"):
+        rejection_sampling_to_refimpl(metric="kl_k3")
+    assert rejection_sampling_to_refimpl(action="clamp", lower=0.5)[2]["lower"] == 0.5
+
+
+def test_adapter_keys_are_unique_and_name_their_framework() -> None:
+    keys = [a.key for a in adapters()]
+    assert len(keys) == len(set(keys))
+    for a in adapters():
+        assert a.framework in TESTED_VERSIONS
+        assert a.key.startswith(f"{a.framework}.")
+        assert a.function.split(".")[0] == TESTED_VERSIONS[a.framework][0].replace("-", "_")
+    with pytest.raises(ValueError, match="shipped adapter"):
+        adapter("verl.nope")
+
+
+def test_a_reproduction_setup_defines_the_candidate() -> None:
+    setup = adapter("verl.rollout_is_token_tis").setup
+    namespace: dict[str, Any] = {}
+    exec(
+        compile(setup, "<setup>", "exec"), namespace
+    )  # defines it; the framework is imported on call
+    assert namespace["candidate"].__name__ == "verl_token_tis"
+    assert "install_stubs()" in adapter("skyrl.tis_token").setup
+    assert {s.framework for s in STUBS} == {"skyrl"}
+
+
+# --- the committed matrix ----------------------------------------------------------------------
+
+
+def test_the_matrix_covers_every_adapter_at_the_tested_versions(committed: dict[str, Any]) -> None:
+    assert sorted(e["key"] for e in committed["entries"]) == sorted(a.key for a in adapters())
+    assert committed["versions"] == {k: v for k, (_, v) in TESTED_VERSIONS.items()}
+    for e in committed["entries"]:
+        a = adapter(e["key"])
+        assert (e["function"], e["spec"], e["conventions"]) == (
+            a.function,
+            a.spec,
+            json.loads(json.dumps(a.conventions)),
+        )
+
+
+def test_the_matrix_covers_three_frameworks_and_fifteen_functions(
+    committed: dict[str, Any],
+) -> None:
+    assert len({e["framework"] for e in committed["entries"]}) >= 3
+    assert len({e["function"] for e in committed["entries"]}) >= 15
+
+
+def test_every_divergence_is_classified_and_every_declared_one_occurs(
+    committed: dict[str, Any],
+) -> None:
+    for e in committed["entries"]:
+        seen = {d["check"] for d in e["divergences"]}
+        assert seen == set(adapter(e["key"]).divergences), e["key"]
+        for d in e["divergences"]:
+            assert d["classification"] in ("convention", "numerical limit", "defect"), d
+            assert d["explanation"], d
+            assert d["counterexample"], d
+            assert d["reproduction"], d
+        assert e["verdict"] == verdict_of(e["spec"], e["conventions"], e["divergences"])
+
+
+def test_changes_finds_each_kind_of_difference(committed: dict[str, Any]) -> None:
+    assert changes(committed, committed) == []
+    fresh = copy.deepcopy(committed)
+    entry = fresh["entries"][0]
+    entry["verdict"] = "something else"
+    first_check = next(iter(entry["checks"]))
+    entry["checks"][first_check] = "failed"
+    fresh["versions"][entry["framework"]] = "99"
+    gone = fresh["entries"].pop()
+    found = changes(fresh, committed)
+    assert f"{entry['framework']}: version" in found[0]
+    assert any("verdict" in line and entry["key"] in line for line in found)
+    assert any(f"'{first_check}'" in line for line in found)
+    assert any(gone["key"] in line and "not in the fresh run" in line for line in found)
+    diverging = copy.deepcopy(committed)
+    target = next(e for e in diverging["entries"] if e["divergences"])
+    target["divergences"][0]["counterexample"] += "# changed"
+    assert changes(diverging, committed) == [
+        f"{target['key']}: divergence {target['divergences'][0]['check']}: counterexample changed"
+    ]
+
+
+def test_changes_compares_only_the_frameworks_rerun(committed: dict[str, Any]) -> None:
+    fresh = copy.deepcopy(committed)
+    fresh["versions"] = {"trl": committed["versions"]["trl"]}
+    fresh["entries"] = [e for e in committed["entries"] if e["framework"] == "trl"]
+    assert changes(fresh, committed) == []
+
+
+def test_the_page_shows_every_entry_and_every_reproduction(committed: dict[str, Any]) -> None:
+    page = render_markdown(committed)
+    for e in committed["entries"]:
+        assert f"`{e['key']}`" in page
+        for d in e["divergences"]:
+            assert d["reproduction"].rstrip() in page
+            assert f"classified **{d['classification']}**" in page
+
+
+def test_conformance_refuses_a_bad_example_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "--max-examples", "0"]) == 1
+    assert "--max-examples must be >= 1" in capsys.readouterr().err
+
+
+def test_conformance_names_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    import refimpl.frameworks._registry as registry
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "torch" else real(name, *a),
+    )
+    monkeypatch.setattr(registry, "installed_version", lambda name: None)
+    assert main(["conformance", "--framework", "verl"]) == 1
+    assert "pip install verl==0.9.1" in capsys.readouterr().err
+    assert main(["conformance"]) == 1
+    assert "none of the frameworks is installed" in capsys.readouterr().err
