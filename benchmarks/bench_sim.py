@@ -1,18 +1,18 @@
 #!/usr/bin/env python3
-"""Benchmark refimpl.sim against the SimPy peer, measured in the same run.
+"""Benchmark refimpl.sim in every mode against SimPy, measured in the same run.
 
-Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0, plain async.
+Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
 
-1. Ratio at R rollouts (default 10^6): the peer's ``--variant store`` simulation (its own timer:
-   the simulation only, not the length draw) against our vectorized engine and our event engine on
-   the same length matrix, each checked sample for sample against the peer. Targets: vectorized
-   >= 60x the peer's rollouts/s, event engine >= 5x. Ours is the best of a few repeats (the machine
-   is shared; the peer, at ~15 s a run, is timed once unless --peer-repeats).
-2. Scaling from 10^5 to 10^7 rollouts: wall time and peak RSS (VmHWM) of a fresh subprocess per
-   size (lengths drawn inside it as the peer draws them), for both engines. Target: 10^7 rollouts
-   in 2 GiB peak memory.
+1. Ratios at R rollouts (default 10^6), for every mode: our rollouts/s (``simulate``'s ``auto``
+   engine: vectorized for plain async, compiled for the rest; best of a few repeats) against the plain
+   SimPy peer's (``tests/peers/simpy_queue.py``, ``--variant store``, timed once) and against a
+   straightforward SimPy model of that same mode (``benchmarks/simpy_modes.py``), each first checked
+   sample for sample against ours on the same length matrix. Targets: plain async >= 100x the peer,
+   every other mode >= 20x, agent rollouts >= 10x.
+2. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
+   subprocess per size (lengths drawn inside it). Target: 10^7 rollouts in 2 GiB.
 
-Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--no-event-1e7]
+Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--modes a,b] [--no-scaling]
 """
 
 from __future__ import annotations
@@ -67,31 +67,77 @@ def best_of(repeats: int, fn: Any) -> tuple[float, float, Any]:
     return best, best_cpu, out
 
 
+# Every mode of the issue's table: name -> (SimConfig options, SimPy model, its options, target x
+# the plain peer). The SimPy models are in benchmarks/simpy_modes.py.
+PREEMPT = {"preempt_rate": 1e-4, "preempt_duration": 100.0}
+MODES: dict[str, tuple[dict[str, Any], str | None, dict[str, Any], float]] = {
+    "async": ({}, None, {}, 100.0),
+    "async, eta=1, drop over the bound": (
+        {"eta": 1, "over_bound": "drop"},
+        "drop",
+        {"eta": 1},
+        20.0,
+    ),
+    "first_k, launch 600": ({"mode": "first_k", "launch": 600}, "first_k", {"launch": 600}, 20.0),
+    "async, partial keep_kv": ({"partial": "keep_kv"}, "partial", {"partial": "keep_kv"}, 20.0),
+    "async, partial recompute": (
+        {"partial": "recompute"},
+        "partial",
+        {"partial": "recompute"},
+        20.0,
+    ),
+    "async, partial restart": ({"partial": "restart"}, "partial", {"partial": "restart"}, 20.0),
+    "async, checkpoint preemption": (
+        PREEMPT,
+        "preemption",
+        {"rate": 1e-4, "duration": 100.0, "seed": SEED},
+        20.0,
+    ),
+    "admission control, eta=1": ({"mode": "admission", "eta": 1}, "admission", {"eta": 1}, 20.0),
+}
+# Rollouts whose lengths a mode uses per trained one, beyond the peer's margin (restart aborts and
+# relaunches): the length matrix is drawn for that many more rollouts.
+LENGTHS_FACTOR = {"async, partial restart": 2.0, "first_k, launch 600": 1.5}
+AGENT = "agent rollouts, 2 tool turns"
+AGENT_OPTIONS = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
+
+
+def load_models() -> ModuleType:
+    path = Path(__file__).resolve().parent / "simpy_modes.py"
+    spec = importlib.util.spec_from_file_location("simpy_modes", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
+import scipy.stats
 from refimpl.sim import SimConfig, simulate
-rollouts, engine = int(sys.argv[1]), sys.argv[2]
-cfg = SimConfig(slots={slots}, batch={batch}, rollouts=rollouts, seed={seed})
+from refimpl.sim.agent import AgentConfig, simulate_agent
+rollouts, mode = int(sys.argv[1]), sys.argv[2]
+options = json.loads(sys.argv[3])
 t0 = time.perf_counter()
-trace = simulate(cfg, engine=engine)
+if mode == "agent":
+    cfg = AgentConfig(slots={slots}, batch={batch}, steps=rollouts // {batch},
+                      lengths=scipy.stats.lognorm(s=1.0, scale=403.4287934927351), seed={seed},
+                      **options)
+    simulate_agent(cfg)
+else:
+    simulate(SimConfig(slots={slots}, batch={batch}, rollouts=rollouts, seed={seed}, **options))
 t1 = time.perf_counter()
-s = trace.summary()
-t2 = time.perf_counter()
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-try:  # this process image's own peak (ru_maxrss can carry the forking parent's peak on Linux)
-    with open("/proc/self/status") as f:
-        rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-except (OSError, StopIteration):
-    pass
-print(json.dumps({{"sim_s": t1 - t0, "summary_s": t2 - t1, "peak_rss": rss, "trained": s.trained,
-                  "staleness_mean": s.staleness_mean}}))
+with open("/proc/self/status") as f:  # this process image's own peak resident memory
+    rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+print(json.dumps({{"sim_s": t1 - t0, "peak_rss": rss}}))
 """
 
 
-def scaling_run(rollouts: int, engine: str) -> dict[str, Any]:
+def scaling_run(rollouts: int, mode: str, options: dict[str, Any]) -> dict[str, Any]:
     code = CHILD.format(slots=SLOTS, batch=BATCH, seed=SEED)
     out = subprocess.run(
-        [sys.executable, "-c", code, str(rollouts), engine],
+        [sys.executable, "-c", code, str(rollouts), mode, json.dumps(options)],
         check=True,
         capture_output=True,
         text=True,
@@ -104,74 +150,114 @@ def scaling_run(rollouts: int, engine: str) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10^5 rollouts, scaling 10^4..10^6")
-    ap.add_argument("--rollouts", type=int, default=None, help="rollouts for the ratio")
-    ap.add_argument("--repeats", type=int, default=3, help="repeats of our engines (best is kept)")
-    ap.add_argument("--peer-repeats", type=int, default=1, help="repeats of the peer")
-    ap.add_argument("--no-event-1e7", action="store_true", help="skip the event engine at 10^7")
+    ap.add_argument("--rollouts", type=int, default=None, help="rollouts for the ratios")
+    ap.add_argument("--repeats", type=int, default=3, help="repeats of our engine (best is kept)")
+    ap.add_argument("--modes", default=None, help="comma-separated substrings of the modes to run")
+    ap.add_argument("--no-scaling", action="store_true", help="skip the 10^5..10^7 scaling runs")
+    ap.add_argument("--agent-1e7", action="store_true", help="also scale the agent mode to 10^7")
     args = ap.parse_args()
+    import scipy.stats
+
     from refimpl.sim import SimConfig, simulate
+    from refimpl.sim._compiled import AVAILABLE
+    from refimpl.sim.agent import AgentConfig, simulate_agent
 
     peer = load_peer()
+    models = load_models()
     rollouts = args.rollouts or (100_000 if args.quick else 1_000_000)
     lengths = peer.draw_lengths(SLOTS, rollouts, SEED)
     steps = rollouts // BATCH
-    print(f"# ratio at {rollouts:,} rollouts, N={SLOTS}, B={BATCH}, lognormal(6, 1), seed {SEED}")
+    chosen = [
+        m for m in [*MODES, AGENT] if not args.modes or any(x in m for x in args.modes.split(","))
+    ]
+    print(
+        f"# ratios at {rollouts:,} rollouts, N={SLOTS}, B={BATCH}, lognormal(6, 1), seed {SEED}; "
+        f"compiled engine {'on' if AVAILABLE else 'OFF (pip install refimpl[fast])'}"
+    )
+    simulate(SimConfig(slots=4, batch=4, steps=2, mode="admission", eta=1))  # load the kernel
     t_peer, c_peer, (stale, tlen, t_end) = best_of(
-        args.peer_repeats, lambda: peer.simulate_store(lengths, BATCH, steps)
+        1, lambda: peer.simulate_store(lengths, BATCH, steps)
     )
     trained = stale.size
-    cfg = SimConfig(slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=lengths)
-    rows = [("simpy peer (store)", t_peer, 1.0, c_peer, 1.0, None)]
+    print(f"plain SimPy peer (store): {t_peer:.2f} s, {trained / t_peer:,.0f} rollouts/s")
+    header = (
+        f"{'mode':36s} {'rollouts/s':>11s} {'x peer':>7s} {'x model':>8s} {'model r/s':>10s} "
+        f"{'cpu x peer':>10s} {'cpu x model':>11s}  agrees  target"
+    )
+    print(header)
     ok = True
-    for engine, target, repeats in (
-        ("vector", 60.0, args.repeats),
-        ("event", 5.0, max(1, args.repeats - 1)),
-    ):
-        t, c, trace = best_of(repeats, lambda e=engine: simulate(cfg, engine=e))
-        order = trace.training_order()
-        same = (
-            np.array_equal(trace.staleness[order], stale)
-            and np.array_equal(trace.length[order], tlen)
-            and trace.end_time == t_end
-        )
-        if not same:
-            print(f"ERROR: the {engine} engine disagrees with the peer", file=sys.stderr)
-            ok = False
-        rows.append((f"refimpl {engine}", t, t_peer / t, c, c_peer / c, target))
-    print(
-        f"{'implementation':22s} {'wall s':>9s} {'rollouts/s':>12s} {'x peer':>8s} "
-        f"{'cpu s':>9s} {'x peer':>8s}  target (on wall-clock rollouts/s)"
-    )
-    for name, t, ratio, c, c_ratio, target in rows:
-        verdict = "" if target is None else ("meets" if ratio >= target else "MISSES")
-        tgt = "" if target is None else f">= {target:g}x {verdict}"
-        print(
-            f"{name:22s} {t:9.3f} {trained / t:12,.0f} {ratio:8.1f} {c:9.3f} {c_ratio:8.1f}  {tgt}"
-        )
-        ok &= target is None or ratio >= target
-
-    sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
-    print(f"\n# scaling (fresh subprocess per size; lengths drawn inside; N={SLOTS}, B={BATCH})")
-    print(
-        f"{'engine':8s} {'rollouts':>12s} {'sim s':>8s} {'summary s':>10s} {'rollouts/s':>12s} "
-        f"{'peak RSS MiB':>13s}"
-    )
-    for engine in ("vector", "event"):
-        prev = None
-        for n in sizes:
-            if engine == "event" and n >= 10_000_000 and args.no_event_1e7:
-                continue
-            r = scaling_run(n, engine)
-            growth = "" if prev is None else f"  x{r['sim_s'] / prev:.1f} time for x10 rollouts"
-            prev = r["sim_s"]
+    for name in chosen:
+        if name == AGENT:
+            cfg_a = AgentConfig(
+                slots=SLOTS, batch=BATCH, steps=steps, seed=SEED,
+                lengths=scipy.stats.lognorm(s=1.0, scale=float(np.exp(6.0))), **AGENT_OPTIONS,
+            )  # fmt: skip
+            t, c, _ = best_of(1, lambda cfg_a=cfg_a: simulate_agent(cfg_a))
+            ratio = t_peer / t
+            met = ratio >= 10.0
+            ok &= met
             print(
-                f"{engine:8s} {n:12,d} {r['sim_s']:8.2f} {r['summary_s']:10.2f} "
-                f"{r['trained'] / r['sim_s']:12,.0f} {r['peak_rss'] / 2**20:13.0f}{growth}"
+                f"{name:36s} {trained / t:11,.0f} {ratio:7.1f} {'-':>8s} {'-':>10s} "
+                f"{c_peer / c:10.1f} {'-':>11s}  {'-':6s}  >= 10x {'meets' if met else 'MISSES'}"
+                " (reference engine; no SimPy model of the agent mode yet)"
             )
-            if n >= 10_000_000:
-                fits = r["peak_rss"] <= 2 * GIB
-                print(f"         10^7 rollouts peak RSS <= 2 GiB: {'meets' if fits else 'MISSES'}")
-                ok &= fits
+            continue
+        options, model_name, model_options, target = MODES[name]
+        factor = LENGTHS_FACTOR.get(name, 1.0)
+        mode_lengths = (
+            lengths if factor == 1.0 else peer.draw_lengths(SLOTS, int(rollouts * factor), SEED)
+        )
+        cfg = SimConfig(
+            slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=mode_lengths, **options
+        )
+        if model_name is None:
+            model = (t_peer, c_peer, (stale, tlen, t_end))
+        else:
+            fn = models.MODELS[model_name]
+            model = best_of(
+                1, lambda fn=fn, kw=model_options, m=mode_lengths: fn(m, BATCH, steps, **kw)
+            )
+        t_m, c_m, (m_stale, m_len, m_end) = model
+        t, c, trace = best_of(args.repeats, lambda cfg=cfg: simulate(cfg))
+        order = trace.training_order()
+        agrees = (
+            np.array_equal(trace.staleness[order], m_stale)
+            and np.array_equal(trace.length[order], m_len)
+            and trace.end_time == m_end
+        )
+        ok &= agrees
+        ratio = t_peer / t
+        met = ratio >= target
+        ok &= met
+        print(
+            f"{name:36s} {trained / t:11,.0f} {ratio:7.1f} {t_m / t:8.1f} {trained / t_m:10,.0f} "
+            f"{c_peer / c:10.1f} {c_m / c:11.1f}  {'yes' if agrees else 'NO':6s}  "
+            f">= {target:g}x {'meets' if met else 'MISSES'}"
+        )
+    if not args.no_scaling:
+        sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
+        print(
+            f"\n# scaling (fresh subprocess per size; lengths drawn inside; N={SLOTS}, B={BATCH})"
+        )
+        print(
+            f"{'mode':36s} "
+            + " ".join(f"{n:>10,d} s" for n in sizes)
+            + "   peak RSS at the largest"
+        )
+        for name in chosen:
+            mode, options = ("agent", AGENT_OPTIONS) if name == AGENT else ("sim", MODES[name][0])
+            # the agent mode runs on its reference engine: 10^7 would take most of an hour
+            agent_sizes = sizes[:-1] if mode == "agent" and not args.agent_1e7 else sizes
+            runs = [scaling_run(n, mode, options) for n in agent_sizes]
+            peak = runs[-1]["peak_rss"]
+            fits = peak <= 2 * GIB or agent_sizes[-1] < 10_000_000
+            ok &= fits
+            growth = runs[-1]["sim_s"] / runs[-2]["sim_s"]
+            print(
+                f"{name:36s} " + " ".join(f"{r['sim_s']:12.2f}" for r in runs)
+                + f"   {peak / 2**20:7.0f} MiB {'<= 2 GiB' if fits else '> 2 GiB MISSES'}"
+                f"  (x{growth:.1f} time for the last x10)"
+            )  # fmt: skip
     print("\nall targets met" if ok else "\nSOME TARGETS MISSED")
     return 0 if ok else 1
 

@@ -739,7 +739,15 @@ def admission_capacity(
     acc = as_int(accepted, name="accepted", minimum=0, meaning="accepted rollouts")
     run = as_int(running, name="running", minimum=0, meaning="rollouts in flight")
     cap = as_int(max_concurrent, name="max_concurrent", minimum=1, meaning="concurrency limit")
-    return min(cap - run, (e + v + 1) * b - (acc + run))
+    return _admission_capacity(e, v, b, acc, run, cap)
+
+
+def _admission_capacity(
+    eta: int, version: int, batch: int, accepted: int, running: int, max_concurrent: int
+) -> int:
+    """:func:`admission_capacity` on checked integers: plain arithmetic, so that the simulator's
+    compiled engine compiles this very function instead of restating the rule."""
+    return min(max_concurrent - running, (eta + version + 1) * batch - (accepted + running))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -116,6 +116,17 @@ def test_kimi_refuses_arguments_of_the_wrong_type_with_a_type_error() -> None:
         kimi_length_reward([1, 2], ["yes", "no"])
 
 
+def test_kimi_takes_flags_as_0_and_1_and_names_the_first_entry_that_is_neither() -> None:
+    # Found by mutation testing: no test passed numeric flags, so accepting 0/1 could break, and
+    # the message could name the last bad entry instead of the first.
+    lengths = [100, 300, 200]
+    np.testing.assert_array_equal(
+        kimi_length_reward(lengths, [1, 0, 1]), kimi_length_reward(lengths, [True, False, True])
+    )
+    with pytest.raises(ValueError, match=r"Entry 0 is 2\.0"):
+        kimi_length_reward(lengths, [2, 1, 0.5])
+
+
 def test_kimi_rows_of_a_2d_array_are_problems() -> None:
     ell = np.array([[100.0, 200.0, 300.0], [10.0, 10.0, 10.0]])
     ok = np.array([[True, False, True], [True, True, False]])

@@ -537,7 +537,7 @@ def test_view_property_rejects_a_zero_period_read_as_never_refresh(
 def test_herding_check_rejects_a_router_that_ignores_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """Wrong variant: the router always picks the first allowed shard; the view then does not matter
     and the power half of the view test (stale queues strictly longer) fails."""
-    monkeypatch.setattr(agent, "_least_loaded", lambda loads, allowed: allowed[0])
+    monkeypatch.setattr(agent._engine, "_least_loaded", lambda loads, allowed: allowed[0])
     assert not _consistent_vs_stale_t() > _T_CRIT
 
 

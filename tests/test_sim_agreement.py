@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 import scipy.stats
 from _peers import load_simpy_peer
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import main
-from refimpl.sim import SimConfig, SimTrace, simulate
+from refimpl.sim import SimConfig, SimTrace, _compiled, simulate
 from refimpl.sim import _trainer_times as trainer_times
-from refimpl.sim._event import run_async_fast, run_events
-from refimpl.sim._lengths import LengthSupply
+from refimpl.sim._compiled import run_compiled
+from refimpl.sim._event import _Stuck, run_async_fast, run_events
+from refimpl.sim._lengths import LengthSupply, OutOfLengths
 
 
 def _load_peer() -> ModuleType:
@@ -223,3 +224,150 @@ def test_the_fast_async_loop_agrees_with_the_general_event_loop(cfg: SimConfig) 
     general = SimTrace.from_raw(run_events(cfg, LengthSupply(cfg), taus), cfg, canonical=False)
     fast = SimTrace.from_raw(run_async_fast(cfg, LengthSupply(cfg), taus), cfg, canonical=False)
     _equal_traces(general, fast)
+
+
+# ---------------------------------------------------------------------------------------------
+# the compiled engine (refimpl[fast]) is the reference event engine, sample for sample
+# ---------------------------------------------------------------------------------------------
+
+
+@st.composite
+def every_mode_configs(draw: st.DrawFn) -> SimConfig:
+    """Every mode and option of :class:`SimConfig`; integer lengths (a pmf) make ties common."""
+    mode = draw(st.sampled_from(["async", "sync", "first_k", "admission"]))
+    slots = draw(st.integers(1, 8))
+    batch = draw(st.integers(1, 10))
+    kw: dict[str, Any] = {}
+    if mode == "first_k":
+        kw["launch"] = draw(st.integers(batch, batch + slots + 3))
+        kw["leftovers"] = draw(st.sampled_from(["drop", "carry"]))
+    if mode == "admission" or draw(st.booleans()):
+        kw["eta"] = draw(st.integers(0, 3))
+        if draw(st.booleans()):
+            kw["over_bound"] = "drop"
+    if mode in ("async", "admission"):
+        kw["partial"] = draw(st.sampled_from(["none", "restart", "recompute", "keep_kv"]))
+        kw["reprefill_token_time"] = draw(st.sampled_from([0.0, 0.1, 1.0]))
+    if draw(st.booleans()):
+        kw["preempt_rate"] = draw(st.sampled_from([0.01, 0.1, 0.5]))
+        kw["preempt_duration"] = draw(st.sampled_from([0.5, 1.0, 3.0]))
+        kw["persist_kv"] = draw(st.booleans())
+        kw["kv_restore_time"] = draw(st.sampled_from([0.0, 0.5]))
+    if draw(st.booleans()):
+        kw["slowdown"] = draw(st.sampled_from([lambda busy: 1.0 + 0.05 * busy, lambda busy: 2.0]))
+    kw["trainer_time"] = draw(st.sampled_from([0.0, 0.0, 1.0, 0.7, scipy.stats.expon(scale=1.0)]))
+    kw["token_time"] = draw(st.sampled_from([1.0, 1.0, 0.5]))
+    kw["prefill_time"] = draw(st.sampled_from([0.0, 0.0, 1.0]))
+    kind = draw(st.sampled_from(["pmf", "pmf", "lognormal"]))
+    if kind == "pmf":  # integer lengths: simultaneous completions, publications and launches
+        high = draw(st.integers(1, 4))
+        kw["lengths"] = np.full(high, 1.0 / high)
+    return SimConfig(
+        slots=slots,
+        batch=batch,
+        steps=draw(st.integers(1, 15)),
+        mode=mode,
+        seed=draw(st.integers(0, 2**16)),
+        lognormal_mu=1.0,
+        **kw,
+    )
+
+
+def _engine_trace(run: Any, cfg: SimConfig, *, canonical: bool) -> SimTrace | str:
+    """The trace of one engine, or the name of the error it ended with."""
+    try:
+        raw = run(cfg, LengthSupply(cfg), trainer_times(cfg))
+    except (_Stuck, OutOfLengths) as e:
+        return f"{type(e).__name__}: {e}"
+    return SimTrace.from_raw(raw, cfg, canonical=canonical)
+
+
+def _equal_exactly(a: SimTrace, b: SimTrace) -> None:
+    """Every column, every segment and every total, bit for bit (no tolerance at all)."""
+    _equal_traces(a, b)
+    np.testing.assert_array_equal(a.segment_tokens, b.segment_tokens)
+    assert a.generator_busy == b.generator_busy
+    assert a.trainer_busy == b.trainer_busy
+
+
+@settings(max_examples=150)
+@given(every_mode_configs())
+def test_the_compiled_engine_is_the_reference_engine_sample_for_sample(cfg: SimConfig) -> None:
+    reference = _engine_trace(run_events, cfg, canonical=False)
+    compiled = _engine_trace(run_compiled, cfg, canonical=True)
+    note(f"reference: {reference if isinstance(reference, str) else len(reference)} rows")
+    if isinstance(reference, str) or isinstance(compiled, str):
+        assert compiled == reference
+        return
+    _equal_exactly(reference, compiled)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"partial": "restart"},  # more rows than planned
+        {"partial": "recompute", "reprefill_token_time": 0.5},  # more version segments
+        {"preempt_rate": 0.2, "preempt_duration": 2.0},  # more preemption delays
+        {"mode": "first_k", "launch": 9, "leftovers": "carry"},  # more lengths, block by block
+    ],
+    ids=["rows", "segments", "preemptions", "lengths"],
+)
+def test_the_compiled_engine_gives_the_same_trace_when_it_runs_out_of_room(
+    kw: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting with almost no room forces every "I need more" path of the kernel (grow the arrays
+    between two events and resume; or, inside an event, run again from the start); either way the
+    trace must be the reference trace exactly."""
+    cfg = SimConfig(slots=3, batch=2, steps=60, lengths=np.full(3, 1.0 / 3), seed=5, **kw)
+    monkeypatch.setattr(_compiled, "_rows_estimate", lambda cfg: 1)
+    monkeypatch.setattr(_compiled, "_INITIAL_ROOM", 1)
+    monkeypatch.setattr(SimConfig, "initial_columns", lambda self: 4)  # lengths in blocks of 4
+    reference = _engine_trace(run_events, cfg, canonical=False)
+    compiled = _engine_trace(run_compiled, cfg, canonical=True)
+    assert not isinstance(reference, str)
+    assert not isinstance(compiled, str)
+    _equal_exactly(reference, compiled)
+
+
+def test_the_compiled_engine_refuses_a_short_matrix_as_the_reference_does() -> None:
+    cfg = SimConfig(slots=2, batch=2, steps=50, lengths=np.ones((2, 10)), mode="admission", eta=1)
+    reference = _engine_trace(run_events, cfg, canonical=False)
+    assert isinstance(reference, str)
+    assert reference.startswith("OutOfLengths")
+    assert _engine_trace(run_compiled, cfg, canonical=True) == reference
+
+
+def test_the_engine_comparison_catches_a_one_token_difference() -> None:
+    """The comparison can fail: the same run with one length changed by a token differs."""
+    lengths = np.random.default_rng(3).integers(1, 4, size=(4, 300)).astype(float)
+    cfg = SimConfig(slots=4, batch=3, steps=40, lengths=lengths, partial="recompute")
+    wrong = lengths.copy()
+    wrong[2, 5] += 1.0
+    other = SimConfig(slots=4, batch=3, steps=40, lengths=wrong, partial="recompute")
+    a = _engine_trace(run_events, cfg, canonical=False)
+    b = _engine_trace(run_compiled, other, canonical=True)
+    assert not isinstance(a, str)
+    assert not isinstance(b, str)
+    with pytest.raises(AssertionError):
+        _equal_exactly(a, b)
+
+
+def test_simulate_uses_the_compiled_engine_by_default_and_names_every_engine() -> None:
+    cfg = SimConfig(slots=4, batch=4, steps=20, mode="admission", eta=1, seed=2)
+    assert _compiled.AVAILABLE  # the dev install has numba (refimpl[fast])
+    auto = simulate(cfg)
+    _equal_exactly(auto, simulate(cfg, engine="compiled"))
+    _equal_exactly(auto, simulate(cfg, engine="event"))
+    with pytest.raises(ValueError, match="engine must be one of 'auto', 'vector', 'compiled'"):
+        simulate(cfg, engine="numba")  # type: ignore[arg-type]
+
+
+def test_without_numba_compiled_is_refused_and_auto_falls_back_to_the_same_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = SimConfig(slots=4, batch=4, steps=20, partial="keep_kv", trainer_time=1.5, seed=2)
+    fast = simulate(cfg)
+    monkeypatch.setattr(_compiled, "AVAILABLE", False)
+    with pytest.raises(ValueError, match=r"pip install 'refimpl\[fast\]'"):
+        simulate(cfg, engine="compiled")
+    _equal_exactly(simulate(cfg), fast)

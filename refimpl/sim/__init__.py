@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from refimpl._validation import invalid
-from refimpl.sim import _config, _trace
+from refimpl.sim import _compiled, _config, _trace
 from refimpl.sim._closed import ClosedForm, closed_form
 from refimpl.sim._config import SimConfig
 from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
@@ -46,7 +46,7 @@ __all__ = [
     "summarize",
 ]
 
-Engine = Literal["auto", "vector", "event"]
+Engine = Literal["auto", "vector", "compiled", "event"]
 
 #: The dispatch modes of :class:`SimConfig` (``mode=``).
 MODES: tuple[str, ...] = _config.MODES
@@ -95,12 +95,15 @@ def simulate(
     ----------
     config : SimConfig
         The run (validated when it was built).
-    engine : {'auto', 'vector', 'event'}
-        ``auto`` uses the vectorized engine when ``config.vectorizable`` and the event engine
-        otherwise; ``vector`` insists on the vectorized one (error if it does not apply).
+    engine : {'auto', 'vector', 'compiled', 'event'}
+        ``event`` is the reference engine (plain Python, every mode); ``compiled`` is the same
+        event loop compiled with numba (every mode; needs ``pip install 'refimpl[fast]'``);
+        ``vector`` the vectorized numpy engine (``config.vectorizable`` only). ``auto`` uses the
+        vectorized engine where it applies, else the compiled one when numba is installed, else the
+        reference engine. Every engine gives the same trace, sample for sample.
     progress : callable, optional
         Called with the number of newly completed rollouts every few thousand completions (event
-        engine; the vectorized engine reports once, at the end), e.g. ``tqdm.update``.
+        engine; the vectorized and compiled engines report once, at the end), e.g. ``tqdm.update``.
 
     Returns
     -------
@@ -110,14 +113,15 @@ def simulate(
     Raises
     ------
     ValueError
-        ``engine='vector'`` for a configuration it does not cover; :class:`OutOfLengths` (a
+        ``engine='vector'`` for a configuration it does not cover, ``engine='compiled'`` without
+        numba; :class:`OutOfLengths` (a
         ``ValueError``) when an explicit length matrix is too short, naming the slot and how many
         lengths it needs.
 
     Notes
     -----
-    Seeded runs reproduce exactly. Both engines agree sample for sample with each other and with the
-    SimPy peer (tests/test_sim_agreement.py). Tie rule (conventions §tie-rule): a rollout launched at the instant a
+    Seeded runs reproduce exactly. The engines agree sample for sample with each other and with the
+    SimPy peer (tests/test_sim_agreement.py), so numba changes how fast a run is, never its result. Tie rule (conventions §tie-rule): a rollout launched at the instant a
     version is published sees the old version; completions at one instant are processed in launch
     order.
 
@@ -143,8 +147,17 @@ def simulate(
         raise wrong_type(
             "config", "a SimConfig", config, "Build one: SimConfig(slots=..., batch=..., ...)."
         )
-    if engine not in ("auto", "vector", "event"):
-        raise invalid("engine", "be one of 'auto', 'vector', 'event'", engine, "Pick one.")
+    if engine not in ("auto", "vector", "compiled", "event"):
+        raise invalid(
+            "engine", "be one of 'auto', 'vector', 'compiled', 'event'", engine, "Pick one."
+        )
+    if engine == "compiled" and not _compiled.AVAILABLE:
+        raise invalid(
+            "engine",
+            "be 'auto', 'vector' or 'event' without numba (the compiled engine needs it)",
+            engine,
+            "Install it (pip install 'refimpl[fast]'), or pass engine='auto'.",
+        )
     if engine == "vector" and not config.vectorizable:
         raise invalid(
             "engine",
@@ -163,15 +176,19 @@ def simulate(
         if progress is not None:
             progress(config.trained_target)
     else:
+        compiled = engine == "compiled" or (engine == "auto" and _compiled.AVAILABLE)
         try:
-            run = run_async_fast if fast_path_applies(config) else run_events
+            if compiled:
+                run = _compiled.run_compiled
+            else:
+                run = run_async_fast if fast_path_applies(config) else run_events
             raw = run(config, supply, taus, progress=progress)
         except _Stuck:
             raise RuntimeError(
                 "the simulation can make no further progress before the last trainer step (no "
                 "event left); this configuration cannot fill a batch — relax eta or over_bound."
             ) from None
-        canonical = False
+        canonical = compiled
     data = raw._asdict()
     del raw  # from_raw frees the engine's columns one by one
     return SimTrace.from_raw(data, config, canonical=canonical)

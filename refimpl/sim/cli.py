@@ -104,9 +104,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--engine",
-        choices=["auto", "vector", "event"],
+        choices=["auto", "vector", "compiled", "event"],
         default=default("auto"),
-        help="simulation engine (auto: vector where it applies, else event)",
+        help="simulation engine (auto: vector where it applies, else compiled when numba is "
+        "installed, else event, the reference; all give the same trace)",
     )
     lg = parser.add_argument_group(
         "lengths (default: lognormal(mu, sigma), drawn as the SimPy peer draws them)"
@@ -788,7 +789,9 @@ def run(args: argparse.Namespace) -> int:
     bar.close()
     engine = args.engine
     if engine == "auto":
-        engine = "vector" if cfg.vectorizable else "event"
+        from refimpl.sim._compiled import AVAILABLE
+
+        engine = "vector" if cfg.vectorizable else ("compiled" if AVAILABLE else "event")
     out: dict[str, Any] = {
         "impl": f"refimpl-{engine}",
         "mode": cfg.mode,

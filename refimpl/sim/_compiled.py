@@ -1,0 +1,926 @@
+"""The compiled engine: the event engine's loop over arrays, compiled with numba (``refimpl[fast]``).
+
+It is :func:`refimpl.sim._event.run_events` transcribed line for line onto preallocated arrays: one
+binary heap of plain numbers (time, ``(priority, sequence)`` key, kind, rollout, generation) instead
+of tuples, the rollout columns as array rows instead of ``array.append``, the slot state in
+per-slot arrays, and the counters in one small integer array that the helper functions share. So it
+processes the same events in the same order, draws the same preemptions and does the same float
+operations in the same order: its trace is the reference engine's, bit for bit
+(``tests/test_sim_agreement.py`` checks this with Hypothesis over every mode, ties included).
+
+What Python must do (drawing more lengths, more preemption delays, more room for rollouts, heap
+entries or version segments) the kernel cannot; it stops and says what it needs, and
+:func:`run_compiled` provides it and runs again from the start. Every draw comes from the same
+generators in the same order, so a rerun sees the same numbers as a run that had them from the start
+(a longer prefix of the same streams) and the result does not depend on how often it reran.
+
+Without numba the module imports; :data:`AVAILABLE` is ``False`` and ``refimpl.sim.simulate`` uses
+the reference engine, whose results are the same.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl.sim._config import SimConfig
+from refimpl.sim._lengths import LengthSupply
+from refimpl.sim._trace import STATUS, RawTrace
+from refimpl.staleness import _admission_capacity
+
+numba: Any
+try:  # which branch runs depends on the installation
+    import numba
+
+    AVAILABLE = True
+except ImportError:
+    numba = None
+    AVAILABLE = False
+
+__all__ = ["AVAILABLE", "run_compiled"]
+
+_TRAINED = STATUS["trained"]
+_DROPPED = STATUS["dropped"]
+_ABORTED = STATUS["aborted"]
+_UNFINISHED = STATUS["unfinished"]
+_PENDING = STATUS["pending"]
+_COMPLETE, _PUBLISH, _PREEMPT, _RESUME = 0, 1, 2, 3
+_PARTIAL_CODES = {"none": 0, "restart": 1, "recompute": 2, "keep_kv": 3}
+
+# integer state S[...]
+_SEQ, _BUSY, _VERSION, _J, _TRAINING, _RANK, _ADMITTED, _RUNNING, _PENDING_LAUNCH = range(9)
+_NR, _BUF_HEAD, _BUF_TAIL, _NBATCH, _IDLE_HEAD, _IDLE_LEN, _ERR, _ERR_A, _ERR_B = range(9, 18)
+_COMPLETED, _NSEG, _EXP_USED, _KCOLS, _STARTED, _MAXCOL = range(18, 24)
+_N_STATE = 24
+# float state SF[...]
+_T, _VCLOCK, _GEN_BUSY, _TRAINER_BUSY = range(4)
+# errors: what the kernel needs from Python
+_OK, _STUCK, _NEED_LENGTHS, _NEED_ROWS, _NEED_HEAP, _NEED_SEGMENTS, _NEED_EXPS = range(7)
+# between two events: the arrays are nearly full; grow them and resume (state is consistent)
+_NEED_ROOM = 7
+# room one event may need at most: a publication can launch (restart, admission, a new step) and
+# reschedule (recompute) on every slot, twice over for restart under admission
+_ROWS_PER_EVENT, _HEAP_PER_EVENT, _SEGMENTS_PER_EVENT, _COLUMNS_PER_EVENT = 2, 4, 2, 3
+# integer parameters P[...]
+(
+    _P_SLOTS,
+    _P_BATCH,
+    _P_STEPS,
+    _P_CONTINUOUS,
+    _P_STEP_MODE,
+    _P_ADMISSION,
+    _P_LAUNCH,
+    _P_DROP_LEFTOVERS,
+    _P_ETA,
+    _P_DROP_OVER,
+    _P_PARTIAL,
+    _P_SLOW,
+    _P_PREEMPT,
+    _P_PERSIST_KV,
+    _P_FIXED_LENGTHS,
+) = range(15)
+# float parameters PF[...]
+_F_TT, _F_PRE, _F_RP, _F_PSCALE, _F_PDUR, _F_KVRESTORE = range(6)
+# rollout int32 rows R[...]
+_R_SLOT, _R_IDX, _R_VL, _R_VMIN, _R_STEP, _R_RANK, _R_GEN, _R_BUF = range(8)
+# slot int64 rows SL[...] and float rows SLF[...]
+_S_NXT, _S_RID, _S_PAUSED, _S_LASTSEG = range(4)
+_S_REMAINING, _S_BUSY_SINCE, _S_DECV, _S_DECPRE, _S_DECK = range(5)
+
+
+def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, payload: int) -> bool:
+    """Push ``(t, key)`` with its payload onto heap ``w``; ``False`` when it is full."""
+    i = hn[w]
+    if i >= ht.shape[1]:
+        return False
+    hn[w] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        tp = ht[w, p]
+        if tp < t or (tp == t and hk[w, p] < key):
+            break
+        ht[w, i] = tp
+        hk[w, i] = hk[w, p]
+        hp[w, i] = hp[w, p]
+        i = p
+    ht[w, i] = t
+    hk[w, i] = key
+    hp[w, i] = payload
+    return True
+
+
+def _hpop(ht: Any, hk: Any, hp: Any, w: int, hn: Any, out: Any) -> float:
+    """Pop the least ``(time, key)`` of heap ``w``; its kind, ref, gen go to ``out[0:3]``.
+
+    Floyd's variant: the hole left at the root moves down to a leaf along the smaller children
+    (chosen without a branch), and the last entry is sifted up from there: about half the
+    comparisons of the textbook sift-down, and none that the processor must guess.
+    """
+    t0 = ht[w, 0]
+    payload = hp[w, 0]
+    out[0] = payload & 3
+    out[1] = payload >> 34
+    out[2] = (payload >> 2) & 0xFFFFFFFF
+    n = hn[w] - 1
+    hn[w] = n
+    if n == 0:
+        return float(t0)
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c + 1 < n:
+            tc = ht[w, c]
+            tr = ht[w, c + 1]
+            c += (tr < tc) | ((tr == tc) & (hk[w, c + 1] < hk[w, c]))
+        elif c >= n:
+            break
+        ht[w, i] = ht[w, c]
+        hk[w, i] = hk[w, c]
+        hp[w, i] = hp[w, c]
+        i = c
+    t = ht[w, n]
+    key = hk[w, n]
+    pl = hp[w, n]
+    while i > 0:
+        p = (i - 1) >> 1
+        tp = ht[w, p]
+        if tp < t or (tp == t and hk[w, p] < key):
+            break
+        ht[w, i] = tp
+        hk[w, i] = hk[w, p]
+        hp[w, i] = hp[w, p]
+        i = p
+    ht[w, i] = t
+    hk[w, i] = key
+    hp[w, i] = pl
+    return float(t0)
+
+
+def _push(
+    ht: Any,
+    hk: Any,
+    hp: Any,
+    hn: Any,
+    S: Any,
+    w: int,
+    t: float,
+    prio: int,
+    kind: int,
+    ref: int,
+    gen: int,
+) -> None:
+    """Schedule an event: key ``(prio, sequence)`` as Python's tuples order them; payload
+    ``ref · 2^34 + gen · 4 + kind`` (a rollout id or step below 2^29, a generation below 2^32)."""
+    seq = S[_SEQ]
+    S[_SEQ] = seq + 1
+    if not _hpush(ht, hk, hp, w, hn, t, (prio << 62) | seq, (ref << 34) | (gen << 2) | kind):
+        S[_ERR] = _NEED_HEAP
+
+
+def _launch(
+    s: int, P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, status: Any, SL: Any,
+    SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    if S[_ERR] != _OK:
+        return
+    k = SL[_S_NXT, s]
+    if k >= S[_KCOLS]:
+        S[_ERR] = _NEED_LENGTHS
+        S[_ERR_A] = s
+        S[_ERR_B] = k + 1
+        return
+    rid = S[_NR]
+    if rid >= status.shape[0]:
+        S[_ERR] = _NEED_ROWS
+        return
+    SL[_S_NXT, s] = k + 1
+    if k + 1 > S[_MAXCOL]:
+        S[_MAXCOL] = k + 1
+    length = lengths[s, k]
+    S[_NR] = rid + 1
+    t = SF[_T]
+    version = S[_VERSION]
+    R[_R_SLOT, rid] = s
+    R[_R_IDX, rid] = k
+    R[_R_VL, rid] = version
+    R[_R_VMIN, rid] = version
+    R[_R_STEP, rid] = -1
+    R[_R_RANK, rid] = -1
+    R[_R_GEN, rid] = 0
+    RF[0, rid] = t
+    RF[1, rid] = math.nan
+    status[rid] = _UNFINISHED
+    pre = PF[_F_PRE]
+    SLF[_S_DECV, s] = SF[_VCLOCK]
+    SLF[_S_DECPRE, s] = pre
+    SLF[_S_DECK, s] = 0.0
+    SL[_S_LASTSEG, s] = -1
+    SL[_S_RID, s] = rid
+    S[_BUSY] += 1
+    SLF[_S_BUSY_SINCE, s] = t
+    _push(
+        ht,
+        hk,
+        hp,
+        hn,
+        S,
+        P[_P_SLOW],
+        SF[_VCLOCK] + (length * PF[_F_TT] + pre),
+        0,
+        _COMPLETE,
+        rid,
+        0,
+    )
+
+
+def _tokens_done(s: int, length: float, PF: Any, SF: Any, SLF: Any) -> float:
+    lo = SLF[_S_DECK, s]
+    x = lo + ((SF[_VCLOCK] - SLF[_S_DECV, s]) - SLF[_S_DECPRE, s]) / PF[_F_TT]
+    return lo if x < lo else (length if x > length else x)
+
+
+def _stop_generating(s: int, S: Any, SF: Any, SL: Any, SLF: Any) -> None:
+    SL[_S_RID, s] = -1
+    S[_BUSY] -= 1
+    SF[_GEN_BUSY] += SF[_T] - SLF[_S_BUSY_SINCE, s]
+
+
+def _new_segment(
+    rid: int, s: int, k: float, ver: int, S: Any, R: Any, SL: Any, seg_r: Any, seg_k: Any,
+    seg_v: Any,
+) -> None:  # fmt: skip
+    last = SL[_S_LASTSEG, s]
+    last_start = seg_k[last] if last >= 0 else 0.0
+    if k <= last_start:  # no token under the current segment yet: it changes version
+        if last >= 0:
+            seg_v[last] = ver
+        else:
+            R[_R_VMIN, rid] = ver
+        return
+    n = S[_NSEG]
+    if n >= seg_r.shape[0]:
+        S[_ERR] = _NEED_SEGMENTS
+        return
+    seg_r[n] = rid
+    seg_k[n] = k
+    seg_v[n] = ver
+    SL[_S_LASTSEG, s] = n
+    S[_NSEG] = n + 1
+
+
+def _idle_append(s: int, S: Any, idle: Any) -> None:
+    n = idle.shape[0] // 2  # the ring is the first half; _start_step sorts in the second
+    idle[(S[_IDLE_HEAD] + S[_IDLE_LEN]) % n] = s
+    S[_IDLE_LEN] += 1
+
+
+def _idle_popleft(S: Any, idle: Any) -> int:
+    h = S[_IDLE_HEAD]
+    s = idle[h]
+    S[_IDLE_HEAD] = (h + 1) % (idle.shape[0] // 2)
+    S[_IDLE_LEN] -= 1
+    return int(s)
+
+
+def _admit(
+    P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, status: Any, SL: Any,
+    SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any,
+) -> None:  # fmt: skip
+    cap = _admission_capacity(
+        P[_P_ETA], S[_VERSION], P[_P_BATCH], S[_ADMITTED] - S[_RUNNING], S[_RUNNING], P[_P_SLOTS]
+    )
+    while cap > 0 and S[_IDLE_LEN] > 0:
+        s = _idle_popleft(S, idle)
+        S[_ADMITTED] += 1
+        S[_RUNNING] += 1
+        cap -= 1
+        _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
+
+
+def _free_slot(
+    s: int, P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, status: Any,
+    SL: Any, SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any,
+) -> None:  # fmt: skip
+    """A slot with nothing to do: apply the launch policy."""
+    if P[_P_CONTINUOUS]:
+        _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
+    elif P[_P_STEP_MODE] and S[_PENDING_LAUNCH] > 0:
+        S[_PENDING_LAUNCH] -= 1
+        _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
+    else:
+        _idle_append(s, S, idle)
+        if P[_P_ADMISSION]:
+            _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+
+
+def _try_train(
+    P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, W: Any, status: Any,
+    SL: Any, SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any, batch: Any, taus: Any,
+) -> None:  # fmt: skip
+    steps, b = P[_P_STEPS], P[_P_BATCH]
+    if S[_TRAINING] or S[_J] >= steps:
+        return
+    j = S[_J]
+    eta = P[_P_ETA]
+    while S[_BUF_TAIL] > S[_BUF_HEAD] and S[_NBATCH] < b:
+        rid = R[_R_BUF, S[_BUF_HEAD]]
+        S[_BUF_HEAD] += 1
+        s_ = j - R[_R_VMIN, rid]
+        if P[_P_DROP_OVER] and s_ > eta:
+            status[rid] = _DROPPED
+            R[_R_STEP, rid] = j
+            if P[_P_ADMISSION]:
+                S[_ADMITTED] -= 1
+            continue
+        batch[S[_NBATCH]] = rid
+        S[_NBATCH] += 1
+    if S[_NBATCH] < b:
+        return
+    for i in range(b):
+        rid = batch[i]
+        status[rid] = _TRAINED
+        R[_R_STEP, rid] = j
+        R[_R_RANK, rid] = S[_RANK]
+        S[_RANK] += 1
+    S[_NBATCH] = 0
+    tau = taus[j]
+    SF[_TRAINER_BUSY] += tau
+    S[_TRAINING] = 1
+    _push(ht, hk, hp, hn, S, 0, SF[_T] + tau, 1, _PUBLISH, j, 0)
+    S[_J] = j + 1
+    if P[_P_DROP_LEFTOVERS]:
+        t = SF[_T]
+        for s in range(P[_P_SLOTS]):
+            rid = SL[_S_RID, s]
+            if rid >= 0:
+                W[0, rid] = _tokens_done(s, lengths[s, R[_R_IDX, rid]], PF, SF, SLF)
+                status[rid] = _DROPPED
+                RF[1, rid] = t
+                R[_R_GEN, rid] += 1
+                _stop_generating(s, S, SF, SL, SLF)
+                _idle_append(s, S, idle)
+            rid = SL[_S_PAUSED, s]
+            if rid >= 0:
+                W[0, rid] = SLF[_S_DECK, s]
+                status[rid] = _DROPPED
+                RF[1, rid] = t
+                SL[_S_PAUSED, s] = -1
+        S[_PENDING_LAUNCH] = 0
+
+
+def _start_step(
+    P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, status: Any, SL: Any,
+    SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any,
+) -> None:  # fmt: skip
+    n_slots = P[_P_SLOTS]
+    in_flight = 0
+    for s in range(n_slots):
+        if SL[_S_RID, s] >= 0 or SL[_S_PAUSED, s] >= 0:
+            in_flight += 1
+    need = P[_P_LAUNCH] - in_flight - (S[_BUF_TAIL] - S[_BUF_HEAD]) - S[_PENDING_LAUNCH]
+    n_idle = S[_IDLE_LEN]
+    mark = idle[n_slots:]  # the scratch half: which slots are idle, to visit them in slot order
+    mark[:] = 0
+    for _ in range(n_idle):
+        mark[_idle_popleft(S, idle)] = 1
+    S[_IDLE_HEAD] = 0
+    for s in range(n_slots):
+        if mark[s] == 0:
+            continue
+        if need <= 0:
+            _idle_append(s, S, idle)
+            continue
+        need -= 1
+        _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
+    if need > 0:
+        S[_PENDING_LAUNCH] += need
+
+
+def _publish_partial(
+    P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, W: Any, status: Any,
+    SL: Any, SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any, seg_r: Any, seg_k: Any, seg_v: Any,
+) -> None:  # fmt: skip
+    partial = P[_P_PARTIAL]
+    admission = P[_P_ADMISSION]
+    pre, rp, tt = PF[_F_PRE], PF[_F_RP], PF[_F_TT]
+    t = SF[_T]
+    version = S[_VERSION]
+    for s in range(P[_P_SLOTS]):
+        rid = SL[_S_RID, s]
+        if rid >= 0:
+            length = lengths[s, R[_R_IDX, rid]]
+            k = _tokens_done(s, length, PF, SF, SLF)
+            if partial == 1:  # restart
+                W[0, rid] += k
+                status[rid] = _ABORTED
+                RF[1, rid] = t
+                R[_R_GEN, rid] += 1
+                _stop_generating(s, S, SF, SL, SLF)
+                if admission:
+                    S[_ADMITTED] -= 1
+                    S[_RUNNING] -= 1
+                _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+                continue
+            _new_segment(rid, s, k, version, S, R, SL, seg_r, seg_k, seg_v)
+            if partial == 2:  # recompute
+                cost = pre + k * rp
+                W[1, rid] += k
+                vc = SF[_VCLOCK]
+                SLF[_S_DECV, s] = vc
+                SLF[_S_DECPRE, s] = cost
+                SLF[_S_DECK, s] = k
+                g = R[_R_GEN, rid] + 1
+                R[_R_GEN, rid] = g
+                _push(
+                    ht,
+                    hk,
+                    hp,
+                    hn,
+                    S,
+                    P[_P_SLOW],
+                    vc + cost + (length - k) * tt,
+                    0,
+                    _COMPLETE,
+                    rid,
+                    g,
+                )
+        rid = SL[_S_PAUSED, s]
+        if rid >= 0:
+            k = SLF[_S_DECK, s]
+            if partial == 1:
+                W[0, rid] += k
+                status[rid] = _ABORTED
+                RF[1, rid] = t
+                SL[_S_PAUSED, s] = -1
+                if admission:
+                    S[_ADMITTED] -= 1
+                    S[_RUNNING] -= 1
+                continue
+            _new_segment(rid, s, k, version, S, R, SL, seg_r, seg_k, seg_v)
+            if partial == 2:
+                W[1, rid] += k
+                SLF[_S_REMAINING, s] += k * rp
+
+
+def _kernel(
+    P: Any, PF: Any, lengths: Any, taus: Any, slow: Any, exps: Any, S: Any, SF: Any, R: Any,
+    RF: Any, W: Any, status: Any, ht: Any, hk: Any, hp: Any, seg_r: Any, seg_k: Any, seg_v: Any,
+    publish_times: Any, SL: Any, SLF: Any, idle: Any, batch: Any, hn: Any, ev: Any,
+) -> None:  # fmt: skip
+    """Run (or resume) the event loop until the last publication, or until it needs something
+    (``S[_ERR]``); with ``_NEED_ROOM`` it stopped between two events and can be resumed."""
+    n_slots, steps = P[_P_SLOTS], P[_P_STEPS]
+    has_slow = P[_P_SLOW] == 1
+    step_mode = P[_P_STEP_MODE] == 1
+    admission = P[_P_ADMISSION] == 1
+    partial = P[_P_PARTIAL]
+    pscale = PF[_F_PSCALE]
+    S[_KCOLS] = lengths.shape[1]
+    rows, heap, segs = status.shape[0], ht.shape[1], seg_r.shape[0]
+    check_columns = P[_P_FIXED_LENGTHS] == 0
+    started = S[_STARTED] == 1
+    S[_STARTED] = 1
+    if started:
+        pass
+    elif P[_P_PREEMPT]:
+        for s in range(n_slots):
+            e = S[_EXP_USED]
+            S[_EXP_USED] = e + 1
+            _push(ht, hk, hp, hn, S, 0, pscale * exps[e], 0, _PREEMPT, s, 0)
+    if started:
+        pass
+    elif P[_P_CONTINUOUS]:
+        for s in range(n_slots):
+            _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
+    else:
+        for s in range(n_slots):
+            _idle_append(s, S, idle)
+        if admission:
+            _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+        else:
+            _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+    while S[_ERR] == _OK:
+        if (
+            rows - S[_NR] < _ROWS_PER_EVENT * n_slots + 1
+            or heap - max(hn[0], hn[1]) < _HEAP_PER_EVENT * n_slots + 4
+            or (partial != 0 and segs - S[_NSEG] < _SEGMENTS_PER_EVENT * n_slots)
+            or (P[_P_PREEMPT] and S[_EXP_USED] >= exps.shape[0])
+            or (check_columns and S[_KCOLS] - S[_MAXCOL] < _COLUMNS_PER_EVENT)
+        ):
+            S[_ERR] = _NEED_ROOM
+            return
+        t = SF[_T]
+        if not has_slow:
+            if hn[0] == 0:
+                S[_ERR] = _STUCK
+                break
+            t = _hpop(ht, hk, hp, 0, hn, ev)
+            SF[_T] = t
+            SF[_VCLOCK] = t
+        else:
+            tr = ht[0, 0] if hn[0] > 0 else math.inf
+            tg = t + (ht[1, 0] - SF[_VCLOCK]) * slow[S[_BUSY]] if hn[1] > 0 else math.inf
+            if tg == math.inf and tr == math.inf:
+                S[_ERR] = _STUCK
+                break
+            if tg <= tr:
+                SF[_VCLOCK] = _hpop(ht, hk, hp, 1, hn, ev)
+                SF[_T] = tg
+            else:
+                te = _hpop(ht, hk, hp, 0, hn, ev)
+                SF[_VCLOCK] += (te - t) / slow[S[_BUSY]]
+                SF[_T] = te
+        t = SF[_T]
+        kind = ev[0]
+        if kind == _COMPLETE:
+            rid = ev[1]
+            if ev[2] != R[_R_GEN, rid]:
+                continue
+            s = R[_R_SLOT, rid]
+            RF[1, rid] = t
+            status[rid] = _PENDING
+            _stop_generating(s, S, SF, SL, SLF)
+            R[_R_BUF, S[_BUF_TAIL]] = rid
+            S[_BUF_TAIL] += 1
+            S[_COMPLETED] += 1
+            if admission:
+                S[_RUNNING] -= 1
+            _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+            _try_train(
+                P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle, batch, taus
+            )
+        elif kind == _PUBLISH:
+            jj = ev[1]
+            publish_times[jj] = t
+            S[_VERSION] = jj + 1
+            S[_TRAINING] = 0
+            if jj + 1 == steps:
+                break
+            if partial != 0:
+                _publish_partial(
+                    P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle,
+                    seg_r, seg_k, seg_v,
+                )  # fmt: skip
+            if step_mode:
+                _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+            elif admission:
+                _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+            _try_train(
+                P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle, batch, taus
+            )
+        elif kind == _PREEMPT:
+            s = ev[1]
+            rid = SL[_S_RID, s]
+            if rid >= 0:
+                length = lengths[s, R[_R_IDX, rid]]
+                k = _tokens_done(s, length, PF, SF, SLF)
+                SLF[_S_REMAINING, s] = (length - k) * PF[_F_TT]
+                SLF[_S_DECK, s] = k
+                R[_R_GEN, rid] += 1
+                _stop_generating(s, S, SF, SL, SLF)
+                SL[_S_PAUSED, s] = rid
+            else:  # remove s from the idle queue if it is there (first occurrence, order kept)
+                n_idle = S[_IDLE_LEN]
+                h = S[_IDLE_HEAD]
+                m = idle.shape[0] // 2
+                found = -1
+                for i in range(n_idle):
+                    if idle[(h + i) % m] == s:
+                        found = i
+                        break
+                if found >= 0:
+                    for i in range(found, n_idle - 1):
+                        idle[(h + i) % m] = idle[(h + i + 1) % m]
+                    S[_IDLE_LEN] = n_idle - 1
+            _push(ht, hk, hp, hn, S, 0, t + PF[_F_PDUR], 0, _RESUME, s, 0)
+        else:  # _RESUME
+            s = ev[1]
+            e = S[_EXP_USED]
+            if e >= exps.shape[0]:
+                S[_ERR] = _NEED_EXPS
+                break
+            S[_EXP_USED] = e + 1
+            _push(ht, hk, hp, hn, S, 0, t + pscale * exps[e], 0, _PREEMPT, s, 0)
+            rid = SL[_S_PAUSED, s]
+            if rid >= 0:
+                SL[_S_PAUSED, s] = -1
+                k = SLF[_S_DECK, s]
+                if P[_P_PERSIST_KV]:
+                    cost = PF[_F_KVRESTORE]
+                else:
+                    cost = PF[_F_PRE] + k * PF[_F_RP]
+                    W[1, rid] += k
+                vc = SF[_VCLOCK]
+                SLF[_S_DECV, s] = vc
+                SLF[_S_DECPRE, s] = cost
+                g = R[_R_GEN, rid] + 1
+                R[_R_GEN, rid] = g
+                SL[_S_RID, s] = rid
+                S[_BUSY] += 1
+                SLF[_S_BUSY_SINCE, s] = t
+                _push(
+                    ht,
+                    hk,
+                    hp,
+                    hn,
+                    S,
+                    P[_P_SLOW],
+                    vc + cost + SLF[_S_REMAINING, s],
+                    0,
+                    _COMPLETE,
+                    rid,
+                    g,
+                )
+            else:
+                _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+    if S[_ERR] == _OK:  # close the books at the end
+        t = SF[_T]
+        for s in range(n_slots):
+            if SL[_S_RID, s] >= 0:
+                SF[_GEN_BUSY] += t - SLF[_S_BUSY_SINCE, s]
+
+
+_HELPERS = (
+    "_hpush",
+    "_hpop",
+    "_push",
+    "_launch",
+    "_tokens_done",
+    "_stop_generating",
+    "_new_segment",
+    "_idle_append",
+    "_idle_popleft",
+    "_admit",
+    "_free_slot",
+    "_try_train",
+    "_start_step",
+    "_publish_partial",
+    "_kernel",
+)
+_INLINE = _HELPERS[:-1]
+_compiled: Callable[..., None] | None = None
+
+
+def _compile() -> Callable[..., None]:
+    """Compile the kernel and its helpers once per process (numba's cache keeps them on disk)."""
+    global _compiled, _admission_capacity
+    if _compiled is None:
+        assert numba is not None
+        g = globals()
+        _admission_capacity = numba.njit(cache=True, _nrt=False, inline="always")(
+            _admission_capacity
+        )
+        g["_admission_capacity"] = _admission_capacity
+        for name in _HELPERS:
+            g[name] = numba.njit(
+                cache=True,
+                error_model="numpy",
+                _nrt=False,
+                inline="always" if name in _INLINE else "never",
+            )(g[name])
+        _compiled = g["_kernel"]
+    return _compiled
+
+
+#: Room for heap entries, version segments and preemption delays beyond the first guess.
+_INITIAL_ROOM = 1024
+
+
+def _rows_estimate(cfg: SimConfig) -> int:
+    """Rollouts the run is expected to launch (the trace's rows), with a margin."""
+    n = cfg.trained_target
+    if cfg.mode == "first_k":
+        n = cfg.steps * int(cfg.launch or cfg.slots)
+    return int(n * 1.02) + 2 * cfg.slots + 1024
+
+
+def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
+    """``a`` with its last axis grown to ``size`` (its contents kept)."""
+    out = np.zeros((*a.shape[:-1], size), dtype=a.dtype)  # W accumulates: zeros
+    out[..., : a.shape[-1]] = a
+    return out
+
+
+def _exponentials(cfg: SimConfig, n: int) -> NDArray[np.float64]:
+    """The first ``n`` standard exponentials of the preemption stream (the reference engine
+    draws ``exponential(1 / rate)`` one at a time from the same generator: the same numbers)."""
+    if n == 0:
+        return np.zeros(0)
+    return np.random.default_rng([cfg.seed, 2]).standard_exponential(n)
+
+
+def _readonly(a: NDArray[Any]) -> NDArray[Any]:
+    """A read-only view: inputs always have one numba type, so the kernel compiles once."""
+    v = a.view()
+    v.setflags(write=False)
+    return v
+
+
+def run_compiled(
+    cfg: SimConfig,
+    supply: LengthSupply,
+    trainer_times: NDArray[np.float64],
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> RawTrace:
+    """Run the compiled engine (``AVAILABLE`` must be true); the trace is in canonical row order."""
+    from refimpl.sim._event import _Stuck
+
+    kernel = _compile()
+    n_slots, steps = cfg.slots, cfg.steps
+    params = np.array(
+        [
+            n_slots,
+            cfg.batch,
+            steps,
+            cfg.mode == "async",
+            cfg.mode in ("sync", "first_k"),
+            cfg.mode == "admission",
+            cfg.batch if cfg.mode == "sync" else int(cfg.launch or n_slots),
+            cfg.mode in ("sync", "first_k") and not (cfg.mode == "first_k" and cfg.leftovers == "carry"),
+            cfg.eta if cfg.eta is not None else 0,
+            cfg.over_bound == "drop",
+            _PARTIAL_CODES[cfg.partial],
+            cfg.slowdown_table is not None,
+            cfg.preempt_rate > 0,
+            cfg.persist_kv,
+            supply.fixed,
+        ],
+        dtype=np.int64,
+    )  # fmt: skip
+    fparams = np.array(
+        [
+            cfg.token_time,
+            cfg.prefill_time,
+            cfg.reprefill_token_time,
+            1.0 / cfg.preempt_rate if cfg.preempt_rate > 0 else 0.0,
+            cfg.preempt_duration,
+            cfg.kv_restore_time,
+        ],
+        dtype=np.float64,
+    )
+    slow = (
+        np.ascontiguousarray(cfg.slowdown_table, dtype=np.float64)
+        if cfg.slowdown_table is not None
+        else np.ones(1, dtype=np.float64)
+    )
+    taus = np.ascontiguousarray(trainer_times, dtype=np.float64)
+    # first sizes; the kernel asks for more when they do not suffice
+    n_exp = 4 * n_slots + _INITIAL_ROOM if cfg.preempt_rate > 0 else 0
+    rows = _rows_estimate(cfg)
+    heap = (_HEAP_PER_EVENT + 2) * n_slots + 4 + _INITIAL_ROOM
+    n_seg = _INITIAL_ROOM if cfg.partial != "none" else 0
+    need_w = cfg.partial != "none" or cfg.preempt_rate > 0 or cfg.mode in ("sync", "first_k")
+    while True:  # a run from the start (again only when an event overran its room)
+        exps = _exponentials(cfg, n_exp)
+        S = np.zeros(_N_STATE, dtype=np.int64)
+        SF = np.zeros(4, dtype=np.float64)
+        R = np.empty((8, rows), dtype=np.int32)
+        RF = np.empty((2, rows), dtype=np.float64)
+        W = np.zeros((2, rows if need_w else 1), dtype=np.float64)  # wasted, recomputed
+        status = np.empty(rows, dtype=np.int8)
+        ht = np.empty((2, heap), dtype=np.float64)
+        hk = np.empty((2, heap), dtype=np.int64)  # keys
+        hp = np.empty((2, heap), dtype=np.int64)  # payloads
+        seg_r = np.empty(n_seg, dtype=np.int64)
+        seg_k = np.empty(n_seg, dtype=np.float64)
+        seg_v = np.empty(n_seg, dtype=np.int32)
+        publish = np.zeros(steps, dtype=np.float64)
+        SL = np.full((4, n_slots), -1, dtype=np.int64)  # next column, rollout, paused, segment
+        SL[_S_NXT] = 0
+        SLF = np.zeros((5, n_slots), dtype=np.float64)
+        idle = np.empty(2 * n_slots, dtype=np.int64)  # a ring of idle slots, and scratch
+        ev = np.empty(3, dtype=np.int64)  # the popped event's kind, ref, generation
+        batch = np.empty(cfg.batch, dtype=np.int64)
+        hn = np.zeros(2, dtype=np.int64)
+        while True:  # resume after growing
+            kernel(
+                _readonly(params), _readonly(fparams), _readonly(supply.matrix),
+                _readonly(taus), _readonly(slow), _readonly(exps), S, SF, R, RF, W, status, ht,
+                hk, hp, seg_r, seg_k, seg_v, publish, SL, SLF, idle, batch, hn, ev,
+            )  # fmt: skip
+            err = int(S[_ERR])
+            if err != _NEED_ROOM:
+                break
+            S[_ERR] = _OK
+            done = max(int(S[_J]), 1)
+            scale = steps / done * 1.05  # the whole run, extrapolated from the part done
+            n_r = int(S[_NR])
+            if rows - n_r < _ROWS_PER_EVENT * n_slots + 1:
+                rows = max(int(rows * 1.5), int(n_r * scale)) + _ROWS_PER_EVENT * n_slots + 1
+                R, RF, status = _grown(R, rows), _grown(RF, rows), _grown(status, rows)
+                if need_w:
+                    W = _grown(W, rows)
+            if heap - int(hn.max()) < _HEAP_PER_EVENT * n_slots + 4:
+                heap = 2 * heap + _HEAP_PER_EVENT * n_slots + 4
+                ht, hk, hp = _grown(ht, heap), _grown(hk, heap), _grown(hp, heap)
+            if cfg.partial != "none" and n_seg - int(S[_NSEG]) < _SEGMENTS_PER_EVENT * n_slots:
+                n_seg = max(2 * n_seg, int(S[_NSEG] * scale)) + _SEGMENTS_PER_EVENT * n_slots
+                seg_r, seg_k, seg_v = (
+                    _grown(seg_r, n_seg),
+                    _grown(seg_k, n_seg),
+                    _grown(seg_v, n_seg),
+                )
+            if cfg.preempt_rate > 0 and int(S[_EXP_USED]) >= n_exp:
+                n_exp = max(2 * n_exp, int(n_exp * scale))
+                exps = _exponentials(cfg, n_exp)  # a longer prefix of the same stream
+            while supply.matrix.shape[1] - int(S[_MAXCOL]) < _COLUMNS_PER_EVENT:
+                supply.extend(slot=0, needed=int(S[_MAXCOL]) + _COLUMNS_PER_EVENT)
+        if err == _OK:
+            break
+        if err == _STUCK:
+            raise _Stuck
+        done = max(int(S[_J]), 1)
+        if err == _NEED_LENGTHS:  # an explicit matrix: raises OutOfLengths as the reference does
+            need = int(S[_ERR_B])
+            supply.extend(slot=int(S[_ERR_A]), needed=need)
+            want = need * steps / done * 1.05
+            while supply.matrix.shape[1] < want:
+                supply.extend(slot=int(S[_ERR_A]), needed=need)
+        elif err == _NEED_ROWS:
+            rows = max(2 * rows, int(rows * steps / done * 1.05))
+        elif err == _NEED_HEAP:
+            heap *= 4
+        elif err == _NEED_SEGMENTS:
+            n_seg = max(4 * n_seg, int(n_seg * steps / done * 1.05))
+        else:  # _NEED_EXPS
+            n_exp = max(4 * n_exp, int(n_exp * steps / done * 1.05))
+        del R, RF, W, status
+    n = int(S[_NR])
+    if progress is not None:
+        progress(int(S[_COMPLETED]))
+    del ht, hk, hp
+    # canonical row order: by slot, then launch order within the slot (index 0, 1, ... per slot)
+    slot = R[_R_SLOT, :n]
+    index = R[_R_IDX, :n]
+    counts = np.bincount(slot, minlength=n_slots)
+    start = np.zeros(n_slots, dtype=np.int64)
+    np.cumsum(counts[:-1], out=start[1:])
+    perm = np.empty(n, dtype=np.int64)
+    perm[start[slot] + index] = np.arange(n, dtype=np.int64)
+    del counts, start
+    out: dict[str, Any] = {}
+    out["slot"] = slot[perm]
+    out["column"] = index[perm]
+    del slot, index
+    out["length"] = supply.matrix[out["slot"], out["column"]]
+    out["launch_time"] = RF[0, :n][perm]
+    out["finish_time"] = RF[1, :n][perm]
+    del RF
+    out["launch_version"] = R[_R_VL, :n][perm]
+    vmin = R[_R_VMIN, :n][perm]
+    out["min_version"] = vmin
+    step = R[_R_STEP, :n][perm]
+    out["step"] = step
+    out["staleness"] = np.where(step >= 0, step - vmin, -1).astype(np.int32)
+    out["rank"] = R[_R_RANK, :n][perm].astype(np.int64)
+    del R
+    out["status"] = status[:n][perm]
+    del status
+    out["wasted_tokens"] = W[0, :n][perm] if need_w else None
+    out["recomputed_tokens"] = W[1, :n][perm] if need_w else None
+    del W
+    n_s = int(S[_NSEG])
+    if n_s:
+        inv = np.empty(n, dtype=np.int64)
+        inv[perm] = np.arange(n, dtype=np.int64)
+        rows_of = inv[seg_r[:n_s]]  # canonical row of each extra segment
+        order = np.argsort(rows_of, kind="stable")  # per row, in the order they were appended
+        counts = np.bincount(rows_of, minlength=n) + 1
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        tok = np.zeros(int(offsets[-1]), dtype=np.float64)
+        ver = np.empty(int(offsets[-1]), dtype=np.int32)
+        ver[offsets[:-1]] = vmin
+        ro = rows_of[order]
+        within = np.arange(n_s) - np.searchsorted(ro, ro, side="left")
+        at = offsets[ro] + 1 + within
+        tok[at] = seg_k[:n_s][order]
+        ver[at] = seg_v[:n_s][order]
+        out["segments"] = (offsets, tok, ver)
+    else:
+        out["segments"] = None
+    return RawTrace(
+        slot=out["slot"],
+        column=out["column"],
+        launch_time=out["launch_time"],
+        finish_time=out["finish_time"],
+        length=out["length"],
+        launch_version=out["launch_version"],
+        min_version=out["min_version"],
+        step=out["step"],
+        staleness=out["staleness"],
+        status=out["status"],
+        rank=out["rank"],
+        wasted_tokens=out["wasted_tokens"],
+        recomputed_tokens=out["recomputed_tokens"],
+        segments=out["segments"],
+        publish_times=publish,
+        end_time=float(SF[_T]),
+        generator_busy=float(SF[_GEN_BUSY]),
+        trainer_busy=float(SF[_TRAINER_BUSY]),
+    )

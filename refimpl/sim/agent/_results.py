@@ -1,0 +1,388 @@
+"""Agent rollouts: the accounting. The per-rollout, per-call, per-attempt and per-shard traces, and the
+summary computed from them (throughput, staleness, latency, Little's law per shard, failures)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl._validation import wrong_type
+
+if TYPE_CHECKING:
+    from refimpl.sim.agent._engine import _Engine
+from refimpl.sim.agent._config import (
+    _ABORTED,
+    _COMPLETED,
+    _DROPPED,
+    _FAILED,
+    _TRAINED,
+    ATTEMPT_OUTCOMES,
+    CALL_STATUSES,
+    ROLLOUT_STATUSES,
+    AgentConfig,
+)
+
+# ---------------------------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------------------------
+
+
+class RolloutTrace(NamedTuple):
+    """Per-rollout columns, in launch order (index = rollout id)."""
+
+    slot: NDArray[np.int64]
+    """Generation slot that ran the rollout."""
+    launch_index: NDArray[np.int64]
+    """k: the rollout is slot ``slot``'s k-th launch (column ``k`` of an ``N × K`` length matrix)."""
+    launch_time: NDArray[np.float64]
+    """When the slot launched it."""
+    finish_time: NDArray[np.float64]
+    """When it finished (or was aborted); every rollout finishes, the run drains."""
+    length: NDArray[np.float64]
+    """Decoded tokens (all segments)."""
+    calls: NDArray[np.int64]
+    """Tool calls it planned (``turns`` drawn at launch)."""
+    version: NDArray[np.int64]
+    """Policy version at launch (tie rule: a launch at a publication sees the old one)."""
+    trained_step: NDArray[np.int64]
+    """Trainer step that consumed the rollout (trained, or dropped over ``eta``), else ``-1``."""
+    staleness: NDArray[np.int64]
+    """``trained_step − version`` (``refimpl.sample_staleness``), ``-1`` if never consumed."""
+    completion_rank: NDArray[np.int64]
+    """Completion rank (0-based, over every finished rollout; without ``eta`` a trained rollout's
+    rank is its position in training order), ``-1`` for an aborted rollout."""
+    status: NDArray[np.int64]
+    """Index into :data:`ROLLOUT_STATUSES`."""
+    tool_time: NDArray[np.float64]
+    """Time from issuing its calls to their results (waiting and execution)."""
+    tool_exec_time: NDArray[np.float64]
+    """Part of ``tool_time`` spent in a container (start, recovery, service, crashed work)."""
+
+
+class CallTrace(NamedTuple):
+    """Per-call columns, in issue order (index = call id)."""
+
+    rollout: NDArray[np.int64]
+    """Rollout id that issued the call."""
+    turn: NDArray[np.int64]
+    """0 for the rollout's first call, 1 for its second, ..."""
+    issue_time: NDArray[np.float64]
+    """When the call was issued (its decode segment ended)."""
+    end_time: NDArray[np.float64]
+    """When it completed or was reported failed."""
+    service: NDArray[np.float64]
+    """Its service time, drawn once (the same work on every attempt)."""
+    attempts: NDArray[np.int64]
+    """Attempts it took (``<= max_attempts``)."""
+    status: NDArray[np.int64]
+    """Index into :data:`CALL_STATUSES`."""
+    exec_time: NDArray[np.float64]
+    """Time its attempts spent inside containers."""
+
+
+class AttemptTrace(NamedTuple):
+    """Per-attempt columns, in routing order (index = attempt id)."""
+
+    call: NDArray[np.int64]
+    """Call id of the attempt."""
+    number: NDArray[np.int64]
+    """1 for a call's first attempt, 2 for its first retry, ..."""
+    shard: NDArray[np.int64]
+    """The shard where the attempt ended (after its redirects)."""
+    redirects: NDArray[np.int64]
+    """Times local admission forwarded it to another shard."""
+    route_time: NDArray[np.float64]
+    """When the router sent it."""
+    arrive_time: NDArray[np.float64]
+    """Arrival at ``shard`` (equals ``route_time``: routing and redirects are instantaneous)."""
+    admit_time: NDArray[np.float64]
+    """Admission into a container, NaN if never admitted (timed out in the queue)."""
+    depart_time: NDArray[np.float64]
+    """When it left its shard (completed, crashed or timed out)."""
+    outcome: NDArray[np.int64]
+    """Index into :data:`ATTEMPT_OUTCOMES`."""
+    cold: NDArray[np.bool_]
+    """Whether its container started cold."""
+    recovery_cost: NDArray[np.float64]
+    """Time spent restoring the trajectory's sandbox state (retries only)."""
+
+
+class ShardStats(NamedTuple):
+    """Per-shard counters and sample-path integrals over ``[0, drain_time]`` (arrays of length S).
+
+    Every arrival ends one way: ``arrivals = completed + crashed + timed_out + redirected``.
+    ``area`` is ``∫ (queued + busy) dt`` accumulated by the simulator's own counters; Little's law on
+    the sample path says ``area = Σ (depart − arrive)`` over the shard's attempts.
+    """
+
+    arrivals: NDArray[np.int64]
+    """Attempts that arrived (redirect visits included)."""
+    completed: NDArray[np.int64]
+    """Attempts that completed here."""
+    crashed: NDArray[np.int64]
+    """Attempts whose container crashed here."""
+    timed_out: NDArray[np.int64]
+    """Attempts that timed out here."""
+    redirected: NDArray[np.int64]
+    """Arrivals forwarded to another shard."""
+    queued: NDArray[np.int64]
+    """Attempts that had to wait in the shard's queue."""
+    cold_starts: NDArray[np.int64]
+    """Cold container starts."""
+    containers: NDArray[np.int64]
+    """Containers ever started (at most ``capacity``)."""
+    area: NDArray[np.float64]
+    """``∫ (queued + busy) dt`` from the simulator's counters."""
+    busy_area: NDArray[np.float64]
+    """``∫ busy dt``: busy container-time."""
+    utilisation: NDArray[np.float64]
+    """``busy_area / (capacity · drain_time)``; NaN when capacity is unlimited."""
+
+
+class AgentSummary(NamedTuple):
+    """What a run says (frozen). Latencies over finished, non-aborted rollouts; times in time units."""
+
+    steps: int
+    """Trainer steps run."""
+    end_time: float
+    """Time of the last trainer step (the plain simulator's end time)."""
+    drain_time: float
+    """Time the last in-flight rollout finished (the pools are empty from then on)."""
+    rollouts_per_time: float
+    """Trained rollouts per simulated time unit (up to ``end_time``)."""
+    rollouts_launched: int
+    """Rollouts launched."""
+    rollouts_trained: int
+    """Rollouts trained (``steps · B``)."""
+    rollouts_dropped: int
+    """Rollouts dropped over the staleness bound ``eta`` at consumption."""
+    rollouts_aborted: int
+    """Rollouts aborted by a failed call (``on_failure='abort'``)."""
+    latency_p50: float
+    """Median rollout latency (launch to finish)."""
+    latency_p99: float
+    """99th percentile of rollout latency."""
+    tool_share: float
+    """Share of rollout latency spent in tool calls (waiting and executing)."""
+    tool_wait_share: float
+    """Share spent waiting for tools (queueing, retry back-off), outside containers."""
+    tool_exec_share: float
+    """Share spent inside containers (start, recovery, service, crashed work)."""
+    calls_issued: int
+    """Tool calls issued."""
+    calls_completed: int
+    """Calls that completed."""
+    calls_failed: int
+    """Calls reported failed (attempts exhausted)."""
+    attempts: int
+    """Attempts, retries included."""
+    queued_attempts: int
+    """Attempts that waited in a shard queue."""
+    redirected_attempts: int
+    """Attempts forwarded at least once."""
+    crashes: int
+    """Container crashes."""
+    timeouts: int
+    """Attempt timeouts."""
+    cold_starts: int
+    """Cold container starts."""
+    queue_wait_mean: float
+    """Mean time an attempt spends in a shard queue (0 for one admitted at once)."""
+    utilisation: float
+    """Pool-wide busy container-time over capacity · drain_time; NaN when unlimited."""
+    staleness_mean: float
+    """Mean staleness of the trained rollouts."""
+    staleness_hist: tuple[int, ...]
+    """Counts of trained rollouts by staleness 0, 1, 2, ..."""
+    launched_length_mean: float
+    """Mean length of every launched rollout."""
+    trained_length_mean: float
+    """Mean length of the trained rollouts."""
+    length_ratio: float
+    """``trained_length_mean / launched_length_mean`` (1 = no length bias; < 1 short-biased)."""
+    length_bias: float
+    """``length_ratio − 1``, the plain simulator's relative bias of the trained mean length."""
+    length_ks: float
+    """Kolmogorov distance ``sup_ℓ |F_trained(ℓ) − F_launched(ℓ)|`` of the empirical length laws."""
+
+
+class AgentResult(NamedTuple):
+    """Everything one run produced."""
+
+    config: AgentConfig
+    """The configuration that produced the run."""
+    summary: AgentSummary
+    """The :class:`AgentSummary`."""
+    rollouts: RolloutTrace
+    """Per-rollout columns (:class:`RolloutTrace`)."""
+    calls: CallTrace
+    """Per-call columns (:class:`CallTrace`)."""
+    attempts: AttemptTrace
+    """Per-attempt columns (:class:`AttemptTrace`)."""
+    shards: ShardStats
+    """Per-shard statistics (:class:`ShardStats`)."""
+
+    def to_arrow(self) -> dict[str, Any]:
+        """The four traces as ``pyarrow.Table`` objects, keyed ``rollouts``, ``calls``,
+        ``attempts`` and ``shards`` (status codes also as names; the config in the metadata)."""
+        import pyarrow as pa
+
+        names = {
+            ("rollouts", "status"): ROLLOUT_STATUSES,
+            ("calls", "status"): CALL_STATUSES,
+            ("attempts", "outcome"): ATTEMPT_OUTCOMES,
+        }
+        meta = {"refimpl.sim.agent.config": repr(self.config)}
+        tables = {}
+        for key in ("rollouts", "calls", "attempts", "shards"):
+            part = getattr(self, key)
+            data = {field: pa.array(getattr(part, field)) for field in part._fields}
+            for (owner, column), labels in names.items():
+                if owner == key:
+                    codes = getattr(part, column)
+                    data[f"{column}_name"] = pa.array([labels[int(c)] for c in codes])
+            tables[key] = pa.table(data).replace_schema_metadata(meta)
+        return tables
+
+    def to_parquet(self, directory: Any) -> None:
+        """Write :meth:`to_arrow` as ``rollouts.parquet``, ``calls.parquet``, ``attempts.parquet``
+        and ``shards.parquet`` in ``directory`` (created if missing)."""
+        from pathlib import Path
+
+        import pyarrow.parquet as pq
+
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        for key, table in self.to_arrow().items():
+            pq.write_table(table, str(out / f"{key}.parquet"))
+
+
+def _summarize(
+    cfg: AgentConfig,
+    eng: _Engine,
+    r: RolloutTrace,
+    c: CallTrace,
+    a: AttemptTrace,
+    sh: ShardStats,
+    drain: float,
+) -> AgentSummary:
+    trained = r.status == _TRAINED
+    finished = r.status != _ABORTED
+    latency = (r.finish_time - r.launch_time)[finished]
+    total = float(latency.sum())
+    tool = float(r.tool_time[finished].sum())
+    exec_ = float(r.tool_exec_time[finished].sum())
+    p50, p99 = (float(x) for x in np.percentile(latency, [50, 99]))
+    admitted = ~np.isnan(a.admit_time)
+    waits = np.where(admitted, a.admit_time, a.depart_time) - a.arrive_time
+    stale = r.staleness[trained]
+    hist = tuple(int(x) for x in np.bincount(stale))
+    launched_mean = float(r.length.mean())
+    trained_mean = float(r.length[trained].mean())
+    util = math.nan
+    if cfg.capacity is not None and drain > 0.0:
+        util = float(sh.busy_area.sum()) / (cfg.capacity * cfg.shards * drain)
+    return AgentSummary(
+        steps=cfg.steps,
+        end_time=float(eng.end_time),
+        drain_time=float(drain),
+        rollouts_per_time=float(eng.target / eng.end_time),
+        rollouts_launched=int(r.slot.size),
+        rollouts_trained=int(trained.sum()),
+        rollouts_dropped=int((r.status == _DROPPED).sum()),
+        rollouts_aborted=int((r.status == _ABORTED).sum()),
+        latency_p50=p50,
+        latency_p99=p99,
+        tool_share=tool / total if total > 0 else 0.0,
+        tool_wait_share=(tool - exec_) / total if total > 0 else 0.0,
+        tool_exec_share=exec_ / total if total > 0 else 0.0,
+        calls_issued=int(c.rollout.size),
+        calls_completed=int((c.status == _COMPLETED).sum()),
+        calls_failed=int((c.status == _FAILED).sum()),
+        attempts=int(a.call.size),
+        queued_attempts=int(sh.queued.sum()),
+        redirected_attempts=int((a.redirects > 0).sum()),
+        crashes=int(sh.crashed.sum()),
+        timeouts=int(sh.timed_out.sum()),
+        cold_starts=int(sh.cold_starts.sum()),
+        queue_wait_mean=float(waits.mean()) if waits.size else 0.0,
+        utilisation=util,
+        staleness_mean=float(stale.mean()),
+        staleness_hist=hist,
+        launched_length_mean=launched_mean,
+        trained_length_mean=trained_mean,
+        length_ratio=trained_mean / launched_mean,
+        length_bias=trained_mean / launched_mean - 1.0,
+        length_ks=_kolmogorov_distance(r.length[trained], r.length),
+    )
+
+
+def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
+    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point)."""
+    xs, ys = np.sort(x), np.sort(y)
+    grid = np.concatenate([xs, ys])
+    fx = np.searchsorted(xs, grid, side="right") / xs.size
+    fy = np.searchsorted(ys, grid, side="right") / ys.size
+    return float(np.max(np.abs(fx - fy)))
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON summary and command line
+# ---------------------------------------------------------------------------------------------
+
+
+def agent_summary_dict(result: AgentResult) -> dict[str, Any]:
+    """A JSON-able dict of a run's summary, plus the per-shard statistics.
+
+    NaN (utilisation of an unlimited pool) becomes ``None`` so that ``json.dumps`` writes strict JSON.
+
+    Parameters
+    ----------
+    result : AgentResult
+        A finished run.
+
+    Returns
+    -------
+    dict
+        Every :class:`AgentSummary` field (``staleness_hist`` as a list), ``"mode": "agent"``,
+        ``"length_mean"`` (the trained mean, as ``refimpl simulate`` reports it) and ``"shards"``: a
+        list of per-shard dicts.
+
+    Raises
+    ------
+    TypeError
+        If ``result`` is not an :class:`AgentResult`.
+
+    Examples
+    --------
+    >>> import json, scipy.stats as st
+    >>> from refimpl.sim.agent import simulate_agent
+    >>> res = simulate_agent(AgentConfig(slots=2, batch=2, steps=2, lengths=st.expon(), seed=1))
+    >>> d = agent_summary_dict(res)
+    >>> d["rollouts_trained"], d["utilisation"], len(json.dumps(d)) > 0
+    (4, None, True)
+    """
+    if not isinstance(result, AgentResult):
+        raise wrong_type(
+            "result", "an AgentResult", result, "Pass the value returned by simulate_agent."
+        )
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, tuple):
+            return [clean(v) for v in x]
+        return x
+
+    out: dict[str, Any] = {"mode": "agent"}
+    out.update({k: clean(v) for k, v in result.summary._asdict().items()})
+    out["length_mean"] = out["trained_length_mean"]
+    sh = result.shards
+    out["shards"] = [
+        {k: clean(getattr(sh, k)[s].item()) for k in sh._fields}
+        for s in range(result.config.shards)
+    ]
+    return out
