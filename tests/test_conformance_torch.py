@@ -276,6 +276,13 @@ def tis_sequence_ignores_mask(
     return torch.clamp(torch.exp(torch.clamp(s, max=50.0)), max=cap).to(logp_target.dtype)
 
 
+def tis_sequence_two_sided(
+    logp_target: Tensor, logp_behavior: Tensor, *, cap: float, mask: Tensor
+) -> Tensor:
+    w = tis_sequence(logp_target, logp_behavior, cap=cap, mask=mask)
+    return torch.where(mask.sum(-1) > 0, torch.clamp(w, min=1.0 / cap), w)  # clip(ρ, 1/C, C)
+
+
 def tis_sequence_no_cap(
     logp_target: Tensor, logp_behavior: Tensor, *, cap: float, mask: Tensor
 ) -> Tensor:
@@ -702,8 +709,9 @@ PLANTED: dict[str, list[tuple[Callable[..., Any], set[str]]]] = {
     "tis_sequence": [
         (
             tis_sequence_ignores_mask,
-            {"agrees_with_reference", "equals_ratio_below_cap", "zero_at_padding"},
+            {"agrees_with_reference", "zero_at_padding"},
         ),
+        (tis_sequence_two_sided, {"agrees_with_reference", "equals_ratio_below_cap"}),
         (
             tis_sequence_no_cap,
             {"agrees_with_reference", "never_exceeds_cap", "finite_and_non_negative"},
