@@ -22,9 +22,53 @@ def _fails_conformance() -> None:
 
 
 def _testing_cases() -> list[Case]:
-    # Not yet here: the suite's own argument checks (spec, max_examples, expected_failures, checks)
-    # still raise plain ValueError/TypeError; they join when they raise through the builders.
     return [
+        Case(
+            "testing-unknown-spec",
+            lambda: check_conformance(refimpl.staleness_mask, spec="nope"),
+            ValueError,
+            r"spec must be one of 'effort_penalty'",
+        ),
+        Case(
+            "testing-max-examples-zero",
+            lambda: check_conformance(
+                refimpl.staleness_mask, spec="staleness_mask", max_examples=0
+            ),
+            ValueError,
+            r"max_examples must be an int >= 1; got max_examples=0",
+        ),
+        Case(
+            "testing-expected-failures-a-string",
+            lambda: check_conformance(
+                refimpl.staleness_mask, spec="staleness_mask", expected_failures="x"
+            ),
+            TypeError,
+            r"expected_failures must be a mapping .* Wrap it in a list",
+        ),
+        Case(
+            "testing-expected-failures-unknown-check",
+            lambda: check_conformance(
+                refimpl.staleness_mask, spec="staleness_mask", expected_failures=["nope"]
+            ),
+            ValueError,
+            r"expected_failures names a check that spec 'staleness_mask' does not have",
+        ),
+        Case(
+            "testing-unknown-dtype",
+            lambda: check_conformance(
+                refimpl.staleness_mask, spec="staleness_mask", dtype="float8"
+            ),
+            ValueError,
+            r"dtype must be one of 'float64', 'float32', 'bfloat16', 'float16'",
+        ),
+        Case(
+            "testing-unknown-convention",
+            lambda: check_conformance(
+                refimpl.staleness_mask, spec="staleness_mask", conventions={"zzz": 1}
+            ),
+            ValueError,
+            r"conventions must use only the convention keys of spec 'staleness_mask'",
+        ),
         Case(
             "testing-candidate-no-colon",
             lambda: check_conformance("no_colon", spec="staleness_mask"),

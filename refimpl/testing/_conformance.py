@@ -29,7 +29,7 @@ from hypothesis.errors import NoSuchExample
 
 from refimpl._imports import import_object, split_reference
 from refimpl._validation import invalid, wrong_type
-from refimpl.errors import InvalidArgumentType, RefimplError
+from refimpl.errors import InvalidArgument, InvalidArgumentType, RefimplError
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Spec
 from refimpl.testing._specs_basic import SPECS as _BASIC
@@ -899,7 +899,7 @@ def _expected(
     if expected_failures is None:
         return {}
     if isinstance(expected_failures, str):
-        raise TypeError(
+        raise InvalidArgumentType(
             f"expected_failures must be a mapping {{check name: reason}} or an iterable of check "
             f"names; got the string {expected_failures!r}. Wrap it in a list: "
             f"[{expected_failures!r}]."
@@ -913,7 +913,7 @@ def _expected(
     for name, reason in declared.items():
         short = name.removeprefix(f"{spec.name}.")
         if short not in known:
-            raise ValueError(
+            raise InvalidArgument(
                 f"expected_failures names a check that spec {spec.name!r} does not have; got "
                 f"{name!r}. Use one of: {', '.join(known)}."
             )

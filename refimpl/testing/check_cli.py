@@ -147,7 +147,7 @@ def _sequence_log_ratios(cols: Columns) -> list[NDArray[np.float64]]:
     out = []
     for i, (a, b) in enumerate(zip(cols["logp_target"], cols["logp_behavior"], strict=True)):
         if len(a) != len(b) or len(a) == 0:
-            raise ValueError(
+            raise InvalidArgument(
                 f"logp_target and logp_behavior must be lists of one length >= 1 per sequence; "
                 f"row {i} has {len(a)} and {len(b)}."
             )
