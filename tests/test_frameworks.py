@@ -177,3 +177,11 @@ def test_conformance_names_what_to_install(
     assert "pip install verl==0.9.1" in capsys.readouterr().err
     assert main(["conformance"]) == 1
     assert "none of the frameworks is installed" in capsys.readouterr().err
+
+
+def test_the_verl_adapters_name_every_check_of_their_specs() -> None:
+    from refimpl.frameworks import _verl
+    from refimpl.testing import check_names
+
+    for spec, names in _verl.SPEC_CHECKS.items():
+        assert names == check_names(spec), spec

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from refimpl.frameworks import _areal, _openrlhf, _skyrl, _trl, _verl
 from refimpl.frameworks._areal import rejection_sampling_to_refimpl
 from refimpl.frameworks._registry import (
     TESTED_VERSIONS,
@@ -89,7 +90,6 @@ def adapters(framework: str | None = None) -> tuple[Adapter, ...]:
     True
     """
     from refimpl._validation import invalid
-    from refimpl.frameworks import _areal, _openrlhf, _skyrl, _trl, _verl
 
     every = (
         *_verl.ADAPTERS,

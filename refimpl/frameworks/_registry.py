@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
+from refimpl.frameworks._stubs import SOURCE_LOADS, STUBS, install_stubs, load_from_source
+
 __all__ = [
     "TESTED_VERSIONS",
     "Adapter",
@@ -61,8 +63,6 @@ def load_function(path: str) -> Any:
     >>> load_function("math:floor")(2.5)
     2
     """
-    from refimpl.frameworks._stubs import SOURCE_LOADS, install_stubs, load_from_source
-
     install_stubs()
     module_name, _, attribute = path.partition(":")
     parts = attribute.split(".") if attribute else []
@@ -148,8 +148,6 @@ class Adapter:
 
         source = textwrap.dedent(inspect.getsource(self.candidate))
         stubs = ""
-        from refimpl.frameworks._stubs import STUBS
-
         if any(s.framework == self.framework for s in STUBS):
             stubs = "from refimpl.frameworks import install_stubs\ninstall_stubs()\n"
         # annotations stay unevaluated: the adapter's source names typing.Any without importing it

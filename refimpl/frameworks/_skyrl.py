@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._stubs import load_from_source
 
 _UTILS = "skyrl.backends.skyrl_train.utils.off_policy_correction_utils"
 _SAFE_EXP = {"log_ratio_clamp": 20.0, "compute_dtype": "float32"}
@@ -142,8 +143,6 @@ def skyrl_capacity(
     *, eta: int, version: int, batch: int, accepted: int, running: int, max_concurrent: int
 ) -> int:
     """SkyRL's ``_AsyncStalenessManager._compute_capacity_unlocked`` (loaded from its installed file)."""
-    from refimpl.frameworks import load_from_source
-
     manager_class = load_from_source("skyrl.train.fully_async_trainer")["_AsyncStalenessManager"]
     manager = manager_class(
         max_concurrent_generation_groups=max_concurrent,

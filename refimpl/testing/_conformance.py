@@ -35,7 +35,7 @@ from refimpl.testing._engine import Call, Case, Check, Convention, Spec
 from refimpl.testing._specs_basic import SPECS as _BASIC
 from refimpl.testing._specs_more import SPECS as _MORE
 from refimpl.testing._specs_weights import SPECS as _WEIGHTS
-from refimpl.testing.tolerances import Tolerance
+from refimpl.testing.tolerances import Tolerance, unit_roundoff
 
 __all__ = [
     "CheckResult",
@@ -407,8 +407,6 @@ class _Runner:
         self.kind: str | None = None  # the first kind of failure found; shrinking keeps it
 
     def _dtype(self, conventions: Mapping[str, Any]) -> str:
-        from refimpl.testing.tolerances import unit_roundoff
-
         compute = conventions.get("compute_dtype")
         own = self.bridge.dtype_name
         if compute is not None and unit_roundoff(compute) > unit_roundoff(own):

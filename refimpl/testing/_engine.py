@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from numpy.typing import ArrayLike, NDArray
 
 from refimpl._validation import invalid, wrong_type
+from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing.tolerances import (
     SAFETY,
     Tolerance,
@@ -257,14 +258,10 @@ class Case:
 
 
 def read_array(raw: Any, call: Call, conventions: Conventions) -> NDArray[np.float64]:
-    from refimpl.testing._arrays import ArrayBridge
-
     return ArrayBridge.to_numpy(raw)
 
 
 def read_tuple(raw: Any, call: Call, conventions: Conventions) -> tuple[NDArray[np.float64], ...]:
-    from refimpl.testing._arrays import ArrayBridge
-
     return tuple(ArrayBridge.to_numpy(x) for x in raw)
 
 
