@@ -3,6 +3,7 @@ V-trace: typed check functions over the calls as the candidate saw them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -95,8 +96,8 @@ def _non_increasing(what: str) -> Callable[[Case], None]:
 def _divided_by_e(case: Case) -> None:
     case.show("k(b):      ", _f(case, 0))
     case.show("k(b + tau):", _f(case, 1))
-    cond = case.condition(0) + np.e * case.condition(1)
-    case.assert_close(_f(case, 1) * np.e, _f(case, 0), cond, "e·k(b + tau) vs k(b)")
+    cond = case.condition(0) + math.e * case.condition(1)
+    case.assert_close(_f(case, 1) * math.e, _f(case, 0), cond, "e·k(b + tau) vs k(b)")
 
 
 def _between_zero_and_k0(case: Case) -> None:
