@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _wrong_variants import rejects
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,12 +56,15 @@ def _brute_force(
     correction: str,
     penalty: Fraction = ZERO,
     baseline: Fraction = ZERO,
+    clip: Fraction | None = None,
 ) -> tuple[list[Fraction], Fraction]:
     """Mean and covariance trace of the batch estimate, by enumerating every launched n-tuple."""
     m = len(pmf)
     d = scores.shape[1]
     pi = _inclusion_by_enumeration(pmf, n=n, k=k)
     w = [F(k, n) / pi[j] if pi[j] > 0 else F(0) for j in range(m)]
+    if clip is not None:
+        w = [x if x <= clip else clip for x in w]
     rbar = [quality[j] - penalty * (j + 1) - baseline for j in range(m)]
     var = [quality[j] * (1 - quality[j]) for j in range(m)]
     mean = [F(0)] * d
@@ -74,7 +78,7 @@ def _brute_force(
         chosen = sorted(tup)[:k]  # the batch multiset (ties share the free places)
         if correction == "none":
             unit = [F(1, k)] * k
-        elif correction == "horvitz_thompson":
+        elif correction in ("horvitz_thompson", "clipped_ht"):
             unit = [w[j] / k for j in chosen]
         else:
             total = sum((w[j] for j in chosen), F(0))
@@ -156,11 +160,12 @@ def test_first_k_gradient_equals_brute_force_enumeration(correction: str, n: int
     h = [F(1, 3), F(1, 2), F(1)]
     p, s = _tabular(h)
     q = [F(1, 4), F(1, 2), F(3, 4)]
+    clip = F(6, 5) if correction == "clipped_ht" else None
     got = lrn.first_k_gradient(
-        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3)
+        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3), clip=clip
     )
     mean, trace = _brute_force(
-        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3)
+        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3), clip=clip
     )
     assert list(got.mean) == mean
     assert got.trace_variance == trace
@@ -213,6 +218,142 @@ def test_first_k_exactness_rejects_a_wrong_inclusion_probability() -> None:
     mean, _ = _brute_force(p, s, q, n=3, k=2, correction="none")
     assert mean == list(lrn.first_k_gradient(p, s, q, n=3, k=2).mean)
     assert mean != list(lrn.gradient_moments(p, s, q).mean)
+
+
+def test_clipped_ipw_is_biased_exactly_where_a_weight_is_clipped() -> None:
+    # a cap above every weight is HT (unbiased); below the largest weight it is biased, and the
+    # brute force agrees that the clip, not the enumeration, makes the difference
+    h = [F(1, 3), F(1, 2), F(1)]
+    p, s = _tabular(h)
+    q = [F(1, 4), F(1, 2), F(3, 4)]
+    pi = refimpl.inclusion_probability_pmf(p, n=3, k=1)
+    w_max = max(F(1, 3) / x for x in pi)
+    on = list(lrn.policy_gradient(p, s, q).mean)
+    wide = lrn.first_k_gradient(p, s, q, n=3, k=1, correction="clipped_ht", clip=w_max)
+    assert list(wide.mean) == on
+    ht = lrn.first_k_gradient(p, s, q, n=3, k=1, correction="horvitz_thompson")
+    assert wide.trace_variance == ht.trace_variance
+    tight = lrn.first_k_gradient(p, s, q, n=3, k=1, correction="clipped_ht", clip=w_max * F(9, 10))
+    assert list(tight.mean) != on
+    assert tight.trace_variance < ht.trace_variance
+    # wrong variant: a brute force that ignores the clip rejects the exact clipped value
+    mean, _ = _brute_force(p, s, q, n=3, k=1, correction="clipped_ht", clip=None)
+    assert mean != list(tight.mean)
+    with pytest.raises(ValueError, match="clip must be given exactly when"):
+        lrn.first_k_gradient(p, s, q, n=3, k=1, correction="clipped_ht")
+
+
+# ---------------------------------------------------------------------------------------------
+# first k of n with carried leftovers (claim LRN5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _carry_brute_force(
+    pmf: Sequence[Fraction],
+    scores: Any,
+    quality: Sequence[Fraction],
+    *,
+    n: int,
+    k: int,
+    step: int,
+    newest_first: bool = False,
+) -> tuple[list[Fraction], Fraction, dict[tuple[int, int], Fraction]]:
+    """Batch ``step`` from a cold start, by enumerating every length of every launched rollout.
+
+    An absolute timeline: rollout ``i`` launched at time ``t_i`` finishes at ``t_i + ℓ_i``; each
+    step trains the ``k`` unfinished-and-untrained ones that finish first (ties: launch order) and
+    launches ``k`` fresh ones when it ends. ``newest_first`` is the wrong tie rule.
+    """
+    m, d = len(pmf), scores.shape[1]
+    rbar = list(quality)
+    var = [quality[j] * (1 - quality[j]) for j in range(m)]
+    mean = [F(0)] * d
+    second = F(0)
+    law: dict[tuple[int, int], Fraction] = {}
+    for tup in itertools.product(range(m), repeat=n + step * k):
+        prob = F(1)
+        for j in tup:
+            prob *= pmf[j]
+        if prob == 0:
+            continue
+        # (finish time, launch sequence, length index, launch step)
+        pending = [(tup[i] + 1, i, tup[i], 0) for i in range(n)]
+        seq = n
+        for j in range(step + 1):
+            sign = -1 if newest_first else 1
+            pending.sort(key=lambda x: (x[0], sign * x[1]))
+            batch, pending = pending[:k], pending[k:]
+            end = batch[-1][0]
+            if j == step:
+                break
+            for _ in range(k):
+                pending.append((end + tup[seq] + 1, seq, tup[seq], j + 1))
+                seq += 1
+        est = [sum((rbar[x[2]] * scores[x[2]][c] for x in batch), F(0)) / k for c in range(d)]
+        noise = sum(
+            (var[x[2]] * sum((scores[x[2]][c] ** 2 for c in range(d)), F(0)) for x in batch), F(0)
+        ) / (k * k)
+        mean = [a + prob * e for a, e in zip(mean, est, strict=True)]
+        second += prob * (sum((e * e for e in est), F(0)) + noise)
+        for x in batch:
+            key = (step - x[3], x[2])
+            law[key] = law.get(key, F(0)) + prob / k
+    return mean, second - sum((a * a for a in mean), F(0)), law
+
+
+def _check_carry_against_brute_force(n: int, k: int, step: int, newest_first: bool) -> None:
+    h = [F(1, 3), F(1, 2), F(1)]
+    p, s = _tabular(h)
+    q = [F(1, 4), F(1, 2), F(3, 4)]
+    got = lrn.first_k_carry_gradient(p, s, q, n=n, k=k, step=step)
+    mean, trace, law = _carry_brute_force(p, s, q, n=n, k=k, step=step, newest_first=newest_first)
+    assert list(got.mean) == mean
+    assert got.trace_variance == trace
+    for (age, j), x in law.items():
+        assert got.trained_law[age, j] == x
+    assert sum(law.values()) == got.trained_law.sum() == 1
+
+
+@pytest.mark.parametrize(("n", "k", "step"), [(2, 1, 0), (2, 1, 3), (3, 1, 3), (3, 2, 2)])
+def test_carried_first_k_gradient_equals_brute_force_enumeration(n: int, k: int, step: int) -> None:
+    _check_carry_against_brute_force(n, k, step, newest_first=False)
+
+
+def test_carried_first_k_brute_force_rejects_the_wrong_tie_rule() -> None:
+    # newest-first at equal finishing times changes which rollout a full batch carries
+    rejects(_check_carry_against_brute_force, 3, 2, 2, True)
+
+
+@given(rational_hazards(max_length=3), st.sampled_from([(2, 1), (3, 2), (4, 3)]), st.data())
+def test_carried_leftovers_train_the_launched_law_with_mean_staleness_n_minus_k_over_k(
+    h: list[Fraction], nk: tuple[int, int], data: st.DataObject
+) -> None:
+    # claim LRN5: in the stationary chain every launched rollout is trained once, so the trained
+    # length law is p and the uncorrected gradient is the on-policy one; by Little's law the n − k
+    # carried rollouts each add one version of staleness per step: E[s] = (n − k)/k
+    # (the chain of n − k = 1 carried rollout keeps the exact solve cheap; the claim is general)
+    n, k = nk
+    p, s = _tabular(h)
+    q = data.draw(rational_qualities(len(h)))
+    c = lrn.first_k_carry_gradient(p, s, q, n=n, k=k)
+    assert list(c.trained_law.sum(axis=0)) == list(p)
+    assert list(c.mean) == list(lrn.policy_gradient(p, s, q).mean)
+    ages = sum((a * x for a, row in enumerate(c.trained_law) for x in row), F(0))
+    assert ages == F(n - k, k)
+    assert c.step_time > 0
+
+
+def test_carry_properties_reject_dropped_leftovers_and_the_cold_start() -> None:
+    # wrong variants of the stationary claim: dropping the leftovers (plain first k) and the first
+    # batch of a cold start are short-biased
+    h = [F(1, 3), F(1, 2), F(1)]
+    p, s = _tabular(h)
+    q = [F(1, 4), F(1, 2), F(3, 4)]
+    on = list(lrn.policy_gradient(p, s, q).mean)
+    assert list(lrn.first_k_gradient(p, s, q, n=3, k=2).mean) != on
+    cold = lrn.first_k_carry_gradient(p, s, q, n=3, k=2, step=0)
+    assert list(cold.trained_law.sum(axis=0)) == list(refimpl.selected_pmf(p, n=3, k=2))
+    assert list(cold.mean) != on
 
 
 # ---------------------------------------------------------------------------------------------
