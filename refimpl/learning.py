@@ -61,11 +61,13 @@ from refimpl.staleness import (
 
 __all__ = [
     "CORRECTIONS",
+    "EXACT_CORRECTIONS",
     "FIRST_K_CORRECTIONS",
     "CarryMoments",
     "GradientMoments",
     "TrainingRun",
     "async_gradient",
+    "async_gradient_exact",
     "corrected_scores",
     "expected_length",
     "first_k_carry_gradient",
@@ -1015,7 +1017,7 @@ def fluid_staleness_pmf(lengths: ArrayLike, *, step_time: float, max_staleness: 
     return np.asarray(out, dtype=np.float64)
 
 
-def fluid_step_time(pmf: ArrayLike, *, slots: int, batch: int, eta: int | None = None) -> float:
+def fluid_step_time(pmf: Any, *, slots: int, batch: int, eta: int | None = None) -> Any:
     r"""Time between versions :math:`\Delta` of continuous dispatch for a length pmf (fluid model).
 
     Without a mask :math:`\Delta = B\,E[L]/N`; with a mask at :math:`\eta`, the fixed point
@@ -1030,10 +1032,21 @@ def fluid_step_time(pmf: ArrayLike, *, slots: int, batch: int, eta: int | None =
     1.0
     >>> round(fluid_step_time([0.5, 0.5], slots=3, batch=2, eta=0), 12)
     2.5
+
+    A pmf of Fractions gives :math:`\Delta` exactly: :math:`\Delta\,E_p[\mathrm{keep}_\Delta(L)]`
+    is piecewise linear in :math:`\Delta` (breakpoints :math:`\ell/\eta` and
+    :math:`\ell/(\eta+1)`), so the root is rational:
+
+    >>> from fractions import Fraction as F
+    >>> fluid_step_time([F(1, 2), F(1, 2)], slots=3, batch=2, eta=0)
+    Fraction(5, 2)
     """
-    p = as_float_array(pmf, name="pmf", ndim=1)
     n_ = as_int(slots, name="slots", minimum=1, meaning="generation slots")
     b_ = as_int(batch, name="batch", minimum=1, meaning="samples per step")
+    pe, exact = _as_array(pmf, name="pmf", ndim=1)
+    if exact:
+        return _exact_step_time(list(pe), n_, b_, eta)
+    p = as_float_array(pmf, name="pmf", ndim=1)
     ell = np.arange(1, p.size + 1, dtype=np.float64)
     base = b_ * float(p @ ell) / n_
     if eta is None:
@@ -1055,6 +1068,45 @@ def fluid_step_time(pmf: ArrayLike, *, slots: int, batch: int, eta: int | None =
         if hi - lo <= 1e-14 * hi:
             break
     return hi
+
+
+def _exact_keep(ell: int, delta: Fraction, eta: int) -> Fraction:
+    r""":math:`\mathrm{clip}(\eta + 1 - \ell/\Delta, 0, 1)` in Fractions."""
+    return min(max(eta + 1 - Fraction(ell) / delta, Fraction(0)), Fraction(1))
+
+
+def _exact_step_time(p: list[Fraction], n: int, b: int, eta: int | None) -> Fraction:
+    r"""The root of :math:`\Delta E_p[\mathrm{keep}_\Delta] = B E[L]/N`, exactly (piecewise linear)."""
+    base = Fraction(b) * sum((x * (i + 1) for i, x in enumerate(p)), Fraction(0)) / n
+    if eta is None:
+        return base
+    eta_ = as_int(eta, name="eta", minimum=0, meaning="staleness bound")
+    support = [(i + 1, x) for i, x in enumerate(p) if x > 0]
+
+    def f(delta: Fraction) -> Fraction:
+        return delta * sum((x * _exact_keep(ell, delta, eta_) for ell, x in support), Fraction(0))
+
+    points = sorted(
+        {Fraction(ell, eta_ + 1) for ell, _ in support}
+        | ({Fraction(ell, eta_) for ell, _ in support} if eta_ > 0 else set())
+    )
+    lo = Fraction(0)
+    for hi in [*points, None]:
+        if hi is not None and f(hi) < base:
+            lo = hi
+            continue
+        # on (lo, hi) every length is in a fixed regime: keep = 1, linear, or 0
+        mid = lo + 1 if hi is None else (lo + hi) / 2
+        slope = Fraction(0)
+        offset = Fraction(0)
+        for ell, x in support:
+            if ell <= eta_ * mid:
+                slope += x
+            elif ell < (eta_ + 1) * mid:
+                slope += x * (eta_ + 1)
+                offset += x * ell
+        return (base + offset) / slope
+    raise AssertionError("unreachable: f grows without bound")  # pragma: no cover
 
 
 def corrected_scores(
@@ -1152,6 +1204,8 @@ def async_gradient(
     cap: float = 2.0,
     low: float = 0.5,
     high: float = 2.0,
+    mask_ipw: bool = False,
+    ipw_clip: float | None = None,
 ) -> GradientMoments:
     r"""Expected per-sample gradient of continuous asynchronous dispatch in the fluid model.
 
@@ -1188,12 +1242,24 @@ def async_gradient(
         One of :data:`CORRECTIONS`.
     penalty, baseline, cap, low, high : float
         As in :func:`gradient_moments` and :func:`corrected_scores`.
+    mask_ipw : bool
+        Inverse propensity for the mask: weight each kept sample by
+        :math:`w(\ell) = \kappa/\mathrm{keep}(\ell)`, with :math:`\mathrm{keep}(\ell) =
+        P(s \le \eta \mid \ell)` of the fluid model and :math:`\kappa` the kept fraction
+        :math:`B\,E[L]/(N\Delta)`, on top of ``correction``. Without lag it makes the expected
+        gradient :math:`\sum_{\ell:\,\mathrm{keep}(\ell)>0} p(\ell)(\bar R - b)s(\ell)`: the
+        on-policy gradient minus the lengths the mask never keeps (:math:`\ell \ge
+        (\eta+1)\Delta`), which no weight can bring back. Needs ``eta``.
+    ipw_clip : float, optional
+        Cap :math:`C > 0` of the mask's weights, :math:`\min(w, C)` (``mask_ipw`` only).
 
     Returns
     -------
     GradientMoments
         Per-draw mean and covariance trace (the samples of the fluid limit are independent, so a
-        batch of :math:`B` has :math:`1/B` of it).
+        batch of :math:`B` has :math:`1/B` of it). Float64: the hazards are logistic
+        (irrational); :func:`async_gradient_exact` gives the same quantities in Fractions for
+        rational hazards.
 
     Examples
     --------
@@ -1211,6 +1277,7 @@ def async_gradient(
     th = as_float_array(theta, name="theta", ndim=1)
     phi = as_float_array(features, name="features", ndim=2)
     delta_vec = np.zeros_like(th) if lag is None else as_float_array(lag, name="lag", ndim=1)
+    _check_mask_ipw(mask_ipw, ipw_clip, eta)
     m = phi.shape[0]
     p = hazard_length_pmf(stop_hazard(th, phi))
     step = fluid_step_time(p, slots=slots, batch=batch, eta=eta)
@@ -1231,7 +1298,221 @@ def async_gradient(
         )
     law = np.stack(laws)
     law = law / law.sum()
-    return gradient_moments(law, np.stack(scores), quality, penalty=penalty, baseline=baseline)
+    g = np.stack(scores)
+    if mask_ipw:
+        assert eta is not None
+        keep_l = fluid_keep_probability(ell, step_time=step, eta=eta)
+        kappa = batch * float(p @ ell) / (slots * step)
+        w = np.where(keep_l > 0, kappa / np.where(keep_l > 0, keep_l, 1.0), 0.0)
+        if ipw_clip is not None:
+            w = np.minimum(w, ipw_clip)
+        g = g * w[None, :, None]
+    return gradient_moments(law, g, quality, penalty=penalty, baseline=baseline)
+
+
+def _check_mask_ipw(mask_ipw: bool, ipw_clip: Any, eta: int | None) -> None:
+    if mask_ipw and eta is None:
+        raise invalid(
+            "mask_ipw",
+            "need a mask (eta) whose keep probability it inverts",
+            mask_ipw,
+            "Pass eta=η with mask_ipw=True, or mask_ipw=False.",
+        )
+    if ipw_clip is not None and (not mask_ipw or not ipw_clip > 0):
+        raise invalid(
+            "ipw_clip",
+            "be > 0 and come with mask_ipw=True (the cap of the mask's weights)",
+            ipw_clip,
+            "Pass mask_ipw=True and ipw_clip=C > 0, or no ipw_clip.",
+        )
+
+
+def _exact_ratio_weights(
+    target: list[Fraction],
+    behaviour: list[Fraction],
+    correction: str,
+    cap: Any,
+    low: Any,
+    high: Any,
+) -> tuple[list[Fraction] | None, Fraction]:
+    """Token weights (or ``None``) and a sequence weight of one rollout, from its token probabilities."""
+    rho = [a / b for a, b in zip(target, behaviour, strict=True)]
+    seq = Fraction(1)
+    for x in rho:
+        seq *= x
+    if correction == "none":
+        return None, Fraction(1)
+    if correction == "sequence_is":
+        return None, seq
+    if correction == "sequence_tis":
+        return None, min(seq, cap)
+    if correction == "token_tis":
+        return [min(x, cap) for x in rho], Fraction(1)
+    if correction == "icepop":
+        return [x if low <= x <= high else Fraction(0) for x in rho], Fraction(1)
+    # decoupled PPO at its proximal point: π_prox/μ, masked above the cap
+    return [x if x <= cap else Fraction(0) for x in rho], Fraction(1)
+
+
+#: The corrections :func:`async_gradient_exact` computes in Fractions (``geometric`` needs an
+#: :math:`\ell`-th root, irrational in general: it stays in :func:`async_gradient`, float64).
+EXACT_CORRECTIONS: tuple[str, ...] = tuple(c for c in CORRECTIONS if c != "geometric")
+
+
+def async_gradient_exact(
+    hazard: Any,
+    behaviours: Any,
+    features: Any,
+    quality: Any,
+    *,
+    slots: int,
+    batch: int,
+    eta: int | None = None,
+    correction: str = "none",
+    penalty: Any = 0,
+    baseline: Any = 0,
+    cap: Any = 2,
+    low: Any = Fraction(1, 2),
+    high: Any = 2,
+    mask_ipw: bool = False,
+    ipw_clip: Any = None,
+) -> GradientMoments:
+    r""":func:`async_gradient` in exact arithmetic, for rational hazards.
+
+        The same fluid model: trained law :math:`q(\ell, s) \propto p_{\mu_s}(\ell)\,P(s \mid \ell)\,
+        1[s \le \eta]` with :math:`P(s\mid\ell)` from the keep law at the step time :math:`\Delta` of
+        :math:`p_	heta` (:func:`fluid_step_time`, exact for a rational pmf), behaviour
+        :math:`\mu_s` = ``behaviours[s]`` (the hazards of the version :math:`s` steps before the
+        target), and the weights of each correction computed from the token probabilities
+        :math:`h(t)`, :math:`1 - h(t)` as Fractions. Every quantity is a finite sum of rational terms,
+        so the result is exact. Irrational cases are refused, not rounded: ``geometric``
+        (:math:`(\prod_t
+    ho_t)^{1/\ell}`) and logistic hazards (:math:`\exp`) stay in
+        :func:`async_gradient` (float64; it agrees with this function to about :math:`10^{-12}`
+        relative on the same rational hazards, the rounding of float64 sums over the support).
+
+        Parameters
+        ----------
+        hazard : sequence of Fraction (M,)
+            The target's hazards :math:`h_	heta(t)`, last entry 1.
+        behaviours : sequence of sequences of Fraction (S + 1, M)
+            ``behaviours[s]``: the hazards of the behaviour of a sample :math:`s` versions stale;
+            ``behaviours[0]`` must equal ``hazard``. :math:`S` must reach :math:`\lceil M/\Delta
+    ceil`.
+        features : array_like of int or Fraction (M, d)
+            :math:`\phi(t)` (the identity: the tabular policy).
+        quality : sequence of Fraction (M,)
+        slots, batch : int
+        eta : int, optional
+        correction : str
+            One of :data:`EXACT_CORRECTIONS`.
+        penalty, baseline, cap, low, high : Fraction or int
+        mask_ipw : bool
+        ipw_clip : Fraction, optional
+            As in :func:`async_gradient`.
+
+        Returns
+        -------
+        GradientMoments
+            Exact.
+
+        Examples
+        --------
+        >>> from fractions import Fraction as F
+        >>> h = [F(1, 2), F(1, 2), F(1)]
+        >>> stale = [h, [F(1, 3), F(1, 2), F(1)], [F(1, 4), F(1, 2), F(1)], [F(1, 5), F(1, 2), F(1)]]
+        >>> eye = np.eye(3, dtype=int).tolist()
+        >>> Q = [F(0), F(1, 2), F(1)]
+        >>> g = async_gradient_exact(h, stale, eye, Q, slots=2, batch=2, correction="sequence_is")
+        >>> on = policy_gradient(hazard_length_pmf(h), token_scores(h, eye).sum(axis=1), Q).mean
+        >>> [a / b for a, b in zip(g.mean, on) if b]  # the direction of ∇J, exactly
+        [Fraction(28, 31), Fraction(28, 31)]
+    """
+    if correction not in EXACT_CORRECTIONS:
+        raise invalid(
+            "correction",
+            f"be one of {EXACT_CORRECTIONS} (geometric's l-th root is irrational in general)",
+            correction,
+            "Use async_gradient (float64) for geometric.",
+        )
+    _check_mask_ipw(mask_ipw, ipw_clip, eta)
+    h, exact_h = _as_array(hazard, name="hazard", ndim=1)
+    phi, exact_phi = _as_array(features, name="features", ndim=2)
+    q, exact_q = _as_array(quality, name="quality", ndim=1)
+    params = (penalty, baseline, cap, low, high) + (() if ipw_clip is None else (ipw_clip,))
+    exact_params = all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in params)
+    rows = [_as_array(b, name="behaviours", ndim=1) for b in behaviours]
+    if not (exact_h and exact_phi and exact_q and exact_params and all(e for _, e in rows)):
+        raise invalid(
+            "hazard",
+            "be rational, with every behaviour, feature, quality and parameter (exact mode)",
+            hazard,
+            "Pass Fractions or ints everywhere, or use async_gradient (float64).",
+        )
+    m = h.size
+    if any(b.size != m for b, _ in rows) or not rows or list(rows[0][0]) != list(h):
+        raise invalid(
+            "behaviours",
+            f"be a list of hazard vectors of length {m}, the first equal to hazard",
+            behaviours,
+            "Pass behaviours[0] = hazard and one row per staleness.",
+        )
+    pmf = hazard_length_pmf(list(h))
+    step = fluid_step_time(pmf, slots=slots, batch=batch, eta=eta)
+    s_need = math.ceil(Fraction(m) / step)
+    if len(rows) < s_need + 1:
+        raise invalid(
+            "behaviours",
+            f"cover every staleness up to ceil(M/Δ) = {s_need}",
+            len(rows),
+            f"Pass {s_need + 1} behaviour rows (s = 0..{s_need}).",
+        )
+    cap_, low_, high_ = Fraction(cap), Fraction(low), Fraction(high)
+    tok = token_scores(list(h), phi)  # (M, M, d) exact
+    d = phi.shape[1]
+
+    def probs(hz: Any, ell: int) -> list[Fraction]:
+        return [1 - hz[t] for t in range(ell - 1)] + [hz[ell - 1]]
+
+    zero = Fraction(0)
+
+    def keep_m(ell: int, mm: int) -> Fraction:
+        return _exact_keep(ell, step, mm) if mm >= 0 else zero
+
+    laws: list[list[Fraction]] = []
+    scores: list[Any] = []
+    for s_ in range(s_need + 1):
+        if eta is not None and s_ > eta:
+            break
+        beh = list(rows[s_][0])
+        p_b = hazard_length_pmf(beh)
+        law_s = [p_b[ell - 1] * (keep_m(ell, s_) - keep_m(ell, s_ - 1)) for ell in range(1, m + 1)]
+        if not any(x > 0 for x in law_s):
+            continue
+        g_s = np.empty((m, d), dtype=object)
+        for ell in range(1, m + 1):
+            tw, sw = _exact_ratio_weights(
+                probs(list(h), ell), probs(beh, ell), correction, cap_, low_, high_
+            )
+            for c in range(d):
+                col = [tok[ell - 1, t, c] for t in range(ell)]
+                if tw is None:
+                    g_s[ell - 1, c] = sw * sum(col, zero)
+                else:
+                    g_s[ell - 1, c] = sum((w * x for w, x in zip(tw, col, strict=True)), zero)
+        laws.append(law_s)
+        scores.append(g_s)
+    total = sum((x for row in laws for x in row), zero)
+    law = np.array([[x / total for x in row] for row in laws], dtype=object)
+    g = np.stack(scores)
+    if mask_ipw:
+        assert eta is not None
+        kappa = Fraction(batch) * expected_length(pmf) / (slots * step)
+        w = [kappa / keep_m(ell, eta) if keep_m(ell, eta) > 0 else zero for ell in range(1, m + 1)]
+        if ipw_clip is not None:
+            w = [min(x, Fraction(ipw_clip)) for x in w]
+        g = g * np.array(w, dtype=object)[None, :, None]
+    return gradient_moments(law, g, list(q), penalty=penalty, baseline=baseline)
 
 
 # ---------------------------------------------------------------------------------------------

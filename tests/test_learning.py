@@ -626,3 +626,152 @@ def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_ba
             w = 2 * (1 / pi[ell - 1]) / (1 / pi[ell - 1]).sum()
         theta = theta + 1.0 * ((w * (r - r.mean())) @ s[ell - 1]) / 2
         np.testing.assert_allclose(run.thetas[j + 1], theta, rtol=1e-12, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact asynchronous corrections and inverse propensity for the mask
+# ---------------------------------------------------------------------------------------------
+
+H5 = [F(1, 4), F(1, 3), F(1, 2), F(2, 5), F(1)]
+EYE5 = [[int(i == j) for j in range(5)] for i in range(5)]
+Q5 = [F(0), F(1, 5), F(1, 2), F(4, 5), F(9, 10)]
+#: Per-position exponents c_t: the behaviour s versions stale has odds h/(1−h) · 2^(−s c_t), so its
+#: hazards stay rational and equal the float model's σ(logit h − s·c·log 2).
+SHIFT = [1, -1, 2, 0, 0]
+
+
+def _stale(s: int) -> list[Fraction]:
+    out = [h / (h + (1 - h) * F(2) ** (s * c)) for h, c in zip(H5[:-1], SHIFT, strict=False)]
+    return [*out, F(1)]
+
+
+def _float_args() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    h = np.array([float(x) for x in H5[:-1]])
+    theta = np.concatenate([np.log(h / (1 - h)), [0.0]])
+    return theta, np.asarray(SHIFT, dtype=np.float64) * np.log(2.0), np.eye(5)
+
+
+@pytest.mark.parametrize("correction", lrn.EXACT_CORRECTIONS)
+@pytest.mark.parametrize(("eta", "ipw"), [(None, False), (0, False), (1, False), (1, True)])
+def test_exact_async_gradient_matches_the_float_fluid_model(
+    correction: str, eta: int | None, ipw: bool
+) -> None:
+    # float64 sums over ≤ M·(S+1) = 5·6 terms of logistic hazards: 1e-12 relative is ~1e4 ulps
+    stale = [_stale(s) for s in range(6)]
+    ex = lrn.async_gradient_exact(
+        H5,
+        stale,
+        EYE5,
+        Q5,
+        slots=3,
+        batch=2,
+        eta=eta,
+        correction=correction,
+        mask_ipw=ipw,
+        penalty=F(1, 50),
+        baseline=F(1, 3),
+        cap=F(3, 2),
+        low=F(2, 3),
+        high=F(3, 2),
+    )
+    assert all(isinstance(x, Fraction) for x in ex.mean)
+    theta, lag, phi = _float_args()
+    fl = lrn.async_gradient(
+        theta,
+        phi,
+        np.array([float(x) for x in Q5]),
+        slots=3,
+        batch=2,
+        eta=eta,
+        lag=lag,
+        correction=correction,
+        mask_ipw=ipw,
+        penalty=0.02,
+        baseline=1 / 3,
+        cap=1.5,
+        low=2 / 3,
+        high=1.5,
+    )
+    np.testing.assert_allclose(
+        fl.mean, np.asarray(ex.mean, dtype=np.float64), rtol=1e-12, atol=1e-15
+    )
+    assert float(fl.trace_variance) == pytest.approx(float(ex.trace_variance), rel=1e-12)
+
+
+def test_exact_and_float_async_models_disagree_on_a_behaviour_one_version_off() -> None:
+    # wrong variant of the agreement test: behaviours one version staler than the float model's
+    off = [H5] + [_stale(s + 1) for s in range(1, 6)]
+    ex = lrn.async_gradient_exact(H5, off, EYE5, Q5, slots=3, batch=2)
+    theta, lag, phi = _float_args()
+    fl = lrn.async_gradient(theta, phi, np.array([float(x) for x in Q5]), slots=3, batch=2, lag=lag)
+    assert not np.allclose(fl.mean, np.asarray(ex.mean, dtype=np.float64), rtol=1e-6)
+
+
+def test_exact_sequence_is_restores_the_direction_and_token_tis_does_not() -> None:
+    stale = [_stale(s) for s in range(6)]
+    p, s = _tabular(H5)
+    on = list(lrn.policy_gradient(p, s, Q5).mean)
+    seq = lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=3, batch=2, correction="sequence_is")
+    ratios = {a / b for a, b in zip(seq.mean, on, strict=True) if b}
+    assert len(ratios) == 1
+    assert all(a == 0 for a, b in zip(seq.mean, on, strict=True) if not b)
+    tis = lrn.async_gradient_exact(
+        H5, stale, EYE5, Q5, slots=3, batch=2, correction="token_tis", cap=F(10**6)
+    )
+    assert len({a / b for a, b in zip(tis.mean, on, strict=True) if b}) > 1
+    with pytest.raises(ValueError, match="geometric's l-th root is irrational"):
+        lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=3, batch=2, correction="geometric")
+
+
+def _mask_ipw_target(eta: int, slots: int, batch: int) -> list[Fraction]:
+    """Σ over the lengths the mask can keep of p(ℓ) R̄(ℓ) s(ℓ): written from the claim, not the code."""
+    p, s = _tabular(H5)
+    delta = lrn.fluid_step_time(p, slots=slots, batch=batch, eta=eta)
+    return [
+        sum((p[j] * Q5[j] * s[j][c] for j in range(5) if j + 1 < (eta + 1) * delta), F(0))
+        for c in range(5)
+    ]
+
+
+@pytest.mark.parametrize(("eta", "slots"), [(0, 2), (0, 3), (0, 6), (1, 6), (2, 8)])
+def test_mask_ipw_recovers_every_length_the_mask_can_keep(eta: int, slots: int) -> None:
+    stale = [H5] * 12
+    got = lrn.async_gradient_exact(
+        H5, stale, EYE5, Q5, slots=slots, batch=2, eta=eta, mask_ipw=True
+    )
+    assert list(got.mean) == _mask_ipw_target(eta, slots, 2)
+    none = lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=slots, batch=2, eta=eta)
+    assert list(none.mean) != list(got.mean)
+
+
+def test_mask_ipw_properties_reject_the_wrong_bound_and_a_tight_clip() -> None:
+    stale = [H5] * 12
+    got = lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=6, batch=2, eta=0, mask_ipw=True)
+    # wrong variants: the lengths another step time keeps (3 slots: ℓ ≤ 4; 6 slots: only
+    # ℓ ≤ 3), and the on-policy gradient itself: IPW cannot bring back what the mask never keeps
+    assert list(got.mean) != _mask_ipw_target(0, 3, 2)
+    p, s = _tabular(H5)
+    assert list(got.mean) != list(lrn.policy_gradient(p, s, Q5).mean)
+    clipped = lrn.async_gradient_exact(
+        H5, stale, EYE5, Q5, slots=6, batch=2, eta=0, mask_ipw=True, ipw_clip=F(1)
+    )
+    assert list(clipped.mean) != list(got.mean)
+    assert clipped.trace_variance < got.trace_variance
+    with pytest.raises(ValueError, match="mask_ipw must need a mask"):
+        lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=3, batch=2, mask_ipw=True)
+
+
+@given(rational_hazards(max_length=6), st.integers(0, 3), st.integers(1, 6), st.integers(1, 4))
+def test_exact_fluid_step_time_solves_the_fixed_point(
+    h: list[Fraction], eta: int, slots: int, batch: int
+) -> None:
+    p = lrn.hazard_length_pmf(h)
+    delta = lrn.fluid_step_time(p, slots=slots, batch=batch, eta=eta)
+    kept = sum(
+        (x * min(max(eta + 1 - F(i + 1) / delta, F(0)), F(1)) for i, x in enumerate(p)), F(0)
+    )
+    assert isinstance(delta, Fraction)
+    assert delta * kept == F(batch) * lrn.expected_length(p) / slots
+    assert float(delta) == pytest.approx(
+        lrn.fluid_step_time([float(x) for x in p], slots=slots, batch=batch, eta=eta), rel=1e-12
+    )
