@@ -136,6 +136,7 @@ def _gradient_table(
         ("none", "uncorrected"),
         ("horvitz_thompson", "IPW (HT)"),
         ("hajek", "IPW (Hájek)"),
+        ("clipped_ht", f"IPW clipped at C = {fmt(IPW_CLIP)}"),
     ):
         fk = lrn.first_k_gradient(
             pol.pmf,
@@ -146,8 +147,18 @@ def _gradient_table(
             correction=corr,
             penalty=PENALTY,
             baseline=pol.baseline,
+            clip=IPW_CLIP if corr == "clipped_ht" else None,
         )
         rows.append(_row(f"first {k} of {n}: {label}", fk.mean, float(fk.trace_variance), pol))
+    carry = _carry(pol, q)
+    rows.append(
+        _row(
+            f"first {CARRY[1]} of {CARRY[0]}: leftovers carried",
+            carry.mean,
+            float(carry.trace_variance),
+            pol,
+        )
+    )
     lag = LAG * pol.grad / np.linalg.norm(pol.grad)
     names = {
         "none": "uncorrected",
@@ -178,6 +189,16 @@ def _gradient_table(
         rows.append(
             _row(f"async N/B = 2: mask η = {eta}", g.mean, float(g.trace_variance) / batch, pol)
         )
+    for eta in (0, 1):
+        g = lrn.async_gradient(THETA_FIXED, pol.phi, q, eta=eta, mask_ipw=True, **common)
+        rows.append(
+            _row(
+                f"async N/B = 2: mask η = {eta} + IPW 1/keep",
+                g.mean,
+                float(g.trace_variance) / batch,
+                pol,
+            )
+        )
     section.table(
         "gradient-bias",
         f"The expected gradient at a fixed policy (E[L] = {fmt(lrn.expected_length(pol.pmf))} "
@@ -198,10 +219,36 @@ def _gradient_table(
             f"Baseline b = J(θ) = {fmt(pol.baseline)}. Stale behaviours: the policy moved "
             f"{fmt(LAG)} per version along ∇J, so a sample s versions stale was drawn by θ − s·δ. "
             "First-k variances are of the whole batch (its members are dependent, enumerated "
-            "exactly); async variances are per draw ÷ B (the fluid limit's samples are independent)."
+            "exactly); async variances are per draw ÷ B (the fluid limit's samples are independent). "
+            f"Carried leftovers: the stationary chain of the {CARRY[0] - CARRY[1]} carried "
+            f"rollout(s), solved exactly ({carry.states} states), at a fixed policy: no length "
+            "bias (every launched rollout is trained once, LRN5); the price is staleness, mean "
+            f"{fmt(_mean_staleness(carry))} versions, growing with the length. Mask + IPW: each "
+            "kept sample weighted by (kept fraction)/keep(ℓ) of the fluid model; lengths the mask "
+            "never keeps stay lost."
         ),
     )
     return rows, pol
+
+
+#: First k of n with carried leftovers in the table: (n, k); one carried rollout keeps the exact
+#: chain small (832 states at M = 16).
+CARRY = (2, 1)
+#: Cap of the clipped inverse-propensity weights.
+IPW_CLIP = 2.0
+#: Cap of the staleness mask's inverse-propensity weights in the simulation check.
+MASK_CLIP = 4.0
+
+
+def _carry(pol: _Policy, q: NDArray[np.float64]) -> lrn.CarryMoments:
+    return lrn.first_k_carry_gradient(
+        pol.pmf, pol.scores, q, n=CARRY[0], k=CARRY[1], penalty=PENALTY, baseline=pol.baseline
+    )
+
+
+def _mean_staleness(c: lrn.CarryMoments) -> float:
+    law = np.asarray(c.trained_law, dtype=np.float64)
+    return float((law.sum(axis=1) * np.arange(law.shape[0])).sum())
 
 
 def _first_k_checks(
@@ -236,6 +283,7 @@ def _first_k_checks(
         ("none", np.full(ell.shape, 1.0 / k)),
         ("horvitz_thompson", w / k),
         ("hajek", w / w.sum(axis=1, keepdims=True)),
+        ("clipped_ht", np.minimum(w, IPW_CLIP) / k),
     ):
         est = ((unit * adv)[:, :, None] * sc).sum(axis=1)  # (reps, 2)
         exact = lrn.first_k_gradient(
@@ -247,6 +295,7 @@ def _first_k_checks(
             correction=corr,
             penalty=PENALTY,
             baseline=pol.baseline,
+            clip=IPW_CLIP if corr == "clipped_ht" else None,
         )
         # the standard error from the exact covariance trace (an upper bound on each component's
         # variance): the sample variance of HT's heavy-tailed weights underestimates it
@@ -274,6 +323,61 @@ def _first_k_checks(
             tolerance=Z_TOL * vse / norm**2,
             rule=TOL_RULE + " (mean of ‖ĝ − E ĝ‖² about the exact mean)",
         )
+    return out + _carry_checks(section, config, q, pol)
+
+
+def _carry_checks(
+    section: Section, config: LabConfig, q: NDArray[np.float64], pol: _Policy
+) -> list[tuple[str, float, float, float]]:
+    """First k of n with carried leftovers: the exact stationary chain against refimpl.sim."""
+    import refimpl.sim as rsim
+
+    n, k = CARRY
+    steps = 4_000 if config.quick else 20_000
+    warm = 50
+    tr = rsim.simulate(
+        rsim.SimConfig(
+            slots=n,
+            batch=k,
+            mode="first_k",
+            launch=n,
+            leftovers="carry",
+            steps=steps,
+            lengths=pol.pmf,
+            seed=seed(config, STREAM, 2),
+        )
+    )
+    order = tr.training_order()
+    order = order[np.asarray(tr.step)[order] >= warm]
+    ell = np.asarray(tr.length[order], dtype=np.int64)
+    stale = np.asarray(tr.staleness[order], dtype=np.float64)
+    rng = config.rng(STREAM * 100 + 2)
+    adv = (rng.random(ell.size) < q[ell - 1]) - PENALTY * ell - pol.baseline
+    per = (adv[:, None] * pol.scores[ell - 1]).reshape(-1, k, 2).mean(axis=1)
+    exact = _carry(pol, q)
+    norm = float(np.linalg.norm(pol.grad))
+    out: list[tuple[str, float, float, float]] = []
+    blocks_n = 20
+    rule = T_RULE.format(count=f"{blocks_n} batch means (consecutive steps share carried rollouts)")
+    values = [
+        (f"E ĝ[{c}] ÷ ‖∇J‖", float(exact.mean[c]) / norm, per[:, c] / norm, f"carry [{c}]")
+        for c in range(2)
+    ]
+    values.append(("mean staleness", _mean_staleness(exact), stale, "carry staleness"))
+    for name, cf, series, short in values:
+        cut = (series.size // blocks_n) * blocks_n
+        blocks = series[:cut].reshape(blocks_n, -1).mean(axis=1)
+        m, se = float(series.mean()), float(blocks.std(ddof=1) / np.sqrt(blocks_n))
+        section.check(
+            f"first-k-carry-{short.split()[-1].strip('[]')}",
+            f"{name}, first {k} of {n}, leftovers carried (stationary chain, exact)",
+            closed_form=cf,
+            simulation=m,
+            tolerance=t_tolerance(blocks_n - 1) * se,
+            rule=rule,
+        )
+        if short != "carry staleness":
+            out.append((short, cf, m, se))
     return out
 
 
@@ -316,28 +420,65 @@ def _async_checks(
             baseline=pol.baseline,
         ).mean
         label = "no mask" if eta is None else f"mask η = {eta}"
-        for c in range(2):
-            # consecutive batches are correlated: batch means of 20 blocks give the standard error
-            blocks = per[: (per.shape[0] // 20) * 20, c].reshape(20, -1).mean(axis=1)
-            m, se = float(per[:, c].mean()), float(blocks.std(ddof=1) / np.sqrt(20))
-            tol = t_tolerance(19) * se / norm
-            rule = T_RULE.format(count="20 batch means")
-            if eta is not None:
-                tol += FLUID_SHARE * float(np.linalg.norm(pred)) / norm
-                rule = (
-                    f"fluid model: {fmt(100 * FLUID_SHARE)}% of the predicted norm (its "
-                    "approximation error at 32 slots) + " + T_RULE.format(count="20 batch means")
-                )
-            section.check(
-                f"async-{label.replace(' ', '').replace('=', '')}-{c}",
-                f"E ĝ[{c}] ÷ ‖∇J‖, async N = {slots}, B = {batch}, {label}, lag 0",
-                closed_form=float(pred[c]) / norm,
-                simulation=m / norm,
-                tolerance=tol,
-                rule=rule,
-            )
-            out.append((f"async {label} [{c}]", float(pred[c]) / norm, m / norm, se / norm))
+        series = [(label, per, pred)]
+        if eta is not None:
+            step_t = lrn.fluid_step_time(pol.pmf, slots=slots, batch=batch, eta=eta)
+            keep = refimpl.fluid_keep_probability(ell, step_time=step_t, eta=eta)
+            kappa = batch * lrn.expected_length(pol.pmf) / (slots * step_t)
+            # the model's weights, clipped as a trainer must: the simulator keeps a few rollouts
+            # the fluid model never keeps (keep = 0: weight 0, as in the closed form)
+            w = np.where(keep > 0, np.minimum(kappa / np.maximum(keep, 1e-300), MASK_CLIP), 0.0)
+            per_ipw = ((w * adv)[:, None] * pol.scores[ell - 1]).reshape(-1, batch, 2).mean(axis=1)
+            pred_ipw = lrn.async_gradient(
+                THETA_FIXED,
+                pol.phi,
+                q,
+                slots=slots,
+                batch=batch,
+                eta=eta,
+                penalty=PENALTY,
+                baseline=pol.baseline,
+                mask_ipw=True,
+                ipw_clip=MASK_CLIP,
+            ).mean
+            series.append((label + f" + IPW (C = {fmt(MASK_CLIP)})", per_ipw, pred_ipw))
+        for label, per, pred in series:
+            _async_pair(section, label, per, pred, eta, norm, slots, batch, out)
     return out
+
+
+def _async_pair(
+    section: Section,
+    label: str,
+    per: NDArray[np.float64],
+    pred: Any,
+    eta: int | None,
+    norm: float,
+    slots: int,
+    batch: int,
+    out: list[tuple[str, float, float, float]],
+) -> None:
+    for c in range(2):
+        # consecutive batches are correlated: batch means of 20 blocks give the standard error
+        blocks = per[: (per.shape[0] // 20) * 20, c].reshape(20, -1).mean(axis=1)
+        m, se = float(per[:, c].mean()), float(blocks.std(ddof=1) / np.sqrt(20))
+        tol = t_tolerance(19) * se / norm
+        rule = T_RULE.format(count="20 batch means")
+        if eta is not None:
+            tol += FLUID_SHARE * float(np.linalg.norm(pred)) / norm
+            rule = (
+                f"fluid model: {fmt(100 * FLUID_SHARE)}% of the predicted norm (its "
+                "approximation error at 32 slots) + " + T_RULE.format(count="20 batch means")
+            )
+        section.check(
+            f"async-{label.replace(' ', '').replace('=', '').replace('+', '-').replace('(', '').replace(')', '').replace('.', '')}-{c}",
+            f"E ĝ[{c}] ÷ ‖∇J‖, async N = {slots}, B = {batch}, {label}, lag 0",
+            closed_form=float(pred[c]) / norm,
+            simulation=m / norm,
+            tolerance=tol,
+            rule=rule,
+        )
+        out.append((f"async {label} [{c}]", float(pred[c]) / norm, m / norm, se / norm))
 
 
 def _lag_checks(
@@ -501,7 +642,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"probability, not those before it, and stay biased even without a cap (LRN2)."
     )
     fig, (ax1, ax2) = new_figure(2, height=6.2)
-    colors = [COLORS[0]] + [COLORS[1]] * 3 + [COLORS[2]] * 7 + [COLORS[3]] * 3
+    colors = [COLORS[0]] + [COLORS[1]] * 5 + [COLORS[2]] * 7 + [COLORS[3]] * 5
     for i, r in enumerate(rows):
         ax1.scatter(r[4], r[5], color=colors[i], s=30, zorder=3)
         ax1.annotate(
