@@ -1632,7 +1632,8 @@ def train_policy(
     launch : int, optional
         ``first_k``: rollouts launched per step.
     correction : str
-        One of :data:`CORRECTIONS`, or ``horvitz_thompson``/``hajek`` (``first_k``).
+        One of :data:`CORRECTIONS`, or ``horvitz_thompson``/``hajek``/``clipped_ht`` (``first_k``;
+        ``clipped_ht`` clips the weights at ``cap``).
     penalty, cap, low, high : float
         As in :func:`gradient_moments` and :func:`corrected_scores`.
     baseline : {'batch', 'none'} or float
@@ -1820,11 +1821,13 @@ def _train(
                     low,
                     high,
                 )
-                if correction in ("horvitz_thompson", "hajek"):
+                if correction in ("horvitz_thompson", "hajek", "clipped_ht"):
                     pi = inclusion_probability_pmf(
                         hazard_length_pmf(h_j), n=int(launch or n_), k=b_
                     )
                     wk = b_ / ((launch or n_) * pi[ell[sel] - 1])
+                    if correction == "clipped_ht":
+                        wk = np.minimum(wk, cap)
                     scale = wk / wk.sum() if correction == "hajek" else wk / b_
                     g = (scale * adv) @ gi
                 else:
@@ -1880,7 +1883,7 @@ def _sample_scores(
     tok = tok + np.where(
         (valid > 0)[:, :, None] & ~is_stop[:, :, None], -ht[:, :, None] * features[None], 0.0
     )
-    if correction in ("none", "horvitz_thompson", "hajek"):
+    if correction in ("none", "horvitz_thompson", "hajek", "clipped_ht"):
         return np.asarray(tok.sum(axis=1), dtype=np.float64)
     lt = np.where(is_stop, log_stop[version][None, :], log_cont[version][None, :])
     lb = np.where(is_stop, log_stop[versions, t[None, :]], log_cont[versions, t[None, :]])

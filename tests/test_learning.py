@@ -588,24 +588,36 @@ def test_the_lab_section_flags_a_first_k_gradient_without_length_bias(
     q = lab.quality()
     pol = lab._policy(lab.THETA_FIXED, q)
 
-    def run() -> set[str]:
+    def run(checks: Any = lab._first_k_checks) -> set[str]:
         section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
-        lab._first_k_checks(section, config, q, pol)
+        checks(section, config, q, pol)
         return {c.name for c in section.checks if not c.passed}
 
     assert run() == set()
+    assert run(lab._carry_checks) == set()
 
     def unbiased(pmf: Any, scores: Any, quality: Any, **kw: Any) -> lrn.GradientMoments:
-        kw.pop("n")
-        kw.pop("k")
-        kw.pop("correction")
+        for key in ("n", "k", "correction", "clip"):
+            kw.pop(key, None)
         return lrn.policy_gradient(pmf, scores, quality, **kw)
 
+    real_first_k = lrn.first_k_gradient
     monkeypatch.setattr(lrn, "first_k_gradient", unbiased)
-    assert {"first-k-none-0", "first-k-hajek-0"} <= run()
+    assert {"first-k-none-0", "first-k-hajek-0", "first-k-clipped_ht-0"} <= run()
+
+    # wrong variant of the carried-leftover chain: the dropped-leftover law (plain first k)
+    real_carry = lrn.first_k_carry_gradient
+
+    def dropped(pmf: Any, scores: Any, quality: Any, **kw: Any) -> lrn.CarryMoments:
+        biased = real_first_k(pmf, scores, quality, **kw)
+        return real_carry(pmf, scores, quality, **kw)._replace(mean=biased.mean)
+
+    monkeypatch.setattr(lrn, "first_k_gradient", real_first_k)
+    monkeypatch.setattr(lrn, "first_k_carry_gradient", dropped)
+    assert "first-k-carry-0" in run(lab._carry_checks)
 
 
-@pytest.mark.parametrize("correction", ["none", "horvitz_thompson", "hajek"])
+@pytest.mark.parametrize("correction", ["none", "horvitz_thompson", "hajek", "clipped_ht"])
 def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_batches(
     correction: str,
 ) -> None:
@@ -621,7 +633,10 @@ def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_ba
         ell = tr.length[rows].astype(int)
         r = (suc[tr.slot[rows], tr.index[rows]] < Q8[ell - 1]) - 0.02 * ell
         pi = refimpl.inclusion_probability_pmf(lrn.hazard_length_pmf(h), n=4, k=2)
-        w = {"none": np.ones(2), "horvitz_thompson": 2 / (4 * pi[ell - 1])}.get(correction)
+        ht = 2 / (4 * pi[ell - 1])
+        w = {"none": np.ones(2), "horvitz_thompson": ht, "clipped_ht": np.minimum(ht, 2.0)}.get(
+            correction
+        )
         if w is None:  # Hájek: self-normalised
             w = 2 * (1 / pi[ell - 1]) / (1 / pi[ell - 1]).sum()
         theta = theta + 1.0 * ((w * (r - r.mean())) @ s[ell - 1]) / 2
