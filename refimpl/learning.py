@@ -25,17 +25,21 @@ rational and no logarithm is needed):
   any trained law (the on-policy gradient :math:`\nabla J = \sum_\ell p_\theta(\ell)\,\bar R(\ell)\,
   \nabla \log p_\theta(\ell)` is the case ``law = p``);
 - :func:`first_k_gradient`: the batch gradient under first-:math:`k`-of-:math:`n` dispatch, exactly,
-  uncorrected, Horvitz–Thompson or Hájek (enumeration of batch compositions);
+  uncorrected, Horvitz–Thompson, Hájek or clipped IPW (enumeration of batch compositions);
+  :func:`first_k_carry_gradient`: the same with carried leftovers (the exact chain of carried
+  rollouts);
 - :func:`fluid_staleness_pmf`, :func:`fluid_step_time`, :func:`async_gradient`: continuous
   asynchronous dispatch in the fluid model, stale behaviour versions, a staleness mask at
-  :math:`\eta`, and each off-policy correction of :mod:`refimpl.staleness`;
+  :math:`\eta` (with inverse propensity for it), and each off-policy correction of
+  :mod:`refimpl.staleness`; :func:`async_gradient_exact`: the same in Fractions for rational
+  hazards;
 - :func:`train_policy`: the real loop, in which :func:`refimpl.sim.simulate` decides which version
   launches which rollout, which versions generate its tokens and which batch trains it.
 
 References
 ----------
 conventions §first-k-of-n, §async-dispatch, §masks-and-weights, §effort-conditioning; the derivation
-page ``derivations/learning`` (claims LRN1–LRN4).
+page ``derivations/learning`` (claims LRN1–LRN6).
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
         ),
         docs=(
             DocLink("concepts/learning", "Learning under asynchrony"),
-            DocLink("derivations/learning", "Learning derivations (LRN1–LRN4)"),
+            DocLink("derivations/learning", "Learning derivations (LRN1–LRN6)"),
             DocLink("concepts/length-bias", "The length bias of dispatch"),
             DocLink("derivations/importance", "Importance-weight derivations"),
             DocLink("derivations/fluid", "Fluid model of continuous dispatch"),
