@@ -1383,54 +1383,52 @@ def async_gradient_exact(
 ) -> GradientMoments:
     r""":func:`async_gradient` in exact arithmetic, for rational hazards.
 
-        The same fluid model: trained law :math:`q(\ell, s) \propto p_{\mu_s}(\ell)\,P(s \mid \ell)\,
-        1[s \le \eta]` with :math:`P(s\mid\ell)` from the keep law at the step time :math:`\Delta` of
-        :math:`p_	heta` (:func:`fluid_step_time`, exact for a rational pmf), behaviour
-        :math:`\mu_s` = ``behaviours[s]`` (the hazards of the version :math:`s` steps before the
-        target), and the weights of each correction computed from the token probabilities
-        :math:`h(t)`, :math:`1 - h(t)` as Fractions. Every quantity is a finite sum of rational terms,
-        so the result is exact. Irrational cases are refused, not rounded: ``geometric``
-        (:math:`(\prod_t
-    ho_t)^{1/\ell}`) and logistic hazards (:math:`\exp`) stay in
-        :func:`async_gradient` (float64; it agrees with this function to about :math:`10^{-12}`
-        relative on the same rational hazards, the rounding of float64 sums over the support).
+    The same fluid model: trained law :math:`q(\ell, s) \propto p_{\mu_s}(\ell)\,P(s \mid \ell)\,
+    1[s \le \eta]` with :math:`P(s\mid\ell)` from the keep law at the step time :math:`\Delta` of
+    :math:`p_\theta` (:func:`fluid_step_time`, exact for a rational pmf), behaviour
+    :math:`\mu_s` = ``behaviours[s]`` (the hazards of the version :math:`s` steps before the
+    target), and the weights of each correction computed from the token probabilities
+    :math:`h(t)`, :math:`1 - h(t)` as Fractions. Every quantity is a finite sum of rational terms,
+    so the result is exact. Irrational cases are refused, not rounded: ``geometric``
+    (:math:`(\prod_t\rho_t)^{1/\ell}`) and logistic hazards (:math:`\exp`) stay in
+    :func:`async_gradient` (float64; it agrees with this function to about :math:`10^{-12}`
+    relative on the same rational hazards, the rounding of float64 sums over the support).
 
-        Parameters
-        ----------
-        hazard : sequence of Fraction (M,)
-            The target's hazards :math:`h_	heta(t)`, last entry 1.
-        behaviours : sequence of sequences of Fraction (S + 1, M)
-            ``behaviours[s]``: the hazards of the behaviour of a sample :math:`s` versions stale;
-            ``behaviours[0]`` must equal ``hazard``. :math:`S` must reach :math:`\lceil M/\Delta
-    ceil`.
-        features : array_like of int or Fraction (M, d)
-            :math:`\phi(t)` (the identity: the tabular policy).
-        quality : sequence of Fraction (M,)
-        slots, batch : int
-        eta : int, optional
-        correction : str
-            One of :data:`EXACT_CORRECTIONS`.
-        penalty, baseline, cap, low, high : Fraction or int
-        mask_ipw : bool
-        ipw_clip : Fraction, optional
-            As in :func:`async_gradient`.
+    Parameters
+    ----------
+    hazard : sequence of Fraction (M,)
+        The target's hazards :math:`h_\theta(t)`, last entry 1.
+    behaviours : sequence of sequences of Fraction (S + 1, M)
+        ``behaviours[s]``: the hazards of the behaviour of a sample :math:`s` versions stale;
+        ``behaviours[0]`` must equal ``hazard``. :math:`S` must reach :math:`\lceil M/\Delta\rceil`.
+    features : array_like of int or Fraction (M, d)
+        :math:`\phi(t)` (the identity: the tabular policy).
+    quality : sequence of Fraction (M,)
+    slots, batch : int
+    eta : int, optional
+    correction : str
+        One of :data:`EXACT_CORRECTIONS`.
+    penalty, baseline, cap, low, high : Fraction or int
+    mask_ipw : bool
+    ipw_clip : Fraction, optional
+        As in :func:`async_gradient`.
 
-        Returns
-        -------
-        GradientMoments
-            Exact.
+    Returns
+    -------
+    GradientMoments
+        Exact.
 
-        Examples
-        --------
-        >>> from fractions import Fraction as F
-        >>> h = [F(1, 2), F(1, 2), F(1)]
-        >>> stale = [h, [F(1, 3), F(1, 2), F(1)], [F(1, 4), F(1, 2), F(1)], [F(1, 5), F(1, 2), F(1)]]
-        >>> eye = np.eye(3, dtype=int).tolist()
-        >>> Q = [F(0), F(1, 2), F(1)]
-        >>> g = async_gradient_exact(h, stale, eye, Q, slots=2, batch=2, correction="sequence_is")
-        >>> on = policy_gradient(hazard_length_pmf(h), token_scores(h, eye).sum(axis=1), Q).mean
-        >>> [a / b for a, b in zip(g.mean, on) if b]  # the direction of ∇J, exactly
-        [Fraction(28, 31), Fraction(28, 31)]
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> h = [F(1, 2), F(1, 2), F(1)]
+    >>> stale = [h, [F(1, 3), F(1, 2), F(1)], [F(1, 4), F(1, 2), F(1)], [F(1, 5), F(1, 2), F(1)]]
+    >>> eye = np.eye(3, dtype=int).tolist()
+    >>> Q = [F(0), F(1, 2), F(1)]
+    >>> g = async_gradient_exact(h, stale, eye, Q, slots=2, batch=2, correction="sequence_is")
+    >>> on = policy_gradient(hazard_length_pmf(h), token_scores(h, eye).sum(axis=1), Q).mean
+    >>> [a / b for a, b in zip(g.mean, on) if b]  # the direction of ∇J, exactly
+    [Fraction(28, 31), Fraction(28, 31)]
     """
     if correction not in EXACT_CORRECTIONS:
         raise invalid(
