@@ -181,10 +181,13 @@ SECTIONS: tuple[SectionSpec, ...] = (
         title="Learning under asynchrony: the gradient, its bias and what the policy learns",
         module="refimpl.lab.learning",
         requires=(
+            "refimpl.fluid_keep_probability",
             "refimpl.inclusion_probability_pmf",
             "refimpl.learning.async_gradient",
             "refimpl.learning.expected_length",
+            "refimpl.learning.first_k_carry_gradient",
             "refimpl.learning.first_k_gradient",
+            "refimpl.learning.fluid_step_time",
             "refimpl.learning.hazard_length_pmf",
             "refimpl.learning.length_features",
             "refimpl.learning.length_gradient",
