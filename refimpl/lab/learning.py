@@ -520,7 +520,7 @@ def _lag_checks(
 ) -> list[tuple[str, float, float, float]]:
     """Replay a policy path that moves by δ per version; compare the simulated batch gradients."""
     slots, batch, steps, first = 32, 16, 24, 8
-    reps = 5 if config.quick else 16
+    reps = 12 if config.quick else 16
     lag = LAG * pol.grad / np.linalg.norm(pol.grad)
     path = THETA_FIXED[None, :] + (np.arange(steps + 1) - steps // 2)[:, None] * lag[None, :]
     norm = float(np.linalg.norm(pol.grad))
