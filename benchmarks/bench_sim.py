@@ -4,7 +4,8 @@
 Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
 
 1. Ratios at R rollouts (default 10^6), for every mode: our rollouts/s (``simulate``'s ``auto``
-   engine: vectorized for plain async, compiled for the rest; best of a few repeats) against the plain
+   engine: vectorized for plain async, compiled for the rest, agent rollouts included; best of a
+   few repeats) against the plain
    SimPy peer's (``tests/peers/simpy_queue.py``, ``--variant store``, timed once) and against a
    straightforward SimPy model of that same mode (``benchmarks/simpy_modes.py``), each first checked
    sample for sample against ours on the same length matrix. Targets: plain async >= 100x the peer,
@@ -156,8 +157,6 @@ def main() -> int:
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10^5..10^7 scaling runs")
     ap.add_argument("--agent-1e7", action="store_true", help="also scale the agent mode to 10^7")
     args = ap.parse_args()
-    import scipy.stats
-
     from refimpl.sim import SimConfig, simulate
     from refimpl.sim._compiled import AVAILABLE
     from refimpl.sim.agent import AgentConfig, simulate_agent
@@ -187,19 +186,32 @@ def main() -> int:
     print(header)
     ok = True
     for name in chosen:
-        if name == AGENT:
+        if name == AGENT:  # shared inputs: the same length matrix for ours and the model
             cfg_a = AgentConfig(
-                slots=SLOTS, batch=BATCH, steps=steps, seed=SEED,
-                lengths=scipy.stats.lognorm(s=1.0, scale=float(np.exp(6.0))), **AGENT_OPTIONS,
-            )  # fmt: skip
-            t, c, _ = best_of(1, lambda cfg_a=cfg_a: simulate_agent(cfg_a))
+                slots=SLOTS, batch=BATCH, steps=steps, lengths=lengths, seed=SEED, **AGENT_OPTIONS
+            )
+            model_a = best_of(
+                1,
+                lambda: models.simulate_agent(lengths, BATCH, steps, **AGENT_OPTIONS),
+            )
+            t_m, c_m, (m_stale, m_len, m_end) = model_a
+            t, c, res = best_of(args.repeats, lambda cfg_a=cfg_a: simulate_agent(cfg_a))
+            r = res.rollouts
+            done = np.flatnonzero(r.status == 0)
+            order = done[np.argsort(r.completion_rank[done])]
+            agrees = (
+                np.array_equal(r.staleness[order], m_stale)
+                and np.array_equal(r.length[order], m_len)
+                and res.summary.end_time == m_end
+            )
+            ok &= agrees
             ratio = t_peer / t
             met = ratio >= 10.0
             ok &= met
             print(
-                f"{name:36s} {trained / t:11,.0f} {ratio:7.1f} {'-':>8s} {'-':>10s} "
-                f"{c_peer / c:10.1f} {'-':>11s}  {'-':6s}  >= 10x {'meets' if met else 'MISSES'}"
-                " (reference engine; no SimPy model of the agent mode yet)"
+                f"{name:36s} {trained / t:11,.0f} {ratio:7.1f} {t_m / t:8.1f} {trained / t_m:10,.0f} "
+                f"{c_peer / c:10.1f} {c_m / c:11.1f}  {'yes' if agrees else 'NO':6s}  "
+                f">= 10x {'meets' if met else 'MISSES'}"
             )
             continue
         options, model_name, model_options, target = MODES[name]
@@ -246,7 +258,8 @@ def main() -> int:
         )
         for name in chosen:
             mode, options = ("agent", AGENT_OPTIONS) if name == AGENT else ("sim", MODES[name][0])
-            # the agent mode runs on its reference engine: 10^7 would take most of an hour
+            # the agent mode's traces at 10^7 (a row per rollout, call and attempt: about 5 GB with
+            # two calls a rollout) do not fit in 2 GiB; --agent-1e7 runs it anyway
             agent_sizes = sizes[:-1] if mode == "agent" and not args.agent_1e7 else sizes
             runs = [scaling_run(n, mode, options) for n in agent_sizes]
             peak = runs[-1]["peak_rss"]

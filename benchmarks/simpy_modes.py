@@ -327,10 +327,89 @@ def simulate_preemption(
     return run.result()
 
 
+def least_loaded(loads: list[int]) -> int:
+    """The router: the shard with the smallest load, the lowest index among equals."""
+    return loads.index(min(loads))
+
+
+def simulate_agent(
+    lengths: np.ndarray,
+    batch: int,
+    steps: int,
+    *,
+    turns: int,
+    tool_latency: float,
+    shards: int,
+    capacity: int | None,
+    eta: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Agent rollouts (``refimpl.sim.agent``) without faults: a rollout decodes ``turns + 1``
+    equal segments (``length / (turns + 1)`` each) with a tool call of ``tool_latency`` between two;
+    each call goes to the least loaded shard (queued + busy, lowest index on ties), which serves it
+    at once if one of its ``capacity`` containers is free, else queues it (FIFO). The slot stays with
+    its rollout until the last segment ends, then relaunches; with ``eta`` a rollout over the bound
+    when the trainer consumes it is dropped."""
+    run = _Run(lengths, batch, steps)
+    n_slots = len(run.rows)
+    cap = float("inf") if capacity is None else capacity
+    busy = [0] * shards
+    queue: list[deque[Callable[[], None]]] = [deque() for _ in range(shards)]
+    trained = [0]
+    target = steps * batch
+
+    def launch(s: int) -> None:
+        v, length = run.version, run.next_length(s)
+        seg = length * 1.0 / (turns + 1)
+        segment(s, v, length, seg, turns)
+
+    def segment(s: int, v: int, length: float, seg: float, calls_left: int) -> None:
+        if calls_left:
+            after = lambda: tool(s, v, length, seg, calls_left - 1)  # noqa: E731
+        else:
+            after = lambda: finish(s, v, length)  # noqa: E731
+        run.env.timeout(seg).callbacks.append(lambda _: after())
+
+    def tool(s: int, v: int, length: float, seg: float, calls_left: int) -> None:
+        shard = least_loaded([len(q) + b for q, b in zip(queue, busy, strict=True)])
+
+        def serve() -> None:
+            busy[shard] += 1
+            run.env.timeout(tool_latency).callbacks.append(lambda _: done())
+
+        def done() -> None:
+            busy[shard] -= 1
+            if queue[shard]:
+                queue[shard].popleft()()
+            segment(s, v, length, seg, calls_left)
+
+        if busy[shard] < cap:
+            serve()
+        else:
+            queue[shard].append(serve)
+
+    def finish(s: int, v: int, length: float) -> None:
+        m = trained[0]
+        if m < target:
+            step = m // batch
+            if eta is None or step - v <= eta:
+                trained[0] = m + 1
+                run.stale.append(step - v)
+                run.tlen.append(length)
+                if (m + 1) % batch == 0:
+                    run.at(0.0, run.publish, LATE)
+        if trained[0] < target:
+            launch(s)
+
+    for s in range(n_slots):
+        launch(s)
+    return run.result()
+
+
 MODELS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray, float]]] = {
     "drop": simulate_drop,
     "first_k": simulate_first_k,
     "admission": simulate_admission,
     "partial": simulate_partial,
     "preemption": simulate_preemption,
+    "agent": simulate_agent,
 }

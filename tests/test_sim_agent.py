@@ -35,6 +35,7 @@ from refimpl.sim.agent import (
     run_agent_cli,
     simulate_agent,
 )
+from refimpl.sim.agent import _compiled as agent_compiled
 
 # The peer: REFIMPL_PEERS, the peer directory next to the repository, or the vendored copy
 # (tests/_peers.py).
@@ -45,6 +46,11 @@ _load_peer = load_simpy_peer
 @pytest.fixture(scope="module")
 def peer() -> ModuleType:
     return _load_peer()
+
+
+def _reference_engine_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong variant is planted in the reference engine's Python code: let ``auto`` run it."""
+    monkeypatch.setattr(agent_compiled, "AVAILABLE", False)
 
 
 def _training_order(res: AgentResult) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
@@ -238,6 +244,7 @@ def test_length_shift_rejects_calls_that_take_no_time(
         self.c_service[self.a_call[a]] = 0.0
         real(self, a, s, t)
 
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "admit", instant)
     res, expected = _shift_run(peer)
     assert res.summary.end_time != expected[2]
@@ -252,6 +259,7 @@ def test_reduction_rejects_a_version_read_after_the_bump(
     def bump_now(self: Any, t: float) -> None:
         self.version += 1
 
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "batch_full", bump_now)
     lengths = peer.draw_lengths(8, 800, 0)
     expected = peer.simulate_store(lengths, 16, 50)
@@ -370,6 +378,7 @@ def test_littles_law_rejects_a_pool_that_counts_only_busy_containers(
         self.s_busy_area[s] += self.s_busy[s] * dt
         self.last_t[s] = t
 
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "touch", busy_only)
     res = simulate_agent(_FAULTY)
     assert res.summary.queued_attempts > 0
@@ -468,6 +477,7 @@ def test_call_accounting_rejects_a_retry_that_drops_the_call(
             r = self.c_rollout[c]
             self.push(t + self.r_seg[r], agent._PRIO_EVENT, agent._SEG_END, r)
 
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "retry_or_fail", drop)
     res = simulate_agent(dataclasses.replace(_FAULTY, crash_rate=0.03))
     assert _call_accounting_errors(res) != []
@@ -530,6 +540,7 @@ def test_view_property_rejects_a_zero_period_read_as_never_refresh(
 ) -> None:
     """Wrong variant: ``refresh = 0`` taken as "no refresh events" instead of "always exact": the
     router keeps the empty snapshot of time 0 and sends every call to shard 0."""
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "loads", lambda self: self.view)
     assert _consistent_vs_stale_t() < -_T_CRIT
 
@@ -537,7 +548,8 @@ def test_view_property_rejects_a_zero_period_read_as_never_refresh(
 def test_herding_check_rejects_a_router_that_ignores_load(monkeypatch: pytest.MonkeyPatch) -> None:
     """Wrong variant: the router always picks the first allowed shard; the view then does not matter
     and the power half of the view test (stale queues strictly longer) fails."""
-    monkeypatch.setattr(agent._engine, "_least_loaded", lambda loads, allowed: allowed[0])
+    _reference_engine_only(monkeypatch)
+    monkeypatch.setattr(agent._pool, "_least_loaded", lambda loads, allowed: allowed[0])
     assert not _consistent_vs_stale_t() > _T_CRIT
 
 
@@ -659,6 +671,7 @@ def test_tie_rule_check_rejects_a_version_read_after_the_bump(
     def bump_now(self: Any, t: float) -> None:
         self.version += 1
 
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "batch_full", bump_now)
     cfg = dataclasses.replace(_FAULTY, lengths=st.randint(1, 20), crash_rate=0.0)
     assert _launch_version_mismatches(simulate_agent(cfg)) > 0
@@ -713,6 +726,7 @@ def test_staleness_identity_rejects_an_off_by_one_version(monkeypatch: pytest.Mo
         if self.version > 0:
             self.r_version[-1] = self.version - 1
 
+    _reference_engine_only(monkeypatch)
     monkeypatch.setattr(agent._Engine, "launch", late)
     res = simulate_agent(_FAULTY)
     trained = res.rollouts.status == 0

@@ -103,7 +103,8 @@ def simulate(
         reference engine. Every engine gives the same trace, sample for sample.
     progress : callable, optional
         Called with the number of newly completed rollouts every few thousand completions (event
-        engine; the vectorized and compiled engines report once, at the end), e.g. ``tqdm.update``.
+        engine; the compiled engine about every 1/64 of the run, when it pauses; the vectorized
+        engine once, at the end), e.g. ``tqdm.update``.
 
     Returns
     -------

@@ -9,7 +9,8 @@ operations in the same order: its trace is the reference engine's, bit for bit
 (``tests/test_sim_agreement.py`` checks this with Hypothesis over every mode, ties included).
 
 What Python must do (drawing more lengths, more preemption delays, more room for rollouts, heap
-entries or version segments) the kernel cannot; it stops and says what it needs, and
+entries or version segments, reporting progress every 1/64 of the run) the kernel cannot; it stops
+and says what it needs, and
 :func:`run_compiled` provides it and runs again from the start. Every draw comes from the same
 generators in the same order, so a rerun sees the same numbers as a run that had them from the start
 (a longer prefix of the same streams) and the result does not depend on how often it reran.
@@ -55,8 +56,8 @@ _PARTIAL_CODES = {"none": 0, "restart": 1, "recompute": 2, "keep_kv": 3}
 # integer state S[...]
 _SEQ, _BUSY, _VERSION, _J, _TRAINING, _RANK, _ADMITTED, _RUNNING, _PENDING_LAUNCH = range(9)
 _NR, _BUF_HEAD, _BUF_TAIL, _NBATCH, _IDLE_HEAD, _IDLE_LEN, _ERR, _ERR_A, _ERR_B = range(9, 18)
-_COMPLETED, _NSEG, _EXP_USED, _KCOLS, _STARTED, _MAXCOL = range(18, 24)
-_N_STATE = 24
+_COMPLETED, _NSEG, _EXP_USED, _KCOLS, _STARTED, _MAXCOL, _PAUSE_AT = range(18, 25)
+_N_STATE = 25
 # float state SF[...]
 _T, _VCLOCK, _GEN_BUSY, _TRAINER_BUSY = range(4)
 # errors: what the kernel needs from Python
@@ -511,6 +512,7 @@ def _kernel(
             or (partial != 0 and segs - S[_NSEG] < _SEGMENTS_PER_EVENT * n_slots)
             or (P[_P_PREEMPT] and S[_EXP_USED] >= exps.shape[0])
             or (check_columns and S[_KCOLS] - S[_MAXCOL] < _COLUMNS_PER_EVENT)
+            or S[_COMPLETED] >= S[_PAUSE_AT]  # a chunk done: Python reports progress
         ):
             S[_ERR] = _NEED_ROOM
             return
@@ -774,9 +776,13 @@ def run_compiled(
     heap = (_HEAP_PER_EVENT + 2) * n_slots + 4 + _INITIAL_ROOM
     n_seg = _INITIAL_ROOM if cfg.partial != "none" else 0
     need_w = cfg.partial != "none" or cfg.preempt_rate > 0 or cfg.mode in ("sync", "first_k")
+    # progress: the kernel pauses every ``chunk`` completions (about 1/64 of the run) to report
+    chunk = max(cfg.trained_target // 64, 1) if progress is not None else 2**62
+    reported = 0
     while True:  # a run from the start (again only when an event overran its room)
         exps = _exponentials(cfg, n_exp)
         S = np.zeros(_N_STATE, dtype=np.int64)
+        S[_PAUSE_AT] = chunk
         SF = np.zeros(4, dtype=np.float64)
         R = np.empty((8, rows), dtype=np.int32)
         RF = np.empty((2, rows), dtype=np.float64)
@@ -803,9 +809,13 @@ def run_compiled(
                 hk, hp, seg_r, seg_k, seg_v, publish, SL, SLF, idle, batch, hn, ev,
             )  # fmt: skip
             err = int(S[_ERR])
+            if progress is not None and S[_COMPLETED] > reported:
+                progress(int(S[_COMPLETED]) - reported)  # a rerun from the start reports no twice
+                reported = int(S[_COMPLETED])
             if err != _NEED_ROOM:
                 break
             S[_ERR] = _OK
+            S[_PAUSE_AT] = S[_COMPLETED] + chunk
             done = max(int(S[_J]), 1)
             scale = steps / done * 1.05  # the whole run, extrapolated from the part done
             n_r = int(S[_NR])
@@ -850,8 +860,6 @@ def run_compiled(
             n_exp = max(4 * n_exp, int(n_exp * steps / done * 1.05))
         del R, RF, W, status
     n = int(S[_NR])
-    if progress is not None:
-        progress(int(S[_COMPLETED]))
     del ht, hk, hp
     # canonical row order: by slot, then launch order within the slot (index 0, 1, ... per slot)
     slot = R[_R_SLOT, :n]

@@ -605,8 +605,8 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = tqdm(total=agent.steps, file=sys.stderr, disable=not show, unit="step", leave=False)
 
-    def advance(n: int) -> None:
-        bar.update(n)
+    def advance(n: int) -> None:  # n: steps done so far (simulate_agent's progress)
+        bar.update(n - bar.n)
 
     try:
         with _numeric_guard():

@@ -44,10 +44,12 @@ The model, following conventions §vocabulary and the plain simulator:
   ends of the run, which makes Little's law an identity on the sample path).
 
 Parts, each small enough to read at once: ``_config`` (:class:`AgentConfig` and the codes the
-parts share), ``_engine`` (the event engine: the tool-call model with its attempts, crashes,
-timeouts, retries and recovery; the sharded sandbox pool with its router and local admission; the
-slots and the trainer), ``_results`` (the accounting: the traces and their summary) and ``_cli``
-(the ``refimpl simulate --tool-turns`` options).
+parts share); the reference engine in three layers, ``_pool`` (the sharded sandbox pool with its
+router and local admission), ``_calls`` (the tool-call model: attempts, crashes, timeouts, retries
+and recovery) and ``_engine`` (the slots, the rollouts and the trainer over one heap of events, and
+:func:`simulate_agent`); ``_compiled`` (the same loop compiled with numba, ``engine='compiled'``,
+bit for bit the reference); ``_results`` (the accounting: the traces and their summary) and
+``_cli`` (the ``refimpl simulate --tool-turns`` options).
 
 Use :class:`AgentConfig` to describe a run, :func:`simulate_agent` to run it and
 :func:`agent_summary_dict` for a JSON-able summary; :func:`configure_agent_options`,
@@ -60,6 +62,7 @@ from refimpl.sim import _lengthfiles
 
 # _engine, _typed_pmf and the event codes: for the tests, which reach into the engine, and the CLI
 from refimpl.sim.agent import _engine as _engine
+from refimpl.sim.agent import _pool as _pool
 from refimpl.sim.agent._cli import (
     agent_config_from_args,
     configure_agent_options,

@@ -37,6 +37,29 @@ _PRIO_REFRESH, _PRIO_EVENT, _PRIO_PUBLISH = 0, 1, 2
 _A_QUEUED, _A_SERVICE, _A_ENDED = 1, 2, 3
 
 
+class _Stream:
+    """Draws from a constant or a frozen law with its own generator, in buffered chunks."""
+
+    __slots__ = ("buf", "const", "gen", "law", "pos")
+
+    def __init__(self, law: Any, gen: np.random.Generator) -> None:
+        self.law = law if _is_frozen_law(law) else None
+        self.const = None if self.law is not None else law
+        self.gen = gen
+        self.buf: list[Any] = []
+        self.pos = 0
+
+    def draw(self) -> Any:
+        if self.law is None:
+            return self.const
+        if self.pos == len(self.buf):
+            self.buf = np.asarray(self.law.rvs(size=512, random_state=self.gen)).tolist()
+            self.pos = 0
+        value = self.buf[self.pos]
+        self.pos += 1
+        return value
+
+
 # ---------------------------------------------------------------------------------------------
 # configuration
 # ---------------------------------------------------------------------------------------------

@@ -1,24 +1,27 @@
-"""Agent rollouts: the discrete-event engine. The tool-call model (calls, attempts, crashes, timeouts,
-retries and recovery), the sharded sandbox pool with its router and local admission, the slots and
-the trainer, over one heap; and :func:`simulate_agent`, which runs it and hands its columns to the
-accounting (``_results``)."""
+"""Agent rollouts: the reference engine's rollouts, trainer and event loop, and
+:func:`simulate_agent`, which runs it (or the compiled engine) and hands the columns to the
+accounting (``_results``).
+
+The engine is three layers, each a class a reader can hold at once: the sandbox pool and its router
+(``_pool``), the tool-call model on top of it (``_calls``), and here the slots, the rollouts'
+segments and the trainer, over the one heap of events they share.
+"""
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Literal
 
 import numpy as np
-from numpy.typing import NDArray
 
-from refimpl._validation import wrong_type
+from refimpl._validation import invalid, wrong_type
 from refimpl.errors import InvalidArgument
+from refimpl.sim.agent import _compiled
+from refimpl.sim.agent._calls import _ToolCalls
 from refimpl.sim.agent._config import (
     _A_ENDED,
-    _A_QUEUED,
     _A_SERVICE,
     _ABORTED,
     _COMPLETED,
@@ -41,97 +44,22 @@ from refimpl.sim.agent._config import (
     _UNTRAINED,
     AgentConfig,
     _is_frozen_law,
+    _Stream,
 )
-from refimpl.sim.agent._results import (
-    AgentResult,
-    AttemptTrace,
-    CallTrace,
-    RolloutTrace,
-    ShardStats,
-    _summarize,
-)
-from refimpl.staleness import sample_staleness
-
-# ---------------------------------------------------------------------------------------------
-# the engine
-# ---------------------------------------------------------------------------------------------
+from refimpl.sim.agent._results import AgentResult, assemble, compiled_columns
 
 
-class _Stream:
-    """Draws from a constant or a frozen law with its own generator, in buffered chunks."""
-
-    __slots__ = ("buf", "const", "gen", "law", "pos")
-
-    def __init__(self, law: Any, gen: np.random.Generator) -> None:
-        self.law = law if _is_frozen_law(law) else None
-        self.const = None if self.law is not None else law
-        self.gen = gen
-        self.buf: list[Any] = []
-        self.pos = 0
-
-    def draw(self) -> Any:
-        if self.law is None:
-            return self.const
-        if self.pos == len(self.buf):
-            self.buf = np.asarray(self.law.rvs(size=512, random_state=self.gen)).tolist()
-            self.pos = 0
-        value = self.buf[self.pos]
-        self.pos += 1
-        return value
-
-
-def _least_loaded(loads: list[int], allowed: list[int]) -> int:
-    """The router's choice: the allowed shard with the smallest load in its view (lowest index)."""
-    best = allowed[0]
-    best_load = loads[best]
-    for s in allowed[1:]:
-        if loads[s] < best_load:
-            best, best_load = s, loads[s]
-    return best
-
-
-class _Engine:
-    """The event loop and all state; columns are Python lists until the run ends."""
+class _Engine(_ToolCalls):
+    """The slots, the rollouts and the trainer; columns are Python lists until the run ends."""
 
     __slots__ = (
-        "a_admit",
-        "a_arrive",
-        "a_box",
-        "a_call",
-        "a_cold",
-        "a_depart",
-        "a_number",
-        "a_outcome",
-        "a_recovery",
-        "a_redirects",
-        "a_route",
-        "a_shard",
-        "a_state",
-        "a_visited",
         "aborted",
-        "c_attempts",
-        "c_end",
-        "c_exec",
-        "c_index",
-        "c_issue",
-        "c_rollout",
-        "c_service",
-        "c_status",
-        "cap",
-        "cfg",
         "completed",
-        "cont_alive",
-        "cont_release",
-        "crash_gen",
         "end_time",
-        "heap",
-        "last_t",
         "launching",
         "len_stream",
-        "max_redirects",
         "progress",
         "r_calls",
-        "r_done_service",
         "r_exec",
         "r_finish",
         "r_issued",
@@ -145,38 +73,18 @@ class _Engine:
         "r_step",
         "r_tool",
         "r_version",
-        "s_area",
-        "s_arrivals",
-        "s_busy",
-        "s_busy_area",
-        "s_cold",
-        "s_completed",
-        "s_crashed",
-        "s_free",
-        "s_nq",
-        "s_queue",
-        "s_queued",
-        "s_redirected",
-        "s_timed_out",
-        "seq",
-        "service_stream",
         "slot_k",
         "target",
         "trained",
         "turns_stream",
         "version",
-        "view",
     )
 
     def __init__(self, cfg: AgentConfig) -> None:
-        self.cfg = cfg
         gens = np.random.default_rng(cfg.seed).spawn(4)
+        super().__init__(cfg, gens[2], gens[3])
         self.len_stream = _Stream(cfg.lengths, gens[0]) if _is_frozen_law(cfg.lengths) else None
         self.turns_stream = _Stream(cfg.turns, gens[1])
-        self.service_stream = _Stream(cfg.tool_latency, gens[2])
-        self.crash_gen = gens[3]
-        self.heap: list[tuple[float, int, int, int, int]] = []
-        self.seq = 0
         self.version = 0
         self.completed = 0
         self.trained = 0
@@ -184,7 +92,6 @@ class _Engine:
         self.progress: Callable[[int], None] | None = None
         self.target = cfg.steps * cfg.batch
         self.launching = True
-        self.max_redirects: int = cfg.shards - 1 if cfg.max_redirects is None else cfg.max_redirects
         self.end_time = math.nan
         self.slot_k = [0] * cfg.slots
         self.r_slot: list[int] = []
@@ -195,74 +102,12 @@ class _Engine:
         self.r_step: list[int] = []
         self.r_rank: list[int] = []
         self.r_status: list[int] = []
-        self.c_rollout: list[int] = []
-        self.c_index: list[int] = []
-        self.c_attempts: list[int] = []
-        self.c_status: list[int] = []
-        self.a_call: list[int] = []
-        self.a_number: list[int] = []
-        self.a_redirects: list[int] = []
-        self.a_shard: list[int] = []
-        self.a_outcome: list[int] = []
-        self.a_box: list[int] = []
-        self.a_state: list[int] = []
-        self.a_visited: list[int] = []
         self.r_launch: list[float] = []
         self.r_finish: list[float] = []
         self.r_len: list[float] = []
         self.r_seg: list[float] = []
         self.r_tool: list[float] = []
         self.r_exec: list[float] = []
-        self.r_done_service: list[float] = []
-        self.c_issue: list[float] = []
-        self.c_end: list[float] = []
-        self.c_service: list[float] = []
-        self.c_exec: list[float] = []
-        self.a_route: list[float] = []
-        self.a_arrive: list[float] = []
-        self.a_admit: list[float] = []
-        self.a_depart: list[float] = []
-        self.a_recovery: list[float] = []
-        self.a_cold: list[bool] = []
-        n = cfg.shards
-        self.cap = math.inf if cfg.capacity is None else float(cfg.capacity)
-        self.s_queue: list[deque[int]] = [deque() for _ in range(n)]
-        self.s_free: list[list[int]] = [[] for _ in range(n)]
-        self.s_nq: list[int] = [0] * n
-        self.s_busy: list[int] = [0] * n
-        self.s_arrivals: list[int] = [0] * n
-        self.s_completed: list[int] = [0] * n
-        self.s_crashed: list[int] = [0] * n
-        self.s_timed_out: list[int] = [0] * n
-        self.s_redirected: list[int] = [0] * n
-        self.s_queued: list[int] = [0] * n
-        self.s_cold: list[int] = [0] * n
-        self.s_area = [0.0] * n
-        self.s_busy_area = [0.0] * n
-        self.last_t = [0.0] * n
-        self.cont_alive: list[bool] = []
-        self.cont_release: list[float] = []
-        self.view = [0] * n
-
-    # -- bookkeeping ---------------------------------------------------------------------------
-
-    def push(self, t: float, prio: int, kind: int, ref: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, self.seq, kind, ref))
-
-    def touch(self, s: int, t: float) -> None:
-        """Accumulate shard ``s``'s integrals up to ``t`` (before any change of its counters)."""
-        dt = t - self.last_t[s]
-        if dt:
-            busy = self.s_busy[s]
-            self.s_area[s] += (self.s_nq[s] + busy) * dt
-            self.s_busy_area[s] += busy * dt
-        self.last_t[s] = t
-
-    def loads(self) -> list[int]:
-        if self.cfg.refresh == 0.0:
-            return [q + b for q, b in zip(self.s_nq, self.s_busy, strict=True)]
-        return self.view
 
     # -- rollouts ------------------------------------------------------------------------------
 
@@ -314,16 +159,7 @@ class _Engine:
         issued = self.r_issued[r]
         if issued < self.r_calls[r]:
             self.r_issued[r] = issued + 1
-            c = len(self.c_rollout)
-            self.c_rollout.append(r)
-            self.c_index.append(issued)
-            self.c_issue.append(t)
-            self.c_end.append(math.nan)
-            self.c_service.append(float(self.service_stream.draw()))
-            self.c_attempts.append(0)
-            self.c_status.append(_PENDING)
-            self.c_exec.append(0.0)
-            self.start_attempt(c, t)
+            self.issue_call(r, issued, t)
         else:
             self.finish_rollout(r, t)
 
@@ -358,12 +194,9 @@ class _Engine:
         self.push(t, _PRIO_PUBLISH, _PUBLISH, 0)
 
     def call_ended(self, c: int, t: float, status: int) -> None:
-        self.c_status[c] = status
-        self.c_end[c] = t
         r = self.c_rollout[c]
         self.r_tool[r] += t - self.c_issue[c]
         self.r_exec[r] += self.c_exec[c]
-        self.r_done_service[r] += self.c_service[c]
         if status == _FAILED and self.cfg.on_failure == "abort":
             self.r_finish[r] = t
             self.r_status[r] = _ABORTED
@@ -379,147 +212,6 @@ class _Engine:
                 self.launch(self.r_slot[r], t)
             return
         self.push(t + self.r_seg[r], _PRIO_EVENT, _SEG_END, r)
-
-    # -- attempts ------------------------------------------------------------------------------
-
-    def start_attempt(self, c: int, t: float) -> None:
-        cfg = self.cfg
-        a = len(self.a_call)
-        number = self.c_attempts[c] + 1
-        self.c_attempts[c] = number
-        self.a_call.append(c)
-        self.a_number.append(number)
-        self.a_route.append(t)
-        self.a_redirects.append(0)
-        self.a_shard.append(-1)
-        self.a_arrive.append(math.nan)
-        self.a_admit.append(math.nan)
-        self.a_depart.append(math.nan)
-        self.a_outcome.append(_PENDING)
-        self.a_cold.append(False)
-        self.a_box.append(-1)
-        self.a_state.append(0)
-        recovery = 0.0
-        if number > 1:
-            if cfg.recovery == "replay":
-                recovery = cfg.replay_cost * self.c_index[c]
-            else:
-                recovery = self.r_done_service[self.c_rollout[c]]
-        self.a_recovery.append(recovery)
-        if cfg.timeout is not None:
-            self.push(t + cfg.timeout, _PRIO_EVENT, _TIMEOUT, a)
-        shards = list(range(cfg.shards))
-        s = _least_loaded(self.loads(), shards) if cfg.shards > 1 else 0
-        self.a_visited.append(1 << s)
-        self.arrive(a, s, t)
-
-    def arrive(self, a: int, s: int, t: float) -> None:
-        cfg = self.cfg
-        self.s_arrivals[s] += 1
-        if self.s_busy[s] < self.cap:
-            self.a_shard[a] = s
-            self.a_arrive[a] = t
-            self.admit(a, s, t)
-            return
-        if cfg.admission == "redirect" and self.a_redirects[a] < self.max_redirects:
-            visited = self.a_visited[a]
-            loads = self.loads()
-            others = [
-                x for x in range(cfg.shards) if not (visited >> x) & 1 and loads[x] < self.cap
-            ]
-            if others:
-                self.s_redirected[s] += 1
-                target = _least_loaded(loads, others)
-                self.a_redirects[a] += 1
-                self.a_visited[a] = visited | (1 << target)
-                self.arrive(a, target, t)
-                return
-        self.touch(s, t)
-        self.a_shard[a] = s
-        self.a_arrive[a] = t
-        self.a_state[a] = _A_QUEUED
-        self.s_nq[s] += 1
-        self.s_queued[s] += 1
-        self.s_queue[s].append(a)
-
-    def admit(self, a: int, s: int, t: float) -> None:
-        cfg = self.cfg
-        self.touch(s, t)
-        free = self.s_free[s]
-        if free:
-            box = free.pop()
-            cold = (not self.cont_alive[box]) or (t - self.cont_release[box] > cfg.keepalive)
-        else:
-            box = len(self.cont_alive)
-            self.cont_alive.append(True)
-            self.cont_release.append(t)
-            cold = True
-        self.cont_alive[box] = True
-        self.s_busy[s] += 1
-        self.a_state[a] = _A_SERVICE
-        self.a_admit[a] = t
-        self.a_cold[a] = cold
-        if cold:
-            self.s_cold[s] += 1
-        c = self.a_call[a]
-        occupancy = (cfg.cold_start if cold else cfg.warm_start) + self.a_recovery[a]
-        occupancy += self.c_service[c]
-        self.a_box[a] = box
-        if cfg.crash_rate > 0.0:
-            life = float(self.crash_gen.exponential(1.0 / cfg.crash_rate))
-            if life < occupancy:
-                self.push(t + life, _PRIO_EVENT, _CRASH, a)
-                return
-        self.push(t + occupancy, _PRIO_EVENT, _DONE, a)
-
-    def release(self, a: int, s: int, t: float, alive: bool) -> None:
-        """Free attempt ``a``'s container on shard ``s`` and admit the next queued attempt."""
-        box = self.a_box[a]
-        self.touch(s, t)
-        self.s_busy[s] -= 1
-        self.cont_alive[box] = alive
-        self.cont_release[box] = t
-        self.s_free[s].append(box)
-        self.c_exec[self.a_call[a]] += t - self.a_admit[a]
-        queue = self.s_queue[s]
-        while queue:
-            nxt = queue.popleft()
-            if self.a_state[nxt] == _A_QUEUED:
-                self.s_nq[s] -= 1
-                self.admit(nxt, s, t)
-                break
-
-    def leave_queue(self, s: int, t: float) -> None:
-        """An attempt timed out while queued at ``s`` (lazily removed from the deque)."""
-        self.touch(s, t)
-        self.s_nq[s] -= 1
-
-    def end_attempt(self, a: int, t: float, outcome: int) -> None:
-        s = self.a_shard[a]
-        state = self.a_state[a]
-        self.a_state[a] = _A_ENDED
-        if state == _A_SERVICE:
-            self.release(a, s, t, alive=outcome == _COMPLETED)
-        else:
-            self.leave_queue(s, t)
-        self.a_outcome[a] = outcome
-        self.a_depart[a] = t
-        c = self.a_call[a]
-        if outcome == _COMPLETED:
-            self.s_completed[s] += 1
-            self.call_ended(c, t, _COMPLETED)
-        else:
-            if outcome == _CRASHED:
-                self.s_crashed[s] += 1
-            else:
-                self.s_timed_out[s] += 1
-            self.retry_or_fail(c, t)
-
-    def retry_or_fail(self, c: int, t: float) -> None:
-        if self.c_attempts[c] < self.cfg.max_attempts:
-            self.push(t + self.cfg.retry_delay, _PRIO_EVENT, _RETRY, c)
-        else:
-            self.call_ended(c, t, _FAILED)
 
     # -- loop ----------------------------------------------------------------------------------
 
@@ -552,7 +244,7 @@ class _Engine:
                     self.progress(self.version)
             else:  # _REFRESH: the snapshot at ref·δ; the next one while anything else is pending
                 if heap:
-                    self.view = [q + b for q, b in zip(self.s_nq, self.s_busy, strict=True)]
+                    self.refresh_view()
                     self.push((ref + 1) * cfg.refresh, _PRIO_REFRESH, _REFRESH, ref + 1)
                 continue
             last = t
@@ -566,25 +258,11 @@ class _Engine:
         return last
 
 
-def _i64(values: list[Any]) -> NDArray[np.int64]:
-    out = np.asarray(values, dtype=np.int64)
-    out.flags.writeable = False
-    return out
-
-
-def _f64(values: list[Any]) -> NDArray[np.float64]:
-    out = np.asarray(values, dtype=np.float64)
-    out.flags.writeable = False
-    return out
-
-
-def _ro(arr: NDArray[Any]) -> NDArray[Any]:
-    arr.flags.writeable = False
-    return arr
-
-
 def simulate_agent(
-    config: AgentConfig, *, progress: Callable[[int], None] | None = None
+    config: AgentConfig,
+    *,
+    engine: Literal["auto", "compiled", "event"] = "auto",
+    progress: Callable[[int], None] | None = None,
 ) -> AgentResult:
     r"""Simulate one run of the agentic rollout queue with sandboxed tool calls.
 
@@ -610,9 +288,14 @@ def simulate_agent(
     ----------
     config : AgentConfig
         The run (validated when it was built).
+    engine : {'auto', 'compiled', 'event'}
+        ``event`` is the reference engine (plain Python); ``compiled`` the same event loop compiled
+        with numba (needs ``pip install 'refimpl[fast]'``); ``auto`` the compiled one when numba is
+        installed, else the reference. Both give the same result, bit for bit.
     progress : callable, optional
-        Called with the number of trainer steps done after each step (e.g. to advance a progress
-        bar); it must not touch the simulation.
+        Called with the number of trainer steps done, once per step and in order (e.g. to set a
+        progress bar); it must not touch the simulation. The compiled engine makes the calls in
+        chunks of about 1/64 of the run, when it pauses.
 
     Returns
     -------
@@ -625,7 +308,7 @@ def simulate_agent(
     TypeError
         If ``config`` is not an :class:`AgentConfig`.
     ValueError
-        If an ``N × K`` length matrix runs out of columns for a slot (the message says how many
+        For an unknown ``engine``, or ``engine='compiled'`` without numba. If an ``N × K`` length matrix runs out of columns for a slot (the message says how many
         launches it needed).
 
     Notes
@@ -664,74 +347,19 @@ def simulate_agent(
         raise wrong_type(
             "config", "an AgentConfig", config, "Build one with refimpl.sim.agent.AgentConfig(...)."
         )
+    if engine not in ("auto", "compiled", "event"):
+        raise invalid("engine", "be one of 'auto', 'compiled', 'event'", engine, "Pick one.")
+    if engine == "compiled" and not _compiled.AVAILABLE:
+        raise invalid(
+            "engine",
+            "be 'auto' or 'event' without numba (the compiled engine needs it)",
+            engine,
+            "Install it (pip install 'refimpl[fast]'), or pass engine='auto'.",
+        )
+    if engine == "compiled" or (engine == "auto" and _compiled.AVAILABLE):
+        run = _compiled.run_agent_compiled(config, progress=progress)
+        return assemble(config, compiled_columns(run), run.end_time, run.drain)
     eng = _Engine(config)
     eng.progress = progress
     drain = eng.run()
-    # staleness from refimpl.staleness (conventions §staleness): s = j − min_t v_t, one launch version per rollout
-    status = np.asarray(eng.r_status, dtype=np.int64)
-    step = np.asarray(eng.r_step, dtype=np.int64)
-    version = np.asarray(eng.r_version, dtype=np.int64)
-    staleness = np.full(status.size, -1, dtype=np.int64)
-    consumed = (status == _TRAINED) | (status == _DROPPED)
-    staleness[consumed] = sample_staleness(step[consumed], version[consumed]).sample.astype(
-        np.int64
-    )
-    rollouts = RolloutTrace(
-        slot=_i64(eng.r_slot),
-        launch_index=_i64(eng.r_k),
-        launch_time=_f64(eng.r_launch),
-        finish_time=_f64(eng.r_finish),
-        length=_f64(eng.r_len),
-        calls=_i64(eng.r_calls),
-        version=_i64(eng.r_version),
-        trained_step=_i64(eng.r_step),
-        staleness=_ro(staleness),
-        completion_rank=_i64(eng.r_rank),
-        status=_i64(eng.r_status),
-        tool_time=_f64(eng.r_tool),
-        tool_exec_time=_f64(eng.r_exec),
-    )
-    calls = CallTrace(
-        rollout=_i64(eng.c_rollout),
-        turn=_i64(eng.c_index),
-        issue_time=_f64(eng.c_issue),
-        end_time=_f64(eng.c_end),
-        service=_f64(eng.c_service),
-        attempts=_i64(eng.c_attempts),
-        status=_i64(eng.c_status),
-        exec_time=_f64(eng.c_exec),
-    )
-    attempts = AttemptTrace(
-        call=_i64(eng.a_call),
-        number=_i64(eng.a_number),
-        shard=_i64(eng.a_shard),
-        redirects=_i64(eng.a_redirects),
-        route_time=_f64(eng.a_route),
-        arrive_time=_f64(eng.a_arrive),
-        admit_time=_f64(eng.a_admit),
-        depart_time=_f64(eng.a_depart),
-        outcome=_i64(eng.a_outcome),
-        cold=_ro(np.asarray(eng.a_cold, dtype=np.bool_)),
-        recovery_cost=_f64(eng.a_recovery),
-    )
-    cap = config.capacity
-    busy_area = _f64(eng.s_busy_area)
-    if cap is None or drain <= 0.0:
-        util = np.full(config.shards, np.nan)
-    else:
-        util = np.asarray(busy_area) / (cap * drain)
-    shards = ShardStats(
-        arrivals=_i64(eng.s_arrivals),
-        completed=_i64(eng.s_completed),
-        crashed=_i64(eng.s_crashed),
-        timed_out=_i64(eng.s_timed_out),
-        redirected=_i64(eng.s_redirected),
-        queued=_i64(eng.s_queued),
-        cold_starts=_i64(eng.s_cold),
-        containers=_i64([len(f) for f in eng.s_free]),
-        area=_f64(eng.s_area),
-        busy_area=busy_area,
-        utilisation=_ro(util),
-    )
-    summary = _summarize(config, eng, rollouts, calls, attempts, shards, drain)
-    return AgentResult(config, summary, rollouts, calls, attempts, shards)
+    return assemble(config, lambda name: getattr(eng, name), eng.end_time, drain)

@@ -4,15 +4,14 @@ summary computed from them (throughput, staleness, latency, Little's law per sha
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import wrong_type
-
-if TYPE_CHECKING:
-    from refimpl.sim.agent._engine import _Engine
+from refimpl.sim.agent import _compiled as _c
 from refimpl.sim.agent._config import (
     _ABORTED,
     _COMPLETED,
@@ -24,6 +23,7 @@ from refimpl.sim.agent._config import (
     ROLLOUT_STATUSES,
     AgentConfig,
 )
+from refimpl.staleness import sample_staleness
 
 # ---------------------------------------------------------------------------------------------
 # results
@@ -262,7 +262,7 @@ class AgentResult(NamedTuple):
 
 def _summarize(
     cfg: AgentConfig,
-    eng: _Engine,
+    end_time: float,
     r: RolloutTrace,
     c: CallTrace,
     a: AttemptTrace,
@@ -287,9 +287,9 @@ def _summarize(
         util = float(sh.busy_area.sum()) / (cfg.capacity * cfg.shards * drain)
     return AgentSummary(
         steps=cfg.steps,
-        end_time=float(eng.end_time),
+        end_time=float(end_time),
         drain_time=float(drain),
-        rollouts_per_time=float(eng.target / eng.end_time),
+        rollouts_per_time=float(cfg.steps * cfg.batch / end_time),
         rollouts_launched=int(r.slot.size),
         rollouts_trained=int(trained.sum()),
         rollouts_dropped=int((r.status == _DROPPED).sum()),
@@ -318,6 +318,154 @@ def _summarize(
         length_bias=trained_mean / launched_mean - 1.0,
         length_ks=_kolmogorov_distance(r.length[trained], r.length),
     )
+
+
+#: Where each column of the compiled engine's arrays is: the reference engine's attribute name ->
+#: (array, row); ``a_cold`` is stored as 0/1.
+_COMPILED_ROWS: dict[str, tuple[str, int]] = {
+    "r_slot": ("RI", _c._R_SLOT),
+    "r_k": ("RI", _c._R_K),
+    "r_calls": ("RI", _c._R_CALLS),
+    "r_version": ("RI", _c._R_VERSION),
+    "r_step": ("RI", _c._R_STEP),
+    "r_rank": ("RI", _c._R_RANK),
+    "r_status": ("RI", _c._R_STATUS),
+    "r_launch": ("RF", _c._R_LAUNCH),
+    "r_finish": ("RF", _c._R_FINISH),
+    "r_len": ("RF", _c._R_LEN),
+    "r_tool": ("RF", _c._R_TOOL),
+    "r_exec": ("RF", _c._R_EXEC),
+    "c_rollout": ("CI", _c._C_ROLLOUT),
+    "c_index": ("CI", _c._C_INDEX),
+    "c_attempts": ("CI", _c._C_ATTEMPTS),
+    "c_status": ("CI", _c._C_STATUS),
+    "c_issue": ("CF", _c._C_ISSUE),
+    "c_end": ("CF", _c._C_END),
+    "c_service": ("CF", _c._C_SERVICE),
+    "c_exec": ("CF", _c._C_EXEC),
+    "a_call": ("AI", _c._A_CALL),
+    "a_number": ("AI", _c._A_NUMBER),
+    "a_shard": ("AI", _c._A_SHARD),
+    "a_redirects": ("AI", _c._A_REDIRECTS),
+    "a_outcome": ("AI", _c._A_OUTCOME),
+    "a_cold": ("AI", _c._A_COLD),
+    "a_route": ("AF", _c._A_ROUTE),
+    "a_arrive": ("AF", _c._A_ARRIVE),
+    "a_admit": ("AF", _c._A_ADMIT),
+    "a_depart": ("AF", _c._A_DEPART),
+    "a_recovery": ("AF", _c._A_RECOVERY),
+    "s_arrivals": ("SH", _c._S_ARRIVALS),
+    "s_completed": ("SH", _c._S_COMPLETED),
+    "s_crashed": ("SH", _c._S_CRASHED),
+    "s_timed_out": ("SH", _c._S_TIMED_OUT),
+    "s_redirected": ("SH", _c._S_REDIRECTED),
+    "s_queued": ("SH", _c._S_QUEUED),
+    "s_cold": ("SH", _c._S_COLD),
+    "s_containers": ("SH", _c._S_CONTAINERS),
+    "s_area": ("SHF", _c._S_AREA),
+    "s_busy_area": ("SHF", _c._S_BUSY_AREA),
+}
+
+
+def compiled_columns(run: _c.CompiledRun) -> Callable[[str], Any]:
+    """The columns of a compiled run by the reference engine's attribute names."""
+
+    def column(name: str) -> Any:
+        where, row = _COMPILED_ROWS[name]
+        return getattr(run, where)[row]
+
+    return column
+
+
+def _column(values: Any, dtype: type) -> NDArray[Any]:
+    """A read-only array of ``values`` (a list of the reference engine, or a row of the compiled
+    one's arrays, which is used as it is when it has the dtype already)."""
+    out: NDArray[Any] = np.asarray(values, dtype=dtype)
+    out.flags.writeable = False
+    return out
+
+
+def assemble(
+    config: AgentConfig, column: Callable[[str], Any], end_time: float, drain: float
+) -> AgentResult:
+    """The traces, shard statistics and summary of a run from its engine's columns (``column(name)``:
+    the reference engine's attribute ``name``, a list, or the compiled engine's row of that name)."""
+
+    def i64(name: str) -> NDArray[np.int64]:
+        return _column(column(name), np.int64)
+
+    def f64(name: str) -> NDArray[np.float64]:
+        return _column(column(name), np.float64)
+
+    status, step, version = i64("r_status"), i64("r_step"), i64("r_version")
+    # staleness from refimpl.staleness (conventions §staleness): s = j − min_t v_t, one launch
+    # version per rollout
+    staleness = np.full(status.size, -1, dtype=np.int64)
+    consumed = (status == _TRAINED) | (status == _DROPPED)
+    staleness[consumed] = sample_staleness(step[consumed], version[consumed]).sample.astype(
+        np.int64
+    )
+    staleness.flags.writeable = False
+    rollouts = RolloutTrace(
+        slot=i64("r_slot"),
+        launch_index=i64("r_k"),
+        launch_time=f64("r_launch"),
+        finish_time=f64("r_finish"),
+        length=f64("r_len"),
+        calls=i64("r_calls"),
+        version=version,
+        trained_step=step,
+        staleness=staleness,
+        completion_rank=i64("r_rank"),
+        status=status,
+        tool_time=f64("r_tool"),
+        tool_exec_time=f64("r_exec"),
+    )
+    calls = CallTrace(
+        rollout=i64("c_rollout"),
+        turn=i64("c_index"),
+        issue_time=f64("c_issue"),
+        end_time=f64("c_end"),
+        service=f64("c_service"),
+        attempts=i64("c_attempts"),
+        status=i64("c_status"),
+        exec_time=f64("c_exec"),
+    )
+    attempts = AttemptTrace(
+        call=i64("a_call"),
+        number=i64("a_number"),
+        shard=i64("a_shard"),
+        redirects=i64("a_redirects"),
+        route_time=f64("a_route"),
+        arrive_time=f64("a_arrive"),
+        admit_time=f64("a_admit"),
+        depart_time=f64("a_depart"),
+        outcome=i64("a_outcome"),
+        cold=_column(column("a_cold"), np.bool_),
+        recovery_cost=f64("a_recovery"),
+    )
+    cap = config.capacity
+    busy_area = f64("s_busy_area")
+    if cap is None or drain <= 0.0:
+        util = np.full(config.shards, np.nan)
+    else:
+        util = np.asarray(busy_area) / (cap * drain)
+    util.flags.writeable = False
+    shards = ShardStats(
+        arrivals=i64("s_arrivals"),
+        completed=i64("s_completed"),
+        crashed=i64("s_crashed"),
+        timed_out=i64("s_timed_out"),
+        redirected=i64("s_redirected"),
+        queued=i64("s_queued"),
+        cold_starts=i64("s_cold"),
+        containers=i64("s_containers"),
+        area=f64("s_area"),
+        busy_area=busy_area,
+        utilisation=util,
+    )
+    summary = _summarize(config, end_time, rollouts, calls, attempts, shards, drain)
+    return AgentResult(config, summary, rollouts, calls, attempts, shards)
 
 
 def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:

@@ -1,0 +1,897 @@
+"""Agent rollouts: the compiled engine, the reference event loop over arrays, compiled with numba.
+
+It is :class:`refimpl.sim.agent._engine._Engine` transcribed line for line onto preallocated arrays
+(``refimpl[fast]``): the heap of :mod:`refimpl.sim._compiled` (time, ``(priority, sequence)`` key,
+payload) instead of tuples, the rollout, call and attempt columns as array rows, each shard's FIFO
+queue as a linked list through the attempts and each shard's free containers as a stack linked
+through the containers (both in the reference's order), and the router's "visited" set as a stamp
+per shard. It processes the same events in the same order and does the same float operations in the
+same order, so its columns are the reference engine's, bit for bit (``tests/test_sim_agent_engines.py``
+checks this with Hypothesis over the agent's parameters, ties included).
+
+The random draws come from the reference's four generators, in its chunks (``rvs(size=512)`` per
+law, one exponential per admission when containers crash): Python draws them ahead into buffers and
+the kernel consumes them in order. When a buffer or a column is nearly used up, or after a chunk of
+trainer steps (to report progress), the kernel stops between two events with its state in the arrays;
+:func:`run_agent_compiled` grows what is short and resumes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl.errors import InvalidArgument
+from refimpl.sim import _compiled as _sim_compiled
+from refimpl.sim.agent._config import (
+    _A_ENDED,
+    _A_QUEUED,
+    _A_SERVICE,
+    _ABORTED,
+    _COMPLETED,
+    _CRASH,
+    _CRASHED,
+    _DONE,
+    _DROPPED,
+    _FAILED,
+    _PENDING,
+    _PRIO_EVENT,
+    _PRIO_PUBLISH,
+    _PRIO_REFRESH,
+    _PUBLISH,
+    _REFRESH,
+    _RETRY,
+    _SEG_END,
+    _TIMED_OUT,
+    _TIMEOUT,
+    _TRAINED,
+    _UNTRAINED,
+    AgentConfig,
+    _is_frozen_law,
+)
+
+AVAILABLE = _sim_compiled.AVAILABLE
+
+__all__ = ["AVAILABLE", "CompiledRun", "run_agent_compiled"]
+
+# integer state S[...]
+_SEQ, _VERSION, _COMPLETED_N, _TRAINED_N, _ABORTED_N, _LAUNCHING, _NR, _NC, _NA, _NBOX = range(10)
+_ERR, _ERR_A, _ERR_B, _LEN_USED, _TURN_USED, _SVC_USED, _CRASH_USED, _STARTED = range(10, 18)
+_N_STATE = 18
+# float state SF[...]
+_END_TIME, _LAST, _ERR_X = range(3)
+# what the kernel stopped for
+_OK, _NEED_ROOM, _PAUSE, _NO_COLUMN, _BAD_LENGTH, _BAD_TURNS, _TOO_MANY_ABORTS, _STALLED = range(8)
+# integer parameters P[...]
+(
+    _P_SLOTS,
+    _P_BATCH,
+    _P_TARGET,
+    _P_SHARDS,
+    _P_MAX_REDIRECTS,
+    _P_ETA,
+    _P_REDIRECT,
+    _P_CONSISTENT,
+    _P_REFRESH_ON,
+    _P_TIMEOUT_ON,
+    _P_MAX_ATTEMPTS,
+    _P_REEXECUTE,
+    _P_ABORT,
+    _P_LEN_LAW,
+    _P_TURNS_LAW,
+    _P_TURNS,
+    _P_SVC_LAW,
+    _P_CRASH_ON,
+    _P_STOP_VERSION,
+) = range(19)
+# float parameters PF[...]
+(
+    _F_TOKEN,
+    _F_SVC,
+    _F_CAP,
+    _F_KEEPALIVE,
+    _F_COLD,
+    _F_WARM,
+    _F_TIMEOUT,
+    _F_RETRY,
+    _F_REPLAY,
+    _F_REFRESH,
+) = range(10)
+# rollout rows RI[...] (int64) and RF[...] (float64)
+_R_SLOT, _R_K, _R_CALLS, _R_ISSUED, _R_VERSION, _R_STEP, _R_RANK, _R_STATUS = range(8)
+_R_LAUNCH, _R_FINISH, _R_LEN, _R_SEG, _R_TOOL, _R_EXEC, _R_DONE_SVC = range(7)
+# call rows CI[...] and CF[...]
+_C_ROLLOUT, _C_INDEX, _C_ATTEMPTS, _C_STATUS = range(4)
+_C_ISSUE, _C_END, _C_SERVICE, _C_EXEC = range(4)
+# attempt rows AI[...] and AF[...]
+_A_CALL, _A_NUMBER, _A_REDIRECTS, _A_SHARD, _A_OUTCOME, _A_BOX, _A_STATE, _A_NEXT, _A_COLD = range(
+    9
+)
+_A_ROUTE, _A_ARRIVE, _A_ADMIT, _A_DEPART, _A_RECOVERY = range(5)
+# shard rows SH[...] (int64) and SHF[...] (float64)
+(
+    _S_NQ,
+    _S_BUSY,
+    _S_ARRIVALS,
+    _S_COMPLETED,
+    _S_CRASHED,
+    _S_TIMED_OUT,
+    _S_REDIRECTED,
+    _S_QUEUED,
+    _S_COLD,
+    _S_VIEW,
+    _S_QHEAD,
+    _S_QTAIL,
+    _S_FREE,
+    _S_VISITED,
+    _S_CONTAINERS,
+) = range(15)
+_S_AREA, _S_BUSY_AREA, _S_LAST = range(3)
+# container rows BX[...] (int64: alive, next free) and BXF (float64: release time)
+_B_ALIVE, _B_NEXT = range(2)
+# room one event may need at most (a launch, a call, an attempt, a container, a few pushes, one draw
+# of each stream)
+_ROOM, _HEAP_ROOM = 4, 8
+_PRIO_SHIFT = 61  # heap key (priority << 61) | sequence: priorities 0..2 stay below 2^63
+
+_hpush = _sim_compiled._hpush
+_hpop = _sim_compiled._hpop
+
+
+def _push(
+    ht: Any, hk: Any, hp: Any, hn: Any, S: Any, t: float, prio: int, kind: int, ref: int
+) -> None:
+    """Schedule an event: key ``(prio, sequence)`` as the reference's tuples order them; payload
+    ``ref · 2^34 + kind · 4`` (``_hpop`` hands back ``ref`` and ``kind``)."""
+    seq = S[_SEQ] + 1
+    S[_SEQ] = seq
+    _hpush(ht, hk, hp, 0, hn, t, (prio << _PRIO_SHIFT) | seq, (ref << 34) | (kind << 2))
+
+
+# -- the sandbox pool: loads, the router, admission, containers ---------------------------------
+
+
+def _load(s: int, P: Any, SH: Any) -> int:
+    """Shard ``s``'s load in the router's view (queued + busy; a snapshot when ``δ > 0``)."""
+    if P[_P_CONSISTENT]:
+        return int(SH[_S_NQ, s] + SH[_S_BUSY, s])
+    return int(SH[_S_VIEW, s])
+
+
+def _touch(s: int, t: float, SH: Any, SHF: Any) -> None:
+    dt = t - SHF[_S_LAST, s]
+    if dt:
+        busy = SH[_S_BUSY, s]
+        SHF[_S_AREA, s] += (SH[_S_NQ, s] + busy) * dt
+        SHF[_S_BUSY_AREA, s] += busy * dt
+    SHF[_S_LAST, s] = t
+
+
+def _admit(
+    a: int, s: int, t: float, P: Any, PF: Any, S: Any, SH: Any, SHF: Any, BX: Any, BXF: Any,
+    AI: Any, AF: Any, CF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    _touch(s, t, SH, SHF)
+    box = SH[_S_FREE, s]
+    if box >= 0:
+        SH[_S_FREE, s] = BX[_B_NEXT, box]
+        cold = BX[_B_ALIVE, box] == 0 or (t - BXF[box] > PF[_F_KEEPALIVE])
+    else:
+        box = S[_NBOX]
+        S[_NBOX] = box + 1
+        BXF[box] = t
+        cold = True
+    BX[_B_ALIVE, box] = 1
+    SH[_S_BUSY, s] += 1
+    AI[_A_STATE, a] = _A_SERVICE
+    AF[_A_ADMIT, a] = t
+    AI[_A_COLD, a] = 1 if cold else 0
+    if cold:
+        SH[_S_COLD, s] += 1
+    c = AI[_A_CALL, a]
+    occupancy = (PF[_F_COLD] if cold else PF[_F_WARM]) + AF[_A_RECOVERY, a]
+    occupancy += CF[_C_SERVICE, c]
+    AI[_A_BOX, a] = box
+    if P[_P_CRASH_ON]:
+        u = S[_CRASH_USED]
+        S[_CRASH_USED] = u + 1
+        life = crash[u]
+        if life < occupancy:
+            _push(ht, hk, hp, hn, S, t + life, _PRIO_EVENT, _CRASH, a)
+            return
+    _push(ht, hk, hp, hn, S, t + occupancy, _PRIO_EVENT, _DONE, a)
+
+
+def _arrive(
+    a: int, s: int, t: float, P: Any, PF: Any, S: Any, SH: Any, SHF: Any, BX: Any, BXF: Any,
+    AI: Any, AF: Any, CF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    """Local admission at shard ``s``: admit, redirect (the reference's recursion, as a loop) or
+    queue."""
+    cap = PF[_F_CAP]
+    while True:
+        SH[_S_ARRIVALS, s] += 1
+        if SH[_S_BUSY, s] < cap:
+            AI[_A_SHARD, a] = s
+            AF[_A_ARRIVE, a] = t
+            _admit(a, s, t, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash, ht, hk, hp, hn)
+            return
+        if P[_P_REDIRECT] and AI[_A_REDIRECTS, a] < P[_P_MAX_REDIRECTS]:
+            best = -1
+            best_load = 0
+            for x in range(P[_P_SHARDS]):
+                if SH[_S_VISITED, x] == a:
+                    continue
+                load = _load(x, P, SH)
+                if load < cap and (best < 0 or load < best_load):
+                    best, best_load = x, load
+            if best >= 0:
+                SH[_S_REDIRECTED, s] += 1
+                AI[_A_REDIRECTS, a] += 1
+                SH[_S_VISITED, best] = a
+                s = best
+                continue
+        _touch(s, t, SH, SHF)
+        AI[_A_SHARD, a] = s
+        AF[_A_ARRIVE, a] = t
+        AI[_A_STATE, a] = _A_QUEUED
+        SH[_S_NQ, s] += 1
+        SH[_S_QUEUED, s] += 1
+        AI[_A_NEXT, a] = -1
+        tail = SH[_S_QTAIL, s]
+        if tail >= 0:
+            AI[_A_NEXT, tail] = a
+        else:
+            SH[_S_QHEAD, s] = a
+        SH[_S_QTAIL, s] = a
+        return
+
+
+def _release(
+    a: int, s: int, t: float, alive: bool, P: Any, PF: Any, S: Any, SH: Any, SHF: Any, BX: Any,
+    BXF: Any, AI: Any, AF: Any, CF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    """Free attempt ``a``'s container on shard ``s`` and admit the next queued attempt."""
+    box = AI[_A_BOX, a]
+    _touch(s, t, SH, SHF)
+    SH[_S_BUSY, s] -= 1
+    BX[_B_ALIVE, box] = 1 if alive else 0
+    BXF[box] = t
+    BX[_B_NEXT, box] = SH[_S_FREE, s]
+    SH[_S_FREE, s] = box
+    CF[_C_EXEC, AI[_A_CALL, a]] += t - AF[_A_ADMIT, a]
+    while SH[_S_QHEAD, s] >= 0:
+        nxt = SH[_S_QHEAD, s]
+        SH[_S_QHEAD, s] = AI[_A_NEXT, nxt]
+        if SH[_S_QHEAD, s] < 0:
+            SH[_S_QTAIL, s] = -1
+        if AI[_A_STATE, nxt] == _A_QUEUED:
+            SH[_S_NQ, s] -= 1
+            _admit(nxt, s, t, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash, ht, hk, hp, hn)
+            break
+
+
+# -- rollouts and the trainer -------------------------------------------------------------------
+
+
+def _launch(
+    slot: int, t: float, P: Any, PF: Any, S: Any, slot_k: Any, lengths: Any, turns_buf: Any,
+    RI: Any, RF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    k = slot_k[slot]
+    slot_k[slot] = k + 1
+    if P[_P_LEN_LAW]:
+        u = S[_LEN_USED]
+        S[_LEN_USED] = u + 1
+        length = lengths[0, u]
+        if not length > 0.0:
+            S[_ERR], S[_ERR_A], S[_ERR_B] = _BAD_LENGTH, slot, k
+            return
+    else:
+        if k >= lengths.shape[1]:
+            S[_ERR], S[_ERR_A], S[_ERR_B] = _NO_COLUMN, slot, k
+            return
+        length = lengths[slot, k]
+    if P[_P_TURNS_LAW]:
+        u = S[_TURN_USED]
+        S[_TURN_USED] = u + 1
+        turns = turns_buf[u]
+        if turns < 0:
+            S[_ERR], S[_ERR_A] = _BAD_TURNS, turns
+            return
+    else:
+        turns = P[_P_TURNS]
+    r = S[_NR]
+    S[_NR] = r + 1
+    RI[_R_SLOT, r] = slot
+    RI[_R_K, r] = k
+    RI[_R_CALLS, r] = turns
+    RI[_R_ISSUED, r] = 0
+    RI[_R_VERSION, r] = S[_VERSION]
+    RI[_R_STEP, r] = -1
+    RI[_R_RANK, r] = -1
+    RI[_R_STATUS, r] = _PENDING
+    RF[_R_LAUNCH, r] = t
+    RF[_R_FINISH, r] = math.nan
+    RF[_R_LEN, r] = length
+    seg = length * PF[_F_TOKEN] / (turns + 1)
+    RF[_R_SEG, r] = seg
+    RF[_R_TOOL, r] = 0.0
+    RF[_R_EXEC, r] = 0.0
+    RF[_R_DONE_SVC, r] = 0.0
+    _push(ht, hk, hp, hn, S, t + seg, _PRIO_EVENT, _SEG_END, r)
+
+
+def _finish_rollout(
+    r: int, t: float, P: Any, PF: Any, S: Any, SF: Any, slot_k: Any, lengths: Any,
+    turns_buf: Any, RI: Any, RF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    RF[_R_FINISH, r] = t
+    n = S[_COMPLETED_N]
+    S[_COMPLETED_N] = n + 1
+    RI[_R_RANK, r] = n
+    m = S[_TRAINED_N]
+    batch = P[_P_BATCH]
+    if m < P[_P_TARGET]:
+        step = m // batch
+        RI[_R_STEP, r] = step
+        eta = P[_P_ETA]
+        if eta >= 0 and step - RI[_R_VERSION, r] > eta:
+            RI[_R_STATUS, r] = _DROPPED
+        else:
+            S[_TRAINED_N] = m + 1
+            RI[_R_STATUS, r] = _TRAINED
+            if (m + 1) % batch == 0:
+                _push(ht, hk, hp, hn, S, t, _PRIO_PUBLISH, _PUBLISH, 0)
+            if m + 1 == P[_P_TARGET]:
+                S[_LAUNCHING] = 0
+                SF[_END_TIME] = t
+    else:
+        RI[_R_STATUS, r] = _UNTRAINED
+    if S[_LAUNCHING]:
+        _launch(RI[_R_SLOT, r], t, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
+
+
+def _call_ended(
+    c: int, t: float, status: int, P: Any, PF: Any, S: Any, slot_k: Any, lengths: Any,
+    turns_buf: Any, RI: Any, RF: Any, CI: Any, CF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    CI[_C_STATUS, c] = status
+    CF[_C_END, c] = t
+    r = CI[_C_ROLLOUT, c]
+    RF[_R_TOOL, r] += t - CF[_C_ISSUE, c]
+    RF[_R_EXEC, r] += CF[_C_EXEC, c]
+    RF[_R_DONE_SVC, r] += CF[_C_SERVICE, c]
+    if status == _FAILED and P[_P_ABORT]:
+        RF[_R_FINISH, r] = t
+        RI[_R_STATUS, r] = _ABORTED
+        S[_ABORTED_N] += 1
+        if S[_ABORTED_N] > 1000 + 100 * P[_P_TARGET]:
+            S[_ERR] = _TOO_MANY_ABORTS
+            return
+        if S[_LAUNCHING]:
+            _launch(RI[_R_SLOT, r], t, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
+        return
+    _push(ht, hk, hp, hn, S, t + RF[_R_SEG, r], _PRIO_EVENT, _SEG_END, r)
+
+
+# -- the tool-call model: attempts, outcomes, retries, recovery ---------------------------------
+
+
+def _start_attempt(
+    c: int, t: float, P: Any, PF: Any, S: Any, SH: Any, SHF: Any, BX: Any, BXF: Any, RF: Any,
+    CI: Any, CF: Any, AI: Any, AF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    a = S[_NA]
+    S[_NA] = a + 1
+    number = CI[_C_ATTEMPTS, c] + 1
+    CI[_C_ATTEMPTS, c] = number
+    AI[_A_CALL, a] = c
+    AI[_A_NUMBER, a] = number
+    AF[_A_ROUTE, a] = t
+    AI[_A_REDIRECTS, a] = 0
+    AI[_A_SHARD, a] = -1
+    AF[_A_ARRIVE, a] = math.nan
+    AF[_A_ADMIT, a] = math.nan
+    AF[_A_DEPART, a] = math.nan
+    AI[_A_OUTCOME, a] = _PENDING
+    AI[_A_COLD, a] = 0
+    AI[_A_BOX, a] = -1
+    AI[_A_STATE, a] = 0
+    recovery = 0.0
+    if number > 1:
+        if P[_P_REEXECUTE]:
+            recovery = RF[_R_DONE_SVC, CI[_C_ROLLOUT, c]]
+        else:
+            recovery = PF[_F_REPLAY] * CI[_C_INDEX, c]
+    AF[_A_RECOVERY, a] = recovery
+    if P[_P_TIMEOUT_ON]:
+        _push(ht, hk, hp, hn, S, t + PF[_F_TIMEOUT], _PRIO_EVENT, _TIMEOUT, a)
+    s = 0
+    n = P[_P_SHARDS]
+    if n > 1:
+        best_load = _load(0, P, SH)
+        for x in range(1, n):
+            load = _load(x, P, SH)
+            if load < best_load:
+                s, best_load = x, load
+    SH[_S_VISITED, s] = a
+    _arrive(a, s, t, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash, ht, hk, hp, hn)
+
+
+def _segment_end(
+    r: int, t: float, P: Any, PF: Any, S: Any, SF: Any, slot_k: Any, lengths: Any,
+    turns_buf: Any, svc: Any, SH: Any, SHF: Any, BX: Any, BXF: Any, RI: Any, RF: Any, CI: Any,
+    CF: Any, AI: Any, AF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    issued = RI[_R_ISSUED, r]
+    if issued < RI[_R_CALLS, r]:
+        RI[_R_ISSUED, r] = issued + 1
+        c = S[_NC]
+        S[_NC] = c + 1
+        CI[_C_ROLLOUT, c] = r
+        CI[_C_INDEX, c] = issued
+        CF[_C_ISSUE, c] = t
+        CF[_C_END, c] = math.nan
+        if P[_P_SVC_LAW]:
+            u = S[_SVC_USED]
+            S[_SVC_USED] = u + 1
+            CF[_C_SERVICE, c] = svc[u]
+        else:
+            CF[_C_SERVICE, c] = PF[_F_SVC]
+        CI[_C_ATTEMPTS, c] = 0
+        CI[_C_STATUS, c] = _PENDING
+        CF[_C_EXEC, c] = 0.0
+        _start_attempt(c, t, P, PF, S, SH, SHF, BX, BXF, RF, CI, CF, AI, AF, crash, ht, hk, hp, hn)
+    else:
+        _finish_rollout(r, t, P, PF, S, SF, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
+
+
+def _end_attempt(
+    a: int, t: float, outcome: int, P: Any, PF: Any, S: Any, slot_k: Any, lengths: Any,
+    turns_buf: Any, SH: Any, SHF: Any, BX: Any, BXF: Any, RI: Any, RF: Any, CI: Any, CF: Any,
+    AI: Any, AF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
+) -> None:  # fmt: skip
+    s = AI[_A_SHARD, a]
+    state = AI[_A_STATE, a]
+    AI[_A_STATE, a] = _A_ENDED
+    if state == _A_SERVICE:
+        _release(
+            a, s, t, outcome == _COMPLETED, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash,
+            ht, hk, hp, hn,
+        )  # fmt: skip
+    else:
+        _touch(s, t, SH, SHF)
+        SH[_S_NQ, s] -= 1
+    AI[_A_OUTCOME, a] = outcome
+    AF[_A_DEPART, a] = t
+    c = AI[_A_CALL, a]
+    if outcome == _COMPLETED:
+        SH[_S_COMPLETED, s] += 1
+        _call_ended(
+            c, t, _COMPLETED, P, PF, S, slot_k, lengths, turns_buf, RI, RF, CI, CF, ht, hk, hp, hn
+        )
+        return
+    if outcome == _CRASHED:
+        SH[_S_CRASHED, s] += 1
+    else:
+        SH[_S_TIMED_OUT, s] += 1
+    if CI[_C_ATTEMPTS, c] < P[_P_MAX_ATTEMPTS]:
+        _push(ht, hk, hp, hn, S, t + PF[_F_RETRY], _PRIO_EVENT, _RETRY, c)
+    else:
+        _call_ended(
+            c, t, _FAILED, P, PF, S, slot_k, lengths, turns_buf, RI, RF, CI, CF, ht, hk, hp, hn
+        )
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def _kernel(
+    P: Any, PF: Any, S: Any, SF: Any, slot_k: Any, lengths: Any, turns_buf: Any, svc: Any,
+    crash: Any, SH: Any, SHF: Any, BX: Any, BXF: Any, RI: Any, RF: Any, CI: Any, CF: Any,
+    AI: Any, AF: Any, ht: Any, hk: Any, hp: Any, hn: Any, ev: Any,
+) -> None:  # fmt: skip
+    """Run (or resume) the event loop until the heap is empty, or until it needs something
+    (``S[_ERR]``); with ``_NEED_ROOM`` or ``_PAUSE`` it stopped between two events and resumes."""
+    n_shards = P[_P_SHARDS]
+    if S[_STARTED] == 0:
+        S[_STARTED] = 1
+        S[_LAUNCHING] = 1
+        for slot in range(P[_P_SLOTS]):
+            _launch(slot, 0.0, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
+            if S[_ERR] != _OK:
+                return
+        if P[_P_REFRESH_ON]:
+            _push(ht, hk, hp, hn, S, PF[_F_REFRESH], _PRIO_REFRESH, _REFRESH, 1)
+    rows, calls, attempts, boxes, heap = (
+        RI.shape[1],
+        CI.shape[1],
+        AI.shape[1],
+        BXF.shape[0],
+        ht.shape[1],
+    )
+    while hn[0] > 0:
+        if (
+            rows - S[_NR] < _ROOM
+            or calls - S[_NC] < _ROOM
+            or attempts - S[_NA] < _ROOM
+            or boxes - S[_NBOX] < _ROOM
+            or heap - hn[0] < _HEAP_ROOM
+            or (P[_P_LEN_LAW] and lengths.shape[1] - S[_LEN_USED] < _ROOM)
+            or (P[_P_TURNS_LAW] and turns_buf.shape[0] - S[_TURN_USED] < _ROOM)
+            or (P[_P_SVC_LAW] and svc.shape[0] - S[_SVC_USED] < _ROOM)
+            or (P[_P_CRASH_ON] and crash.shape[0] - S[_CRASH_USED] < _ROOM)
+        ):
+            S[_ERR] = _NEED_ROOM
+            return
+        t = _hpop(ht, hk, hp, 0, hn, ev)
+        ref = ev[1]
+        kind = ev[2]
+        if kind == _SEG_END:
+            _segment_end(
+                ref, t, P, PF, S, SF, slot_k, lengths, turns_buf, svc, SH, SHF, BX, BXF, RI, RF,
+                CI, CF, AI, AF, crash, ht, hk, hp, hn,
+            )  # fmt: skip
+        elif kind in (_DONE, _CRASH):
+            if AI[_A_STATE, ref] != _A_SERVICE:
+                continue
+            _end_attempt(
+                ref, t, _COMPLETED if kind == _DONE else _CRASHED, P, PF, S, slot_k, lengths,
+                turns_buf, SH, SHF, BX, BXF, RI, RF, CI, CF, AI, AF, crash, ht, hk, hp, hn,
+            )  # fmt: skip
+        elif kind == _TIMEOUT:
+            if AI[_A_STATE, ref] == _A_ENDED:
+                continue
+            _end_attempt(
+                ref, t, _TIMED_OUT, P, PF, S, slot_k, lengths, turns_buf, SH, SHF, BX, BXF, RI,
+                RF, CI, CF, AI, AF, crash, ht, hk, hp, hn,
+            )  # fmt: skip
+        elif kind == _RETRY:
+            _start_attempt(
+                ref, t, P, PF, S, SH, SHF, BX, BXF, RF, CI, CF, AI, AF, crash, ht, hk, hp, hn
+            )
+        elif kind == _PUBLISH:
+            S[_VERSION] += 1
+            SF[_LAST] = t
+            if S[_VERSION] >= P[_P_STOP_VERSION]:
+                S[_ERR] = _PAUSE
+                return
+            continue
+        else:  # _REFRESH: the snapshot at ref·δ; the next one while anything else is pending
+            if hn[0] > 0:
+                for s in range(n_shards):
+                    SH[_S_VIEW, s] = SH[_S_NQ, s] + SH[_S_BUSY, s]
+                _push(
+                    ht, hk, hp, hn, S, (ref + 1) * PF[_F_REFRESH], _PRIO_REFRESH, _REFRESH, ref + 1
+                )
+            continue
+        if S[_ERR] != _OK:
+            return
+        SF[_LAST] = t
+    if S[_TRAINED_N] < P[_P_TARGET]:
+        S[_ERR] = _STALLED
+        return
+    last = SF[_LAST]
+    for s in range(n_shards):
+        _touch(s, last, SH, SHF)
+        n = 0
+        box = SH[_S_FREE, s]
+        while box >= 0:
+            n += 1
+            box = BX[_B_NEXT, box]
+        SH[_S_CONTAINERS, s] = n
+
+
+_HELPERS = (
+    "_push",
+    "_load",
+    "_touch",
+    "_admit",
+    "_arrive",
+    "_release",
+    "_launch",
+    "_finish_rollout",
+    "_call_ended",
+    "_start_attempt",
+    "_segment_end",
+    "_end_attempt",
+    "_kernel",
+)
+#: Inlined where they are called: the small hot ones and those called from one or two places; the
+#: three called from several places (launch, admission, the end of a call) stay functions, which
+#: keeps the compile time near 13 s of CPU (inlining all of them triples it).
+_INLINE = (
+    "_push",
+    "_load",
+    "_touch",
+    "_segment_end",
+    "_finish_rollout",
+    "_arrive",
+    "_release",
+    "_end_attempt",
+    "_start_attempt",
+)
+_compiled: Callable[..., None] | None = None
+
+
+def _compile() -> Callable[..., None]:
+    """Compile the kernel and its helpers once per process (numba's cache keeps them on disk)."""
+    global _compiled
+    if _compiled is None:
+        numba = _sim_compiled.numba
+        assert numba is not None
+        g = globals()
+        for name in ("_hpush", "_hpop"):
+            g[name] = numba.njit(cache=True, error_model="numpy", _nrt=False, inline="always")(
+                getattr(_sim_compiled, name).py_func
+                if hasattr(getattr(_sim_compiled, name), "py_func")
+                else getattr(_sim_compiled, name)
+            )
+        for name in _HELPERS:
+            g[name] = numba.njit(
+                cache=True,
+                error_model="numpy",
+                _nrt=False,
+                inline="always" if name in _INLINE else "never",
+            )(g[name])
+        _compiled = g["_kernel"]
+    return _compiled
+
+
+class _Draws:
+    """One random stream drawn ahead: a constant, or a frozen law drawn ``rvs(size=512)`` at a time
+    from its own generator, exactly the reference's ``_Stream`` chunks."""
+
+    def __init__(self, law: Any, gen: np.random.Generator, dtype: type) -> None:
+        self.law, self.gen, self.dtype = law, gen, dtype
+
+    def more(self, n: int) -> NDArray[Any]:
+        chunks = -(-n // 512)
+        return np.concatenate(
+            [
+                np.asarray(self.law.rvs(size=512, random_state=self.gen)).astype(self.dtype)
+                for _ in range(chunks)
+            ]
+        )
+
+
+def _refill(buf: NDArray[Any], used: int, more: NDArray[Any]) -> NDArray[Any]:
+    """The unused tail of ``buf`` followed by ``more`` (the kernel's pointer restarts at 0)."""
+    return np.concatenate([buf[..., used:], more], axis=-1)
+
+
+def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
+    out = np.empty((*a.shape[:-1], size), dtype=a.dtype)
+    out[..., : a.shape[-1]] = a
+    return out
+
+
+def _first_sizes(cfg: AgentConfig) -> tuple[int, int, int, int, int, int]:
+    """First room for rollouts, calls, attempts, containers and heap entries, and the draws of each
+    stream to take ahead, with margins (the kernel asks for more when they do not suffice)."""
+    mean_turns = float(cfg.turns.mean()) if _is_frozen_law(cfg.turns) else float(cfg.turns)
+    rows = int(cfg.steps * cfg.batch * 1.05) + cfg.slots + 64
+    n_calls = int(rows * mean_turns * 1.02) + 64
+    n_att = int(n_calls * 1.05) + 64
+    first = max(cfg.slots, min(rows, 1 << 16))  # every slot launches at 0
+    return rows, n_calls, n_att, 4 * cfg.slots + 64, 4 * cfg.slots + 64, first
+
+
+class CompiledRun(NamedTuple):
+    """The columns of one compiled run, as the reference engine leaves them, trimmed to what was
+    used (row names: the ``_R_``, ``_C_``, ``_A_`` and ``_S_`` indices of this module)."""
+
+    RI: NDArray[np.int64]
+    """Rollout integer rows."""
+    RF: NDArray[np.float64]
+    """Rollout float rows."""
+    CI: NDArray[np.int64]
+    """Call integer rows."""
+    CF: NDArray[np.float64]
+    """Call float rows."""
+    AI: NDArray[np.int64]
+    """Attempt integer rows."""
+    AF: NDArray[np.float64]
+    """Attempt float rows."""
+    SH: NDArray[np.int64]
+    """Shard integer rows."""
+    SHF: NDArray[np.float64]
+    """Shard float rows (the load integrals)."""
+    end_time: float
+    """When the last trained rollout finished."""
+    drain: float
+    """When the last event that changed anything happened (the run drained)."""
+
+
+def run_agent_compiled(
+    cfg: AgentConfig, *, progress: Callable[[int], None] | None = None
+) -> CompiledRun:
+    """Run the compiled engine (``AVAILABLE`` must be true); raises what the reference raises."""
+    kernel = _compile()
+    gens = np.random.default_rng(cfg.seed).spawn(4)  # the reference's four streams, in its order
+    n_slots, n_shards, batch = cfg.slots, cfg.shards, cfg.batch
+    target = cfg.steps * batch
+    len_law = _is_frozen_law(cfg.lengths)
+    turns_law = _is_frozen_law(cfg.turns)
+    svc_law = _is_frozen_law(cfg.tool_latency)
+    crash_on = cfg.crash_rate > 0.0
+    steps_chunk = max(1, cfg.steps // 64) if progress is not None else cfg.steps + 2
+    P = np.array(
+        [
+            n_slots,
+            batch,
+            target,
+            n_shards,
+            n_shards - 1 if cfg.max_redirects is None else cfg.max_redirects,
+            -1 if cfg.eta is None else cfg.eta,
+            cfg.admission == "redirect",
+            cfg.refresh == 0.0,
+            cfg.refresh > 0.0 and n_shards > 1,
+            cfg.timeout is not None,
+            cfg.max_attempts,
+            cfg.recovery == "reexecute",
+            cfg.on_failure == "abort",
+            len_law,
+            turns_law,
+            0 if turns_law else cfg.turns,
+            svc_law,
+            crash_on,
+            steps_chunk,
+        ],
+        dtype=np.int64,
+    )
+    PF = np.array(
+        [
+            cfg.token_time,
+            0.0 if svc_law else float(cfg.tool_latency),
+            math.inf if cfg.capacity is None else float(cfg.capacity),
+            cfg.keepalive,
+            cfg.cold_start,
+            cfg.warm_start,
+            0.0 if cfg.timeout is None else cfg.timeout,
+            cfg.retry_delay,
+            cfg.replay_cost,
+            cfg.refresh,
+        ],
+        dtype=np.float64,
+    )
+    len_draws = _Draws(cfg.lengths, gens[0], np.float64) if len_law else None
+    turn_draws = _Draws(cfg.turns, gens[1], np.int64) if turns_law else None
+    svc_draws = _Draws(cfg.tool_latency, gens[2], np.float64) if svc_law else None
+    crash_scale = 1.0 / cfg.crash_rate if crash_on else 0.0
+    rows, n_calls, n_att, n_box, heap, first = _first_sizes(cfg)
+    empty_f, empty_i = np.zeros(1, dtype=np.float64), np.zeros(1, dtype=np.int64)
+    if len_draws is not None:
+        lengths = len_draws.more(max(first, n_slots) + _ROOM)[None, :]
+    else:
+        lengths = np.array(cfg.lengths, dtype=np.float64)  # a writable copy: one numba type
+    turns_buf = turn_draws.more(max(first, n_slots) + _ROOM) if turn_draws is not None else empty_i
+    svc = svc_draws.more(first + _ROOM) if svc_draws is not None else empty_f
+    crash = gens[3].exponential(crash_scale, size=first + _ROOM) if crash_on else empty_f
+    S = np.zeros(_N_STATE, dtype=np.int64)
+    SF = np.zeros(3, dtype=np.float64)
+    SF[_END_TIME] = math.nan
+    slot_k = np.zeros(n_slots, dtype=np.int64)
+    SH = np.zeros((15, n_shards), dtype=np.int64)
+    SH[_S_QHEAD] = SH[_S_QTAIL] = SH[_S_FREE] = SH[_S_VISITED] = -1
+    SHF = np.zeros((3, n_shards), dtype=np.float64)
+    BX = np.empty((2, n_box), dtype=np.int64)
+    BXF = np.empty(n_box, dtype=np.float64)
+    rows = max(rows, n_slots + _ROOM)  # the first launches happen before any check
+    heap = max(heap, n_slots + _HEAP_ROOM)
+    RI = np.empty((8, rows), dtype=np.int64)
+    RF = np.empty((7, rows), dtype=np.float64)
+    CI = np.empty((4, n_calls), dtype=np.int64)
+    CF = np.empty((4, n_calls), dtype=np.float64)
+    AI = np.empty((9, n_att), dtype=np.int64)
+    AF = np.empty((5, n_att), dtype=np.float64)
+    ht = np.empty((1, heap), dtype=np.float64)
+    hk = np.empty((1, heap), dtype=np.int64)
+    hp = np.empty((1, heap), dtype=np.int64)
+    hn = np.zeros(1, dtype=np.int64)
+    ev = np.zeros(3, dtype=np.int64)
+    reported = 0
+    while True:
+        kernel(
+            P, PF, S, SF, slot_k, lengths, turns_buf, svc, crash, SH, SHF, BX, BXF, RI, RF, CI, CF,
+            AI, AF, ht, hk, hp, hn, ev,
+        )  # fmt: skip
+        err = int(S[_ERR])
+        S[_ERR] = _OK
+        if progress is not None and S[_VERSION] > reported:
+            for v in range(reported + 1, int(S[_VERSION]) + 1):
+                progress(v)
+            reported = int(S[_VERSION])
+        if err == _OK:
+            break
+        if err == _PAUSE:
+            P[_P_STOP_VERSION] = S[_VERSION] + steps_chunk
+            continue
+        if err == _NEED_ROOM:
+            done = max(int(S[_TRAINED_N]), 1)
+            scale = target / done * 1.05  # the whole run, extrapolated from the part done
+            if rows - S[_NR] < _ROOM:
+                rows = max(int(rows * 1.5), int(S[_NR] * scale)) + _ROOM
+                RI, RF = _grown(RI, rows), _grown(RF, rows)
+            if n_calls - S[_NC] < _ROOM:
+                n_calls = max(int(n_calls * 1.5), int(S[_NC] * scale)) + _ROOM
+                CI, CF = _grown(CI, n_calls), _grown(CF, n_calls)
+            if n_att - S[_NA] < _ROOM:
+                n_att = max(int(n_att * 1.5), int(S[_NA] * scale)) + _ROOM
+                AI, AF = _grown(AI, n_att), _grown(AF, n_att)
+            if n_box - S[_NBOX] < _ROOM:
+                n_box = 2 * n_box + _ROOM
+                BX, BXF = _grown(BX, n_box), _grown(BXF, n_box)
+            if heap - hn[0] < _HEAP_ROOM:
+                heap = 2 * heap + _HEAP_ROOM
+                ht, hk, hp = _grown(ht, heap), _grown(hk, heap), _grown(hp, heap)
+            if len_draws is not None and lengths.shape[1] - S[_LEN_USED] < _ROOM:
+                lengths = _refill(
+                    lengths, int(S[_LEN_USED]), len_draws.more(lengths.shape[1])[None, :]
+                )
+                S[_LEN_USED] = 0
+            if turn_draws is not None and turns_buf.shape[0] - S[_TURN_USED] < _ROOM:
+                turns_buf = _refill(
+                    turns_buf, int(S[_TURN_USED]), turn_draws.more(turns_buf.shape[0])
+                )
+                S[_TURN_USED] = 0
+            if svc_draws is not None and svc.shape[0] - S[_SVC_USED] < _ROOM:
+                svc = _refill(svc, int(S[_SVC_USED]), svc_draws.more(svc.shape[0]))
+                S[_SVC_USED] = 0
+            if crash_on and crash.shape[0] - S[_CRASH_USED] < _ROOM:
+                more = np.asarray(gens[3].exponential(crash_scale, size=crash.shape[0]))
+                crash = _refill(crash, int(S[_CRASH_USED]), more)
+                S[_CRASH_USED] = 0
+            continue
+        _raise(err, cfg, S, lengths)
+    n_r, n_c, n_a = int(S[_NR]), int(S[_NC]), int(S[_NA])
+    return CompiledRun(
+        RI=RI[:, :n_r],
+        RF=RF[:, :n_r],
+        CI=CI[:, :n_c],
+        CF=CF[:, :n_c],
+        AI=AI[:, :n_a],
+        AF=AF[:, :n_a],
+        SH=SH,
+        SHF=SHF,
+        end_time=float(SF[_END_TIME]),
+        drain=float(SF[_LAST]),
+    )
+
+
+def _raise(err: int, cfg: AgentConfig, S: NDArray[np.int64], lengths: NDArray[Any]) -> None:
+    """The reference engine's error for what stopped the kernel."""
+    slot, k = int(S[_ERR_A]), int(S[_ERR_B])
+    if err == _NO_COLUMN:
+        raise InvalidArgument(
+            f"lengths must have a column for every launch; slot {slot} needed launch {k + 1} "
+            f"but lengths has {lengths.shape[1]} columns. Pass a longer N × K matrix (the "
+            "SimPy peer's margin, ceil(1.25·rollouts/slots) + 64 columns, is ample when "
+            "tool latency is small)."
+        )
+    if err == _BAD_LENGTH:
+        length = float(lengths[0, int(S[_LEN_USED]) - 1])
+        raise InvalidArgument(
+            f"lengths must draw positive token counts; got {length!r} at launch {k} of slot "
+            f"{slot}. Pass a law supported on (0, inf)."
+        )
+    if err == _BAD_TURNS:
+        raise InvalidArgument(
+            f"turns must draw counts >= 0; got {slot}. Pass a law on {{0, 1, ...}}."
+        )
+    if err == _TOO_MANY_ABORTS:
+        raise InvalidArgument(
+            f"on_failure='abort' must leave some rollouts to train; {int(S[_ABORTED_N])} "
+            f"rollouts were aborted while only {int(S[_TRAINED_N])} of {cfg.steps * cfg.batch} "
+            "trained. Calls fail far more often than they succeed: raise timeout or max_attempts, "
+            "lower crash_rate, or pass on_failure='continue'."
+        )
+    raise RuntimeError(
+        f"internal error: the run stalled after {int(S[_TRAINED_N])} of {cfg.steps * cfg.batch} "
+        "rollouts (a rollout never finished); please report it with the config."
+    )
