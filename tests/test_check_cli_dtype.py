@@ -294,3 +294,12 @@ def test_a_list_row_of_the_wrong_length_is_unusable(
     trace.write_text('{"length": [1, 2, 3], "correct": [1, 0, 1], "reward": [0.5, -0.5]}\n')
     assert main(["check", str(trace), "--spec", "kimi_length_reward"]) == 2
     assert "reward has 2 values, expected 3" in capsys.readouterr().err
+
+
+def test_the_trace_howto_lists_every_spec() -> None:
+    import re
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "howto" / "gate-ci-on-traces.md"
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| `")]
+    listed = {name for line in rows for name in re.findall(r"`(\w+)`", line.split("|")[1])}
+    assert listed == set(SPECS)
