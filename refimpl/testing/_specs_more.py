@@ -184,9 +184,10 @@ def _admission_agrees(case: Case) -> None:
         else "versions_behind"
     )
     kw = case.calls[0][1]
-    if kw["eta"] >= 1 and float(_f(case)) == refimpl.admission_capacity(
-        **kw, staleness_count=count
-    ):
+    # computed directly: (η + v)·B counting versions spanned, (η + v + 1)·B versions behind
+    shift = 0 if count == "versions_spanned" else 1
+    window = (kw["eta"] + kw["version"] + shift) * kw["batch"] - (kw["accepted"] + kw["running"])
+    if float(_f(case)) == float(min(kw["max_concurrent"] - kw["running"], window)):
         hint = (
             f": the bound counts {count.replace('_', ' ')}: pass "
             f"conventions={{'staleness_count': '{count}'}} if that is intended"
@@ -352,9 +353,9 @@ def _diagnostics(raw: Any, call: Call, conv: Conventions) -> Array:
 
 
 def _diag_expected(call: Call, conv: Conventions) -> Array:
-    d = refimpl.masking_diagnostics(*call[0], **call[1])
-    ess = d.effective_sample_size / (np.size(call[0][0]) if conv["ess"] == "fraction" else 1)
-    return np.asarray([d.kept_fraction, d.on_policy_dropped_fraction, ess])
+    scale: Any = conv["ess"]
+    d = refimpl.masking_diagnostics(*call[0], **call[1], ess=scale)
+    return np.asarray([d.kept_fraction, d.on_policy_dropped_fraction, d.effective_sample_size])
 
 
 def _diag_condition(call: Call, conv: Conventions, expected: Any) -> Array:
