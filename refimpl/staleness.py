@@ -1572,7 +1572,12 @@ def _length_bins(
 
 
 def masking_diagnostics(
-    s: ArrayLike, w: ArrayLike, *, lengths: ArrayLike | None = None, length_bins: int = 4
+    s: ArrayLike,
+    w: ArrayLike,
+    *,
+    lengths: ArrayLike | None = None,
+    length_bins: int = 4,
+    ess: Literal["count", "fraction"] = "count",
 ) -> MaskingDiagnostics:
     r"""What a mask or a weighting keeps: overall, among on-policy samples, by staleness, by length.
 
@@ -1595,6 +1600,9 @@ def masking_diagnostics(
         Generated length of each sample, for the keep rate by length quantile.
     length_bins : int
         Number of length-quantile bins (``>= 1``); bins whose edges coincide are merged.
+    ess : {"count", "fraction"}
+        The ESS as a count in ``[1, n]`` (default), or divided by ``n`` (verl's
+        ``rollout_is_eff_sample_size``), as in :func:`effective_sample_size`.
 
     Returns
     -------
@@ -1630,6 +1638,8 @@ def masking_diagnostics(
     array([1., 1., 0.])
     >>> d.keep_rate_by_length
     array([1., 1., 1., 0.])
+    >>> refimpl.masking_diagnostics(s, [1, 1, 1, 0], ess="fraction").effective_sample_size
+    0.75
     """
     s_arr = _as_staleness(s)
     if s_arr.ndim != 1:
@@ -1660,7 +1670,7 @@ def masking_diagnostics(
         kept_fraction=float(kept.sum() / n),
         on_policy_dropped_fraction=dropped_on,
         on_policy_count=n_on,
-        effective_sample_size=effective_sample_size(w_arr),
+        effective_sample_size=effective_sample_size(w_arr, ess=ess),
         staleness_values=values.astype(np.float64),
         keep_rate_by_staleness=kept_by_s / counts,
         count_by_staleness=counts.astype(np.int64),

@@ -131,7 +131,70 @@ def _trace(spec: str, rng: np.random.Generator) -> tuple[dict[str, Any], list[st
             r = np.where(correct > 0, score, F32(0)).astype(F32)
         cols = {"length": ell, "correct": correct, "target_length": target, "reward": r}
         return cols, [], "reward"
+    if spec in ("effective_sample_size", "masking_diagnostics"):
+        w = [rng.uniform(0.0, 3.0, int(n)).astype(F32) for n in rng.integers(1, 100, ROWS)]
+        for x in w[::3]:
+            x[rng.random(x.size) < 0.5] = F32(0.0)
+            x[0] = F32(1.0)  # at least one positive weight
+        sq = [np.sum(x, dtype=F32) ** 2 / np.sum(x * x, dtype=F32) for x in w]
+        if spec == "effective_sample_size":
+            return {"weight": _rows(w), "ess": np.array(sq, dtype=F32)}, [], "ess"
+        s = _rows([rng.integers(0, 4, x.size) for x in w])
+        fraction = np.array([e / F32(x.size) for e, x in zip(sq, w, strict=True)], dtype=F32)
+        cols = {"staleness": s, "weight": _rows(w), "effective_sample_size": fraction}
+        return cols, ["statistic=effective_sample_size", "ess=fraction"], "effective_sample_size"
+    if spec == "kimi_length_reward":
+        spans = [rng.integers(0, 4096, int(n)).astype(F32) for n in rng.integers(1, 9, ROWS)]
+        spans[0][:] = spans[0][0]  # no length spread: reward 0
+        right = [rng.integers(0, 2, x.size) for x in spans]
+        rewards = []
+        for x, c in zip(spans, right, strict=True):
+            lo, hi = x.min(), x.max()
+            lam = F32(0.5) - (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
+            rewards.append(np.where(c > 0, lam, np.minimum(lam, F32(0.0))).astype(F32))
+        cols = {"length": _rows(spans), "correct": _rows(right), "reward": _rows(rewards)}
+        return cols, [], "reward"
+    if spec == "vtrace":
+        rows: dict[str, list[Any]] = {k: [] for k in ("v_tm1", "v_t", "r_t", "discount_t")}
+        rows |= {"rho_tm1": [], "pg_advantage": []}
+        for n in rng.integers(1, 40, ROWS):
+            v_tm1, v_t, r_t = (rng.normal(0.0, 1.0, int(n)).astype(F32) for _ in range(3))
+            discount = np.full(int(n), F32(0.99))
+            rho = np.exp(rng.normal(0.0, 0.5, int(n))).astype(F32)
+            rows["pg_advantage"].append(_float32_vtrace(v_tm1, v_t, r_t, discount, rho, F32(0.9)))
+            for k, x in zip(rows, (v_tm1, v_t, r_t, discount, rho), strict=False):
+                rows[k].append(x)
+        return (
+            {k: _rows(col) for k, col in rows.items()},
+            ["output=pg_advantage", "lambda_=0.9"],
+            "pg_advantage",
+        )
     raise AssertionError(f"no float32 trace for spec {spec!r}")
+
+
+def _rows(arrays: list[Any]) -> Any:
+    """A list column: one array per row."""
+    out = np.empty(len(arrays), dtype=object)
+    for i, a in enumerate(arrays):
+        out[i] = a
+    return out
+
+
+def _float32_vtrace(v_tm1: Any, v_t: Any, r_t: Any, discount: Any, rho: Any, lam: Any) -> Any:
+    """rlax's V-trace in float32, thresholds 1: the policy-gradient advantage."""
+    one = F32(1.0)
+    rho_bar = np.minimum(rho, one)
+    c = lam * np.minimum(rho, one)
+    delta = rho_bar * (r_t + discount * v_t - v_tm1)
+    errors = np.zeros_like(delta)
+    acc = F32(0.0)
+    for t in reversed(range(delta.size)):
+        acc = delta[t] + discount[t] * c[t] * acc
+        errors[t] = acc
+    targets = v_tm1 + errors
+    following = np.concatenate([lam * targets[1:] + (one - lam) * v_tm1[1:], v_t[-1:]])
+    q = r_t + discount * following
+    return (np.minimum(rho, one) * (q - v_tm1)).astype(F32)
 
 
 def _write(path: Path, cols: dict[str, Any], rename: dict[str, str]) -> None:
@@ -160,6 +223,8 @@ PLANTED: dict[str, Callable[[Any], Any]] = {
 def _planted(spec: str, found: Any) -> Any:
     if spec in PLANTED:
         return PLANTED[spec](found)
+    if found.dtype == object:  # a list per row
+        return _rows([_planted(spec, np.asarray(f, dtype=np.float64)) for f in found])
     return np.asarray(found, dtype=np.float64) * (1 + 1e-3) + 1e-3  # a 0.1% bias
 
 
@@ -214,3 +279,27 @@ def test_an_unknown_column_mapping_is_refused(
                  "--column", "response_mask=mask"])  # fmt: skip
     assert code == 2
     assert "does not read" in capsys.readouterr().err
+
+
+def test_every_conformance_spec_has_a_trace_spec() -> None:
+    from refimpl.testing import spec_names
+
+    assert set(SPECS) == set(spec_names())
+
+
+def test_a_list_row_of_the_wrong_length_is_unusable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"length": [1, 2, 3], "correct": [1, 0, 1], "reward": [0.5, -0.5]}\n')
+    assert main(["check", str(trace), "--spec", "kimi_length_reward"]) == 2
+    assert "reward has 2 values, expected 3" in capsys.readouterr().err
+
+
+def test_the_trace_howto_lists_every_spec() -> None:
+    import re
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "howto" / "gate-ci-on-traces.md"
+    rows = [line for line in page.read_text().splitlines() if line.startswith("| `")]
+    listed = {name for line in rows for name in re.findall(r"`(\w+)`", line.split("|")[1])}
+    assert listed == set(SPECS)

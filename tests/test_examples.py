@@ -47,12 +47,11 @@ def test_the_script_writes_the_committed_traces_byte_for_byte() -> None:
 
 def test_every_spec_has_a_passing_trace_and_a_caught_bug_in_the_readme() -> None:
     specs = set(_maker().SPECS)
+    from refimpl.testing import spec_names
     from refimpl.testing.check_cli import SPECS
 
-    # The worked examples cover the original six specs; every spec of refimpl check, the newer ones
-    # included, has a correct float32 trace and a caught bug in tests/test_check_cli_dtype.py.
-    assert specs <= set(SPECS), "every example is of a spec of refimpl check"
-    assert {"staleness_mask", "tis", "masked_is", "staleness"} <= specs
+    # every spec of refimpl check (one per conformance spec) has a worked example
+    assert specs == set(SPECS) == set(spec_names())
     codes = {
         (shlex.split(c)[shlex.split(c).index("--spec") + 1], code) for c, _, code in _sessions()
     }

@@ -591,3 +591,14 @@ def test_bad_candidates_say_how_to_fix_them(
 ) -> None:
     with pytest.raises(error, match=match):
         check_conformance(candidate, spec="staleness_mask")
+
+
+def test_masking_diagnostics_takes_the_ess_convention_with_an_exact_value() -> None:
+    """(Σw)²/Σw² of w = (1, 1, 1, 0) is 9/3 = 3 samples, 3/4 of the batch as a fraction."""
+    import refimpl
+
+    s, w = [0, 0, 1, 2], [1.0, 1.0, 1.0, 0.0]
+    assert refimpl.masking_diagnostics(s, w).effective_sample_size == 3.0
+    assert refimpl.masking_diagnostics(s, w, ess="fraction").effective_sample_size == 0.75
+    with pytest.raises(ValueError, match="ess"):
+        refimpl.masking_diagnostics(s, w, ess="percent")  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ read back to float64, so it carries exactly the rounding to the candidate's dtyp
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, Literal
@@ -118,6 +119,18 @@ class ArrayBridge:
                 f"{self.name} has no {dtype} (numpy has no bfloat16): pass xp='torch' or "
                 "xp='jax.numpy' for bfloat16, or another dtype.",
             )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # jax warns that it truncates: said below, as an error
+            probe = self.namespace.asarray([0.0], dtype=found)
+        if probe.dtype != found:  # jax without x64: float64 silently becomes float32
+            raise invalid(
+                "dtype",
+                f"be a dtype that {self.name} creates arrays in",
+                dtype,
+                f"{self.name} made a {probe.dtype} array when asked for {dtype} (jax computes in "
+                "float32 unless jax.config.update('jax_enable_x64', True) is set): pass "
+                "dtype='float32', or enable 64-bit arrays in setup=.",
+            )
         self.float_dtype = found
         self.int_dtype = self.namespace.int64
 
@@ -171,7 +184,8 @@ class ArrayBridge:
         detach = getattr(value, "detach", None)
         if callable(detach):  # a torch tensor that requires grad cannot be read otherwise
             value = detach()
-        value = array_api_compat.to_device(value, "cpu")
+        if not array_api_compat.is_jax_array(value):  # jax's device_put takes no "cpu" string;
+            value = array_api_compat.to_device(value, "cpu")  # np.asarray copies it to the host
         if value.dtype != xp.bool and not xp.isdtype(value.dtype, "real floating"):
             value = xp.astype(value, xp.float64)
         elif value.dtype not in (getattr(xp, "float64", None), getattr(xp, "float32", None)):

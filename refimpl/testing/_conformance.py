@@ -503,32 +503,66 @@ class _Runner:
             self.kind = outcome.kind
         return outcome.kind == self.kind
 
-    def explain(self, calls: list[Call]) -> str:
+    def explain(self, calls: list[Call], raised: bool = False) -> str:
         """A convention under which this counterexample passes, as a hint (or "")."""
+        guesses = self._guesses(calls) if self.spec.guesses is not None else {}
         for convention in self.spec.conventions:
-            if convention.key in ("inputs", "layout", "compute_dtype"):
+            key = convention.key
+            if key in ("inputs", "layout") and self.spec.recast is None:
                 continue
-            values = [v for v in convention.choices if v != self.conventions[convention.key]]
+            if key == "compute_dtype":
+                values: list[Any] = _coarser(self._dtype(self.conventions))
+            else:
+                values = [v for v in convention.choices if v != self.conventions[key]]
             if convention.number:
-                values += [v for v in (20.0,) if v != self.conventions[convention.key]]
-            for value in values:
-                alt = {**self.conventions, convention.key: value}
-                try:
-                    passes = self.evaluate(calls, alt) is None
-                    agrees = self.spec.checks[0]
-                    if passes and agrees.name != self.check.name:
-                        other = _Runner(
-                            self.candidate, self.spec, agrees, self.bridge, alt, self.override
-                        )
-                        passes = other.evaluate(calls) is None
-                except Exception:
-                    passes = False
-                if passes:
+                values += [v for v in (20.0, *guesses.get(key, ())) if v != self.conventions[key]]
+            for value in dict.fromkeys(values):
+                alt = {**self.conventions, key: value}
+                if self._passes(calls, alt, recast=key in ("inputs", "layout")):
                     return (
-                        f"this counterexample passes under conventions={{{convention.key!r}: "
-                        f"{value!r}}}: pass it if that is what your implementation intends"
+                        f"this counterexample passes under conventions={{{key!r}: {value!r}}}: "
+                        "pass it if that is what your implementation intends"
                     )
+        if raised and self.spec.raised_hint is not None:
+            return self.spec.raised_hint(calls, self.conventions) or ""
         return ""
+
+    def _passes(self, calls: list[Call], alt: dict[str, Any], *, recast: bool) -> bool:
+        """True when the check, and agreement with the reference, pass under ``alt``."""
+        try:
+            if recast and self.spec.recast is not None:
+                calls = [self.spec.recast(c, self.conventions, alt) for c in calls]
+            if self.check.applies(alt) is not None:
+                return False
+            passes = self.evaluate(calls, alt) is None
+            agrees = self.spec.checks[0]
+            if passes and agrees.name != self.check.name:
+                other = _Runner(self.candidate, self.spec, agrees, self.bridge, alt, self.override)
+                passes = other.evaluate(calls) is None
+        except Exception:
+            return False
+        return passes
+
+    def _guesses(self, calls: list[Call]) -> dict[str, list[float]]:
+        assert self.spec.guesses is not None
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                seen, raw = self.outputs(calls)
+                found = [
+                    self.spec.read(r, c, self.conventions) for r, c in zip(raw, seen, strict=True)
+                ]
+                return self.spec.guesses(seen, found, self.conventions)
+        except Exception:
+            return {}
+
+
+def _coarser(dtype: str) -> list[str]:
+    """The next coarser dtype that a candidate may compute in (float64 → float32 → float16 →
+    bfloat16): suggested only one step coarser, so that a real error is not explained away."""
+    order = ["float64", "float32", "float16", "bfloat16"]
+    i = order.index(dtype)
+    return order[i + 1 : i + 2]
 
 
 def _reproduction(
@@ -856,8 +890,8 @@ def check_conformance(
         if outcome is not None and outcome.kind == "invalid":
             outcome = None
         message = outcome.message if outcome is not None else "the failure did not repeat"
-        if outcome is not None and outcome.kind == "failed" and "conventions=" not in message:
-            hint = runner.explain(example)
+        if outcome is not None and "conventions=" not in message:
+            hint = runner.explain(example, raised=outcome.kind == "raised")
             message = f"{message}\n{hint}" if hint else message
         failed: Status = "raised" if outcome is not None and outcome.kind == "raised" else "failed"
         results.append(

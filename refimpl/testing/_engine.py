@@ -108,6 +108,15 @@ class Spec:
     #: library accuracy floor (relative), for special functions whose float64 implementations
     #: differ by more than their rounding analysis (betainc vs a binomial sum)
     floor_rtol: float = 0.0
+    #: the same call expressed under other conventions (inputs, layout): ``recast(call, from,
+    #: to)``; lets a failure be explained by a convention that changes the signature
+    recast: Callable[[Call, Conventions, Conventions], Call] | None = None
+    #: numeric convention values that would explain what the candidate returned (e.g. the clamp
+    #: ``c`` read off a weight ``e^-c``): ``guesses(calls, found, conventions) -> {key: values}``
+    guesses: Callable[[list[Call], list[Any], Conventions], dict[str, list[float]]] | None = None
+    #: why a candidate that raises on these calls may follow a convention that excludes them
+    #: from the draws (an all-padding row): the hint, or None
+    raised_hint: Callable[[list[Call], Conventions], str | None] | None = None
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)

@@ -329,9 +329,10 @@ def _mask_agrees(case: Case) -> None:
         return
     s, eta = case.calls[0][0][0], case.calls[0][1]["eta"]
     other: Any = "versions_spanned" if _shift(case) == 0 else "versions_behind"
-    alt = refimpl.staleness_mask(s, eta=max(eta, 1), staleness_count=other)
+    # computed directly: at eta = 0 counting versions spanned keeps nothing (s + 1 <= 0)
+    alt = (s + (1 - _shift(case)) <= eta).astype(np.float64)
     hint = ""
-    if eta >= 1 and np.array_equal(_f(case), alt):
+    if np.array_equal(_f(case), alt):
         hint = (
             f": the mask counts staleness as {other.replace('_', ' ')}: pass "
             f"conventions={{'staleness_count': '{other}'}} if that is intended"

@@ -541,9 +541,32 @@ def _shape_first(case: Case, i: int = 0) -> None:
     layout = case.conventions.get("output", "token")
     assert found.shape == expected.shape, (
         f"the weights have shape {found.shape}; expected {expected.shape} "
-        f"(layout {case.conventions.get('layout')!r}, output {layout!r}): pass "
-        "conventions={'output': ...} ('B', 'B1', 'BT') if the layout is intended"
+        f"(layout {case.conventions.get('layout')!r}, output {layout!r}){_layout_hint(case)}"
     )
+
+
+def _layout_hint(case: Case) -> str:
+    """The output convention that the found shape matches, as a hint (or "")."""
+    conv = case.conventions
+    if "output" not in conv:
+        return ""
+    _, _, mask, _ = _from_call(case.calls[0], conv)
+    shape = _found(case).shape
+    rows = mask.shape[0]
+    if shape == (rows, 1) and conv["output"] != "B1":
+        return ": pass conventions={'output': 'B1'} if that layout is intended"
+    tokens = mask.shape if conv["layout"] == "padded" else (int(mask.sum()),)
+    if shape == tokens and conv["output"] != "BT":
+        other = ""
+        if "weight" in conv:
+            other = (
+                " (or conventions={'weight': 'token'} / conventions={'weight': 'geometric'} "
+                "if a kept token gets its own or the geometric ratio)"
+            )
+        return f": pass conventions={{'output': 'BT'}}{other} if that layout is intended"
+    if shape == (rows,) and conv["output"] != "B":
+        return ": pass conventions={'output': 'B'} if that layout is intended"
+    return ""
 
 
 def _agrees(fam: _Family) -> Callable[[Case], None]:
@@ -603,12 +626,16 @@ def _at_padding(fam: _Family) -> Callable[[Case], None]:
         if np.all(pad == value):
             return
         other = 1.0 - value
-        hint = ""
         if np.all(pad == other):
             key = "one" if other == 1.0 else "zero"
             hint = (
                 f": weights are {other:g} at padding: pass conventions={{'padding': '{key}'}} if "
                 "that is intended"
+            )
+        else:
+            hint = (
+                ": pass conventions={'padding': 'ignored'} if the values at padding are never "
+                "used (e.g. multiplied by the mask later)"
             )
         raise AssertionError(f"padding entries got weights {pad} instead of {value:g}{hint}")
 
@@ -674,6 +701,41 @@ def _zero_outside(fam: _Family) -> Callable[[Case], None]:
     return zero_outside_band
 
 
+def _recast(call: Call, old: Conventions, new: Conventions) -> Call:
+    """The call handed over under other ``inputs``/``layout`` conventions (same tokens)."""
+    target, behavior, mask, params = _from_call(call, old)
+    return _to_call(target, behavior, mask, params, new)
+
+
+def _guesses(calls: list[Call], found: list[Any], conv: Conventions) -> dict[str, list[float]]:
+    """A clamp ``c`` read off a weight ``e^±c``, a lower truncation level off the smallest kept
+    weight: the values a framework's constant would have (rounded to 6 digits)."""
+    w = np.asarray(found[0], dtype=np.float64).ravel()
+    w = w[np.isfinite(w) & (w > 0) & (w != 1.0)]
+    if w.size == 0:
+        return {}
+    clamps = sorted({float(f"{abs(math.log(x)):.6g}") for x in w})
+    low = float(f"{w.min():.6g}")
+    return {"log_ratio_clamp": clamps[-3:], "lower": [low] if low <= 1.0 else []}
+
+
+def _excluded_rows(calls: list[Call], conv: Conventions) -> str | None:
+    """The hint for a candidate that raises on an all-padding batch or row."""
+    for call in calls:
+        _, _, mask, _ = _from_call(call, conv)
+        rows = mask.sum(axis=1)
+        batch = conv["empty_batch"] == "drawn" and rows.sum() == 0
+        if batch or (conv["empty_rows"] == "padding" and (rows == 0).any()):
+            which = "batch is all padding" if batch else "row is all padding"
+            first = "{'empty_batch': 'excluded'} (or " if batch else ""
+            last = " if a single all-padding row raises too)" if batch else ""
+            return (
+                f"the candidate raises where a {which}: pass conventions={first}"
+                f"{{'empty_rows': 'excluded'}}{last} if your implementation requires a real token"
+            )
+    return None
+
+
 def _weights_spec(name: str, fam: _Family, signature: str, checks: list[Check]) -> Spec:
     return Spec(
         name=name,
@@ -688,6 +750,9 @@ def _weights_spec(name: str, fam: _Family, signature: str, checks: list[Check]) 
         condition=_condition(fam),
         checks=tuple(checks),
         conventions=_conventions(fam.family, fam.level),
+        recast=_recast,
+        guesses=_guesses,
+        raised_hint=_excluded_rows,
     )
 
 

@@ -17,7 +17,20 @@ spec                       columns (inputs → logged value)             paramet
 ``staleness``              ``trained_step`` and ``min_version`` (or    none
                            ``versions``, a list per row) →
                            ``staleness``
+``effective_sample_size``  ``weight`` (a list per batch) → ``ess``     ``ess`` (option)
+``masking_diagnostics``    ``staleness``, ``weight`` (lists per        ``statistic``, ``ess``
+                           batch) → ``kept_fraction`` (or the          (options)
+                           ``statistic`` named)
+``kimi_length_reward``     ``length``, ``correct`` (lists per          ``scope`` (option)
+                           problem) → ``reward`` (a list)
+``vtrace``                 ``v_tm1``, ``v_t``, ``r_t``,                ``output``, ``lambda_``,
+                           ``discount_t``, ``rho_tm1`` (lists per      thresholds (options)
+                           trajectory) → ``errors`` (or the
+                           ``output`` named; a list)
 =========================  ==========================================  ========================
+
+The table lists the first specs; ``refimpl check --help`` lists all of them (every spec of
+:func:`refimpl.testing.spec_names`). A logged value that is a list agrees when every element does.
 
 Exit codes: **0** every row agrees within tolerance; **1** at least one row disagrees (a logged NaN or
 infinity where the reference is finite counts as a mismatch); **2** the input is unusable: unknown
@@ -52,14 +65,18 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument, RefimplError
+from refimpl.testing._engine import Call, Spec
+from refimpl.testing._specs_basic import VTRACE
+from refimpl.testing._specs_more import DIAGNOSTICS, ESS, KIMI
 from refimpl.testing._traces import (
     _SUFFIXES as _SUFFIX_FORMAT,
 )
@@ -104,6 +121,13 @@ class _TraceSpec:
     condition: (
         Callable[[Columns, dict[str, Any], NDArray[np.float64]], NDArray[np.float64]] | None
     ) = None
+    #: the logged value is a list per row (a trajectory, a problem's responses), compared
+    #: element by element; a row agrees when all its elements do
+    found_list: bool = False
+    #: the option whose value names the logged column (an output of several, e.g. vtrace's
+    #: ``output=pg_advantage``); ``found`` is its default
+    found_from: str | None = None
+    found_choices: tuple[str, ...] = ()
 
 
 #: the unit roundoff that the band-edge zone is computed with (``--dtype``; float64 by default)
@@ -279,6 +303,150 @@ def _staleness_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any
 def _whole(value: Any, name: str, meaning: str) -> None:
     if not isinstance(value, (int, np.integer)):
         raise InvalidArgument(f"{name} must hold whole numbers ({meaning}); got {value!r}.")
+
+
+# --- specs whose rows are lists: a batch (ESS, diagnostics), a problem (Kimi), a trajectory ----
+
+
+def _list_rows(cols: Columns, names: tuple[str, ...]) -> list[list[NDArray[np.float64]]]:
+    """Per row, the list columns ``names`` as float64 arrays of one length >= 1."""
+    out = []
+    for i, row in enumerate(zip(*(cols[n] for n in names), strict=True)):
+        arrays = [np.asarray(a, dtype=np.float64) for a in row]
+        sizes = {a.size for a in arrays}
+        if len(sizes) != 1 or 0 in sizes:
+            shown = ", ".join(f"{n} {a.size}" for n, a in zip(names, arrays, strict=True))
+            raise InvalidArgument(
+                f"{', '.join(names)} must be lists of one length >= 1 per row; row {i} has "
+                f"{shown} values."
+            )
+        out.append(arrays)
+    return out
+
+
+def _conventions_of(spec: Spec, params: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The conformance spec's conventions from the --param options among ``keys``."""
+    return spec.resolve({k: params[k] for k in keys if k in params})
+
+
+def _ess_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[np.float64]:
+    conv = _conventions_of(ESS, p, ("ess",))
+    rows = _list_rows(cols, ("weight",))
+    return np.array([float(ESS.expected(((w,), {}), conv)) for (w,) in rows])
+
+
+def _ess_condition(
+    cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    conv = _conventions_of(ESS, params, ("ess",))
+    rows = _list_rows(cols, ("weight",))
+    return np.array(
+        [float(ESS.condition(((w,), {}), conv, e)) for (w,), e in zip(rows, expected, strict=True)]
+    )
+
+
+_DIAGNOSTIC_FIELDS = ("kept_fraction", "on_policy_dropped_fraction", "effective_sample_size")
+
+
+def _statistic(params: dict[str, Any]) -> int:
+    return _DIAGNOSTIC_FIELDS.index(params.get("statistic", _DIAGNOSTIC_FIELDS[0]))
+
+
+def _diagnostics_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[np.float64]:
+    conv = _conventions_of(DIAGNOSTICS, p, ("ess",))
+    k = _statistic(p)
+    rows = _list_rows(cols, ("staleness", "weight"))
+    for i, (s, _) in enumerate(rows):
+        if not (np.all(s >= 0) and np.all(s == np.round(s))):
+            raise InvalidArgument(
+                f"staleness must hold whole numbers >= 0 (versions behind); row {i} has {s}."
+            )
+    return np.array([float(DIAGNOSTICS.expected(((s, w), {}), conv)[k]) for s, w in rows])
+
+
+def _diagnostics_condition(
+    cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    conv = _conventions_of(DIAGNOSTICS, params, ("ess",))
+    k = _statistic(params)
+    rows = _list_rows(cols, ("staleness", "weight"))
+    out = []
+    for (s, w), e in zip(rows, expected, strict=True):
+        full = np.zeros(3)
+        full[k] = e
+        out.append(float(DIAGNOSTICS.condition(((s, w), {}), conv, full)[k]))
+    return np.asarray(out, dtype=np.float64)
+
+
+def _kimi_rows(cols: Columns) -> list[list[NDArray[np.float64]]]:
+    return _list_rows(cols, ("length", "correct"))
+
+
+def _kimi_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any]:
+    conv = _conventions_of(KIMI, p, ("scope",))
+    out: NDArray[Any] = np.empty(len(cols["length"]), dtype=object)
+    for i, (ell, correct) in enumerate(_kimi_rows(cols)):
+        out[i] = np.asarray(KIMI.expected(((ell, correct != 0), {}), conv), dtype=np.float64)
+    return out
+
+
+def _kimi_condition(cols: Columns, params: dict[str, Any], expected: NDArray[Any]) -> NDArray[Any]:
+    conv = _conventions_of(KIMI, params, ("scope",))
+    out: NDArray[Any] = np.empty(len(expected), dtype=object)
+    for i, ((ell, correct), e) in enumerate(zip(_kimi_rows(cols), expected, strict=True)):
+        out[i] = np.asarray(KIMI.condition(((ell, correct != 0), {}), conv, e), dtype=np.float64)
+    return out
+
+
+_VTRACE_INPUTS = ("v_tm1", "v_t", "r_t", "discount_t", "rho_tm1")
+_VTRACE_OUTPUTS = ("errors", "pg_advantage", "q_estimate")
+_VTRACE_OPTIONS = ("lambda_", "clip_rho_threshold", "clip_pg_rho_threshold")
+
+
+def _vtrace_calls(cols: Columns, p: dict[str, Any]) -> list[Call]:
+    kw = {k: p[k] for k in _VTRACE_OPTIONS if k in p}
+    return [(tuple(row), kw) for row in _list_rows(cols, _VTRACE_INPUTS)]
+
+
+def _vtrace_expected(r: Any, cols: Columns, p: dict[str, Any]) -> NDArray[Any]:
+    k = _VTRACE_OUTPUTS.index(p.get("output", "errors"))
+    calls = _vtrace_calls(cols, p)
+    out: NDArray[Any] = np.empty(len(calls), dtype=object)
+    for i, call in enumerate(calls):
+        out[i] = np.asarray(VTRACE.expected(call, {})[k], dtype=np.float64)
+    return out
+
+
+def _vtrace_condition(
+    cols: Columns, params: dict[str, Any], expected: NDArray[Any]
+) -> NDArray[Any]:
+    k = _VTRACE_OUTPUTS.index(params.get("output", "errors"))
+    calls = _vtrace_calls(cols, params)
+    out: NDArray[Any] = np.empty(len(calls), dtype=object)
+    for i, call in enumerate(calls):
+        out[i] = np.asarray(VTRACE.condition(call, {}, None)[k], dtype=np.float64)
+    return out
+
+
+def _probe_choice(p: dict[str, Any], key: str, choices: tuple[str, ...]) -> None:
+    if key in p and p[key] not in choices:
+        raise invalid(
+            f"--param {key}",
+            f"be one of {', '.join(choices)}",
+            p[key],
+            f"It names the logged column to check, e.g. --param {key}={choices[1]}.",
+        )
+
+
+def _probe_vtrace(r: Any, p: dict[str, Any]) -> object:
+    _probe_choice(p, "output", _VTRACE_OUTPUTS)
+    kw = {k: p[k] for k in _VTRACE_OPTIONS if k in p}
+    return r.vtrace([0.0], [0.0], [0.0], [1.0], [1.0], **kw)
+
+
+def _probe_diagnostics(r: Any, p: dict[str, Any]) -> object:
+    _probe_choice(p, "statistic", _DIAGNOSTIC_FIELDS)
+    return _conventions_of(DIAGNOSTICS, p, ("ess",))
 
 
 SPECS: dict[str, _TraceSpec] = {
@@ -522,6 +690,66 @@ SPECS: dict[str, _TraceSpec] = {
             options={"alpha": float, "delta": float},
             condition=_l1_condition,
         ),
+        _TraceSpec(
+            name="effective_sample_size",
+            reference="effective_sample_size",
+            inputs=(),
+            lists=("weight",),
+            found="ess",
+            params={},
+            expected=_ess_expected,
+            probe=lambda r, p: _conventions_of(ESS, p, ("ess",)),
+            options={"ess": str},
+            condition=_ess_condition,
+            notes="one row per batch: the list of its weights; ess=fraction for (Σw)²/(nΣw²)",
+        ),
+        _TraceSpec(
+            name="masking_diagnostics",
+            reference="masking_diagnostics",
+            inputs=(),
+            lists=("staleness", "weight"),
+            found="kept_fraction",
+            params={},
+            expected=_diagnostics_expected,
+            probe=_probe_diagnostics,
+            options={"statistic": str, "ess": str},
+            condition=_diagnostics_condition,
+            found_from="statistic",
+            found_choices=_DIAGNOSTIC_FIELDS,
+            notes="one row per batch: lists of its staleness and weights; --param statistic= "
+            "names the logged diagnostic (kept_fraction by default)",
+        ),
+        _TraceSpec(
+            name="kimi_length_reward",
+            reference="kimi_length_reward",
+            inputs=(),
+            lists=("length", "correct"),
+            found="reward",
+            params={},
+            expected=_kimi_expected,
+            probe=lambda r, p: _conventions_of(KIMI, p, ("scope",)),
+            options={"scope": str},
+            condition=_kimi_condition,
+            found_list=True,
+            notes="one row per problem: lists of its responses' lengths, correctness and rewards",
+        ),
+        _TraceSpec(
+            name="vtrace",
+            reference="vtrace",
+            inputs=(),
+            lists=_VTRACE_INPUTS,
+            found="errors",
+            params={},
+            expected=_vtrace_expected,
+            probe=_probe_vtrace,
+            options={"output": str, **dict.fromkeys(_VTRACE_OPTIONS, float)},
+            condition=_vtrace_condition,
+            found_list=True,
+            found_from="output",
+            found_choices=_VTRACE_OUTPUTS,
+            notes="one row per trajectory: lists over time; --param output= names the logged "
+            "output (errors by default, pg_advantage, q_estimate)",
+        ),
     )
 }
 
@@ -710,7 +938,7 @@ def _check_chunk(
 
     def reference(c: Columns) -> NDArray[Any]:
         out = spec.expected(refimpl, c, params)
-        return out if spec.exact else np.asarray(out, dtype=np.float64)
+        return out if spec.exact or spec.found_list else np.asarray(out, dtype=np.float64)
 
     try:
         with np.errstate(all="ignore"):
@@ -727,7 +955,11 @@ def _check_chunk(
             f"{chunk.where(i)}: the inputs ({shown}) are outside the domain of "
             f"refimpl.{spec.reference}: {why}"
         ) from None
-    if spec.exact:
+    if spec.found_list:
+        found, ok, err = _list_agree(spec, chunk, cols, expected, params, tol, dtype)
+        bad = np.flatnonzero(~ok)
+        err = err[bad]
+    elif spec.exact:
         found, ok, err = _exact_agree(chunk.columns[spec.found], expected, tol)
         bad = np.flatnonzero(~ok)
         err = err[bad]
@@ -759,6 +991,45 @@ def _check_chunk(
         if chunk.lines is not None:
             row["line"] = int(chunk.lines[i])
         tally.shown.append(row)
+
+
+def _list_agree(
+    spec: _TraceSpec,
+    chunk: Chunk,
+    cols: Columns,
+    expected: NDArray[Any],
+    params: dict[str, Any],
+    tol: Tolerance,
+    dtype: str | None,
+) -> tuple[NDArray[Any], NDArray[np.bool_], NDArray[np.float64]]:
+    """Rows whose logged value is a list: each element within tolerance; the row's error is its
+    largest (infinite where a logged value is not finite and the reference's is)."""
+    found = chunk.columns[spec.found]
+    for i, (f, e) in enumerate(zip(found, expected, strict=True)):
+        if np.size(f) != np.size(e):
+            raise TraceError(
+                f"{chunk.where(i)}: {spec.found} has {np.size(f)} values, expected "
+                f"{np.size(e)} (one per element of {spec.lists[0]})."
+            )
+    sizes = [int(np.size(e)) for e in expected]
+    flat_f = np.concatenate([np.asarray(f, dtype=np.float64).ravel() for f in found])
+    flat_e = np.concatenate([np.asarray(e, dtype=np.float64).ravel() for e in expected])
+    if dtype is not None and spec.condition is not None:
+        cond = spec.condition(cols, params, expected)
+        flat_c = np.concatenate([np.asarray(c, dtype=np.float64).ravel() for c in cond])
+        elementwise = _derived_agree(flat_f, flat_e, flat_c, dtype)
+    else:
+        elementwise = agree(flat_f, flat_e, tol)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    ok = np.logical_and.reduceat(elementwise, starts)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(elementwise, 0.0, np.abs(flat_f - flat_e))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    err = np.maximum.reduceat(diff, starts)
+    shown: NDArray[Any] = np.empty(len(found), dtype=object)
+    for i, f in enumerate(found):
+        shown[i] = np.asarray(f, dtype=np.float64)
+    return shown, np.asarray(ok, dtype=np.bool_), np.asarray(err, dtype=np.float64)
 
 
 def _derived_agree(
@@ -883,6 +1154,8 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
         spec.probe(refimpl, params)
     except (ValueError, TypeError) as exc:
         raise _Unusable(f"invalid --param for spec {spec.name!r}: {exc}") from None
+    if spec.found_from is not None and spec.found_from in params:
+        spec = replace(spec, found=params[spec.found_from])
     default = TRACE.get(spec.name, Tolerance(rtol=1e-5, atol=1e-8))
     tol = Tolerance(
         rtol=default.rtol if args.rtol is None else args.rtol,
@@ -911,7 +1184,7 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
 
 def _parse_columns(spec: _TraceSpec, raw: list[str]) -> dict[str, str]:
     """``--column NAME=TRACE_COLUMN``: the spec's column names and the trace's."""
-    known = [*spec.inputs, *spec.lists, spec.found]
+    known = [*spec.inputs, *spec.lists, *(spec.found_choices or (spec.found,))]
     if spec.name == "staleness":
         known += ["min_version", "versions"]
     out: dict[str, str] = {}
@@ -1002,8 +1275,8 @@ def _check(
         for chunk in read_chunks(
             trace,
             fmt,
-            [mapping.get(n, n) for n in [*inputs, spec.found]],
-            [mapping.get(n, n) for n in lists],
+            [mapping.get(n, n) for n in [*inputs, *([] if spec.found_list else [spec.found])]],
+            [mapping.get(n, n) for n in [*lists, *([spec.found] if spec.found_list else [])]],
             chunk_rows=args.chunk_rows,
             on_progress=progress,
             exact=spec.exact,

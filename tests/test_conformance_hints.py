@@ -1,0 +1,180 @@
+"""Every convention key of every spec: a candidate that follows the other value fails, and the
+failure names the convention that explains it, ``conventions={key: value}``.
+
+The candidates are the reference itself computing the other variant (``_variant``), with the
+signature that variant implies (one log-ratio array, packed tokens), or written by hand where the
+variant is a way of computing rather than a value (a coarser compute dtype, raising on an
+all-padding row, garbage at ignored padding). Some values cannot be failed under the default
+conventions and are listed in ``INDISTINGUISHABLE`` with the reason; the test checks that list too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from refimpl.testing import check_conformance, conventions, spec_names
+from refimpl.testing._conformance import _SPECS
+
+EXAMPLES = 10
+
+
+def _variant(spec: str, declared: dict[str, Any]) -> Callable[..., Any]:
+    """The reference under ``declared``, called the way that variant's framework calls it."""
+    the_spec = _SPECS[spec]
+    conv = the_spec.resolve(declared)
+
+    def candidate(*args: Any, **kwargs: Any) -> Any:
+        if conv.get("layout") == "packed" and "cu_seqlens" not in kwargs:
+            raise TypeError("candidate() missing keyword argument 'cu_seqlens'")
+        if conv.get("inputs") == "log_ratio" and len(args) != 1:
+            raise TypeError(f"candidate() takes 1 positional argument but {len(args)} were given")
+        out = the_spec.expected((args, kwargs), conv)
+        if spec == "masking_diagnostics":
+            return dict(zip(("kept_fraction", "on_policy_dropped_fraction",
+                             "effective_sample_size"), out, strict=True))  # fmt: skip
+        return out
+
+    return candidate
+
+
+def _computes_in(spec: str, dtype: str) -> Callable[..., Any]:
+    """The reference evaluated on inputs rounded to ``dtype``, its result rounded too."""
+    exact = _variant(spec, {})
+
+    def rounded(x: Any) -> Any:
+        if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+            t = torch.from_numpy(np.ascontiguousarray(x)).to(getattr(torch, dtype))
+            return t.to(torch.float64).numpy()
+        return x
+
+    def candidate(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(rounded(a) for a in args)
+        kwargs = {k: rounded(v) for k, v in kwargs.items()}
+        return rounded(np.asarray(exact(*args, **kwargs), dtype=np.float64))
+
+    return candidate
+
+
+def _raises_on_empty(spec: str, what: str) -> Callable[..., Any]:
+    exact = _variant(spec, {})
+
+    def candidate(*args: Any, **kwargs: Any) -> Any:
+        rows = np.asarray(kwargs["mask"]).sum(axis=1)
+        if (rows.sum() == 0) if what == "batch" else (rows == 0).any():
+            raise ValueError("response_mask must contain at least one valid token")
+        return exact(*args, **kwargs)
+
+    return candidate
+
+
+def _garbage_at_padding(spec: str) -> Callable[..., Any]:
+    exact = _variant(spec, {})
+
+    def candidate(*args: Any, **kwargs: Any) -> Any:
+        w = np.asarray(exact(*args, **kwargs), dtype=np.float64)
+        mask = np.asarray(kwargs["mask"])
+        if w.shape == mask.shape:
+            w = np.where(mask > 0, w, 0.5)
+        return w
+
+    return candidate
+
+
+def _ppo_clip(logp_prox: Any, logp_behavior: Any, *, cap: Any, mask: Any) -> Any:
+    w = np.exp(np.minimum(logp_prox - logp_behavior, 700.0))
+    w = w if cap is None else np.minimum(w, cap)
+    return np.where(mask > 0, w, 0.0)
+
+
+# (spec, key, value): the candidate, the conventions declared besides (baseline)
+SPECIAL: dict[tuple[str, str, Any], tuple[Callable[[str], Callable[..., Any]], dict[str, Any]]] = {}
+WEIGHTS = [s for s in spec_names() if any(c.key == "padding" for c in conventions(s))]
+for _s in WEIGHTS:
+    SPECIAL[(_s, "compute_dtype", "float32")] = (lambda s: _computes_in(s, "float32"), {})
+    SPECIAL[(_s, "empty_rows", "excluded")] = (lambda s: _raises_on_empty(s, "rows"), {})
+    SPECIAL[(_s, "empty_batch", "excluded")] = (lambda s: _raises_on_empty(s, "batch"), {})
+    SPECIAL[(_s, "padding", "ignored")] = (_garbage_at_padding, {})
+    if any(c.key == "clamp_at" for c in conventions(_s)):
+        SPECIAL[(_s, "clamp_at", "token")] = (
+            lambda s: _variant(s, {"log_ratio_clamp": 5.0, "clamp_at": "token"}),
+            {"log_ratio_clamp": 5.0},
+        )
+SPECIAL[("decoupled_ppo", "above_cap", "clip")] = (lambda s: _ppo_clip, {})
+
+# values a candidate can follow without failing under the defaults: nothing to explain
+INDISTINGUISHABLE = {
+    "nonfinite": "'error' draws no non-finite log-ratio, so a candidate mapping them to 1 passes",
+    "compute_dtype:float16": "suggested only one step coarser than the candidate's dtype",
+    "compute_dtype:bfloat16": "suggested only one step coarser than the candidate's dtype",
+    "masked_is:weight:token": "at token level the token ratio is the filtered ratio",
+}
+
+NUMBERS = {"log_ratio_clamp": [20.0, 5.0], "lower": [0.5]}
+
+
+def _cases() -> list[tuple[str, str, Any]]:
+    out = []
+    for spec in spec_names():
+        for c in conventions(spec):
+            values = [v for v in c.choices if v != c.default] + NUMBERS.get(c.key, [])
+            out += [(spec, c.key, v) for v in values]
+    return out
+
+
+def _skipped(spec: str, key: str, value: Any) -> bool:
+    return any(k in INDISTINGUISHABLE for k in (key, f"{key}:{value}", f"{spec}:{key}:{value}"))
+
+
+# One case per mechanism of the hint (a choice, a guessed number, a recast signature, a coarser
+# compute dtype, a raising candidate, a shape), on the cheapest spec that has it, and every key of
+# the other specs: the full audit over every spec, key and value (``AUDIT``) takes ~10 minutes.
+AUDIT = [c for c in _cases() if not _skipped(*c)]
+CASES = [
+    ("tis", "padding", "one"),
+    ("tis", "padding", "ignored"),
+    ("tis", "log_ratio_clamp", 5.0),
+    ("tis", "lower", 0.5),
+    ("tis", "inputs", "log_ratio"),
+    ("tis", "layout", "packed"),
+    ("tis", "compute_dtype", "float32"),
+    ("tis", "empty_batch", "excluded"),
+    ("masked_is", "weight", "indicator"),
+    ("tis_sequence", "output", "B1"),
+    ("masked_is_geometric", "band_on", "reciprocal"),
+    ("staleness", "staleness_count", "versions_spanned"),
+    ("effective_sample_size", "ess", "fraction"),
+    ("masking_diagnostics", "ess", "fraction"),
+    ("dapo_overlong", "floor", False),
+    ("kimi_length_reward", "scope", "batch"),
+]
+
+
+@pytest.mark.parametrize(("spec", "key", "value"), CASES, ids=[f"{s}-{k}-{v}" for s, k, v in CASES])
+def test_a_failure_names_the_convention_that_explains_it(spec: str, key: str, value: Any) -> None:
+    make, baseline = SPECIAL.get((spec, key, value), (lambda s: _variant(s, {key: value}), {}))
+    candidate = make(spec)
+    report = check_conformance(candidate, spec=spec, conventions=baseline, max_examples=EXAMPLES)
+    assert not report.ok, f"a candidate with {key}={value!r} passed the defaults"
+    want = f"conventions={{{key!r}: {value!r}}}"
+    failed = [r for r in report.results if r.status in ("failed", "raised")]
+    named = [r.name for r in failed if want in r.message]
+    assert named, f"no failure names {want}:\n{report.summary()}"
+    declared = check_conformance(
+        candidate, spec=spec, conventions={**baseline, key: value}, max_examples=EXAMPLES
+    )
+    declared.raise_if_failed()
+
+
+def test_the_indistinguishable_values_are_real_conventions() -> None:
+    every = {(s, c.key, v) for s in spec_names() for c in conventions(s) for v in c.choices}
+    assert all(any(key == k or key.startswith(f"{k}:") for _, k, _ in every)
+               or key.count(":") == 2 for key in INDISTINGUISHABLE)  # fmt: skip
+
+
+def test_the_cases_are_in_the_audit() -> None:
+    assert set(CASES) <= set(AUDIT)
