@@ -13,6 +13,15 @@ adds one pytest item per check of the spec (``refimpl::staleness_mask::keeps_at_
 against the target function. A failing item shows the smallest counterexample and a runnable
 reproduction; a declared expected failure (``--refimpl-xfail``) is reported as xfail, and as a
 failure if it passes (strict: the declaration is stale). Items can be selected with ``-k`` as usual.
+
+The shipped adapters of :mod:`refimpl.frameworks` run the same way, against the installed framework::
+
+    pytest --refimpl-framework=verl [--refimpl-framework=trl ...] [--refimpl-only]
+
+adds one item per adapter and applicable check (``refimpl::verl.rollout_is_token_tis::never_exceeds_cap``),
+each run as the conformance matrix runs it (its conventions, dtype and number of examples). A
+divergence the adapter records is an expected failure (xfail, with its classification); one that no
+longer fails, or any other failure, fails the run.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any
 import pytest
 
 _KEY: pytest.StashKey[dict[str, Any]] = pytest.StashKey()
+_FRAMEWORKS: pytest.StashKey[tuple[str, ...]] = pytest.StashKey()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,6 +92,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Hypothesis examples per check (default 100)",
     )
     group.addoption(
+        "--refimpl-framework",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run refimpl.frameworks' shipped adapters of this framework against its installed "
+        "code (repeat; 'all' for every one): verl, trl, areal, skyrl, openrlhf",
+    )
+    group.addoption(
         "--refimpl-only",
         action="store_true",
         help="run only the conformance checks (deselect the other collected tests)",
@@ -98,6 +116,7 @@ def _options(config: pytest.Config) -> tuple[str | None, str | None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _configure_frameworks(config)
     target, spec = _options(config)
     if target is None and spec is None:
         return  # inert: nothing imported, nothing added
@@ -163,6 +182,76 @@ def pytest_configure(config: pytest.Config) -> None:
     }
 
 
+def _configure_frameworks(config: pytest.Config) -> None:
+    """``--refimpl-framework``: check the names (and that each framework is installed)."""
+    asked = [n.strip() for item in config.getoption("--refimpl-framework") for n in item.split(",")]
+    if not asked:
+        return
+    from refimpl.frameworks import TESTED_VERSIONS, installed_version
+
+    names = list(TESTED_VERSIONS) if "all" in asked else list(dict.fromkeys(asked))
+    for name in names:
+        if name not in TESTED_VERSIONS:
+            raise pytest.UsageError(
+                f"--refimpl-framework must name a framework with shipped adapters "
+                f"({', '.join(TESTED_VERSIONS)}, or all); got {name!r}"
+            )
+        if installed_version(name) is None:
+            dist, tested = TESTED_VERSIONS[name]
+            raise pytest.UsageError(
+                f"--refimpl-framework={name}: {dist} is not installed, and the adapters check the "
+                f"installed code; install it (tested: pip install {dist}=={tested})"
+            )
+    config.stash[_FRAMEWORKS] = tuple(names)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    names = config.stash.get(_FRAMEWORKS, ())
+    if not names:
+        return []
+    from refimpl.frameworks import TESTED_VERSIONS, installed_version
+
+    found = []
+    for name in names:
+        version, tested = installed_version(name), TESTED_VERSIONS[name][1]
+        found.append(f"{name} {version}" + ("" if version == tested else f" (tested: {tested})"))
+    return ["refimpl frameworks: " + ", ".join(found)]
+
+
+def _framework_items(session: pytest.Session, names: tuple[str, ...]) -> list[pytest.Item]:
+    """One item per shipped adapter of ``names`` and check of its spec that applies under its
+    conventions (a check that does not apply is not collected: the matrix records it skipped)."""
+    from refimpl.frameworks import adapters, load_function
+    from refimpl.testing import check_names
+    from refimpl.testing._conformance import _spec
+
+    items: list[pytest.Item] = []
+    for name in names:
+        for a in adapters(name):
+            try:
+                load_function(a.function)
+            except Exception as exc:  # a framework whose module fails to import: one message
+                raise pytest.UsageError(
+                    f"--refimpl-framework={name}: cannot import {a.function} "
+                    f"({type(exc).__name__}: {exc})"
+                ) from None
+            spec = _spec(a.spec)
+            resolved = spec.resolve(dict(a.conventions))
+            for check in check_names(a.spec):
+                if spec.check(check).applies(resolved) is not None:
+                    continue
+                items.append(
+                    RefimplAdapterItem.from_parent(
+                        session,
+                        name=f"{a.key}::{check}",
+                        nodeid=f"refimpl::{a.key}::{check}",
+                        key=a.key,
+                        check=check,
+                    )
+                )
+    return items
+
+
 def _convention_value(text: str, choices: tuple[Any, ...]) -> Any:
     """A convention value from the command line: one of the choices by its text, else a number."""
     for choice in choices:
@@ -179,15 +268,20 @@ def pytest_collection_modifyitems(
     session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
 ) -> None:
     state = config.stash.get(_KEY, None)
+    frameworks = config.stash.get(_FRAMEWORKS, ())
+    if state is None and not frameworks:
+        return
+    if state is not None:
+        _require_importable(state["target"])
+    if config.getoption("--refimpl-only") and items:
+        config.hook.pytest_deselected(items=list(items))
+        items.clear()
+    items.extend(_framework_items(session, frameworks))
     if state is None:
         return
     from refimpl.testing import check_names
 
     spec = state["spec"]
-    _require_importable(state["target"])
-    if config.getoption("--refimpl-only") and items:
-        config.hook.pytest_deselected(items=list(items))
-        items.clear()
     for name in check_names(spec):
         items.append(
             RefimplCheckItem.from_parent(
@@ -261,3 +355,47 @@ class RefimplCheckItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"refimpl conformance {self.name}"
+
+
+class RefimplAdapterItem(pytest.Item):
+    """One check of a shipped adapter's spec, run on the installed framework function as the
+    conformance matrix runs it; the adapter's recorded divergences are strict expected failures."""
+
+    def __init__(self, *, key: str, check: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key = key
+        self.check = check
+
+    def runtest(self) -> None:
+        from refimpl.frameworks import adapter, check
+        from refimpl.frameworks._matrix import MATRIX_EXAMPLES
+
+        a = adapter(self.key)
+        known = a.divergences.get(self.check)
+        reason = f"{known.classification}: {known.explanation}" if known else ""
+        report = check(
+            a.key,
+            checks=[self.check],
+            max_examples=max(MATRIX_EXAMPLES, a.max_examples or 0),
+            expected_failures={self.check: reason} if known else None,
+        )
+        (result,) = report.results
+        if result.status == "xfailed":
+            pytest.xfail(f"{a.key}: {reason}")
+        if result.status == "xpassed":
+            raise RefimplCheckFailure(
+                f"{a.key}: {self.check} passes, but the adapter records it as a divergence "
+                f"({reason}); the framework changed: update the adapter's divergences and the "
+                "matrix (refimpl conformance --write)"
+            )
+        if result.status != "passed":
+            first = (result.message or result.status).splitlines()[0]
+            raise RefimplCheckFailure(f"{a.key}: {first}\n\n{result.render()}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, RefimplCheckFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"refimpl adapter {self.name}"

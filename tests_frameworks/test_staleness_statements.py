@@ -1,5 +1,6 @@
 """Every statement refimpl.frameworks makes about a framework's staleness setting, checked against the
-installed framework code (prime-rl, which has no PyPI release, excepted: its docstring says so)."""
+installed framework code. Frameworks read only from their repositories (prime-rl, slime) are not
+stated by refimpl.frameworks; the docs describe them, labelled as not checked."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ def test_every_statement_names_the_version_it_was_read_from() -> None:
         b = framework_staleness_bound(framework=framework, value=1, setting=setting)
         dist, version = TESTED_VERSIONS[framework]
         assert b.source.startswith(f"{dist} {version}: "), b.source
+
+
+def test_every_framework_stated_about_is_installed_and_tested_here() -> None:
+    """refimpl.frameworks states nothing about a framework that this stage does not install."""
+    from refimpl import frameworks
+    from refimpl.frameworks import _staleness
+
+    assert set(_staleness._FRAMEWORKS) <= set(TESTED_VERSIONS)
+    stated = {name.removesuffix("_staleness_bound").removesuffix("_off_policy_bound")
+              for name in frameworks.__all__ if name.endswith("_bound")}  # fmt: skip
+    assert stated - {"framework"} <= set(TESTED_VERSIONS), stated
+    with pytest.raises(ValueError, match="framework"):
+        framework_staleness_bound(framework="prime-rl", value=1)
 
 
 # --- AReaL: max_head_offpolicyness, StalenessManager.get_capacity ------------------------------

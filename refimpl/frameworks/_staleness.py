@@ -10,8 +10,9 @@ guarantees ``s ≤ η`` for every trained sample.
 Each statement was read from the installed sources of the version named in its ``source`` field
 (:data:`refimpl.frameworks.TESTED_VERSIONS`), and ``tests_frameworks/test_staleness_statements.py``
 checks it against that installed code in the framework stage of CI (conventions
-§framework-settings). prime-rl has no release on PyPI: its statement is read from its repository and
-is the one not tested against installed code. A framework may change its semantics between
+§framework-settings). Only frameworks installed and tested there are stated here: prime-rl and
+slime, which have no release on PyPI, are described in the docs (``docs/howto/framework-settings.md``)
+as read from their repositories, not checked by CI. A framework may change its semantics between
 versions, so check the version you run.
 """
 
@@ -26,15 +27,14 @@ __all__ = [
     "FrameworkStalenessBound",
     "areal_staleness_bound",
     "framework_staleness_bound",
-    "prime_rl_staleness_bound",
     "skyrl_staleness_bound",
     "trl_staleness_bound",
     "verl_off_policy_bound",
     "verl_staleness_bound",
 ]
 
-Framework = Literal["areal", "skyrl", "prime-rl", "trl", "verl"]
-_FRAMEWORKS = ("areal", "skyrl", "prime-rl", "trl", "verl")
+Framework = Literal["areal", "skyrl", "trl", "verl"]
+_FRAMEWORKS = ("areal", "skyrl", "trl", "verl")
 
 
 class FrameworkStalenessBound(NamedTuple):
@@ -43,7 +43,7 @@ class FrameworkStalenessBound(NamedTuple):
     Attributes
     ----------
     framework : str
-        ``"areal"``, ``"skyrl"``, ``"prime-rl"``, ``"trl"`` or ``"verl"``.
+        ``"areal"``, ``"skyrl"``, ``"trl"`` or ``"verl"``.
     setting : str
         The framework's own name for the setting.
     value : float
@@ -187,61 +187,6 @@ def skyrl_staleness_bound(*, max_staleness_steps: int) -> FrameworkStalenessBoun
         "worked on); admission control only, so no per-sample guarantee.",
         source="skyrl 0.3.0: skyrl.train.fully_async_trainer._AsyncStalenessManager"
         "._compute_capacity_unlocked",
-    )
-
-
-def prime_rl_staleness_bound(*, max_off_policy_steps: int) -> FrameworkStalenessBound:
-    """prime-rl's ``max_off_policy_steps``: exactly ``η`` on ``s``, bounded per sample.
-
-    prime-rl measures staleness as refimpl does (oldest token version, queue time included) and
-    discards samples over the bound, so every trained sample has ``s ≤ η``
-    (:func:`refimpl.staleness_mask` with ``eta=max_off_policy_steps``).
-
-    .. warning:: Read from the prime-rl repository (version 0.8.0, commit ``559b447``:
-       ``prime_rl.orchestrator.utils.min_fresh_version`` and the dispatcher's stale-group drop),
-       not tested: prime-rl has no release on PyPI, so CI cannot install and check it.
-
-    Parameters
-    ----------
-    max_off_policy_steps : int
-        The prime-rl setting, ``>= 0``.
-
-    Returns
-    -------
-    FrameworkStalenessBound
-        ``eta = max_off_policy_steps``, ``enforced_at="consumption"``, ``per_sample_bound=True``.
-
-    Raises
-    ------
-    TypeError
-        If the value is not an integer.
-    ValueError
-        If it is negative.
-
-    Examples
-    --------
-    >>> from refimpl.frameworks import prime_rl_staleness_bound
-    >>> b = prime_rl_staleness_bound(max_off_policy_steps=1)
-    >>> b.eta, b.per_sample_bound
-    (1, True)
-    """
-    eta = as_int(
-        max_off_policy_steps,
-        name="max_off_policy_steps",
-        minimum=0,
-        meaning="prime-rl's staleness bound in versions",
-    )
-    return FrameworkStalenessBound(
-        framework="prime-rl",
-        setting="max_off_policy_steps",
-        value=float(eta),
-        eta=eta,
-        enforced_at="consumption",
-        per_sample_bound=True,
-        note="η on s = j − min_t v_t (oldest token version, queue time included); samples over "
-        "the bound are discarded, so the bound holds per sample.",
-        source="prime-rl 0.8.0 (repository commit 559b447; not on PyPI, not tested against "
-        "installed code): prime_rl.orchestrator.utils.min_fresh_version",
     )
 
 
@@ -426,8 +371,8 @@ def framework_staleness_bound(
 
     Parameters
     ----------
-    framework : {"areal", "skyrl", "prime-rl", "trl", "verl"}
-        Case-insensitive; ``"prime_rl"`` is accepted for ``"prime-rl"``.
+    framework : {"areal", "skyrl", "trl", "verl"}
+        Case-insensitive.
     value : int or float
         The value of that framework's staleness setting (see the per-framework functions).
     setting : str, optional
@@ -450,20 +395,17 @@ def framework_staleness_bound(
     --------
     >>> from refimpl.frameworks import framework_staleness_bound
     >>> [framework_staleness_bound(framework=f, value=1).per_sample_bound
-    ...  for f in ("areal", "skyrl", "prime-rl", "trl", "verl")]
-    [False, False, True, True, False]
+    ...  for f in ("areal", "skyrl", "trl", "verl")]
+    [False, False, True, False]
     >>> framework_staleness_bound(framework="verl", value=8, setting="max_off_policy_threshold").eta
     7
     """
-    key = str(framework).lower().replace("_", "-") if isinstance(framework, str) else framework
+    key = str(framework).lower() if isinstance(framework, str) else framework
     settings: dict[str, dict[str, Callable[[Any], FrameworkStalenessBound]]] = {
         "areal": {
             "max_head_offpolicyness": lambda v: areal_staleness_bound(max_head_offpolicyness=v)
         },
         "skyrl": {"max_staleness_steps": lambda v: skyrl_staleness_bound(max_staleness_steps=v)},
-        "prime-rl": {
-            "max_off_policy_steps": lambda v: prime_rl_staleness_bound(max_off_policy_steps=v)
-        },
         "trl": {"max_staleness": lambda v: trl_staleness_bound(max_staleness=v)},
         "verl": {
             "staleness_threshold": lambda v: verl_staleness_bound(staleness_threshold=v),

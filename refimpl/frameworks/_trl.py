@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._registry import Adapter, Divergence
 
 _ASYNC = "trl.experimental.async_grpo.async_grpo_trainer"
 
@@ -118,5 +118,67 @@ ADAPTERS = (
         candidate=trl_soft_overlong_punishment,
         note="DAPO's Eq. 13 with the floor at −1 beyond max_completion_len; the reward weight "
         "scales it.",
+    ),
+)
+
+
+_ONE_SIDED = Divergence(
+    "convention",
+    "TRL's off-policy sequence mask has one edge: it drops a negative-advantage sequence iff the "
+    "mean of log μ − log π exceeds off_policy_mask_threshold (grpo_trainer.py, "
+    "get_off_policy_mask), so a sequence whose geometric μ/π is below the band's lower edge is "
+    "kept. Deliberate (DeepSeek-V3.2's rule, only policy drift in one direction is masked); "
+    "refimpl's band always has a lower edge, and with low = 0 TRL agrees.",
+)
+
+
+def trl_off_policy_mask(
+    logp_target: Any, logp_behavior: Any, *, low: float, high: float, mask: Any
+) -> Any:
+    """TRL's ``GRPOTrainer.get_off_policy_mask`` (``off_policy_mask_threshold=log(high)``), every
+    advantage negative: 1 = the sequence is kept.
+
+    TRL keeps a sequence iff its advantage is ``>= 0`` or the mean over its tokens of
+    ``log μ − log π`` is ``<= off_policy_mask_threshold``; with negative advantages only the second
+    test decides, a one-sided band ``μ/π ≤ high`` on the geometric mean. TRL has no lower edge:
+    ``low`` cannot be passed.
+    """
+    import math
+
+    import torch
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    target = torch.as_tensor(logp_target)
+    advantages = -torch.ones(target.shape[0], 1, dtype=target.dtype)
+    threshold = math.log(float(high)) if high > 0 else -math.inf
+    kept = GRPOTrainer.get_off_policy_mask(
+        advantages,
+        target,
+        torch.as_tensor(logp_behavior),
+        torch.as_tensor(mask).to(target.dtype),
+        off_policy_threshold=threshold,
+    )
+    return kept
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="trl.off_policy_mask",
+        framework="trl",
+        function="trl.trainer.grpo_trainer:GRPOTrainer.get_off_policy_mask",
+        settings={"off_policy_mask_threshold": "log(high)", "advantages": "< 0"},
+        spec="masked_is_geometric",
+        conventions={
+            "band_on": "reciprocal",
+            "weight": "indicator",
+            "output": "B1",
+            "padding": "one",  # a row with no valid token has mean 0 <= threshold: kept
+        },
+        candidate=trl_off_policy_mask,
+        divergences=dict.fromkeys(("agrees_with_reference", "zero_outside_band"), _ONE_SIDED),
+        note="DeepSeek-V3.2's off-policy sequence mask: a sequence with a negative advantage is "
+        "dropped iff the mean of log μ − log π over its tokens exceeds the threshold; TRL's "
+        "band is one-sided (no lower edge) and a sequence with advantage >= 0 is always kept.",
     ),
 )

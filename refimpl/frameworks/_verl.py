@@ -359,3 +359,87 @@ ADAPTERS = (
         note="1 / masked_mean((w / (masked_mean(w) + 1e-8))²): the ESS as a fraction of the tokens.",
     ),
 )
+
+
+def verl_dapo_overlong(
+    lengths: Any, *, max_length: int, cache_length: int, penalty_factor: float
+) -> Any:
+    """verl's ``DAPORewardManager`` with ``overlong_buffer`` enabled, on responses of these lengths.
+
+    The manager decodes each response with the tokenizer it is given and scores it with
+    ``compute_score``; both are arguments, so a tokenizer that decodes to ``""`` and a score of 0
+    leave the reward its overlong term alone (summed over the row: verl puts it on the last token).
+    """
+    import numpy as np
+    import torch
+    from omegaconf import OmegaConf
+    from verl import DataProto
+    from verl.workers.reward_manager.dapo import DAPORewardManager
+
+    class Tokenizer:  # the two members the reward manager reads
+        eos_token = "</s>"
+
+        def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+            return ""
+
+    ell = [int(v) for v in torch.as_tensor(lengths).reshape(-1).tolist()]
+    width = max([*ell, 1])
+    prompt = torch.ones(len(ell), 1, dtype=torch.int64)  # one prompt token each
+    attention = torch.tensor([[1] + [1] * n + [0] * (width - n) for n in ell], dtype=torch.int64)
+    data = DataProto.from_dict(
+        tensors={
+            "prompts": prompt,
+            "responses": torch.ones(len(ell), width, dtype=torch.int64),
+            "attention_mask": attention,
+        },
+        non_tensors={
+            "reward_model": np.array([{"ground_truth": ""} for _ in ell], dtype=object),
+            "data_source": np.array(["refimpl"] * len(ell), dtype=object),
+        },
+    )
+    manager = DAPORewardManager(
+        tokenizer=Tokenizer(),
+        num_examine=0,
+        compute_score=lambda **_: 0.0,
+        max_resp_len=int(max_length),
+        overlong_buffer_cfg=OmegaConf.create(
+            {
+                "enable": True,
+                "len": int(cache_length),
+                "penalty_factor": float(penalty_factor),
+                "log": False,
+            }
+        ),
+    )
+    return manager(data).sum(dim=-1).to(torch.float64)
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.dapo_overlong_reward",
+        framework="verl",
+        function="verl.workers.reward_manager.dapo:DAPORewardManager",
+        settings={
+            "reward_model.reward_manager": "dapo",
+            "overlong_buffer.enable": True,
+            "overlong_buffer.len": "cache_length",
+            "overlong_buffer.penalty_factor": "penalty_factor",
+            "max_response_length": "max_length",
+        },
+        spec="dapo_overlong",
+        conventions={"floor": False},
+        candidate=verl_dapo_overlong,
+        divergences={
+            "agrees_with_reference": Divergence(
+                "numerical limit",
+                "The reward manager writes each reward into a float32 tensor (reward_tensor = "
+                "torch.zeros_like(responses, dtype=torch.float32), workers/reward_manager/dapo.py), "
+                "so the overlong term is rounded to float32: off by about 1e-8 relative.",
+            )
+        },
+        note="The reward manager itself, with a tokenizer object that decodes to '' and a score of "
+        "0 passed as its arguments (no module stubbed): the reward is the overlong term "
+        "min(−(ℓ − (L_max − L_buf))/L_buf · factor, 0), with no floor below −factor.",
+    ),
+)
