@@ -806,8 +806,8 @@ def staleness_mask(
     Notes
     -----
     Non-increasing in ``s``; never drops an on-policy sample (``s = 0``), whatever ``η``. The
-    comparison is ``<=``: prime-rl's ``max_off_policy_steps`` and TRL's ``max_staleness`` keep a
-    sample whose staleness equals the bound. Dropping by staleness drops long rollouts more often
+    comparison is ``<=``: TRL's ``max_staleness`` keeps a sample whose staleness equals the bound
+    (so does prime-rl's ``max_off_policy_steps``, read from its repository and not checked in CI). Dropping by staleness drops long rollouts more often
     (conventions §async-dispatch, "masking turns staleness into length bias"); see :func:`masking_diagnostics`.
 
     Examples

@@ -50,7 +50,7 @@ STALENESS_COUNT = Convention(
     "versions_behind",
     ("versions_behind", "versions_spanned"),
     "what the bound counts: s = j − v (versions behind), or s + 1 (versions spanned)",
-    who="versions_spanned: verl (max_off_policy_threshold); versions_behind: TRL, prime-rl",
+    who="versions_spanned: verl (max_off_policy_threshold); versions_behind: TRL (and prime-rl, read from its repository)",
 )
 
 # --- effort_penalty -----------------------------------------------------------------------
