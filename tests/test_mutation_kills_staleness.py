@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -62,3 +63,40 @@ def test_admission_capacity_refuses_the_first_value_below_each_minimum(
     args["max_concurrent"] = 16
     with pytest.raises(ValueError, match=rf"{name} must be {rule}"):
         refimpl.admission_capacity(**{**args, name: value})
+
+
+def test_a_sequence_weight_clamped_at_the_token_clips_each_token_first() -> None:
+    # tokens 3, -1, 0 at clamp 1: clipped per token they sum to 0 (weight 1); clamped at the level,
+    # the sum 2 becomes 1 (weight e). Mutant: the per-token clip applied only at token level.
+    lp, lq = np.array([[3.0, -1.0, 0.0]]), np.zeros((1, 3))
+    kw: dict[str, Any] = {"low": 0.0, "high": 100.0, "level": "sequence", "log_ratio_clamp": 1.0}
+    assert refimpl.masked_is_weights(lp, lq, **kw, clamp_at="token").tolist() == [1.0]
+    assert refimpl.masked_is_weights(lp, lq, **kw, clamp_at="level").tolist() == [math.e]
+
+
+def test_vtrace_refuses_no_time_step_and_a_v_tm1_of_another_shape() -> None:
+    zero = np.zeros(0)
+    # mutant: the T = 0 check compared with -1
+    with pytest.raises(ValueError, match=r"v_tm1 must have at least one time step"):
+        refimpl.vtrace(zero, zero, zero, zero, zero)
+    # mutant: every array compared with rho_tm1 instead of v_tm1 (v_tm1 itself then never is)
+    three = np.ones(3)
+    with pytest.raises(ValueError, match=r"v_tm1 and v_t must have the same shape"):
+        refimpl.vtrace(np.zeros(1), three, three, three, three)
+    one_step = refimpl.vtrace([0.0], [1.0], [0.5], [1.0], [1.0])  # T = 1 is allowed
+    assert one_step.errors.tolist() == [1.5]
+
+
+def test_effective_sample_size_as_a_fraction_divides_by_the_count() -> None:
+    # (Σw)²/Σw² = 16/6 for w = (1, 1, 2); as a fraction of n = 3: 8/9 (mutant: times n)
+    assert refimpl.effective_sample_size([1.0, 1.0, 2.0]) == pytest.approx(8 / 3, rel=1e-15)
+    got = refimpl.effective_sample_size([1.0, 1.0, 2.0], ess="fraction")
+    assert got == pytest.approx(8 / 9, rel=1e-15)
+
+
+def test_masking_diagnostics_without_lengths_have_empty_length_tables() -> None:
+    # mutant: the edges made np.empty(1), one uninitialised edge
+    d = refimpl.masking_diagnostics([0, 1, 2], [1.0, 1.0, 0.0])
+    assert d.length_edges.shape == (0,)
+    assert d.keep_rate_by_length.shape == (0,)
+    assert d.count_by_length.shape == (0,)
