@@ -76,6 +76,25 @@ $\partial_\theta E[L] < 0$. With a length-neutral positive advantage ($A \equiv 
 reward that does not depend on the length and no baseline), the on-policy gradient is 0 and the
 bias is $\ge 0$ along $\theta$, i.e. **the length bias pushes the policy towards shorter outputs**;
 with $A \equiv a < 0$ (a baseline above every reward) it pushes towards longer ones (LRN4).
+
+**Carried leftovers remove the length bias and leave staleness (claim LRN5).** First $k$ of $n$
+whose leftovers keep running into the next step launches exactly $k$ fresh rollouts per step (to
+have $n$ in flight again) and trains every launched rollout exactly once, after at most a bounded
+number of steps. In the stationary chain of carried rollouts, the expected number of trained
+samples of length $\ell$ per step therefore equals the expected number launched, $k\,p(\ell)$: the
+trained length law **is** $p$, and at a fixed policy the uncorrected batch gradient is $\nabla J$.
+The $n - k$ carried rollouts each gain one version of staleness per step, so the staleness
+trained per step sums to $n - k$ and (Little's law) $E[s] = (n-k)/k$. The proof builds the chain of
+$n = 2$, $k = 1$ on a two-point law with a symbolic probability, solves its stationary law with
+SymPy and checks both identities; `refimpl.learning.first_k_carry_gradient` agrees on random
+rational laws. The first batches of a cold start are short-biased (they are plain first $k$).
+
+**Inverse propensity for the staleness mask (claim LRN6).** The mask keeps a rollout of length
+$\ell$ with probability $\mathrm{keep}(\ell)$ (fluid model), so the trained law is
+$q = p\,\mathrm{keep}/\kappa$ with $\kappa = \sum p\,\mathrm{keep}$ the kept fraction; weighting each
+kept sample by $\kappa/\mathrm{keep}(\ell)$ gives $E_q[w f] = \sum_{\ell:\,\mathrm{keep}(\ell) > 0}
+p(\ell) f(\ell)$: unbiased for every length the mask can keep, and blind to the lengths
+$\ell \ge (\eta+1)\Delta$ it never keeps.
 """
 
 from __future__ import annotations
@@ -374,3 +393,140 @@ def length_bias_pushes_towards_shorter_outputs() -> None:
             assert lrn.policy_gradient(pmf, sc, qual, baseline=base).mean[0] == 0
             got = lrn.first_k_gradient(pmf, sc, qual, n=3, k=1, baseline=base).mean[0]
             assert (got > 0) if a > 0 else (got < 0), "LRN4 sign on the library"
+
+
+def _carry_chain(probs: list[Any], n: int, k: int) -> tuple[list[Any], dict[Any, Any]]:
+    """Stationary law of the carried rollouts (remaining, age, length) and the trained law.
+
+    Written apart from the library: fresh rollouts are drawn one by one (ordered tuples), the
+    batch is the k that finish first, ties in launch order (older first, then launch position)."""
+    m = len(probs)
+
+    def step(state: tuple[Any, ...], fresh: tuple[int, ...]) -> tuple[list[Any], tuple[Any, ...]]:
+        items = [(r, -a, i, ell) for i, (r, a, ell) in enumerate(state)]
+        items += [(ell + 1, 0, len(state) + i, ell) for i, ell in enumerate(fresh)]
+        items.sort()
+        batch, rest = items[:k], items[k:]
+        end = batch[-1][0]
+        return [(-na, ell) for _, na, _, ell in batch], tuple(
+            sorted((r - end, -na + 1, ell) for r, na, _, ell in rest)
+        )
+
+    def outs(state: tuple[Any, ...]) -> list[tuple[Any, list[Any], tuple[Any, ...]]]:
+        res = []
+        for fresh in itertools.product(range(m), repeat=n - len(state)):
+            prob = sp.Integer(1)
+            for ell in fresh:
+                prob *= probs[ell]
+            batch, nxt = step(state, fresh)
+            res.append((prob, batch, nxt))
+        return res
+
+    seen: dict[tuple[Any, ...], Any] = {}
+    todo: list[tuple[Any, ...]] = [()]
+    while todo:
+        st = todo.pop()
+        if st in seen:
+            continue
+        seen[st] = outs(st)
+        todo += [nxt for _, _, nxt in seen[st] if nxt not in seen]
+    states = [st for st in seen if st != ()]
+    x = sp.symbols(f"x0:{len(states)}")
+    eqs = [sp.Add(*x) - 1]
+    for j, target in enumerate(states):
+        inflow = sp.Add(
+            *(
+                x[i] * prob
+                for i, st in enumerate(states)
+                for prob, _, nxt in seen[st]
+                if nxt == target
+            )
+        )
+        eqs.append(inflow - x[j])
+    sol = sp.solve(eqs[:-1], x, dict=True)[0]
+    pi = [sp.factor(sol[v]) for v in x]
+    trained: dict[Any, Any] = {}
+    for w, st in zip(pi, states, strict=True):
+        for prob, batch, _ in seen[st]:
+            for age, ell in batch:
+                trained[(age, ell)] = trained.get((age, ell), 0) + w * prob / k
+    return pi, trained
+
+
+@claim(
+    "LRN5",
+    r"First $k$ of $n$ with carried leftovers, stationary chain: the trained length law is $p$ "
+    r"(so at a fixed policy the uncorrected batch gradient is $\nabla J$) and the mean staleness is "
+    r"$(n-k)/k$; the chain solved symbolically ($n = 2$, $k = 1$, two- and three-point laws with "
+    r"symbolic probabilities); `first_k_carry_gradient` agrees exactly on random rational laws "
+    r"($n \le 4$, $n - k = 1$).",
+    method="exact",
+    scope="n = 2, k = 1 on two- and three-point laws (symbolic); the library on rational laws",
+)
+def carried_leftovers_remove_the_length_bias() -> None:
+    a, b = sp.symbols("a b", positive=True)
+    for probs in ([a, 1 - a], [a, b, 1 - a - b]):
+        _, trained = _carry_chain(probs, 2, 1)
+        for ell, p_ell in enumerate(probs):
+            got = sp.Add(*(v for (age, e), v in trained.items() if e == ell))
+            assert_zero(sp.cancel(sp.together(got - p_ell)), label=f"LRN5 law {len(probs)}:{ell}")
+        mean_s = sp.Add(*(age * v for (age, _), v in trained.items()))
+        assert_zero(sp.cancel(sp.together(mean_s - 1)), label=f"LRN5 staleness {len(probs)}")
+    rng = random.Random(5)
+    for _ in range(6):
+        m = rng.randint(2, 3)
+        h = [Fraction(rng.randint(1, 9), 10) for _ in range(m - 1)] + [Fraction(1)]
+        eye = [[int(i == j) for j in range(m)] for i in range(m)]
+        p = lrn.hazard_length_pmf(h)
+        sc = lrn.token_scores(h, eye).sum(axis=1)
+        qual = [Fraction(rng.randint(0, 8), 8) for _ in range(m)]
+        n = rng.randint(2, 4)
+        c = lrn.first_k_carry_gradient(p, sc, qual, n=n, k=n - 1)
+        assert list(c.trained_law.sum(axis=0)) == list(p), "LRN5 library law"
+        assert list(c.mean) == list(lrn.policy_gradient(p, sc, qual).mean), "LRN5 library mean"
+        ages = sum((age * x for age, row in enumerate(c.trained_law) for x in row), Fraction(0))
+        assert ages == Fraction(1, n - 1), "LRN5 library staleness"
+        # the chain written here and the library's give the same (staleness, length) law
+        _, trained = _carry_chain([sp.Rational(x.numerator, x.denominator) for x in p], n, n - 1)
+        for (age, ell), v in trained.items():
+            lib = c.trained_law[age, ell]
+            assert_zero(v - sp.Rational(lib.numerator, lib.denominator), label="LRN5 chain")
+
+
+@claim(
+    "LRN6",
+    r"Inverse propensity for the staleness mask: with $q = p\,\mathrm{keep}/\kappa$ and weights "
+    r"$\kappa/\mathrm{keep}$, $E_q[w f] = \sum_{\mathrm{keep} > 0} p f$ (symbolic, $M = 4$, the last "
+    r"length never kept); `async_gradient_exact(mask_ipw=True)` equals that sum over the lengths "
+    r"the fluid mask keeps, exactly, on rational laws.",
+    method="symbolic",
+    scope="M = 4 (symbolic); the library on rational tabular policies",
+)
+def mask_ipw_recovers_the_kept_lengths() -> None:
+    m = 4
+    p = sp.symbols(f"p1:{m + 1}", positive=True)
+    kp = [*sp.symbols(f"k1:{m}", positive=True), sp.Integer(0)]
+    f = sp.symbols(f"f1:{m + 1}", real=True)
+    kappa = sp.Add(*(p[i] * kp[i] for i in range(m)))
+    got = sp.Add(*(p[i] * kp[i] / kappa * (kappa / kp[i]) * f[i] for i in range(m) if kp[i] != 0))
+    assert_zero(sp.simplify(got - sp.Add(*(p[i] * f[i] for i in range(m - 1)))), label="LRN6")
+    rng = random.Random(6)
+    for _ in range(6):
+        h = [Fraction(rng.randint(1, 9), 10) for _ in range(4)] + [Fraction(1)]
+        eye = [[int(i == j) for j in range(5)] for i in range(5)]
+        qual = [Fraction(rng.randint(0, 8), 8) for _ in range(5)]
+        slots, batch, eta = rng.randint(2, 8), rng.randint(1, 4), rng.randint(0, 2)
+        got_lib = lrn.async_gradient_exact(
+            h, [h] * 40, eye, qual, slots=slots, batch=batch, eta=eta, mask_ipw=True
+        ).mean
+        pmf = lrn.hazard_length_pmf(h)
+        sc = lrn.token_scores(h, eye).sum(axis=1)
+        delta = lrn.fluid_step_time(pmf, slots=slots, batch=batch, eta=eta)
+        want = [
+            sum(
+                (pmf[j] * qual[j] * sc[j][c] for j in range(5) if j + 1 < (eta + 1) * delta),
+                Fraction(0),
+            )
+            for c in range(5)
+        ]
+        assert list(got_lib) == want, "LRN6 library"

@@ -25,17 +25,21 @@ rational and no logarithm is needed):
   any trained law (the on-policy gradient :math:`\nabla J = \sum_\ell p_\theta(\ell)\,\bar R(\ell)\,
   \nabla \log p_\theta(\ell)` is the case ``law = p``);
 - :func:`first_k_gradient`: the batch gradient under first-:math:`k`-of-:math:`n` dispatch, exactly,
-  uncorrected, Horvitz–Thompson or Hájek (enumeration of batch compositions);
+  uncorrected, Horvitz–Thompson, Hájek or clipped IPW (enumeration of batch compositions);
+  :func:`first_k_carry_gradient`: the same with carried leftovers (the exact chain of carried
+  rollouts);
 - :func:`fluid_staleness_pmf`, :func:`fluid_step_time`, :func:`async_gradient`: continuous
   asynchronous dispatch in the fluid model, stale behaviour versions, a staleness mask at
-  :math:`\eta`, and each off-policy correction of :mod:`refimpl.staleness`;
+  :math:`\eta` (with inverse propensity for it), and each off-policy correction of
+  :mod:`refimpl.staleness`; :func:`async_gradient_exact`: the same in Fractions for rational
+  hazards;
 - :func:`train_policy`: the real loop, in which :func:`refimpl.sim.simulate` decides which version
   launches which rollout, which versions generate its tokens and which batch trains it.
 
 References
 ----------
 conventions §first-k-of-n, §async-dispatch, §masks-and-weights, §effort-conditioning; the derivation
-page ``derivations/learning`` (claims LRN1–LRN4).
+page ``derivations/learning`` (claims LRN1–LRN6).
 """
 
 from __future__ import annotations
@@ -61,12 +65,16 @@ from refimpl.staleness import (
 
 __all__ = [
     "CORRECTIONS",
+    "EXACT_CORRECTIONS",
     "FIRST_K_CORRECTIONS",
+    "CarryMoments",
     "GradientMoments",
     "TrainingRun",
     "async_gradient",
+    "async_gradient_exact",
     "corrected_scores",
     "expected_length",
+    "first_k_carry_gradient",
     "first_k_gradient",
     "fluid_staleness_pmf",
     "fluid_step_time",
@@ -100,7 +108,7 @@ CORRECTIONS: tuple[str, ...] = (
     "decoupled_ppo",
 )
 #: The length-bias corrections of :func:`first_k_gradient` (conventions §first-k-of-n).
-FIRST_K_CORRECTIONS: tuple[str, ...] = ("none", "horvitz_thompson", "hajek")
+FIRST_K_CORRECTIONS: tuple[str, ...] = ("none", "horvitz_thompson", "hajek", "clipped_ht")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,6 +564,7 @@ def first_k_gradient(
     correction: str = "none",
     penalty: Any = 0,
     baseline: Any = 0,
+    clip: Any = None,
 ) -> GradientMoments:
     r"""Exact mean and covariance trace of the batch gradient under first-:math:`k`-of-:math:`n` dispatch.
 
@@ -569,7 +578,10 @@ def first_k_gradient(
         \hat g_\text{HT} = \frac1k\sum_{i\in\beta} w_i (R_i - b)\,s_i, \quad
         \hat g_\text{Hájek} = \frac{\sum_{i\in\beta} w_i (R_i - b)\,s_i}{\sum_{i\in\beta} w_i},
 
-    with :math:`w = k/(n\pi)` (:func:`refimpl.inclusion_probability_pmf`) and
+    with :math:`w = k/(n\pi)` (:func:`refimpl.inclusion_probability_pmf`; ``clipped_ht`` is
+    :math:`\hat g_\text{HT}` with :math:`w = \min(k/(n\pi), C)`, as
+    :func:`refimpl.ipw_weights` with ``clip``: biased towards the uncorrected gradient wherever a
+    weight is clipped, unbiased when :math:`C \ge \max_\ell k/(n\pi(\ell))`) and
     :math:`s = \nabla\log p_\theta(\ell)`. :math:`E[\hat g_\text{none}] = \sum_\ell q(\ell)(\bar R -
     b) s` with :math:`q` = :func:`refimpl.selected_pmf` (biased), :math:`E[\hat g_\text{HT}] = \nabla
     J` exactly (claim :ref:`LRN1 <lrn1>`), Hájek is biased for finite :math:`k`. Mean and variance are finite sums
@@ -586,10 +598,12 @@ def first_k_gradient(
         :math:`Q(\ell)`.
     n, k : int
         Launched and trained per step, :math:`1 \le k \le n`.
-    correction : {'none', 'horvitz_thompson', 'hajek'}
+    correction : {'none', 'horvitz_thompson', 'hajek', 'clipped_ht'}
         The length-bias correction.
     penalty, baseline : float or Fraction
         As in :func:`gradient_moments`.
+    clip : float or Fraction, optional
+        :math:`C > 0`, the cap of ``clipped_ht``'s weights (required for it, refused otherwise).
 
     Returns
     -------
@@ -611,10 +625,19 @@ def first_k_gradient(
     [Fraction(0, 1)]
     >>> first_k_gradient(p, s, Q, n=2, k=1, correction="horvitz_thompson").mean.tolist()
     [Fraction(-1, 8)]
+    >>> first_k_gradient(p, s, Q, n=2, k=1, correction="clipped_ht", clip=F(1)).mean.tolist()
+    [Fraction(-1, 32)]
     """
     if correction not in FIRST_K_CORRECTIONS:
         raise invalid(
             "correction", f"be one of {FIRST_K_CORRECTIONS}", correction, "Pick one of them."
+        )
+    if (clip is None) != (correction != "clipped_ht"):
+        raise invalid(
+            "clip",
+            "be given exactly when correction='clipped_ht' (the cap of its weights)",
+            clip,
+            "Pass clip=C > 0 with correction='clipped_ht', and no clip otherwise.",
         )
     n_ = as_int(n, name="n", minimum=1, meaning="rollouts launched per step")
     k_ = as_int(k, name="k", minimum=1, meaning="batch size")
@@ -640,8 +663,16 @@ def first_k_gradient(
             k_,
             f"(k={k_} over {len(support)} support points gives {count}); use a smaller k or M.",
         )
+    exact = exact and (clip is None or (isinstance(clip, (Fraction, int)) and clip > 0))
+    if not exact and isinstance(p[0], Fraction):
+        p, s, r, var = (x.astype(np.float64) for x in (p, s, r, var))
+        pi = [float(x) for x in pi]
+        num, b = float, float(b)
     dtype: Any = object if exact else np.float64
     w = np.array([num(k_) / (num(n_) * pi[j]) for j in support], dtype=dtype)
+    if clip is not None:
+        cap = Fraction(clip) if exact else as_real(clip, name="clip", low=0.0, low_open=True)
+        w = np.array([min(x, cap) for x in w], dtype=dtype)
     adv = np.array([r[j] - b for j in support], dtype=dtype)
     sv = s[support]
     sq = (sv * sv).sum(axis=1)
@@ -650,7 +681,7 @@ def first_k_gradient(
     cm = counts.astype(dtype)
     if correction == "none":
         unit = np.full(cm.shape, num(1) / k_, dtype=dtype)
-    elif correction == "horvitz_thompson":
+    elif correction in ("horvitz_thompson", "clipped_ht"):
         unit = np.broadcast_to(w / k_, cm.shape)
     else:
         unit = w[None, :] / (cm @ w)[:, None]
@@ -705,6 +736,243 @@ def _composition_table(
     )
 
 
+class CarryMoments(NamedTuple):
+    """The batch gradient of first-k dispatch with carried leftovers (:func:`first_k_carry_gradient`)."""
+
+    mean: AnyArray
+    """The expected batch gradient, shape (d,): float64, or ``object`` of ``Fraction``."""
+    trace_variance: Any
+    r""":math:`\operatorname{tr}\operatorname{Cov}` of the batch estimate."""
+    trained_law: AnyArray
+    r"""Joint law of (staleness :math:`s`, length :math:`\ell`) of a trained sample, shape
+    (S + 1, M); its column sums are the trained length law."""
+    step_time: Any
+    """Expected time of one trainer step (zero trainer time, unit decode time per token)."""
+    states: int
+    """Number of carried-leftover states of the chain."""
+
+
+_CarryItem = tuple[int, int, int]  # (remaining decode time, age in steps, length index)
+
+
+def _carry_step(
+    state: tuple[_CarryItem, ...], fresh: tuple[int, ...], k: int
+) -> tuple[list[tuple[int, int]], int, tuple[_CarryItem, ...]]:
+    """One first-k step: the batch ``[(length index, staleness)]``, its duration, the carried rest.
+
+    Completion order is that of :mod:`refimpl.sim`: by finishing time, ties in launch order
+    (older first; rollouts launched together are exchangeable). Rollouts finishing at the same
+    instant as the k-th but beyond the batch are carried with remaining time 0.
+    """
+    items = list(state) + [(j + 1, 0, j) for j in fresh]
+    items.sort(key=lambda it: (it[0], -it[1]))
+    batch, rest = items[:k], items[k:]
+    duration = batch[-1][0]
+    carried = tuple(sorted((r - duration, a + 1, j) for r, a, j in rest))
+    return [(j, a) for _, a, j in batch], duration, carried
+
+
+def _solve_stationary(matrix: list[list[Any]], exact: bool) -> list[Any]:
+    """``π P = π``, ``Σ π = 1`` by Gaussian elimination (Fractions) or ``numpy.linalg.solve``."""
+    size = len(matrix)
+    if not exact:
+        af = np.asarray(matrix, dtype=np.float64).T - np.eye(size)
+        af[-1] = 1.0
+        e_last = np.zeros(size)
+        e_last[-1] = 1.0
+        return list(np.linalg.solve(af, e_last))
+    a = [[matrix[c][r] - (1 if r == c else 0) for c in range(size)] for r in range(size)]
+    a[-1] = [Fraction(1)] * size
+    rhs: list[Any] = [Fraction(0)] * (size - 1) + [Fraction(1)]
+    for col in range(size):
+        piv = next((r for r in range(col, size) if a[r][col] != 0), None)
+        if piv is None:
+            raise invalid(
+                "pmf",
+                "give a carried-leftover chain with one recurrent class",
+                "a singular stationarity system",
+                "Report this law: the chain should be irreducible on its reachable states.",
+            )
+        a[col], a[piv] = a[piv], a[col]
+        rhs[col], rhs[piv] = rhs[piv], rhs[col]
+        inv = 1 / a[col][col]
+        for r in range(size):
+            if r != col and a[r][col] != 0:
+                f = a[r][col] * inv
+                row_r, row_c = a[r], a[col]
+                for c in range(col, size):
+                    if row_c[c] != 0:
+                        row_r[c] -= f * row_c[c]
+                rhs[r] -= f * rhs[col]
+    return [rhs[i] / a[i][i] for i in range(size)]
+
+
+_MAX_CARRY_STATES = 5_000
+
+
+def first_k_carry_gradient(
+    pmf: Any,
+    scores: Any,
+    quality: Any,
+    *,
+    n: int,
+    k: int,
+    penalty: Any = 0,
+    baseline: Any = 0,
+    step: int | None = None,
+) -> CarryMoments:
+    r"""Exact batch gradient of first-:math:`k`-of-:math:`n` dispatch whose leftovers are carried.
+
+    Every step keeps :math:`n` rollouts in flight: the :math:`n - k` not among the first :math:`k`
+    to finish keep running into the next step (as ``refimpl.sim`` with ``mode='first_k'``,
+    ``leftovers='carry'``), which launches :math:`k` fresh ones from :math:`p_\theta`. The carried
+    rollouts (remaining decode time, age, length) form a Markov chain; its exact law after
+    ``step`` steps from a cold start, or its stationary law (``step=None``: the linear system
+    :math:`\pi P = \pi` solved exactly), gives the law of every batch, hence the mean and the
+    covariance trace of :math:`\hat g = \frac1k\sum_{i\in\beta}(R_i - b)\,s_i` at a fixed
+    :math:`\theta` and the joint (staleness, length) law of the trained samples.
+
+    In the stationary chain every launched rollout is trained exactly once, so the trained length
+    law **is** :math:`p_\theta` and the uncorrected gradient is the on-policy one (claim
+    :ref:`LRN5 <lrn5>`): carrying turns first-k's length bias into staleness, and that staleness
+    grows with the length (a long rollout is carried over more steps). The transient of the first
+    steps is short-biased.
+
+    Parameters
+    ----------
+    pmf : array_like (M,) or sequence of Fraction
+        :math:`p_\theta`.
+    scores : array_like (M, d)
+        :math:`\nabla\log p_\theta(\ell)`.
+    quality : array_like (M,)
+        :math:`Q(\ell)`.
+    n, k : int
+        Rollouts in flight and trained per step, :math:`1 \le k \le n`.
+    penalty, baseline : float or Fraction
+        As in :func:`gradient_moments`.
+    step : int, optional
+        Trainer step :math:`j \ge 0` from a cold start (all :math:`n` launched at time 0);
+        ``None``: the stationary chain.
+
+    Returns
+    -------
+    CarryMoments
+        Exact (``Fraction``) when every input is.
+
+    Raises
+    ------
+    ValueError
+        If the chain has more than 5 000 states (use a smaller ``M`` or ``n - k``).
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> h = [F(1, 2), F(1, 2), F(1)]
+    >>> p, s = hazard_length_pmf(h), token_scores(h, np.eye(3, dtype=int).tolist()).sum(axis=1)
+    >>> Q = [F(0), F(1, 2), F(1)]
+    >>> c = first_k_carry_gradient(p, s, Q, n=2, k=1)
+    >>> list(c.mean) == list(policy_gradient(p, s, Q).mean), c.trained_law.sum(axis=0).tolist()
+    (True, [Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)])
+    >>> first_k_carry_gradient(p, s, Q, n=2, k=1, step=0).trained_law.sum(axis=0).tolist()
+    [Fraction(3, 4), Fraction(3, 16), Fraction(1, 16)]
+    """
+    n_ = as_int(n, name="n", minimum=1, meaning="rollouts in flight per step")
+    k_ = as_int(k, name="k", minimum=1, meaning="batch size")
+    if k_ > n_:
+        raise invalid("k", f"be <= n={n_}", k_, "Pass k <= n.")
+    j_stop = None if step is None else as_int(step, name="step", minimum=0, meaning="step")
+    p, exact_p = _as_array(pmf, name="pmf", ndim=1)
+    sc, exact_s = _as_array(scores, name="scores", ndim=2)
+    r, var, exact_r = _reward(quality, penalty, p.size)
+    exact = exact_p and exact_s and exact_r
+    b: Any = Fraction(baseline) if exact else as_real(baseline, name="baseline")
+    if not exact:
+        p, sc, r, var = (x.astype(np.float64) for x in (p, sc, r, var))
+    m, d = p.size, sc.shape[1]
+    zero: Any = Fraction(0) if exact else 0.0
+    support = [j for j in range(m) if p[j] > 0]
+    fact = [math.factorial(i) for i in range(n_ + 1)]
+    p, sc, r, var = p.tolist(), sc.tolist(), r.tolist(), var.tolist()  # plain Python numbers
+
+    def draws(count: int) -> list[tuple[tuple[int, ...], Any]]:
+        out = []
+        for comp in _compositions(count, len(support)):
+            prob: Any = Fraction(fact[count]) if exact else float(fact[count])
+            fresh: list[int] = []
+            for c, j in zip(comp, support, strict=True):
+                prob = prob * p[j] ** c / fact[c]
+                fresh += [j] * c
+            out.append((tuple(fresh), prob))
+        return out
+
+    adv = [r[j] - b for j in range(m)]
+    noise_l = [var[j] * sum((sc[j][c] * sc[j][c] for c in range(d)), zero) for j in range(m)]
+    cold: tuple[_CarryItem, ...] = ()
+    steady_draws = draws(k_)
+    # the reachable states and every transition out of them
+    trans: dict[tuple[_CarryItem, ...], list[tuple[Any, list[tuple[int, int]], int, Any]]] = {}
+    todo = [cold]
+    while todo:
+        st = todo.pop()
+        if st in trans:
+            continue
+        outs = []
+        for fresh, prob in draws(n_) if st == cold else steady_draws:
+            batch, dur, nxt = _carry_step(st, fresh, k_)
+            outs.append((prob, batch, dur, nxt))
+            if nxt not in trans:
+                todo.append(nxt)
+        trans[st] = outs
+        if len(trans) > _MAX_CARRY_STATES:
+            raise invalid(
+                "n",
+                f"leave at most {_MAX_CARRY_STATES} carried-leftover states for exact solution",
+                n_,
+                "Use a smaller M or n - k.",
+            )
+    if j_stop is not None:
+        dist: dict[tuple[_CarryItem, ...], Any] = {cold: Fraction(1) if exact else 1.0}
+        for _ in range(j_stop):
+            new: dict[tuple[_CarryItem, ...], Any] = {}
+            for st, w in dist.items():
+                for prob, _, _, nxt in trans[st]:
+                    new[nxt] = new.get(nxt, zero) + w * prob
+            dist = new
+    else:
+        states = [st for st in trans if st != cold]
+        index = {st: i for i, st in enumerate(states)}
+        matrix = [[zero] * len(states) for _ in states]
+        for st in states:
+            row = matrix[index[st]]
+            for prob, _, _, nxt in trans[st]:
+                row[index[nxt]] += prob
+        dist = dict(zip(states, _solve_stationary(matrix, exact), strict=True))
+    s_max = max((a for st in dist for _, batch, _, _ in trans[st] for _, a in batch), default=0)
+    law = np.empty((s_max + 1, m), dtype=object if exact else np.float64)
+    law[...] = zero
+    mean: list[Any] = [zero] * d
+    second = zero
+    duration = zero
+    for st, w in dist.items():
+        if w == 0:
+            continue
+        for prob, batch, dur, _ in trans[st]:
+            pw = w * prob
+            est = [sum((adv[j] * sc[j][c] for j, _ in batch), zero) / k_ for c in range(d)]
+            noise = sum((noise_l[j] for j, _ in batch), zero) / (k_ * k_)
+            for j, age in batch:
+                law[age, j] += pw / k_
+            mean = [x + pw * e for x, e in zip(mean, est, strict=True)]
+            second += pw * (sum((e * e for e in est), zero) + noise)
+            duration += pw * dur
+    trace = second - sum((x * x for x in mean), zero)
+    if exact:
+        return CarryMoments(np.asarray(mean, dtype=object), trace, law, duration, len(trans) - 1)
+    return CarryMoments(
+        np.asarray(mean, dtype=np.float64), float(trace), law, float(duration), len(trans) - 1
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # continuous asynchronous dispatch: fluid model, stale behaviour, corrections
 # ---------------------------------------------------------------------------------------------
@@ -753,7 +1021,7 @@ def fluid_staleness_pmf(lengths: ArrayLike, *, step_time: float, max_staleness: 
     return np.asarray(out, dtype=np.float64)
 
 
-def fluid_step_time(pmf: ArrayLike, *, slots: int, batch: int, eta: int | None = None) -> float:
+def fluid_step_time(pmf: Any, *, slots: int, batch: int, eta: int | None = None) -> Any:
     r"""Time between versions :math:`\Delta` of continuous dispatch for a length pmf (fluid model).
 
     Without a mask :math:`\Delta = B\,E[L]/N`; with a mask at :math:`\eta`, the fixed point
@@ -768,10 +1036,21 @@ def fluid_step_time(pmf: ArrayLike, *, slots: int, batch: int, eta: int | None =
     1.0
     >>> round(fluid_step_time([0.5, 0.5], slots=3, batch=2, eta=0), 12)
     2.5
+
+    A pmf of Fractions gives :math:`\Delta` exactly: :math:`\Delta\,E_p[\mathrm{keep}_\Delta(L)]`
+    is piecewise linear in :math:`\Delta` (breakpoints :math:`\ell/\eta` and
+    :math:`\ell/(\eta+1)`), so the root is rational:
+
+    >>> from fractions import Fraction as F
+    >>> fluid_step_time([F(1, 2), F(1, 2)], slots=3, batch=2, eta=0)
+    Fraction(5, 2)
     """
-    p = as_float_array(pmf, name="pmf", ndim=1)
     n_ = as_int(slots, name="slots", minimum=1, meaning="generation slots")
     b_ = as_int(batch, name="batch", minimum=1, meaning="samples per step")
+    pe, exact = _as_array(pmf, name="pmf", ndim=1)
+    if exact:
+        return _exact_step_time(list(pe), n_, b_, eta)
+    p = as_float_array(pmf, name="pmf", ndim=1)
     ell = np.arange(1, p.size + 1, dtype=np.float64)
     base = b_ * float(p @ ell) / n_
     if eta is None:
@@ -793,6 +1072,45 @@ def fluid_step_time(pmf: ArrayLike, *, slots: int, batch: int, eta: int | None =
         if hi - lo <= 1e-14 * hi:
             break
     return hi
+
+
+def _exact_keep(ell: int, delta: Fraction, eta: int) -> Fraction:
+    r""":math:`\mathrm{clip}(\eta + 1 - \ell/\Delta, 0, 1)` in Fractions."""
+    return min(max(eta + 1 - Fraction(ell) / delta, Fraction(0)), Fraction(1))
+
+
+def _exact_step_time(p: list[Fraction], n: int, b: int, eta: int | None) -> Fraction:
+    r"""The root of :math:`\Delta E_p[\mathrm{keep}_\Delta] = B E[L]/N`, exactly (piecewise linear)."""
+    base = Fraction(b) * sum((x * (i + 1) for i, x in enumerate(p)), Fraction(0)) / n
+    if eta is None:
+        return base
+    eta_ = as_int(eta, name="eta", minimum=0, meaning="staleness bound")
+    support = [(i + 1, x) for i, x in enumerate(p) if x > 0]
+
+    def f(delta: Fraction) -> Fraction:
+        return delta * sum((x * _exact_keep(ell, delta, eta_) for ell, x in support), Fraction(0))
+
+    points = sorted(
+        {Fraction(ell, eta_ + 1) for ell, _ in support}
+        | ({Fraction(ell, eta_) for ell, _ in support} if eta_ > 0 else set())
+    )
+    lo = Fraction(0)
+    for hi in [*points, None]:
+        if hi is not None and f(hi) < base:
+            lo = hi
+            continue
+        # on (lo, hi) every length is in a fixed regime: keep = 1, linear, or 0
+        mid = lo + 1 if hi is None else (lo + hi) / 2
+        slope = Fraction(0)
+        offset = Fraction(0)
+        for ell, x in support:
+            if ell <= eta_ * mid:
+                slope += x
+            elif ell < (eta_ + 1) * mid:
+                slope += x * (eta_ + 1)
+                offset += x * ell
+        return (base + offset) / slope
+    raise AssertionError("unreachable: f grows without bound")  # pragma: no cover
 
 
 def corrected_scores(
@@ -890,6 +1208,8 @@ def async_gradient(
     cap: float = 2.0,
     low: float = 0.5,
     high: float = 2.0,
+    mask_ipw: bool = False,
+    ipw_clip: float | None = None,
 ) -> GradientMoments:
     r"""Expected per-sample gradient of continuous asynchronous dispatch in the fluid model.
 
@@ -926,12 +1246,24 @@ def async_gradient(
         One of :data:`CORRECTIONS`.
     penalty, baseline, cap, low, high : float
         As in :func:`gradient_moments` and :func:`corrected_scores`.
+    mask_ipw : bool
+        Inverse propensity for the mask: weight each kept sample by
+        :math:`w(\ell) = \kappa/\mathrm{keep}(\ell)`, with :math:`\mathrm{keep}(\ell) =
+        P(s \le \eta \mid \ell)` of the fluid model and :math:`\kappa` the kept fraction
+        :math:`B\,E[L]/(N\Delta)`, on top of ``correction``. Without lag it makes the expected
+        gradient :math:`\sum_{\ell:\,\mathrm{keep}(\ell)>0} p(\ell)(\bar R - b)s(\ell)`: the
+        on-policy gradient minus the lengths the mask never keeps (:math:`\ell \ge
+        (\eta+1)\Delta`), which no weight can bring back. Needs ``eta``.
+    ipw_clip : float, optional
+        Cap :math:`C > 0` of the mask's weights, :math:`\min(w, C)` (``mask_ipw`` only).
 
     Returns
     -------
     GradientMoments
         Per-draw mean and covariance trace (the samples of the fluid limit are independent, so a
-        batch of :math:`B` has :math:`1/B` of it).
+        batch of :math:`B` has :math:`1/B` of it). Float64: the hazards are logistic
+        (irrational); :func:`async_gradient_exact` gives the same quantities in Fractions for
+        rational hazards.
 
     Examples
     --------
@@ -949,6 +1281,7 @@ def async_gradient(
     th = as_float_array(theta, name="theta", ndim=1)
     phi = as_float_array(features, name="features", ndim=2)
     delta_vec = np.zeros_like(th) if lag is None else as_float_array(lag, name="lag", ndim=1)
+    _check_mask_ipw(mask_ipw, ipw_clip, eta)
     m = phi.shape[0]
     p = hazard_length_pmf(stop_hazard(th, phi))
     step = fluid_step_time(p, slots=slots, batch=batch, eta=eta)
@@ -969,7 +1302,219 @@ def async_gradient(
         )
     law = np.stack(laws)
     law = law / law.sum()
-    return gradient_moments(law, np.stack(scores), quality, penalty=penalty, baseline=baseline)
+    g = np.stack(scores)
+    if mask_ipw:
+        assert eta is not None
+        keep_l = fluid_keep_probability(ell, step_time=step, eta=eta)
+        kappa = batch * float(p @ ell) / (slots * step)
+        w = np.where(keep_l > 0, kappa / np.where(keep_l > 0, keep_l, 1.0), 0.0)
+        if ipw_clip is not None:
+            w = np.minimum(w, ipw_clip)
+        g = g * w[None, :, None]
+    return gradient_moments(law, g, quality, penalty=penalty, baseline=baseline)
+
+
+def _check_mask_ipw(mask_ipw: bool, ipw_clip: Any, eta: int | None) -> None:
+    if mask_ipw and eta is None:
+        raise invalid(
+            "mask_ipw",
+            "need a mask (eta) whose keep probability it inverts",
+            mask_ipw,
+            "Pass eta=η with mask_ipw=True, or mask_ipw=False.",
+        )
+    if ipw_clip is not None and (not mask_ipw or not ipw_clip > 0):
+        raise invalid(
+            "ipw_clip",
+            "be > 0 and come with mask_ipw=True (the cap of the mask's weights)",
+            ipw_clip,
+            "Pass mask_ipw=True and ipw_clip=C > 0, or no ipw_clip.",
+        )
+
+
+def _exact_ratio_weights(
+    target: list[Fraction],
+    behaviour: list[Fraction],
+    correction: str,
+    cap: Any,
+    low: Any,
+    high: Any,
+) -> tuple[list[Fraction] | None, Fraction]:
+    """Token weights (or ``None``) and a sequence weight of one rollout, from its token probabilities."""
+    rho = [a / b for a, b in zip(target, behaviour, strict=True)]
+    seq = Fraction(1)
+    for x in rho:
+        seq *= x
+    if correction == "none":
+        return None, Fraction(1)
+    if correction == "sequence_is":
+        return None, seq
+    if correction == "sequence_tis":
+        return None, min(seq, cap)
+    if correction == "token_tis":
+        return [min(x, cap) for x in rho], Fraction(1)
+    if correction == "icepop":
+        return [x if low <= x <= high else Fraction(0) for x in rho], Fraction(1)
+    # decoupled PPO at its proximal point: π_prox/μ, masked above the cap
+    return [x if x <= cap else Fraction(0) for x in rho], Fraction(1)
+
+
+#: The corrections :func:`async_gradient_exact` computes in Fractions (``geometric`` needs an
+#: :math:`\ell`-th root, irrational in general: it stays in :func:`async_gradient`, float64).
+EXACT_CORRECTIONS: tuple[str, ...] = tuple(c for c in CORRECTIONS if c != "geometric")
+
+
+def async_gradient_exact(
+    hazard: Any,
+    behaviours: Any,
+    features: Any,
+    quality: Any,
+    *,
+    slots: int,
+    batch: int,
+    eta: int | None = None,
+    correction: str = "none",
+    penalty: Any = 0,
+    baseline: Any = 0,
+    cap: Any = 2,
+    low: Any = Fraction(1, 2),
+    high: Any = 2,
+    mask_ipw: bool = False,
+    ipw_clip: Any = None,
+) -> GradientMoments:
+    r""":func:`async_gradient` in exact arithmetic, for rational hazards.
+
+    The same fluid model: trained law :math:`q(\ell, s) \propto p_{\mu_s}(\ell)\,P(s \mid \ell)\,
+    1[s \le \eta]` with :math:`P(s\mid\ell)` from the keep law at the step time :math:`\Delta` of
+    :math:`p_\theta` (:func:`fluid_step_time`, exact for a rational pmf), behaviour
+    :math:`\mu_s` = ``behaviours[s]`` (the hazards of the version :math:`s` steps before the
+    target), and the weights of each correction computed from the token probabilities
+    :math:`h(t)`, :math:`1 - h(t)` as Fractions. Every quantity is a finite sum of rational terms,
+    so the result is exact. Irrational cases are refused, not rounded: ``geometric``
+    (:math:`(\prod_t\rho_t)^{1/\ell}`) and logistic hazards (:math:`\exp`) stay in
+    :func:`async_gradient` (float64; it agrees with this function to about :math:`10^{-12}`
+    relative on the same rational hazards, the rounding of float64 sums over the support).
+
+    Parameters
+    ----------
+    hazard : sequence of Fraction (M,)
+        The target's hazards :math:`h_\theta(t)`, last entry 1.
+    behaviours : sequence of sequences of Fraction (S + 1, M)
+        ``behaviours[s]``: the hazards of the behaviour of a sample :math:`s` versions stale;
+        ``behaviours[0]`` must equal ``hazard``. :math:`S` must reach :math:`\lceil M/\Delta\rceil`.
+    features : array_like of int or Fraction (M, d)
+        :math:`\phi(t)` (the identity: the tabular policy).
+    quality : sequence of Fraction (M,)
+    slots, batch : int
+    eta : int, optional
+    correction : str
+        One of :data:`EXACT_CORRECTIONS`.
+    penalty, baseline, cap, low, high : Fraction or int
+    mask_ipw : bool
+    ipw_clip : Fraction, optional
+        As in :func:`async_gradient`.
+
+    Returns
+    -------
+    GradientMoments
+        Exact.
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> h = [F(1, 2), F(1, 2), F(1)]
+    >>> stale = [h, [F(1, 3), F(1, 2), F(1)], [F(1, 4), F(1, 2), F(1)], [F(1, 5), F(1, 2), F(1)]]
+    >>> eye = np.eye(3, dtype=int).tolist()
+    >>> Q = [F(0), F(1, 2), F(1)]
+    >>> g = async_gradient_exact(h, stale, eye, Q, slots=2, batch=2, correction="sequence_is")
+    >>> on = policy_gradient(hazard_length_pmf(h), token_scores(h, eye).sum(axis=1), Q).mean
+    >>> [a / b for a, b in zip(g.mean, on) if b]  # the direction of ∇J, exactly
+    [Fraction(28, 31), Fraction(28, 31)]
+    """
+    if correction not in EXACT_CORRECTIONS:
+        raise invalid(
+            "correction",
+            f"be one of {EXACT_CORRECTIONS} (geometric's l-th root is irrational in general)",
+            correction,
+            "Use async_gradient (float64) for geometric.",
+        )
+    _check_mask_ipw(mask_ipw, ipw_clip, eta)
+    h, exact_h = _as_array(hazard, name="hazard", ndim=1)
+    phi, exact_phi = _as_array(features, name="features", ndim=2)
+    q, exact_q = _as_array(quality, name="quality", ndim=1)
+    params = (penalty, baseline, cap, low, high) + (() if ipw_clip is None else (ipw_clip,))
+    exact_params = all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in params)
+    rows = [_as_array(b, name="behaviours", ndim=1) for b in behaviours]
+    if not (exact_h and exact_phi and exact_q and exact_params and all(e for _, e in rows)):
+        raise invalid(
+            "hazard",
+            "be rational, with every behaviour, feature, quality and parameter (exact mode)",
+            hazard,
+            "Pass Fractions or ints everywhere, or use async_gradient (float64).",
+        )
+    m = h.size
+    if any(b.size != m for b, _ in rows) or not rows or list(rows[0][0]) != list(h):
+        raise invalid(
+            "behaviours",
+            f"be a list of hazard vectors of length {m}, the first equal to hazard",
+            behaviours,
+            "Pass behaviours[0] = hazard and one row per staleness.",
+        )
+    pmf = hazard_length_pmf(list(h))
+    step = fluid_step_time(pmf, slots=slots, batch=batch, eta=eta)
+    s_need = math.ceil(Fraction(m) / step)
+    if len(rows) < s_need + 1:
+        raise invalid(
+            "behaviours",
+            f"cover every staleness up to ceil(M/Δ) = {s_need}",
+            len(rows),
+            f"Pass {s_need + 1} behaviour rows (s = 0..{s_need}).",
+        )
+    cap_, low_, high_ = Fraction(cap), Fraction(low), Fraction(high)
+    tok = token_scores(list(h), phi)  # (M, M, d) exact
+    d = phi.shape[1]
+
+    def probs(hz: Any, ell: int) -> list[Fraction]:
+        return [1 - hz[t] for t in range(ell - 1)] + [hz[ell - 1]]
+
+    zero = Fraction(0)
+
+    def keep_m(ell: int, mm: int) -> Fraction:
+        return _exact_keep(ell, step, mm) if mm >= 0 else zero
+
+    laws: list[list[Fraction]] = []
+    scores: list[Any] = []
+    for s_ in range(s_need + 1):
+        if eta is not None and s_ > eta:
+            break
+        beh = list(rows[s_][0])
+        p_b = hazard_length_pmf(beh)
+        law_s = [p_b[ell - 1] * (keep_m(ell, s_) - keep_m(ell, s_ - 1)) for ell in range(1, m + 1)]
+        if not any(x > 0 for x in law_s):
+            continue
+        g_s = np.empty((m, d), dtype=object)
+        for ell in range(1, m + 1):
+            tw, sw = _exact_ratio_weights(
+                probs(list(h), ell), probs(beh, ell), correction, cap_, low_, high_
+            )
+            for c in range(d):
+                col = [tok[ell - 1, t, c] for t in range(ell)]
+                if tw is None:
+                    g_s[ell - 1, c] = sw * sum(col, zero)
+                else:
+                    g_s[ell - 1, c] = sum((w * x for w, x in zip(tw, col, strict=True)), zero)
+        laws.append(law_s)
+        scores.append(g_s)
+    total = sum((x for row in laws for x in row), zero)
+    law = np.array([[x / total for x in row] for row in laws], dtype=object)
+    g = np.stack(scores)
+    if mask_ipw:
+        assert eta is not None
+        kappa = Fraction(batch) * expected_length(pmf) / (slots * step)
+        w = [kappa / keep_m(ell, eta) if keep_m(ell, eta) > 0 else zero for ell in range(1, m + 1)]
+        if ipw_clip is not None:
+            w = [min(x, Fraction(ipw_clip)) for x in w]
+        g = g * np.array(w, dtype=object)[None, :, None]
+    return gradient_moments(law, g, list(q), penalty=penalty, baseline=baseline)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1089,7 +1634,8 @@ def train_policy(
     launch : int, optional
         ``first_k``: rollouts launched per step.
     correction : str
-        One of :data:`CORRECTIONS`, or ``horvitz_thompson``/``hajek`` (``first_k``).
+        One of :data:`CORRECTIONS`, or ``horvitz_thompson``/``hajek``/``clipped_ht`` (``first_k``;
+        ``clipped_ht`` clips the weights at ``cap``).
     penalty, cap, low, high : float
         As in :func:`gradient_moments` and :func:`corrected_scores`.
     baseline : {'batch', 'none'} or float
@@ -1277,11 +1823,13 @@ def _train(
                     low,
                     high,
                 )
-                if correction in ("horvitz_thompson", "hajek"):
+                if correction in ("horvitz_thompson", "hajek", "clipped_ht"):
                     pi = inclusion_probability_pmf(
                         hazard_length_pmf(h_j), n=int(launch or n_), k=b_
                     )
                     wk = b_ / ((launch or n_) * pi[ell[sel] - 1])
+                    if correction == "clipped_ht":
+                        wk = np.minimum(wk, cap)
                     scale = wk / wk.sum() if correction == "hajek" else wk / b_
                     g = (scale * adv) @ gi
                 else:
@@ -1337,7 +1885,7 @@ def _sample_scores(
     tok = tok + np.where(
         (valid > 0)[:, :, None] & ~is_stop[:, :, None], -ht[:, :, None] * features[None], 0.0
     )
-    if correction in ("none", "horvitz_thompson", "hajek"):
+    if correction in ("none", "horvitz_thompson", "hajek", "clipped_ht"):
         return np.asarray(tok.sum(axis=1), dtype=np.float64)
     lt = np.where(is_stop, log_stop[version][None, :], log_cont[version][None, :])
     lb = np.where(is_stop, log_stop[versions, t[None, :]], log_cont[versions, t[None, :]])

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _wrong_variants import rejects
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,12 +56,15 @@ def _brute_force(
     correction: str,
     penalty: Fraction = ZERO,
     baseline: Fraction = ZERO,
+    clip: Fraction | None = None,
 ) -> tuple[list[Fraction], Fraction]:
     """Mean and covariance trace of the batch estimate, by enumerating every launched n-tuple."""
     m = len(pmf)
     d = scores.shape[1]
     pi = _inclusion_by_enumeration(pmf, n=n, k=k)
     w = [F(k, n) / pi[j] if pi[j] > 0 else F(0) for j in range(m)]
+    if clip is not None:
+        w = [x if x <= clip else clip for x in w]
     rbar = [quality[j] - penalty * (j + 1) - baseline for j in range(m)]
     var = [quality[j] * (1 - quality[j]) for j in range(m)]
     mean = [F(0)] * d
@@ -74,7 +78,7 @@ def _brute_force(
         chosen = sorted(tup)[:k]  # the batch multiset (ties share the free places)
         if correction == "none":
             unit = [F(1, k)] * k
-        elif correction == "horvitz_thompson":
+        elif correction in ("horvitz_thompson", "clipped_ht"):
             unit = [w[j] / k for j in chosen]
         else:
             total = sum((w[j] for j in chosen), F(0))
@@ -156,11 +160,12 @@ def test_first_k_gradient_equals_brute_force_enumeration(correction: str, n: int
     h = [F(1, 3), F(1, 2), F(1)]
     p, s = _tabular(h)
     q = [F(1, 4), F(1, 2), F(3, 4)]
+    clip = F(6, 5) if correction == "clipped_ht" else None
     got = lrn.first_k_gradient(
-        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3)
+        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3), clip=clip
     )
     mean, trace = _brute_force(
-        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3)
+        p, s, q, n=n, k=k, correction=correction, penalty=F(1, 20), baseline=F(1, 3), clip=clip
     )
     assert list(got.mean) == mean
     assert got.trace_variance == trace
@@ -213,6 +218,142 @@ def test_first_k_exactness_rejects_a_wrong_inclusion_probability() -> None:
     mean, _ = _brute_force(p, s, q, n=3, k=2, correction="none")
     assert mean == list(lrn.first_k_gradient(p, s, q, n=3, k=2).mean)
     assert mean != list(lrn.gradient_moments(p, s, q).mean)
+
+
+def test_clipped_ipw_is_biased_exactly_where_a_weight_is_clipped() -> None:
+    # a cap above every weight is HT (unbiased); below the largest weight it is biased, and the
+    # brute force agrees that the clip, not the enumeration, makes the difference
+    h = [F(1, 3), F(1, 2), F(1)]
+    p, s = _tabular(h)
+    q = [F(1, 4), F(1, 2), F(3, 4)]
+    pi = refimpl.inclusion_probability_pmf(p, n=3, k=1)
+    w_max = max(F(1, 3) / x for x in pi)
+    on = list(lrn.policy_gradient(p, s, q).mean)
+    wide = lrn.first_k_gradient(p, s, q, n=3, k=1, correction="clipped_ht", clip=w_max)
+    assert list(wide.mean) == on
+    ht = lrn.first_k_gradient(p, s, q, n=3, k=1, correction="horvitz_thompson")
+    assert wide.trace_variance == ht.trace_variance
+    tight = lrn.first_k_gradient(p, s, q, n=3, k=1, correction="clipped_ht", clip=w_max * F(9, 10))
+    assert list(tight.mean) != on
+    assert tight.trace_variance < ht.trace_variance
+    # wrong variant: a brute force that ignores the clip rejects the exact clipped value
+    mean, _ = _brute_force(p, s, q, n=3, k=1, correction="clipped_ht", clip=None)
+    assert mean != list(tight.mean)
+    with pytest.raises(ValueError, match="clip must be given exactly when"):
+        lrn.first_k_gradient(p, s, q, n=3, k=1, correction="clipped_ht")
+
+
+# ---------------------------------------------------------------------------------------------
+# first k of n with carried leftovers (claim LRN5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _carry_brute_force(
+    pmf: Sequence[Fraction],
+    scores: Any,
+    quality: Sequence[Fraction],
+    *,
+    n: int,
+    k: int,
+    step: int,
+    newest_first: bool = False,
+) -> tuple[list[Fraction], Fraction, dict[tuple[int, int], Fraction]]:
+    """Batch ``step`` from a cold start, by enumerating every length of every launched rollout.
+
+    An absolute timeline: rollout ``i`` launched at time ``t_i`` finishes at ``t_i + ℓ_i``; each
+    step trains the ``k`` unfinished-and-untrained ones that finish first (ties: launch order) and
+    launches ``k`` fresh ones when it ends. ``newest_first`` is the wrong tie rule.
+    """
+    m, d = len(pmf), scores.shape[1]
+    rbar = list(quality)
+    var = [quality[j] * (1 - quality[j]) for j in range(m)]
+    mean = [F(0)] * d
+    second = F(0)
+    law: dict[tuple[int, int], Fraction] = {}
+    for tup in itertools.product(range(m), repeat=n + step * k):
+        prob = F(1)
+        for j in tup:
+            prob *= pmf[j]
+        if prob == 0:
+            continue
+        # (finish time, launch sequence, length index, launch step)
+        pending = [(tup[i] + 1, i, tup[i], 0) for i in range(n)]
+        seq = n
+        for j in range(step + 1):
+            sign = -1 if newest_first else 1
+            pending.sort(key=lambda x: (x[0], sign * x[1]))
+            batch, pending = pending[:k], pending[k:]
+            end = batch[-1][0]
+            if j == step:
+                break
+            for _ in range(k):
+                pending.append((end + tup[seq] + 1, seq, tup[seq], j + 1))
+                seq += 1
+        est = [sum((rbar[x[2]] * scores[x[2]][c] for x in batch), F(0)) / k for c in range(d)]
+        noise = sum(
+            (var[x[2]] * sum((scores[x[2]][c] ** 2 for c in range(d)), F(0)) for x in batch), F(0)
+        ) / (k * k)
+        mean = [a + prob * e for a, e in zip(mean, est, strict=True)]
+        second += prob * (sum((e * e for e in est), F(0)) + noise)
+        for x in batch:
+            key = (step - x[3], x[2])
+            law[key] = law.get(key, F(0)) + prob / k
+    return mean, second - sum((a * a for a in mean), F(0)), law
+
+
+def _check_carry_against_brute_force(n: int, k: int, step: int, newest_first: bool) -> None:
+    h = [F(1, 3), F(1, 2), F(1)]
+    p, s = _tabular(h)
+    q = [F(1, 4), F(1, 2), F(3, 4)]
+    got = lrn.first_k_carry_gradient(p, s, q, n=n, k=k, step=step)
+    mean, trace, law = _carry_brute_force(p, s, q, n=n, k=k, step=step, newest_first=newest_first)
+    assert list(got.mean) == mean
+    assert got.trace_variance == trace
+    for (age, j), x in law.items():
+        assert got.trained_law[age, j] == x
+    assert sum(law.values()) == got.trained_law.sum() == 1
+
+
+@pytest.mark.parametrize(("n", "k", "step"), [(2, 1, 0), (2, 1, 3), (3, 1, 3), (3, 2, 2)])
+def test_carried_first_k_gradient_equals_brute_force_enumeration(n: int, k: int, step: int) -> None:
+    _check_carry_against_brute_force(n, k, step, newest_first=False)
+
+
+def test_carried_first_k_brute_force_rejects_the_wrong_tie_rule() -> None:
+    # newest-first at equal finishing times changes which rollout a full batch carries
+    rejects(_check_carry_against_brute_force, 3, 2, 2, True)
+
+
+@given(rational_hazards(max_length=3), st.sampled_from([(2, 1), (3, 2), (4, 3)]), st.data())
+def test_carried_leftovers_train_the_launched_law_with_mean_staleness_n_minus_k_over_k(
+    h: list[Fraction], nk: tuple[int, int], data: st.DataObject
+) -> None:
+    # claim LRN5: in the stationary chain every launched rollout is trained once, so the trained
+    # length law is p and the uncorrected gradient is the on-policy one; by Little's law the n − k
+    # carried rollouts each add one version of staleness per step: E[s] = (n − k)/k
+    # (the chain of n − k = 1 carried rollout keeps the exact solve cheap; the claim is general)
+    n, k = nk
+    p, s = _tabular(h)
+    q = data.draw(rational_qualities(len(h)))
+    c = lrn.first_k_carry_gradient(p, s, q, n=n, k=k)
+    assert list(c.trained_law.sum(axis=0)) == list(p)
+    assert list(c.mean) == list(lrn.policy_gradient(p, s, q).mean)
+    ages = sum((a * x for a, row in enumerate(c.trained_law) for x in row), F(0))
+    assert ages == F(n - k, k)
+    assert c.step_time > 0
+
+
+def test_carry_properties_reject_dropped_leftovers_and_the_cold_start() -> None:
+    # wrong variants of the stationary claim: dropping the leftovers (plain first k) and the first
+    # batch of a cold start are short-biased
+    h = [F(1, 3), F(1, 2), F(1)]
+    p, s = _tabular(h)
+    q = [F(1, 4), F(1, 2), F(3, 4)]
+    on = list(lrn.policy_gradient(p, s, q).mean)
+    assert list(lrn.first_k_gradient(p, s, q, n=3, k=2).mean) != on
+    cold = lrn.first_k_carry_gradient(p, s, q, n=3, k=2, step=0)
+    assert list(cold.trained_law.sum(axis=0)) == list(refimpl.selected_pmf(p, n=3, k=2))
+    assert list(cold.mean) != on
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,24 +588,36 @@ def test_the_lab_section_flags_a_first_k_gradient_without_length_bias(
     q = lab.quality()
     pol = lab._policy(lab.THETA_FIXED, q)
 
-    def run() -> set[str]:
+    def run(checks: Any = lab._first_k_checks) -> set[str]:
         section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
-        lab._first_k_checks(section, config, q, pol)
+        checks(section, config, q, pol)
         return {c.name for c in section.checks if not c.passed}
 
     assert run() == set()
+    assert run(lab._carry_checks) == set()
 
     def unbiased(pmf: Any, scores: Any, quality: Any, **kw: Any) -> lrn.GradientMoments:
-        kw.pop("n")
-        kw.pop("k")
-        kw.pop("correction")
+        for key in ("n", "k", "correction", "clip"):
+            kw.pop(key, None)
         return lrn.policy_gradient(pmf, scores, quality, **kw)
 
+    real_first_k = lrn.first_k_gradient
     monkeypatch.setattr(lrn, "first_k_gradient", unbiased)
-    assert {"first-k-none-0", "first-k-hajek-0"} <= run()
+    assert {"first-k-none-0", "first-k-hajek-0", "first-k-clipped_ht-0"} <= run()
+
+    # wrong variant of the carried-leftover chain: the dropped-leftover law (plain first k)
+    real_carry = lrn.first_k_carry_gradient
+
+    def dropped(pmf: Any, scores: Any, quality: Any, **kw: Any) -> lrn.CarryMoments:
+        biased = real_first_k(pmf, scores, quality, **kw)
+        return real_carry(pmf, scores, quality, **kw)._replace(mean=biased.mean)
+
+    monkeypatch.setattr(lrn, "first_k_gradient", real_first_k)
+    monkeypatch.setattr(lrn, "first_k_carry_gradient", dropped)
+    assert "first-k-carry-0" in run(lab._carry_checks)
 
 
-@pytest.mark.parametrize("correction", ["none", "horvitz_thompson", "hajek"])
+@pytest.mark.parametrize("correction", ["none", "horvitz_thompson", "hajek", "clipped_ht"])
 def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_batches(
     correction: str,
 ) -> None:
@@ -480,8 +633,160 @@ def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_ba
         ell = tr.length[rows].astype(int)
         r = (suc[tr.slot[rows], tr.index[rows]] < Q8[ell - 1]) - 0.02 * ell
         pi = refimpl.inclusion_probability_pmf(lrn.hazard_length_pmf(h), n=4, k=2)
-        w = {"none": np.ones(2), "horvitz_thompson": 2 / (4 * pi[ell - 1])}.get(correction)
+        ht = 2 / (4 * pi[ell - 1])
+        w = {"none": np.ones(2), "horvitz_thompson": ht, "clipped_ht": np.minimum(ht, 2.0)}.get(
+            correction
+        )
         if w is None:  # Hájek: self-normalised
             w = 2 * (1 / pi[ell - 1]) / (1 / pi[ell - 1]).sum()
         theta = theta + 1.0 * ((w * (r - r.mean())) @ s[ell - 1]) / 2
         np.testing.assert_allclose(run.thetas[j + 1], theta, rtol=1e-12, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact asynchronous corrections and inverse propensity for the mask
+# ---------------------------------------------------------------------------------------------
+
+H5 = [F(1, 4), F(1, 3), F(1, 2), F(2, 5), F(1)]
+EYE5 = [[int(i == j) for j in range(5)] for i in range(5)]
+Q5 = [F(0), F(1, 5), F(1, 2), F(4, 5), F(9, 10)]
+#: Per-position exponents c_t: the behaviour s versions stale has odds h/(1−h) · 2^(−s c_t), so its
+#: hazards stay rational and equal the float model's σ(logit h − s·c·log 2).
+SHIFT = [1, -1, 2, 0, 0]
+
+
+def _stale(s: int) -> list[Fraction]:
+    out = [h / (h + (1 - h) * F(2) ** (s * c)) for h, c in zip(H5[:-1], SHIFT, strict=False)]
+    return [*out, F(1)]
+
+
+def _float_args() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    h = np.array([float(x) for x in H5[:-1]])
+    theta = np.concatenate([np.log(h / (1 - h)), [0.0]])
+    return theta, np.asarray(SHIFT, dtype=np.float64) * np.log(2.0), np.eye(5)
+
+
+@pytest.mark.parametrize("correction", lrn.EXACT_CORRECTIONS)
+@pytest.mark.parametrize(("eta", "ipw"), [(None, False), (0, False), (1, False), (1, True)])
+def test_exact_async_gradient_matches_the_float_fluid_model(
+    correction: str, eta: int | None, ipw: bool
+) -> None:
+    # float64 sums over ≤ M·(S+1) = 5·6 terms of logistic hazards: 1e-12 relative is ~1e4 ulps
+    stale = [_stale(s) for s in range(6)]
+    ex = lrn.async_gradient_exact(
+        H5,
+        stale,
+        EYE5,
+        Q5,
+        slots=3,
+        batch=2,
+        eta=eta,
+        correction=correction,
+        mask_ipw=ipw,
+        penalty=F(1, 50),
+        baseline=F(1, 3),
+        cap=F(3, 2),
+        low=F(2, 3),
+        high=F(3, 2),
+    )
+    assert all(isinstance(x, Fraction) for x in ex.mean)
+    theta, lag, phi = _float_args()
+    fl = lrn.async_gradient(
+        theta,
+        phi,
+        np.array([float(x) for x in Q5]),
+        slots=3,
+        batch=2,
+        eta=eta,
+        lag=lag,
+        correction=correction,
+        mask_ipw=ipw,
+        penalty=0.02,
+        baseline=1 / 3,
+        cap=1.5,
+        low=2 / 3,
+        high=1.5,
+    )
+    np.testing.assert_allclose(
+        fl.mean, np.asarray(ex.mean, dtype=np.float64), rtol=1e-12, atol=1e-15
+    )
+    assert float(fl.trace_variance) == pytest.approx(float(ex.trace_variance), rel=1e-12)
+
+
+def test_exact_and_float_async_models_disagree_on_a_behaviour_one_version_off() -> None:
+    # wrong variant of the agreement test: behaviours one version staler than the float model's
+    off = [H5] + [_stale(s + 1) for s in range(1, 6)]
+    ex = lrn.async_gradient_exact(H5, off, EYE5, Q5, slots=3, batch=2)
+    theta, lag, phi = _float_args()
+    fl = lrn.async_gradient(theta, phi, np.array([float(x) for x in Q5]), slots=3, batch=2, lag=lag)
+    assert not np.allclose(fl.mean, np.asarray(ex.mean, dtype=np.float64), rtol=1e-6)
+
+
+def test_exact_sequence_is_restores_the_direction_and_token_tis_does_not() -> None:
+    stale = [_stale(s) for s in range(6)]
+    p, s = _tabular(H5)
+    on = list(lrn.policy_gradient(p, s, Q5).mean)
+    seq = lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=3, batch=2, correction="sequence_is")
+    ratios = {a / b for a, b in zip(seq.mean, on, strict=True) if b}
+    assert len(ratios) == 1
+    assert all(a == 0 for a, b in zip(seq.mean, on, strict=True) if not b)
+    tis = lrn.async_gradient_exact(
+        H5, stale, EYE5, Q5, slots=3, batch=2, correction="token_tis", cap=F(10**6)
+    )
+    assert len({a / b for a, b in zip(tis.mean, on, strict=True) if b}) > 1
+    with pytest.raises(ValueError, match="geometric's l-th root is irrational"):
+        lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=3, batch=2, correction="geometric")
+
+
+def _mask_ipw_target(eta: int, slots: int, batch: int) -> list[Fraction]:
+    """Σ over the lengths the mask can keep of p(ℓ) R̄(ℓ) s(ℓ): written from the claim, not the code."""
+    p, s = _tabular(H5)
+    delta = lrn.fluid_step_time(p, slots=slots, batch=batch, eta=eta)
+    return [
+        sum((p[j] * Q5[j] * s[j][c] for j in range(5) if j + 1 < (eta + 1) * delta), F(0))
+        for c in range(5)
+    ]
+
+
+@pytest.mark.parametrize(("eta", "slots"), [(0, 2), (0, 3), (0, 6), (1, 6), (2, 8)])
+def test_mask_ipw_recovers_every_length_the_mask_can_keep(eta: int, slots: int) -> None:
+    stale = [H5] * 12
+    got = lrn.async_gradient_exact(
+        H5, stale, EYE5, Q5, slots=slots, batch=2, eta=eta, mask_ipw=True
+    )
+    assert list(got.mean) == _mask_ipw_target(eta, slots, 2)
+    none = lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=slots, batch=2, eta=eta)
+    assert list(none.mean) != list(got.mean)
+
+
+def test_mask_ipw_properties_reject_the_wrong_bound_and_a_tight_clip() -> None:
+    stale = [H5] * 12
+    got = lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=6, batch=2, eta=0, mask_ipw=True)
+    # wrong variants: the lengths another step time keeps (3 slots: ℓ ≤ 4; 6 slots: only
+    # ℓ ≤ 3), and the on-policy gradient itself: IPW cannot bring back what the mask never keeps
+    assert list(got.mean) != _mask_ipw_target(0, 3, 2)
+    p, s = _tabular(H5)
+    assert list(got.mean) != list(lrn.policy_gradient(p, s, Q5).mean)
+    clipped = lrn.async_gradient_exact(
+        H5, stale, EYE5, Q5, slots=6, batch=2, eta=0, mask_ipw=True, ipw_clip=F(1)
+    )
+    assert list(clipped.mean) != list(got.mean)
+    assert clipped.trace_variance < got.trace_variance
+    with pytest.raises(ValueError, match="mask_ipw must need a mask"):
+        lrn.async_gradient_exact(H5, stale, EYE5, Q5, slots=3, batch=2, mask_ipw=True)
+
+
+@given(rational_hazards(max_length=6), st.integers(0, 3), st.integers(1, 6), st.integers(1, 4))
+def test_exact_fluid_step_time_solves_the_fixed_point(
+    h: list[Fraction], eta: int, slots: int, batch: int
+) -> None:
+    p = lrn.hazard_length_pmf(h)
+    delta = lrn.fluid_step_time(p, slots=slots, batch=batch, eta=eta)
+    kept = sum(
+        (x * min(max(eta + 1 - F(i + 1) / delta, F(0)), F(1)) for i, x in enumerate(p)), F(0)
+    )
+    assert isinstance(delta, Fraction)
+    assert delta * kept == F(batch) * lrn.expected_length(p) / slots
+    assert float(delta) == pytest.approx(
+        lrn.fluid_step_time([float(x) for x in p], slots=slots, batch=batch, eta=eta), rel=1e-12
+    )

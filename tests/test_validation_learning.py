@@ -41,6 +41,45 @@ CASES: list[Case] = [
         ValueError,
         r"features must be 2-D; got features=array of shape \(1,\)",
     ),
+    Case(
+        "learning-clip-without-clipped-ht",
+        lambda: lrn.first_k_gradient([0.5, 0.5], [[1.0], [-1.0]], [0.5, 0.5], n=2, k=1, clip=2.0),
+        ValueError,
+        r"clip must be given exactly when correction='clipped_ht'.*got clip=2\.0",
+    ),
+    Case(
+        "learning-carry-k-above-n",
+        lambda: lrn.first_k_carry_gradient([0.5, 0.5], [[1.0], [-1.0]], [0.5, 0.5], n=1, k=2),
+        ValueError,
+        r"k must be <= n=1; got k=2",
+    ),
+    Case(
+        "learning-mask-ipw-without-eta",
+        lambda: lrn.async_gradient(
+            [0.0, 0.0],
+            lrn.length_features(4, degree=1),
+            [0.5] * 4,
+            slots=2,
+            batch=2,
+            mask_ipw=True,
+        ),
+        ValueError,
+        r"mask_ipw must need a mask \(eta\) whose keep probability it inverts; got mask_ipw=True",
+    ),
+    Case(
+        "learning-exact-geometric",
+        lambda: lrn.async_gradient_exact(
+            [1], [[1]], [[1]], [1], slots=1, batch=1, correction="geometric"
+        ),
+        ValueError,
+        r"correction must be one of .* \(geometric's l-th root is irrational in general\)",
+    ),
+    Case(
+        "learning-exact-float-input",
+        lambda: lrn.async_gradient_exact([1.0], [[1.0]], [[1]], [1], slots=1, batch=1),
+        ValueError,
+        r"hazard must be rational, with every behaviour",
+    ),
 ]
 
 

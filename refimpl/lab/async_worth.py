@@ -2,8 +2,9 @@
 
 Closed forms: :func:`refimpl.expected_max`, :func:`refimpl.async_speedup` (the speedup bound
 ``E[max of n]/E[L]``) and :func:`refimpl.fluid_steady_state` (what a staleness drop keeps).
-Value of a stale sample: :func:`refimpl.staleness_decay` (an assumption; the ``learning`` section
-measures what staleness costs in reward per unit of time instead). Simulations: :func:`refimpl.sim.simulate`
+Value of a stale sample: :func:`refimpl.staleness_decay` — an **assumed** model, labelled so in the
+report. The measured verdict, expected reward reached per unit of simulated time with no assumed
+sample value, is the ``learning`` section's (several seeds per cell); it is the primary answer. Simulations: :func:`refimpl.sim.simulate`
 in ``sync`` and ``async`` modes on the same slots.
 """
 
@@ -50,7 +51,10 @@ def laws() -> list[tuple[str, Any]]:
 
 
 def verdict(effective_speedup: float, mean_ratio: float) -> str:
-    """The plain-language verdict of the section, from two measured numbers.
+    """The *model* verdict of the section (assumed sample value ``γ^s``), from two numbers.
+
+    This is a model, not a measurement: the value ``γ^s`` of a stale sample is assumed. The
+    measured verdict is :func:`refimpl.lab.learning.verdict` (reward per unit of simulated time).
 
     Rule: asynchrony is *worth it* when its effective speedup (throughput of trained samples
     relative to synchronous dispatch on the same slots, times the value ``E[γ^s]`` of a stale
@@ -96,11 +100,13 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"speedup is below {MARGIN}."
     )
     section.text(
-        "**The value γ^s is assumed here; the `learning` section measures it.** There a toy policy "
+        "**This section's verdict is a model: the value γ^s of a stale sample is assumed, not "
+        "measured.** The measured verdict is the `learning` section's table *worth*: a toy policy "
         "is trained on the simulator's batches, and asynchrony (with its best correction) is "
         "compared with synchronous dispatch by the expected reward it reaches per unit of "
-        "simulated time, with no assumed sample value; that measured verdict replaces this one "
-        "wherever the two disagree."
+        "simulated time, over several seeds per cell, with no assumed sample value. Read that one "
+        "first; this model only says what the speedup and the drop would buy if a sample s steps "
+        "stale were worth γ^s of a fresh one."
     )
     section.metric(
         "setting",
@@ -237,14 +243,19 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             "trained mean / E[L] (sim)",
             "mean γ^s",
             "effective speedup (×)",
-            "verdict",
+            f"model verdict (assumed γ^s, γ = {GAMMA})",
         ),
         [(r[0], *r[7:]) for r in rows],
-        note="Effective speedup = trained samples per time (async ÷ sync, simulated) × mean γ^s.",
+        note=(
+            "Effective speedup = trained samples per time (async ÷ sync, simulated) × mean γ^s. "
+            "The verdict is that of the γ^s model (assumed sample value); the measured verdict is "
+            "the learning section's."
+        ),
     )
     section.text(
         "\n".join(
-            f"- **{name}**: {v} (effective speedup {fmt(r[10])}, trained mean {fmt(r[8])} × E[L])."
+            f"- **{name}**: model verdict (assumed γ^s): {v} (effective speedup {fmt(r[10])}, "
+            f"trained mean {fmt(r[8])} × E[L])."
             for name, v, r in zip(names, verdicts, rows, strict=True)
         )
     )
@@ -252,7 +263,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     by_verdict: dict[str, list[str]] = {}
     for name, v in zip(names, verdicts, strict=True):
         by_verdict.setdefault(v, []).append(name)
-    section.headline("; ".join(f"{v}: {', '.join(ns)}" for v, ns in by_verdict.items()) + ".")
+    section.headline(
+        f"Model with an assumed sample value γ^s (γ = {GAMMA}), not a measurement — "
+        + "; ".join(f"{v}: {', '.join(ns)}" for v, ns in by_verdict.items())
+        + ". The measured verdict is in the learning section."
+    )
+    section.metric("verdict_kind", "model (assumed gamma^s); measured verdict: learning section")
     if failures:
         section.text(
             "**Closed forms not computed in this build.** The library refused to return these "

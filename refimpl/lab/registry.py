@@ -181,10 +181,13 @@ SECTIONS: tuple[SectionSpec, ...] = (
         title="Learning under asynchrony: the gradient, its bias and what the policy learns",
         module="refimpl.lab.learning",
         requires=(
+            "refimpl.fluid_keep_probability",
             "refimpl.inclusion_probability_pmf",
             "refimpl.learning.async_gradient",
             "refimpl.learning.expected_length",
+            "refimpl.learning.first_k_carry_gradient",
             "refimpl.learning.first_k_gradient",
+            "refimpl.learning.fluid_step_time",
             "refimpl.learning.hazard_length_pmf",
             "refimpl.learning.length_features",
             "refimpl.learning.length_gradient",
@@ -199,7 +202,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
         ),
         docs=(
             DocLink("concepts/learning", "Learning under asynchrony"),
-            DocLink("derivations/learning", "Learning derivations (LRN1–LRN4)"),
+            DocLink("derivations/learning", "Learning derivations (LRN1–LRN6)"),
             DocLink("concepts/length-bias", "The length bias of dispatch"),
             DocLink("derivations/importance", "Importance-weight derivations"),
             DocLink("derivations/fluid", "Fluid model of continuous dispatch"),
