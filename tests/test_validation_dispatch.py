@@ -186,6 +186,14 @@ def _dispatch_cases() -> list[Case]:
             r"g must have one value per support point \(2, like pmf\)",
         ),
         Case(
+            "dispatch-moments-exact-clip-zero",  # the exact path's own check (a mutant loosened it)
+            lambda: r.ipw_estimator_moments(
+                [Fraction(1, 2), Fraction(1, 2)], [1, 2], n=2, k=1, clip=Fraction(0)
+            ),
+            ValueError,
+            r"clip must be > 0 \(upper bound on the weights\)",
+        ),
+        Case(
             "dispatch-moments-too-many",
             lambda: r.ipw_estimator_moments(np.full(40, 1 / 40), np.arange(40.0), n=60, k=50),
             ValueError,
@@ -214,6 +222,12 @@ def _dispatch_cases() -> list[Case]:
             lambda: r.kaplan_meier([1.0, float("nan")], [1, 1]),
             ValueError,
             r"durations must contain only finite values",
+        ),
+        Case(
+            "dispatch-mle-unbiased-not-bool",  # 1 would be read as True (a mutant dropped the check)
+            lambda: r.exponential_rate_mle([1.0, 2.0, 3.0], [1, 1, 0], unbiased=1),  # type: ignore[arg-type]
+            TypeError,
+            r"unbiased must be a bool",
         ),
         Case(
             "dispatch-mle-unbiased-one-event",

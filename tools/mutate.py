@@ -281,6 +281,12 @@ def run(
         env = {**os.environ, "PYTHONPATH": str(work), "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
                    "-p", "no:randomly", str(rel), *tests]  # fmt: skip
+        baseline = subprocess.run(
+            command, cwd=work, env=env, capture_output=True, timeout=timeout, check=False
+        )
+        if baseline.returncode != 0:  # else every mutant would count as killed
+            tail = baseline.stdout.decode(errors="replace")[-3000:]
+            raise SystemExit(f"the tests fail on the unmutated tree; fix them first:\n{tail}")
         for number, mutant in enumerate(chosen, start=1):
             if mutant.key in known:
                 outcomes.append(Outcome(mutant, "equivalent", 0.0, known[mutant.key]))
