@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, settings
 
 # The generators of reference data run in their own environments (rlax and jax for V-trace), not
 # in the test suite: never import them here, not even for their doctests.
-collect_ignore = ["data"]
+# jax_cases.py runs in its own interpreter (see test_conformance_jax.py): never import it here.
+collect_ignore = ["data", "jax_cases.py"]
 
 settings.register_profile(
     "ci",
