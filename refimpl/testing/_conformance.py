@@ -504,8 +504,15 @@ class _Runner:
         return outcome.kind == self.kind
 
     def explain(self, calls: list[Call], raised: bool = False) -> str:
-        """A convention under which this counterexample passes, as a hint (or "")."""
+        """The conventions under which this counterexample passes, as a hint (or "").
+
+        Every single-key alternative that explains the counterexample is named, not only the
+        first found: one counterexample can be explained by two conventions (a ratio of ``e^30``
+        kept by a band on the reciprocal also sits on a guessed clamp at 30), and which one a
+        reader needs depends on their implementation, not on the order the keys are tried in.
+        """
         guesses = self._guesses(calls) if self.spec.guesses is not None else {}
+        found: list[str] = []
         for convention in self.spec.conventions:
             key = convention.key
             if key in ("inputs", "layout") and self.spec.recast is None:
@@ -519,10 +526,14 @@ class _Runner:
             for value in dict.fromkeys(values):
                 alt = {**self.conventions, key: value}
                 if self._passes(calls, alt, recast=key in ("inputs", "layout")):
-                    return (
-                        f"this counterexample passes under conventions={{{key!r}: {value!r}}}: "
-                        "pass it if that is what your implementation intends"
-                    )
+                    found.append(f"conventions={{{key!r}: {value!r}}}")
+        if found:
+            intends = (
+                "pass it if that is what your implementation intends"
+                if len(found) == 1
+                else "pass the one that your implementation intends"
+            )
+            return f"this counterexample passes under {' or '.join(found)}: {intends}"
         if raised and self.spec.raised_hint is not None:
             return self.spec.raised_hint(calls, self.conventions) or ""
         return ""
