@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from refimpl.frameworks import (
     adapter,
     adapters,
     framework_staleness_bound,
+    load_function,
     rejection_sampling_to_refimpl,
     verl_off_policy_bound,
 )
@@ -185,3 +187,19 @@ def test_the_verl_adapters_name_every_check_of_their_specs() -> None:
 
     for spec, names in _verl.SPEC_CHECKS.items():
         assert names == check_names(spec), spec
+
+
+def test_a_framework_s_import_time_warnings_do_not_stop_the_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # verl imports ray, which warns of a deprecation while it loads; a test session that turns
+    # warnings into errors (this suite does) must still get verl's function.
+    (tmp_path / "noisy_framework.py").write_text(
+        "import warnings\n"
+        "warnings.warn('an import-time deprecation of a dependency', DeprecationWarning)\n"
+        "def weight(x):\n"
+        "    return 2 * x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "noisy_framework", raising=False)
+    assert load_function("noisy_framework:weight")(3) == 6

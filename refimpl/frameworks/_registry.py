@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -66,12 +67,17 @@ def load_function(path: str) -> Any:
     install_stubs()
     module_name, _, attribute = path.partition(":")
     parts = attribute.split(".") if attribute else []
-    if any(entry.source == module_name for entry in SOURCE_LOADS):
-        # executed from the installed file (its module cannot be imported: SOURCE_LOADS says why)
-        obj: Any = load_from_source(module_name)[parts[0]]
-        parts = parts[1:]
-    else:
-        obj = importlib.import_module(module_name)
+    # A framework's import-time warnings (ray's deprecations under verl, say) are the framework's:
+    # in a test session that turns warnings into errors they would stop the import of a function
+    # that works, so they are not raised here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if any(entry.source == module_name for entry in SOURCE_LOADS):
+            # executed from the installed file (its module cannot be imported: SOURCE_LOADS says why)
+            obj: Any = load_from_source(module_name)[parts[0]]
+            parts = parts[1:]
+        else:
+            obj = importlib.import_module(module_name)
     for part in parts:
         obj = getattr(obj, part)
     return obj
