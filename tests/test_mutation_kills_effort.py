@@ -1,0 +1,83 @@
+"""Pinned behaviours of refimpl.effort that a sampled mutation run (``tools/mutate.py``, seed
+2026) found no test holding: each test names the mutant it was seen to fail on."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from _validation_table import Case, check_refusal
+
+import refimpl as r
+
+
+def test_frontier_quality_where_only_the_cheaper_class_spends() -> None:
+    # Two classes, weights 1/2, q_max = 1, λ = (20, 200): class d spends iff u > ln λ_d, so at
+    # mean cost c = 10 only the first does, with 10 = (1/2)·20·(u − ln 20), i.e. u = ln 20 + 1,
+    # and the mix's quality is (1/2)(1 − 20 e^{−u}) + (1/2)·0 = (1 − 1/e)/2 (mutant: the bisection's
+    # midpoint (lo + hi)/2 made (lo − hi)/2, which returns the starting upper bracket u = ln 200
+    # and the quality 0.45; the closed-form start is exact only when every class spends).
+    quality = r.frontier_quality([10.0], q_max=1.0, lam=[20.0, 200.0], weights=[0.5, 0.5])
+    assert float(quality[0]) == pytest.approx((1.0 - math.exp(-1.0)) / 2.0, rel=1e-14)
+
+
+TRAIN: dict[str, Any] = {
+    "q_max": 1.0,
+    "b_min": 0.0,
+    "tau": 1.0,
+    "b_max": 1.0,
+    "steps": 1,
+    "batch": 1,
+}
+
+CASES = [
+    # mutant: the raise of train_conditioned_policy's k0 check removed (it trained on k0 = 0)
+    Case(
+        "train_conditioned-k0-zero",
+        lambda: r.train_conditioned_policy(
+            lam=[10.0, 20.0], weights=[0.5, 0.5], k0=0.0, rng=0, **TRAIN
+        ),
+        ValueError,
+        r"k0 must be > 0 to train a policy \(k0 = 0 has no optimum\); got k0=0\.0",
+    ),
+    # mutant: the seed check `int(rng) >= 0` made `>= -1` (numpy's own ValueError came out)
+    Case(
+        "train-rng-negative",
+        lambda: r.train_effort_policy(lam=10.0, k0=0.1, rng=-1, **TRAIN),
+        TypeError,
+        r"rng must be a numpy\.random\.Generator or a non-negative int seed; got rng=-1",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_call_raises_a_message_that_says_how_to_fix_it(case: Case) -> None:
+    check_refusal(case)
+
+
+def test_seed_zero_is_a_seed() -> None:
+    # the boundary of `int(rng) >= 0`: 0 is accepted and is the same stream as default_rng(0)
+    a = r.train_effort_policy(lam=10.0, k0=0.1, rng=0, **TRAIN)
+    b = r.train_effort_policy(lam=10.0, k0=0.1, rng=np.random.default_rng(0), **TRAIN)
+    assert a.reward_history.tolist() == b.reward_history.tolist()
+
+
+def test_a_group_of_two_is_the_smallest_leave_one_out_group() -> None:
+    # RLOO needs >= 2 lengths per problem, and 2 is enough (mutant: train_conditioned_policy's
+    # minimum group made 3); the same boundary for train_effort_policy
+    mix: dict[str, Any] = {"lam": [10.0, 20.0], "weights": [0.5, 0.5], "k0": 0.1}
+    policy = r.train_conditioned_policy(rng=0, group=2, **mix, **TRAIN)
+    assert policy.reward_history.shape == (1,)
+    assert np.all(np.isfinite(policy.mean_coef))
+    single = r.train_effort_policy(lam=10.0, k0=0.1, rng=0, group=2, **TRAIN)
+    assert single.reward_history.shape == (1,)
+    check_refusal(
+        Case(
+            "train_conditioned-group-one",
+            lambda: r.train_conditioned_policy(rng=0, group=1, **mix, **TRAIN),
+            ValueError,
+            r"group must be >= 2 \(lengths per problem; RLOO needs >= 2\); got group=1",
+        )
+    )
