@@ -81,3 +81,24 @@ def test_a_group_of_two_is_the_smallest_leave_one_out_group() -> None:
             r"group must be >= 2 \(lengths per problem; RLOO needs >= 2\); got group=1",
         )
     )
+
+
+class _TopUniform(np.random.Generator):
+    """A generator whose uniforms are all the largest float below 1 (normals as PCG64's)."""
+
+    def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
+        return np.full(size, np.nextafter(1.0, 0.0))
+
+
+def test_a_class_draw_above_the_float_sum_of_the_weights_is_the_last_class() -> None:
+    # weights may sum to 1 within 1e-9; a uniform above their float cumsum (1 - 5e-10 here) is
+    # the last class, exactly as with weights summing to 1 (mutant: the clamp to w.size - 1 made
+    # w.size, an IndexError on such a draw)
+    run: dict[str, Any] = {"lam": [10.0, 20.0], "k0": 0.1, "success": "expected", "group": 2}
+    short = r.train_conditioned_policy(
+        weights=[0.5, 0.5 - 5e-10], rng=_TopUniform(np.random.PCG64(0)), **run, **TRAIN
+    )
+    exact = r.train_conditioned_policy(
+        weights=[0.5, 0.5], rng=_TopUniform(np.random.PCG64(0)), **run, **TRAIN
+    )
+    assert short.reward_history.tolist() == exact.reward_history.tolist()
