@@ -102,3 +102,23 @@ def test_a_class_draw_above_the_float_sum_of_the_weights_is_the_last_class() -> 
         weights=[0.5, 0.5], rng=_TopUniform(np.random.PCG64(0)), **run, **TRAIN
     )
     assert short.reward_history.tolist() == exact.reward_history.tolist()
+
+
+class _ZeroLength(np.random.Generator):
+    """Uniforms all 0.0 (the smallest value of [0, 1)), normals all -1e4 (lengths e^{-5000} = 0)."""
+
+    def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
+        return np.zeros(size)
+
+    def standard_normal(self, size: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return np.full(size, -1e4)
+
+
+def test_a_rollout_of_quality_zero_never_succeeds_even_on_a_zero_draw() -> None:
+    # success ~ Bernoulli(Q) is drawn as u < Q with u in [0, 1): P(u < Q) = Q exactly, so Q = 0
+    # (a length of 0) never succeeds, even on u = 0; the reward is then 0 - k·0 = 0 (mutant:
+    # u <= Q, which counts that draw as a success and gives reward 1)
+    policy = r.train_conditioned_policy(
+        lam=[10.0, 20.0], weights=[0.5, 0.5], k0=0.1, rng=_ZeroLength(np.random.PCG64(0)), **TRAIN
+    )
+    assert policy.reward_history.tolist() == [0.0]
