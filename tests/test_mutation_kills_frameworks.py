@@ -1,0 +1,55 @@
+"""Pinned behaviours of refimpl.frameworks that a sampled mutation run (``tools/mutate.py``, seed
+2026, with ``tests/test_frameworks.py`` and ``tests/test_validation_frameworks.py``) found no test
+holding: each test names the mutant it was seen to fail on. These run in the normal environment;
+the adapters' calls into the installed frameworks are tested by ``tests_frameworks/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _validation_table import Case, check_refusal
+
+from refimpl import frameworks as fw
+from refimpl.frameworks._matrix import MATRIX_PATH, load_matrix, render_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = [
+    # mutant: the message's "be one of " + names made "-" (a TypeError instead of the refusal)
+    Case(
+        "adapters-unknown-framework",
+        lambda: fw.adapters(framework="nope"),
+        ValueError,
+        r"framework must be one of 'verl', 'trl', 'areal', 'skyrl', 'openrlhf'; "
+        r"got framework='nope'\. Pass one of these names, or None for every adapter\.",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_call_raises_a_message_that_says_how_to_fix_it(case: Case) -> None:
+    check_refusal(case)
+
+
+def test_the_page_s_verdict_cell_links_a_divergence_and_states_a_clean_verdict() -> None:
+    # an entry with divergences links to its section and names their kinds; any other shows its
+    # verdict as recorded (mutant: the `if e["divergences"]` of render_markdown negated, which
+    # swapped the two; the committed matrix has entries of both kinds)
+    matrix = load_matrix(ROOT / MATRIX_PATH)
+    rows = {
+        line.split(" | ")[0].removeprefix("| "): line.split(" | ")[1]
+        for line in render_markdown(matrix).splitlines()
+        if line.startswith("| `")
+    }
+    kinds_seen = {bool(e["divergences"]) for e in matrix["entries"]}
+    assert kinds_seen == {True, False}
+    for e in matrix["entries"]:
+        cell = rows[f"`{e['key']}`"]
+        if e["divergences"]:
+            anchor = e["key"].replace(".", "-").replace("_", "-")
+            kinds = ", ".join(sorted({d["classification"] for d in e["divergences"]}))
+            assert cell == f"[divergence](#{anchor}) ({kinds})"
+        else:
+            assert cell == e["verdict"]
+    assert rows["`trl.off_policy_mask`"] == "[divergence](#trl-off-policy-mask) (convention)"
