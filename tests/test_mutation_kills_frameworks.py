@@ -53,3 +53,20 @@ def test_the_page_s_verdict_cell_links_a_divergence_and_states_a_clean_verdict()
         else:
             assert cell == e["verdict"]
     assert rows["`trl.off_policy_mask`"] == "[divergence](#trl-off-policy-mask) (convention)"
+
+
+def test_a_staleness_bound_of_zero_is_on_policy_and_minus_one_is_refused() -> None:
+    # 0 is the smallest setting (strictly on-policy), accepted as η = 0 (mutant: skyrl's minimum
+    # of 0 made 1, which refused it)
+    skyrl = fw.skyrl_staleness_bound(max_staleness_steps=0)
+    assert (skyrl.eta, skyrl.value) == (0, 0.0)
+    assert fw.trl_staleness_bound(max_staleness=0).eta == 0
+    check_refusal(
+        Case(
+            "skyrl-negative",
+            lambda: fw.skyrl_staleness_bound(max_staleness_steps=-1),
+            ValueError,
+            r"max_staleness_steps must be >= 0 \(SkyRL's staleness bound in versions\); "
+            r"got max_staleness_steps=-1",
+        )
+    )
