@@ -5,6 +5,8 @@ the adapters' calls into the installed frameworks are tested by ``tests_framewor
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,32 @@ def test_a_staleness_bound_of_zero_is_on_policy_and_minus_one_is_refused() -> No
             r"got max_staleness_steps=-1",
         )
     )
+
+
+def test_a_stub_skips_a_broken_package_init_and_keeps_its_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # install_stubs on a made-up framework whose subpackage __init__ cannot be imported: the stub
+    # replaces that __init__ only, a module under it loads from its file, and a second call keeps
+    # the stub in place (mutant: `stub.package in sys.modules` negated, so no stub was installed)
+    from refimpl.frameworks import _stubs
+
+    package = tmp_path / "fakefw_h15a"
+    (package / "backends").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "backends" / "__init__.py").write_text("raise ImportError('broken __init__')\n")
+    (package / "backends" / "inner.py").write_text("VALUE = 41 + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    stub = _stubs.Stub(framework="fakefw_h15a", package="fakefw_h15a.backends", reason="test")
+    monkeypatch.setattr(_stubs, "STUBS", (stub,))
+    try:
+        _stubs.install_stubs()
+        first = sys.modules["fakefw_h15a.backends"]
+        assert first.__path__ == [str(package / "backends")]
+        inner = importlib.import_module("fakefw_h15a.backends.inner")
+        assert inner.VALUE == 42
+        _stubs.install_stubs()
+        assert sys.modules["fakefw_h15a.backends"] is first
+    finally:
+        for name in [m for m in sys.modules if m.split(".")[0] == "fakefw_h15a"]:
+            del sys.modules[name]
