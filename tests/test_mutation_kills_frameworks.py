@@ -5,6 +5,7 @@ the adapters' calls into the installed frameworks are tested by ``tests_framewor
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -101,3 +102,48 @@ def test_a_stub_skips_a_broken_package_init_and_keeps_its_modules(
     finally:
         for name in [m for m in sys.modules if m.split(".")[0] == "fakefw_h15a"]:
             del sys.modules[name]
+
+
+def test_load_from_source_runs_the_named_classes_of_an_unimportable_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a made-up framework whose module imports something missing: the listed class is executed
+    # from the installed file (mutants: `spec.origin is None` made `is not None`, which said the
+    # package is not installed; `entry is None` negated)
+    from refimpl.frameworks import _stubs
+
+    package = tmp_path / "fakefw_h15a_src"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "trainer.py").write_text(
+        "import not_a_module_h15a\n\n\n@dataclass\nclass Counter:\n    n: int = 0\n\n"
+        "    def step(self) -> int:\n        return self.n + 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = _stubs.SourceLoad(
+        framework="fakefw_h15a_src",
+        source="fakefw_h15a_src.trainer",
+        names=("Counter",),
+        imports="from dataclasses import dataclass",
+        reason="test",
+    )
+    missing = dataclasses.replace(entry, source="not_installed_h15a.trainer")
+    monkeypatch.setattr(_stubs, "SOURCE_LOADS", (entry, missing))
+    try:
+        loaded = _stubs.load_from_source("fakefw_h15a_src.trainer")
+        assert list(loaded) == ["Counter"]
+        assert loaded["Counter"](n=41).step() == 42
+        with pytest.raises(ModuleNotFoundError, match="not_installed_h15a is not installed"):
+            _stubs.load_from_source("not_installed_h15a.trainer")
+    finally:
+        for name in [m for m in sys.modules if "fakefw_h15a_src" in m]:
+            del sys.modules[name]
+    check_refusal(
+        Case(
+            "load_from_source-unlisted",
+            lambda: _stubs.load_from_source("fakefw_h15a_src.other"),
+            ValueError,
+            r"module must have an entry in refimpl\.frameworks\.SOURCE_LOADS; "
+            r"got module='fakefw_h15a_src\.other'\. List it there",
+        )
+    )
