@@ -5,8 +5,10 @@ the adapters' calls into the installed frameworks are tested by ``tests_framewor
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -147,3 +149,38 @@ def test_load_from_source_runs_the_named_classes_of_an_unimportable_module(
             r"got module='fakefw_h15a_src\.other'\. List it there",
         )
     )
+
+
+def test_conformance_check_and_write_on_a_stand_in_fresh_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `refimpl conformance` with the matrix run replaced by the committed TRL entries (no framework
+    # needed): --check exits 0 when nothing changed and 1 when a verdict did, --write writes the
+    # merged matrix as indented JSON ending in a newline (mutants: the exit condition negated,
+    # `if args.write` negated, the trailing "\n" made "-" "\n")
+    from refimpl.cli import main
+    from refimpl.frameworks import _matrix, _registry
+
+    committed = load_matrix(ROOT / MATRIX_PATH)
+    trl = [e for e in committed["entries"] if e["framework"] == "trl"]
+    fresh = {**committed, "entries": copy.deepcopy(trl)}
+    monkeypatch.setattr(_matrix, "run_matrix", lambda names, **kw: copy.deepcopy(fresh))
+    monkeypatch.setattr(
+        _registry, "installed_version", lambda name: "1.16.0" if name == "trl" else None
+    )
+    path = tmp_path / "matrix.json"
+    path.write_text((ROOT / MATRIX_PATH).read_text())
+    args = ["conformance", "--framework", "trl", "--matrix", str(path)]
+    assert main([*args, "--check"]) == 0
+    assert "no change against" in capsys.readouterr().out
+    fresh["entries"][0]["verdict"] = "fail"
+    assert main([*args, "--check"]) == 1
+    assert "1 change(s) against" in capsys.readouterr().out
+    assert path.read_text() == (ROOT / MATRIX_PATH).read_text()  # --check alone writes nothing
+    assert main([*args, "--write"]) == 0
+    written = path.read_text()
+    merged = {**committed, "entries": sorted(
+        [e for e in committed["entries"] if e["framework"] != "trl"] + fresh["entries"],
+        key=lambda e: e["key"],
+    )}  # fmt: skip
+    assert written == json.dumps(merged, indent=1) + "\n"
