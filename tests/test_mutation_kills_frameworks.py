@@ -184,3 +184,33 @@ def test_conformance_check_and_write_on_a_stand_in_fresh_run(
         key=lambda e: e["key"],
     )}  # fmt: skip
     assert written == json.dumps(merged, indent=1) + "\n"
+
+
+def test_the_committed_matrix_is_of_the_layout_this_code_writes() -> None:
+    # run_matrix stamps "schema": SCHEMA; the committed file must carry the same layout version
+    # (mutant: SCHEMA = 1 made 0)
+    from refimpl.frameworks._matrix import SCHEMA
+
+    assert SCHEMA == 1
+    assert load_matrix(ROOT / MATRIX_PATH)["schema"] == SCHEMA
+
+
+def test_the_import_check_exits_1_on_a_missing_framework_or_a_failed_import(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # python -m refimpl.frameworks.imports: exit 1, naming the framework or the function
+    # (mutants: either `return 1` made 0 or 2)
+    import refimpl.frameworks as package
+    from refimpl.frameworks import imports
+
+    monkeypatch.setattr(package, "installed_version", lambda name: None)
+    assert imports.main() == 1
+    assert "verl: verl is not installed (tested: " in capsys.readouterr().err
+    monkeypatch.setattr(package, "installed_version", lambda name: package.TESTED_VERSIONS[name][1])
+
+    def refuse(function: str) -> None:
+        raise ImportError(f"no {function}")
+
+    monkeypatch.setattr(package, "load_function", refuse)
+    assert imports.main() == 1
+    assert "cannot import verl.trainer.ppo.rollout_corr_helper" in capsys.readouterr().err
