@@ -358,7 +358,7 @@ def simulate_agent(
         )
     if engine == "compiled" or (engine == "auto" and _compiled.AVAILABLE):
         run = _compiled.run_agent_compiled(config, progress=progress)
-        return assemble(config, compiled_columns(run), run.end_time, run.drain)
+        return assemble(config, compiled_columns(run, config), run.end_time, run.drain)
     eng = _Engine(config)
     eng.progress = progress
     drain = eng.run()
