@@ -163,6 +163,12 @@ def _segment(r: int, PF: Any, RI: Any, RF: Any) -> float:
     return seg
 
 
+def _call_of(a: int, P: Any, AI: Any) -> int:
+    """The call of attempt ``a`` (itself when every call takes one attempt: not stored then)."""
+    c: int = a if P[_P_ONE_ATTEMPT] else AI[_A_CALL][a]
+    return c
+
+
 # -- the sandbox pool: loads, the router, admission, containers ---------------------------------
 
 
@@ -203,7 +209,7 @@ def _admit(
     AI[_A_COLD][a] = 1 if cold else 0
     if cold:
         SH[_S_COLD, s] += 1
-    c = AI[_A_CALL][a]
+    c = _call_of(a, P, AI)
     recovery = 0.0 if P[_P_ONE_ATTEMPT] else AF[_A_RECOVERY][a]
     occupancy = (PF[_F_COLD] if cold else PF[_F_WARM]) + recovery
     occupancy += CF[_C_SERVICE][c] if P[_P_SVC_LAW] else PF[_F_SVC]
@@ -275,7 +281,7 @@ def _release(
     BXF[box] = t
     BX[_B_NEXT, box] = SH[_S_FREE, s]
     SH[_S_FREE, s] = box
-    CF[_C_EXEC][AI[_A_CALL][a]] += t - AF[_A_ADMIT][a]
+    CF[_C_EXEC][_call_of(a, P, AI)] += t - AF[_A_ADMIT][a]
     while SH[_S_QHEAD, s] >= 0:
         nxt = SH[_S_QHEAD, s]
         SH[_S_QHEAD, s] = AI[_A_NEXT][nxt]
@@ -402,7 +408,8 @@ def _start_attempt(
     S[_NA] = a + 1
     number = CI[_C_ATTEMPTS][c] + 1
     CI[_C_ATTEMPTS][c] = number
-    AI[_A_CALL][a] = c
+    if not P[_P_ONE_ATTEMPT]:
+        AI[_A_CALL][a] = c
     AI[_A_NUMBER][a] = number
     AF[_A_ROUTE][a] = t
     AI[_A_REDIRECTS][a] = 0
@@ -480,7 +487,7 @@ def _end_attempt(
         SH[_S_NQ, s] -= 1
     AI[_A_OUTCOME][a] = outcome
     AF[_A_DEPART][a] = t
-    c = AI[_A_CALL][a]
+    c = _call_of(a, P, AI)
     if outcome == _COMPLETED:
         SH[_S_COMPLETED, s] += 1
         _call_ended(
@@ -522,7 +529,7 @@ def _kernel(
     rows, calls, attempts, boxes, heap = (
         RI[0].shape[0],
         CI[0].shape[0],
-        AI[0].shape[0],
+        AI[_A_SHARD].shape[0],
         BXF.shape[0],
         ht.shape[1],
     )
@@ -601,6 +608,7 @@ def _kernel(
 _HELPERS = (
     "_push",
     "_segment",
+    "_call_of",
     "_load",
     "_touch",
     "_admit",
@@ -620,6 +628,7 @@ _HELPERS = (
 _INLINE = (
     "_push",
     "_segment",
+    "_call_of",
     "_load",
     "_touch",
     "_segment_end",
@@ -694,6 +703,7 @@ _AI_NAMES = (
 #: What stands for a column the kernel does not use (see :class:`CompiledRun`).
 _PLACEHOLDER = np.zeros(1, dtype=np.float64)
 _PLACEHOLDER_I = np.zeros(1, dtype=np.int8)
+_PLACEHOLDER_CALL = np.zeros(1, dtype=np.int32)  # attempt a is call a
 
 
 def _attempt_floats(
@@ -712,11 +722,13 @@ def _attempt_floats(
 
 def _grown_columns(cols: tuple[NDArray[Any], ...], size: int) -> tuple[NDArray[Any], ...]:
     """Each column grown to ``size`` (its first values kept); placeholders stay."""
-    return tuple(x if x is _PLACEHOLDER else _grown(x, size) for x in cols)
+    keep = (_PLACEHOLDER, _PLACEHOLDER_CALL)
+    return tuple(x if any(x is k for k in keep) else _grown(x, size) for x in cols)
 
 
 def _trimmed(cols: tuple[NDArray[Any], ...], n: int) -> tuple[NDArray[Any], ...]:
-    return tuple(x if x is _PLACEHOLDER or x is _PLACEHOLDER_I else x[:n] for x in cols)
+    keep = (_PLACEHOLDER, _PLACEHOLDER_I, _PLACEHOLDER_CALL)
+    return tuple(x if any(x is k for k in keep) else x[:n] for x in cols)
 
 
 def _more_rows(size: int, used: int, scale: float, what: str) -> int:
@@ -872,7 +884,10 @@ def run_agent_compiled(
     RF = tuple(np.empty(rows) if j != _R_DONE_SVC or reexec else _PLACEHOLDER for j in range(6))
     CI = tuple(np.empty(n_calls, dtype=dtypes[name]) for name in _CI_NAMES)
     CF = tuple(np.empty(n_calls) if j != _C_SERVICE or svc_law else _PLACEHOLDER for j in range(4))
-    AI = tuple(np.empty(n_att, dtype=dtypes[name]) for name in _AI_NAMES)
+    AI = tuple(
+        _PLACEHOLDER_CALL if one and name == "a_call" else np.empty(n_att, dtype=dtypes[name])
+        for name in _AI_NAMES
+    )
     own = None if one else (np.empty(n_att), np.empty(n_att), np.empty(n_att))
     AF = _attempt_floats(CF, np.empty(n_att), own)
     ht = np.empty((1, heap), dtype=np.float64)

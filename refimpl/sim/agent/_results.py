@@ -273,17 +273,33 @@ def _summarize(
 ) -> AgentSummary:
     trained = r.status == _TRAINED
     finished = r.status != _ABORTED
-    latency = (r.finish_time - r.launch_time)[finished]
+    every = bool(finished.all())  # no masked copies then (the same values, less memory)
+
+    def kept(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        return x if every else x[finished]
+
+    latency = r.finish_time - r.launch_time
+    if not every:
+        latency = latency[finished]
     total = float(latency.sum())
-    tool = float(r.tool_time[finished].sum())
-    exec_ = float(r.tool_exec_time[finished].sum())
+    tool = float(kept(r.tool_time).sum())
+    exec_ = float(kept(r.tool_exec_time).sum())
     p50, p99 = (float(x) for x in np.percentile(latency, [50, 99]))
-    waits = np.where(np.isnan(a.admit_time), a.depart_time, a.admit_time)
-    np.subtract(waits, a.arrive_time, out=waits)
+    del latency
+    never = np.isnan(a.admit_time)
+    if never.any():
+        waits = np.where(never, a.depart_time, a.admit_time)
+        np.subtract(waits, a.arrive_time, out=waits)
+    else:
+        waits = a.admit_time - a.arrive_time
+    del never
+    wait_mean = float(waits.mean()) if waits.size else 0.0
+    del waits
     stale = r.staleness[trained]
     hist = tuple(int(x) for x in np.bincount(stale))
     launched_mean = float(r.length.mean())
-    trained_mean = float(r.length[trained].mean())
+    trained_lengths = r.length[trained]
+    trained_mean = float(trained_lengths.mean())
     util = math.nan
     if cfg.capacity is not None and drain > 0.0:
         util = float(sh.busy_area.sum()) / (cfg.capacity * cfg.shards * drain)
@@ -310,7 +326,7 @@ def _summarize(
         crashes=int(sh.crashed.sum()),
         timeouts=int(sh.timed_out.sum()),
         cold_starts=int(sh.cold_starts.sum()),
-        queue_wait_mean=float(waits.mean()) if waits.size else 0.0,
+        queue_wait_mean=wait_mean,
         utilisation=util,
         staleness_mean=float(stale.mean()),
         staleness_hist=hist,
@@ -318,7 +334,7 @@ def _summarize(
         trained_length_mean=trained_mean,
         length_ratio=trained_mean / launched_mean,
         length_bias=trained_mean / launched_mean - 1.0,
-        length_ks=_kolmogorov_distance(r.length[trained], r.length),
+        length_ks=_kolmogorov_distance(trained_lengths, r.length),
     )
 
 
@@ -375,11 +391,13 @@ def compiled_columns(run: _c.CompiledRun, config: AgentConfig) -> Callable[[str]
     one attempt) is that constant, as a read-only broadcast of one value."""
     constant = {"c_service": float(config.tool_latency) if not _is_frozen_law(config.tool_latency)
                 else 0.0, "a_recovery": 0.0}  # fmt: skip
-    sizes = {"c": run.CI[0].size, "a": run.AI[0].size}
+    sizes = {"c": run.CI[0].size, "a": run.AI[_c._A_SHARD].size}
 
     def column(name: str) -> Any:
         where, row = _COMPILED_ROWS[name]
         out = getattr(run, where)[row]
+        if out is _c._PLACEHOLDER_CALL:  # every call took one attempt: attempt a is call a
+            return np.arange(sizes["a"], dtype=np.int32)
         if out is _c._PLACEHOLDER:
             return np.broadcast_to(np.float64(constant[name]), (sizes[name[0]],))
         return out
@@ -400,7 +418,7 @@ def _column(values: Any, dtype: type) -> NDArray[Any]:
 
 #: Rollouts handed to :func:`refimpl.sample_staleness` at once (it works in float64: chunks keep
 #: its temporaries small at 10^7 rollouts).
-_CHUNK = 1 << 20
+_CHUNK = 1 << 18
 
 
 def assemble(
@@ -490,8 +508,14 @@ def assemble(
 
 
 def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
-    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point)."""
-    xs, ys = np.sort(x), np.sort(y)
+    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point). ``x`` is sorted
+    in place when it is writable (a copy the caller does not need in its order)."""
+    if x.flags.writeable:
+        x.sort()
+        xs = x
+    else:
+        xs = np.sort(x)
+    ys = np.sort(y)
     best = 0.0
     for sample in (xs, ys):  # the grid, in chunks: small temporaries at 10^7 rollouts
         for lo in range(0, sample.size, _CHUNK):
