@@ -33,7 +33,11 @@ from refimpl.staleness import sample_staleness
 
 
 class RolloutTrace(NamedTuple):
-    """Per-rollout columns, in launch order (index = rollout id)."""
+    """Per-rollout columns, in launch order (index = rollout id).
+
+    Integer columns have the narrowest type the configuration's bounds allow (ids and ranks int32,
+    slots, versions, steps and staleness int16 while they fit, codes and counts int8 while they
+    fit); every column is read-only."""
 
     slot: NDArray[np.signedinteger[Any]]
     """Generation slot that ran the rollout."""
@@ -65,7 +69,8 @@ class RolloutTrace(NamedTuple):
 
 
 class CallTrace(NamedTuple):
-    """Per-call columns, in issue order (index = call id)."""
+    """Per-call columns, in issue order (index = call id); integer types as in
+    :class:`RolloutTrace`. A constant service time is a read-only broadcast of its value."""
 
     rollout: NDArray[np.signedinteger[Any]]
     """Rollout id that issued the call."""
@@ -86,7 +91,9 @@ class CallTrace(NamedTuple):
 
 
 class AttemptTrace(NamedTuple):
-    """Per-attempt columns, in routing order (index = attempt id)."""
+    """Per-attempt columns, in routing order (index = attempt id); integer types as in
+    :class:`RolloutTrace`. ``arrive_time`` is ``route_time`` (the same array); when no attempt can
+    fail (no crashes, no timeout) the recovery cost is a read-only broadcast of 0."""
 
     call: NDArray[np.signedinteger[Any]]
     """Call id of the attempt."""
