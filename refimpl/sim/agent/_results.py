@@ -291,7 +291,7 @@ def _summarize(
     total = float(latency.sum())
     tool = float(kept(r.tool_time).sum())
     exec_ = float(kept(r.tool_exec_time).sum())
-    p50, p99 = (float(x) for x in np.percentile(latency, [50, 99]))
+    p50, p99 = (float(x) for x in np.percentile(latency, [50, 99], overwrite_input=True))
     del latency
     never = np.isnan(a.admit_time)
     if never.any():
