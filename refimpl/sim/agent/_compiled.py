@@ -377,7 +377,8 @@ def _call_ended(
     c: int, t: float, status: int, P: Any, PF: Any, S: Any, slot_k: Any, lengths: Any,
     turns_buf: Any, RI: Any, RF: Any, CI: Any, CF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
 ) -> None:  # fmt: skip
-    CI[_C_STATUS][c] = status
+    if not P[_P_ONE_ATTEMPT]:
+        CI[_C_STATUS][c] = status
     CF[_C_END][c] = t
     r = CI[_C_ROLLOUT][c]
     RF[_R_TOOL][r] += t - CF[_C_ISSUE][c]
@@ -406,18 +407,19 @@ def _start_attempt(
 ) -> None:  # fmt: skip
     a = S[_NA]
     S[_NA] = a + 1
-    number = CI[_C_ATTEMPTS][c] + 1
-    CI[_C_ATTEMPTS][c] = number
-    if not P[_P_ONE_ATTEMPT]:
+    one = P[_P_ONE_ATTEMPT]  # then number 1, outcome and status completed: not stored
+    number = 1 if one else CI[_C_ATTEMPTS][c] + 1
+    if not one:
+        CI[_C_ATTEMPTS][c] = number
         AI[_A_CALL][a] = c
-    AI[_A_NUMBER][a] = number
+        AI[_A_NUMBER][a] = number
+        AI[_A_OUTCOME][a] = _PENDING
     AF[_A_ROUTE][a] = t
     AI[_A_REDIRECTS][a] = 0
     AI[_A_SHARD][a] = -1
     AF[_A_ARRIVE][a] = math.nan
     AF[_A_ADMIT][a] = math.nan
     AF[_A_DEPART][a] = math.nan
-    AI[_A_OUTCOME][a] = _PENDING
     AI[_A_COLD][a] = 0
     AI[_A_BOX][a] = -1
     AI[_A_STATE][a] = 0
@@ -461,8 +463,9 @@ def _segment_end(
             u = S[_SVC_USED]
             S[_SVC_USED] = u + 1
             CF[_C_SERVICE][c] = svc[u]
-        CI[_C_ATTEMPTS][c] = 0
-        CI[_C_STATUS][c] = _PENDING
+        if not P[_P_ONE_ATTEMPT]:
+            CI[_C_ATTEMPTS][c] = 0
+            CI[_C_STATUS][c] = _PENDING
         CF[_C_EXEC][c] = 0.0
         _start_attempt(c, t, P, PF, S, SH, SHF, BX, BXF, RF, CI, CF, AI, AF, crash, ht, hk, hp, hn)
     else:
@@ -485,7 +488,8 @@ def _end_attempt(
     else:
         _touch(s, t, SH, SHF)
         SH[_S_NQ, s] -= 1
-    AI[_A_OUTCOME][a] = outcome
+    if not P[_P_ONE_ATTEMPT]:
+        AI[_A_OUTCOME][a] = outcome
     AF[_A_DEPART][a] = t
     c = _call_of(a, P, AI)
     if outcome == _COMPLETED:
@@ -704,6 +708,23 @@ _AI_NAMES = (
 _PLACEHOLDER = np.zeros(1, dtype=np.float64)
 _PLACEHOLDER_I = np.zeros(1, dtype=np.int8)
 _PLACEHOLDER_CALL = np.zeros(1, dtype=np.int32)  # attempt a is call a
+#: With one attempt per call: every attempt is number 1 and completes, every call completes after
+#: one attempt (placeholders of the columns' own types, whatever those are).
+_ONE_VALUES = {"a_number": 1, "a_outcome": _COMPLETED, "c_attempts": 1, "c_status": _COMPLETED}
+_PLACEHOLDER_ONE: dict[str, NDArray[Any]] = {}
+
+
+def _placeholders(dtypes: dict[str, Any]) -> None:
+    """The placeholders of :data:`_ONE_VALUES`, one per column type (the kernel's types must not
+    change between runs with the same column types, so they are made once per type)."""
+    for name in _ONE_VALUES:
+        key = f"{name}:{np.dtype(dtypes[name]).name}"
+        if key not in _PLACEHOLDERS_BY_TYPE:
+            _PLACEHOLDERS_BY_TYPE[key] = np.zeros(1, dtype=dtypes[name])
+        _PLACEHOLDER_ONE[name] = _PLACEHOLDERS_BY_TYPE[key]
+
+
+_PLACEHOLDERS_BY_TYPE: dict[str, NDArray[Any]] = {}
 
 
 def _attempt_floats(
@@ -722,13 +743,16 @@ def _attempt_floats(
 
 def _grown_columns(cols: tuple[NDArray[Any], ...], size: int) -> tuple[NDArray[Any], ...]:
     """Each column grown to ``size`` (its first values kept); placeholders stay."""
-    keep = (_PLACEHOLDER, _PLACEHOLDER_CALL)
-    return tuple(x if any(x is k for k in keep) else _grown(x, size) for x in cols)
+    return tuple(x if _is_placeholder(x) else _grown(x, size) for x in cols)
 
 
 def _trimmed(cols: tuple[NDArray[Any], ...], n: int) -> tuple[NDArray[Any], ...]:
-    keep = (_PLACEHOLDER, _PLACEHOLDER_I, _PLACEHOLDER_CALL)
-    return tuple(x if any(x is k for k in keep) else x[:n] for x in cols)
+    return tuple(x if _is_placeholder(x) else x[:n] for x in cols)
+
+
+def _is_placeholder(x: NDArray[Any]) -> bool:
+    keep = (_PLACEHOLDER, _PLACEHOLDER_I, _PLACEHOLDER_CALL, *_PLACEHOLDERS_BY_TYPE.values())
+    return any(x is k for k in keep)
 
 
 def _more_rows(size: int, used: int, scale: float, what: str) -> int:
@@ -879,13 +903,23 @@ def run_agent_compiled(
     if one:
         n_att = n_calls = max(n_att, n_calls)
     dtypes = _int_dtypes(cfg)
+    _placeholders(dtypes)
     reexec = bool(cfg.recovery == "reexecute")
     RI = tuple(np.empty(rows, dtype=dtypes[name]) for name in _RI_NAMES)
     RF = tuple(np.empty(rows) if j != _R_DONE_SVC or reexec else _PLACEHOLDER for j in range(6))
-    CI = tuple(np.empty(n_calls, dtype=dtypes[name]) for name in _CI_NAMES)
+    CI = tuple(
+        _PLACEHOLDER_ONE[name]
+        if one and name in _PLACEHOLDER_ONE
+        else np.empty(n_calls, dtype=dtypes[name])
+        for name in _CI_NAMES
+    )
     CF = tuple(np.empty(n_calls) if j != _C_SERVICE or svc_law else _PLACEHOLDER for j in range(4))
     AI = tuple(
-        _PLACEHOLDER_CALL if one and name == "a_call" else np.empty(n_att, dtype=dtypes[name])
+        _PLACEHOLDER_CALL
+        if one and name == "a_call"
+        else _PLACEHOLDER_ONE[name]
+        if one and name in _PLACEHOLDER_ONE
+        else np.empty(n_att, dtype=dtypes[name])
         for name in _AI_NAMES
     )
     own = None if one else (np.empty(n_att), np.empty(n_att), np.empty(n_att))

@@ -93,7 +93,8 @@ class CallTrace(NamedTuple):
 class AttemptTrace(NamedTuple):
     """Per-attempt columns, in routing order (index = attempt id); integer types as in
     :class:`RolloutTrace`. ``arrive_time`` is ``route_time`` (the same array); when no attempt can
-    fail (no crashes, no timeout) the recovery cost is a read-only broadcast of 0."""
+    fail (no crashes, no timeout) the recovery cost (0), the number (1) and the outcome (completed)
+    are read-only broadcasts, as are the calls' attempts (1) and statuses (completed)."""
 
     call: NDArray[np.signedinteger[Any]]
     """Call id of the attempt."""
@@ -405,6 +406,8 @@ def compiled_columns(run: _c.CompiledRun, config: AgentConfig) -> Callable[[str]
         out = getattr(run, where)[row]
         if out is _c._PLACEHOLDER_CALL:  # every call took one attempt: attempt a is call a
             return np.arange(sizes["a"], dtype=np.int32)
+        if name in _c._ONE_VALUES and any(out is x for x in _c._PLACEHOLDERS_BY_TYPE.values()):
+            return np.broadcast_to(out.dtype.type(_c._ONE_VALUES[name]), (sizes[name[0]],))
         if out is _c._PLACEHOLDER:
             return np.broadcast_to(np.float64(constant[name]), (sizes[name[0]],))
         return out
