@@ -194,11 +194,13 @@ class _Family:
         return bool(conv["output"] == "BT")
 
 
-def _params(family: Family) -> st.SearchStrategy[dict[str, Any]]:
+def _params(family: Family, conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     if family == "tis":
         return rst.is_caps().map(lambda c: {"cap": c})
     if family == "mis":
         return rst.is_bands().map(lambda b: {"low": b[0], "high": b[1]})
+    if conv["above_cap"] == "clip":  # clip(ρ, lower, C) needs C
+        return rst.is_caps().map(lambda c: {"cap": c})
     return st.one_of(st.none(), rst.is_caps()).map(lambda c: {"cap": c})
 
 
@@ -233,7 +235,7 @@ def _padded_draw(
     long: bool = False,
     padding: bool = True,
 ) -> tuple[Array, Array, Array, dict[str, Any]]:
-    params = draw(_params(family))
+    params = draw(_params(family, conv))
     edges = _edges(family, params, conv)
     if long:
         batch, time = draw(st.integers(1, 2)), 4096
