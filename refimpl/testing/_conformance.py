@@ -572,15 +572,7 @@ class _Runner:
         if self.check.applies(alt) is not None or not self._reference_rejects(calls, alt):
             return False
         runner = _Runner(self.candidate, self.spec, self.check, self.bridge, alt, self.override)
-        config = settings(
-            max_examples=_CONFIRM,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-            verbosity=Verbosity.quiet,
-            phases=[Phase.generate],
-        )
+        config = _search(_CONFIRM, derandomize=True, phases=[Phase.generate])
         try:
             find(self.check.strategy(alt), runner.fails, settings=config)
         except NoSuchExample:
@@ -603,6 +595,19 @@ class _Runner:
 
 #: draws under a convention that must pass before a raise is explained by it
 _CONFIRM = 10
+
+
+def _search(max_examples: int, *, derandomize: bool, phases: list[Phase]) -> settings:
+    """Hypothesis settings of a search for a counterexample (quiet, no database, no deadline)."""
+    return settings(
+        max_examples=max_examples,
+        derandomize=derandomize,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        phases=phases,
+    )
 
 
 def _coarser(dtype: str) -> list[str]:
@@ -889,14 +894,8 @@ def check_conformance(
                 name,
                 f"spec {spec!r} does not have; got {name!r}. Use one of: {', '.join(known)}.",
             )
-    config = settings(
-        max_examples=max_examples,
-        derandomize=derandomize,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    config = _search(
+        max_examples, derandomize=derandomize, phases=[Phase.explicit, Phase.generate, Phase.shrink]
     )
     import refimpl
 
