@@ -149,11 +149,9 @@ CASES = [
     ("tis", "inputs", "log_ratio"),
     ("tis", "layout", "packed"),
     ("tis", "compute_dtype", "float32"),
-    ("tis", "empty_batch", "excluded"),
-    ("tis", "empty_rows", "excluded"),
+    ("tis", "empty_rows", "excluded"),  # its message names empty_batch too
     ("masked_is", "weight", "indicator"),
-    ("tis_sequence", "output", "B1"),
-    ("tis_sequence", "output", "BT"),
+    ("tis_sequence", "output", "BT"),  # at T = 1 its message names B1 too
     ("tis_sequence", "padding", "ignored"),
     ("masked_is_geometric", "band_on", "reciprocal"),
     ("staleness", "staleness_count", "versions_spanned"),
