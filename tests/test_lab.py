@@ -706,3 +706,21 @@ def test_the_mix_part_shows_every_strategy_and_the_gap(quick: QuickRun) -> None:
     assert metrics["conditioned_policy_min_margin_over_fixed_budget"] > 0.0
     assert metrics["conditioned_policy_max_distance"] <= metrics["conditioned_policy_max_regret"]
     assert {"effort-mix-frontier.png", "effort-mix-gap.png"} <= set(effort["figures"])
+
+
+def test_async_worth_reports_the_measured_verdict_for_every_length_law(quick: QuickRun) -> None:
+    # issue 18: the verdict is the measurement (time to a reward target), the γ^s model secondary
+    from refimpl.lab import async_worth as aw
+
+    sec = quick.metrics["sections"]["async-worth"]
+    if not sec["available"]:
+        return
+    metrics = sec["metrics"]
+    assert metrics["verdict_kind"].startswith("measured")
+    names = [name for name, _ in aw.laws()]
+    assert list(metrics["measured_verdicts"]) == names
+    for name in names:
+        cells = [c["verdict"] for c in metrics["measured_cells"] if c["law"] == name]
+        assert cells
+        assert metrics["measured_verdicts"][name] == aw.measured_verdict(cells)
+    assert sec["headlines"][0].startswith("Measured (reward reached per unit of simulated time")
