@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -884,3 +885,40 @@ def test_moving_policy_check_passes_and_tells_the_corrections_apart(tmp_path: An
     for i, corr in enumerate(lab.LAG_CORRECTIONS):
         assert sep[corr][i] <= Z_TOL
         assert all(d > Z_TOL for k, d in enumerate(sep[corr]) if k != i)
+
+
+def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # wrong variant of the trainer: each carried sample scored at the version that launched it
+    # (its behaviour) instead of the trainer's; the exact conditional check must reject it (the
+    # unpatched run passes in the quick lab: tests/test_lab.py::test_closed_forms_agree...)
+    from refimpl.lab import learning as lab
+    from refimpl.lab.config import lab_config
+    from refimpl.lab.report import Section
+
+    real = lrn._sample_scores
+
+    def at_launch(
+        version: int, hazards: Any, ls: Any, lc: Any, phi: Any, versions: Any, lengths: Any, *a: Any
+    ) -> Any:
+        out = np.empty((lengths.size, phi.shape[1]))
+        launch = versions[:, 0]
+        for v in np.unique(launch):
+            rows = launch == v
+            out[rows] = real(int(v), hazards, ls, lc, phi, versions[rows], lengths[rows], *a)
+        return out
+
+    # the fixed-θ chain (a model beside the check, half a second per solve) is not under test here
+    monkeypatch.setattr(
+        lrn,
+        "first_k_carry_gradient",
+        lambda *a, **k: SimpleNamespace(mean=np.zeros(2), trained_law=np.ones((1, 1))),
+    )
+    monkeypatch.setattr(lrn, "_sample_scores", at_launch)
+    config = lab_config(quick=True, seed=0)
+    q = lab.quality()
+    pol = lab._policy(lab.THETA_FIXED, q)
+    section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
+    lab._carry_lag_checks(section, config, q, pol)
+    assert {c.name for c in section.checks if not c.passed} == {"carry-lag-0", "carry-lag-1"}

@@ -762,6 +762,11 @@ def _lag_checks(
     return out, errors
 
 
+#: Replicate runs (quick, default) of the carried leftovers under a moving policy: enough that a
+#: trainer taking the scores at the launching version fails the check (about 5 and 8 SE).
+CARRY_LAG_REPS = (60, 150)
+
+
 def _carry_lag_checks(
     section: Section, config: LabConfig, q: NDArray[np.float64], pol: _Policy
 ) -> tuple[list[_Pair], list[_ModelError]]:
@@ -775,7 +780,7 @@ def _carry_lag_checks(
     """
     n, k = CARRY
     steps, first = 24, 8
-    reps = 24 if config.quick else 60
+    reps = CARRY_LAG_REPS[0] if config.quick else CARRY_LAG_REPS[1]
     path = _path(pol, steps)
     norm = float(np.linalg.norm(pol.grad))
     sims: list[NDArray[np.float64]] = []
