@@ -922,3 +922,33 @@ def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_
     section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
     lab._carry_lag_checks(section, config, q, pol)
     assert {c.name for c in section.checks if not c.passed} == {"carry-lag-0", "carry-lag-1"}
+
+
+def test_unclipped_mask_ipw_is_checked_exactly_and_rejects_clipped_weights(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # the lab's exact check of the unclipped mask IPW (finite where the fluid mask keeps ℓ)
+    # passes, and a library whose unclipped weights were silently clipped at 4 fails it
+    from refimpl.lab import learning as lab
+    from refimpl.lab.config import lab_config
+    from refimpl.lab.report import Section
+
+    config = lab_config(quick=True, seed=0)
+    q = lab.quality()
+    pol = lab._policy(lab.THETA_FIXED, q)
+
+    def failed() -> set[str]:
+        section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
+        lab._async_checks(section, config, q, pol)
+        return {c.name for c in section.checks if not c.passed}
+
+    assert failed() == set()
+    real = lrn.async_gradient
+
+    def clipped(*a: Any, **kw: Any) -> lrn.GradientMoments:
+        if kw.get("mask_ipw") and kw.get("ipw_clip") is None:
+            kw["ipw_clip"] = 4.0
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lrn, "async_gradient", clipped)
+    assert {"mask-ipw-exact-eta0-0", "mask-ipw-exact-eta1-0"} <= failed()

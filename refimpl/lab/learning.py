@@ -553,6 +553,33 @@ def _async_checks(
                 )
             continue
         step_t = lrn.fluid_step_time(pol.pmf, slots=slots, batch=batch, eta=eta)
+        # unclipped IPW for the mask, closed form against the finite sum over the lengths the
+        # fluid mask keeps (LRN6): Σ_{keep(ℓ) > 0} p(ℓ)(R̄(ℓ) − b) s(ℓ), derived independently
+        support = np.arange(1, M + 1)
+        kept = refimpl.fluid_keep_probability(support, step_time=step_t, eta=eta) > 0
+        adv_l = q - PENALTY * support - pol.baseline
+        partial = ((pol.pmf * adv_l * kept)[:, None] * pol.scores).sum(axis=0)
+        ipw = lrn.async_gradient(
+            THETA_FIXED,
+            pol.phi,
+            q,
+            slots=slots,
+            batch=batch,
+            eta=eta,
+            penalty=PENALTY,
+            baseline=pol.baseline,
+            mask_ipw=True,
+        ).mean
+        for c in range(2):
+            section.check(
+                f"mask-ipw-exact-eta{eta}-{c}",
+                f"E ĝ[{c}] ÷ ‖∇J‖, mask η = {eta} + unclipped IPW (fluid), against "
+                f"Σ over the {int(kept.sum())} kept lengths of p (R̄ − b) s",
+                closed_form=float(ipw[c]) / norm,
+                simulation=float(partial[c]) / norm,
+                tolerance=1e-12,
+                rule="exact finite sum (float64 rounding over 16 terms, 1e-12)",
+            )
         keep = refimpl.fluid_keep_probability(ell, step_time=step_t, eta=eta)
         kappa = batch * lrn.expected_length(pol.pmf) / (slots * step_t)
         # unclipped weights κ/keep(ℓ) are finite where the fluid model keeps ℓ; the simulator also
