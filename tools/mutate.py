@@ -22,9 +22,13 @@ Usage (from the repository root; outside the CI gate, it takes minutes)::
     .venv/bin/python tools/mutate.py refimpl/dispatch.py --sample 50 --seed 1
     .venv/bin/python tools/mutate.py refimpl/staleness.py --list          # the sites only
     .venv/bin/python tools/mutate.py refimpl/effort.py --json out.json    # machine-readable
+    .venv/bin/python tools/mutate.py refimpl/sim --sample 50 --seed 7     # a whole package
 
 The tests run for a module are ``tests/test_<name>.py`` and the other test modules that import it
-by name (``--tests`` overrides), plus the module's own doctests.
+by name (``--tests`` overrides), plus the module's own doctests. Given a package (a directory), the
+tool draws its sample from the sites of all its modules together (``--exclude`` leaves modules out
+by glob, e.g. ``--exclude 'refimpl/lab/plots*'``), and runs for each mutant the tests of the module
+it mutates; the tests of each module are first run once unmutated.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import argparse
 import ast
 import copy
 import dataclasses
+import fnmatch
 import json
 import os
 import random
@@ -259,38 +264,66 @@ def _equivalents() -> dict[str, str]:
     return {entry["key"]: entry["reason"] for entry in table.get("equivalent", [])}
 
 
+def modules(path: Path, exclude: list[str]) -> list[Path]:
+    """The module at ``path``, or every module of the package at ``path`` not matched by ``exclude``
+    (globs relative to the repository root)."""
+    path = path.resolve()
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise SystemExit(f"{path}: no such module or package; give a .py file or a directory")
+    found = []
+    for file in sorted(path.rglob("*.py")):
+        rel = file.relative_to(ROOT).as_posix()
+        if not any(fnmatch.fnmatch(rel, pattern) for pattern in exclude):
+            found.append(file)
+    if not found:
+        raise SystemExit(f"{path}: no module left to mutate (check --exclude)")
+    return found
+
+
 def run(
-    path: Path, sample: int | None, seed: int, tests: list[str], timeout: float
+    paths: list[Path], sample: int | None, seed: int, tests: list[str] | None, timeout: float
 ) -> list[Outcome]:
-    everything = mutants(path)
+    """Mutate a seeded sample of the sites of ``paths`` (all of them when ``sample`` is None) and
+    run, for each, ``tests`` or the default tests of the module it mutates."""
+    everything = [m for path in paths for m in mutants(path)]
     chosen = (
         everything
         if sample is None or sample >= len(everything)
-        else sorted(random.Random(seed).sample(everything, sample), key=lambda m: (m.line, m.col))
+        else sorted(
+            random.Random(seed).sample(everything, sample), key=lambda m: (m.module, m.line, m.col)
+        )
     )
     known = _equivalents()
     outcomes: list[Outcome] = []
-    rel = path.resolve().relative_to(ROOT)
+    checked: set[tuple[str, ...]] = set()  # commands whose unmutated run passed
     with tempfile.TemporaryDirectory(prefix="refimpl-mutate-") as tmp:
         work = Path(tmp) / "repo"
         ignore = shutil.ignore_patterns(
             ".git", ".venv", "_build", "__pycache__", ".hypothesis", "lab-report"
         )
         shutil.copytree(ROOT, work, ignore=ignore)
-        original = (work / rel).read_text()
         env = {**os.environ, "PYTHONPATH": str(work), "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                   "-p", "no:randomly", str(rel), *tests]  # fmt: skip
-        baseline = subprocess.run(
-            command, cwd=work, env=env, capture_output=True, timeout=timeout, check=False
-        )
-        if baseline.returncode != 0:  # else every mutant would count as killed
-            tail = baseline.stdout.decode(errors="replace")[-3000:]
-            raise SystemExit(f"the tests fail on the unmutated tree; fix them first:\n{tail}")
         for number, mutant in enumerate(chosen, start=1):
             if mutant.key in known:
                 outcomes.append(Outcome(mutant, "equivalent", 0.0, known[mutant.key]))
                 continue
+            rel = mutant.module
+            command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                       "-p", "no:randomly", rel,
+                       *(tests or default_tests(ROOT / rel))]  # fmt: skip
+            if tuple(command) not in checked:  # else a failing test would count as a kill
+                baseline = subprocess.run(
+                    command, cwd=work, env=env, capture_output=True, timeout=timeout, check=False
+                )
+                if baseline.returncode != 0:
+                    tail = baseline.stdout.decode(errors="replace")[-3000:]
+                    raise SystemExit(
+                        f"the tests of {rel} fail on the unmutated tree; fix them first:\n{tail}"
+                    )
+                checked.add(tuple(command))
+            original = (work / rel).read_text()
             (work / rel).write_text(apply(original, mutant))
             start = time.monotonic()
             try:
@@ -307,9 +340,9 @@ def run(
                 status = "timeout"
             seconds = time.monotonic() - start
             outcomes.append(Outcome(mutant, status, seconds))
-            print(f"[{number}/{len(chosen)}] {status:8} {seconds:5.1f} s  line {mutant.line}: "
+            (work / rel).write_text(original)
+            print(f"[{number}/{len(chosen)}] {status:8} {seconds:5.1f} s  {rel}:{mutant.line}: "
                   f"{mutant.old!r} -> {mutant.new!r}", file=sys.stderr, flush=True)  # fmt: skip
-        (work / rel).write_text(original)
     return outcomes
 
 
@@ -322,12 +355,17 @@ def score(outcomes: list[Outcome]) -> tuple[int, int, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("module", type=Path, help="the module to mutate, e.g. refimpl/dispatch.py")
+    parser.add_argument(
+        "module", type=Path, help="the module or package to mutate, e.g. refimpl/dispatch.py"
+    )
     parser.add_argument(
         "--sample", type=int, default=50, help="mutants to draw (default 50; 0: all)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
     parser.add_argument("--tests", nargs="+", help="test files to run (default: see the docstring)")
+    parser.add_argument(
+        "--exclude", nargs="+", default=[], help="globs of modules of a package to leave out"
+    )
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds per mutant (default 600)"
     )
@@ -335,16 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON here")
     args = parser.parse_args(argv)
     path = args.module.resolve()
+    paths = modules(path, args.exclude)
     if args.list:
-        for m in mutants(path):
-            print(f"{m.line}:{m.col} {m.kind:9} {m.old!r} -> {m.new!r}")
+        for file in paths:
+            for m in mutants(file):
+                print(f"{m.module}:{m.line}:{m.col} {m.kind:9} {m.old!r} -> {m.new!r}")
         return 0
-    tests = args.tests or default_tests(path)
-    print(
-        f"{path.relative_to(ROOT)}: {len(mutants(path))} sites; tests: {' '.join(tests)}",
-        file=sys.stderr,
-    )
-    outcomes = run(path, args.sample or None, args.seed, tests, args.timeout)
+    sites = sum(len(mutants(file)) for file in paths)
+    print(f"{path.relative_to(ROOT)}: {sites} sites in {len(paths)} module(s)", file=sys.stderr)
+    outcomes = run(paths, args.sample or None, args.seed, args.tests, args.timeout)
     killed, survived, pct = score(outcomes)
     equivalent = [o for o in outcomes if o.status == "equivalent"]
     print(f"\n{path.relative_to(ROOT)}: score {pct:.1f} % ({killed} killed, {survived} survived, "
@@ -352,13 +389,17 @@ def main(argv: list[str] | None = None) -> int:
     for o in outcomes:
         if o.status == "survived":
             print(
-                f"  SURVIVED {o.mutant.key}\n    line {o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}"
+                f"  SURVIVED {o.mutant.key}\n    {o.mutant.module}:{o.mutant.line}: "
+                f"{o.mutant.old!r} -> {o.mutant.new!r}"
             )
         elif o.status == "timeout":
-            print(f"  timeout  line {o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}")
+            print(
+                f"  timeout  {o.mutant.module}:{o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}"
+            )
     for o in equivalent:
         print(
-            f"  equivalent line {o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}: {o.reason}"
+            f"  equivalent {o.mutant.module}:{o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}: "
+            f"{o.reason}"
         )
     if args.json is not None:
         args.json.write_text(json.dumps([{**asdict(o.mutant), "status": o.status, "seconds": o.seconds,
