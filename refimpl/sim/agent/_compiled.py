@@ -52,6 +52,7 @@ from refimpl.sim.agent._config import (
     _TRAINED,
     _UNTRAINED,
     MAX_TRACE_ROWS,
+    MAX_TURNS,
     AgentConfig,
     _int_dtypes,
     _is_frozen_law,
@@ -318,7 +319,7 @@ def _launch(
         u = S[_TURN_USED]
         S[_TURN_USED] = u + 1
         turns = turns_buf[u]
-        if turns < 0:
+        if turns < 0 or turns > MAX_TURNS:
             S[_ERR], S[_ERR_A] = _BAD_TURNS, turns
             return
     else:
@@ -1027,7 +1028,8 @@ def _raise(err: int, cfg: AgentConfig, S: NDArray[np.int64], lengths: NDArray[An
         )
     if err == _BAD_TURNS:
         raise InvalidArgument(
-            f"turns must draw counts >= 0; got {slot}. Pass a law on {{0, 1, ...}}."
+            f"turns must draw counts in [0, {MAX_TURNS}]; got {slot}. Pass a law on "
+            f"{{0, 1, ..., {MAX_TURNS}}}."
         )
     if err == _TOO_MANY_ABORTS:
         raise InvalidArgument(

@@ -349,6 +349,8 @@ class AgentConfig:
 
 #: Largest row count of one trace: ids and ranks are stored as int32.
 MAX_TRACE_ROWS: int = 2**31 - 1
+#: Most tool calls a ``turns`` law may draw for one rollout (its counts are stored as int16).
+MAX_TURNS: int = 2**15 - 1
 
 
 def _fit(
@@ -368,10 +370,10 @@ def _int_dtypes(cfg: AgentConfig) -> dict[str, type[np.signedinteger[Any]]]:
     """The integer type of each integer column (the reference engine's names), from bounds the
     configuration proves: ids, ranks and launch indices below :data:`MAX_TRACE_ROWS`, slots below
     ``slots``, versions and steps at most ``steps``, calls per rollout at most a constant ``turns``
-    (any count for a law), attempts at most ``max_attempts``, redirects at most ``max_redirects``,
+    (at most :data:`MAX_TURNS` for a law, which both engines check), attempts at most ``max_attempts``, redirects at most ``max_redirects``,
     shards below ``shards`` and codes in ``[-1, 4]``."""
     ids = np.int32
-    turns = np.int64 if _is_frozen_law(cfg.turns) else _fit(int(cfg.turns))
+    turns = np.int16 if _is_frozen_law(cfg.turns) else _fit(int(cfg.turns), np.int16)
     attempts = _fit(cfg.max_attempts)
     redirects = cfg.shards - 1 if cfg.max_redirects is None else cfg.max_redirects
     code = np.int8

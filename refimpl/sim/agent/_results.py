@@ -36,8 +36,8 @@ class RolloutTrace(NamedTuple):
     """Per-rollout columns, in launch order (index = rollout id).
 
     Integer columns have the narrowest type the configuration's bounds allow (ids and ranks int32,
-    slots, versions, steps and staleness int16 while they fit, codes and counts int8 while they
-    fit); every column is read-only."""
+    slots, versions, steps, staleness, call counts and turns int16 while they fit, codes,
+    attempt numbers, redirects and shards int8 while they fit); every column is read-only."""
 
     slot: NDArray[np.signedinteger[Any]]
     """Generation slot that ran the rollout."""
