@@ -85,3 +85,27 @@ def test_a_two_axis_grid_is_checked_point_by_point_for_rules_between_parameters(
     assert str(info.value).startswith(
         "axes: the cell with batch = 8, rollouts = 4: rollouts must be >= batch=8"
     )
+
+
+def test_the_int64_bounds_are_accepted_and_one_past_them_refused() -> None:
+    # mutants: either 2**63 of -(2**63) <= value < 2**63 lowered to 2**62
+    lo, hi = -(2**63), 2**63 - 1
+    grid = parse_grid({"sweep": {"kind": "busy"}, "fixed": {"a": lo}, "axes": {"b": [lo, hi]}})
+    assert grid.fixed["a"] == lo
+    assert grid.axes["b"] == (lo, hi)
+    for path, value in (("fixed.a", hi + 1), ("fixed.a", lo - 1)):
+        with pytest.raises(GridError, match=r"must fit a 64-bit integer") as info:
+            parse_grid({"sweep": {"kind": "busy"}, "fixed": {"a": value}})
+        assert info.value.path == path
+
+
+def test_a_log_range_ending_at_zero_names_its_stop() -> None:
+    # mutant: stop <= 0 -> stop < 0 (numpy's geomspace then failed instead, naming no key)
+    with pytest.raises(GridError, match=r"axes.x.stop must be > 0 when log = true") as info:
+        parse_grid(
+            {
+                "sweep": {"kind": "busy"},
+                "axes": {"x": {"start": 1, "stop": 0, "num": 3, "log": True}},
+            }
+        )
+    assert info.value.path == "axes.x.stop"
