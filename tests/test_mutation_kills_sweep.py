@@ -11,6 +11,7 @@ import pytest
 
 from refimpl import sweep
 from refimpl.sweep import GridError, journal_path, parse_grid
+from refimpl.sweep.grid import _MAX_AXIS_VALUES
 
 _HERE = __name__
 
@@ -109,3 +110,24 @@ def test_a_log_range_ending_at_zero_names_its_stop() -> None:
             }
         )
     assert info.value.path == "axes.x.stop"
+
+
+@pytest.mark.parametrize("step", ["a", True, float("inf")])
+def test_a_range_step_that_is_not_a_finite_number_is_refused(step: Any) -> None:
+    # mutant: the three refusals joined by `and` (a boolean step then counted as 1)
+    with pytest.raises(GridError, match=r"axes.x.step must be a finite number") as info:
+        parse_grid(
+            {"sweep": {"kind": "busy"}, "axes": {"x": {"start": 0, "stop": 1, "step": step}}}
+        )
+    assert info.value.path == "axes.x.step"
+
+
+def test_a_range_of_exactly_the_maximum_number_of_values_is_accepted() -> None:
+    # mutant: count > _MAX_AXIS_VALUES -> count >= (the maximum itself refused); a kind named as
+    # "module:function" is not checked value by value, which keeps this cheap
+    spec = {"start": 1, "stop": _MAX_AXIS_VALUES, "step": 1}
+    grid = parse_grid({"sweep": {"kind": "refimpl.sweep.kinds:busy"}, "axes": {"x": spec}})
+    assert len(grid.axes["x"]) == _MAX_AXIS_VALUES
+    assert grid.axes["x"][-1] == _MAX_AXIS_VALUES
+    with pytest.raises(GridError, match=r"give at most 1000000 values \(it gives 1000001\)"):
+        parse_grid({"sweep": {"kind": "busy"}, "axes": {"x": {**spec, "start": 0}}})
