@@ -1591,6 +1591,8 @@ def train_policy(
     seed: int = 0,
     max_iterations: int = 500,
     schedule: ArrayLike | None = None,
+    leftovers: str = "drop",
+    durations: ArrayLike | None = None,
 ) -> TrainingRun:
     r"""Train the toy policy on the batches that :func:`refimpl.sim.simulate` forms.
 
@@ -1648,6 +1650,14 @@ def train_policy(
         (``schedule[0]`` must equal ``theta0``); the estimates :math:`\hat g_j` are computed and
         recorded but not applied (a closed-form check of the expected gradient with stale
         behaviours). ``baseline`` may then be a number, a constant :math:`b`.
+    leftovers : {'drop', 'carry'}
+        ``first_k``: the rollouts not among the first ``batch`` are dropped or carried into the
+        next step (their tokens stay those of the version that launched them: stale behaviours).
+    durations : array_like (M,), optional
+        Simulated time a rollout of ``ℓ`` tokens takes, ``durations[ℓ − 1]`` (non-decreasing,
+        > 0); default ``ℓ`` itself (one unit per token). It maps a length law of another scale or
+        shape onto the toy policy without changing which rollouts finish first. Needs
+        ``partial='none'`` (a partial rollout's versions change at token positions).
 
     Returns
     -------
@@ -1694,6 +1704,16 @@ def train_policy(
                 "Pass the parameters of versions 0..steps, the first equal to theta0.",
             )
     c = as_real(penalty, name="penalty", low=0.0)
+    dur: FloatArray | None = None
+    if durations is not None:
+        dur = as_float_array(durations, name="durations", ndim=1)
+        if dur.size != m or not np.all(dur > 0) or np.any(np.diff(dur) < 0) or partial != "none":
+            raise invalid(
+                "durations",
+                f"have {m} positive non-decreasing entries, with partial='none'",
+                dur,
+                "Pass the simulated time of each length 1..M (sorted), and no partial rollouts.",
+            )
     per_slot = n_steps * b_ / n_ if mode in ("async", "admission") else n_steps
     columns = math.ceil(per_slot * 1.5) + 16
     while True:
@@ -1720,6 +1740,8 @@ def train_policy(
                 max_iterations,
                 columns,
                 path,
+                leftovers,
+                dur,
             )
         except rsim.OutOfLengths:
             columns *= 2
@@ -1757,6 +1779,8 @@ def _train(
     max_iterations: int,
     columns: int,
     path: FloatArray | None,
+    leftovers: str = "drop",
+    dur: FloatArray | None = None,
 ) -> TrainingRun:
     import refimpl.sim as rsim
 
@@ -1774,11 +1798,12 @@ def _train(
             batch=b_,
             steps=n_steps,
             mode=mode,
-            lengths=lengths.astype(np.float64),
+            lengths=lengths.astype(np.float64) if dur is None else dur[lengths - 1],
             eta=eta,
             over_bound=over,
             partial=partial,
             launch=launch,
+            leftovers=leftovers,
             seed=seed,
         )
         trace = rsim.simulate(cfg)
@@ -1794,7 +1819,8 @@ def _train(
         log_stop[0], log_cont[0] = _log_hazards(th0, phi)
         step_of = trace.step[order]
         slot_col = (trace.slot[order], trace.index[order])
-        ell = np.asarray(trace.length[order], dtype=np.int64)
+        # the token length of each trained rollout (the trace holds its duration)
+        ell = np.asarray(trace.length[order] if dur is None else lengths[slot_col], dtype=np.int64)
         succ = success_u[slot_col] < qual[ell - 1]
         rewards = succ.astype(np.float64) - c * ell
         grads = np.zeros((n_steps, th0.size))

@@ -377,6 +377,9 @@ def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
         used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
         used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
         used |= {f"refimpl.learning.{n}" for n in re.findall(r"\blrn\.([a-z_]\w*)\(", code)}
+        # a section that calls another section's module needs what that one needs
+        for other in re.findall(r"from refimpl\.lab import (\w+)", code):
+            used |= set(next(s for s in SECTIONS if s.module == f"refimpl.lab.{other}").requires)
         assert set(spec.requires) == used, spec.key
 
 
@@ -706,3 +709,21 @@ def test_the_mix_part_shows_every_strategy_and_the_gap(quick: QuickRun) -> None:
     assert metrics["conditioned_policy_min_margin_over_fixed_budget"] > 0.0
     assert metrics["conditioned_policy_max_distance"] <= metrics["conditioned_policy_max_regret"]
     assert {"effort-mix-frontier.png", "effort-mix-gap.png"} <= set(effort["figures"])
+
+
+def test_async_worth_reports_the_measured_verdict_for_every_length_law(quick: QuickRun) -> None:
+    # issue 18: the verdict is the measurement (time to a reward target), the γ^s model secondary
+    from refimpl.lab import async_worth as aw
+
+    sec = quick.metrics["sections"]["async-worth"]
+    if not sec["available"]:
+        return
+    metrics = sec["metrics"]
+    assert metrics["verdict_kind"].startswith("measured")
+    names = [name for name, _ in aw.laws()]
+    assert list(metrics["measured_verdicts"]) == names
+    for name in names:
+        cells = [c["verdict"] for c in metrics["measured_cells"] if c["law"] == name]
+        assert cells
+        assert metrics["measured_verdicts"][name] == aw.measured_verdict(cells)
+    assert sec["headlines"][0].startswith("Measured (reward reached per unit of simulated time")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -790,3 +791,164 @@ def test_exact_fluid_step_time_solves_the_fixed_point(
     assert float(delta) == pytest.approx(
         lrn.fluid_step_time([float(x) for x in p], slots=slots, batch=batch, eta=eta), rel=1e-12
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# durations, carried leftovers in training, and the lab's exact conditional checks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_durations_rescale_time_and_keep_what_is_trained() -> None:
+    # one unit per token is the default; a uniform scale changes the clock, not the order
+    base = _run()
+    same = _run(durations=np.arange(1.0, 9.0))
+    assert same.thetas.tobytes() == base.thetas.tobytes()
+    assert same.publish_times.tobytes() == base.publish_times.tobytes()
+    slow = _run(durations=3.0 * np.arange(1.0, 9.0))
+    np.testing.assert_array_equal(slow.thetas, base.thetas)
+    np.testing.assert_allclose(slow.publish_times, 3.0 * base.publish_times, rtol=1e-15)
+    # wrong variant: a duration law that is not a rescaling changes which rollouts finish first
+    bent = _run(durations=np.array([1.0, 2, 3, 4, 50, 60, 70, 80]))
+    assert not np.array_equal(bent.thetas, base.thetas)
+    with pytest.raises(ValueError, match="durations must have 8 positive non-decreasing"):
+        _run(durations=np.array([2.0, 1, 3, 4, 5, 6, 7, 8]))
+
+
+def test_carried_leftovers_train_every_rollout_once_with_the_version_that_launched_it() -> None:
+    run = _run(mode="first_k", slots=3, batch=1, launch=3, leftovers="carry", steps=20)
+    tr = run.trace
+    order = tr.training_order()
+    assert np.unique(order).size == order.size
+    stale = np.asarray(tr.staleness[order])
+    # carried rollouts are stale (launched by an older version); dropped ones never are
+    assert stale.max() >= 1
+    assert np.array_equal(stale, tr.step[order] - tr.launch_version[order])
+    dropped = _run(mode="first_k", slots=3, batch=1, launch=3, steps=20).trace
+    assert int(dropped.staleness[dropped.training_order()].max()) == 0
+
+
+def test_conditional_mean_and_variance_equal_the_enumeration_of_every_reward() -> None:
+    # exact oracle: every success pattern of 4 samples (2 batches of 2), in Fractions
+    from refimpl.lab import learning as lab
+
+    q = lab.quality()
+    ell = np.array([3, 7, 9, 16])
+    scores = np.array([[0.5, -1.0], [2.0, 0.25], [-1.5, 1.0], [0.75, 3.0]])
+    b = 0.2
+    mean, var = lab._conditional(ell, scores, q, b, batch=2, batches=2)
+    qf = [F(float(q[e - 1])) for e in ell]
+    sf = [[F(float(x)) for x in row] for row in scores]
+    m_ex = [ZERO, ZERO]
+    s2_ex = [ZERO, ZERO]
+    for succ in itertools.product((0, 1), repeat=4):
+        pr = F(1)
+        for s_, qq in zip(succ, qf, strict=True):
+            pr *= qq if s_ else 1 - qq
+        for c in range(2):
+            g = (
+                sum(
+                    (
+                        (s_ - F(lab.PENALTY) * int(e) - F(b)) * row[c]
+                        for s_, e, row in zip(succ, ell, sf, strict=True)
+                    ),
+                    ZERO,
+                )
+                / 4
+            )
+            m_ex[c] += pr * g
+            s2_ex[c] += pr * g * g
+    for c in range(2):
+        assert mean[c] == pytest.approx(float(m_ex[c]), rel=1e-12)
+        assert var[c] == pytest.approx(float(s2_ex[c] - m_ex[c] ** 2), rel=1e-12)
+    # wrong variant: the samples read as one batch of 2 (the sum of two batch means)
+    w_mean, w_var = lab._conditional(ell, scores, q, b, batch=2, batches=1)
+    assert w_mean[0] != pytest.approx(float(m_ex[0]), rel=1e-3)
+    assert w_var[0] != pytest.approx(float(s2_ex[0] - m_ex[0] ** 2), rel=1e-3)
+
+
+def test_moving_policy_check_passes_and_tells_the_corrections_apart(tmp_path: Any) -> None:
+    # each correction's simulated gradients agree with their own exact conditional mean, and the
+    # same samples weighted by any other correction's weights are rejected (the wrong variants)
+    from refimpl.lab import learning as lab
+    from refimpl.lab._common import Z_TOL
+    from refimpl.lab.config import lab_config
+    from refimpl.lab.report import Section
+
+    config = lab_config(quick=True, seed=0)
+    q = lab.quality()
+    pol = lab._policy(lab.THETA_FIXED, q)
+    section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
+    lab._lag_checks(section, config, q, pol)
+    assert [c.name for c in section.checks if not c.passed] == []
+    assert len(section.checks) == 2 * len(lab.LAG_CORRECTIONS)
+    sep = section.metrics["lag_separation"]
+    for i, corr in enumerate(lab.LAG_CORRECTIONS):
+        assert sep[corr][i] <= Z_TOL
+        assert all(d > Z_TOL for k, d in enumerate(sep[corr]) if k != i)
+
+
+def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # wrong variant of the trainer: each carried sample scored at the version that launched it
+    # (its behaviour) instead of the trainer's; the exact conditional check must reject it (the
+    # unpatched run passes in the quick lab: tests/test_lab.py::test_closed_forms_agree...)
+    from refimpl.lab import learning as lab
+    from refimpl.lab.config import lab_config
+    from refimpl.lab.report import Section
+
+    real = lrn._sample_scores
+
+    def at_launch(
+        version: int, hazards: Any, ls: Any, lc: Any, phi: Any, versions: Any, lengths: Any, *a: Any
+    ) -> Any:
+        out = np.empty((lengths.size, phi.shape[1]))
+        launch = versions[:, 0]
+        for v in np.unique(launch):
+            rows = launch == v
+            out[rows] = real(int(v), hazards, ls, lc, phi, versions[rows], lengths[rows], *a)
+        return out
+
+    # the fixed-θ chain (a model beside the check, half a second per solve) is not under test here
+    monkeypatch.setattr(
+        lrn,
+        "first_k_carry_gradient",
+        lambda *a, **k: SimpleNamespace(mean=np.zeros(2), trained_law=np.ones((1, 1))),
+    )
+    monkeypatch.setattr(lrn, "_sample_scores", at_launch)
+    config = lab_config(quick=True, seed=0)
+    q = lab.quality()
+    pol = lab._policy(lab.THETA_FIXED, q)
+    section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
+    lab._carry_lag_checks(section, config, q, pol)
+    assert {c.name for c in section.checks if not c.passed} == {"carry-lag-0", "carry-lag-1"}
+
+
+def test_unclipped_mask_ipw_is_checked_exactly_and_rejects_clipped_weights(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    # the lab's exact check of the unclipped mask IPW (finite where the fluid mask keeps ℓ)
+    # passes, and a library whose unclipped weights were silently clipped at 4 fails it
+    from refimpl.lab import learning as lab
+    from refimpl.lab.config import lab_config
+    from refimpl.lab.report import Section
+
+    config = lab_config(quick=True, seed=0)
+    q = lab.quality()
+    pol = lab._policy(lab.THETA_FIXED, q)
+
+    def failed() -> set[str]:
+        section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
+        lab._async_checks(section, config, q, pol)
+        return {c.name for c in section.checks if not c.passed}
+
+    assert failed() == set()
+    real = lrn.async_gradient
+
+    def clipped(*a: Any, **kw: Any) -> lrn.GradientMoments:
+        if kw.get("mask_ipw") and kw.get("ipw_clip") is None:
+            kw["ipw_clip"] = 4.0
+        return real(*a, **kw)
+
+    monkeypatch.setattr(lrn, "async_gradient", clipped)
+    assert {"mask-ipw-exact-eta0-0", "mask-ipw-exact-eta1-0"} <= failed()

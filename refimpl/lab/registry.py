@@ -41,6 +41,30 @@ def missing_names(requires: tuple[str, ...]) -> list[str]:
     return [dotted for dotted in requires if find_object(dotted) is None]
 
 
+# the names the learning section calls; async-worth's measured verdict trains through it too
+_LEARNING_REQUIRES = (
+    "refimpl.fluid_keep_probability",
+    "refimpl.inclusion_probability_pmf",
+    "refimpl.learning.async_gradient",
+    "refimpl.learning.corrected_scores",
+    "refimpl.learning.expected_length",
+    "refimpl.learning.first_k_carry_gradient",
+    "refimpl.learning.first_k_gradient",
+    "refimpl.learning.fluid_step_time",
+    "refimpl.learning.hazard_length_pmf",
+    "refimpl.learning.length_features",
+    "refimpl.learning.length_gradient",
+    "refimpl.learning.mean_reward",
+    "refimpl.learning.policy_gradient",
+    "refimpl.learning.stop_hazard",
+    "refimpl.learning.token_scores",
+    "refimpl.learning.train_policy",
+    "refimpl.sim.STATUS",
+    "refimpl.sim.SimConfig",
+    "refimpl.sim.simulate",
+)
+
+
 _WALK = DocLink("howto/lab-walkthrough", "Lab walkthrough")
 
 SECTIONS: tuple[SectionSpec, ...] = (
@@ -158,13 +182,18 @@ SECTIONS: tuple[SectionSpec, ...] = (
         key="async-worth",
         title="When asynchrony is not worth it",
         module="refimpl.lab.async_worth",
-        requires=(
-            "refimpl.async_speedup",
-            "refimpl.fluid_steady_state",
-            "refimpl.staleness_decay",
-            "refimpl.sim.STATUS",
-            "refimpl.sim.SimConfig",
-            "refimpl.sim.simulate",
+        requires=tuple(
+            sorted(
+                {
+                    "refimpl.async_speedup",
+                    "refimpl.fluid_steady_state",
+                    "refimpl.staleness_decay",
+                    "refimpl.sim.STATUS",
+                    "refimpl.sim.SimConfig",
+                    "refimpl.sim.simulate",
+                    *_LEARNING_REQUIRES,
+                }
+            )
         ),
         docs=(
             DocLink("concepts/length-bias", "The length bias of dispatch: when asynchrony pays"),
@@ -173,6 +202,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
                 "Order statistics: the synchronous step time and the speedup bound",
             ),
             DocLink("concepts/sim-sync-first-k", "Simulating synchronous and first-k dispatch"),
+            DocLink("concepts/learning", "Learning under asynchrony: the measured verdict"),
             _WALK,
         ),
     ),
@@ -180,26 +210,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
         key="learning",
         title="Learning under asynchrony: the gradient, its bias and what the policy learns",
         module="refimpl.lab.learning",
-        requires=(
-            "refimpl.fluid_keep_probability",
-            "refimpl.inclusion_probability_pmf",
-            "refimpl.learning.async_gradient",
-            "refimpl.learning.expected_length",
-            "refimpl.learning.first_k_carry_gradient",
-            "refimpl.learning.first_k_gradient",
-            "refimpl.learning.fluid_step_time",
-            "refimpl.learning.hazard_length_pmf",
-            "refimpl.learning.length_features",
-            "refimpl.learning.length_gradient",
-            "refimpl.learning.mean_reward",
-            "refimpl.learning.policy_gradient",
-            "refimpl.learning.stop_hazard",
-            "refimpl.learning.token_scores",
-            "refimpl.learning.train_policy",
-            "refimpl.sim.STATUS",
-            "refimpl.sim.SimConfig",
-            "refimpl.sim.simulate",
-        ),
+        requires=_LEARNING_REQUIRES,
         docs=(
             DocLink("concepts/learning", "Learning under asynchrony"),
             DocLink("derivations/learning", "Learning derivations (LRN1–LRN6)"),

@@ -510,9 +510,13 @@ class _Runner:
         first found: one counterexample can be explained by two conventions (a ratio of ``e^30``
         kept by a band on the reciprocal also sits on a guessed clamp at 30), and which one a
         reader needs depends on their implementation, not on the order the keys are tried in.
+        A candidate that raises is also explained by an alternative under which refimpl refuses
+        the counterexample too, provided the candidate passes the check on inputs drawn under
+        that alternative (:meth:`_rejected_under`).
         """
         guesses = self._guesses(calls) if self.spec.guesses is not None else {}
         found: list[str] = []
+        rejected: list[str] = []
         for convention in self.spec.conventions:
             key = convention.key
             if key in ("inputs", "layout") and self.spec.recast is None:
@@ -527,13 +531,19 @@ class _Runner:
                 alt = {**self.conventions, key: value}
                 if self._passes(calls, alt, recast=key in ("inputs", "layout")):
                     found.append(f"conventions={{{key!r}: {value!r}}}")
-        if found:
+                elif raised and self._rejected_under(calls, alt):
+                    rejected.append(f"conventions={{{key!r}: {value!r}}}")
+        if found or rejected:
             intends = (
                 "pass it if that is what your implementation intends"
-                if len(found) == 1
+                if len(found) + len(rejected) == 1
                 else "pass the one that your implementation intends"
             )
-            return f"this counterexample passes under {' or '.join(found)}: {intends}"
+            passes = f"this counterexample passes under {' or '.join(found)}" if found else ""
+            refused = (
+                f"refimpl refuses this input too under {' or '.join(rejected)}" if rejected else ""
+            )
+            return f"{'; '.join(p for p in (passes, refused) if p)}: {intends}"
         if raised and self.spec.raised_hint is not None:
             return self.spec.raised_hint(calls, self.conventions) or ""
         return ""
@@ -554,6 +564,21 @@ class _Runner:
             return False
         return passes
 
+    def _rejected_under(self, calls: list[Call], alt: dict[str, Any]) -> bool:
+        """True when a raise is explained by ``alt``: the reference rejects the counterexample
+        under ``alt`` (e.g. ``eta = 0`` counting versions spanned), and the candidate passes the
+        check on ``_CONFIRM`` inputs drawn under ``alt`` (so that a candidate that raises on
+        everything is not told it follows ``alt``)."""
+        if self.check.applies(alt) is not None or not self._reference_rejects(calls, alt):
+            return False
+        runner = _Runner(self.candidate, self.spec, self.check, self.bridge, alt, self.override)
+        config = _search(_CONFIRM, derandomize=True, phases=[Phase.generate])
+        try:
+            find(self.check.strategy(alt), runner.fails, settings=config)
+        except NoSuchExample:
+            return True
+        return False
+
     def _guesses(self, calls: list[Call]) -> dict[str, list[float]]:
         assert self.spec.guesses is not None
         try:
@@ -566,6 +591,23 @@ class _Runner:
                 return self.spec.guesses(seen, found, self.conventions)
         except Exception:
             return {}
+
+
+#: draws under a convention that must pass before a raise is explained by it
+_CONFIRM = 10
+
+
+def _search(max_examples: int, *, derandomize: bool, phases: list[Phase]) -> settings:
+    """Hypothesis settings of a search for a counterexample (quiet, no database, no deadline)."""
+    return settings(
+        max_examples=max_examples,
+        derandomize=derandomize,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        phases=phases,
+    )
 
 
 def _coarser(dtype: str) -> list[str]:
@@ -852,14 +894,8 @@ def check_conformance(
                 name,
                 f"spec {spec!r} does not have; got {name!r}. Use one of: {', '.join(known)}.",
             )
-    config = settings(
-        max_examples=max_examples,
-        derandomize=derandomize,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        verbosity=Verbosity.quiet,
-        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    config = _search(
+        max_examples, derandomize=derandomize, phases=[Phase.explicit, Phase.generate, Phase.shrink]
     )
     import refimpl
 

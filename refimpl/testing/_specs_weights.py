@@ -194,11 +194,13 @@ class _Family:
         return bool(conv["output"] == "BT")
 
 
-def _params(family: Family) -> st.SearchStrategy[dict[str, Any]]:
+def _params(family: Family, conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     if family == "tis":
         return rst.is_caps().map(lambda c: {"cap": c})
     if family == "mis":
         return rst.is_bands().map(lambda b: {"low": b[0], "high": b[1]})
+    if conv["above_cap"] == "clip":  # clip(ρ, lower, C) needs C
+        return rst.is_caps().map(lambda c: {"cap": c})
     return st.one_of(st.none(), rst.is_caps()).map(lambda c: {"cap": c})
 
 
@@ -233,7 +235,7 @@ def _padded_draw(
     long: bool = False,
     padding: bool = True,
 ) -> tuple[Array, Array, Array, dict[str, Any]]:
-    params = draw(_params(family))
+    params = draw(_params(family, conv))
     edges = _edges(family, params, conv)
     if long:
         batch, time = draw(st.integers(1, 2)), 4096
@@ -482,7 +484,8 @@ def _edge_zone(fam: _Family, case: Case, i: int = 0) -> NDArray[np.bool_]:
     near = np.zeros(statistic.shape, dtype=bool)
     for e in edges:
         near |= np.abs(statistic - e) <= case.allowed(1.0, err + 2.0)
-    zone = _layout(fam, conv, near.astype(np.float64), mask)
+    # padding is never in the zone (filled with 0 whatever the padding value is)
+    zone = _layout(fam, {**conv, "padding": "zero"}, near.astype(np.float64), mask)
     return np.asarray(zone > 0, dtype=np.bool_)
 
 
@@ -546,27 +549,31 @@ def _shape_first(case: Case, i: int = 0) -> None:
 
 
 def _layout_hint(case: Case) -> str:
-    """The output convention that the found shape matches, as a hint (or "")."""
+    """The output conventions that the found shape matches, as a hint (or "").
+
+    Every layout the shape matches is named: with one token per row (``T = 1``) a ``(B, 1)``
+    output is both ``'B1'`` and ``'BT'``, and the counterexample cannot tell them apart.
+    """
     conv = case.conventions
     if "output" not in conv:
         return ""
     _, _, mask, _ = _from_call(case.calls[0], conv)
     shape = _found(case).shape
     rows = mask.shape[0]
-    if shape == (rows, 1) and conv["output"] != "B1":
-        return ": pass conventions={'output': 'B1'} if that layout is intended"
     tokens = mask.shape if conv["layout"] == "padded" else (int(mask.sum()),)
-    if shape == tokens and conv["output"] != "BT":
-        other = ""
-        if "weight" in conv:
-            other = (
-                " (or conventions={'weight': 'token'} / conventions={'weight': 'geometric'} "
-                "if a kept token gets its own or the geometric ratio)"
-            )
-        return f": pass conventions={{'output': 'BT'}}{other} if that layout is intended"
-    if shape == (rows,) and conv["output"] != "B":
-        return ": pass conventions={'output': 'B'} if that layout is intended"
-    return ""
+    layouts = {"B": (rows,), "B1": (rows, 1), "BT": tokens}
+    named = [k for k, v in layouts.items() if v == shape and k != conv["output"]]
+    if not named:
+        return ""
+    other = ""
+    if "BT" in named and "weight" in conv:
+        other = (
+            " (or conventions={'weight': 'token'} / conventions={'weight': 'geometric'} "
+            "if a kept token gets its own or the geometric ratio)"
+        )
+    shown = " or ".join(f"conventions={{'output': {k!r}}}" for k in named)
+    which = "that layout is" if len(named) == 1 else "one of these layouts is"
+    return f": pass {shown}{other} if {which} intended"
 
 
 def _agrees(fam: _Family) -> Callable[[Case], None]:
@@ -669,14 +676,13 @@ def _equals_ratio(fam: _Family) -> Callable[[Case], None]:
         expected = case.expected()
         ratio = _ratio(fam, case)
         kept = (expected != 0) & _valid(fam, case) & ~_edge_zone(fam, case)
-        if fam.family == "tis":  # strictly between the truncation levels
+        if fam.family == "tis" or (fam.family == "ppo" and conv["above_cap"] == "clip"):
+            # strictly between the truncation levels (PPO's cap may be None: no upper level)
             cap = case.calls[0][1]["cap"]
             low = conv["lower"] or 0.0
-            kept &= (ratio < cap - case.slack(cap)) & (ratio > low + case.slack(low))
-        if fam.family == "ppo" and conv["above_cap"] == "clip":
-            cap = case.calls[0][1]["cap"]
-            low = conv["lower"] or 0.0
-            kept &= (ratio < cap - case.slack(cap)) & (ratio > low + case.slack(low))
+            kept &= ratio > low + case.slack(low)
+            if cap is not None:
+                kept &= ratio < cap - case.slack(cap)
         w = _found(case)
         case.show("ratio:", ratio)
         case.show("w:    ", w)
@@ -708,30 +714,38 @@ def _recast(call: Call, old: Conventions, new: Conventions) -> Call:
 
 
 def _guesses(calls: list[Call], found: list[Any], conv: Conventions) -> dict[str, list[float]]:
-    """A clamp ``c`` read off a weight ``e^±c``, a lower truncation level off the smallest kept
-    weight: the values a framework's constant would have (rounded to 6 digits)."""
+    """A clamp ``c`` read off a weight ``e^±c``, a lower level off the smallest kept weight (or
+    1): the values a framework's constant would have (rounded to 6 digits)."""
     w = np.asarray(found[0], dtype=np.float64).ravel()
-    w = w[np.isfinite(w) & (w > 0) & (w != 1.0)]
-    if w.size == 0:
-        return {}
-    clamps = sorted({float(f"{abs(math.log(x)):.6g}") for x in w})
-    low = float(f"{w.min():.6g}")
-    return {"log_ratio_clamp": clamps[-3:], "lower": [low] if low <= 1.0 else []}
+    w = w[np.isfinite(w) & (w > 0)]
+    clamps = sorted({float(f"{abs(math.log(x)):.6g}") for x in w if x != 1.0})
+    # a level that drops what is below it (PPO's mask) lies above every dropped ratio and at
+    # most the smallest kept weight (1 when nothing below 1 is kept, the largest level allowed)
+    low = float(f"{w.min():.6g}") if w.size else 1.0
+    return {"log_ratio_clamp": clamps[-3:], "lower": [min(low, 1.0)]}
 
 
 def _excluded_rows(calls: list[Call], conv: Conventions) -> str | None:
-    """The hint for a candidate that raises on an all-padding batch or row."""
+    """The hint for a candidate that raises on an all-padding batch or row.
+
+    An all-padding batch is also made of all-padding rows, so both conventions are named there:
+    which one applies depends on whether a single all-padding row next to real ones raises too.
+    """
     for call in calls:
         _, _, mask, _ = _from_call(call, conv)
         rows = mask.sum(axis=1)
-        batch = conv["empty_batch"] == "drawn" and rows.sum() == 0
-        if batch or (conv["empty_rows"] == "padding" and (rows == 0).any()):
-            which = "batch is all padding" if batch else "row is all padding"
-            first = "{'empty_batch': 'excluded'} (or " if batch else ""
-            last = " if a single all-padding row raises too)" if batch else ""
+        row = "conventions={'empty_rows': 'excluded'}"
+        if conv["empty_batch"] == "drawn" and rows.sum() == 0:
+            alternative = f" or {row} if a single all-padding row raises too"
             return (
-                f"the candidate raises where a {which}: pass conventions={first}"
-                f"{{'empty_rows': 'excluded'}}{last} if your implementation requires a real token"
+                "the candidate raises where the batch is all padding: pass "
+                "conventions={'empty_batch': 'excluded'} if only that raises"
+                f"{alternative if conv['empty_rows'] == 'padding' else ''}"
+            )
+        if conv["empty_rows"] == "padding" and (rows == 0).any():
+            return (
+                f"the candidate raises where a row is all padding: pass {row} if your "
+                "implementation requires a real token per row"
             )
     return None
 
