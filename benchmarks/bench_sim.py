@@ -155,7 +155,6 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="repeats of our engine (best is kept)")
     ap.add_argument("--modes", default=None, help="comma-separated substrings of the modes to run")
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10^5..10^7 scaling runs")
-    ap.add_argument("--agent-1e7", action="store_true", help="also scale the agent mode to 10^7")
     args = ap.parse_args()
     from refimpl.sim import SimConfig, simulate
     from refimpl.sim._compiled import AVAILABLE
@@ -258,12 +257,9 @@ def main() -> int:
         )
         for name in chosen:
             mode, options = ("agent", AGENT_OPTIONS) if name == AGENT else ("sim", MODES[name][0])
-            # the agent mode's traces at 10^7 (a row per rollout, call and attempt: about 5 GB with
-            # two calls a rollout) do not fit in 2 GiB; --agent-1e7 runs it anyway
-            agent_sizes = sizes[:-1] if mode == "agent" and not args.agent_1e7 else sizes
-            runs = [scaling_run(n, mode, options) for n in agent_sizes]
+            runs = [scaling_run(n, mode, options) for n in sizes]
             peak = runs[-1]["peak_rss"]
-            fits = peak <= 2 * GIB or agent_sizes[-1] < 10_000_000
+            fits = peak <= 2 * GIB or sizes[-1] < 10_000_000
             ok &= fits
             growth = runs[-1]["sim_s"] / runs[-2]["sim_s"]
             print(

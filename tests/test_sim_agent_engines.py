@@ -264,3 +264,23 @@ def test_the_simpy_model_comparison_rejects_a_model_whose_router_ignores_load(
     monkeypatch.setattr(simpy_modes, "least_loaded", lambda loads: 0)
     stale, tlen, _ = simpy_modes.simulate_agent(lengths, batch, steps, **case)
     assert not (np.array_equal(ours[0], stale) and np.array_equal(ours[1], tlen))
+
+
+def test_both_engines_refuse_a_turns_draw_beyond_max_turns_alike() -> None:
+    """Call counts are int16: a law drawing more than ``MAX_TURNS`` calls is refused by both
+    engines with the same message (the compiled one would otherwise wrap the count around)."""
+    from refimpl.sim.agent._config import MAX_TURNS
+
+    cfg = AgentConfig(
+        slots=1,
+        batch=1,
+        steps=1,
+        lengths=st.expon(),
+        turns=st.bernoulli(1.0, loc=MAX_TURNS),
+    )
+    reference = _outcome(cfg, "event")
+    assert isinstance(reference, str)
+    assert f"[0, {MAX_TURNS}]" in reference
+    assert _outcome(cfg, "compiled") == reference
+    ok = dataclasses.replace(cfg, turns=st.bernoulli(1.0, loc=MAX_TURNS - 1), tool_latency=0.0)
+    assert not isinstance(_outcome(ok, "compiled"), str)

@@ -94,12 +94,9 @@ _S_NXT, _S_RID, _S_PAUSED, _S_LASTSEG = range(4)
 _S_REMAINING, _S_BUSY_SINCE, _S_DECV, _S_DECPRE, _S_DECK = range(5)
 
 
-def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, payload: int) -> bool:
-    """Push ``(t, key)`` with its payload onto heap ``w``; ``False`` when it is full."""
-    i = hn[w]
-    if i >= ht.shape[1]:
-        return False
-    hn[w] = i + 1
+def _siftup(ht: Any, hk: Any, hp: Any, w: int, i: int, t: float, key: int, payload: int) -> None:
+    """Put ``(t, key, payload)`` into the hole at ``i`` of heap ``w``, moving it up past every
+    parent that orders after it (the end of both a push and a pop)."""
     while i > 0:
         p = (i - 1) >> 1
         tp = ht[w, p]
@@ -112,6 +109,19 @@ def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, paylo
     ht[w, i] = t
     hk[w, i] = key
     hp[w, i] = payload
+
+
+if numba is not None:  # compiled lazily, inlined where it is called (both heaps' kernels)
+    _siftup = numba.njit(cache=True, error_model="numpy", _nrt=False, inline="always")(_siftup)
+
+
+def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, payload: int) -> bool:
+    """Push ``(t, key)`` with its payload onto heap ``w``; ``False`` when it is full."""
+    i = hn[w]
+    if i >= ht.shape[1]:
+        return False
+    hn[w] = i + 1
+    _siftup(ht, hk, hp, w, i, t, key, payload)
     return True
 
 
@@ -144,21 +154,7 @@ def _hpop(ht: Any, hk: Any, hp: Any, w: int, hn: Any, out: Any) -> float:
         hk[w, i] = hk[w, c]
         hp[w, i] = hp[w, c]
         i = c
-    t = ht[w, n]
-    key = hk[w, n]
-    pl = hp[w, n]
-    while i > 0:
-        p = (i - 1) >> 1
-        tp = ht[w, p]
-        if tp < t or (tp == t and hk[w, p] < key):
-            break
-        ht[w, i] = tp
-        hk[w, i] = hk[w, p]
-        hp[w, i] = hp[w, p]
-        i = p
-    ht[w, i] = t
-    hk[w, i] = key
-    hp[w, i] = pl
+    _siftup(ht, hk, hp, w, i, ht[w, n], hk[w, n], hp[w, n])
     return float(t0)
 
 

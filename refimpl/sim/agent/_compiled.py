@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
 from refimpl.sim import _compiled as _sim_compiled
 from refimpl.sim.agent._config import (
@@ -50,7 +51,10 @@ from refimpl.sim.agent._config import (
     _TIMEOUT,
     _TRAINED,
     _UNTRAINED,
+    MAX_TRACE_ROWS,
+    MAX_TURNS,
     AgentConfig,
+    _int_dtypes,
     _is_frozen_law,
 )
 
@@ -87,7 +91,8 @@ _OK, _NEED_ROOM, _PAUSE, _NO_COLUMN, _BAD_LENGTH, _BAD_TURNS, _TOO_MANY_ABORTS, 
     _P_SVC_LAW,
     _P_CRASH_ON,
     _P_STOP_VERSION,
-) = range(19)
+    _P_ONE_ATTEMPT,
+) = range(20)
 # float parameters PF[...]
 (
     _F_TOKEN,
@@ -101,13 +106,13 @@ _OK, _NEED_ROOM, _PAUSE, _NO_COLUMN, _BAD_LENGTH, _BAD_TURNS, _TOO_MANY_ABORTS, 
     _F_REPLAY,
     _F_REFRESH,
 ) = range(10)
-# rollout rows RI[...] (int64) and RF[...] (float64)
+# rollout columns RI[...] (integers, each of its own width: _columns) and RF[...] (float64)
 _R_SLOT, _R_K, _R_CALLS, _R_ISSUED, _R_VERSION, _R_STEP, _R_RANK, _R_STATUS = range(8)
-_R_LAUNCH, _R_FINISH, _R_LEN, _R_SEG, _R_TOOL, _R_EXEC, _R_DONE_SVC = range(7)
-# call rows CI[...] and CF[...]
+_R_LAUNCH, _R_FINISH, _R_LEN, _R_TOOL, _R_EXEC, _R_DONE_SVC = range(6)
+# call columns CI[...] and CF[...]
 _C_ROLLOUT, _C_INDEX, _C_ATTEMPTS, _C_STATUS = range(4)
 _C_ISSUE, _C_END, _C_SERVICE, _C_EXEC = range(4)
-# attempt rows AI[...] and AF[...]
+# attempt columns AI[...] and AF[...]
 _A_CALL, _A_NUMBER, _A_REDIRECTS, _A_SHARD, _A_OUTCOME, _A_BOX, _A_STATE, _A_NEXT, _A_COLD = range(
     9
 )
@@ -152,6 +157,19 @@ def _push(
     _hpush(ht, hk, hp, 0, hn, t, (prio << _PRIO_SHIFT) | seq, (ref << 34) | (kind << 2))
 
 
+def _segment(r: int, PF: Any, RI: Any, RF: Any) -> float:
+    """Duration of each of rollout ``r``'s ``calls + 1`` decode segments (the reference's ``r_seg``,
+    recomputed by the same float operations rather than stored)."""
+    seg: float = RF[_R_LEN][r] * PF[_F_TOKEN] / (RI[_R_CALLS][r] + 1)
+    return seg
+
+
+def _call_of(a: int, P: Any, AI: Any) -> int:
+    """The call of attempt ``a`` (itself when every call takes one attempt: not stored then)."""
+    c: int = a if P[_P_ONE_ATTEMPT] else AI[_A_CALL][a]
+    return c
+
+
 # -- the sandbox pool: loads, the router, admission, containers ---------------------------------
 
 
@@ -187,15 +205,16 @@ def _admit(
         cold = True
     BX[_B_ALIVE, box] = 1
     SH[_S_BUSY, s] += 1
-    AI[_A_STATE, a] = _A_SERVICE
-    AF[_A_ADMIT, a] = t
-    AI[_A_COLD, a] = 1 if cold else 0
+    AI[_A_STATE][a] = _A_SERVICE
+    AF[_A_ADMIT][a] = t
+    AI[_A_COLD][a] = 1 if cold else 0
     if cold:
         SH[_S_COLD, s] += 1
-    c = AI[_A_CALL, a]
-    occupancy = (PF[_F_COLD] if cold else PF[_F_WARM]) + AF[_A_RECOVERY, a]
-    occupancy += CF[_C_SERVICE, c]
-    AI[_A_BOX, a] = box
+    c = _call_of(a, P, AI)
+    recovery = 0.0 if P[_P_ONE_ATTEMPT] else AF[_A_RECOVERY][a]
+    occupancy = (PF[_F_COLD] if cold else PF[_F_WARM]) + recovery
+    occupancy += CF[_C_SERVICE][c] if P[_P_SVC_LAW] else PF[_F_SVC]
+    AI[_A_BOX][a] = box
     if P[_P_CRASH_ON]:
         u = S[_CRASH_USED]
         S[_CRASH_USED] = u + 1
@@ -216,11 +235,11 @@ def _arrive(
     while True:
         SH[_S_ARRIVALS, s] += 1
         if SH[_S_BUSY, s] < cap:
-            AI[_A_SHARD, a] = s
-            AF[_A_ARRIVE, a] = t
+            AI[_A_SHARD][a] = s
+            AF[_A_ARRIVE][a] = t
             _admit(a, s, t, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash, ht, hk, hp, hn)
             return
-        if P[_P_REDIRECT] and AI[_A_REDIRECTS, a] < P[_P_MAX_REDIRECTS]:
+        if P[_P_REDIRECT] and AI[_A_REDIRECTS][a] < P[_P_MAX_REDIRECTS]:
             best = -1
             best_load = 0
             for x in range(P[_P_SHARDS]):
@@ -231,20 +250,20 @@ def _arrive(
                     best, best_load = x, load
             if best >= 0:
                 SH[_S_REDIRECTED, s] += 1
-                AI[_A_REDIRECTS, a] += 1
+                AI[_A_REDIRECTS][a] += 1
                 SH[_S_VISITED, best] = a
                 s = best
                 continue
         _touch(s, t, SH, SHF)
-        AI[_A_SHARD, a] = s
-        AF[_A_ARRIVE, a] = t
-        AI[_A_STATE, a] = _A_QUEUED
+        AI[_A_SHARD][a] = s
+        AF[_A_ARRIVE][a] = t
+        AI[_A_STATE][a] = _A_QUEUED
         SH[_S_NQ, s] += 1
         SH[_S_QUEUED, s] += 1
-        AI[_A_NEXT, a] = -1
+        AI[_A_NEXT][a] = -1
         tail = SH[_S_QTAIL, s]
         if tail >= 0:
-            AI[_A_NEXT, tail] = a
+            AI[_A_NEXT][tail] = a
         else:
             SH[_S_QHEAD, s] = a
         SH[_S_QTAIL, s] = a
@@ -256,20 +275,20 @@ def _release(
     BXF: Any, AI: Any, AF: Any, CF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
 ) -> None:  # fmt: skip
     """Free attempt ``a``'s container on shard ``s`` and admit the next queued attempt."""
-    box = AI[_A_BOX, a]
+    box = AI[_A_BOX][a]
     _touch(s, t, SH, SHF)
     SH[_S_BUSY, s] -= 1
     BX[_B_ALIVE, box] = 1 if alive else 0
     BXF[box] = t
     BX[_B_NEXT, box] = SH[_S_FREE, s]
     SH[_S_FREE, s] = box
-    CF[_C_EXEC, AI[_A_CALL, a]] += t - AF[_A_ADMIT, a]
+    CF[_C_EXEC][_call_of(a, P, AI)] += t - AF[_A_ADMIT][a]
     while SH[_S_QHEAD, s] >= 0:
         nxt = SH[_S_QHEAD, s]
-        SH[_S_QHEAD, s] = AI[_A_NEXT, nxt]
+        SH[_S_QHEAD, s] = AI[_A_NEXT][nxt]
         if SH[_S_QHEAD, s] < 0:
             SH[_S_QTAIL, s] = -1
-        if AI[_A_STATE, nxt] == _A_QUEUED:
+        if AI[_A_STATE][nxt] == _A_QUEUED:
             SH[_S_NQ, s] -= 1
             _admit(nxt, s, t, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash, ht, hk, hp, hn)
             break
@@ -300,83 +319,84 @@ def _launch(
         u = S[_TURN_USED]
         S[_TURN_USED] = u + 1
         turns = turns_buf[u]
-        if turns < 0:
+        if turns < 0 or turns > MAX_TURNS:
             S[_ERR], S[_ERR_A] = _BAD_TURNS, turns
             return
     else:
         turns = P[_P_TURNS]
     r = S[_NR]
     S[_NR] = r + 1
-    RI[_R_SLOT, r] = slot
-    RI[_R_K, r] = k
-    RI[_R_CALLS, r] = turns
-    RI[_R_ISSUED, r] = 0
-    RI[_R_VERSION, r] = S[_VERSION]
-    RI[_R_STEP, r] = -1
-    RI[_R_RANK, r] = -1
-    RI[_R_STATUS, r] = _PENDING
-    RF[_R_LAUNCH, r] = t
-    RF[_R_FINISH, r] = math.nan
-    RF[_R_LEN, r] = length
-    seg = length * PF[_F_TOKEN] / (turns + 1)
-    RF[_R_SEG, r] = seg
-    RF[_R_TOOL, r] = 0.0
-    RF[_R_EXEC, r] = 0.0
-    RF[_R_DONE_SVC, r] = 0.0
-    _push(ht, hk, hp, hn, S, t + seg, _PRIO_EVENT, _SEG_END, r)
+    RI[_R_SLOT][r] = slot
+    RI[_R_K][r] = k
+    RI[_R_CALLS][r] = turns
+    RI[_R_ISSUED][r] = 0
+    RI[_R_VERSION][r] = S[_VERSION]
+    RI[_R_STEP][r] = -1
+    RI[_R_RANK][r] = -1
+    RI[_R_STATUS][r] = _PENDING
+    RF[_R_LAUNCH][r] = t
+    RF[_R_FINISH][r] = math.nan
+    RF[_R_LEN][r] = length
+    RF[_R_TOOL][r] = 0.0
+    RF[_R_EXEC][r] = 0.0
+    if P[_P_REEXECUTE]:
+        RF[_R_DONE_SVC][r] = 0.0
+    _push(ht, hk, hp, hn, S, t + _segment(r, PF, RI, RF), _PRIO_EVENT, _SEG_END, r)
 
 
 def _finish_rollout(
     r: int, t: float, P: Any, PF: Any, S: Any, SF: Any, slot_k: Any, lengths: Any,
     turns_buf: Any, RI: Any, RF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
 ) -> None:  # fmt: skip
-    RF[_R_FINISH, r] = t
+    RF[_R_FINISH][r] = t
     n = S[_COMPLETED_N]
     S[_COMPLETED_N] = n + 1
-    RI[_R_RANK, r] = n
+    RI[_R_RANK][r] = n
     m = S[_TRAINED_N]
     batch = P[_P_BATCH]
     if m < P[_P_TARGET]:
         step = m // batch
-        RI[_R_STEP, r] = step
+        RI[_R_STEP][r] = step
         eta = P[_P_ETA]
-        if eta >= 0 and step - RI[_R_VERSION, r] > eta:
-            RI[_R_STATUS, r] = _DROPPED
+        if eta >= 0 and step - RI[_R_VERSION][r] > eta:
+            RI[_R_STATUS][r] = _DROPPED
         else:
             S[_TRAINED_N] = m + 1
-            RI[_R_STATUS, r] = _TRAINED
+            RI[_R_STATUS][r] = _TRAINED
             if (m + 1) % batch == 0:
                 _push(ht, hk, hp, hn, S, t, _PRIO_PUBLISH, _PUBLISH, 0)
             if m + 1 == P[_P_TARGET]:
                 S[_LAUNCHING] = 0
                 SF[_END_TIME] = t
     else:
-        RI[_R_STATUS, r] = _UNTRAINED
+        RI[_R_STATUS][r] = _UNTRAINED
     if S[_LAUNCHING]:
-        _launch(RI[_R_SLOT, r], t, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
+        _launch(RI[_R_SLOT][r], t, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
 
 
 def _call_ended(
     c: int, t: float, status: int, P: Any, PF: Any, S: Any, slot_k: Any, lengths: Any,
     turns_buf: Any, RI: Any, RF: Any, CI: Any, CF: Any, ht: Any, hk: Any, hp: Any, hn: Any,
 ) -> None:  # fmt: skip
-    CI[_C_STATUS, c] = status
-    CF[_C_END, c] = t
-    r = CI[_C_ROLLOUT, c]
-    RF[_R_TOOL, r] += t - CF[_C_ISSUE, c]
-    RF[_R_EXEC, r] += CF[_C_EXEC, c]
-    RF[_R_DONE_SVC, r] += CF[_C_SERVICE, c]
+    if not P[_P_ONE_ATTEMPT]:
+        CI[_C_STATUS][c] = status
+    CF[_C_END][c] = t
+    r = CI[_C_ROLLOUT][c]
+    RF[_R_TOOL][r] += t - CF[_C_ISSUE][c]
+    RF[_R_EXEC][r] += CF[_C_EXEC][c]
+    if P[_P_REEXECUTE]:
+        RF[_R_DONE_SVC][r] += CF[_C_SERVICE][c] if P[_P_SVC_LAW] else PF[_F_SVC]
     if status == _FAILED and P[_P_ABORT]:
-        RF[_R_FINISH, r] = t
-        RI[_R_STATUS, r] = _ABORTED
+        RF[_R_FINISH][r] = t
+        RI[_R_STATUS][r] = _ABORTED
         S[_ABORTED_N] += 1
         if S[_ABORTED_N] > 1000 + 100 * P[_P_TARGET]:
             S[_ERR] = _TOO_MANY_ABORTS
             return
         if S[_LAUNCHING]:
-            _launch(RI[_R_SLOT, r], t, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
+            _launch(RI[_R_SLOT][r], t, P, PF, S, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
         return
-    _push(ht, hk, hp, hn, S, t + RF[_R_SEG, r], _PRIO_EVENT, _SEG_END, r)
+    _push(ht, hk, hp, hn, S, t + _segment(r, PF, RI, RF), _PRIO_EVENT, _SEG_END, r)
 
 
 # -- the tool-call model: attempts, outcomes, retries, recovery ---------------------------------
@@ -388,27 +408,30 @@ def _start_attempt(
 ) -> None:  # fmt: skip
     a = S[_NA]
     S[_NA] = a + 1
-    number = CI[_C_ATTEMPTS, c] + 1
-    CI[_C_ATTEMPTS, c] = number
-    AI[_A_CALL, a] = c
-    AI[_A_NUMBER, a] = number
-    AF[_A_ROUTE, a] = t
-    AI[_A_REDIRECTS, a] = 0
-    AI[_A_SHARD, a] = -1
-    AF[_A_ARRIVE, a] = math.nan
-    AF[_A_ADMIT, a] = math.nan
-    AF[_A_DEPART, a] = math.nan
-    AI[_A_OUTCOME, a] = _PENDING
-    AI[_A_COLD, a] = 0
-    AI[_A_BOX, a] = -1
-    AI[_A_STATE, a] = 0
+    one = P[_P_ONE_ATTEMPT]  # then number 1, outcome and status completed: not stored
+    number = 1 if one else CI[_C_ATTEMPTS][c] + 1
+    if not one:
+        CI[_C_ATTEMPTS][c] = number
+        AI[_A_CALL][a] = c
+        AI[_A_NUMBER][a] = number
+        AI[_A_OUTCOME][a] = _PENDING
+    AF[_A_ROUTE][a] = t
+    AI[_A_REDIRECTS][a] = 0
+    AI[_A_SHARD][a] = -1
+    AF[_A_ARRIVE][a] = math.nan
+    AF[_A_ADMIT][a] = math.nan
+    AF[_A_DEPART][a] = math.nan
+    AI[_A_COLD][a] = 0
+    AI[_A_BOX][a] = -1
+    AI[_A_STATE][a] = 0
     recovery = 0.0
     if number > 1:
         if P[_P_REEXECUTE]:
-            recovery = RF[_R_DONE_SVC, CI[_C_ROLLOUT, c]]
+            recovery = RF[_R_DONE_SVC][CI[_C_ROLLOUT][c]]
         else:
-            recovery = PF[_F_REPLAY] * CI[_C_INDEX, c]
-    AF[_A_RECOVERY, a] = recovery
+            recovery = PF[_F_REPLAY] * CI[_C_INDEX][c]
+    if not P[_P_ONE_ATTEMPT]:
+        AF[_A_RECOVERY][a] = recovery
     if P[_P_TIMEOUT_ON]:
         _push(ht, hk, hp, hn, S, t + PF[_F_TIMEOUT], _PRIO_EVENT, _TIMEOUT, a)
     s = 0
@@ -428,24 +451,23 @@ def _segment_end(
     turns_buf: Any, svc: Any, SH: Any, SHF: Any, BX: Any, BXF: Any, RI: Any, RF: Any, CI: Any,
     CF: Any, AI: Any, AF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
 ) -> None:  # fmt: skip
-    issued = RI[_R_ISSUED, r]
-    if issued < RI[_R_CALLS, r]:
-        RI[_R_ISSUED, r] = issued + 1
+    issued = RI[_R_ISSUED][r]
+    if issued < RI[_R_CALLS][r]:
+        RI[_R_ISSUED][r] = issued + 1
         c = S[_NC]
         S[_NC] = c + 1
-        CI[_C_ROLLOUT, c] = r
-        CI[_C_INDEX, c] = issued
-        CF[_C_ISSUE, c] = t
-        CF[_C_END, c] = math.nan
+        CI[_C_ROLLOUT][c] = r
+        CI[_C_INDEX][c] = issued
+        CF[_C_ISSUE][c] = t
+        CF[_C_END][c] = math.nan
         if P[_P_SVC_LAW]:
             u = S[_SVC_USED]
             S[_SVC_USED] = u + 1
-            CF[_C_SERVICE, c] = svc[u]
-        else:
-            CF[_C_SERVICE, c] = PF[_F_SVC]
-        CI[_C_ATTEMPTS, c] = 0
-        CI[_C_STATUS, c] = _PENDING
-        CF[_C_EXEC, c] = 0.0
+            CF[_C_SERVICE][c] = svc[u]
+        if not P[_P_ONE_ATTEMPT]:
+            CI[_C_ATTEMPTS][c] = 0
+            CI[_C_STATUS][c] = _PENDING
+        CF[_C_EXEC][c] = 0.0
         _start_attempt(c, t, P, PF, S, SH, SHF, BX, BXF, RF, CI, CF, AI, AF, crash, ht, hk, hp, hn)
     else:
         _finish_rollout(r, t, P, PF, S, SF, slot_k, lengths, turns_buf, RI, RF, ht, hk, hp, hn)
@@ -456,9 +478,9 @@ def _end_attempt(
     turns_buf: Any, SH: Any, SHF: Any, BX: Any, BXF: Any, RI: Any, RF: Any, CI: Any, CF: Any,
     AI: Any, AF: Any, crash: Any, ht: Any, hk: Any, hp: Any, hn: Any,
 ) -> None:  # fmt: skip
-    s = AI[_A_SHARD, a]
-    state = AI[_A_STATE, a]
-    AI[_A_STATE, a] = _A_ENDED
+    s = AI[_A_SHARD][a]
+    state = AI[_A_STATE][a]
+    AI[_A_STATE][a] = _A_ENDED
     if state == _A_SERVICE:
         _release(
             a, s, t, outcome == _COMPLETED, P, PF, S, SH, SHF, BX, BXF, AI, AF, CF, crash,
@@ -467,9 +489,10 @@ def _end_attempt(
     else:
         _touch(s, t, SH, SHF)
         SH[_S_NQ, s] -= 1
-    AI[_A_OUTCOME, a] = outcome
-    AF[_A_DEPART, a] = t
-    c = AI[_A_CALL, a]
+    if not P[_P_ONE_ATTEMPT]:
+        AI[_A_OUTCOME][a] = outcome
+    AF[_A_DEPART][a] = t
+    c = _call_of(a, P, AI)
     if outcome == _COMPLETED:
         SH[_S_COMPLETED, s] += 1
         _call_ended(
@@ -480,7 +503,7 @@ def _end_attempt(
         SH[_S_CRASHED, s] += 1
     else:
         SH[_S_TIMED_OUT, s] += 1
-    if CI[_C_ATTEMPTS, c] < P[_P_MAX_ATTEMPTS]:
+    if CI[_C_ATTEMPTS][c] < P[_P_MAX_ATTEMPTS]:
         _push(ht, hk, hp, hn, S, t + PF[_F_RETRY], _PRIO_EVENT, _RETRY, c)
     else:
         _call_ended(
@@ -509,9 +532,9 @@ def _kernel(
         if P[_P_REFRESH_ON]:
             _push(ht, hk, hp, hn, S, PF[_F_REFRESH], _PRIO_REFRESH, _REFRESH, 1)
     rows, calls, attempts, boxes, heap = (
-        RI.shape[1],
-        CI.shape[1],
-        AI.shape[1],
+        RI[0].shape[0],
+        CI[0].shape[0],
+        AI[_A_SHARD].shape[0],
         BXF.shape[0],
         ht.shape[1],
     )
@@ -538,14 +561,14 @@ def _kernel(
                 CI, CF, AI, AF, crash, ht, hk, hp, hn,
             )  # fmt: skip
         elif kind in (_DONE, _CRASH):
-            if AI[_A_STATE, ref] != _A_SERVICE:
+            if AI[_A_STATE][ref] != _A_SERVICE:
                 continue
             _end_attempt(
                 ref, t, _COMPLETED if kind == _DONE else _CRASHED, P, PF, S, slot_k, lengths,
                 turns_buf, SH, SHF, BX, BXF, RI, RF, CI, CF, AI, AF, crash, ht, hk, hp, hn,
             )  # fmt: skip
         elif kind == _TIMEOUT:
-            if AI[_A_STATE, ref] == _A_ENDED:
+            if AI[_A_STATE][ref] == _A_ENDED:
                 continue
             _end_attempt(
                 ref, t, _TIMED_OUT, P, PF, S, slot_k, lengths, turns_buf, SH, SHF, BX, BXF, RI,
@@ -589,6 +612,8 @@ def _kernel(
 
 _HELPERS = (
     "_push",
+    "_segment",
+    "_call_of",
     "_load",
     "_touch",
     "_admit",
@@ -607,6 +632,8 @@ _HELPERS = (
 #: keeps the compile time near 13 s of CPU (inlining all of them triples it).
 _INLINE = (
     "_push",
+    "_segment",
+    "_call_of",
     "_load",
     "_touch",
     "_segment_end",
@@ -671,33 +698,121 @@ def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
     return out
 
 
+#: Names (the reference engine's) of the integer columns, in the order of their indices.
+_RI_NAMES = ("r_slot", "r_k", "r_calls", "r_issued", "r_version", "r_step", "r_rank", "r_status")
+_CI_NAMES = ("c_rollout", "c_index", "c_attempts", "c_status")
+_AI_NAMES = (
+    "a_call", "a_number", "a_redirects", "a_shard", "a_outcome", "a_box", "a_state", "a_next",
+    "a_cold",
+)  # fmt: skip
+#: What stands for a column the kernel does not use (see :class:`CompiledRun`).
+_PLACEHOLDER = np.zeros(1, dtype=np.float64)
+_PLACEHOLDER_I = np.zeros(1, dtype=np.int8)
+_PLACEHOLDER_CALL = np.zeros(1, dtype=np.int32)  # attempt a is call a
+#: With one attempt per call: every attempt is number 1 and completes, every call completes after
+#: one attempt (placeholders of the columns' own types, whatever those are).
+_ONE_VALUES = {"a_number": 1, "a_outcome": _COMPLETED, "c_attempts": 1, "c_status": _COMPLETED}
+_PLACEHOLDER_ONE: dict[str, NDArray[Any]] = {}
+
+
+def _placeholders(dtypes: dict[str, Any]) -> None:
+    """The placeholders of :data:`_ONE_VALUES`, one per column type (the kernel's types must not
+    change between runs with the same column types, so they are made once per type)."""
+    for name in _ONE_VALUES:
+        key = f"{name}:{np.dtype(dtypes[name]).name}"
+        if key not in _PLACEHOLDERS_BY_TYPE:
+            _PLACEHOLDERS_BY_TYPE[key] = np.zeros(1, dtype=dtypes[name])
+        _PLACEHOLDER_ONE[name] = _PLACEHOLDERS_BY_TYPE[key]
+
+
+_PLACEHOLDERS_BY_TYPE: dict[str, NDArray[Any]] = {}
+
+
+def _attempt_floats(
+    CF: tuple[NDArray[Any], ...],
+    admit: NDArray[np.float64],
+    own: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]] | None,
+) -> tuple[NDArray[np.float64], ...]:
+    """The attempt float columns: arrival is routing (the same array; routing and redirects are
+    instantaneous); ``own`` is (route, depart, recovery), or None when every call takes one
+    attempt: then attempt ``a`` is call ``a`` and routes and departs when it is issued and ends."""
+    if own is None:
+        return (CF[_C_ISSUE], CF[_C_ISSUE], admit, CF[_C_END], _PLACEHOLDER)
+    route, depart, recovery = own
+    return (route, route, admit, depart, recovery)
+
+
+def _grown_columns(cols: tuple[NDArray[Any], ...], size: int) -> tuple[NDArray[Any], ...]:
+    """Each column grown to ``size`` (its first values kept); placeholders stay."""
+    return tuple(x if _is_placeholder(x) else _grown(x, size) for x in cols)
+
+
+def _trimmed(cols: tuple[NDArray[Any], ...], n: int) -> tuple[NDArray[Any], ...]:
+    return tuple(x if _is_placeholder(x) else x[:n] for x in cols)
+
+
+def _is_placeholder(x: NDArray[Any]) -> bool:
+    keep = (_PLACEHOLDER, _PLACEHOLDER_I, _PLACEHOLDER_CALL, *_PLACEHOLDERS_BY_TYPE.values())
+    return any(x is k for k in keep)
+
+
+def _more_rows(size: int, used: int, scale: float, what: str) -> int:
+    """The next room for a trace: 1.5 times, or the whole run extrapolated from the part done."""
+    new = max(int(size * 1.5), int(used * scale)) + _ROOM
+    if used + _ROOM > MAX_TRACE_ROWS:
+        raise invalid(
+            "the run",
+            f"keep each trace to at most {MAX_TRACE_ROWS} rows (int32 ids)",
+            used,
+            f"it needed more {what}; run fewer steps, or several runs with other seeds.",
+        )
+    return min(new, MAX_TRACE_ROWS)
+
+
 def _first_sizes(cfg: AgentConfig) -> tuple[int, int, int, int, int, int]:
     """First room for rollouts, calls, attempts, containers and heap entries, and the draws of each
-    stream to take ahead, with margins (the kernel asks for more when they do not suffice)."""
-    mean_turns = float(cfg.turns.mean()) if _is_frozen_law(cfg.turns) else float(cfg.turns)
-    rows = int(cfg.steps * cfg.batch * 1.05) + cfg.slots + 64
-    n_calls = int(rows * mean_turns * 1.02) + 64
-    n_att = int(n_calls * 1.05) + 64
+    stream to take ahead (the kernel asks for more when they do not suffice).
+
+    When every call takes one attempt (no crashes, no timeout), nothing is dropped (no ``eta``) and
+    ``turns`` is a constant, the room is exact: the slots launch once each at 0 and once more per
+    finished rollout until the last trained one, so at most ``steps · B + slots`` rollouts, ``turns``
+    calls each, one attempt per call. Otherwise it is an estimate with margins."""
+    one = cfg.crash_rate == 0.0 and cfg.timeout is None
+    if one and cfg.eta is None and not _is_frozen_law(cfg.turns):
+        rows = cfg.steps * cfg.batch + cfg.slots + _ROOM
+        n_calls = rows * int(cfg.turns) + _ROOM
+        n_att = n_calls
+    else:
+        mean_turns = float(cfg.turns.mean()) if _is_frozen_law(cfg.turns) else float(cfg.turns)
+        rows = int(cfg.steps * cfg.batch * 1.05) + cfg.slots + 64
+        n_calls = int(rows * mean_turns * 1.02) + 64
+        n_att = int(n_calls * 1.05) + 64
     first = max(cfg.slots, min(rows, 1 << 16))  # every slot launches at 0
     return rows, n_calls, n_att, 4 * cfg.slots + 64, 4 * cfg.slots + 64, first
 
 
 class CompiledRun(NamedTuple):
     """The columns of one compiled run, as the reference engine leaves them, trimmed to what was
-    used (row names: the ``_R_``, ``_C_``, ``_A_`` and ``_S_`` indices of this module)."""
+    used (column names: the ``_R_``, ``_C_``, ``_A_`` and ``_S_`` indices of this module). Columns
+    the configuration makes constant are length-1 placeholders the kernel never touches: a constant
+    service time (``CF[_C_SERVICE]``), the recovery cost when every call takes one attempt
+    (``AF[_A_RECOVERY]``, 0) and the re-executed service without ``recovery='reexecute'``. The
+    arrival time is the routing time (the same array); with one attempt per call the attempt ids
+    are the call ids and its routing and departure times are the call's issue and end times (the
+    same arrays)."""
 
-    RI: NDArray[np.int64]
-    """Rollout integer rows."""
-    RF: NDArray[np.float64]
-    """Rollout float rows."""
-    CI: NDArray[np.int64]
-    """Call integer rows."""
-    CF: NDArray[np.float64]
-    """Call float rows."""
-    AI: NDArray[np.int64]
-    """Attempt integer rows."""
-    AF: NDArray[np.float64]
-    """Attempt float rows."""
+    RI: tuple[NDArray[Any], ...]
+    """Rollout integer columns."""
+    RF: tuple[NDArray[Any], ...]
+    """Rollout float columns."""
+    CI: tuple[NDArray[Any], ...]
+    """Call integer columns."""
+    CF: tuple[NDArray[Any], ...]
+    """Call float columns."""
+    AI: tuple[NDArray[Any], ...]
+    """Attempt integer columns."""
+    AF: tuple[NDArray[Any], ...]
+    """Attempt float columns."""
     SH: NDArray[np.int64]
     """Shard integer rows."""
     SHF: NDArray[np.float64]
@@ -720,6 +835,7 @@ def run_agent_compiled(
     turns_law = _is_frozen_law(cfg.turns)
     svc_law = _is_frozen_law(cfg.tool_latency)
     crash_on = cfg.crash_rate > 0.0
+    one = not crash_on and cfg.timeout is None  # every call takes exactly one attempt
     steps_chunk = max(1, cfg.steps // 64) if progress is not None else cfg.steps + 2
     P = np.array(
         [
@@ -742,6 +858,7 @@ def run_agent_compiled(
             svc_law,
             crash_on,
             steps_chunk,
+            one,
         ],
         dtype=np.int64,
     )
@@ -784,12 +901,30 @@ def run_agent_compiled(
     BXF = np.empty(n_box, dtype=np.float64)
     rows = max(rows, n_slots + _ROOM)  # the first launches happen before any check
     heap = max(heap, n_slots + _HEAP_ROOM)
-    RI = np.empty((8, rows), dtype=np.int64)
-    RF = np.empty((7, rows), dtype=np.float64)
-    CI = np.empty((4, n_calls), dtype=np.int64)
-    CF = np.empty((4, n_calls), dtype=np.float64)
-    AI = np.empty((9, n_att), dtype=np.int64)
-    AF = np.empty((5, n_att), dtype=np.float64)
+    if one:
+        n_att = n_calls = max(n_att, n_calls)
+    dtypes = _int_dtypes(cfg)
+    _placeholders(dtypes)
+    reexec = bool(cfg.recovery == "reexecute")
+    RI = tuple(np.empty(rows, dtype=dtypes[name]) for name in _RI_NAMES)
+    RF = tuple(np.empty(rows) if j != _R_DONE_SVC or reexec else _PLACEHOLDER for j in range(6))
+    CI = tuple(
+        _PLACEHOLDER_ONE[name]
+        if one and name in _PLACEHOLDER_ONE
+        else np.empty(n_calls, dtype=dtypes[name])
+        for name in _CI_NAMES
+    )
+    CF = tuple(np.empty(n_calls) if j != _C_SERVICE or svc_law else _PLACEHOLDER for j in range(4))
+    AI = tuple(
+        _PLACEHOLDER_CALL
+        if one and name == "a_call"
+        else _PLACEHOLDER_ONE[name]
+        if one and name in _PLACEHOLDER_ONE
+        else np.empty(n_att, dtype=dtypes[name])
+        for name in _AI_NAMES
+    )
+    own = None if one else (np.empty(n_att), np.empty(n_att), np.empty(n_att))
+    AF = _attempt_floats(CF, np.empty(n_att), own)
     ht = np.empty((1, heap), dtype=np.float64)
     hk = np.empty((1, heap), dtype=np.int64)
     hp = np.empty((1, heap), dtype=np.int64)
@@ -816,14 +951,22 @@ def run_agent_compiled(
             done = max(int(S[_TRAINED_N]), 1)
             scale = target / done * 1.05  # the whole run, extrapolated from the part done
             if rows - S[_NR] < _ROOM:
-                rows = max(int(rows * 1.5), int(S[_NR] * scale)) + _ROOM
-                RI, RF = _grown(RI, rows), _grown(RF, rows)
-            if n_calls - S[_NC] < _ROOM:
-                n_calls = max(int(n_calls * 1.5), int(S[_NC] * scale)) + _ROOM
-                CI, CF = _grown(CI, n_calls), _grown(CF, n_calls)
-            if n_att - S[_NA] < _ROOM:
-                n_att = max(int(n_att * 1.5), int(S[_NA] * scale)) + _ROOM
-                AI, AF = _grown(AI, n_att), _grown(AF, n_att)
+                rows = _more_rows(rows, int(S[_NR]), scale, "rollouts")
+                RI, RF = _grown_columns(RI, rows), _grown_columns(RF, rows)
+            if n_calls - S[_NC] < _ROOM or (one and n_att - S[_NA] < _ROOM):
+                n_calls = _more_rows(n_calls, int(S[_NC]), scale, "tool calls")
+                CI, CF = _grown_columns(CI, n_calls), _grown_columns(CF, n_calls)
+                if one:  # the attempts are the calls
+                    n_att = n_calls
+                    AI = _grown_columns(AI, n_att)
+                    AF = _attempt_floats(CF, _grown(AF[_A_ADMIT], n_att), None)
+            if not one and n_att - S[_NA] < _ROOM:
+                n_att = _more_rows(n_att, int(S[_NA]), scale, "attempts")
+                AI = _grown_columns(AI, n_att)
+                route, admit, depart, recovery = (
+                    _grown(AF[j], n_att) for j in (_A_ROUTE, _A_ADMIT, _A_DEPART, _A_RECOVERY)
+                )
+                AF = _attempt_floats(CF, admit, (route, depart, recovery))
             if n_box - S[_NBOX] < _ROOM:
                 n_box = 2 * n_box + _ROOM
                 BX, BXF = _grown(BX, n_box), _grown(BXF, n_box)
@@ -850,13 +993,16 @@ def run_agent_compiled(
             continue
         _raise(err, cfg, S, lengths)
     n_r, n_c, n_a = int(S[_NR]), int(S[_NC]), int(S[_NA])
+    del ht, hk, hp  # the heap and the attempts' bookkeeping are not results
+    scratch = (_A_BOX, _A_STATE, _A_NEXT)
+    AI = tuple(_PLACEHOLDER_I if j in scratch else x for j, x in enumerate(AI))
     return CompiledRun(
-        RI=RI[:, :n_r],
-        RF=RF[:, :n_r],
-        CI=CI[:, :n_c],
-        CF=CF[:, :n_c],
-        AI=AI[:, :n_a],
-        AF=AF[:, :n_a],
+        RI=_trimmed(RI, n_r),
+        RF=_trimmed(RF, n_r),
+        CI=_trimmed(CI, n_c),
+        CF=_trimmed(CF, n_c),
+        AI=_trimmed(AI, n_a),
+        AF=_trimmed(AF, n_a),
         SH=SH,
         SHF=SHF,
         end_time=float(SF[_END_TIME]),
@@ -882,7 +1028,8 @@ def _raise(err: int, cfg: AgentConfig, S: NDArray[np.int64], lengths: NDArray[An
         )
     if err == _BAD_TURNS:
         raise InvalidArgument(
-            f"turns must draw counts >= 0; got {slot}. Pass a law on {{0, 1, ...}}."
+            f"turns must draw counts in [0, {MAX_TURNS}]; got {slot}. Pass a law on "
+            f"{{0, 1, ..., {MAX_TURNS}}}."
         )
     if err == _TOO_MANY_ABORTS:
         raise InvalidArgument(

@@ -345,3 +345,58 @@ class AgentConfig:
         if self.eta is not None:
             put(self, "eta", as_int(self.eta, name="eta", minimum=0, meaning="staleness bound"))
         put(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
+
+
+#: Largest row count of one trace: ids and ranks are stored as int32.
+MAX_TRACE_ROWS: int = 2**31 - 1
+#: Most tool calls a ``turns`` law may draw for one rollout (its counts are stored as int16).
+MAX_TURNS: int = 2**15 - 1
+
+
+def _fit(
+    bound: int, narrowest: type[np.signedinteger[Any]] = np.int8
+) -> type[np.signedinteger[Any]]:
+    """The narrowest signed integer type, from ``narrowest`` on, holding every value in
+    ``[-1, bound]``. (Each combination of types is one compilation of the compiled engine: columns
+    whose bounds vary in practice start at int16, so that one type serves nearly every run.)"""
+    kinds = (np.int8, np.int16, np.int32)
+    for kind in kinds[kinds.index(narrowest) :]:
+        if bound <= np.iinfo(kind).max:
+            return kind
+    return np.int64
+
+
+def _int_dtypes(cfg: AgentConfig) -> dict[str, type[np.signedinteger[Any]]]:
+    """The integer type of each integer column (the reference engine's names), from bounds the
+    configuration proves: ids, ranks and launch indices below :data:`MAX_TRACE_ROWS`, slots below
+    ``slots``, versions and steps at most ``steps``, calls per rollout at most a constant ``turns``
+    (at most :data:`MAX_TURNS` for a law, which both engines check), attempts at most ``max_attempts``, redirects at most ``max_redirects``,
+    shards below ``shards`` and codes in ``[-1, 4]``."""
+    ids = np.int32
+    turns = np.int16 if _is_frozen_law(cfg.turns) else _fit(int(cfg.turns), np.int16)
+    attempts = _fit(cfg.max_attempts)
+    redirects = cfg.shards - 1 if cfg.max_redirects is None else cfg.max_redirects
+    code = np.int8
+    return {
+        "r_slot": _fit(cfg.slots, np.int16),
+        "r_k": ids,
+        "r_calls": turns,
+        "r_issued": turns,
+        "r_version": _fit(cfg.steps, np.int16),
+        "r_step": _fit(cfg.steps, np.int16),
+        "r_rank": ids,
+        "r_status": code,
+        "c_rollout": ids,
+        "c_index": turns,
+        "c_attempts": attempts,
+        "c_status": code,
+        "a_call": ids,
+        "a_number": attempts,
+        "a_redirects": _fit(min(redirects, cfg.shards)),
+        "a_shard": _fit(cfg.shards),
+        "a_outcome": code,
+        "a_box": ids,
+        "a_state": code,
+        "a_next": ids,
+        "a_cold": code,
+    }

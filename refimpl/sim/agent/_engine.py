@@ -42,6 +42,7 @@ from refimpl.sim.agent._config import (
     _TIMEOUT,
     _TRAINED,
     _UNTRAINED,
+    MAX_TURNS,
     AgentConfig,
     _is_frozen_law,
     _Stream,
@@ -133,9 +134,10 @@ class _Engine(_ToolCalls):
                     f"{slot}. Pass a law supported on (0, inf)."
                 )
         turns = int(self.turns_stream.draw())
-        if turns < 0:
+        if not 0 <= turns <= MAX_TURNS:
             raise InvalidArgument(
-                f"turns must draw counts >= 0; got {turns}. Pass a law on {{0, 1, ...}}."
+                f"turns must draw counts in [0, {MAX_TURNS}]; got {turns}. Pass a law on "
+                f"{{0, 1, ..., {MAX_TURNS}}}."
             )
         r = len(self.r_slot)
         self.r_slot.append(slot)
@@ -358,7 +360,7 @@ def simulate_agent(
         )
     if engine == "compiled" or (engine == "auto" and _compiled.AVAILABLE):
         run = _compiled.run_agent_compiled(config, progress=progress)
-        return assemble(config, compiled_columns(run), run.end_time, run.drain)
+        return assemble(config, compiled_columns(run, config), run.end_time, run.drain)
     eng = _Engine(config)
     eng.progress = progress
     drain = eng.run()

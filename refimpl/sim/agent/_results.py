@@ -22,6 +22,8 @@ from refimpl.sim.agent._config import (
     CALL_STATUSES,
     ROLLOUT_STATUSES,
     AgentConfig,
+    _int_dtypes,
+    _is_frozen_law,
 )
 from refimpl.staleness import sample_staleness
 
@@ -31,11 +33,15 @@ from refimpl.staleness import sample_staleness
 
 
 class RolloutTrace(NamedTuple):
-    """Per-rollout columns, in launch order (index = rollout id)."""
+    """Per-rollout columns, in launch order (index = rollout id).
 
-    slot: NDArray[np.int64]
+    Integer columns have the narrowest type the configuration's bounds allow (ids and ranks int32,
+    slots, versions, steps, staleness, call counts and turns int16 while they fit, codes,
+    attempt numbers, redirects and shards int8 while they fit); every column is read-only."""
+
+    slot: NDArray[np.signedinteger[Any]]
     """Generation slot that ran the rollout."""
-    launch_index: NDArray[np.int64]
+    launch_index: NDArray[np.signedinteger[Any]]
     """k: the rollout is slot ``slot``'s k-th launch (column ``k`` of an ``N × K`` length matrix)."""
     launch_time: NDArray[np.float64]
     """When the slot launched it."""
@@ -43,18 +49,18 @@ class RolloutTrace(NamedTuple):
     """When it finished (or was aborted); every rollout finishes, the run drains."""
     length: NDArray[np.float64]
     """Decoded tokens (all segments)."""
-    calls: NDArray[np.int64]
+    calls: NDArray[np.signedinteger[Any]]
     """Tool calls it planned (``turns`` drawn at launch)."""
-    version: NDArray[np.int64]
+    version: NDArray[np.signedinteger[Any]]
     """Policy version at launch (tie rule: a launch at a publication sees the old one)."""
-    trained_step: NDArray[np.int64]
+    trained_step: NDArray[np.signedinteger[Any]]
     """Trainer step that consumed the rollout (trained, or dropped over ``eta``), else ``-1``."""
-    staleness: NDArray[np.int64]
+    staleness: NDArray[np.signedinteger[Any]]
     """``trained_step − version`` (``refimpl.sample_staleness``), ``-1`` if never consumed."""
-    completion_rank: NDArray[np.int64]
+    completion_rank: NDArray[np.signedinteger[Any]]
     """Completion rank (0-based, over every finished rollout; without ``eta`` a trained rollout's
     rank is its position in training order), ``-1`` for an aborted rollout."""
-    status: NDArray[np.int64]
+    status: NDArray[np.signedinteger[Any]]
     """Index into :data:`ROLLOUT_STATUSES`."""
     tool_time: NDArray[np.float64]
     """Time from issuing its calls to their results (waiting and execution)."""
@@ -63,11 +69,12 @@ class RolloutTrace(NamedTuple):
 
 
 class CallTrace(NamedTuple):
-    """Per-call columns, in issue order (index = call id)."""
+    """Per-call columns, in issue order (index = call id); integer types as in
+    :class:`RolloutTrace`. A constant service time is a read-only broadcast of its value."""
 
-    rollout: NDArray[np.int64]
+    rollout: NDArray[np.signedinteger[Any]]
     """Rollout id that issued the call."""
-    turn: NDArray[np.int64]
+    turn: NDArray[np.signedinteger[Any]]
     """0 for the rollout's first call, 1 for its second, ..."""
     issue_time: NDArray[np.float64]
     """When the call was issued (its decode segment ended)."""
@@ -75,24 +82,27 @@ class CallTrace(NamedTuple):
     """When it completed or was reported failed."""
     service: NDArray[np.float64]
     """Its service time, drawn once (the same work on every attempt)."""
-    attempts: NDArray[np.int64]
+    attempts: NDArray[np.signedinteger[Any]]
     """Attempts it took (``<= max_attempts``)."""
-    status: NDArray[np.int64]
+    status: NDArray[np.signedinteger[Any]]
     """Index into :data:`CALL_STATUSES`."""
     exec_time: NDArray[np.float64]
     """Time its attempts spent inside containers."""
 
 
 class AttemptTrace(NamedTuple):
-    """Per-attempt columns, in routing order (index = attempt id)."""
+    """Per-attempt columns, in routing order (index = attempt id); integer types as in
+    :class:`RolloutTrace`. ``arrive_time`` is ``route_time`` (the same array); when no attempt can
+    fail (no crashes, no timeout) the recovery cost (0), the number (1) and the outcome (completed)
+    are read-only broadcasts, as are the calls' attempts (1) and statuses (completed)."""
 
-    call: NDArray[np.int64]
+    call: NDArray[np.signedinteger[Any]]
     """Call id of the attempt."""
-    number: NDArray[np.int64]
+    number: NDArray[np.signedinteger[Any]]
     """1 for a call's first attempt, 2 for its first retry, ..."""
-    shard: NDArray[np.int64]
+    shard: NDArray[np.signedinteger[Any]]
     """The shard where the attempt ended (after its redirects)."""
-    redirects: NDArray[np.int64]
+    redirects: NDArray[np.signedinteger[Any]]
     """Times local admission forwarded it to another shard."""
     route_time: NDArray[np.float64]
     """When the router sent it."""
@@ -102,7 +112,7 @@ class AttemptTrace(NamedTuple):
     """Admission into a container, NaN if never admitted (timed out in the queue)."""
     depart_time: NDArray[np.float64]
     """When it left its shard (completed, crashed or timed out)."""
-    outcome: NDArray[np.int64]
+    outcome: NDArray[np.signedinteger[Any]]
     """Index into :data:`ATTEMPT_OUTCOMES`."""
     cold: NDArray[np.bool_]
     """Whether its container started cold."""
@@ -271,17 +281,33 @@ def _summarize(
 ) -> AgentSummary:
     trained = r.status == _TRAINED
     finished = r.status != _ABORTED
-    latency = (r.finish_time - r.launch_time)[finished]
+    every = bool(finished.all())  # no masked copies then (the same values, less memory)
+
+    def kept(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        return x if every else x[finished]
+
+    latency = r.finish_time - r.launch_time
+    if not every:
+        latency = latency[finished]
     total = float(latency.sum())
-    tool = float(r.tool_time[finished].sum())
-    exec_ = float(r.tool_exec_time[finished].sum())
-    p50, p99 = (float(x) for x in np.percentile(latency, [50, 99]))
-    admitted = ~np.isnan(a.admit_time)
-    waits = np.where(admitted, a.admit_time, a.depart_time) - a.arrive_time
+    tool = float(kept(r.tool_time).sum())
+    exec_ = float(kept(r.tool_exec_time).sum())
+    p50, p99 = (float(x) for x in np.percentile(latency, [50, 99], overwrite_input=True))
+    del latency
+    never = np.isnan(a.admit_time)
+    if never.any():
+        waits = np.where(never, a.depart_time, a.admit_time)
+        np.subtract(waits, a.arrive_time, out=waits)
+    else:
+        waits = a.admit_time - a.arrive_time
+    del never
+    wait_mean = float(waits.mean()) if waits.size else 0.0
+    del waits
     stale = r.staleness[trained]
     hist = tuple(int(x) for x in np.bincount(stale))
     launched_mean = float(r.length.mean())
-    trained_mean = float(r.length[trained].mean())
+    trained_lengths = r.length[trained]
+    trained_mean = float(trained_lengths.mean())
     util = math.nan
     if cfg.capacity is not None and drain > 0.0:
         util = float(sh.busy_area.sum()) / (cfg.capacity * cfg.shards * drain)
@@ -308,7 +334,7 @@ def _summarize(
         crashes=int(sh.crashed.sum()),
         timeouts=int(sh.timed_out.sum()),
         cold_starts=int(sh.cold_starts.sum()),
-        queue_wait_mean=float(waits.mean()) if waits.size else 0.0,
+        queue_wait_mean=wait_mean,
         utilisation=util,
         staleness_mean=float(stale.mean()),
         staleness_hist=hist,
@@ -316,7 +342,7 @@ def _summarize(
         trained_length_mean=trained_mean,
         length_ratio=trained_mean / launched_mean,
         length_bias=trained_mean / launched_mean - 1.0,
-        length_ks=_kolmogorov_distance(r.length[trained], r.length),
+        length_ks=_kolmogorov_distance(trained_lengths, r.length, subset=True),
     )
 
 
@@ -367,22 +393,42 @@ _COMPILED_ROWS: dict[str, tuple[str, int]] = {
 }
 
 
-def compiled_columns(run: _c.CompiledRun) -> Callable[[str], Any]:
-    """The columns of a compiled run by the reference engine's attribute names."""
+def compiled_columns(run: _c.CompiledRun, config: AgentConfig) -> Callable[[str], Any]:
+    """The columns of a compiled run by the reference engine's attribute names; a column the
+    configuration makes constant (a constant service time; no recovery cost when every call takes
+    one attempt) is that constant, as a read-only broadcast of one value."""
+    constant = {"c_service": float(config.tool_latency) if not _is_frozen_law(config.tool_latency)
+                else 0.0, "a_recovery": 0.0}  # fmt: skip
+    sizes = {"c": run.CI[0].size, "a": run.AI[_c._A_SHARD].size}
 
     def column(name: str) -> Any:
         where, row = _COMPILED_ROWS[name]
-        return getattr(run, where)[row]
+        out = getattr(run, where)[row]
+        if out is _c._PLACEHOLDER_CALL:  # every call took one attempt: attempt a is call a
+            return np.arange(sizes["a"], dtype=np.int32)
+        if name in _c._ONE_VALUES and any(out is x for x in _c._PLACEHOLDERS_BY_TYPE.values()):
+            return np.broadcast_to(out.dtype.type(_c._ONE_VALUES[name]), (sizes[name[0]],))
+        if out is _c._PLACEHOLDER:
+            return np.broadcast_to(np.float64(constant[name]), (sizes[name[0]],))
+        return out
 
     return column
 
 
 def _column(values: Any, dtype: type) -> NDArray[Any]:
-    """A read-only array of ``values`` (a list of the reference engine, or a row of the compiled
-    one's arrays, which is used as it is when it has the dtype already)."""
+    """A read-only array of ``values`` (a list of the reference engine, or a column of the compiled
+    one's, which is used as it is when it has the dtype already; 0/1 bytes are viewed as bool)."""
+    if dtype is np.bool_ and isinstance(values, np.ndarray) and values.dtype == np.int8:
+        values = values.view(np.bool_)
     out: NDArray[Any] = np.asarray(values, dtype=dtype)
-    out.flags.writeable = False
+    if out.flags.writeable:
+        out.flags.writeable = False
     return out
+
+
+#: Rollouts handed to :func:`refimpl.sample_staleness` at once (it works in float64: chunks keep
+#: its temporaries small at 10^7 rollouts).
+_CHUNK = 1 << 18
 
 
 def assemble(
@@ -391,8 +437,10 @@ def assemble(
     """The traces, shard statistics and summary of a run from its engine's columns (``column(name)``:
     the reference engine's attribute ``name``, a list, or the compiled engine's row of that name)."""
 
-    def i64(name: str) -> NDArray[np.int64]:
-        return _column(column(name), np.int64)
+    dtypes = _int_dtypes(config)
+
+    def i64(name: str) -> NDArray[np.signedinteger[Any]]:
+        return _column(column(name), dtypes.get(name, np.int64))
 
     def f64(name: str) -> NDArray[np.float64]:
         return _column(column(name), np.float64)
@@ -400,11 +448,12 @@ def assemble(
     status, step, version = i64("r_status"), i64("r_step"), i64("r_version")
     # staleness from refimpl.staleness (conventions §staleness): s = j − min_t v_t, one launch
     # version per rollout
-    staleness = np.full(status.size, -1, dtype=np.int64)
-    consumed = (status == _TRAINED) | (status == _DROPPED)
-    staleness[consumed] = sample_staleness(step[consumed], version[consumed]).sample.astype(
-        np.int64
-    )
+    staleness = np.full(status.size, -1, dtype=dtypes["r_step"])
+    for lo in range(0, status.size, _CHUNK):
+        part = slice(lo, lo + _CHUNK)
+        consumed = np.flatnonzero((status[part] == _TRAINED) | (status[part] == _DROPPED)) + lo
+        sample = sample_staleness(step[consumed], version[consumed]).sample
+        staleness[consumed] = sample.astype(staleness.dtype)
     staleness.flags.writeable = False
     rollouts = RolloutTrace(
         slot=i64("r_slot"),
@@ -468,13 +517,28 @@ def assemble(
     return AgentResult(config, summary, rollouts, calls, attempts, shards)
 
 
-def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
-    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point)."""
-    xs, ys = np.sort(x), np.sort(y)
-    grid = np.concatenate([xs, ys])
-    fx = np.searchsorted(xs, grid, side="right") / xs.size
-    fy = np.searchsorted(ys, grid, side="right") / ys.size
-    return float(np.max(np.abs(fx - fy)))
+def _kolmogorov_distance(
+    x: NDArray[np.float64], y: NDArray[np.float64], *, subset: bool = False
+) -> float:
+    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point: both are step
+    functions that jump only there). With ``subset`` (every value of ``x`` is a value of ``y``, as
+    the trained lengths are launched ones) the points of ``y`` are all the points. ``x`` is sorted in
+    place when it is writable (a copy the caller does not need in its order)."""
+    if x.flags.writeable:
+        x.sort()
+        xs = x
+    else:
+        xs = np.sort(x)
+    ys = np.sort(y)
+    best = 0.0
+    # the grid, in chunks: small temporaries at 10^7 rollouts
+    for sample in (ys,) if subset else (xs, ys):
+        for lo in range(0, sample.size, _CHUNK):
+            grid = sample[lo : lo + _CHUNK]
+            fx = np.searchsorted(xs, grid, side="right") / xs.size
+            fy = np.searchsorted(ys, grid, side="right") / ys.size
+            best = max(best, float(np.max(np.abs(fx - fy))))
+    return best
 
 
 # ---------------------------------------------------------------------------------------------
