@@ -28,7 +28,38 @@ The tests run for a module are ``tests/test_<name>.py`` and the other test modul
 by name (``--tests`` overrides), plus the module's own doctests. Given a package (a directory), the
 tool draws its sample from the sites of all its modules together (``--exclude`` leaves modules out
 by glob, e.g. ``--exclude 'refimpl/lab/plots*'``), and runs for each mutant the tests of the module
-it mutates; the tests of each module are first run once unmutated.
+it mutates (with the doctests of every sampled module that has the same tests); every such
+command is first run once unmutated (it must pass).
+
+numba's on-disk cache
+---------------------
+Three modules of ``refimpl/sim`` (and one function of ``refimpl/staleness.py``) are compiled with
+``numba.njit(cache=True)``; compiling the two kernels takes minutes on a loaded machine. The copy
+keeps the checkout's numba cache (``__pycache__/*.nbi``, ``*.nbc``; never ``.pyc``), the unmutated
+runs complete it, and that state is kept aside as the *pristine* cache. Before each mutant the
+copy's cache is reset to the pristine one **minus the entries of every module that may hold a
+frozen part of the mutated module** (:func:`dependents`: the module and every module of
+``refimpl/`` that imports it, directly or through others); those recompile from the mutated
+source. After the mutant its source is restored byte for byte and the cache reset again, so no
+mutant sees what another one compiled.
+
+Why this is sound: numba 0.68's cache index of a source file is keyed by the SHA-256 of that file
+alone, so an entry of an unchanged file is served even when what it froze at compile time has
+changed elsewhere: globals read by jitted code (constants imported from other modules) and jitted
+functions it calls or inlines from other modules. Measured: with ``_siftup`` of
+``refimpl/sim/_compiled.py`` mutated (``tp < t`` -> ``tp > t``), ``simulate_agent(...,
+engine='compiled')`` still returned the unmutated digest (the agent kernel, keyed by
+``refimpl/sim/agent/_compiled.py``, came from the cache with the old heap inlined); with that
+module's entries dropped it returned another. Everything a module's compiled code can hold comes
+from modules it imports, transitively, so dropping the entries of that import closure leaves no
+stale code; the price is a recompile of the kernels for a mutant of a module they import
+(``_config``, ``_event``, ``_trace``, ...), which the sample pays only where the tests call them.
+
+``--no-jit`` runs the tests with ``NUMBA_DISABLE_JIT=1`` instead (no cache at all). It was not
+chosen as the default: it is fast (the sim tests take 12 s instead of about 60 s warm) but it is
+not the code that runs: with it, ``tests/test_sim.py::test_cli_tool_turns_switch_to_agent_rollouts``
+fails on the unmutated tree (the agent kernel as plain Python ends with an empty
+``token_versions``), so mutants of the kernels would be scored against other semantics.
 """
 
 from __future__ import annotations
@@ -38,6 +69,7 @@ import ast
 import copy
 import dataclasses
 import fnmatch
+import functools
 import json
 import os
 import random
@@ -187,14 +219,19 @@ def mutants(path: Path) -> list[Mutant]:
     tree = ast.parse(source)
     rel = path.resolve().relative_to(ROOT).as_posix()
     scopes = _scopes(tree)
+    data = source.encode()
+    offsets = [0]  # byte offset of each line's start (ast columns are UTF-8 byte offsets)
+    for line in data.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
     found: list[Mutant] = []
     seen: set[tuple[int, int, int, int, str]] = set()
     for kind, old, new in _sites(tree):
         if getattr(old, "end_lineno", None) is None:
             continue
-        segment = ast.get_source_segment(source, old)
-        if segment is None:
-            continue
+        segment = data[
+            offsets[old.lineno - 1] + old.col_offset : offsets[old.end_lineno - 1]  # type: ignore[attr-defined]
+            + old.end_col_offset  # type: ignore[attr-defined]
+        ].decode()
         text = _unparse(new)
         where = (old.lineno, old.col_offset, old.end_lineno, old.end_col_offset, text)  # type: ignore[attr-defined]
         if where in seen or text == _unparse(old):
@@ -237,14 +274,29 @@ def apply(source: str, mutant: Mutant) -> str:
 
 def default_tests(path: Path) -> list[str]:
     """``tests/test_<name>*.py``, ``tests/test_validation.py`` and every test module that names the
-    module (``refimpl.<name>`` or ``import <name>``)."""
+    module; a module of a package ``refimpl/<pkg>/...`` also gets ``tests/test_<pkg>*.py`` and
+    ``tests/test_validation_<pkg>*.py``.
+
+    A module is named by its dotted path (``refimpl.sim._event``) or by ``from <parent> import
+    <name>``; the short forms ``refimpl.<name>`` and ``import <name>`` count only for a top-level
+    module (else ``refimpl/sim/cli.py`` would get the tests of ``refimpl/cli.py``).
+    """
     name = path.stem.lstrip("_")
-    dotted = path.resolve().relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+    rel = path.resolve().relative_to(ROOT)
+    dotted = rel.with_suffix("").as_posix().replace("/", ".")
+    parent, _, leaf = dotted.rpartition(".")
     found = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob(f"test_{name}*.py")}
     found.add("tests/test_validation.py")
+    names = [f"{dotted} ", f"{dotted}\n", f"{dotted}.", f"from {parent} import {leaf}"]
+    if len(rel.parts) == 2:  # refimpl/<name>.py
+        names += [f"refimpl.{name} ", f"import {name}\n"]
+    else:
+        package = rel.parts[1]
+        for pattern in (f"test_{package}*.py", f"test_validation_{package}*.py"):
+            found |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob(pattern)}
     for test in (ROOT / "tests").glob("test_*.py"):
         text = test.read_text()
-        if any(s in text for s in (dotted, f"refimpl.{name} ", f"import {name}\n")):
+        if any(s in text for s in names):
             found.add(test.relative_to(ROOT).as_posix())
     return sorted(found)
 
@@ -282,8 +334,111 @@ def modules(path: Path, exclude: list[str]) -> list[Path]:
     return found
 
 
+def _imported(path: Path) -> set[Path]:
+    """The modules of the repository that the module at ``path`` names in an import statement
+    (anywhere in it, functions included): ``from P import n`` names ``P/n.py`` (or the package
+    ``P/n``) when ``n`` is a submodule, else ``P``'s ``__init__.py``."""
+
+    def module_file(dotted: str) -> Path | None:
+        base = ROOT.joinpath(*dotted.split("."))
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate.resolve()
+        return None
+
+    package = path.resolve().relative_to(ROOT).with_suffix("").parts[:-1]
+    if path.name == "__init__.py":
+        package = path.resolve().relative_to(ROOT).parts[:-1]
+    found: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package[: len(package) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            targets = []
+            for alias in node.names:
+                sub = f"{base}.{alias.name}" if base else alias.name
+                targets.append(sub if module_file(sub) is not None else base)
+        else:
+            continue
+        for dotted in targets:
+            if dotted and (file := module_file(dotted)) is not None:
+                found.add(file)
+    return found
+
+
+@functools.cache
+def _import_graph() -> dict[Path, frozenset[Path]]:
+    """Every module of ``refimpl/`` and the modules it imports (the unmutated sources)."""
+    return {f.resolve(): frozenset(_imported(f)) for f in sorted((ROOT / "refimpl").rglob("*.py"))}
+
+
+def dependents(path: Path) -> set[Path]:
+    """``path`` and every module of ``refimpl/`` that imports it, directly or through others.
+
+    numba's cache of a module is valid only for that module's source: the compiled code also
+    holds, frozen, every global it reads (constants imported from other modules) and every jitted
+    function it calls or inlines (``refimpl/sim/agent/_compiled.py`` inlines the heap helpers of
+    ``refimpl/sim/_compiled.py``), and none of those are in the cache's key. The modules whose
+    compiled code can hold something of ``path`` are among the ones that import it, transitively.
+    """
+    graph = _import_graph()
+    out = {path.resolve()}
+    grew = True
+    while grew:
+        grew = False
+        for file, imports in graph.items():
+            if file not in out and imports & out:
+                out.add(file)
+                grew = True
+    return out
+
+
+def _numba_files(tree: Path) -> Iterator[Path]:
+    """numba's on-disk cache under ``tree``: ``__pycache__/<stem>.<function>-<line>.py3*.nbi``
+    (the index) and ``....nbc`` (the compiled code)."""
+    for suffix in ("*.nbi", "*.nbc"):
+        yield from tree.rglob(f"__pycache__/{suffix}")
+
+
+def _cache_owner(cache_file: Path) -> Path:
+    """The source file a numba cache file belongs to (the stem before the first dot)."""
+    return cache_file.parent.parent / (cache_file.name.split(".", 1)[0] + ".py")
+
+
+def _copy_numba_cache(src: Path, dst: Path) -> None:
+    """Copy numba's cache files under ``src`` to the same places under ``dst`` (nothing else)."""
+    for file in _numba_files(src):
+        target = dst / file.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(file, target)
+
+
+def _reset_numba_cache(work: Path, pristine: Path, drop: set[Path]) -> int:
+    """Make ``work``'s numba cache exactly ``pristine`` (the cache the unmutated tests left) minus
+    the entries of the modules ``drop`` (repository-relative paths); returns how many were left
+    out."""
+    for file in list(_numba_files(work)):
+        file.unlink()
+    _copy_numba_cache(pristine, work)
+    dropped = 0
+    for file in list(_numba_files(work)):
+        if _cache_owner(file).relative_to(work) in drop:
+            file.unlink()
+            dropped += 1
+    return dropped
+
+
 def run(
-    paths: list[Path], sample: int | None, seed: int, tests: list[str] | None, timeout: float
+    paths: list[Path],
+    sample: int | None,
+    seed: int,
+    tests: list[str] | None,
+    timeout: float,
+    no_jit: bool = False,
 ) -> list[Outcome]:
     """Mutate a seeded sample of the sites of ``paths`` (all of them when ``sample`` is None) and
     run, for each, ``tests`` or the default tests of the module it mutates."""
@@ -297,52 +452,83 @@ def run(
     )
     known = _equivalents()
     outcomes: list[Outcome] = []
-    checked: set[tuple[str, ...]] = set()  # commands whose unmutated run passed
+
+    # Each module's command is fixed before anything runs (a test file added to the checkout
+    # meanwhile is not in the copy: naming it would fail every mutant's run, a false kill). The
+    # sampled modules that share a list of test files share one command, their doctests included:
+    # its unmutated run is then exactly the run each of their mutants is scored by.
+    by_tests: dict[tuple[str, ...], list[str]] = {}
+    for m in chosen:
+        group = by_tests.setdefault(tuple(tests or default_tests(ROOT / m.module)), [])
+        if m.module not in group:
+            group.append(m.module)
+    commands = {
+        module: [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                 "-p", "no:randomly", *group, *test_files]
+        for test_files, group in by_tests.items() for module in group
+    }  # fmt: skip
+
+    def command(rel: str) -> list[str]:
+        return commands[rel]
+
     with tempfile.TemporaryDirectory(prefix="refimpl-mutate-") as tmp:
         work = Path(tmp) / "repo"
+        pristine = Path(tmp) / "numba-cache"
         ignore = shutil.ignore_patterns(
             ".git", ".venv", "_build", "__pycache__", ".hypothesis", "lab-report"
         )
         shutil.copytree(ROOT, work, ignore=ignore)
+        if not no_jit:  # numba's cache of the checkout: valid where a module's source is the same
+            _copy_numba_cache(ROOT, work)  # (its key is the source's hash), else recompiled
         env = {**os.environ, "PYTHONPATH": str(work), "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("NUMBA_CACHE_DIR", None)  # the cache stays beside the copy's sources
+        if no_jit:
+            env["NUMBA_DISABLE_JIT"] = "1"
+        # Every test command runs once unmutated first: a failing test would count as a kill, and
+        # the cache it leaves (each kernel the tests compile) is the one every mutant starts from.
+        for cmd in dict.fromkeys(tuple(command(m.module)) for m in chosen if m.key not in known):
+            start = time.monotonic()
+            baseline = subprocess.run(
+                cmd, cwd=work, env=env, capture_output=True, timeout=timeout, check=False
+            )
+            if baseline.returncode != 0:
+                tail = baseline.stdout.decode(errors="replace")[-3000:]
+                raise SystemExit(f"the tests fail on the unmutated tree; fix them first:\n"
+                                 f"{' '.join(cmd[3:])}\n{tail}")  # fmt: skip
+            print(f"[baseline] {time.monotonic() - start:5.1f} s  {' '.join(cmd[9:])}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        _copy_numba_cache(work, pristine)
         for number, mutant in enumerate(chosen, start=1):
             if mutant.key in known:
                 outcomes.append(Outcome(mutant, "equivalent", 0.0, known[mutant.key]))
                 continue
             rel = mutant.module
-            command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                       "-p", "no:randomly", rel,
-                       *(tests or default_tests(ROOT / rel))]  # fmt: skip
-            if tuple(command) not in checked:  # else a failing test would count as a kill
-                baseline = subprocess.run(
-                    command, cwd=work, env=env, capture_output=True, timeout=timeout, check=False
-                )
-                if baseline.returncode != 0:
-                    tail = baseline.stdout.decode(errors="replace")[-3000:]
-                    raise SystemExit(
-                        f"the tests of {rel} fail on the unmutated tree; fix them first:\n{tail}"
-                    )
-                checked.add(tuple(command))
-            original = (work / rel).read_text()
-            (work / rel).write_text(apply(original, mutant))
+            # The mutated module's compiled code and that of every module that may hold a frozen
+            # part of it are dropped: they recompile from the mutated source, never come stale.
+            drop = {p.relative_to(ROOT) for p in dependents(ROOT / rel)}
+            dropped = _reset_numba_cache(work, pristine, drop)
+            source = work / rel
+            original, stat = source.read_text(), source.stat()
+            source.write_text(apply(original, mutant))
             start = time.monotonic()
             try:
                 done = subprocess.run(
-                    command, cwd=work, env=env, capture_output=True, timeout=timeout, check=False
-                )
+                    command(rel), cwd=work, env=env, capture_output=True, timeout=timeout,
+                    check=False,
+                )  # fmt: skip
+                # 1: a test failed; anything else (collection or usage error): still a kill
                 status = "survived" if done.returncode == 0 else "killed"
-                if done.returncode not in (
-                    0,
-                    1,
-                ):  # collection error, usage error: still a kill, but say so
-                    status = "killed"
             except subprocess.TimeoutExpired:
                 status = "timeout"
             seconds = time.monotonic() - start
             outcomes.append(Outcome(mutant, status, seconds))
-            (work / rel).write_text(original)
+            source.write_text(original)
+            os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
             print(f"[{number}/{len(chosen)}] {status:8} {seconds:5.1f} s  {rel}:{mutant.line}: "
-                  f"{mutant.old!r} -> {mutant.new!r}", file=sys.stderr, flush=True)  # fmt: skip
+                  f"{mutant.old!r} -> {mutant.new!r}"
+                  f"{f'  ({dropped} numba cache files dropped)' if dropped else ''}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        _reset_numba_cache(work, pristine, set())
     return outcomes
 
 
@@ -369,6 +555,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds per mutant (default 600)"
     )
+    parser.add_argument(
+        "--no-jit",
+        action="store_true",
+        help="run the tests with NUMBA_DISABLE_JIT=1 (numba kernels as plain Python)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutation sites and exit")
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON here")
     args = parser.parse_args(argv)
@@ -381,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sites = sum(len(mutants(file)) for file in paths)
     print(f"{path.relative_to(ROOT)}: {sites} sites in {len(paths)} module(s)", file=sys.stderr)
-    outcomes = run(paths, args.sample or None, args.seed, args.tests, args.timeout)
+    outcomes = run(paths, args.sample or None, args.seed, args.tests, args.timeout, args.no_jit)
     killed, survived, pct = score(outcomes)
     equivalent = [o for o in outcomes if o.status == "equivalent"]
     print(f"\n{path.relative_to(ROOT)}: score {pct:.1f} % ({killed} killed, {survived} survived, "
