@@ -439,6 +439,7 @@ def run(
     tests: list[str] | None,
     timeout: float,
     no_jit: bool = False,
+    only: set[str] | None = None,
 ) -> list[Outcome]:
     """Mutate a seeded sample of the sites of ``paths`` (all of them when ``sample`` is None) and
     run, for each, ``tests`` or the default tests of the module it mutates."""
@@ -450,6 +451,8 @@ def run(
             random.Random(seed).sample(everything, sample), key=lambda m: (m.module, m.line, m.col)
         )
     )
+    if only is not None:  # re-run some mutants of the sample (its survivors, say) alone
+        chosen = [m for m in chosen if m.key in only]
     known = _equivalents()
     outcomes: list[Outcome] = []
 
@@ -560,6 +563,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the tests with NUMBA_DISABLE_JIT=1 (numba kernels as plain Python)",
     )
+    parser.add_argument(
+        "--only",
+        type=Path,
+        help="a file of mutant keys, one a line: run only those of the sample (e.g. its survivors)",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutation sites and exit")
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON here")
     args = parser.parse_args(argv)
@@ -572,7 +580,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sites = sum(len(mutants(file)) for file in paths)
     print(f"{path.relative_to(ROOT)}: {sites} sites in {len(paths)} module(s)", file=sys.stderr)
-    outcomes = run(paths, args.sample or None, args.seed, args.tests, args.timeout, args.no_jit)
+    only = None if args.only is None else set(args.only.read_text().splitlines()) - {""}
+    outcomes = run(
+        paths, args.sample or None, args.seed, args.tests, args.timeout, args.no_jit, only
+    )
     killed, survived, pct = score(outcomes)
     equivalent = [o for o in outcomes if o.status == "equivalent"]
     print(f"\n{path.relative_to(ROOT)}: score {pct:.1f} % ({killed} killed, {survived} survived, "
