@@ -452,7 +452,7 @@ def run(
         )
     )
     if only is not None:  # re-run some mutants of the sample (its survivors, say) alone
-        chosen = [m for m in chosen if m.key in only]
+        chosen = [m for m in chosen if m.key in only or m.key.replace("\n", "\\n") in only]
     known = _equivalents()
     outcomes: list[Outcome] = []
 
@@ -566,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         type=Path,
-        help="a file of mutant keys, one a line: run only those of the sample (e.g. its survivors)",
+        help="a file of mutant keys, one a line (a newline in a key written \\n): run only those "
+        "of the sample (e.g. its survivors)",
     )
     parser.add_argument("--list", action="store_true", help="list the mutation sites and exit")
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON here")
