@@ -1,0 +1,86 @@
+"""Pinned behaviours of refimpl.sim that a sampled mutation run (``tools/mutate.py``, seed 4242)
+found no test holding: each test names the mutant it was seen to fail on."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from refimpl.errors import InvalidArgument
+from refimpl.sim import SimConfig, _compiled, simulate
+from refimpl.sim._event import run_async_fast, run_events
+
+
+def _engines_called(monkeypatch: pytest.MonkeyPatch, cfg: SimConfig, engine: str) -> list[str]:
+    """Which of the compiled and event loops ``simulate(cfg, engine=engine)`` ran."""
+    import refimpl.sim as sim
+
+    seen: list[str] = []
+
+    def spy(name: str, real: Any) -> Any:
+        def run(*args: Any, **kw: Any) -> Any:
+            seen.append(name)
+            return real(*args, **kw)
+
+        return run
+
+    monkeypatch.setattr(_compiled, "run_compiled", spy("compiled", _compiled.run_compiled))
+    monkeypatch.setattr(sim, "run_events", spy("event", run_events))
+    monkeypatch.setattr(sim, "run_async_fast", spy("event", run_async_fast))
+    simulate(cfg, engine=engine)  # type: ignore[arg-type]
+    return seen
+
+
+def test_engine_compiled_and_auto_run_the_compiled_loop_where_the_vector_one_does_not_apply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # mutant: engine == "compiled" or (engine == "auto" and AVAILABLE) -> ... and ... (every run
+    # went to the event loop: the same numbers, so only the engine actually called shows it)
+    cfg = SimConfig(slots=3, batch=2, steps=3, lengths=np.full((3, 8), 2.0), trainer_time=1.0)
+    assert not cfg.vectorizable
+    assert _compiled.AVAILABLE
+    assert _engines_called(monkeypatch, cfg, "compiled") == ["compiled"]
+    assert _engines_called(monkeypatch, cfg, "auto") == ["compiled"]
+    assert _engines_called(monkeypatch, cfg, "event") == ["event"]
+
+
+def test_the_preemption_budget_uses_the_lognormal_mean_exp_mu_plus_half_sigma_squared() -> None:
+    # mutant: exp(mu + 0.5 * sigma**2) -> exp(mu + 0.5 * sigma**1) in SimConfig._mean_length
+    # (sigma = 2 tells them apart: e^2 = 7.389 against e^1 = 2.718 time units a rollout)
+    base: dict[str, Any] = {"slots": 2, "batch": 2, "steps": 2, "lognormal_mu": 0.0}
+    base.update(lognormal_sigma=2.0, token_time=1.0, preempt_duration=1.0)
+    assert 138.0 * math.exp(2.0) < 1024 < 139.0 * math.exp(2.0)  # MAX_PREEMPTIONS_PER_ROLLOUT
+    SimConfig(**base, preempt_rate=138.0)
+    with pytest.raises(InvalidArgument, match=r"A rollout takes 7\.38906 time units on average"):
+        SimConfig(**base, preempt_rate=139.0)
+
+
+def test_token_time_accepts_both_ends_of_its_range_exactly() -> None:
+    # mutant: value < low -> value <= low in _check_range (2^-53 itself was refused)
+    for ok in (2.0**-53, 2.0**53):
+        assert SimConfig(slots=2, batch=2, steps=2, token_time=ok).token_time == ok
+    for bad in (2.0**-54, 2.0**53 + 2.0):
+        with pytest.raises(InvalidArgument, match=r"token_time must lie in \[2\^-53, 2\^53\]"):
+            SimConfig(slots=2, batch=2, steps=2, token_time=bad)
+
+
+@pytest.mark.parametrize("clock", [(5.0, 7.0), (5.0, 5.0)])
+def test_agent_cli_rate_is_rollouts_over_wall_seconds_and_none_for_a_zero_wall(
+    monkeypatch: pytest.MonkeyPatch, clock: tuple[float, float]
+) -> None:
+    # mutants: wall > 0 -> wall >= 0 (a zero wall divided by zero) and -> wall < 0 (no rate)
+    import time
+
+    import scipy.stats as st
+
+    from refimpl.sim.agent import AgentConfig, run_agent_cli
+
+    ticks = iter(clock)
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
+    out = run_agent_cli(AgentConfig(slots=2, batch=2, steps=3, lengths=st.expon(), turns=1))
+    assert out["rollouts_trained"] == 6
+    assert out["wall_s"] == clock[1] - clock[0]
+    assert out["rollouts_per_s"] == (3.0 if clock[1] > clock[0] else None)
