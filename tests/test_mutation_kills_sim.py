@@ -1,5 +1,6 @@
-"""Pinned behaviours of refimpl.sim that a sampled mutation run (``tools/mutate.py``, seed 4242)
-found no test holding: each test names the mutant it was seen to fail on."""
+"""Pinned behaviours of refimpl.sim from a sampled mutation run (``tools/mutate.py``, seed 4242;
+stopped after 14 of its 50 mutants): each test names the mutant of that sample it was seen to fail
+on, and whether the tool's run found it surviving or it was applied by hand."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_engine_compiled_and_auto_run_the_compiled_loop_where_the_vector_one_doe
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # mutant: engine == "compiled" or (engine == "auto" and AVAILABLE) -> ... and ... (every run
-    # went to the event loop: the same numbers, so only the engine actually called shows it)
+    # went to the event loop: the same numbers). The sample's run killed it with the existing
+    # tests too; this pins it directly, by the engine actually called.
     cfg = SimConfig(slots=3, batch=2, steps=3, lengths=np.full((3, 8), 2.0), trainer_time=1.0)
     assert not cfg.vectorizable
     assert _compiled.AVAILABLE
@@ -48,7 +50,8 @@ def test_engine_compiled_and_auto_run_the_compiled_loop_where_the_vector_one_doe
 
 
 def test_the_preemption_budget_uses_the_lognormal_mean_exp_mu_plus_half_sigma_squared() -> None:
-    # mutant: exp(mu + 0.5 * sigma**2) -> exp(mu + 0.5 * sigma**1) in SimConfig._mean_length
+    # mutant (of the sample, not reached by the run; applied by hand): exp(mu + 0.5 * sigma**2)
+    # -> exp(mu + 0.5 * sigma**1) in SimConfig._mean_length
     # (sigma = 2 tells them apart: e^2 = 7.389 against e^1 = 2.718 time units a rollout)
     base: dict[str, Any] = {"slots": 2, "batch": 2, "steps": 2, "lognormal_mu": 0.0}
     base.update(lognormal_sigma=2.0, token_time=1.0, preempt_duration=1.0)
@@ -59,7 +62,8 @@ def test_the_preemption_budget_uses_the_lognormal_mean_exp_mu_plus_half_sigma_sq
 
 
 def test_token_time_accepts_both_ends_of_its_range_exactly() -> None:
-    # mutant: value < low -> value <= low in _check_range (2^-53 itself was refused)
+    # mutant (of the sample, not reached by the run; applied by hand): value < low -> value <= low
+    # in _check_range (2^-53 itself was refused)
     for ok in (2.0**-53, 2.0**53):
         assert SimConfig(slots=2, batch=2, steps=2, token_time=ok).token_time == ok
     for bad in (2.0**-54, 2.0**53 + 2.0):
@@ -71,7 +75,8 @@ def test_token_time_accepts_both_ends_of_its_range_exactly() -> None:
 def test_agent_cli_rate_is_rollouts_over_wall_seconds_and_none_for_a_zero_wall(
     monkeypatch: pytest.MonkeyPatch, clock: tuple[float, float]
 ) -> None:
-    # mutants: wall > 0 -> wall >= 0 (a zero wall divided by zero) and -> wall < 0 (no rate)
+    # mutants (survivors of the run): wall > 0 -> wall >= 0 (a zero wall divided by zero) and
+    # -> wall < 0 (no rate at all)
     import time
 
     import scipy.stats as st
