@@ -109,25 +109,41 @@ def _processing_order(
 def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
     target = steps * b
+    c_hi, c_lo = -(-target // n_slots), target // n_slots
+    width = c_hi + c_hi // 8 + 16  # columns to accumulate: the run's share per slot, and a margin
     while True:
         lengths = supply.matrix
         k_cols = lengths.shape[1]
-        if cfg.token_time == 1.0 and cfg.prefill_time == 0.0:
-            dur = lengths  # l * 1.0 + 0.0 == l exactly
-        else:
-            dur = lengths * cfg.token_time + cfg.prefill_time
-        fin = np.cumsum(dur, axis=1)
-        if fin.size < target:
-            supply.extend(slot=0, needed=-(-target // n_slots) + 1)
+        if lengths.size < target:
+            supply.extend(slot=0, needed=c_hi + 1)
             continue
-        t_end = float(np.partition(fin.ravel(), target - 1)[target - 1])
+        used = lengths[:, : min(width, k_cols)]
+        if cfg.token_time == 1.0 and cfg.prefill_time == 0.0:
+            dur = used  # l * 1.0 + 0.0 == l exactly
+        else:
+            dur = used * cfg.token_time + cfg.prefill_time
+        fin = np.cumsum(dur, axis=1)  # each slot's prefix sums: a prefix of the whole row's
+        del dur
+        # The end is the target-th smallest finish time. Every slot has c_hi finish times <= upper,
+        # so it is <= upper; a slot has at most c_lo - 1 finish times < lower, fewer than target
+        # in all, so it is >= lower: select it among the times in [lower, upper] only.
+        upper = float(fin[:, c_hi - 1].max())
+        lower = float(fin[:, c_lo - 1].min()) if c_lo > 0 else -np.inf
+        below = [int(np.searchsorted(row, lower, side="left")) for row in fin]
+        top = [int(np.searchsorted(row, upper, side="right")) for row in fin]
+        middle = np.concatenate([row[a:z] for row, a, z in zip(fin, below, top, strict=True)])
+        k = target - 1 - sum(below)
+        t_end = float(np.partition(middle, k)[k])
+        del middle
         # each slot's finish times are sorted: count its completions by bisection
         n_done = np.array([np.searchsorted(row, t_end, side="right") for row in fin])
-        short = np.flatnonzero(n_done >= k_cols)
-        if short.size:
-            supply.extend(slot=int(short[0]), needed=k_cols + 1)
+        short = np.flatnonzero(n_done >= fin.shape[1])
+        if short.size == 0:
+            break
+        if fin.shape[1] < k_cols:  # accumulate more of the rows
+            width = 2 * width
             continue
-        break
+        supply.extend(slot=int(short[0]), needed=k_cols + 1)
     n_launched = n_done + 1
     # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
     length = np.concatenate([row[:k] for row, k in zip(lengths, n_launched, strict=True)])
