@@ -874,7 +874,7 @@ def run_compiled(
     # Reorder by scattering (reading the kernel's rows in order, writing one stream per slot: it
     # stays in cache where a gather by slot would not) into rows of the kernel's arrays that are no
     # longer needed, so that the trace costs no copy of the kernel's arrays: each column lands in
-    # the row freed by the previous one.
+    # the row freed by the previous one (the rank, int64, in the two scratch rows of int32).
 
     def scatter(src: NDArray[Any], into: NDArray[Any]) -> NDArray[Any]:
         into[dest] = src
@@ -882,28 +882,32 @@ def run_compiled(
         return into
 
     out: dict[str, Any] = {}
-    out["slot"] = scatter(slot, R[_R_GEN, :n])  # the kernel's scratch rows are free now
-    out["column"] = scatter(index, R[_R_BUF, :n])
-    out["launch_version"] = scatter(R[_R_VL, :n], R[_R_SLOT, :n])
-    vmin = scatter(R[_R_VMIN, :n], R[_R_IDX, :n])
+    scratch = R[_R_GEN : _R_BUF + 1].reshape(-1).view(np.int64)  # rows GEN, BUF: free now
+    out["rank"] = scatter(R[_R_RANK, :n], scratch[:n])
+    out["slot"] = scatter(slot, R[_R_RANK, :n])
+    out["column"] = scatter(index, R[_R_SLOT, :n])
+    out["launch_version"] = scatter(R[_R_VL, :n], R[_R_IDX, :n])
+    vmin = scatter(R[_R_VMIN, :n], R[_R_VL, :n])
     out["min_version"] = vmin
-    step = scatter(R[_R_STEP, :n], R[_R_VL, :n])
+    step = scatter(R[_R_STEP, :n], R[_R_VMIN, :n])
     out["step"] = step
-    stale = R[_R_VMIN, :n]
+    stale = R[_R_STEP, :n]
     np.subtract(step, vmin, out=stale)
     stale[step < 0] = -1
     stale.setflags(write=False)
     out["staleness"] = stale
-    out["rank"] = scatter(R[_R_RANK, :n], np.empty(n, dtype=np.int64))
     out["length"] = supply.matrix[out["slot"], out["column"]]
     out["status"] = scatter(status[:n], np.empty(n, dtype=np.int8))
-    out["launch_time"] = scatter(RF[0, :n], np.empty(n, dtype=np.float64))
+    launch = RF[0, :n].copy()  # one column's copy frees a float row to start the chain
     out["finish_time"] = scatter(RF[1, :n], RF[0, :n])
     if need_w:
         out["wasted_tokens"] = scatter(W[0, :n], RF[1, :n])
         out["recomputed_tokens"] = scatter(W[1, :n], W[0, :n])
+        out["launch_time"] = scatter(launch, W[1, :n])
     else:
         out["wasted_tokens"] = out["recomputed_tokens"] = None
+        out["launch_time"] = scatter(launch, RF[1, :n])
+    del launch, scratch
     del slot, index, R, RF, W, status
     n_s = int(S[_NSEG])
     if n_s:
