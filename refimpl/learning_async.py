@@ -29,6 +29,7 @@ import heapq
 import itertools
 from collections.abc import Sequence
 from fractions import Fraction
+from math import gcd
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -77,6 +78,21 @@ class DispatchLaw(NamedTuple):
 
 # A slot: (length, remaining time, staleness if consumed at the current step).
 _Slot = tuple[int, int, int]
+# An exact weight num / D**e (D the common denominator of the pmf).
+_Weight = tuple[int, int]
+
+
+def _add(x: _Weight, y: _Weight, den: int) -> _Weight:
+    (a, e), (c, f) = x, y
+    if e < f:
+        return a * den ** (f - e) + c, f
+    return a + c * den ** (e - f), e
+
+
+def _value(x: _Weight, den: int) -> Fraction:
+    return Fraction(x[0], den ** x[1])
+
+
 # A node of the programme: (slots in launch order, accepted in the batch being filled, dropped in it).
 _Node = tuple[tuple[_Slot, ...], int, int]
 
@@ -176,36 +192,42 @@ def continuous_dispatch_law(
     mask = None if eta is None else as_int(eta, name="eta", minimum=0, meaning="staleness bound")
     require_one_of(completion_order, ("launch", "reverse"), name="completion_order")
     require_one_of(launch_version, ("old", "new"), name="launch_version")
-    support = [(ell, q) for ell, q in enumerate(probs, start=1) if q != 0]
     m = len(probs)
 
-    sample: dict[tuple[int, int], Fraction] = {}
-    dropped: dict[int, Fraction] = {}
+    # Weights are exact integers over a power of the pmf's common denominator D: (num, e) is
+    # num / D**e (a path with e draws), added by scaling to the larger power: the arithmetic of
+    # Fractions without a gcd at every step.
+    den = 1
+    for q in probs:
+        den = den * q.denominator // gcd(den, q.denominator)
+    support = [(ell, int(q * den)) for ell, q in enumerate(probs, start=1) if q != 0]
+    sample: dict[tuple[int, int], _Weight] = {}
+    dropped: dict[int, _Weight] = {}
 
-    def draws(count: int) -> list[tuple[tuple[int, ...], Fraction]]:
+    def draws(count: int) -> list[tuple[tuple[int, ...], int]]:
         out = []
         for combo in itertools.product(support, repeat=count):
-            weight = Fraction(1)
-            for _, q in combo:
-                weight *= q
+            weight = 1
+            for _, a in combo:
+                weight *= a
             out.append((tuple(ell for ell, _ in combo), weight))
         return out
 
     draw_table = {c: draws(c) for c in range(n + 1)}
-    pending: dict[tuple[int, _Node], Fraction] = {}
+    pending: dict[tuple[int, _Node], _Weight] = {}
     heap: list[tuple[int, int, int, _Node]] = []
 
-    def push(j: int, node: _Node, weight: Fraction) -> None:
+    def push(j: int, node: _Node, weight: _Weight) -> None:
         key = (j, node)
         if key in pending:
-            pending[key] += weight
+            pending[key] = _add(pending[key], weight, den)
             return
         pending[key] = weight
         fresh = sum(1 for slot in node[0] if slot[2] == 0)
         heapq.heappush(heap, (j, node[1], fresh, node))
 
-    for lengths, weight in draw_table[n]:
-        push(0, (tuple((ell, ell, 0) for ell in lengths), 0, 0), weight)
+    for lengths, a in draw_table[n]:
+        push(0, (tuple((ell, ell, 0) for ell in lengths), 0, 0), (a, n))
     visited = 0
     while heap:
         j, _, _, node = heapq.heappop(heap)
@@ -231,11 +253,11 @@ def continuous_dispatch_law(
                 drops += 1
                 continue
             if jj >= j0:
-                sample[ell, s] = sample.get((ell, s), Fraction(0)) + weight
+                sample[ell, s] = _add(sample.get((ell, s), (0, 0)), weight, den)
             fill += 1
             if fill == b:
                 if jj >= j0:
-                    dropped[drops] = dropped.get(drops, Fraction(0)) + weight
+                    dropped[drops] = _add(dropped.get(drops, (0, 0)), weight, den)
                 fill, drops, jj = 0, 0, jj + 1
                 if jj == k:
                     finished = True
@@ -244,18 +266,20 @@ def continuous_dispatch_law(
             continue
         fresh_s = jj - j if launch_version == "old" else 0
         kept = tuple((ell, r - dt, s_now + jj - j) for ell, r, s_now in running if r != dt)
-        for lengths, w in draw_table[len(done)]:
+        num, e = weight
+        e_next = e + len(done)
+        for lengths, a in draw_table[len(done)]:
             launched = tuple((ell, ell, fresh_s) for ell in lengths)
-            push(jj, (kept + launched, fill, drops), weight * w)
+            push(jj, (kept + launched, fill, drops), (num * a, e_next))
 
     samples = (k - j0) * b
     s_max = max(s for _, s in sample)
     table = tuple(
-        tuple(sample.get((ell, s), Fraction(0)) / samples for s in range(s_max + 1))
+        tuple(_value(sample.get((ell, s), (0, 0)), den) / samples for s in range(s_max + 1))
         for ell in range(1, m + 1)
     )
     d_max = max(dropped)
-    drop_law = tuple(dropped.get(d, Fraction(0)) / (k - j0) for d in range(d_max + 1))
+    drop_law = tuple(_value(dropped.get(d, (0, 0)), den) / (k - j0) for d in range(d_max + 1))
     length_mean = sum((ell * q for ell, row in enumerate(table, start=1) for q in row), Fraction(0))
     staleness_mean = sum((s * q for row in table for s, q in enumerate(row)), Fraction(0))
     dropped_mean = sum((d * q for d, q in enumerate(drop_law)), Fraction(0))
