@@ -1026,7 +1026,7 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
             drop_ax.set_xlabel(f"samples dropped in a step ({label})")
             drop_ax.set_ylabel("probability")
             drop_ax.set_title("Drops per step")
-            drop_ax.legend(fontsize=8)
+            drop_ax.legend(fontsize=9)
         # the fluid model of the same case (first order; a labelled model, not a check)
         delta = float(
             lrn.fluid_step_time(np.array([float(x) for x in pmf]), slots=n, batch=b, eta=eta)
@@ -1063,13 +1063,13 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
         ax.set_xticks(
             xs,
             [f"{ell},{s}" for ell in range(1, m + 1) for s in range(exact.shape[1])],
-            fontsize=8,
+            fontsize=9,
             rotation=60,
         )
         ax.set_xlabel("cell (length ℓ, staleness s)")
         ax.set_ylabel("probability")
         ax.set_title(f"Trained (ℓ, s), {label}")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=9)
         tv_fluid = 0.5 * float(np.abs(fluid - exact).sum())
         section.metric(f"composition_{tag}_fluid_tv", tv_fluid)
         section.metric(f"composition_{tag}_states", law.states)
