@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import Phase, find, settings
+from hypothesis.errors import NoSuchExample
 
 import refimpl
 from refimpl.cli import main as cli_main
@@ -33,10 +34,13 @@ from refimpl.testing._specs_more import (
     ESS,
     KIMI,
     L1_EXACT,
+    _admission_calls,
     _ess_scale,
     _kimi_flat_group,
     _l1_never_above,
 )
+from refimpl.testing._specs_weights import SPECS as WEIGHT_SPECS
+from refimpl.testing._specs_weights import _from_call, _layout_hint, _padded_draw
 from refimpl.testing.check_cli import SPECS as TRACE_SPECS
 from refimpl.testing.check_cli import _count, _show_value
 
@@ -241,3 +245,90 @@ def test_a_fractional_staleness_in_a_diagnostics_trace_is_unusable(
     assert cli_main(["check", str(trace), "--spec", "masking_diagnostics"]) == 2
     err = capsys.readouterr().err
     assert "staleness must hold whole numbers >= 0 (versions behind); row 0 has [0.  1.5]." in err
+
+
+# --- the importance-weight specs (_specs_weights) ---------------------------------------------
+
+_TIS = next(s for s in WEIGHT_SPECS if s.name == "tis")
+_TIS_SEQUENCE = next(s for s in WEIGHT_SPECS if s.name == "tis_sequence")
+
+
+def test_the_token_weight_tolerance_condition_by_hand() -> None:
+    # per token (|d| + 1 + 3)·|w|: |d| + 1 bounds the rounding of d = log π − log μ (in u), + 3
+    # for exp, the comparison with the cap and the cast; d = 1 and -1/2 give 5e and 4.5 e^-1/2
+    # mutant: `err + 3.0` -> `err - 3.0` (|2 − 3|·e = e at d = 1)
+    conv = _TIS.resolve({"inputs": "log_ratio"})
+    call: Call = ((np.array([[1.0, -0.5]]),), {"cap": 4.0, "mask": np.ones((1, 2))})
+    w = np.exp(np.array([[1.0, -0.5]]))
+    got = _TIS.condition(call, conv, w)
+    np.testing.assert_allclose(got, [[5.0 * w[0, 0], 4.5 * w[0, 1]]], rtol=1e-15, atol=0.0)
+
+
+def test_a_packed_call_is_unpacked_to_padded_rows() -> None:
+    # cu_seqlens [0, 2, 3]: rows of 2 and 1 tokens, padded to T = 2 (log-ratio inputs: behavior 0)
+    # mutant: `return out[0], out[1], ...` -> `out[1], out[1]` (the target replaced by zeros)
+    conv = {**_TIS.resolve({"inputs": "log_ratio"}), "layout": "packed"}
+    call: Call = ((np.array([0.5, -1.0, 2.0]),), {"cap": 2.0, "cu_seqlens": np.array([0, 2, 3])})
+    target, behavior, mask, params = _from_call(call, conv)
+    assert target.tolist() == [[0.5, -1.0], [2.0, 0.0]]
+    assert behavior.tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    assert mask.tolist() == [[1.0, 1.0], [1.0, 0.0]]
+    assert params == {"cap": 2.0}
+
+
+def test_a_b1_output_for_b_gets_the_one_layout_hint() -> None:
+    # a sequence weight returned as (B, 1) where the conventions say (B,): one layout fits
+    # mutant: `len(named) == 1` -> `== 0` ("one of these layouts is" for a single layout)
+    call: Call = (
+        (np.array([[1.0, -0.5], [0.2, 0.0]]),),
+        {"cap": 4.0, "mask": np.array([[1.0, 1.0], [1.0, 0.0]])},
+    )
+    case = _case(_TIS_SEQUENCE, [call], [np.zeros((2, 1))])
+    assert _layout_hint(case) == ": pass conventions={'output': 'B1'} if that layout is intended"
+
+
+def test_the_weight_draws_reach_eight_tokens_and_a_long_single_row() -> None:
+    # short batches are (1..3, 1..8); long ones (1..2, 4096)
+    # mutants: `st.integers(1, 8)` -> `(1, 7)`, the long batch `st.integers(1, 2)` -> `(2, 2)`
+    conv = _TIS.resolve({})
+    once = settings(max_examples=300, database=None, phases=[Phase.generate])
+    short = find(_padded_draw("tis", conv), lambda d: d[2].shape[1] == 8, settings=once)
+    assert short[2].shape[1] == 8
+    long = find(_padded_draw("tis", conv, long=True), lambda d: d[2].shape[0] == 1, settings=once)
+    assert long[2].shape == (1, 4096)
+
+
+def test_admission_draws_counting_versions_spanned_never_use_eta_zero() -> None:
+    # counting versions spanned, η = 0 admits nothing, so η is drawn from 1..8 (0..8 otherwise)
+    # mutant: `low = 1 if ... else 0` with the 1 made 0
+    once = settings(max_examples=100, database=None, phases=[Phase.generate])
+    spanned = _admission_calls({"staleness_count": "versions_spanned"})
+    with pytest.raises(NoSuchExample):
+        find(spanned, lambda calls: calls[0][1]["eta"] < 1, settings=once)
+    behind = _admission_calls({"staleness_count": "versions_behind"})
+    assert find(behind, lambda calls: calls[0][1]["eta"] == 0, settings=once)[0][1]["eta"] == 0
+
+
+def test_kimi_draws_are_well_formed_groups() -> None:
+    # (1..3 problems) x (1..6 responses), lengths 0..4096; half the draws make problem 0 flat
+    # mutant: the flat row copied from `ell[0, 1]` (an IndexError for one response per problem)
+    once = settings(max_examples=100, database=None, phases=[Phase.generate])
+    draws = KIMI.check("zero_without_length_spread").strategy(KIMI.resolve({}))
+
+    def malformed(calls: list[Call]) -> bool:
+        ell, correct = calls[0][0]
+        rows, n = ell.shape
+        return not (1 <= rows <= 3 and 1 <= n <= 6 and correct.shape == ell.shape)
+
+    with pytest.raises(NoSuchExample):
+        find(draws, malformed, settings=once)
+    one = find(draws, lambda calls: calls[0][0][0].shape[1] == 1, settings=once)
+    assert one[0][0][0].shape[1] == 1
+
+
+def test_l1_target_lengths_stay_within_1_to_8192() -> None:
+    # mutant: the target's upper bound 8192 made 8193
+    once = settings(max_examples=100, database=None, phases=[Phase.generate])
+    draws = L1_EXACT.check("agrees_with_reference").strategy(L1_EXACT.resolve({}))
+    with pytest.raises(NoSuchExample):
+        find(draws, lambda calls: bool(calls[0][0][2].max(initial=1) > 8192), settings=once)
