@@ -332,3 +332,21 @@ def test_l1_target_lengths_stay_within_1_to_8192() -> None:
     draws = L1_EXACT.check("agrees_with_reference").strategy(L1_EXACT.resolve({}))
     with pytest.raises(NoSuchExample):
         find(draws, lambda calls: bool(calls[0][0][2].max(initial=1) > 8192), settings=once)
+
+
+def test_divided_by_e_allows_the_sum_of_both_calls_rounding() -> None:
+    # k0 = 1, b_min = 1, τ = 1 at b = 1 and b + τ = 2: k = 1 and 1/e. The conditions
+    # (|b| + |b_min|)/τ + 2|x| + 3, times k, are 5 and 8/e, so e·k(b + τ) may differ from k(b)
+    # by 8·u·(5 + e · 8/e) = 104 u. A value 60 u off passes, one 150 u off fails.
+    # mutant (not in the seed-2026 sample, the known hole): `+ math.e *` -> `- math.e *`
+    # (|5 − 8| = 3: 24 u allowed, so the 60 u value is refused)
+    p = {"k0": 1.0, "b_min": 1.0, "tau": 1.0}
+    calls: list[Call] = [((np.array([1.0]),), p), ((np.array([2.0]),), p)]
+    u = 2.0**-53
+    check = EFFORT.check("divided_by_e_per_tau").function
+    probe = _case(EFFORT, calls, [np.array([1.0]), np.array([1.0 / math.e])])
+    np.testing.assert_allclose(probe.condition(0), [5.0], rtol=1e-15)
+    np.testing.assert_allclose(probe.condition(1), [8.0 / math.e], rtol=1e-15)
+    check(_case(EFFORT, calls, [np.array([1.0]), np.array([(1.0 + 60 * u) / math.e])]))
+    with pytest.raises(AssertionError, match=r"e·k\(b \+ tau\) vs k\(b\) differ"):
+        check(_case(EFFORT, calls, [np.array([1.0]), np.array([(1.0 + 150 * u) / math.e])]))
