@@ -4,6 +4,7 @@ found no fast test holding: each test names the mutant it was seen to fail on.""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 from pathlib import Path
@@ -41,6 +42,7 @@ from refimpl.testing._specs_more import (
 )
 from refimpl.testing._specs_weights import SPECS as WEIGHT_SPECS
 from refimpl.testing._specs_weights import _from_call, _layout_hint, _padded_draw
+from refimpl.testing._traces import _csv_blocks
 from refimpl.testing.check_cli import SPECS as TRACE_SPECS
 from refimpl.testing.check_cli import _count, _show_value
 
@@ -351,3 +353,22 @@ def test_divided_by_e_allows_the_sum_of_both_calls_rounding() -> None:
     check(_case(EFFORT, calls, [np.array([1.0]), np.array([(1.0 + 60 * u) / math.e])]))
     with pytest.raises(AssertionError, match=r"e·k\(b \+ tau\) vs k\(b\) differ"):
         check(_case(EFFORT, calls, [np.array([1.0]), np.array([(1.0 + 150 * u) / math.e])]))
+
+
+def test_each_weight_family_has_its_own_conventions() -> None:
+    # TIS: `lower`; masked IS: `band_on` and `weight`; decoupled PPO: `above_cap` and `lower`
+    # mutant: `family == "tis"` negated in _conventions (TIS gets PPO's keys, the others TIS's)
+    keys = {s.name: set(s.resolve({})) for s in WEIGHT_SPECS}
+    common = {"padding", "log_ratio_clamp", "nonfinite", "inputs", "layout", "compute_dtype"}
+    common |= {"empty_rows", "empty_batch"}
+    assert keys["tis"] == common | {"lower"}
+    assert keys["masked_is"] == common | {"band_on", "weight"}
+    assert keys["decoupled_ppo"] == common | {"above_cap", "lower"}
+
+
+def test_a_csv_block_is_extended_to_the_end_of_a_quoted_field_over_three_lines() -> None:
+    # the first 7 bytes end inside the quoted field "x⏎y⏎z": the block is extended line by line
+    # until the quotes are even again, so the field is never split between blocks
+    # mutant: `if not more: break` -> `if not not more: break` (stops after one extra line)
+    data = b'a,b\n1,"x\ny\nz"\n2,3\n'
+    assert list(_csv_blocks(io.BytesIO(data), 7)) == [b'a,b\n1,"x\ny\nz"\n', b"2,3\n"]
