@@ -372,3 +372,25 @@ def test_a_csv_block_is_extended_to_the_end_of_a_quoted_field_over_three_lines()
     # mutant: `if not more: break` -> `if not not more: break` (stops after one extra line)
     data = b'a,b\n1,"x\ny\nz"\n2,3\n'
     assert list(_csv_blocks(io.BytesIO(data), 7)) == [b'a,b\n1,"x\ny\nz"\n', b"2,3\n"]
+
+
+def _tis_case(found: Any) -> Case:
+    call: Call = ((np.array([[1.0, -0.5]]),), {"cap": 2.0, "mask": np.ones((1, 2))})
+    return _case(_TIS, [call], [found], inputs="log_ratio")
+
+
+def test_tis_weights_above_the_cap_are_not_compared_with_the_ratio() -> None:
+    # ratios e ≈ 2.72 (above the cap 2: the weight is 2, not the ratio) and e^-1/2 (below: itself)
+    # mutant: `fam.family == "tis"` -> `!=` in equals_ratio (the capped entry compared with e)
+    check = _TIS.check("equals_ratio_below_cap").function
+    check(_tis_case(np.array([[2.0, math.exp(-0.5)]])))
+    with pytest.raises(AssertionError, match="kept weights vs the ratio differ"):
+        check(_tis_case(np.array([[2.0, 0.5]])))
+
+
+def test_a_negative_weight_is_refused_and_positive_ones_pass() -> None:
+    # mutant: `np.all(w >= 0)` -> `np.all(w <= 0)` (every positive weight refused)
+    check = _TIS.check("finite_and_non_negative").function
+    check(_tis_case(np.array([[2.0, math.exp(-0.5)]])))
+    with pytest.raises(AssertionError, match="negative weights"):
+        check(_tis_case(np.array([[2.0, -0.5]])))
