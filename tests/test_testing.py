@@ -567,6 +567,7 @@ def test_local_function_gets_a_placeholder_import_line() -> None:
         ({"spec": "tis", "checks": ["nope"]}, ValueError, "tis' does not have; got 'nope'"),
         ({"spec": "tis", "expected_failures": ["nope"]}, ValueError, "Use one of: agrees_with"),
         ({"spec": "tis", "expected_failures": "binary"}, TypeError, "Wrap it in a list"),
+        ({"spec": "tis", "shrink": "no"}, TypeError, "shrink must be a bool; got shrink='no'"),
     ],
 )
 def test_bad_calls_say_how_to_fix_them(
@@ -574,6 +575,29 @@ def test_bad_calls_say_how_to_fix_them(
 ) -> None:
     with pytest.raises(error, match=match):
         check_conformance(refimpl.truncated_is_weights, **kwargs)
+
+
+def test_without_shrinking_the_verdicts_are_the_same_in_fewer_calls() -> None:
+    """shrink=False stops at the first failing input: each check's status is unchanged, the failing
+    ones still carry a counterexample and a reproduction, and the candidate is called fewer times."""
+    calls = 0
+
+    def counted(s: ArrayLike, *, eta: int) -> Any:
+        nonlocal calls
+        calls += 1
+        return mask_strict(s, eta=eta)
+
+    shrunk = check_conformance(counted, spec="staleness_mask", max_examples=EXAMPLES)
+    calls_shrunk, calls = calls, 0
+    unshrunk = check_conformance(
+        counted, spec="staleness_mask", max_examples=EXAMPLES, shrink=False
+    )
+    assert [r.status for r in unshrunk.results] == [r.status for r in shrunk.results]
+    assert not unshrunk.ok
+    for r in unshrunk.failures:
+        assert r.counterexample
+        assert "reproduce(candidate, " in r.reproduction
+    assert calls < calls_shrunk
 
 
 @pytest.mark.parametrize(
