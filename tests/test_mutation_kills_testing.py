@@ -224,7 +224,9 @@ def test_max_show_accepts_zero_and_refuses_a_negative_count() -> None:
 
 def test_the_inclusion_trace_tolerance_condition_by_hand() -> None:
     # n·(|π| + 1e-3): 4 · 0.501 and 4 · 0.001; mutant: `p["n"] * (...)` -> `/`
-    got = TRACE_SPECS["inclusion_probability"].condition({}, {"n": 4, "k": 2}, np.array([0.5, 0.0]))
+    condition = TRACE_SPECS["inclusion_probability"].condition
+    assert condition is not None
+    got = condition({}, {"n": 4, "k": 2}, np.array([0.5, 0.0]))
     assert got.tolist() == [4 * (0.5 + 1e-3), 4 * 1e-3]
 
 
