@@ -372,8 +372,23 @@ def test_a_csv_block_is_extended_to_the_end_of_a_quoted_field_over_three_lines()
     # the first 7 bytes end inside the quoted field "x⏎y⏎z": the block is extended line by line
     # until the quotes are even again, so the field is never split between blocks
     # mutant: `if not more: break` -> `if not not more: break` (stops after one extra line)
+    # (the mutant also loops forever at the end of a file with an open quote: the handle refuses
+    # a second read past the end instead of hanging the test)
     data = b'a,b\n1,"x\ny\nz"\n2,3\n'
-    assert list(_csv_blocks(io.BytesIO(data), 7)) == [b'a,b\n1,"x\ny\nz"\n', b"2,3\n"]
+    assert list(_csv_blocks(_EndsOnce(data), 7)) == [b'a,b\n1,"x\ny\nz"\n', b"2,3\n"]
+
+
+class _EndsOnce(io.BytesIO):
+    """A file that fails a test reading past its end a second time (instead of looping)."""
+
+    ends = 0
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        if not line:
+            self.ends += 1
+            assert self.ends <= 1, "read past the end of the file twice"
+        return line
 
 
 def _tis_case(found: Any) -> Case:
