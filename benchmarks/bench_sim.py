@@ -11,7 +11,9 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
    sample for sample against ours on the same length matrix. Targets: plain async >= 100x the peer,
    every other mode >= 20x, agent rollouts >= 10x.
 2. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
-   subprocess per size (lengths drawn inside it). Target: 10^7 rollouts in 2 GiB.
+   subprocess per size (lengths drawn inside it), after a warm-up run of two trainer steps whose
+   time (the fixed cost: loading the compiled kernel, first calls) is printed apart; the time per
+   rollout shows how far the cost is from linear. Target: 10^7 rollouts in 2 GiB.
 
 Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--modes a,b] [--no-scaling]
 """
@@ -120,18 +122,24 @@ from refimpl.sim import SimConfig, simulate
 from refimpl.sim.agent import AgentConfig, simulate_agent
 rollouts, mode = int(sys.argv[1]), sys.argv[2]
 options = json.loads(sys.argv[3])
+def run(n):
+    if mode == "agent":
+        cfg = AgentConfig(slots={slots}, batch={batch}, steps=n // {batch},
+                          lengths=scipy.stats.lognorm(s=1.0, scale=403.4287934927351), seed={seed},
+                          **options)
+        simulate_agent(cfg)
+    else:
+        simulate(SimConfig(slots={slots}, batch={batch}, rollouts=n, seed={seed}, **options))
+# the fixed cost, apart: the first call loads the compiled kernel from numba's cache (or compiles
+# it) and warms the interpreter; two trainer steps of the same mode
 t0 = time.perf_counter()
-if mode == "agent":
-    cfg = AgentConfig(slots={slots}, batch={batch}, steps=rollouts // {batch},
-                      lengths=scipy.stats.lognorm(s=1.0, scale=403.4287934927351), seed={seed},
-                      **options)
-    simulate_agent(cfg)
-else:
-    simulate(SimConfig(slots={slots}, batch={batch}, rollouts=rollouts, seed={seed}, **options))
+run(2 * {batch})
 t1 = time.perf_counter()
+run(rollouts)
+t2 = time.perf_counter()
 with open("/proc/self/status") as f:  # this process image's own peak resident memory
     rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
-print(json.dumps({{"sim_s": t1 - t0, "peak_rss": rss}}))
+print(json.dumps({{"warmup_s": t1 - t0, "sim_s": t2 - t1, "peak_rss": rss}}))
 """
 
 
@@ -248,11 +256,15 @@ def main() -> int:
     if not args.no_scaling:
         sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
         print(
-            f"\n# scaling (fresh subprocess per size; lengths drawn inside; N={SLOTS}, B={BATCH})"
+            f"\n# scaling (fresh subprocess per size; lengths drawn inside; N={SLOTS}, B={BATCH}):"
+            " seconds of the run after a warm-up run of 2 steps (the fixed cost: loading the"
+            " compiled kernel, first calls), which is reported apart; ns per rollout"
         )
         print(
-            f"{'mode':36s} "
+            f"{'mode':36s} {'warm-up s':>9s} "
             + " ".join(f"{n:>10,d} s" for n in sizes)
+            + " "
+            + " ".join(f"{'ns/r ' + format(n, '.0e'):>11s}" for n in sizes)
             + "   peak RSS at the largest"
         )
         for name in chosen:
@@ -262,8 +274,10 @@ def main() -> int:
             fits = peak <= 2 * GIB or sizes[-1] < 10_000_000
             ok &= fits
             growth = runs[-1]["sim_s"] / runs[-2]["sim_s"]
+            warm = max(r["warmup_s"] for r in runs)
             print(
-                f"{name:36s} " + " ".join(f"{r['sim_s']:12.2f}" for r in runs)
+                f"{name:36s} {warm:9.2f} " + " ".join(f"{r['sim_s']:12.2f}" for r in runs)
+                + " " + " ".join(f"{r['sim_s'] / n * 1e9:11.0f}" for r, n in zip(runs, sizes, strict=True))
                 + f"   {peak / 2**20:7.0f} MiB {'<= 2 GiB' if fits else '> 2 GiB MISSES'}"
                 f"  (x{growth:.1f} time for the last x10)"
             )  # fmt: skip

@@ -377,6 +377,7 @@ def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
         used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
         used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
         used |= {f"refimpl.learning.{n}" for n in re.findall(r"\blrn\.([a-z_]\w*)\(", code)}
+        used |= {f"refimpl.learning_async.{n}" for n in re.findall(r"\bla\.([a-z_]\w*)\(", code)}
         # a section that calls another section's module needs what that one needs
         for other in re.findall(r"from refimpl\.lab import (\w+)", code):
             used |= set(next(s for s in SECTIONS if s.module == f"refimpl.lab.{other}").requires)

@@ -694,7 +694,10 @@ def _rows_estimate(cfg: SimConfig) -> int:
     n = cfg.trained_target
     if cfg.mode == "first_k":
         n = cfg.steps * int(cfg.launch or cfg.slots)
-    return int(n * 1.02) + 2 * cfg.slots + 1024
+    extra = 0
+    if cfg.partial == "restart":  # a publication relaunches at most every slot's rollout
+        extra = min(cfg.steps * cfg.slots, n)
+    return int(n * 1.02) + extra + 2 * cfg.slots + 1024
 
 
 def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
@@ -817,7 +820,10 @@ def run_compiled(
             n_r = int(S[_NR])
             if rows - n_r < _ROWS_PER_EVENT * n_slots + 1:
                 rows = max(int(rows * 1.5), int(n_r * scale)) + _ROWS_PER_EVENT * n_slots + 1
-                R, RF, status = _grown(R, rows), _grown(RF, rows), _grown(status, rows)
+                # one array at a time: only one old copy is alive beside its grown one
+                R = _grown(R, rows)
+                RF = _grown(RF, rows)
+                status = _grown(status, rows)
                 if need_w:
                     W = _grown(W, rows)
             if heap - int(hn.max()) < _HEAP_PER_EVENT * n_slots + 4:
@@ -863,35 +869,49 @@ def run_compiled(
     counts = np.bincount(slot, minlength=n_slots)
     start = np.zeros(n_slots, dtype=np.int64)
     np.cumsum(counts[:-1], out=start[1:])
-    perm = np.empty(n, dtype=np.int64)
-    perm[start[slot] + index] = np.arange(n, dtype=np.int64)
+    dest = start[slot] + index  # each kernel row's canonical row
     del counts, start
+    # Reorder by scattering (reading the kernel's rows in order, writing one stream per slot: it
+    # stays in cache where a gather by slot would not) into rows of the kernel's arrays that are no
+    # longer needed, so that the trace costs no copy of the kernel's arrays: each column lands in
+    # the row freed by the previous one (the rank, int64, in the two scratch rows of int32).
+
+    def scatter(src: NDArray[Any], into: NDArray[Any]) -> NDArray[Any]:
+        into[dest] = src
+        into.setflags(write=False)  # the trace keeps it as it is (no copy)
+        return into
+
     out: dict[str, Any] = {}
-    out["slot"] = slot[perm]
-    out["column"] = index[perm]
-    del slot, index
-    out["length"] = supply.matrix[out["slot"], out["column"]]
-    out["launch_time"] = RF[0, :n][perm]
-    out["finish_time"] = RF[1, :n][perm]
-    del RF
-    out["launch_version"] = R[_R_VL, :n][perm]
-    vmin = R[_R_VMIN, :n][perm]
+    scratch = R[_R_GEN : _R_BUF + 1].reshape(-1).view(np.int64)  # rows GEN, BUF: free now
+    out["rank"] = scatter(R[_R_RANK, :n], scratch[:n])
+    out["slot"] = scatter(slot, R[_R_RANK, :n])
+    out["column"] = scatter(index, R[_R_SLOT, :n])
+    out["launch_version"] = scatter(R[_R_VL, :n], R[_R_IDX, :n])
+    vmin = scatter(R[_R_VMIN, :n], R[_R_VL, :n])
     out["min_version"] = vmin
-    step = R[_R_STEP, :n][perm]
+    step = scatter(R[_R_STEP, :n], R[_R_VMIN, :n])
     out["step"] = step
-    out["staleness"] = np.where(step >= 0, step - vmin, -1).astype(np.int32)
-    out["rank"] = R[_R_RANK, :n][perm].astype(np.int64)
-    del R
-    out["status"] = status[:n][perm]
-    del status
-    out["wasted_tokens"] = W[0, :n][perm] if need_w else None
-    out["recomputed_tokens"] = W[1, :n][perm] if need_w else None
-    del W
+    stale = R[_R_STEP, :n]
+    np.subtract(step, vmin, out=stale)
+    stale[step < 0] = -1
+    stale.setflags(write=False)
+    out["staleness"] = stale
+    out["length"] = supply.matrix[out["slot"], out["column"]]
+    out["status"] = scatter(status[:n], np.empty(n, dtype=np.int8))
+    launch = RF[0, :n].copy()  # one column's copy frees a float row to start the chain
+    out["finish_time"] = scatter(RF[1, :n], RF[0, :n])
+    if need_w:
+        out["wasted_tokens"] = scatter(W[0, :n], RF[1, :n])
+        out["recomputed_tokens"] = scatter(W[1, :n], W[0, :n])
+        out["launch_time"] = scatter(launch, W[1, :n])
+    else:
+        out["wasted_tokens"] = out["recomputed_tokens"] = None
+        out["launch_time"] = scatter(launch, RF[1, :n])
+    del launch, scratch
+    del slot, index, R, RF, W, status
     n_s = int(S[_NSEG])
     if n_s:
-        inv = np.empty(n, dtype=np.int64)
-        inv[perm] = np.arange(n, dtype=np.int64)
-        rows_of = inv[seg_r[:n_s]]  # canonical row of each extra segment
+        rows_of = dest[seg_r[:n_s]]  # canonical row of each extra segment
         order = np.argsort(rows_of, kind="stable")  # per row, in the order they were appended
         counts = np.bincount(rows_of, minlength=n) + 1
         offsets = np.zeros(n + 1, dtype=np.int64)

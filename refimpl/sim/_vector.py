@@ -13,6 +13,11 @@ previous completion)``. Ties are rare for continuous lengths and common for inte
 resolved by a fixed-point iteration on the tied completions only (it converges in at most the depth
 of the longest chain of tied predecessors, usually one or two rounds).
 
+Cost. The sort is the one step that is not linear: one ``np.sort`` of 64-bit integers that carry the
+finish time in their high bits and the row in their low ones (``_processing_order``). Every other
+column is a few linear passes over the rows, each computed once (the step and the launch version
+are both ``rank // B``, read at the row and at its predecessor).
+
 ``sync`` (``B <= N``) and ``first_k`` with ``leftovers='drop'`` (``n <= N``) loop over steps with
 numpy over slots.
 """
@@ -36,29 +41,57 @@ def _processing_order(
     finish: NDArray[np.float64],
     predecessors: Callable[[], tuple[NDArray[np.int64], NDArray[np.int32]]],
     n_slots: int,
-) -> tuple[NDArray[np.intp], NDArray[np.int64] | None]:
-    """Completions in processing order (see the module docstring).
+    n_comp: int,
+) -> tuple[NDArray[np.int64], NDArray[np.int64] | None]:
+    """Rows in processing order (see the module docstring).
 
-    ``predecessors()`` gives, per completion, the index of the same slot's previous completion
-    (``-1`` for its first) and the slot; it is only called when two completions tie.
-    Returns ``(order, lo)``: ``order[p]`` is the completion processed ``p``-th; ``lo[p]`` the first
-    position holding the same time (``None`` when no two completions tie).
+    ``finish`` holds every launched row's finish time; the first ``n_comp`` positions of the order
+    are the completions (the other rows finish after the run's end). ``predecessors()`` gives, per
+    row, the same slot's previous row (``-1`` for its first) and the slot; it is only called when two
+    completions tie. Returns ``(order, lo)``: ``order[p]`` is the row processed ``p``-th; ``lo[p]``
+    the first position holding the same time (``None`` when no two completions tie).
+
+    The sort is one ``np.sort`` of 64-bit integers: the bit pattern of a float64 ``>= 0`` orders as
+    the float does, so the pattern with its low ``w`` bits replaced by the row number (``2^w`` >
+    rows) sorts by time and carries the row along, in half an ``argsort``'s time. Two times that
+    agree on every other bit may come out swapped; they are then next to each other, and an exact
+    sort of just those positions puts them in order.
     """
-    order = np.argsort(finish)
+    n = finish.size
+    width = max(1, (n - 1).bit_length())
+    low = np.int64((1 << width) - 1)
+    keys = finish.view(np.int64) & ~low
+    keys |= np.arange(n, dtype=np.int64)
+    keys.sort()
+    high = keys >> width
+    near = high[1:] == high[:-1]
+    del high
+    order = np.bitwise_and(keys, low, out=keys)
+    if not near.any():
+        return order, None
+    near_pos = np.flatnonzero(near)
+    mark = np.zeros(n, dtype=bool)
+    mark[near_pos] = True
+    mark[near_pos + 1] = True
+    pos = np.flatnonzero(mark)  # runs that share the high bits: put each in exact order
+    items = order[pos]
+    order[pos] = items[np.lexsort((items, finish[items]))]
     fs = finish[order]
     same = fs[1:] == fs[:-1]
+    del fs
+    same[n_comp - 1 :] = False  # rows that finish after the end are never processed
     if not same.any():
         return order, None
     prev, slot = predecessors()
     tied_pos = np.flatnonzero(same)
-    mark = np.zeros(fs.size, dtype=bool)
+    mark[:] = False
     mark[tied_pos] = True
     mark[tied_pos + 1] = True
     pos = np.flatnonzero(mark)  # positions (in processing order) occupied by tied completions
     items = order[pos]
-    rank = np.empty(order.size, dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
     while True:
-        rank[order] = np.arange(order.size)
+        rank[order] = np.arange(n)
         p = prev[items]
         # initial launches rank below every completion, by slot index
         key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items].astype(np.int64) - n_slots)
@@ -67,84 +100,105 @@ def _processing_order(
             break
         items = new_items
         order[pos] = items
-    start = np.ones(fs.size, dtype=bool)
+    start = np.ones(n, dtype=bool)
     start[1:] = ~same
-    lo = np.maximum.accumulate(np.where(start, np.arange(fs.size), 0))
+    lo = np.maximum.accumulate(np.where(start, np.arange(n), 0))
     return order, lo
 
 
 def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
     target = steps * b
+    c_hi, c_lo = -(-target // n_slots), target // n_slots
+    width = c_hi + c_hi // 8 + 16  # columns to accumulate: the run's share per slot, and a margin
     while True:
         lengths = supply.matrix
         k_cols = lengths.shape[1]
+        if lengths.size < target:
+            supply.extend(slot=0, needed=c_hi + 1)
+            continue
+        used = lengths[:, : min(width, k_cols)]
         if cfg.token_time == 1.0 and cfg.prefill_time == 0.0:
-            dur = lengths  # l * 1.0 + 0.0 == l exactly
+            dur = used  # l * 1.0 + 0.0 == l exactly
         else:
-            dur = lengths * cfg.token_time + cfg.prefill_time
-        fin = np.cumsum(dur, axis=1)
-        if fin.size < target:
-            supply.extend(slot=0, needed=-(-target // n_slots) + 1)
+            dur = used * cfg.token_time + cfg.prefill_time
+        fin = np.cumsum(dur, axis=1)  # each slot's prefix sums: a prefix of the whole row's
+        del dur
+        # The end is the target-th smallest finish time. Every slot has c_hi finish times <= upper,
+        # so it is <= upper; a slot has at most c_lo - 1 finish times < lower, fewer than target
+        # in all, so it is >= lower: select it among the times in [lower, upper] only.
+        upper = float(fin[:, c_hi - 1].max())
+        lower = float(fin[:, c_lo - 1].min()) if c_lo > 0 else -np.inf
+        below = [int(np.searchsorted(row, lower, side="left")) for row in fin]
+        top = [int(np.searchsorted(row, upper, side="right")) for row in fin]
+        middle = np.concatenate([row[a:z] for row, a, z in zip(fin, below, top, strict=True)])
+        k = target - 1 - sum(below)
+        t_end = float(np.partition(middle, k)[k])
+        del middle
+        # each slot's finish times are sorted: count its completions by bisection
+        n_done = np.array([np.searchsorted(row, t_end, side="right") for row in fin])
+        short = np.flatnonzero(n_done >= fin.shape[1])
+        if short.size == 0:
+            break
+        if fin.shape[1] < k_cols:  # accumulate more of the rows
+            width = 2 * width
             continue
-        t_end = float(np.partition(fin.ravel(), target - 1)[target - 1])
-        n_done = np.count_nonzero(fin <= t_end, axis=1)
-        short = np.flatnonzero(n_done >= k_cols)
-        if short.size:
-            supply.extend(slot=int(short[0]), needed=k_cols + 1)
-            continue
-        break
+        supply.extend(slot=int(short[0]), needed=k_cols + 1)
     n_launched = n_done + 1
-    launched = np.arange(k_cols)[None, :] < n_launched[:, None]
     # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
-    length = lengths[launched]
-    finish = fin[launched]
-    del launched, fin
+    length = np.concatenate([row[:k] for row, k in zip(lengths, n_launched, strict=True)])
+    finish = np.concatenate([row[:k] for row, k in zip(fin, n_launched, strict=True)])
+    del fin
     n_rows = finish.size
+    n_comp = n_rows - n_slots
     row_start = np.zeros(n_slots + 1, dtype=np.int64)
     np.cumsum(n_launched, out=row_start[1:])
-    last_row = row_start[1:] - 1
+    first_row, last_row = row_start[:-1], row_start[1:] - 1
     launch = np.empty(n_rows)
     launch[1:] = finish[:-1]
-    launch[row_start[:-1]] = 0.0
-    is_comp = np.ones(n_rows, dtype=bool)
-    is_comp[last_row] = False
-    comp_rows = np.flatnonzero(is_comp)
-    c_fin = finish[comp_rows]
+    launch[first_row] = 0.0
     slot = np.repeat(np.arange(n_slots, dtype=np.int32), n_launched)
-    index = (np.arange(n_rows, dtype=np.int64) - row_start[:-1][slot]).astype(np.int32)
-    # predecessor completion (by position among completions) of each completion; -1 for the first
+    columns = np.arange(int(n_launched.max()), dtype=np.int32)
+    index = np.concatenate([columns[:k] for k in n_launched])
 
     def predecessors() -> tuple[NDArray[np.int64], NDArray[np.int32]]:
-        c_prev = np.arange(-1, comp_rows.size - 1, dtype=np.int64)
-        c_prev[index[comp_rows] == 0] = -1
-        return c_prev, slot[comp_rows]
+        prev = np.arange(-1, n_rows - 1, dtype=np.int64)
+        prev[first_row] = -1
+        return prev, slot
 
-    order, lo_sorted = _processing_order(c_fin, predecessors, n_slots)
-    crank = np.full(n_rows, -1, dtype=np.int64)
-    crank[comp_rows[order]] = np.arange(comp_rows.size)
-    publish = c_fin[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
+    order, lo_sorted = _processing_order(finish, predecessors, n_slots, n_comp)
+    # crank: the row's position in processing order (rows in flight: n_comp and later)
+    crank = np.empty(n_rows, dtype=np.int64)
+    crank[order] = np.arange(n_rows, dtype=np.int64)
+    publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
     # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
-    # lo = first processing position holding the predecessor's finish time
+    # lo = first processing position holding the predecessor's finish time (crank without ties)
+    quotient = np.empty(n_rows, dtype=np.int32)  # crank // B: the step of a trained row
+    np.floor_divide(crank, b, out=quotient, casting="unsafe")
+    version = np.empty(n_rows, dtype=np.int32)
     if lo_sorted is None:
-        lo = crank
+        version[1:] = quotient[:-1]
     else:
-        lo = np.full(n_rows, -1, dtype=np.int64)
-        lo[comp_rows[order]] = lo_sorted
-    version = np.zeros(n_rows, dtype=np.int32)
-    v = np.minimum(lo[:-1] // b, steps).astype(np.int32)
-    version[1:] = v
-    version[row_start[:-1]] = 0
-    del v, lo
-    trained = (crank >= 0) & (crank < target)
-    step = np.where(trained, crank // b, -1).astype(np.int32)
-    stale = np.where(trained, step - version, -1).astype(np.int32)
-    status = np.full(n_rows, STATUS["pending"], dtype=np.int8)
-    status[trained] = STATUS["trained"]
+        lo = np.empty(n_rows, dtype=np.int64)
+        lo[order] = lo_sorted
+        np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
+        del lo, lo_sorted
+    del order
+    np.minimum(version, steps, out=version)
+    version[first_row] = 0
+    untrained = crank >= target  # pending, and (from n_comp on) in flight
+    step = quotient
+    step[untrained] = -1
+    stale = step - version
+    stale[untrained] = -1
+    status = np.where(untrained, np.int8(STATUS["pending"]), np.int8(STATUS["trained"]))
     status[last_row] = STATUS["unfinished"]
-    busy = float(np.sum(np.minimum(finish, t_end) - launch))
+    busy_rows = np.minimum(finish, t_end)
+    busy_rows -= launch
+    busy = float(np.sum(busy_rows))
+    del busy_rows
     finish[last_row] = np.nan
-    rank = np.where(trained, crank, -1)
+    crank[untrained] = -1
     return RawTrace(
         slot=slot,
         column=index,
@@ -156,7 +210,7 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
         step=step,
         staleness=stale,
         status=status,
-        rank=rank,
+        rank=crank,
         wasted_tokens=None,
         recomputed_tokens=None,
         segments=None,
