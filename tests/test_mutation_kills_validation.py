@@ -1,12 +1,15 @@
-"""Pinned behaviours of refimpl._validation (the builders of every refusal) that a sampled mutation
-run (``tools/mutate.py refimpl/_validation.py --seed 2027``) found no test holding: each test names
-the mutants it was seen to fail on."""
+"""Pinned behaviours of refimpl._validation (the builders of every refusal) and refimpl._imports that
+mutation runs (``tools/mutate.py refimpl/_validation.py --seed 2027``, ``refimpl/_imports.py
+--sample 0``) found no test holding: each test names the mutants it was seen to fail on."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from refimpl._imports import import_object
 from refimpl._validation import _show, as_real, require_one_of, require_ordered
 from refimpl.errors import InvalidArgument
 
@@ -53,3 +56,18 @@ def test_a_choice_refusal_without_a_fix_says_which_values_to_pass() -> None:
     with pytest.raises(InvalidArgument) as caught:
         require_one_of("x", ("a", "b"), name="mode", fix="Use 'a'.")
     assert str(caught.value) == "mode must be one of 'a', 'b'; got mode='x'. Use 'a'."
+
+
+def test_a_module_that_fails_while_imported_is_refused_naming_the_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # mutant: the raise of import_object's "failed while it was imported" removed (it went on to
+    # look for the attribute in the module object that was never bound)
+    (tmp_path / "refimpl_breaks_on_import.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidArgument) as caught:
+        import_object("refimpl_breaks_on_import:f", what="candidate")
+    assert str(caught.value) == (
+        "candidate module 'refimpl_breaks_on_import' failed while it was imported (RuntimeError: "
+        "no GPU here); got candidate='refimpl_breaks_on_import:f'. Fix the module, or name another."
+    )
