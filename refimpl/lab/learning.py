@@ -1026,7 +1026,6 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
             drop_ax.set_xlabel(f"samples dropped in a step ({label})")
             drop_ax.set_ylabel("probability")
             drop_ax.set_title("Drops per step")
-            drop_ax.legend(fontsize=9)
         # the fluid model of the same case (first order; a labelled model, not a check)
         delta = float(
             lrn.fluid_step_time(np.array([float(x) for x in pmf]), slots=n, batch=b, eta=eta)
@@ -1069,7 +1068,6 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
         ax.set_xlabel("cell (length ℓ, staleness s)")
         ax.set_ylabel("probability")
         ax.set_title(f"Trained (ℓ, s), {label}")
-        ax.legend(fontsize=9)
         tv_fluid = 0.5 * float(np.abs(fluid - exact).sum())
         section.metric(f"composition_{tag}_fluid_tv", tv_fluid)
         section.metric(f"composition_{tag}_states", law.states)
@@ -1107,6 +1105,8 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
             if a.impossible:
                 stat = float("inf")
             variant_rows.append((label, vname, stat, thr))
+    handles, _ = axes[0].get_legend_handles_labels()
+    legend_below(fig, handles, ncol=3)  # in a panel, it covered the tallest cells
     section.figure(
         fig,
         "composition",
