@@ -41,7 +41,8 @@ def test_verl_token_icepop_zeroes_a_token_below_the_band() -> None:
 
 
 def test_verl_dapo_overlong_reward_on_lengths_through_the_buffer() -> None:
-    # DAPO (conventions §dapo_overlong, no floor): r = min(-(L - (L_max - L_cache)) / L_cache · f, 0)
+    # DAPO (`refimpl.dapo_overlong_penalty`, conventions §effort-conditioning; no floor):
+    # r = min(-(L - (L_max - L_cache)) / L_cache · f, 0)
     # with L_max = 10, L_cache = 4, f = 1: the penalty starts after 6 tokens and is -1 at L_max;
     # every value is a multiple of 1/4, exact in verl's float32 reward tensor.
     # Mutant seen failing: the prompt made two tokens wide (`torch.ones(len(ell), 2)`), which makes
