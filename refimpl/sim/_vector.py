@@ -16,7 +16,11 @@ of the longest chain of tied predecessors, usually one or two rounds).
 Cost. The sort is the one step that is not linear: one ``np.sort`` of 64-bit integers that carry the
 finish time in their high bits and the row in their low ones (``_processing_order``). Every other
 column is a few linear passes over the rows, each computed once (the step and the launch version
-are both ``rank // B``, read at the row and at its predecessor).
+are both ``rank // B``, read at the row and at its predecessor). Memory: at 10^6 rows each column
+is megabytes, and every fresh one costs its first-touch page faults (a third of the time), so the
+one temporary of full length is the cumulative sums' buffer: it holds the busy times, then the
+sort's keys, and is freed before the int32 columns are allocated, which take its place; ``0..n-1``
+is produced in cache-sized blocks (``_with_iota``), never as a column.
 
 ``sync`` (``B <= N``) and ``first_k`` with ``leftovers='drop'`` (``n <= N``) loop over steps with
 numpy over slots.
@@ -99,9 +103,9 @@ def _processing_order(
     are the completions (the other rows finish after the run's end). ``predecessors()`` gives, per
     row, the same slot's previous row (``-1`` for its first) and the slot; it is only called when two
     completions tie. ``keys`` and ``scratch`` are int64 buffers of ``n`` values the caller does not
-    need (overwritten; ``order`` is returned in ``keys``). Returns ``(order, lo)``: ``order[p]`` is the row
-    processed ``p``-th; ``lo[p]`` the first position holding the same time (``None`` when no two
-    completions tie).
+    need (overwritten; ``order`` is returned in ``keys``). Returns ``(order, lo)``: ``order[p]`` is
+    the row processed ``p``-th; ``lo[p]`` the first position holding the same time (``None`` when
+    no two completions tie).
 
     The sort is one ``np.sort`` of 64-bit integers: the bit pattern of a float64 ``>= 0`` orders as
     the float does, so the pattern with its low ``w`` bits replaced by the row number (``2^w`` >
@@ -259,11 +263,11 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     np.floor_divide(crank, b, out=quotient, casting="unsafe")
     version = np.empty(n_rows, dtype=np.int32)
     if lo is None:
-        version[1:] = quotient[:-1]
+        np.minimum(quotient[:-1], steps, out=version[1:])
     else:
         np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
         del lo
-    np.minimum(version, steps, out=version)
+        np.minimum(version, steps, out=version)
     version[first_row] = 0
     untrained = quotient >= steps  # crank >= target: pending, and (from n_comp on) in flight
     step = quotient
