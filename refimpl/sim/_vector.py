@@ -16,7 +16,11 @@ of the longest chain of tied predecessors, usually one or two rounds).
 Cost. The sort is the one step that is not linear: one ``np.sort`` of 64-bit integers that carry the
 finish time in their high bits and the row in their low ones (``_processing_order``). Every other
 column is a few linear passes over the rows, each computed once (the step and the launch version
-are both ``rank // B``, read at the row and at its predecessor).
+are both ``rank // B``, read at the row and at its predecessor). Memory: at 10^6 rows each column
+is megabytes, and every fresh one costs its first-touch page faults (a third of the time), so the
+one temporary of full length is the cumulative sums' buffer: it holds the busy times, then the
+sort's keys, and is freed before the int32 columns are allocated, which take its place; ``0..n-1``
+is produced in cache-sized blocks (``_with_iota``), never as a column.
 
 ``sync`` (``B <= N``) and ``first_k`` with ``leftovers='drop'`` (``n <= N``) loop over steps with
 numpy over slots.
@@ -37,61 +41,110 @@ from refimpl.sim._trace import STATUS, RawTrace
 __all__ = ["run_vector"]
 
 
+_CHUNK = 1 << 15  # rows per block where 0..n-1 is produced block by block (stays in cache)
+
+
+def _with_iota(n: int, first: int, use: Callable[[int, int, NDArray[np.int64]], object]) -> None:
+    """Call ``use(s, e, values)`` per block ``[s, e)`` of ``0..n-1``; ``values`` = ``first + s..e``.
+
+    An ``arange(n)`` built block by block in one cache-sized buffer: no ``n``-long temporary.
+    """
+    base = np.arange(first, first + min(n, _CHUNK), dtype=np.int64)
+    buf = np.empty_like(base)
+    for s in range(0, n, _CHUNK):
+        e = min(s + _CHUNK, n)
+        np.add(base[: e - s], s, out=buf[: e - s])
+        use(s, e, buf[: e - s])
+
+
+def _scatter_iota(out: NDArray[np.int64], order: NDArray[np.int64]) -> None:
+    """``out[order] = arange(order.size)`` (the inverse permutation) without the ``arange``."""
+
+    def put(s: int, e: int, values: NDArray[np.int64]) -> None:
+        out[order[s:e]] = values
+
+    _with_iota(order.size, 0, put)
+
+
+def _counts(fin: NDArray[np.float64], x: float, side: str) -> NDArray[np.int64]:
+    """Per row of ``fin`` (each row sorted), ``np.searchsorted(row, x, side)``, all rows at once.
+
+    The same bisection as ``searchsorted`` run on every row in lockstep: ``log2(columns)`` rounds of
+    a few operations on one value per row, instead of one Python-level call per row.
+    """
+    n_rows, n_cols = fin.shape
+    rows = np.arange(n_rows)
+    lo = np.zeros(n_rows, dtype=np.int64)
+    hi = np.full(n_rows, n_cols, dtype=np.int64)
+    while True:
+        open_ = lo < hi
+        if not open_.any():
+            return lo
+        mid = (lo + hi) >> 1
+        value = fin[rows, np.minimum(mid, n_cols - 1)]
+        right = (value <= x) if side == "right" else (value < x)
+        right &= open_
+        left = open_ & ~right
+        np.copyto(lo, mid + 1, where=right)
+        np.copyto(hi, mid, where=left)
+
+
 def _processing_order(
     finish: NDArray[np.float64],
     predecessors: Callable[[], tuple[NDArray[np.int64], NDArray[np.int32]]],
     n_slots: int,
     n_comp: int,
+    keys: NDArray[np.int64],
+    scratch: NDArray[np.int64],
 ) -> tuple[NDArray[np.int64], NDArray[np.int64] | None]:
     """Rows in processing order (see the module docstring).
 
     ``finish`` holds every launched row's finish time; the first ``n_comp`` positions of the order
     are the completions (the other rows finish after the run's end). ``predecessors()`` gives, per
     row, the same slot's previous row (``-1`` for its first) and the slot; it is only called when two
-    completions tie. Returns ``(order, lo)``: ``order[p]`` is the row processed ``p``-th; ``lo[p]``
-    the first position holding the same time (``None`` when no two completions tie).
+    completions tie. ``keys`` and ``scratch`` are int64 buffers of ``n`` values the caller does not
+    need (overwritten; ``order`` is returned in ``keys``). Returns ``(order, lo)``: ``order[p]`` is
+    the row processed ``p``-th; ``lo[p]`` the first position holding the same time (``None`` when
+    no two completions tie).
 
     The sort is one ``np.sort`` of 64-bit integers: the bit pattern of a float64 ``>= 0`` orders as
     the float does, so the pattern with its low ``w`` bits replaced by the row number (``2^w`` >
     rows) sorts by time and carries the row along, in half an ``argsort``'s time. Two times that
     agree on every other bit may come out swapped; they are then next to each other, and an exact
-    sort of just those positions puts them in order.
+    sort of just those positions puts them in order. Two equal times agree on every other bit, so
+    exact ties are looked for among those neighbours only.
     """
     n = finish.size
     width = max(1, (n - 1).bit_length())
     low = np.int64((1 << width) - 1)
-    keys = finish.view(np.int64) & ~low
-    keys |= np.arange(n, dtype=np.int64)
+    bits = finish.view(np.int64)
+
+    def fill(s: int, e: int, rows: NDArray[np.int64]) -> None:
+        np.bitwise_and(bits[s:e], ~low, out=keys[s:e])
+        keys[s:e] |= rows
+
+    _with_iota(n, 0, fill)
     keys.sort()
-    high = keys >> width
-    near = high[1:] == high[:-1]
-    del high
+    # neighbours whose high bits agree: their xor has no bit above the low w
+    xor = np.bitwise_xor(keys[1:], keys[:-1], out=scratch[: n - 1])
+    near_pos = np.flatnonzero(xor <= low)
+    del xor
     order = np.bitwise_and(keys, low, out=keys)
-    if not near.any():
+    if near_pos.size == 0:
         return order, None
-    near_pos = np.flatnonzero(near)
-    mark = np.zeros(n, dtype=bool)
-    mark[near_pos] = True
-    mark[near_pos + 1] = True
-    pos = np.flatnonzero(mark)  # runs that share the high bits: put each in exact order
+    pos = np.union1d(near_pos, near_pos + 1)  # runs that share the high bits: exact order
     items = order[pos]
     order[pos] = items[np.lexsort((items, finish[items]))]
-    fs = finish[order]
-    same = fs[1:] == fs[:-1]
-    del fs
-    same[n_comp - 1 :] = False  # rows that finish after the end are never processed
-    if not same.any():
+    equal = finish[order[near_pos]] == finish[order[near_pos + 1]]
+    tied_pos = near_pos[equal & (near_pos < n_comp - 1)]  # rows after the end are never processed
+    if tied_pos.size == 0:
         return order, None
     prev, slot = predecessors()
-    tied_pos = np.flatnonzero(same)
-    mark[:] = False
-    mark[tied_pos] = True
-    mark[tied_pos + 1] = True
-    pos = np.flatnonzero(mark)  # positions (in processing order) occupied by tied completions
+    pos = np.union1d(tied_pos, tied_pos + 1)  # positions (in processing order) of tied completions
     items = order[pos]
-    rank = np.empty(n, dtype=np.int64)
+    rank = scratch
     while True:
-        rank[order] = np.arange(n)
+        _scatter_iota(rank, order)
         p = prev[items]
         # initial launches rank below every completion, by slot index
         key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items].astype(np.int64) - n_slots)
@@ -100,9 +153,14 @@ def _processing_order(
             break
         items = new_items
         order[pos] = items
-    start = np.ones(n, dtype=bool)
-    start[1:] = ~same
-    lo = np.maximum.accumulate(np.where(start, np.arange(n), 0))
+    lo = np.empty(n, dtype=np.int64)
+
+    def positions(s: int, e: int, values: NDArray[np.int64]) -> None:
+        lo[s:e] = values
+
+    _with_iota(n, 0, positions)
+    lo[tied_pos + 1] = 0  # a tied position's run starts further up
+    np.maximum.accumulate(lo, out=lo)
     return order, lo
 
 
@@ -129,14 +187,14 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
         # in all, so it is >= lower: select it among the times in [lower, upper] only.
         upper = float(fin[:, c_hi - 1].max())
         lower = float(fin[:, c_lo - 1].min()) if c_lo > 0 else -np.inf
-        below = [int(np.searchsorted(row, lower, side="left")) for row in fin]
-        top = [int(np.searchsorted(row, upper, side="right")) for row in fin]
+        below = _counts(fin, lower, "left").tolist()
+        top = _counts(fin, upper, "right").tolist()
         middle = np.concatenate([row[a:z] for row, a, z in zip(fin, below, top, strict=True)])
         k = target - 1 - sum(below)
         t_end = float(np.partition(middle, k)[k])
         del middle
         # each slot's finish times are sorted: count its completions by bisection
-        n_done = np.array([np.searchsorted(row, t_end, side="right") for row in fin])
+        n_done = _counts(fin, t_end, "right")
         short = np.flatnonzero(n_done >= fin.shape[1])
         if short.size == 0:
             break
@@ -145,10 +203,10 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
             continue
         supply.extend(slot=int(short[0]), needed=k_cols + 1)
     n_launched = n_done + 1
+    counts = n_launched.tolist()
     # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
-    length = np.concatenate([row[:k] for row, k in zip(lengths, n_launched, strict=True)])
-    finish = np.concatenate([row[:k] for row, k in zip(fin, n_launched, strict=True)])
-    del fin
+    length = np.concatenate([row[:k] for row, k in zip(lengths, counts, strict=True)])
+    finish = np.concatenate([row[:k] for row, k in zip(fin, counts, strict=True)])
     n_rows = finish.size
     n_comp = n_rows - n_slots
     row_start = np.zeros(n_slots + 1, dtype=np.int64)
@@ -157,50 +215,74 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     launch = np.empty(n_rows)
     launch[1:] = finish[:-1]
     launch[first_row] = 0.0
-    slot = np.repeat(np.arange(n_slots, dtype=np.int32), n_launched)
-    columns = np.arange(int(n_launched.max()), dtype=np.int32)
-    index = np.concatenate([columns[:k] for k in n_launched])
-
-    def predecessors() -> tuple[NDArray[np.int64], NDArray[np.int32]]:
-        prev = np.arange(-1, n_rows - 1, dtype=np.int64)
-        prev[first_row] = -1
-        return prev, slot
-
-    order, lo_sorted = _processing_order(finish, predecessors, n_slots, n_comp)
-    # crank: the row's position in processing order (rows in flight: n_comp and later)
-    crank = np.empty(n_rows, dtype=np.int64)
-    crank[order] = np.arange(n_rows, dtype=np.int64)
-    publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
-    # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
-    # lo = first processing position holding the predecessor's finish time (crank without ties)
-    quotient = np.empty(n_rows, dtype=np.int32)  # crank // B: the step of a trained row
-    np.floor_divide(crank, b, out=quotient, casting="unsafe")
-    version = np.empty(n_rows, dtype=np.int32)
-    if lo_sorted is None:
-        version[1:] = quotient[:-1]
-    else:
-        lo = np.empty(n_rows, dtype=np.int64)
-        lo[order] = lo_sorted
-        np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
-        del lo, lo_sorted
-    del order
-    np.minimum(version, steps, out=version)
-    version[first_row] = 0
-    untrained = crank >= target  # pending, and (from n_comp on) in flight
-    step = quotient
-    step[untrained] = -1
-    stale = step - version
-    stale[untrained] = -1
-    status = np.where(untrained, np.int8(STATUS["pending"]), np.int8(STATUS["trained"]))
-    status[last_row] = STATUS["unfinished"]
-    busy_rows = np.minimum(finish, t_end)
+    # Memory: fin's buffer (fin.size >= n_rows: no slot launched past its accumulated columns)
+    # is the one scratch array; it holds the busy times, then the sort's keys, and is freed
+    # before the int32 columns are allocated, so they take its place.
+    scratch = fin.reshape(-1)[:n_rows]
+    del fin
+    busy_rows = np.minimum(finish, t_end, out=scratch)
     busy_rows -= launch
     busy = float(np.sum(busy_rows))
     del busy_rows
+    slot: NDArray[np.int32] | None = None
+
+    def slots() -> NDArray[np.int32]:
+        nonlocal slot
+        if slot is None:
+            slot = np.repeat(np.arange(n_slots, dtype=np.int32), n_launched)
+        return slot
+
+    def predecessors() -> tuple[NDArray[np.int64], NDArray[np.int32]]:
+        prev = np.empty(n_rows, dtype=np.int64)
+
+        def fill(s: int, e: int, values: NDArray[np.int64]) -> None:
+            prev[s:e] = values
+
+        _with_iota(n_rows, -1, fill)
+        prev[first_row] = -1
+        return prev, slots()
+
+    # crank: the row's position in processing order (rows in flight: n_comp and later); the
+    # sort's other scratch until then
+    crank = np.empty(n_rows, dtype=np.int64)
+    keys = scratch.view(np.int64)
+    del scratch
+    order, lo_sorted = _processing_order(finish, predecessors, n_slots, n_comp, keys, crank)
+    del keys
+    _scatter_iota(crank, order)
+    publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
+    # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
+    # lo = first processing position holding the predecessor's finish time (crank without ties)
+    lo: NDArray[np.int64] | None = None
+    if lo_sorted is not None:
+        lo = np.empty(n_rows, dtype=np.int64)
+        lo[order] = lo_sorted
+        del lo_sorted
+    del order
+    quotient = np.empty(n_rows, dtype=np.int32)  # crank // B: the step of a trained row
+    np.floor_divide(crank, b, out=quotient, casting="unsafe")
+    version = np.empty(n_rows, dtype=np.int32)
+    if lo is None:
+        np.minimum(quotient[:-1], steps, out=version[1:])
+    else:
+        np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
+        del lo
+        np.minimum(version, steps, out=version)
+    version[first_row] = 0
+    untrained = quotient >= steps  # crank >= target: pending, and (from n_comp on) in flight
+    step = quotient
+    np.copyto(step, -1, where=untrained)
+    stale = np.subtract(step, version)
+    np.copyto(stale, -1, where=untrained)
+    status = np.where(untrained, np.int8(STATUS["pending"]), np.int8(STATUS["trained"]))
+    status[last_row] = STATUS["unfinished"]
     finish[last_row] = np.nan
-    crank[untrained] = -1
+    np.copyto(crank, -1, where=untrained)
+    del untrained
+    columns = np.arange(max(counts), dtype=np.int32)
+    index = np.concatenate([columns[:k] for k in counts])
     return RawTrace(
-        slot=slot,
+        slot=slots(),
         column=index,
         launch_time=launch,
         finish_time=finish,
