@@ -154,13 +154,16 @@ def _push(
     ``ref · 2^34 + kind · 4`` (``_hpop`` hands back ``ref`` and ``kind``)."""
     seq = S[_SEQ] + 1
     S[_SEQ] = seq
-    _hpush(ht, hk, hp, 0, hn, t, (prio << _PRIO_SHIFT) | seq, (ref << 34) | (kind << 2))
+    # np.int64 first: a ref read from an int32 column, shifted by 34 as a numpy scalar, would be
+    # cut to 32 bits (numba widens it anyway; the kernel run as plain Python does not)
+    payload: Any = (np.int64(ref) << 34) | (np.int64(kind) << 2)
+    _hpush(ht, hk, hp, 0, hn, t, (np.int64(prio) << _PRIO_SHIFT) | seq, payload)
 
 
 def _segment(r: int, PF: Any, RI: Any, RF: Any) -> float:
     """Duration of each of rollout ``r``'s ``calls + 1`` decode segments (the reference's ``r_seg``,
     recomputed by the same float operations rather than stored)."""
-    seg: float = RF[_R_LEN][r] * PF[_F_TOKEN] / (RI[_R_CALLS][r] + 1)
+    seg: float = RF[_R_LEN][r] * PF[_F_TOKEN] / (np.int64(RI[_R_CALLS][r]) + 1)  # int16 column
     return seg
 
 
