@@ -57,11 +57,16 @@ from modules it imports, transitively, so dropping the entries of that import cl
 stale code; the price is a recompile of the kernels for a mutant of a module they import
 (``_config``, ``_event``, ``_trace``, ...), which the sample pays only where the tests call them.
 
-``--no-jit`` runs the tests with ``NUMBA_DISABLE_JIT=1`` instead (no cache at all). It was not
-chosen as the default: it is fast (the sim tests take 12 s instead of about 60 s warm) but it is
-not the code that runs: with it, ``tests/test_sim.py::test_cli_tool_turns_switch_to_agent_rollouts``
-fails on the unmutated tree (the agent kernel as plain Python ends with an empty
-``token_versions``), so mutants of the kernels would be scored against other semantics.
+``--no-jit`` runs the tests with ``NUMBA_DISABLE_JIT=1`` instead (no cache at all): every kernel
+runs as plain Python, so a mutant of a kernel costs no compile, and the sim tests take about 45 s
+instead of about 85 s warm (idle, 2 December). It is sound because the kernels as plain Python
+give the compiled traces bit for bit, which ``tests/test_sim_kernels_as_python.py`` checks on
+every mode. That was not so before 2 December: numba widens an ``int16``/``int32`` value to 64
+bits before ``<< 34`` or ``+ 1``, plain Python did not, and the agent kernel as Python ended with
+an empty ``token_versions``; the kernel now widens them itself. A mutant that makes a kernel's
+Python run differ from its compiled run (an integer that would wrap only in one of them) is the
+one kind this mode can score differently; the sample's kernel survivors are worth a second run
+without it.
 """
 
 from __future__ import annotations
