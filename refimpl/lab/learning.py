@@ -913,6 +913,23 @@ def _law_moments(values: list[tuple[float, Fraction]]) -> tuple[float, float]:
     return float(mean), float(np.sqrt(float(second - mean**2)))
 
 
+def _chi_square(section: Section, key: str, what: str, chi: Any, reps: int) -> None:
+    """One check of a Pearson chi-square result (:class:`refimpl.learning_async.ChiSquare`) of
+    ``reps`` multinomial draws: the statistic against its quantile, the rule saying which."""
+    section.check(
+        key,
+        what,
+        closed_form=0.0,
+        simulation=chi.statistic,
+        tolerance=chi.threshold,
+        rule=(
+            f"Pearson X² of {reps} multinomial draws (one per seeded run) against the exact law, "
+            f"{chi.cells} cells after pooling expected counts < 5; fails above the χ²({chi.df}) "
+            f"quantile at 1 − {CHI2_ALPHA:.1e}"
+        ),
+    )
+
+
 def _composition_checks(section: Section, config: LabConfig) -> None:
     """The joint (length, staleness) law and the drops of continuous dispatch at N = 3, exactly.
 
@@ -952,18 +969,12 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
             pmf, eta=eta, replications=reps, seed=seed(config, STREAM, 900 + ci), **COMPOSITION
         )
         chi = la.chi_square_check(cells.sample, law.sample, alpha=CHI2_ALPHA)
-        rule = (
-            f"Pearson X² of {reps} multinomial draws (one per seeded run) against the exact law, "
-            f"{chi.cells} cells after pooling expected counts < 5; fails above the χ²({chi.df}) "
-            f"quantile at 1 − {CHI2_ALPHA:.1e}"
-        )
-        section.check(
+        _chi_square(
+            section,
             f"composition-{tag}-chi2",
             f"X², (length, staleness) of a trained sample, N = {n}, B = {b}, {label}",
-            closed_form=0.0,
-            simulation=chi.statistic,
-            tolerance=chi.threshold,
-            rule=rule,
+            chi,
+            reps,
         )
         sim = cells.sample.astype(np.float64)
         ell_idx, s_idx = np.nonzero(sim >= 0)
@@ -986,16 +997,12 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
                 rule=TOL_RULE + " (SE from the exact law's variance)",
             )
         if eta is not None:
-            dchi = la.chi_square_check(cells.dropped, law.dropped, alpha=CHI2_ALPHA)
-            section.check(
+            _chi_square(
+                section,
                 f"composition-{tag}-dropped-chi2",
                 f"X², samples dropped in a step, N = {n}, B = {b}, {label}",
-                closed_form=0.0,
-                simulation=dchi.statistic,
-                tolerance=dchi.threshold,
-                rule=rule.replace(f"{chi.cells} cells", f"{dchi.cells} cells").replace(
-                    f"χ²({chi.df})", f"χ²({dchi.df})"
-                ),
+                la.chi_square_check(cells.dropped, law.dropped, alpha=CHI2_ALPHA),
+                reps,
             )
             mu, sd = _law_moments([(float(d), q) for d, q in enumerate(law.dropped)])
             drawn = cells.dropped.astype(np.float64)
