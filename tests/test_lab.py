@@ -328,6 +328,17 @@ def test_bad_arguments_are_refused_with_the_fix(
     assert not (tmp_path / "b").exists()  # nothing written for a refused call
 
 
+def test_the_help_of_only_names_every_section_key(capsys: pytest.CaptureFixture[str]) -> None:
+    # The keys were once typed into the help by hand, and "learning" was missing from them.
+    from refimpl.lab.registry import SECTIONS
+
+    with pytest.raises(SystemExit):
+        main(["lab", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    listed = text.split("keys: ", 1)[1].split(" --docs-url", 1)[0]
+    assert listed.split(", ") == [s.key for s in SECTIONS]
+
+
 def test_an_unusable_out_directory_is_refused_before_the_run_with_the_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

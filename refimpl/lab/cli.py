@@ -30,6 +30,8 @@ __all__ = ["configure", "run"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``refimpl lab``."""
+    from refimpl.lab.registry import SECTIONS
+
     parser.add_argument(
         "--out",
         type=Path,
@@ -48,8 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="KEY",
-        help="run only this section (repeatable); keys: "
-        "length-bias, staleness, effort, debugging, async-worth",
+        help="run only this section (repeatable); keys: " + ", ".join(s.key for s in SECTIONS),
     )
     parser.add_argument(
         "--docs-url",
