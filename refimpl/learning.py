@@ -923,7 +923,7 @@ def first_k_carry_gradient(
             if nxt not in trans:
                 todo.append(nxt)
         trans[st] = outs
-        if len(trans) > _MAX_CARRY_STATES:
+        if len(trans) - 1 > _MAX_CARRY_STATES:  # the cold start is not a carried state
             raise invalid(
                 "n",
                 f"leave at most {_MAX_CARRY_STATES} carried-leftover states for exact solution",
@@ -938,6 +938,8 @@ def first_k_carry_gradient(
                 for prob, _, _, nxt in trans[st]:
                     new[nxt] = new.get(nxt, zero) + w * prob
             dist = new
+    elif n_ == k_:  # nothing is carried: every step is the cold start's
+        dist = {cold: Fraction(1) if exact else 1.0}
     else:
         states = [st for st in trans if st != cold]
         index = {st: i for i, st in enumerate(states)}
@@ -1683,6 +1685,7 @@ def train_policy(
     n_steps = as_int(steps, name="steps", minimum=1, meaning="trainer steps")
     b_ = as_int(batch, name="batch", minimum=1, meaning="samples per step")
     n_ = as_int(slots, name="slots", minimum=1, meaning="generation slots")
+    seed = as_int(seed, name="seed", minimum=0, meaning="random seed")
     allowed = CORRECTIONS + (FIRST_K_CORRECTIONS[1:] if mode == "first_k" else ())
     if correction not in allowed:
         raise invalid(
