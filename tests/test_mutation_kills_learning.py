@@ -4,7 +4,9 @@ was seen to fail on."""
 
 from __future__ import annotations
 
+import heapq
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 from _validation_table import Case, check_refusal
 
 from refimpl import learning as lrn
+from refimpl import learning_async as lasync
 
 F = Fraction
 
@@ -150,3 +153,83 @@ def test_carry_without_leftovers_is_first_k_with_n_equal_k() -> None:
     assert got.trained_law.tolist() == [p]
     assert got.step_time == F(83, 36)
     assert got.states == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# refimpl.learning_async (seed 3102)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_dispatch_law_of_a_single_length_by_hand() -> None:
+    # mutant: the support's `q != 0` made `q != 1` (a length of probability 1 left out, the
+    # zero-probability ones kept). Every rollout has length 2: both slots finish at t = 2, slot 0's
+    # trains step 0 fresh, slot 1's step 1 one version stale; nothing has length 1.
+    law = lasync.continuous_dispatch_law([F(0), F(1)], slots=2, batch=1, steps=2)
+    assert law.sample == ((F(0), F(0)), (F(1, 2), F(1, 2)))
+    assert (law.length_mean, law.staleness_mean, law.dropped) == (F(2), F(1, 2), (F(1),))
+    # one slot, lengths 1 or 3: step 0 trains the first rollout fresh; its relaunch, at the
+    # instant version 1 is published, sees the old version, so step 1's is one version stale
+    law = lasync.continuous_dispatch_law([F(1, 2), F(0), F(1, 2)], slots=1, batch=1, steps=2)
+    assert law.sample == ((F(1, 4), F(1, 4)), (F(0), F(0)), (F(1, 4), F(1, 4)))
+
+
+def test_dispatch_law_visits_each_state_once_and_counts_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # mutants: the heap's key (j, fill, #fresh) made (j, slots, #fresh) (states then come off the
+    # heap before all their weight has arrived and are expanded twice: same law, 1569 visits
+    # instead of 1158), and the visit count starting at -1. Every state the programme pops is
+    # recorded; each must be distinct and `states` must be their number.
+    popped: list[Any] = []
+
+    def heappop(heap: list[Any]) -> Any:
+        item = heapq.heappop(heap)
+        popped.append((item[0], item[3]))
+        return item
+
+    monkeypatch.setattr(lasync, "heapq", SimpleNamespace(heappush=heapq.heappush, heappop=heappop))
+    law = lasync.continuous_dispatch_law(
+        [F(1, 2), F(1, 4), F(1, 4)], slots=3, batch=2, steps=6, first_step=2
+    )
+    assert len(set(popped)) == len(popped) == law.states
+
+
+def test_simulated_cells_default_to_the_whole_run_from_seed_zero() -> None:
+    # mutants: the defaults first_step = 0 made -1 (refused) and seed = 0 made 1
+    kw: dict[str, Any] = {"slots": 3, "batch": 2, "steps": 3, "replications": 40}
+    pmf = [F(1, 2), F(1, 4), F(1, 4)]
+    got = lasync.simulated_dispatch_cells(pmf, **kw)
+    same = lasync.simulated_dispatch_cells(pmf, first_step=0, seed=0, **kw)
+    other = lasync.simulated_dispatch_cells(pmf, first_step=0, seed=1, **kw)
+    assert got.sample.tolist() == same.sample.tolist()
+    assert got.dropped.tolist() == same.dropped.tolist()
+    assert got.sample.tolist() != other.sample.tolist()  # the seed is seen
+
+
+def test_simulated_cells_take_one_replication_and_a_window_from_step_zero() -> None:
+    # mutants: replications' minimum 1 made 2, first_step's minimum 0 made 1 (both refused a
+    # valid call); one replication is one draw of each
+    one = lasync.simulated_dispatch_cells(
+        [F(1, 2), F(1, 2)], slots=2, batch=1, steps=2, first_step=0, replications=1
+    )
+    assert (int(one.sample.sum()), int(one.dropped.sum()), one.dropped_total) == (1, 1, 0)
+
+
+def test_chi_square_statistic_cells_and_degrees_of_freedom_by_hand() -> None:
+    # mutants: the small/big split's `e < 5` made `<= 5` and `e >= 5` made `> 5` (a cell of
+    # expected count exactly 5 counted twice, or dropped), the pooling's `pe < 5` made `< 4`, and
+    # df = max(cells - 1, 1) with its 1s made 2
+    # R = 10 on (1/2, 1/2): expected 5 and 5, both kept; (1² + 1²)/5 = 0.4, one degree of freedom
+    two = lasync.chi_square_check([6, 4], [F(1, 2), F(1, 2)], alpha=1e-3)
+    assert two.statistic == pytest.approx(0.4, rel=1e-15)
+    assert (two.df, two.cells, two.impossible) == (1, 2, 0)
+    # R = 100 on (1/4, 1/2, 1/4): 25²/25 + 10²/50 + 5²/25 = 1 + 2 + 1 = 4; with 2 degrees of
+    # freedom the chi-square quantile has the closed form -2 ln(alpha)
+    three = lasync.chi_square_check([30, 40, 30], [F(1, 4), F(1, 2), F(1, 4)], alpha=1e-3)
+    assert (three.statistic, three.df, three.cells) == (4.0, 2, 3)
+    assert three.threshold == pytest.approx(-2 * np.log(1e-3), rel=1e-12)
+    assert three.passed
+    # R = 72 on (15/16, 1/32, 1/32): expected 67.5, 2.25, 2.25; the small pool (4.5) is under 5, so
+    # it goes into the smallest other cell and one cell is left, with statistic 0
+    pooled = lasync.chi_square_check([68, 2, 2], [F(15, 16), F(1, 32), F(1, 32)], alpha=1e-3)
+    assert (pooled.statistic, pooled.df, pooled.cells) == (0.0, 1, 1)
