@@ -168,16 +168,22 @@ def _processing_order(
     run += n_slots
     rank = scratch  # rank[row]: the row's position in the order
     _scatter_iota(rank, order)
+    # per tied row (permuted along with it): its predecessor, and the key of a slot's first
+    # launch, which ranks below every completion, by slot index
+    p = prev[items]
+    first = p < 0
+    np.maximum(p, 0, out=p)
+    first_key = slot[items].astype(np.int64) - n_slots
     while True:
-        p = prev[items]
-        # initial launches rank below every completion, by slot index; keys within a run are
-        # distinct (a row's rank, or a slot's first launch), so any sort of them is the order
-        key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items].astype(np.int64) - n_slots)
+        # keys within a run are distinct (a row's rank, or a slot's first launch): the order is
+        # the one that sorts them, and it is reached when they are sorted already
+        key = rank[p]
+        np.copyto(key, first_key, where=first)
         key += run
-        new_items = items[np.argsort(key, kind="stable")]
-        if np.array_equal(new_items, items):
+        if bool(np.all(key[1:] > key[:-1])):
             break
-        items = new_items
+        perm = np.argsort(key, kind="stable")
+        items, p, first, first_key = items[perm], p[perm], first[perm], first_key[perm]
         order[pos] = items
         rank[items] = pos  # only the tied rows moved
     lo = np.empty(n, dtype=np.int64)
