@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from refimpl.errors import InvalidArgument
-from refimpl.sim import SimConfig, _compiled, simulate
+from refimpl.sim import STATUS, SimConfig, _compiled, simulate
 from refimpl.sim._event import run_async_fast, run_events
 
 
@@ -99,3 +99,28 @@ def test_a_negative_seed_is_refused_by_name_and_zero_is_a_seed() -> None:
         InvalidArgument, match=r"^seed must be >= 0 \(random seed\); got seed=-1\. Pass"
     ):
         SimConfig(slots=1, batch=1, steps=1, seed=-1)
+
+
+def test_token_staleness_of_a_partial_run_is_the_mean_over_its_tokens_exactly() -> None:
+    # survived the run of 2 December: the one-version-per-rollout shortcut taken for traces whose
+    # rollouts mix versions (``==`` made ``!=``) weights each rollout's staleness by its length
+    from fractions import Fraction
+
+    cfg = SimConfig(slots=3, batch=2, steps=12, partial="keep_kv", eta=1, seed=5)
+    trace = simulate(cfg)
+    off, starts, versions = trace.segment_offsets, trace.segment_tokens, trace.segment_versions
+    total, weighted, mixed = Fraction(0), Fraction(0), 0
+    trained = np.flatnonzero(trace.status == STATUS["trained"])
+    for r in trained:  # token by token
+        segs = range(int(off[r]), int(off[r + 1]))
+        mixed += len({int(versions[o]) for o in segs}) > 1
+        ends = [*(float(starts[o]) for o in segs[1:]), float(trace.length[r])]
+        for o, end in zip(segs, ends, strict=True):
+            tokens = Fraction(end) - Fraction(float(starts[o]))
+            total += tokens
+            weighted += tokens * (int(trace.step[r]) - int(versions[o]))
+    assert mixed > 0  # some trained rollout's tokens come from two versions
+    exact = weighted / total
+    lens, stale = trace.length[trained], trace.staleness[trained]
+    assert exact != Fraction(float((lens * stale).sum())) / Fraction(float(lens.sum()))
+    assert trace.summary().token_staleness_mean == pytest.approx(float(exact), rel=1e-12)
