@@ -124,3 +124,20 @@ def test_token_staleness_of_a_partial_run_is_the_mean_over_its_tokens_exactly() 
     lens, stale = trace.length[trained], trace.staleness[trained]
     assert exact != Fraction(float((lens * stale).sum())) / Fraction(float(lens.sum()))
     assert trace.summary().token_staleness_mean == pytest.approx(float(exact), rel=1e-12)
+
+
+def test_a_trace_file_in_a_missing_directory_is_refused_with_the_whole_fix(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # survived the run of 2 December: the fix's first letter lowered from fix[1] ("or aass a
+    # path"); the whole message, through the command
+    from refimpl.cli import main
+
+    missing = tmp_path / "no-such-dir" / "t.parquet"
+    args = ["simulate", "--slots", "2", "--batch", "2", "--steps", "2", "--trace", str(missing)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"refimpl simulate: --trace must name a file in a writable directory; got "
+        f"--trace={str(missing)!r}, whose directory {str(missing.parent)!r} does not exist. "
+        "Create it first, or pass a path you can write, e.g. --trace ./trace.parquet.\n"
+    )
