@@ -1,6 +1,7 @@
-"""Pinned behaviours of refimpl.sim from a sampled mutation run (``tools/mutate.py``, seed 4242;
-stopped after 14 of its 50 mutants): each test names the mutant of that sample it was seen to fail
-on, and whether the tool's run found it surviving or it was applied by hand."""
+"""Pinned behaviours of refimpl.sim from a sampled mutation run (``tools/mutate.py``, seed 4242:
+14 of its 50 mutants on 1 December, the whole sample with ``--no-jit`` on 2 December): each test
+names the mutant of that sample it was seen to fail on, and whether the tool's run found it
+surviving or it was applied by hand."""
 
 from __future__ import annotations
 
