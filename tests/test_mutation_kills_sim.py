@@ -142,3 +142,24 @@ def test_a_trace_file_in_a_missing_directory_is_refused_with_the_whole_fix(
         f"--trace={str(missing)!r}, whose directory {str(missing.parent)!r} does not exist. "
         "Create it first, or pass a path you can write, e.g. --trace ./trace.parquet.\n"
     )
+
+
+def test_the_compiled_agent_engine_stores_canonical_booleans() -> None:
+    # survived the run of 2 December: a cold start stored as 2 (``1 if cold`` made ``2``); numpy
+    # views the int8 column as bool and compares it equal, but its bytes (a digest of the trace,
+    # np.frombuffer, tobytes) differ from the reference engine's
+    import scipy.stats as st
+
+    from refimpl.sim.agent import AgentConfig, simulate_agent
+
+    cfg = AgentConfig(
+        slots=4, batch=2, steps=6, lengths=st.expon(scale=3.0), turns=2, tool_latency=1.0,
+        shards=2, capacity=1, cold_start=0.5, keepalive=1.0, seed=3,
+    )  # fmt: skip
+    compiled = simulate_agent(cfg, engine="compiled")
+    reference = simulate_agent(cfg, engine="event")
+    cold = compiled.attempts.cold
+    assert cold.any()
+    assert not cold.all()
+    assert set(cold.view(np.int8).tolist()) == {0, 1}
+    assert cold.tobytes() == reference.attempts.cold.tobytes()
