@@ -163,3 +163,20 @@ def test_the_compiled_agent_engine_stores_canonical_booleans() -> None:
     assert not cold.all()
     assert set(cold.view(np.int8).tolist()) == {0, 1}
     assert cold.tobytes() == reference.attempts.cold.tobytes()
+
+
+def test_the_standalone_agent_options_default_as_refimpl_simulate_does() -> None:
+    # survived the run of 2 December: the standalone parser's --slots default 256 made 255; the
+    # options it repeats from `refimpl simulate` must default alike
+    import argparse
+
+    from refimpl.cli import full_parser
+    from refimpl.sim.agent._cli import configure_agent_options
+
+    standalone = argparse.ArgumentParser()
+    configure_agent_options(standalone, standalone=True)
+    alone = standalone.parse_args([])
+    integrated = full_parser().parse_args(["simulate"])
+    shared = ("slots", "batch", "rollouts", "steps", "seed", "mu", "sigma")
+    assert [getattr(alone, k) for k in shared] == [getattr(integrated, k) for k in shared]
+    assert (alone.slots, alone.batch) == (256, 512)
