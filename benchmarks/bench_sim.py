@@ -97,11 +97,16 @@ MODES: dict[str, tuple[dict[str, Any], str | None, dict[str, Any], float]] = {
         20.0,
     ),
     "admission control, eta=1": ({"mode": "admission", "eta": 1}, "admission", {"eta": 1}, 20.0),
+    "async, integer lengths (ties)": ({"ceil_lengths": True}, None, {}, 100.0),
 }
 # Rollouts whose lengths a mode uses per trained one, beyond the peer's margin (restart aborts and
 # relaunches): the length matrix is drawn for that many more rollouts.
 LENGTHS_FACTOR = {"async, partial restart": 2.0, "first_k, launch 600": 1.5}
 AGENT = "agent rollouts, 2 tool turns"
+# Plain async on the same lengths rounded up to whole tokens, as a trainer's are: completions then
+# tie often (at 10^6 about one in seven has a neighbour at the same instant), and the tie rule
+# orders them (conventions §async-dispatch). Its SimPy model is the plain peer on those lengths.
+INTEGER = "async, integer lengths (ties)"
 AGENT_OPTIONS = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
 
 
@@ -117,6 +122,7 @@ def load_models() -> ModuleType:
 
 CHILD = r"""
 import json, sys, time
+import numpy as np
 import scipy.stats
 from refimpl.sim import SimConfig, simulate
 from refimpl.sim.agent import AgentConfig, simulate_agent
@@ -128,6 +134,10 @@ def run(n):
                           lengths=scipy.stats.lognorm(s=1.0, scale=403.4287934927351), seed={seed},
                           **options)
         simulate_agent(cfg)
+    elif options.get("ceil_lengths"):  # the lognormal(6, 1) matrix rounded up to whole tokens
+        k = -(-n * 5 // (4 * {slots})) + 64
+        lengths = np.ceil(np.random.default_rng({seed}).lognormal(6.0, 1.0, size=({slots}, k)))
+        simulate(SimConfig(slots={slots}, batch={batch}, rollouts=n, lengths=lengths))
     else:
         simulate(SimConfig(slots={slots}, batch={batch}, rollouts=n, seed={seed}, **options))
 # the fixed cost, apart: the first call loads the compiled kernel from numba's cache (or compiles
@@ -226,10 +236,15 @@ def main() -> int:
         mode_lengths = (
             lengths if factor == 1.0 else peer.draw_lengths(SLOTS, int(rollouts * factor), SEED)
         )
+        if name == INTEGER:
+            mode_lengths = np.ceil(lengths)
+        options = {k: v for k, v in options.items() if k != "ceil_lengths"}
         cfg = SimConfig(
             slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=mode_lengths, **options
         )
-        if model_name is None:
+        if name == INTEGER:
+            model = best_of(1, lambda m=mode_lengths: peer.simulate_store(m, BATCH, steps))
+        elif model_name is None:
             model = (t_peer, c_peer, (stale, tlen, t_end))
         else:
             fn = models.MODELS[model_name]

@@ -739,3 +739,34 @@ def test_async_worth_reports_the_measured_verdict_for_every_length_law(quick: Qu
         assert cells
         assert metrics["measured_verdicts"][name] == aw.measured_verdict(cells)
     assert sec["headlines"][0].startswith("Measured (reward reached per unit of simulated time")
+
+
+@pytest.mark.parametrize("dpi", [100, 200])
+def test_scatter_labels_cover_no_point_and_no_other_label(dpi: int) -> None:
+    # The bias-variance figure's numbers once printed over each other ("9" and "12" read "912").
+    import numpy as np
+
+    from refimpl.lab._plot import lab_style, label_points, new_figure
+
+    rng = np.random.default_rng(4)
+    xy = np.column_stack([rng.uniform(0.4, 0.7, 14), 10 ** rng.uniform(-1.2, -0.9, 14)])
+    xy = np.vstack([xy, xy[3], xy[3]])  # three points at one place: one label "4, 15, 16"
+    with lab_style():
+        fig, (ax,) = new_figure(1, height=4.0)
+        fig.set_dpi(dpi)
+        ax.scatter(xy[:, 0], xy[:, 1], s=30)
+        ax.set_yscale("log")
+        ax.margins(x=0.1, y=0.3)
+        label_points(ax, xy, [str(i + 1) for i in range(len(xy))])
+        fig.draw_without_rendering()  # the labels are placed while the figure is drawn
+        texts = [t for t in ax.texts if t.get_visible()]
+        boxes = [t.get_window_extent() for t in texts]
+        pts = ax.transData.transform(xy)
+    assert "4, 15, 16" in [t.get_text() for t in texts]
+    assert sorted(int(n) for t in texts for n in t.get_text().split(", ")) == list(range(1, 17))
+    for i, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[i + 1 :]), texts[i].get_text()
+        own = {int(n) - 1 for n in texts[i].get_text().split(", ")}
+        for k, (px, py) in enumerate(pts):
+            if k not in own:
+                assert not a.contains(px, py), (texts[i].get_text(), k + 1)

@@ -399,3 +399,26 @@ def test_the_compiled_engine_reports_progress_in_chunks_that_add_up() -> None:
     assert len(seen) >= 32
     assert sum(seen) == sum(reference) > 0
     _equal_exactly(with_progress, simulate(cfg, engine="compiled"))
+
+
+def test_progress_does_not_make_the_compiled_engine_refuse_a_matrix_that_is_long_enough() -> None:
+    """An explicit length matrix with just the columns the run needs: the compiled engine paused
+    for progress (every 1/64 of the run) used to try to extend it, and refused it naming the wrong
+    slot, where the reference engine runs it. One column fewer is refused alike by both."""
+    lengths = np.random.default_rng(1).integers(1, 6, size=(2, 400)).astype(float)
+
+    def outcome(k: int, engine: str) -> str:
+        cfg = SimConfig(slots=2, batch=3, steps=151, lengths=lengths[:, :k].copy())
+        try:
+            trace = simulate(cfg, engine=engine, progress=lambda n: None)  # type: ignore[arg-type]
+        except OutOfLengths as err:
+            return str(err)
+        return f"{len(trace)} rows"
+
+    lo, hi = 1, 400  # the fewest columns the reference engine runs with
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if outcome(mid, "event").endswith("rows") else (mid + 1, hi)
+    for k in (lo - 1, lo, lo + 1):
+        assert outcome(k, "compiled") == outcome(k, "event"), k
+    assert "slot 1 needs at least" in outcome(lo - 1, "compiled")

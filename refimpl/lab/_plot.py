@@ -25,6 +25,7 @@ __all__ = [
     "SIM",
     "closed",
     "lab_style",
+    "label_points",
     "legend_below",
     "new_figure",
     "series_handles",
@@ -70,6 +71,106 @@ def lab_style() -> Iterator[None]:
     rc: Any = LAB_RC  # matplotlib types its keys as a Literal of every rc name
     with matplotlib.rc_context(rc):
         yield
+
+
+def clusters(points: Any, radius: float) -> list[list[int]]:
+    """Indices of ``points`` grouped transitively by distance ``<= radius``; each group, and the
+    list of groups, in index order.
+
+    >>> clusters(np.array([[0.0, 0.0], [50.0, 0.0], [5.0, 5.0], [50.0, 11.0]]), 12.0)
+    [[0, 2], [1, 3]]
+    """
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    root = list(range(len(pts)))
+
+    def find(i: int) -> int:
+        while root[i] != i:
+            i = root[i]
+        return i
+
+    for i in range(len(pts)):
+        for j in range(i):
+            if np.hypot(*(pts[i] - pts[j])) <= radius:
+                a, b = find(i), find(j)
+                root[max(a, b)] = min(a, b)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(pts)):
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
+
+
+def label_points(ax: Axes, xy: Any, labels: list[str], *, fontsize: float = 9.0) -> None:
+    """Number the points ``xy`` of a scatter so that no label covers a point or another label.
+
+    Points closer than 6 points (1/12 inch) share one label (``"9, 12, 13"``). Each label tries,
+    in turn, the corners around its point and a few places further out, and takes the first whose
+    box meets neither another point (a marker's radius about it) nor a label already placed; when
+    none is free it stays up-right of its point. The placing happens while the figure is drawn,
+    after its layout (no extra layout pass), and again at every draw.
+    """
+    from matplotlib.artist import Artist
+
+    data = np.asarray(xy, dtype=np.float64).reshape(-1, 2)
+    texts = [
+        ax.annotate(
+            label,
+            (float(x), float(y)),
+            fontsize=fontsize,
+            xytext=(3.0, 3.0),
+            textcoords="offset points",
+        )
+        for label, (x, y) in zip(labels, data, strict=True)
+    ]
+    for t in texts:
+        t.set_in_layout(False)  # the layout must not depend on where the labels go
+
+    class _Placer(Artist):
+        def draw(self, renderer: Any) -> None:
+            _place_labels(ax, data, labels, texts, renderer)
+
+    placer = _Placer()
+    placer.set_zorder(min(t.get_zorder() for t in texts) - 0.01)  # drawn just before the labels
+    ax.add_artist(placer)
+
+
+def _place_labels(ax: Axes, data: Any, labels: list[str], texts: list[Any], renderer: Any) -> None:
+    """Set the text, visibility and offset of each label of :func:`label_points` (display
+    coordinates of the drawn axes)."""
+    dpi = renderer.points_to_pixels(72.0)  # display pixels per inch
+    pts = ax.transData.transform(data)
+    pad = 3.0  # points between a label and its point
+    marker = 3.5 * dpi / 72.0  # a marker's radius and a little more, in display pixels
+    taken: list[Any] = []
+    for t in texts:
+        t.set_visible(False)
+    for group in clusters(pts, 6.0 * dpi / 72.0):
+        others = np.delete(pts, group, axis=0)
+        text = texts[group[0]]
+        text.set_text(", ".join(labels[i] for i in group))
+        text.set_visible(True)
+        text.set_position((pad, pad))
+        box = text.get_window_extent(renderer)
+        w, h = box.width * 72.0 / dpi, box.height * 72.0 / dpi  # in points
+        for dx, dy in (
+            (pad, pad), (pad, -pad - h), (-pad - w, pad), (-pad - w, -pad - h),
+            (-w / 2, pad + 4), (-w / 2, -pad - h - 4), (pad + 6, -h / 2), (-pad - w - 6, -h / 2),
+        ):  # fmt: skip
+            text.set_position((dx, dy))
+            box = text.get_window_extent(renderer)
+            hits_point = bool(
+                np.any(
+                    (others[:, 0] >= box.x0 - marker)
+                    & (others[:, 0] <= box.x1 + marker)
+                    & (others[:, 1] >= box.y0 - marker)
+                    & (others[:, 1] <= box.y1 + marker)
+                )
+            )
+            if not hits_point and not any(box.overlaps(b) for b in taken):
+                break
+        else:
+            text.set_position((pad, pad))
+            box = text.get_window_extent(renderer)
+        taken.append(box)
 
 
 #: Style of a simulated series (markers, no line); combine with ``color=``.

@@ -839,7 +839,12 @@ def run_compiled(
             if cfg.preempt_rate > 0 and int(S[_EXP_USED]) >= n_exp:
                 n_exp = max(2 * n_exp, int(n_exp * scale))
                 exps = _exponentials(cfg, n_exp)  # a longer prefix of the same stream
-            while supply.matrix.shape[1] - int(S[_MAXCOL]) < _COLUMNS_PER_EVENT:
+            # a drawn supply grows ahead of the launches; an explicit matrix is never extended
+            # here (the kernel stops with _NEED_LENGTHS, naming the slot, only when a launch
+            # needs a column it lacks; a pause for progress or room is not such a need)
+            while (
+                not supply.fixed and supply.matrix.shape[1] - int(S[_MAXCOL]) < _COLUMNS_PER_EVENT
+            ):
                 supply.extend(slot=0, needed=int(S[_MAXCOL]) + _COLUMNS_PER_EVENT)
         if err == _OK:
             break

@@ -89,6 +89,20 @@ def _counts(fin: NDArray[np.float64], x: float, side: str) -> NDArray[np.int64]:
         np.copyto(hi, mid, where=left)
 
 
+def _with_next(pos: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The sorted union of ``pos`` and ``pos + 1`` (``pos`` sorted, distinct), in linear time.
+
+    >>> _with_next(np.array([2, 3, 7])).tolist()
+    [2, 3, 4, 7, 8]
+    """
+    ends = np.empty(pos.size, dtype=bool)  # pos[i] + 1 is not pos[i + 1]: it is a new position
+    np.not_equal(pos[1:], pos[:-1] + 1, out=ends[:-1])
+    ends[-1:] = True
+    out = np.concatenate((pos, pos[ends] + 1))
+    out.sort(kind="stable")  # two sorted runs: merged in linear time
+    return out
+
+
 def _processing_order(
     finish: NDArray[np.float64],
     predecessors: Callable[[], tuple[NDArray[np.int64], NDArray[np.int32]]],
@@ -132,27 +146,46 @@ def _processing_order(
     order = np.bitwise_and(keys, low, out=keys)
     if near_pos.size == 0:
         return order, None
-    pos = np.union1d(near_pos, near_pos + 1)  # runs that share the high bits: exact order
-    items = order[pos]
-    order[pos] = items[np.lexsort((items, finish[items]))]
     equal = finish[order[near_pos]] == finish[order[near_pos + 1]]
+    if not equal.all():
+        # runs that share the high bits hold two different times: their exact order. (A run of
+        # equal times is in row order already, which is the exact order: integer lengths give
+        # many such runs and no re-sort.)
+        pos = _with_next(near_pos)
+        items = order[pos]
+        order[pos] = items[np.lexsort((items, finish[items]))]
+        equal = finish[order[near_pos]] == finish[order[near_pos + 1]]
     tied_pos = near_pos[equal & (near_pos < n_comp - 1)]  # rows after the end are never processed
     if tied_pos.size == 0:
         return order, None
     prev, slot = predecessors()
-    pos = np.union1d(tied_pos, tied_pos + 1)  # positions (in processing order) of tied completions
+    pos = _with_next(tied_pos)  # positions (in processing order) of tied completions
     items = order[pos]
-    rank = scratch
+    # the runs of one time among them (pos is in time order): a tie is ordered within its run
+    run = np.zeros(pos.size, dtype=np.int64)
+    np.cumsum(finish[items[1:]] != finish[items[:-1]], out=run[1:])
+    run *= n + n_slots  # key + n_slots is in [0, n + n_slots): one int64 key per (run, key)
+    run += n_slots
+    rank = scratch  # rank[row]: the row's position in the order
+    _scatter_iota(rank, order)
+    # per tied row (permuted along with it): its predecessor, and the key of a slot's first
+    # launch, which ranks below every completion, by slot index
+    p = prev[items]
+    first = p < 0
+    np.maximum(p, 0, out=p)
+    first_key = slot[items].astype(np.int64) - n_slots
     while True:
-        _scatter_iota(rank, order)
-        p = prev[items]
-        # initial launches rank below every completion, by slot index
-        key = np.where(p >= 0, rank[np.maximum(p, 0)], slot[items].astype(np.int64) - n_slots)
-        new_items = items[np.lexsort((key, finish[items]))]
-        if np.array_equal(new_items, items):
+        # keys within a run are distinct (a row's rank, or a slot's first launch): the order is
+        # the one that sorts them, and it is reached when they are sorted already
+        key = rank[p]
+        np.copyto(key, first_key, where=first)
+        key += run
+        if bool(np.all(key[1:] > key[:-1])):
             break
-        items = new_items
+        perm = np.argsort(key, kind="stable")
+        items, p, first, first_key = items[perm], p[perm], first[perm], first_key[perm]
         order[pos] = items
+        rank[items] = pos  # only the tied rows moved
     lo = np.empty(n, dtype=np.int64)
 
     def positions(s: int, e: int, values: NDArray[np.int64]) -> None:
