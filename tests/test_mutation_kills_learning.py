@@ -233,3 +233,16 @@ def test_chi_square_statistic_cells_and_degrees_of_freedom_by_hand() -> None:
     # it goes into the smallest other cell and one cell is left, with statistic 0
     pooled = lasync.chi_square_check([68, 2, 2], [F(15, 16), F(1, 32), F(1, 32)], alpha=1e-3)
     assert (pooled.statistic, pooled.df, pooled.cells) == (0.0, 1, 1)
+
+
+def test_the_documented_state_limit_is_the_one_the_law_refuses_above() -> None:
+    # the two survivors of seed 3102 left open by the sample (MAX_STATES 200_000 made 199_999
+    # or 200_001): reaching the limit takes 200 001 states, about 7 s, so the limit is pinned
+    # where a user reads it, the concept page, which must state the number the code uses
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs/concepts/learning.md").read_text()
+    stated = re.search(r"it refuses above ([\d ]+)\s*\(`MAX_STATES`\)", page)
+    assert stated is not None
+    assert int(stated.group(1).replace(" ", "")) == lasync.MAX_STATES
