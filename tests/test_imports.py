@@ -172,3 +172,37 @@ def test_the_static_check_finds_a_circle_hidden_inside_a_function(tmp_path: Path
     (pkg / "c.py").write_text("def lazy():\n    import circ.a\n    return circ.a\n")  # no circle
     assert hidden_circles(pkg) == ["circ.b (line 2) imports circ.a inside a function"]
     assert import_each_alone("circ", ["circ.a", "circ.b", "circ.c"], path=tmp_path) == {}
+
+
+def test_the_flat_api_loads_on_first_use_and_dunder_lookups_do_not_load_it() -> None:
+    """In a fresh interpreter: ``import refimpl`` loads neither numpy nor the flat API; a lookup of
+    an unknown dunder (``hasattr(refimpl, "__wrapped__")``, as inspect and pickle do) answers no
+    without loading it; ``refimpl.__all__`` and a flat name load it; an unknown name is an
+    AttributeError. (tools/mutate.py found the lazy loader's condition untested: each of four
+    mutants of ``name == "__all__" or not name.startswith("__")`` survived.)"""
+    script = """
+import json, sys
+import refimpl
+out = {"numpy_at_import": "numpy" in sys.modules}
+out["dunder"] = hasattr(refimpl, "__wrapped__")
+out["numpy_after_dunder"] = "numpy" in sys.modules
+out["all"] = "selected_pmf" in refimpl.__all__
+out["flat"] = callable(refimpl.selected_pmf)
+try:
+    refimpl.no_such_name
+    out["unknown"] = "found"
+except AttributeError as err:
+    out["unknown"] = str(err)
+print(json.dumps(out))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout) == {
+        "numpy_at_import": False,
+        "dunder": False,
+        "numpy_after_dunder": False,
+        "all": True,
+        "flat": True,
+        "unknown": "module 'refimpl' has no attribute 'no_such_name'",
+    }
