@@ -700,10 +700,13 @@ def _rows_estimate(cfg: SimConfig) -> int:
     return int(n * 1.02) + extra + 2 * cfg.slots + 1024
 
 
-def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
-    """``a`` with its last axis grown to ``size`` (its contents kept)."""
-    out = np.zeros((*a.shape[:-1], size), dtype=a.dtype)  # W accumulates: zeros
-    out[..., : a.shape[-1]] = a
+def _grown(a: NDArray[Any], size: int, used: int | None = None) -> NDArray[Any]:
+    """``a`` with its last axis grown to ``size``; its first ``used`` entries (all by default)
+    kept, the rest zero (W accumulates). The kernel reads no row it has not written, so only the
+    used rows need copying: a copy of the whole allocation would touch pages never used."""
+    out = np.zeros((*a.shape[:-1], size), dtype=a.dtype)
+    keep = a.shape[-1] if used is None else used
+    out[..., :keep] = a[..., :keep]
     return out
 
 
@@ -777,11 +780,16 @@ def run_compiled(
     need_w = cfg.partial != "none" or cfg.preempt_rate > 0 or cfg.mode in ("sync", "first_k")
     # progress: the kernel pauses every ``chunk`` completions (about 1/64 of the run) to report
     chunk = max(cfg.trained_target // 64, 1) if progress is not None else 2**62
+    # Where the rows a run launches are not known beforehand (a drop at η, aborted rollouts), the
+    # first guess can fall short near the end, and growing then copies nearly the whole trace
+    # (about 1 s at 10^7 rollouts). So the kernel pauses once early, after about 1/32 of the run,
+    # and the sizes are extrapolated from that part while there is little to copy.
+    probe = max(cfg.trained_target // 32, 1)
     reported = 0
     while True:  # a run from the start (again only when an event overran its room)
         exps = _exponentials(cfg, n_exp)
         S = np.zeros(_N_STATE, dtype=np.int64)
-        S[_PAUSE_AT] = chunk
+        S[_PAUSE_AT] = min(chunk, probe)
         SF = np.zeros(4, dtype=np.float64)
         R = np.empty((8, rows), dtype=np.int32)
         RF = np.empty((2, rows), dtype=np.float64)
@@ -818,23 +826,30 @@ def run_compiled(
             done = max(int(S[_J]), 1)
             scale = steps / done * 1.05  # the whole run, extrapolated from the part done
             n_r = int(S[_NR])
-            if rows - n_r < _ROWS_PER_EVENT * n_slots + 1:
-                rows = max(int(rows * 1.5), int(n_r * scale)) + _ROWS_PER_EVENT * n_slots + 1
+            probing = probe > 0 and S[_COMPLETED] >= probe
+            if probing:  # the early pause, once: size the rows for the whole run
+                probe = 0
+            if rows - n_r < _ROWS_PER_EVENT * n_slots + 1 or (
+                probing and rows < n_r * scale and done >= 4
+            ):
+                grown = int(n_r * scale) if probing else max(int(rows * 1.5), int(n_r * scale))
+                rows = grown + _ROWS_PER_EVENT * n_slots + 1
                 # one array at a time: only one old copy is alive beside its grown one
-                R = _grown(R, rows)
-                RF = _grown(RF, rows)
-                status = _grown(status, rows)
+                R = _grown(R, rows, n_r)
+                RF = _grown(RF, rows, n_r)
+                status = _grown(status, rows, n_r)
                 if need_w:
-                    W = _grown(W, rows)
+                    W = _grown(W, rows, n_r)
             if heap - int(hn.max()) < _HEAP_PER_EVENT * n_slots + 4:
                 heap = 2 * heap + _HEAP_PER_EVENT * n_slots + 4
                 ht, hk, hp = _grown(ht, heap), _grown(hk, heap), _grown(hp, heap)
             if cfg.partial != "none" and n_seg - int(S[_NSEG]) < _SEGMENTS_PER_EVENT * n_slots:
                 n_seg = max(2 * n_seg, int(S[_NSEG] * scale)) + _SEGMENTS_PER_EVENT * n_slots
+                used = int(S[_NSEG])
                 seg_r, seg_k, seg_v = (
-                    _grown(seg_r, n_seg),
-                    _grown(seg_k, n_seg),
-                    _grown(seg_v, n_seg),
+                    _grown(seg_r, n_seg, used),
+                    _grown(seg_k, n_seg, used),
+                    _grown(seg_v, n_seg, used),
                 )
             if cfg.preempt_rate > 0 and int(S[_EXP_USED]) >= n_exp:
                 n_exp = max(2 * n_exp, int(n_exp * scale))
