@@ -13,7 +13,12 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
 2. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
    subprocess per size (lengths drawn inside it), after a warm-up run of two trainer steps whose
    time (the fixed cost: loading the compiled kernel, first calls) is printed apart; the time per
-   rollout shows how far the cost is from linear. Target: 10^7 rollouts in 2 GiB.
+   rollout shows how far the cost is from linear. Targets: 10^7 rollouts in 2 GiB, and a cost
+   that grows linearly. A linear algorithm's time need not grow 10x from 10^6 to 10^7 rows: at
+   10^6 a trace's columns (tens of MB) partly fit in the caches, at 10^7 they do not. So the same
+   sizes run a memory-bound reference (a copy of 8 float64 columns and one random gather, linear
+   as an algorithm), and a mode counts as linear while its last x10 grows by at most 1.5 times the
+   reference's growth measured in the same run.
 
 Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--modes a,b] [--no-scaling]
 """
@@ -166,6 +171,40 @@ def scaling_run(rollouts: int, mode: str, options: dict[str, Any]) -> dict[str, 
     return result
 
 
+REFERENCE = r"""
+import json, sys, time
+import numpy as np
+n = int(sys.argv[1])
+rng = np.random.default_rng(0)
+columns = rng.random((8, n))  # about a trace's columns
+where = rng.permutation(n)
+best = float("inf")
+for _ in range(3):
+    t0 = time.perf_counter()
+    columns.copy()
+    columns[0][where]
+    best = min(best, time.perf_counter() - t0)
+print(json.dumps({"s": best}))
+"""
+
+
+def memory_reference(rollouts: int) -> float:
+    """Seconds of a memory-bound job of the size of a trace of ``rollouts`` rows, in a fresh
+    process: a copy of 8 float64 columns and one random gather. Its time is linear in the rows'
+    count as an algorithm, and shows what the machine's caches add on top as the arrays outgrow
+    them: a simulation's time can grow no more slowly than that."""
+    out = subprocess.run(
+        [sys.executable, "-c", REFERENCE, str(rollouts)], check=True, capture_output=True, text=True
+    )
+    seconds: float = json.loads(out.stdout)["s"]
+    return seconds
+
+
+#: A mode's cost counts as linear while the time of its last x10 grows by at most this many times
+#: the memory-bound reference's (the reference's growth is the machine's, not an algorithm's).
+LINEAR_SLACK = 1.5
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10^5 rollouts, scaling 10^4..10^6")
@@ -282,6 +321,13 @@ def main() -> int:
             + " ".join(f"{'ns/r ' + format(n, '.0e'):>11s}" for n in sizes)
             + "   peak RSS at the largest"
         )
+        ref = [memory_reference(n) for n in sizes]
+        ref_growth = ref[-1] / ref[-2]
+        print(
+            f"{'memory-bound reference':36s} {'':9s} " + " ".join(f"{r:12.3f}" for r in ref)
+            + " " + " ".join(f"{r / n * 1e9:11.1f}" for r, n in zip(ref, sizes, strict=True))
+            + f"   (x{ref_growth:.1f} time for the last x10: the machine's caches, not an algorithm)"
+        )  # fmt: skip
         for name in chosen:
             mode, options = ("agent", AGENT_OPTIONS) if name == AGENT else ("sim", MODES[name][0])
             runs = [scaling_run(n, mode, options) for n in sizes]
@@ -289,12 +335,15 @@ def main() -> int:
             fits = peak <= 2 * GIB or sizes[-1] < 10_000_000
             ok &= fits
             growth = runs[-1]["sim_s"] / runs[-2]["sim_s"]
+            linear = growth <= LINEAR_SLACK * ref_growth
+            ok &= linear
             warm = max(r["warmup_s"] for r in runs)
             print(
                 f"{name:36s} {warm:9.2f} " + " ".join(f"{r['sim_s']:12.2f}" for r in runs)
                 + " " + " ".join(f"{r['sim_s'] / n * 1e9:11.0f}" for r, n in zip(runs, sizes, strict=True))
                 + f"   {peak / 2**20:7.0f} MiB {'<= 2 GiB' if fits else '> 2 GiB MISSES'}"
-                f"  (x{growth:.1f} time for the last x10)"
+                f"  (x{growth:.1f} time for the last x10, {growth / ref_growth:.2f} of the"
+                f" reference's: {'linear' if linear else 'NOT LINEAR'})"
             )  # fmt: skip
     print("\nall targets met" if ok else "\nSOME TARGETS MISSED")
     return 0 if ok else 1
