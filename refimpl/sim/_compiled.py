@@ -940,8 +940,10 @@ def run_compiled(
         ver = np.empty(int(offsets[-1]), dtype=np.int32)
         ver[offsets[:-1]] = vmin
         ro = rows_of[order]
-        within = np.arange(n_s) - np.searchsorted(ro, ro, side="left")
-        at = offsets[ro] + 1 + within
+        # The i-th segment in sorted order is the w-th extra one of its row r, w = i - (extra
+        # segments of rows before r); it lands at offsets[r] + 1 + w, and offsets[r] is r plus
+        # those extra segments: so at r + 1 + i.
+        at = ro + np.arange(1, n_s + 1)
         tok[at] = seg_k[:n_s][order]
         ver[at] = seg_v[:n_s][order]
         out["segments"] = (offsets, tok, ver)
