@@ -138,7 +138,10 @@ def _processing_order(
         keys[s:e] |= rows
 
     _with_iota(n, 0, fill)
-    keys.sort()
+    # The rows go slot by slot, each slot's finish times increasing: a merge sort (numpy's
+    # "stable") finds those sorted runs and merges them, about twice as fast here as the default
+    # sort. The keys are distinct (the low bits hold the row), so the order is the same.
+    keys.sort(kind="stable")
     # neighbours whose high bits agree: their xor has no bit above the low w
     xor = np.bitwise_xor(keys[1:], keys[:-1], out=scratch[: n - 1])
     near_pos = np.flatnonzero(xor <= low)
