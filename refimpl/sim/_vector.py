@@ -103,6 +103,14 @@ def _with_next(pos: NDArray[np.int64]) -> NDArray[np.int64]:
     return out
 
 
+def _ranges(lo: NDArray[np.int64], hi: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The integers of ``[lo[0], hi[0])``, then of ``[lo[1], hi[1])``, ... (ranges in order)."""
+    sizes = hi - lo
+    starts = np.zeros(sizes.size, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=starts[1:])
+    return np.repeat(lo - starts, sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+
+
 def _processing_order(
     finish: NDArray[np.float64],
     predecessors: Callable[[], tuple[NDArray[np.int64], NDArray[np.int32]]],
@@ -183,12 +191,28 @@ def _processing_order(
         key = rank[p]
         np.copyto(key, first_key, where=first)
         key += run
-        if bool(np.all(key[1:] > key[:-1])):
+        bad = np.flatnonzero(key[1:] <= key[:-1])  # within a run: runs' keys do not overlap
+        if bad.size == 0:
             break
-        perm = np.argsort(key, kind="stable")
-        items, p, first, first_key = items[perm], p[perm], first[perm], first_key[perm]
-        order[pos] = items
-        rank[items] = pos  # only the tied rows moved
+        if 8 * bad.size >= key.size:
+            perm = np.argsort(key, kind="stable")
+            items, p, first, first_key = items[perm], p[perm], first[perm], first_key[perm]
+            order[pos] = items
+            rank[items] = pos  # only the tied rows moved
+            continue
+        # few runs out of order (the later rounds): sort just those runs; the others are sorted
+        # already, which a sort of all of them would leave as they are
+        runs = np.unique(run[bad])
+        sel = _ranges(np.searchsorted(run, runs, "left"), np.searchsorted(run, runs, "right"))
+        perm = sel[np.argsort(key[sel], kind="stable")]
+        items[sel], p[sel], first[sel], first_key[sel] = (
+            items[perm],
+            p[perm],
+            first[perm],
+            first_key[perm],
+        )
+        order[pos[sel]] = items[sel]
+        rank[items[sel]] = pos[sel]
     lo = np.empty(n, dtype=np.int64)
 
     def positions(s: int, e: int, values: NDArray[np.int64]) -> None:
