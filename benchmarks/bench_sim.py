@@ -104,16 +104,15 @@ MODES: dict[str, tuple[dict[str, Any], str | None, dict[str, Any], float]] = {
         20.0,
     ),
     "admission control, eta=1": ({"mode": "admission", "eta": 1}, "admission", {"eta": 1}, 20.0),
+    # plain async on the same lengths rounded up to whole tokens, as a trainer's are: completions
+    # then tie often (at 10^6 about one in seven has a neighbour at the same instant), and the tie
+    # rule orders them (conventions §async-dispatch). Its model is the plain peer on those lengths.
     "async, integer lengths (ties)": ({"ceil_lengths": True}, None, {}, 100.0),
 }
 # Rollouts whose lengths a mode uses per trained one, beyond the peer's margin (restart aborts and
 # relaunches): the length matrix is drawn for that many more rollouts.
 LENGTHS_FACTOR = {"async, partial restart": 2.0, "first_k, launch 600": 1.5}
 AGENT = "agent rollouts, 2 tool turns"
-# Plain async on the same lengths rounded up to whole tokens, as a trainer's are: completions then
-# tie often (at 10^6 about one in seven has a neighbour at the same instant), and the tie rule
-# orders them (conventions §async-dispatch). Its SimPy model is the plain peer on those lengths.
-INTEGER = "async, integer lengths (ties)"
 AGENT_OPTIONS = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
 
 
@@ -285,13 +284,14 @@ def main() -> int:
         mode_lengths = (
             lengths if factor == 1.0 else peer.draw_lengths(SLOTS, int(rollouts * factor), SEED)
         )
-        if name == INTEGER:
+        ceil = bool(options.get("ceil_lengths"))  # the bench's option, not SimConfig's
+        if ceil:
             mode_lengths = np.ceil(lengths)
         options = {k: v for k, v in options.items() if k != "ceil_lengths"}
         cfg = SimConfig(
             slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=mode_lengths, **options
         )
-        if name == INTEGER:
+        if ceil:  # its model is the plain peer on the same rounded lengths
             model = best_of(1, lambda m=mode_lengths: peer.simulate_store(m, BATCH, steps))
         elif model_name is None:
             model = (t_peer, c_peer, (stale, tlen, t_end))
