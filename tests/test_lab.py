@@ -770,3 +770,82 @@ def test_scatter_labels_cover_no_point_and_no_other_label(dpi: int) -> None:
         for k, (px, py) in enumerate(pts):
             if k not in own:
                 assert not a.contains(px, py), (texts[i].get_text(), k + 1)
+
+
+# Seeded regression values: the numbers of `refimpl lab --quick --seed 0` (every section's metrics
+# and every check's closed form, simulation and tolerance), recorded by running this file:
+#     .venv/bin/python tests/test_lab.py --record
+# A change that moves any of them (a size, a stream, a tolerance, a wrong computation that stays
+# self-consistent) fails here; a change meant to move them is recorded again, in its own commit.
+REGRESSION = Path(__file__).parent / "data" / "lab_quick_seed0.json"
+
+
+def regression_view(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What the regression file holds of a run's metrics.json: all but the wall-clock seconds."""
+    return {
+        key: {
+            "metrics": s["metrics"],
+            "headlines": s["headlines"],
+            "checks": [
+                {k: c[k] for k in ("name", "closed_form", "simulation", "tolerance", "passed")}
+                for c in s["checks"]
+            ],
+        }
+        for key, s in metrics["sections"].items()
+    }
+
+
+def _differences(got: Any, want: Any, path: str = "") -> list[str]:
+    """Where ``got`` differs from ``want``: floats beyond 1e-9 relative (1e-12 absolute), anything
+    else at all."""
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        same = math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)
+        return [] if same else [f"{path}: {got!r}, recorded {want!r}"]
+    if isinstance(want, dict) and isinstance(got, dict):
+        if got.keys() != want.keys():
+            return [f"{path}: keys {sorted(got)} , recorded {sorted(want)}"]
+        return [d for k in want for d in _differences(got[k], want[k], f"{path}/{k}")]
+    if isinstance(want, list) and isinstance(got, list) and len(got) == len(want):
+        return [
+            d
+            for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for d in _differences(g, w, f"{path}[{i}]")
+        ]
+    return [] if got == want else [f"{path}: {got!r}, recorded {want!r}"]
+
+
+def test_differences_finds_a_moved_number_and_only_that() -> None:
+    want = {"a": [1.0, "x", {"b": 2.5}], "c": True}
+    assert _differences(want, want) == []
+    assert _differences({"a": [1.0 + 1e-12, "x", {"b": 2.5}], "c": True}, want) == []
+    assert _differences({"a": [1.0, "x", {"b": 2.5000001}], "c": True}, want) == [
+        "/a[2]/b: 2.5000001, recorded 2.5"
+    ]
+    assert _differences({"a": [1.0, "y", {"b": 2.5}], "c": True}, want) == [
+        "/a[1]: 'y', recorded 'x'"
+    ]
+
+
+def test_quick_run_numbers_are_the_recorded_ones(quick: QuickRun) -> None:
+    want = json.loads(REGRESSION.read_text())
+    diffs = _differences(regression_view(quick.metrics), want)
+    assert not diffs, (
+        f"{len(diffs)} numbers of the quick lab moved (first 10 below); if the change is meant, "
+        "record them again with `.venv/bin/python tests/test_lab.py --record`:\n"
+        + "\n".join(diffs[:10])
+    )
+
+
+if __name__ == "__main__":
+    import sys
+    import tempfile
+
+    if sys.argv[1:] != ["--record"]:
+        raise SystemExit("usage: python tests/test_lab.py --record")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report"
+        main(["lab", "--quick", "--seed", "0", "--out", str(out)])
+        view = regression_view(json.loads((out / "metrics.json").read_text()))
+    REGRESSION.parent.mkdir(exist_ok=True)
+    REGRESSION.write_text(json.dumps(view, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {REGRESSION}")
