@@ -220,7 +220,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="10^5 rollouts, scaling 10^4..10^6")
     ap.add_argument("--rollouts", type=int, default=None, help="rollouts for the ratios")
     ap.add_argument("--repeats", type=int, default=3, help="repeats of our engine (best is kept)")
-    ap.add_argument("--modes", default=None, help="comma-separated substrings of the modes to run")
+    ap.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated substrings of the modes to run (a whole name: that mode alone)",
+    )
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10^5..10^7 scaling runs")
     args = ap.parse_args()
     from refimpl.sim import SimConfig, simulate
@@ -232,8 +236,11 @@ def main() -> int:
     rollouts = args.rollouts or (100_000 if args.quick else 1_000_000)
     lengths = peer.draw_lengths(SLOTS, rollouts, SEED)
     steps = rollouts // BATCH
+    every = [*MODES, AGENT]
+    wanted = args.modes.split(",") if args.modes else []
+    # a mode's whole name picks that mode alone ("async" is a substring of most names)
     chosen = [
-        m for m in [*MODES, AGENT] if not args.modes or any(x in m for x in args.modes.split(","))
+        m for m in every if not wanted or any(x == m or (x not in every and x in m) for x in wanted)
     ]
     print(
         f"# ratios at {rollouts:,} rollouts, N={SLOTS}, B={BATCH}, lognormal(6, 1), seed {SEED}; "

@@ -7,6 +7,7 @@ the copy vendored in ``tests/peers`` (``tests/_peers.py``); a missing peer is an
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -19,7 +20,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import main
-from refimpl.sim import SimConfig, SimTrace, _compiled, simulate
+from refimpl.sim import SimConfig, SimTrace, _compiled, _vector_compiled, simulate
 from refimpl.sim import _trainer_times as trainer_times
 from refimpl.sim._compiled import run_compiled
 from refimpl.sim._event import _Stuck, run_async_fast, run_events
@@ -57,7 +58,7 @@ CASES = [
 PEER_RUNS = [
     pytest.param(case, engine, variant, id=f"{case[0]}-{engine}-{variant}")
     for case in CASES
-    for engine in ("vector", "event")
+    for engine in ("vector", "auto", "event")  # auto: the vectorized engine, compiled ordering
     for variant in ("store", "callback")
     if variant == "store" or not case[5]
 ]
@@ -163,7 +164,9 @@ def vector_configs(draw: st.DrawFn) -> SimConfig:
     steps = draw(st.integers(1, 25))
     # integer lengths make ties (the hard case) common; "near" ones put finish times a few ulps
     # apart, which the vectorized engine's packed sort keys cannot tell apart on their own
-    kind = draw(st.sampled_from(["integer", "near", "lognormal"]))
+    # "chained": some durations add nothing to a finish time of about 1e3 (a length of 1e-300),
+    # so a slot's next rollout finishes at the instant its previous one did, in the same tie
+    kind = draw(st.sampled_from(["integer", "near", "lognormal", "chained"]))
     seed = draw(st.integers(0, 2**16))
     cols = steps * batch + 8
     rng = np.random.default_rng(seed)
@@ -173,6 +176,8 @@ def vector_configs(draw: st.DrawFn) -> SimConfig:
         lengths = rng.integers(1, draw(st.integers(1, 4)) + 1, size=(slots, cols)).astype(float)
         if kind == "near":
             lengths += rng.integers(0, 3, size=(slots, cols)) * 2.0**-44
+        if kind == "chained":
+            lengths[rng.random(size=(slots, cols)) < 0.3] = 1e-300
     kw: dict[str, Any] = {}
     if mode == "first_k":
         kw["launch"] = draw(st.integers(batch, slots))
@@ -199,13 +204,62 @@ def test_vectorized_and_event_engines_agree_sample_for_sample(cfg: SimConfig) ->
     _equal_traces(simulate(cfg, engine="vector"), simulate(cfg, engine="event"))
 
 
-def test_the_vectorized_engine_orders_finish_times_one_ulp_apart() -> None:
+@settings(max_examples=120)
+@given(vector_configs())
+def test_the_compiled_ordering_gives_the_numpy_engines_trace(cfg: SimConfig) -> None:
+    """``auto`` runs the vectorized engine with its ordering step compiled (numba is a test
+    dependency): the trace is the numpy engine's and the event engine's, ties included."""
+    assert _vector_compiled.AVAILABLE
+    auto = simulate(cfg, engine="auto")
+    _equal_traces(auto, simulate(cfg, engine="vector"))
+    _equal_traces(auto, simulate(cfg, engine="event"))
+
+
+@pytest.mark.parametrize("chained", [False, True])
+def test_the_compiled_ordering_settles_ties_longer_than_an_insertion_sort_takes(
+    chained: bool,
+) -> None:
+    # 40 slots finishing together: runs of 40 tied completions (sorted with argsort, not by
+    # insertion); chained, some of a slot's rollouts add nothing to the time, in the same run
+    lengths = np.full((40, 60), 2.0)
+    if chained:
+        lengths[np.random.default_rng(5).random(size=lengths.shape) < 0.3] = 1e-300
+    cfg = SimConfig(slots=40, batch=7, steps=30, lengths=lengths)
+    _equal_traces(simulate(cfg, engine="auto"), simulate(cfg, engine="event"))
+
+
+def _packed_keys(draw: Callable[[st.SearchStrategy[Any]], Any]) -> np.ndarray:
+    kind = draw(st.sampled_from(["times", "clustered", "wide", "equal"]))
+    n: int = draw(st.integers(0, 3000))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    if kind == "times":  # the engine's: float64 finish times >= 0 as bits
+        values = np.cumsum(rng.lognormal(0.0, 2.0, size=n))
+        return rng.permutation(values).view(np.int64)
+    if kind == "clustered":  # many keys in a few buckets, some equal
+        return rng.integers(0, 50, size=n) * (1 << 40) + rng.integers(0, 3, size=n)
+    if kind == "wide":  # zero, subnormals and huge values: a range too wide to scale
+        return rng.integers(0, 2**63 - 2**52, size=n, dtype=np.int64)
+    return np.full(n, draw(st.integers(0, 2**62)), dtype=np.int64)
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_the_bucket_sort_sorts_as_numpy_does(data: st.DataObject) -> None:
+    keys = _packed_keys(data.draw)
+    expected = np.sort(keys)
+    ours = keys.copy()
+    _vector_compiled.sort_keys(ours, np.empty(keys.size, dtype=np.int64))
+    np.testing.assert_array_equal(ours, expected)
+
+
+@pytest.mark.parametrize("engine", ["vector", "auto"])
+def test_the_vectorized_engine_orders_finish_times_one_ulp_apart(engine: str) -> None:
     # Slot 0 finishes one ulp after slot 1; their packed sort keys agree once the low bit holds
     # the row number, and slot 0's row comes first: the exact re-sort must put slot 1 first.
     lengths = np.ones((2, 8))
     lengths[0, 0] = np.nextafter(1.0, 2.0)
     cfg = SimConfig(slots=2, batch=1, steps=3, lengths=lengths)
-    vector = simulate(cfg, engine="vector")
+    vector = simulate(cfg, engine=engine)  # type: ignore[arg-type]
     _equal_traces(vector, simulate(cfg, engine="event"))
     assert vector.slot[vector.training_order()].tolist() == [1, 0, 1]
 
@@ -386,6 +440,27 @@ def test_without_numba_compiled_is_refused_and_auto_falls_back_to_the_same_trace
     with pytest.raises(ValueError, match=r"pip install 'refimpl\[fast\]'"):
         simulate(cfg, engine="compiled")
     _equal_exactly(simulate(cfg), fast)
+
+
+def test_auto_orders_a_vectorizable_run_with_the_compiled_kernels_and_numpy_without_numba(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = SimConfig(slots=5, batch=4, steps=30, lengths=_integer_lengths(3, 5, 200, 3))
+    calls: list[int] = []
+    kernel = _vector_compiled.processing_order
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return kernel(*args)
+
+    monkeypatch.setattr(_vector_compiled, "processing_order", counted)
+    fast = simulate(cfg)
+    assert calls == [1]
+    _equal_traces(simulate(cfg, engine="vector"), fast)  # engine="vector": numpy only
+    assert calls == [1]
+    monkeypatch.setattr(_vector_compiled, "AVAILABLE", False)
+    _equal_traces(simulate(cfg), fast)
+    assert calls == [1]
 
 
 def test_the_compiled_engine_reports_progress_in_chunks_that_add_up() -> None:

@@ -8,7 +8,8 @@ agent kernel made it, run as Python, give other traces: every event's rollout id
 (The plain kernel's event refs are 64-bit already.) The mutation tool's ``--no-jit`` mode, and
 anyone who debugs a kernel with the JIT disabled, rely on the two being the same code.
 
-The test runs one fixed set of configurations (every mode of the plain simulator, and agent runs
+The test runs one fixed set of configurations (every mode of the plain simulator, the vectorized
+engine's compiled ordering on continuous and on tied times, and agent runs
 with faults, admission, retries and a call count at the ``int16`` edge) through the compiled
 engines in this process and through the same engines with the JIT disabled in a child process,
 and compares a SHA-256 of every column, dtype and shape included, and every total.
@@ -79,6 +80,12 @@ out = {}
 for name, kw in plain.items():
     cfg = SimConfig(slots=6, batch=8, steps=12, lengths=lengths, seed=11, **kw)
     out[name] = digest(simulate(cfg, engine="compiled"))
+# the vectorized engine's compiled ordering (engine "auto"): continuous times, and integer ones
+# with chained ties (a length of 1e-300 adds nothing to a time)
+ties = np.random.default_rng(3).integers(1, 4, size=(6, 40)).astype(float)
+ties[np.random.default_rng(4).random(size=ties.shape) < 0.3] = 1e-300
+for name, kw in {"vector-auto": dict(lengths=lengths, seed=11), "vector-ties": dict(lengths=ties)}.items():
+    out[name] = digest(simulate(SimConfig(slots=6, batch=4, steps=20, **kw), engine="auto"))
 agent = {
     "faults": AgentConfig(
         slots=6, batch=4, steps=30, lengths=st.expon(scale=6.0), turns=st.poisson(2.0),
@@ -131,7 +138,7 @@ def _digests_as_python() -> dict[str, str]:
 def test_the_kernels_run_as_plain_python_give_the_compiled_traces() -> None:
     compiled = _digests_compiled()
     as_python = _digests_as_python()
-    assert len(compiled) == 13
-    assert len(set(compiled.values())) == 13  # every configuration ran to a trace of its own
+    assert len(compiled) == 15
+    assert len(set(compiled.values())) == 15  # every configuration ran to a trace of its own
     differ = sorted(name for name in compiled if compiled[name] != as_python[name])
     assert not differ, f"the kernels as plain Python give other traces for {differ}"

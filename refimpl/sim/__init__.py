@@ -99,8 +99,9 @@ def simulate(
         ``event`` is the reference engine (plain Python, every mode); ``compiled`` is the same
         event loop compiled with numba (every mode; needs ``pip install 'refimpl[fast]'``);
         ``vector`` the vectorized numpy engine (``config.vectorizable`` only). ``auto`` uses the
-        vectorized engine where it applies, else the compiled one when numba is installed, else the
-        reference engine. Every engine gives the same trace, sample for sample.
+        vectorized engine where it applies (with its ordering step compiled when numba is
+        installed), else the compiled one when numba is installed, else the reference engine.
+        Every engine gives the same trace, sample for sample.
     progress : callable, optional
         Called with the number of newly completed rollouts every few thousand completions (event
         engine; the compiled engine about every 1/64 of the run, when it pauses; the vectorized
@@ -170,7 +171,8 @@ def simulate(
     taus = _trainer_times(config)
     use_vector = engine == "vector" or (engine == "auto" and config.vectorizable)
     if use_vector:
-        raw = run_vector(config, supply, taus)
+        # auto: the ordering step compiled when numba is installed (the same trace)
+        raw = run_vector(config, supply, taus, compiled=engine == "auto")
         canonical = True
         if progress is not None:
             progress(config.trained_target)

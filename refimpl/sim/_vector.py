@@ -1,4 +1,4 @@
-"""The vectorized engine: numpy only, for the modes whose timing does not depend on versions.
+"""The vectorized engine: numpy, for the modes whose timing does not depend on versions.
 
 ``async`` (no drop, zero trainer time, no partial rollouts, no preemption, no slowdown): slot ``i``'s
 completion times are the cumulative sums of its decode times; all completions are merged in the order
@@ -14,7 +14,10 @@ resolved by a fixed-point iteration on the tied completions only (it converges i
 of the longest chain of tied predecessors, usually one or two rounds).
 
 Cost. The sort is the one step that is not linear: one ``np.sort`` of 64-bit integers that carry the
-finish time in their high bits and the row in their low ones (``_processing_order``). Every other
+finish time in their high bits and the row in their low ones (``_processing_order``). With numba
+installed, ``simulate``'s ``auto`` engine runs that step compiled instead
+(:mod:`refimpl.sim._vector_compiled`: a bucket sort, linear for times spread over the run, and the
+ties settled in one pass), with the same result; ``engine='vector'`` stays numpy only. Every other
 column is a few linear passes over the rows, each computed once (the step and the launch version
 are both ``rank // B``, read at the row and at its predecessor). Memory: at 10^6 rows each column
 is megabytes, and every fresh one costs its first-touch page faults (a third of the time), so the
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.sim import _vector_compiled
 from refimpl.sim._config import SimConfig
 from refimpl.sim._lengths import LengthSupply
 from refimpl.sim._trace import STATUS, RawTrace
@@ -224,7 +228,7 @@ def _processing_order(
     return order, lo
 
 
-def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
+def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
     n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
     target = steps * b
     c_hi, c_lo = -(-target // n_slots), target // n_slots
@@ -307,18 +311,24 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
     crank = np.empty(n_rows, dtype=np.int64)
     keys = scratch.view(np.int64)
     del scratch
-    order, lo_sorted = _processing_order(finish, predecessors, n_slots, n_comp, keys, crank)
-    del keys
-    _scatter_iota(crank, order)
-    publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
     # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
     # lo = first processing position holding the predecessor's finish time (crank without ties)
+    straddle = None  # the compiled ordering's exceptions to lo // B == crank // B
+    if _vector_compiled.AVAILABLE and compiled:
+        order, straddle = _vector_compiled.processing_order(
+            finish, slots(), last_row, n_comp, b, keys, crank
+        )
+        lo_sorted = None
+    else:
+        order, lo_sorted = _processing_order(finish, predecessors, n_slots, n_comp, keys, crank)
+        _scatter_iota(crank, order)
+    del keys
+    publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
     lo: NDArray[np.int64] | None = None
     if lo_sorted is not None:
         lo = np.empty(n_rows, dtype=np.int64)
         lo[order] = lo_sorted
         del lo_sorted
-    del order
     quotient = np.empty(n_rows, dtype=np.int32)  # crank // B: the step of a trained row
     np.floor_divide(crank, b, out=quotient, casting="unsafe")
     version = np.empty(n_rows, dtype=np.int32)
@@ -328,6 +338,10 @@ def _async(cfg: SimConfig, supply: LengthSupply) -> RawTrace:
         np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
         del lo
         np.minimum(version, steps, out=version)
+    if straddle is not None:
+        for start, end in straddle.tolist():  # a run's successors all see its first position's
+            version[order[start + 1 : end] + 1] = min(start // b, steps)
+    del order
     version[first_row] = 0
     untrained = quotient >= steps  # crank >= target: pending, and (from n_comp on) in flight
     step = quotient
@@ -426,8 +440,11 @@ def _stepwise(cfg: SimConfig, supply: LengthSupply, trainer_times: NDArray[np.fl
     )
 
 
-def run_vector(cfg: SimConfig, supply: LengthSupply, trainer_times: Any) -> RawTrace:
-    """Run the vectorized engine (the caller checked ``cfg.vectorizable``)."""
+def run_vector(
+    cfg: SimConfig, supply: LengthSupply, trainer_times: Any, *, compiled: bool = False
+) -> RawTrace:
+    """Run the vectorized engine (the caller checked ``cfg.vectorizable``); ``compiled``: its
+    ordering step with numba's kernels (:mod:`refimpl.sim._vector_compiled`) when installed."""
     if cfg.mode == "async":
-        return _async(cfg, supply)
+        return _async(cfg, supply, compiled)
     return _stepwise(cfg, supply, np.asarray(trainer_times, dtype=np.float64))

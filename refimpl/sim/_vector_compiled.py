@@ -1,0 +1,345 @@
+"""The vectorized engine's processing order, compiled with numba (``refimpl[fast]``).
+
+:func:`processing_order` computes what :func:`refimpl.sim._vector._processing_order` computes (and
+the ranks the engine derives from it), with the same result: ``tests/test_sim_agreement.py``
+checks it against the numpy version and the event engine, ties included. Two steps differ in
+method, and one pass does the rest.
+
+**The sort.** The keys are the bit patterns of finish times (float64 ``>= 0``) with the row number
+in their low bits. ``np.sort`` merges the slots' sorted runs in ``O(n log N)``; :func:`sort_keys` is
+a bucket sort in ``O(n)`` for times spread over the run, which the completions of many slots are,
+and gives the same keys in the same order (a sort's result does not depend on the algorithm):
+
+1. Read as a float64, a non-negative int64 is a non-decreasing function of it (the ordering that
+   makes the keys work at all), so ``bucket = floor((value - min) * M / (max - min))`` is one too:
+   IEEE subtraction and multiplication round monotonically. A key's bucket is never below a
+   smaller key's.
+2. Count the keys per bucket, turn the counts into starts, and place each key at its bucket's next
+   free position (a counting sort by bucket: one read of the keys per pass, one write each).
+3. Sort each bucket: by insertion when it holds a few keys (a quarter as many buckets as keys),
+   with ``np.sort`` when it holds many (equal or nearly equal times piled up), so the worst case
+   stays ``O(n log n)``.
+
+**Ties.** Completions at one instant are ordered by the rank of the same slot's previous
+completion (conventions §async-dispatch). The numpy version iterates over all tied runs at once to a
+fixed point; here one pass in time order settles each run in turn: a predecessor finishes no later
+than its row, so it is in an earlier run (settled already) or in the same one. A run is sorted by
+its keys, and sorted again only when it holds its own predecessors (durations that add nothing to
+a time), which moved.
+
+Without numba :data:`AVAILABLE` is ``False`` and the engine uses the numpy version.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+numba: Any
+try:  # which branch runs depends on the installation
+    import numba
+
+    AVAILABLE = True
+except ImportError:
+    numba = None
+    AVAILABLE = False
+
+__all__ = ["AVAILABLE", "processing_order", "sort_keys"]
+
+#: Keys per bucket, on average, when times are spread evenly.
+_PER_BUCKET = 4
+#: A bucket with more keys than this is sorted with ``np.sort`` rather than by insertion.
+_INSERTION_MAX = 24
+
+
+def _insertion_sort(a: Any, s: int, e: int) -> None:  # pragma: no cover - compiled
+    """Sort ``a[s:e]`` in place (a few values, or many that are nearly sorted)."""
+    for i in range(s + 1, e):
+        k = a[i]
+        j = i - 1
+        while j >= s and a[j] > k:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = k
+
+
+def _bucket(value: float, scale: float, m: int) -> int:  # pragma: no cover - compiled
+    """The bucket of a value in ``[0, m / scale]`` (a larger one goes to the last)."""
+    b = int(value * scale)
+    return b if b < m else m - 1
+
+
+def _count(values: Any, starts: Any, scale: float) -> None:  # pragma: no cover - compiled
+    """``starts[b + 1]``: how many ``values`` fall in bucket ``b`` (``starts``: ``M + 1`` zeros)."""
+    m = starts.size - 1
+    for i in range(values.size):
+        starts[_bucket(values[i], scale, m) + 1] += 1
+
+
+def _place(
+    keys: Any, values: Any, out: Any, starts: Any, scale: float
+) -> None:  # pragma: no cover - compiled
+    """Sort ``keys`` into ``out``, by the buckets ``_count`` counted in ``starts`` (``values``:
+    ``keys`` read as float64)."""
+    n = keys.size
+    m = starts.size - 1
+    for b in range(m):
+        starts[b + 1] += starts[b]
+    for i in range(n):  # starts[b] moves from bucket b's start to its end (b + 1's start)
+        b = _bucket(values[i], scale, m)
+        out[starts[b]] = keys[i]
+        starts[b] += 1
+    s = 0
+    for b in range(m):
+        e = starts[b]
+        if e - s > _INSERTION_MAX:
+            out[s:e].sort()
+        else:
+            _insertion_sort(out, s, e)
+        s = e
+
+
+def _pack(
+    bits: Any, low: int, keys: Any, starts: Any, scale: float, cell: Any, cell_value: Any
+) -> int:  # pragma: no cover - compiled
+    """``keys[i]``: ``bits[i]`` with its low bits replaced by ``i``, counted into its bucket as
+    ``_count`` would (``cell_value``: the one-value array ``cell`` read as float64). Returns the
+    low bits of all ``bits``, or-ed: ``0`` when the keys lost nothing of the times."""
+    high = ~low
+    m = starts.size - 1
+    lost = 0
+    for i in range(bits.size):
+        k = (bits[i] & high) | i
+        keys[i] = k
+        lost |= bits[i] & low
+        cell[0] = k
+        starts[_bucket(cell_value[0], scale, m) + 1] += 1
+    return lost
+
+
+def _walk(
+    keys: Any,
+    finish: Any,
+    slot: Any,
+    low: int,
+    exact: bool,
+    n_comp: int,
+    batch: int,
+    rank: Any,
+    key: Any,
+    times: Any,
+    straddle: Any,
+) -> int:  # pragma: no cover - compiled
+    """Sorted packed keys -> rows in processing order, in place; fill ``rank``.
+
+    One pass in time order over the groups of keys that agree above the low bits (one time, or a
+    few ulps apart); a key alone in its group (most keys, for continuous times) costs one write.
+    A group is put in ``(finish, row)`` order (its rows are ascending already, so a stable sort by
+    time alone does it), then each run of one time among the completions is settled
+    (:func:`_settle`). With ``exact`` (the keys' low bits held nothing of the times, as for
+    integer times) a group is one time, and no time is read. ``key`` and ``times`` are scratch for a group (a new one when it is longer).
+    ``rank`` must hold ``n`` at each slot's last row (in flight, so ranked last) beforehand.
+
+    A completion's successor sees ``lo // batch`` versions, ``lo`` the first position of the
+    completion's time: ``rank // batch``, unless the run of that time straddles a multiple of
+    ``batch``. At most one run straddles each; their ``(start, end)`` go to ``straddle`` (two
+    columns, a row per step), and the count is returned.
+    """
+    n = keys.size
+    high = ~low
+    count = 0
+    p = 0
+    while p < n:
+        top = keys[p] & high
+        if p + 1 == n or (keys[p + 1] & high) != top:
+            r = keys[p] & low
+            keys[p] = r
+            rank[r] = p
+            p += 1
+            continue
+        q = p + 2
+        while q < n and (keys[q] & high) == top:
+            q += 1
+        if q - p > key.size:
+            times = np.empty(2 * (q - p), dtype=np.float64)
+            key = np.empty(2 * (q - p), dtype=np.int64)
+        if exact:  # the keys held the whole times: the group is one time, ordered by row
+            for i in range(p, q):
+                r = keys[i] & low
+                keys[i] = r
+                rank[r] = i
+            if p < n_comp:
+                _settle(keys, slot, p, q, n_comp, rank, key)
+                if p // batch != (q - 1) // batch:
+                    straddle[count, 0] = p
+                    straddle[count, 1] = q
+                    count += 1
+            p = q
+            continue
+        in_order = True
+        for i in range(p, q):
+            r = keys[i] & low
+            keys[i] = r
+            times[i - p] = finish[r]
+            if i > p and times[i - p] < times[i - p - 1]:
+                in_order = False
+        if not in_order:
+            perm = np.argsort(times[: q - p], kind="mergesort")  # stable: rows stay ascending
+            rows = keys[p:q].copy()
+            sorted_times = times[: q - p].copy()
+            for g in range(q - p):
+                keys[p + g] = rows[perm[g]]
+                times[g] = sorted_times[perm[g]]
+        for i in range(p, q):
+            rank[keys[i]] = i
+        i = p
+        while i < q and i < n_comp:
+            j = i + 1
+            while j < q and times[j - p] == times[i - p]:
+                j += 1
+            # (j <= n_comp: the rows in flight finish after the end, so after every completion)
+            if j - i > 1:
+                _settle(keys, slot, i, j, n_comp, rank, key)
+                if i // batch != (j - 1) // batch:
+                    straddle[count, 0] = i
+                    straddle[count, 1] = j
+                    count += 1
+            i = j
+        p = q
+    return count
+
+
+def _settle(
+    keys: Any, slot: Any, p: int, q: int, n_comp: int, rank: Any, key: Any
+) -> None:  # pragma: no cover - compiled
+    """Order the tied completions at positions ``[p, q)`` by their rows' keys.
+
+    A row's key is the rank of the same slot's previous row, or ``slot - slots`` for a slot's first
+    launch (below every rank, by slot; ``slot - 2**31`` here: the same order). Row ``r - 1`` is
+    not the same slot's when it is ranked from ``n_comp`` on (the previous slot's last row, in
+    flight). One sort orders the run unless a row's predecessor is in the run itself: then the
+    keys move with it, and the rounds repeat until they stand still.
+    """
+    while True:
+        in_order = True
+        inside = False
+        for i in range(p, q):
+            r = keys[i]
+            k = rank[r - 1] if r > 0 else n_comp
+            if k >= n_comp:
+                k = np.int64(slot[r]) - 2147483648
+            elif k >= p:
+                inside = True
+            key[i - p] = k
+            if i > p and k <= key[i - p - 1]:
+                in_order = False
+        if in_order:
+            return
+        if q - p > _INSERTION_MAX:
+            perm = np.argsort(key[: q - p], kind="mergesort")
+            rows = keys[p:q].copy()
+            for i in range(q - p):
+                keys[p + i] = rows[perm[i]]
+        else:  # by insertion, the rows moving with their keys
+            for i in range(1, q - p):
+                k, r = key[i], keys[p + i]
+                j = i - 1
+                while j >= 0 and key[j] > k:
+                    key[j + 1] = key[j]
+                    keys[p + j + 1] = keys[p + j]
+                    j -= 1
+                key[j + 1] = k
+                keys[p + j + 1] = r
+        for i in range(p, q):
+            rank[keys[i]] = i
+        if not inside:  # the keys did not depend on the run's order: sorted once is sorted
+            return
+
+
+_KERNELS = ("_insertion_sort", "_bucket", "_count", "_place", "_pack", "_settle", "_walk")
+_jit: dict[str, Any] = {}
+
+
+def _compiled(name: str) -> Any:
+    """The named kernel, compiled once per process (numba's cache keeps it on disk)."""
+    if name not in _jit:
+        assert numba is not None
+        for helper in _KERNELS:
+            if helper not in _jit:
+                fn = globals()[helper]
+                _jit[helper] = numba.njit(cache=True, error_model="numpy")(fn)
+                globals()[helper] = _jit[helper]
+    return _jit[name]
+
+
+def _scale(hi: float, buckets: int) -> float | None:
+    """Buckets per unit over ``[0, hi]``, or ``None`` when that range cannot be scaled."""
+    if not (hi > 0.0 and np.isfinite(hi)):
+        return None
+    scale = buckets / hi
+    return scale if np.isfinite(scale) else None
+
+
+def sort_keys(keys: NDArray[np.int64], scratch: NDArray[np.int64]) -> None:
+    """Sort ``keys`` (int64, every one ``>= 0``) in place; ``scratch`` is an int64 buffer of at
+    least ``keys.size`` values that is overwritten. Needs numba (:data:`AVAILABLE`)."""
+    n = keys.size
+    if n < 2:
+        return
+    values = keys.view(np.float64)
+    buckets = n // _PER_BUCKET + 1
+    scale = _scale(float(values.max()), buckets)
+    if scale is None:
+        keys.sort()  # all zero, or a range too wide to scale: no buckets
+        return
+    starts = np.zeros(buckets + 1, dtype=np.int64)
+    _compiled("_count")(values, starts, scale)
+    _compiled("_place")(keys, values, scratch[:n], starts, scale)
+    keys[:] = scratch[:n]
+
+
+def processing_order(
+    finish: NDArray[np.float64],
+    slot: NDArray[np.int32],
+    last_row: NDArray[np.int64],
+    n_comp: int,
+    batch: int,
+    keys: NDArray[np.int64],
+    rank: NDArray[np.int64],
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The processing order (in ``keys``), as :func:`refimpl.sim._vector._processing_order`
+    gives it, and ``rank[order[p]] = p`` (``keys``, ``rank``: int64 buffers of ``n`` values;
+    ``last_row``: each slot's last row, whose finish times are the largest).
+
+    Returns ``(order, straddle)``: ``straddle`` holds ``(start, end)`` of each run of tied
+    completions across a multiple of ``batch`` (the one place where ``lo // batch`` is not
+    ``rank // batch``; see :func:`_walk`).
+    """
+    n = finish.size
+    width = max(1, (n - 1).bit_length())
+    low = (1 << width) - 1
+    buckets = n // _PER_BUCKET + 1
+    # the keys' values: within [0, max finish], or a few ulps above it (the last bucket's)
+    scale = _scale(float(finish[last_row].max()), buckets)
+    starts = np.zeros(buckets + 1, dtype=np.int64)
+    cell = np.zeros(1, dtype=np.int64)
+    lost = _compiled("_pack")(
+        finish.view(np.int64), low, keys, starts, scale or 0.0, cell, cell.view(np.float64)
+    )
+    if scale is None:
+        keys.sort()
+    else:
+        _compiled("_place")(keys, keys.view(np.float64), rank, starts, scale)
+        keys[:] = rank
+    # a group of one time holds at most a row per slot, unless durations add nothing to a time
+    # (then _walk allocates what it needs)
+    room = int(slot[-1]) + 2
+    key, times = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.float64)
+    straddle = np.empty((n_comp // batch + 1, 2), dtype=np.int64)
+    rank[last_row] = n
+    count = _compiled("_walk")(
+        keys, finish, slot, low, lost == 0, n_comp, batch, rank, key, times, straddle
+    )
+    return keys, straddle[:count]
