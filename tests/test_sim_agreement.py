@@ -252,6 +252,18 @@ def test_the_bucket_sort_sorts_as_numpy_does(data: st.DataObject) -> None:
     np.testing.assert_array_equal(ours, expected)
 
 
+def test_the_bucket_sort_sorts_a_pile_of_keys_in_one_coarse_bucket() -> None:
+    # 100k keys spread over [0, 1e6), then 80k of them moved into [5e5, 5e5 + 1): one coarse
+    # bucket holds more than the fine pass takes (2^16), and np.sort sorts it
+    rng = np.random.default_rng(11)
+    values = rng.uniform(0.0, 1e6, size=100_000)
+    values[:80_000] = 5e5 + rng.random(80_000)
+    keys = rng.permutation(values).view(np.int64)
+    ours = keys.copy()
+    _vector_compiled.sort_keys(ours, np.empty(keys.size, dtype=np.int64))
+    np.testing.assert_array_equal(ours, np.sort(keys))
+
+
 @pytest.mark.parametrize("engine", ["vector", "auto"])
 def test_the_vectorized_engine_orders_finish_times_one_ulp_apart(engine: str) -> None:
     # Slot 0 finishes one ulp after slot 1; their packed sort keys agree once the low bit holds

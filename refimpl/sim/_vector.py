@@ -19,11 +19,12 @@ installed, ``simulate``'s ``auto`` engine runs that step compiled instead
 (:mod:`refimpl.sim._vector_compiled`: a bucket sort, linear for times spread over the run, and the
 ties settled in one pass), with the same result; ``engine='vector'`` stays numpy only. Every other
 column is a few linear passes over the rows, each computed once (the step and the launch version
-are both ``rank // B``, read at the row and at its predecessor). Memory: at 10^6 rows each column
-is megabytes, and every fresh one costs its first-touch page faults (a third of the time), so the
-one temporary of full length is the cumulative sums' buffer: it holds the busy times, then the
-sort's keys, and is freed before the int32 columns are allocated, which take its place; ``0..n-1``
-is produced in cache-sized blocks (``_with_iota``), never as a column.
+are both ``rank // B``, read at the row and at its predecessor; the generator's busy time is
+``N`` times the end, as every slot runs from 0 to the end). Memory: at 10^6 rows each column is
+megabytes, and every fresh one costs its first-touch page faults (a third of the time), so the
+one temporary of full length is the cumulative sums' buffer: it holds the sort's keys, and is
+freed before the int32 columns are allocated, which take its place; ``0..n-1`` is produced in
+cache-sized blocks (``_with_iota``), never as a column.
 
 ``sync`` (``B <= N``) and ``first_k`` with ``leftovers='drop'`` (``n <= N``) loop over steps with
 numpy over slots.
@@ -269,25 +270,14 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
     n_launched = n_done + 1
     counts = n_launched.tolist()
     # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
-    length = np.concatenate([row[:k] for row, k in zip(lengths, counts, strict=True)])
-    finish = np.concatenate([row[:k] for row, k in zip(fin, counts, strict=True)])
-    n_rows = finish.size
+    n_rows = int(n_launched.sum())
     n_comp = n_rows - n_slots
     row_start = np.zeros(n_slots + 1, dtype=np.int64)
     np.cumsum(n_launched, out=row_start[1:])
     first_row, last_row = row_start[:-1], row_start[1:] - 1
-    launch = np.empty(n_rows)
-    launch[1:] = finish[:-1]
-    launch[first_row] = 0.0
-    # Memory: fin's buffer (fin.size >= n_rows: no slot launched past its accumulated columns)
-    # is the one scratch array; it holds the busy times, then the sort's keys, and is freed
-    # before the int32 columns are allocated, so they take its place.
-    scratch = fin.reshape(-1)[:n_rows]
-    del fin
-    busy_rows = np.minimum(finish, t_end, out=scratch)
-    busy_rows -= launch
-    busy = float(np.sum(busy_rows))
-    del busy_rows
+    # every slot runs a rollout from 0 to the end: the rows' busy times, min(finish, end) -
+    # launch, add up to the end on each slot
+    busy = n_slots * t_end
     slot: NDArray[np.int32] | None = None
 
     def slots() -> NDArray[np.int32]:
@@ -309,20 +299,28 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
     # crank: the row's position in processing order (rows in flight: n_comp and later); the
     # sort's other scratch until then
     crank = np.empty(n_rows, dtype=np.int64)
-    keys = scratch.view(np.int64)
-    del scratch
-    # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
-    # lo = first processing position holding the predecessor's finish time (crank without ties)
-    straddle = None  # the compiled ordering's exceptions to lo // B == crank // B
+    straddle = None  # the compiled ordering's exceptions to lo // B == crank // B (its runs)
     if _vector_compiled.AVAILABLE and compiled:
-        order, straddle = _vector_compiled.processing_order(
-            finish, slots(), last_row, n_comp, b, keys, crank
+        # the rows, their keys and their order in compiled passes (fin's memory holds the order)
+        length, finish, launch, order, straddle = _vector_compiled.processing_order(
+            lengths, fin, n_launched, slots(), last_row, n_comp, b, crank
         )
         lo_sorted = None
+        del fin
     else:
+        length = np.concatenate([row[:k] for row, k in zip(lengths, counts, strict=True)])
+        finish = np.concatenate([row[:k] for row, k in zip(fin, counts, strict=True)])
+        launch = np.empty(n_rows)
+        launch[1:] = finish[:-1]
+        launch[first_row] = 0.0
+        # Memory: fin's buffer (fin.size >= n_rows: no slot launched past its accumulated
+        # columns) is the one scratch array; it holds the sort's keys, and is freed before the
+        # int32 columns are allocated, so they take its place.
+        keys = fin.reshape(-1)[:n_rows].view(np.int64)
+        del fin
         order, lo_sorted = _processing_order(finish, predecessors, n_slots, n_comp, keys, crank)
+        del keys
         _scatter_iota(crank, order)
-    del keys
     publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
     lo: NDArray[np.int64] | None = None
     if lo_sorted is not None:

@@ -15,10 +15,17 @@ and gives the same keys in the same order (a sort's result does not depend on th
    IEEE subtraction and multiplication round monotonically. A key's bucket is never below a
    smaller key's.
 2. Count the keys per bucket, turn the counts into starts, and place each key at its bucket's next
-   free position (a counting sort by bucket: one read of the keys per pass, one write each).
-3. Sort each bucket: by insertion when it holds a few keys (a quarter as many buckets as keys),
-   with ``np.sort`` when it holds many (equal or nearly equal times piled up), so the worst case
-   stays ``O(n log n)``.
+   free position (a counting sort by bucket: one read of the keys per pass, one write each). The
+   buckets of this first pass are coarse, a few thousand keys each, so that its writes go to a
+   few thousand places at a time, which stay in cache.
+3. Sort each coarse bucket, now in cache, the same way by finer buckets (four keys each on
+   average, bucket ``floor((value * scale - b) * K)`` within coarse bucket ``b``: non-decreasing
+   in the value too), and sort those by insertion. A coarse bucket of a few keys is sorted by
+   insertion at once, and one of very many (equal or nearly equal times piled up) with
+   ``np.sort``, so the worst case stays ``O(n log n)``.
+
+At 10^6 keys laid out as the engine's, this takes 17 ms against ``np.sort``'s 32; at 10^7, 0.22
+against 0.35 s (one pass with fine buckets at once: 0.31 s, its writes all over memory).
 
 **Ties.** Completions at one instant are ordered by the rank of the same slot's previous
 completion (conventions §async-dispatch). The numpy version iterates over all tied runs at once to a
@@ -48,8 +55,12 @@ except ImportError:
 
 __all__ = ["AVAILABLE", "processing_order", "sort_keys"]
 
-#: Keys per bucket, on average, when times are spread evenly.
+#: Keys per coarse bucket (the first pass's: its write streams stay in cache), and per fine
+#: bucket within one, on average, when times are spread evenly.
+_PER_COARSE = 4096
 _PER_BUCKET = 4
+#: The longest coarse bucket sorted by finer buckets (one of more keys is sorted with np.sort).
+_FINE_MAX = 1 << 16
 #: A bucket with more keys than this is sorted with ``np.sort`` rather than by insertion.
 _INSERTION_MAX = 24
 
@@ -79,10 +90,11 @@ def _count(values: Any, starts: Any, scale: float) -> None:  # pragma: no cover 
 
 
 def _place(
-    keys: Any, values: Any, out: Any, starts: Any, scale: float
+    keys: Any, values: Any, out: Any, starts: Any, scale: float, tmp: Any, fine: Any
 ) -> None:  # pragma: no cover - compiled
-    """Sort ``keys`` into ``out``, by the buckets ``_count`` counted in ``starts`` (``values``:
-    ``keys`` read as float64)."""
+    """Sort ``keys`` into ``out``, by the coarse buckets ``_count`` counted in ``starts``
+    (``values``: ``keys`` read as float64), then each coarse bucket by finer ones in ``tmp``
+    (``fine``: its counters; a coarse bucket longer than ``tmp`` is sorted with ``np.sort``)."""
     n = keys.size
     m = starts.size - 1
     for b in range(m):
@@ -91,31 +103,76 @@ def _place(
         b = _bucket(values[i], scale, m)
         out[starts[b]] = keys[i]
         starts[b] += 1
+    out_values = out.view(np.float64)
     s = 0
     for b in range(m):
         e = starts[b]
-        if e - s > _INSERTION_MAX:
+        k = e - s
+        if k <= _INSERTION_MAX:
+            _insertion_sort(out, s, e)
+        elif k > tmp.size:
             out[s:e].sort()
         else:
-            _insertion_sort(out, s, e)
+            # within bucket b, value * scale - b is in [0, 1) (or above, in the last bucket)
+            kf = k // _PER_BUCKET + 1
+            fine[: kf + 1] = 0
+            for i in range(s, e):
+                fine[_bucket((out_values[i] * scale - b) * kf, 1.0, kf) + 1] += 1
+            for f in range(kf):
+                fine[f + 1] += fine[f]
+            for i in range(s, e):
+                f = _bucket((out_values[i] * scale - b) * kf, 1.0, kf)
+                tmp[fine[f]] = out[i]
+                fine[f] += 1
+            a = 0
+            for f in range(kf):
+                _insertion_sort(tmp, a, fine[f])
+                a = fine[f]
+            out[s:e] = tmp[:k]
         s = e
 
 
-def _pack(
-    bits: Any, low: int, keys: Any, starts: Any, scale: float, cell: Any, cell_value: Any
+def _rows(
+    lengths: Any,
+    fin: Any,
+    fin_bits: Any,
+    counts: Any,
+    low: int,
+    length: Any,
+    finish: Any,
+    launch: Any,
+    keys: Any,
+    starts: Any,
+    scale: float,
+    cell: Any,
+    cell_value: Any,
 ) -> int:  # pragma: no cover - compiled
-    """``keys[i]``: ``bits[i]`` with its low bits replaced by ``i``, counted into its bucket as
-    ``_count`` would (``cell_value``: the one-value array ``cell`` read as float64). Returns the
-    low bits of all ``bits``, or-ed: ``0`` when the keys lost nothing of the times."""
+    """The rows (slot by slot, ``counts[s]`` each) of the ``lengths`` and accumulated ``fin``
+    matrices, in one pass: ``length``, ``finish``, ``launch`` (the previous finish on the slot,
+    0 for its first) and ``keys[i]``: the finish time's bits (``fin_bits``) with the low ones
+    replaced by ``i``, counted into its coarse bucket as ``_count`` would (``cell_value``: the
+    one-value array ``cell`` read as float64). ``keys`` may be ``fin``'s own memory: row ``i`` of
+    slot ``s`` is written at or before where ``fin[s, c]`` was read. Returns the low bits of all
+    finish times, or-ed: ``0`` when the keys lost nothing of the times."""
     high = ~low
     m = starts.size - 1
     lost = 0
-    for i in range(bits.size):
-        k = (bits[i] & high) | i
-        keys[i] = k
-        lost |= bits[i] & low
-        cell[0] = k
-        starts[_bucket(cell_value[0], scale, m) + 1] += 1
+    i = 0
+    for s in range(counts.size):
+        prev = 0.0
+        for c in range(counts[s]):
+            f = fin[s, c]
+            bits = fin_bits[s, c]
+            length[i] = lengths[s, c]
+            finish[i] = f
+            launch[i] = prev
+            prev = f
+            k = (bits & high) | i
+            keys[i] = k
+            lost |= bits & low
+            cell[0] = k
+            starts[_bucket(cell_value[0], scale, m) + 1] += 1
+            i += 1
     return lost
 
 
@@ -258,7 +315,7 @@ def _settle(
             return
 
 
-_KERNELS = ("_insertion_sort", "_bucket", "_count", "_place", "_pack", "_settle", "_walk")
+_KERNELS = ("_insertion_sort", "_bucket", "_count", "_place", "_rows", "_settle", "_walk")
 _jit: dict[str, Any] = {}
 
 
@@ -282,6 +339,13 @@ def _scale(hi: float, buckets: int) -> float | None:
     return scale if np.isfinite(scale) else None
 
 
+def _fine_scratch() -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The second pass's buffer and counters (one coarse bucket at a time)."""
+    return np.empty(_FINE_MAX, dtype=np.int64), np.empty(
+        _FINE_MAX // _PER_BUCKET + 2, dtype=np.int64
+    )
+
+
 def sort_keys(keys: NDArray[np.int64], scratch: NDArray[np.int64]) -> None:
     """Sort ``keys`` (int64, every one ``>= 0``) in place; ``scratch`` is an int64 buffer of at
     least ``keys.size`` values that is overwritten. Needs numba (:data:`AVAILABLE`)."""
@@ -289,49 +353,60 @@ def sort_keys(keys: NDArray[np.int64], scratch: NDArray[np.int64]) -> None:
     if n < 2:
         return
     values = keys.view(np.float64)
-    buckets = n // _PER_BUCKET + 1
+    buckets = n // _PER_COARSE + 1
     scale = _scale(float(values.max()), buckets)
     if scale is None:
         keys.sort()  # all zero, or a range too wide to scale: no buckets
         return
     starts = np.zeros(buckets + 1, dtype=np.int64)
     _compiled("_count")(values, starts, scale)
-    _compiled("_place")(keys, values, scratch[:n], starts, scale)
+    _compiled("_place")(keys, values, scratch[:n], starts, scale, *_fine_scratch())
     keys[:] = scratch[:n]
 
 
 def processing_order(
-    finish: NDArray[np.float64],
+    lengths: NDArray[np.float64],
+    fin: NDArray[np.float64],
+    n_launched: NDArray[np.int64],
     slot: NDArray[np.int32],
     last_row: NDArray[np.int64],
     n_comp: int,
     batch: int,
-    keys: NDArray[np.int64],
     rank: NDArray[np.int64],
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The processing order (in ``keys``), as :func:`refimpl.sim._vector._processing_order`
-    gives it, and ``rank[order[p]] = p`` (``keys``, ``rank``: int64 buffers of ``n`` values;
-    ``last_row``: each slot's last row, whose finish times are the largest).
+) -> tuple[
+    NDArray[np.float64],
+    NDArray[np.float64],
+    NDArray[np.float64],
+    NDArray[np.int64],
+    NDArray[np.int64],
+]:
+    """The rows and their processing order, as the numpy version builds and orders them.
 
-    Returns ``(order, straddle)``: ``straddle`` holds ``(start, end)`` of each run of tied
-    completions across a multiple of ``batch`` (the one place where ``lo // batch`` is not
-    ``rank // batch``; see :func:`_walk`).
+    ``lengths`` and ``fin`` (each slot's accumulated finish times, C-ordered) hold at least
+    ``n_launched[s]`` columns per slot; ``rank`` (int64, a value per row) receives
+    ``rank[order[p]] = p``. Returns ``(length, finish, launch, order, straddle)``: ``order``
+    lives in ``fin``'s memory, which is written over; ``straddle`` holds ``(start, end)`` of each
+    run of tied completions across a multiple of ``batch`` (the one place where ``lo // batch``
+    is not ``rank // batch``; see :func:`_walk`).
     """
-    n = finish.size
+    n = rank.size
     width = max(1, (n - 1).bit_length())
     low = (1 << width) - 1
-    buckets = n // _PER_BUCKET + 1
+    buckets = n // _PER_COARSE + 1
     # the keys' values: within [0, max finish], or a few ulps above it (the last bucket's)
-    scale = _scale(float(finish[last_row].max()), buckets)
+    scale = _scale(float(fin[np.arange(n_launched.size), n_launched - 1].max()), buckets)
     starts = np.zeros(buckets + 1, dtype=np.int64)
     cell = np.zeros(1, dtype=np.int64)
-    lost = _compiled("_pack")(
-        finish.view(np.int64), low, keys, starts, scale or 0.0, cell, cell.view(np.float64)
-    )
+    length, finish, launch = np.empty(n), np.empty(n), np.empty(n)
+    keys = fin.reshape(-1).view(np.int64)[:n]
+    lost = _compiled("_rows")(
+        lengths, fin, fin.view(np.int64), n_launched, low, length, finish, launch, keys, starts,
+        scale or 0.0, cell, cell.view(np.float64),
+    )  # fmt: skip
     if scale is None:
         keys.sort()
     else:
-        _compiled("_place")(keys, keys.view(np.float64), rank, starts, scale)
+        _compiled("_place")(keys, keys.view(np.float64), rank, starts, scale, *_fine_scratch())
         keys[:] = rank
     # a group of one time holds at most a row per slot, unless durations add nothing to a time
     # (then _walk allocates what it needs)
@@ -342,4 +417,4 @@ def processing_order(
     count = _compiled("_walk")(
         keys, finish, slot, low, lost == 0, n_comp, batch, rank, key, times, straddle
     )
-    return keys, straddle[:count]
+    return length, finish, launch, keys, straddle[:count]
