@@ -1012,13 +1012,19 @@ def test_length_matrix_that_runs_out_says_how_many_columns_were_needed() -> None
         simulate_agent(cfg)
 
 
-def test_the_length_ks_over_the_launched_points_is_the_sup_over_every_point() -> None:
+@pytest.mark.parametrize("chunk", [7, 1 << 18])
+def test_the_length_ks_over_the_launched_points_is_the_sup_over_every_point(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The summary's Kolmogorov distance evaluates only the launched lengths (the trained ones are
-    among them): the same value as the sup over both samples' points, computed directly."""
+    among them): the same value as the sup over both samples' points, computed directly. It works
+    through the lengths in chunks; chunks of 7 put tied values across their boundaries."""
+    from refimpl.sim.agent import _results
     from refimpl.sim.agent._results import _kolmogorov_distance
 
+    monkeypatch.setattr(_results, "_CHUNK", chunk)
     rng = np.random.default_rng(5)
-    for n in (1, 7, 200, 3000):
+    for n in (1, 2, 7, 8, 15, 200, 3000):
         y = np.round(rng.lognormal(2.0, 1.0, n))
         x = y[rng.random(n) < 0.6]
         if x.size == 0:

@@ -531,8 +531,22 @@ def _kolmogorov_distance(
         xs = np.sort(x)
     ys = np.sort(y)
     best = 0.0
+    if subset:  # the grid is ys itself, where F_y is known: (last index of the value + 1) / n
+        n = ys.size
+        for lo in range(0, n, _CHUNK):  # in chunks: small temporaries at 10^7 rollouts
+            hi = min(lo + _CHUNK, n)
+            last = np.ones(hi - lo, dtype=bool)  # a value's last index (the next one differs)
+            np.not_equal(ys[lo : hi - 1], ys[lo + 1 : hi], out=last[:-1])
+            if hi < n:
+                last[-1] = ys[hi - 1] != ys[hi]
+            at = np.flatnonzero(last)
+            fx = np.searchsorted(xs, ys[lo:hi][at], side="right") / xs.size
+            fy = (at + (lo + 1)) / n
+            if at.size:
+                best = max(best, float(np.max(np.abs(fx - fy))))
+        return best
     # the grid, in chunks: small temporaries at 10^7 rollouts
-    for sample in (ys,) if subset else (xs, ys):
+    for sample in (xs, ys):
         for lo in range(0, sample.size, _CHUNK):
             grid = sample[lo : lo + _CHUNK]
             fx = np.searchsorted(xs, grid, side="right") / xs.size
