@@ -643,6 +643,24 @@ def _kernel(
                 SF[_GEN_BUSY] += t - SLF[_S_BUSY_SINCE, s]
 
 
+def _scatter_rows(src: Any, dest: Any, into: Any) -> None:  # pragma: no cover - compiled
+    """``into[dest] = src``, one row at a time (numpy's fancy assignment takes about twice as
+    long: 4.6 ms a column of 1.2M rows in a restart run at 10^6 rollouts)."""
+    for i in range(src.size):
+        into[dest[i]] = src[i]
+
+
+_scatter_jit: Callable[..., None] | None = None
+
+
+def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> None:
+    global _scatter_jit
+    if _scatter_jit is None:
+        assert numba is not None
+        _scatter_jit = numba.njit(cache=True, error_model="numpy", _nrt=False)(_scatter_rows)
+    _scatter_jit(src, dest, into)
+
+
 _HELPERS = (
     "_hpush",
     "_hpop",
@@ -897,7 +915,7 @@ def run_compiled(
     # the row freed by the previous one (the rank, int64, in the two scratch rows of int32).
 
     def scatter(src: NDArray[Any], into: NDArray[Any]) -> NDArray[Any]:
-        into[dest] = src
+        _scatter(src, dest, into)  # into[dest] = src
         into.setflags(write=False)  # the trace keeps it as it is (no copy)
         return into
 
