@@ -908,7 +908,7 @@ def run_compiled(
     start = np.zeros(n_slots, dtype=np.int64)
     np.cumsum(counts[:-1], out=start[1:])
     dest = start[slot] + index  # each kernel row's canonical row
-    del counts, start
+    del start
     # Reorder by scattering (reading the kernel's rows in order, writing one stream per slot: it
     # stays in cache where a gather by slot would not) into rows of the kernel's arrays that are no
     # longer needed, so that the trace costs no copy of the kernel's arrays: each column lands in
@@ -934,7 +934,11 @@ def run_compiled(
     stale[step < 0] = -1
     stale.setflags(write=False)
     out["staleness"] = stale
-    out["length"] = supply.matrix[out["slot"], out["column"]]
+    # canonical rows of slot s are its launches 0, 1, ...: a prefix of its row of lengths
+    out["length"] = np.concatenate(
+        [row[:k] for row, k in zip(supply.matrix, counts.tolist(), strict=True)]
+    )
+    del counts
     out["status"] = scatter(status[:n], np.empty(n, dtype=np.int8))
     launch = RF[0, :n].copy()  # one column's copy frees a float row to start the chain
     out["finish_time"] = scatter(RF[1, :n], RF[0, :n])
