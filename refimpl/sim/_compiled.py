@@ -644,8 +644,8 @@ def _kernel(
 
 
 def _scatter_rows(src: Any, dest: Any, into: Any) -> None:  # pragma: no cover - compiled
-    """``into[dest] = src``, one row at a time (numpy's fancy assignment takes about twice as
-    long: 4.6 ms a column of 1.2M rows in a restart run at 10^6 rollouts)."""
+    """``into[dest] = src``, one row at a time: the 11 columns of a restart run at 10^6
+    rollouts took 41 ms, against 51 with numpy's fancy assignment."""
     for i in range(src.size):
         into[dest[i]] = src[i]
 
@@ -654,6 +654,7 @@ _scatter_jit: Callable[..., None] | None = None
 
 
 def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> None:
+    """``into[dest] = src`` with :func:`_scatter_rows`, compiled once per process."""
     global _scatter_jit
     if _scatter_jit is None:
         assert numba is not None

@@ -322,6 +322,9 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
         del keys
         _scatter_iota(crank, order)
     publish = finish[order[b - 1 : target : b]]  # T_j, j = 0..steps-1
+    # version at launch of row r (index > 0) = #{j : T_j < finish[r-1]} = lo // B (capped),
+    # lo = first processing position holding the predecessor's finish time (crank without ties;
+    # the compiled ordering gives crank, and the runs where lo // B differs, in straddle)
     lo: NDArray[np.int64] | None = None
     if lo_sorted is not None:
         lo = np.empty(n_rows, dtype=np.int64)
