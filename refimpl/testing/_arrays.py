@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from refimpl._validation import invalid, wrong_type
 
-__all__ = ["DTYPES", "ArrayBridge", "DtypeName"]
+__all__ = ["DTYPES", "ArrayBridge", "DtypeName", "NoAutodiff"]
 
 DtypeName = Literal["float64", "float32", "bfloat16", "float16"]
 DTYPES: tuple[DtypeName, ...] = ("float64", "float32", "bfloat16", "float16")
@@ -72,6 +72,11 @@ def _namespace(xp: Any) -> tuple[ModuleType, ModuleType, str]:
         ) from None
     own = importlib.import_module(name.split(".")[0]) if name.startswith("jax") else module
     return namespace, own, name
+
+
+class NoAutodiff(RuntimeError):
+    """The candidate's array library has no automatic differentiation that the bridge can drive
+    (numpy): a gradient must come from the candidate itself."""
 
 
 class ArrayBridge:
@@ -191,3 +196,91 @@ class ArrayBridge:
         elif value.dtype not in (getattr(xp, "float64", None), getattr(xp, "float32", None)):
             value = xp.astype(value, xp.float32)  # bfloat16 and float16: exact in float32
         return np.asarray(value, dtype=np.float64)
+
+    @property
+    def autodiff(self) -> str | None:
+        """The automatic differentiation the bridge drives for this library: ``"torch"``,
+        ``"jax"``, or None (numpy and other array-API libraries without autograd)."""
+        root = self.name.split(".")[0]
+        return root if root in ("torch", "jax") else None
+
+    def value_and_vjp(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        *,
+        wrt: int,
+        cotangent: NDArray[np.float64],
+        pick: Any = None,
+    ) -> tuple[Any, NDArray[np.float64]]:
+        """Call ``func(*args, **kwargs)`` (inputs already in the candidate's library) and return
+        its raw output with the vector–Jacobian product ``∂(Σ cotangent · out)/∂args[wrt]``,
+        computed by the library's own autograd, as float64 numpy.
+
+        This is the one place that speaks a library's autodiff; every gradient check goes through
+        it. ``pick(raw) -> array`` selects the differentiated output when the candidate returns
+        several (default: the output itself). The cotangent is given in the output's dtype, so a
+        bfloat16 candidate differentiates in bfloat16 as it would in training. An output that
+        does not depend on ``args[wrt]`` has a zero gradient.
+
+        Raises
+        ------
+        NoAutodiff
+            For numpy and libraries without an autodiff the bridge knows.
+        """
+        select = (lambda raw: raw) if pick is None else pick
+        engine = self.autodiff
+        if engine == "torch":
+            return self._torch_vjp(func, args, kwargs, wrt, cotangent, select)
+        if engine == "jax":
+            return self._jax_vjp(func, args, kwargs, wrt, cotangent, select)
+        raise NoAutodiff(
+            f"{self.name} has no automatic differentiation that refimpl can drive; pass "
+            "xp='torch' or xp='jax.numpy', or have the candidate return its gradient "
+            "(conventions={'gradient': 'returned'})."
+        )
+
+    def _torch_vjp(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        wrt: int,
+        cotangent: NDArray[np.float64],
+        select: Any,
+    ) -> tuple[Any, NDArray[np.float64]]:
+        import torch
+
+        x = args[wrt].detach().clone().requires_grad_(True)
+        given = (*args[:wrt], x, *args[wrt + 1 :])
+        with torch.enable_grad():
+            raw = func(*given, **kwargs)
+            out = select(raw)
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                return raw, np.zeros(tuple(x.shape), dtype=np.float64)
+            c = torch.as_tensor(np.asarray(cotangent), dtype=out.dtype).reshape(out.shape)
+            (grad,) = torch.autograd.grad(out, x, grad_outputs=c, allow_unused=True)
+        if grad is None:
+            return raw, np.zeros(tuple(x.shape), dtype=np.float64)
+        return raw, self.to_numpy(grad)
+
+    def _jax_vjp(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        wrt: int,
+        cotangent: NDArray[np.float64],
+        select: Any,
+    ) -> tuple[Any, NDArray[np.float64]]:
+        import jax
+
+        def differentiated(x: Any) -> tuple[Any, Any]:
+            raw = func(*args[:wrt], x, *args[wrt + 1 :], **kwargs)
+            return select(raw), raw  # the raw output comes back concrete, as jax's aux
+
+        out, pullback, raw = jax.vjp(differentiated, args[wrt], has_aux=True)
+        c = self.namespace.asarray(np.asarray(cotangent), dtype=out.dtype)
+        (grad,) = pullback(self.namespace.reshape(c, out.shape))
+        return raw, self.to_numpy(grad)
