@@ -1,0 +1,693 @@
+"""Partition invariance of a framework's loss: micro-batches and ranks against the full batch.
+
+:func:`check_partition_invariance` draws (Hypothesis) one optimizer step's batch with uneven
+lengths and a random split of its rows over simulated data-parallel ranks and accumulation steps
+(uneven token counts, micro-batches and ranks without a valid token), calls the candidate once
+per micro-batch in its own array library with ``logp`` requiring a gradient, accumulates the
+gradients as training does (summed over a rank's micro-batches, then averaged or summed over the
+ranks as the rule's all-reduce says), and compares the step's gradient and value with the
+full-batch reference :func:`refimpl.losses.aggregation.aggregation_weights`.
+
+The candidate is the framework's loss on *one micro-batch*::
+
+    candidate(logp, logp_old, advantages, mask, *, global_tokens, global_sequences,
+              accumulation_steps, world_size) -> scalar
+
+with ``logp``, ``logp_old``, ``mask`` of shape ``(b, T)`` (the micro-batch's rows), ``advantages``
+of shape ``(b,)``, ``global_tokens`` the step's valid tokens over every micro-batch and rank,
+``global_sequences`` the step's counted sequences (or groups, for ``group_mean``), and the number
+of accumulation steps and ranks. Only the keywords the candidate's signature accepts are passed
+(all of them if it takes ``**kwargs``); ``constant`` (Dr GRPO's ``H``), ``group`` and
+``group_tokens`` (``group_mean``: each row's label and its group's token count in the step) are
+passed when accepted. verl's ``agg_loss`` wraps in three lines::
+
+    def candidate(logp, logp_old, advantages, mask, *, global_tokens, world_size, **_):
+        loss_mat = -advantages[:, None] * torch.exp(logp - logp_old)
+        return agg_loss(loss_mat, mask, "token-mean", dp_size=world_size,
+                        batch_num_tokens=global_tokens)
+
+The per-token surrogate is the policy gradient ``−A·ρ`` with ``ρ = exp(logp − logp_old)``: the
+draws keep ``|log ρ| <= 0.09`` on valid tokens, strictly inside any PPO clip range ``ε >= 0.1``,
+where every clipped surrogate (PPO, DAPO's clip-higher, dual clip) equals ``−A·ρ`` in value and
+gradient. Advantages have ``|A| >= 0.25``, so the weight the candidate gives each token can be read
+back from its gradient, ``w = grad / (−A·ρ)``, and a failure names the scaling rule the candidate
+actually implements.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import textwrap
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+from hypothesis import Phase, find
+from hypothesis import strategies as st
+from hypothesis.errors import NoSuchExample
+from numpy.typing import NDArray
+
+from refimpl._validation import as_int, as_real, invalid
+from refimpl.losses._common import as_choice
+from refimpl.losses.aggregation import MODES, aggregation_weights
+from refimpl.losses.partition import (
+    ScalingRule,
+    as_rule,
+    intent_of,
+    partition_gap,
+    split_weights,
+)
+from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._conformance import (
+    CheckResult,
+    ConformanceError,
+    _literal,
+    _resolve,
+    _search,
+)
+from refimpl.testing.tolerances import summation_factor, unit_roundoff
+
+__all__ = [
+    "PartitionCase",
+    "PartitionOutcome",
+    "PartitionReport",
+    "check_partition_invariance",
+    "partition_case_outcome",
+    "partition_cases",
+]
+
+Array = NDArray[np.float64]
+_KEYWORDS = (
+    "global_tokens",
+    "global_sequences",
+    "accumulation_steps",
+    "world_size",
+    "constant",
+    "group",
+    "group_tokens",
+)
+_CHECKS = {
+    "finite": "every micro-batch's loss and gradient are finite (no 0/0 on empty micro-batches)",
+    "gradient": "the accumulated gradient equals the full-batch aggregation's",
+    "value": "the accumulated loss equals the full-batch aggregated loss",
+}
+_LOG_RATIO = 0.09  # |log ρ| bound on valid tokens: inside every clip range ε >= 0.1
+
+
+class PartitionCase(NamedTuple):
+    """One drawn optimizer step: the batch and its split over ranks and micro-batches.
+
+    ``splits[r][k]`` lists the rows of micro-batch ``k`` of rank ``r``; ``group`` labels the
+    prompt of each row (used by ``group_mean`` only).
+    """
+
+    logp: Array
+    logp_old: Array
+    advantages: Array
+    mask: Array
+    splits: list[list[list[int]]]
+    group: NDArray[np.int64]
+
+
+@st.composite
+def partition_cases(draw: Any, *, max_ranks: int = 3, max_steps: int = 3) -> PartitionCase:
+    """Hypothesis strategy of :class:`PartitionCase`: uneven lengths (empty rows included), at
+    least one valid token in the step, random splits with uneven token counts, sometimes a
+    micro-batch or a whole rank without a valid token."""
+    ranks = draw(st.integers(1, max_ranks))
+    steps = draw(st.integers(1, max_steps))
+    rows = draw(st.integers(ranks * steps, ranks * steps + 4))
+    width = draw(st.integers(1, 5))
+    lengths = np.array(draw(st.lists(st.integers(0, width), min_size=rows, max_size=rows)))
+    order = np.array(draw(st.permutations(range(rows))))
+    extra = draw(st.lists(st.integers(0, ranks * steps - 1), min_size=rows, max_size=rows))
+    slot = [i if i < ranks * steps else extra[i] for i in range(rows)]
+    splits: list[list[list[int]]] = [[[] for _ in range(steps)] for _ in range(ranks)]
+    for position, row in enumerate(order):
+        splits[slot[position] // steps][slot[position] % steps].append(int(row))
+    empty = draw(st.sampled_from(["none", "micro-batch", "rank"]))
+    if empty == "rank" and ranks > 1:
+        lengths[[row for mb in splits[0] for row in mb]] = 0
+    elif empty == "micro-batch":
+        lengths[splits[-1][-1]] = 0
+    if lengths.sum() == 0:  # the step needs one valid token: outside the drawn empty part
+        emptied = {row for mb in splits[0] for row in mb} if empty == "rank" else set()
+        emptied |= set(splits[-1][-1]) if empty == "micro-batch" else set()
+        free = [row for row in range(rows) if row not in emptied] or [0]
+        lengths[free[0]] = width
+    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.float64)
+    real = st.floats(-4.0, -0.05, allow_nan=False, width=64)
+    old = np.array(draw(st.lists(real, min_size=rows * width, max_size=rows * width)))
+    step = st.floats(-_LOG_RATIO, _LOG_RATIO, allow_nan=False)
+    delta = np.array(draw(st.lists(step, min_size=rows * width, max_size=rows * width)))
+    pad = st.floats(-8.0, 0.0, allow_nan=False)
+    junk = np.array(draw(st.lists(pad, min_size=rows * width, max_size=rows * width)))
+    logp_old = old.reshape(rows, width)
+    logp = np.where(mask > 0, logp_old + delta.reshape(rows, width), junk.reshape(rows, width))
+    size = st.floats(0.25, 2.0, allow_nan=False)
+    signs = draw(st.lists(st.sampled_from([-1.0, 1.0]), min_size=rows, max_size=rows))
+    advantages = np.array(draw(st.lists(size, min_size=rows, max_size=rows))) * np.array(signs)
+    n_groups = draw(st.integers(1, rows))
+    group = np.array(draw(st.lists(st.integers(0, n_groups - 1), min_size=rows, max_size=rows)))
+    return PartitionCase(logp, logp_old, advantages, mask, splits, group.astype(np.int64))
+
+
+class PartitionOutcome(NamedTuple):
+    """What one case gave: the candidate's accumulated value and gradient, the reference's, and
+    the first failed check (``""`` when none) with its message."""
+
+    value: float
+    grad: Array
+    reference_value: float
+    reference_grad: Array
+    failed: str
+    message: str
+
+
+def _accepted(candidate: Callable[..., Any]) -> set[str]:
+    """The driver's keywords that the candidate's signature takes."""
+    try:
+        params = inspect.signature(candidate).parameters.values()
+    except (TypeError, ValueError):
+        return set(_KEYWORDS)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return set(_KEYWORDS)
+    names = {p.name for p in params}
+    return {k for k in _KEYWORDS if k in names}
+
+
+def _surrogate(case: PartitionCase, weights: Array) -> tuple[float, Array]:
+    """Value and gradient of ``Σ w·(−A·ρ)`` (the policy-gradient surrogate, inline)."""
+    ratio = np.exp(np.where(case.mask > 0, case.logp - case.logp_old, 0.0))
+    loss = -case.advantages[:, None] * ratio * case.mask
+    return float(np.sum(weights * loss)), np.asarray(weights * loss, dtype=np.float64)
+
+
+def _step_counts(case: PartitionCase, mode: str, empty_rows: str) -> tuple[int, int, Array]:
+    """The step's valid tokens, counted sequences (groups for group_mean), and each row's
+    group token count."""
+    lengths = case.mask.sum(axis=1)
+    _, inverse = np.unique(case.group, return_inverse=True)
+    group_tokens = np.bincount(inverse, weights=lengths)
+    if mode == "group_mean":
+        sequences = int(
+            np.count_nonzero(group_tokens > 0) if empty_rows == "excluded" else group_tokens.size
+        )
+    else:
+        sequences = int(np.count_nonzero(lengths > 0) if empty_rows == "excluded" else lengths.size)
+    return int(lengths.sum()), sequences, np.asarray(group_tokens[inverse], dtype=np.float64)
+
+
+def _tolerance(dtype: str, case: PartitionCase, rtol: float | None = None) -> float:
+    """Relative tolerance: a few roundings per operation plus the sum's error bound, unless
+    overridden."""
+    if rtol is not None:
+        return rtol
+    return 4.0 * unit_roundoff(dtype) * (summation_factor(case.mask.size) + 4.0)
+
+
+def partition_case_outcome(
+    candidate: Callable[..., Any],
+    case: PartitionCase,
+    *,
+    mode: str,
+    rule: ScalingRule | str,
+    xp: Any = "torch",
+    dtype: str = "float32",
+    constant: float | None = None,
+    empty_rows: str = "excluded",
+    rtol: float | None = None,
+) -> PartitionOutcome:
+    """Run one case: call the candidate per micro-batch, accumulate, compare with the reference.
+
+    The reference is the full-batch aggregation for a mode whose intent is global (see
+    :func:`refimpl.losses.partition.partition_gap`), and the rule's own effective weights
+    (:func:`refimpl.losses.partition.split_weights`) for a per-sequence mode with local counts.
+    """
+    chosen = as_rule(rule)
+    bridge = ArrayBridge(xp, dtype)
+    seen = case._replace(
+        logp=bridge.seen(case.logp),
+        logp_old=bridge.seen(case.logp_old),
+        advantages=bridge.seen(case.advantages),
+    )
+    tokens, sequences, group_tokens = _step_counts(seen, mode, empty_rows)
+    keywords = _accepted(candidate)
+    ranks, steps = len(case.splits), len(case.splits[0])
+    given: dict[str, Any] = {
+        "global_tokens": tokens,
+        "global_sequences": sequences,
+        "accumulation_steps": steps,
+        "world_size": ranks,
+        "constant": constant,
+    }
+    grad = np.zeros_like(case.mask)
+    value = 0.0
+    for r, rank in enumerate(case.splits):
+        for k, rows in enumerate(rank):
+            if not rows:
+                continue
+            idx = np.asarray(rows, dtype=np.int64)
+            extra = {"group": case.group[idx], "group_tokens": group_tokens[idx]}
+            kwargs = {key: val for key, val in {**given, **extra}.items() if key in keywords}
+            args = tuple(
+                bridge.to_candidate(a[idx])
+                for a in (case.logp, case.logp_old, case.advantages, case.mask)
+            )
+            raw, g = bridge.value_and_vjp(
+                candidate, args, bridge.to_candidate(kwargs), wrt=0, cotangent=np.ones(())
+            )
+            v = float(bridge.to_numpy(raw))
+            if not (np.isfinite(v) and np.all(np.isfinite(g))):
+                n_mb = int(case.mask[idx].sum())
+                message = (
+                    f"rank {r}, micro-batch {k} (rows {rows}, {n_mb} valid tokens) returned a "
+                    f"non-finite loss or gradient (loss={v}): a 0/0 on a micro-batch or rank "
+                    "without valid tokens. Divide by the step's global count (which is >= 1), "
+                    "or clamp a local denominator, e.g. mask.sum().clamp(min=1)."
+                )
+                return PartitionOutcome(v, grad, float("nan"), grad, "finite", message)
+            share = 1.0 / ranks if chosen.ranks == "mean" else 1.0
+            grad[idx] += share * g
+            value += share * v
+    options: dict[str, Any] = {"constant": constant, "empty_rows": empty_rows}
+    if mode == "group_mean":
+        options["group"] = case.group
+    if intent_of(mode, chosen) == "global":
+        weights = aggregation_weights(seen.mask, mode=mode, **options)
+    else:
+        weights = split_weights(seen.mask, splits=case.splits, mode=mode, rule=chosen, **options)
+    ref_value, ref_grad = _surrogate(seen, weights)
+    rtol = _tolerance(bridge.dtype_name, case, rtol)
+    scale = float(np.max(np.abs(ref_grad))) if ref_grad.size else 0.0
+    if np.any(np.abs(grad - ref_grad) > rtol * (scale + np.abs(ref_grad))):
+        message = _gradient_message(seen, grad, ref_grad, mode, chosen, options, rtol)
+        return PartitionOutcome(value, grad, ref_value, ref_grad, "gradient", message)
+    total = float(np.sum(np.abs(ref_grad)))
+    if abs(value - ref_value) > rtol * (total + abs(ref_value)) + rtol * scale:
+        message = (
+            f"the accumulated loss is {value!r}, the full-batch aggregated loss {ref_value!r}, "
+            "although the gradients agree: the value is scaled differently from the loss that "
+            "is differentiated (e.g. a metric-only rescaling). Return the loss whose gradient "
+            "you train on."
+        )
+        return PartitionOutcome(value, grad, ref_value, ref_grad, "value", message)
+    return PartitionOutcome(value, grad, ref_value, ref_grad, "", "")
+
+
+def _all_rules() -> list[ScalingRule]:
+    """Every combination of the rule's choices (for naming what a candidate implements)."""
+    return [
+        ScalingRule(d, a, r, w)  # type: ignore[arg-type]
+        for d, a, r, w in itertools.product(
+            ("global", "local", "across_ranks"),
+            ("sum", "mean", "token_share"),
+            ("mean", "sum"),
+            (True, False),
+        )
+    ]
+
+
+def _fixed_case(lengths: list[int], splits: list[list[list[int]]], width: int) -> PartitionCase:
+    """A hand-made case for naming a candidate's rule (uneven counts everywhere)."""
+    rows = len(lengths)
+    mask = (np.arange(width)[None, :] < np.array(lengths)[:, None]).astype(np.float64)
+    logp_old = -1.0 - 0.1 * np.arange(rows * width, dtype=np.float64).reshape(rows, width) / width
+    delta = 0.05 * np.sin(np.arange(rows * width, dtype=np.float64)).reshape(rows, width)
+    advantages = np.array([1.0, -0.5, 0.75, -1.25, 1.5, -0.25, 0.5, -2.0][:rows])
+    group = np.arange(rows, dtype=np.int64) // 2
+    return PartitionCase(logp_old + delta * mask, logp_old, advantages, mask, splits, group)
+
+
+#: Cases on which every candidate rule gives different weights: they name the rule a failing
+#: candidate implements when the shrunk counterexample cannot tell two rules apart.
+_NAMING_CASES = (
+    _fixed_case([4, 1, 3, 0, 2, 2, 4, 1], [[[0, 1], [2]], [[3, 4, 5], [6, 7]]], 4),
+    _fixed_case([1, 4, 2, 3, 3], [[[0], [1, 2], [3, 4]]], 4),
+)
+
+
+def _effective_weights(case: PartitionCase, grad: Array) -> Array:
+    """The weight the candidate gave each token: its gradient over ``∂(−A·ρ)/∂logp``."""
+    ratio = np.exp(np.where(case.mask > 0, case.logp - case.logp_old, 0.0))
+    per_token = -case.advantages[:, None] * ratio
+    return np.where(case.mask > 0, grad / np.where(case.mask > 0, per_token, 1.0), 0.0)
+
+
+def _matching_rules(
+    case: PartitionCase, grad: Array, mode: str, options: dict[str, Any], rtol: float
+) -> list[ScalingRule]:
+    """The scaling rules whose effective weights equal the candidate's on ``case``."""
+    weights = _effective_weights(case, grad)
+    found = []
+    for other in _all_rules():
+        opts = dict(options, group=case.group) if mode == "group_mean" else options
+        eff = split_weights(case.mask, splits=case.splits, mode=mode, rule=other, **opts)
+        scale = float(np.max(np.abs(eff))) if eff.size else 0.0
+        if np.all(np.abs(weights - eff) <= 8 * rtol * (scale + np.abs(eff))):
+            found.append(other)
+    return found
+
+
+def _gradient_message(
+    case: PartitionCase,
+    grad: Array,
+    ref_grad: Array,
+    mode: str,
+    rule: ScalingRule,
+    options: dict[str, Any],
+    rtol: float,
+) -> str:
+    """What differs at the worst token, with the gradient seen there."""
+    worst = np.unravel_index(int(np.argmax(np.abs(grad - ref_grad))), grad.shape)
+    rel = abs(grad[worst] - ref_grad[worst]) / max(abs(ref_grad[worst]), 1e-300)
+    return (
+        f"the accumulated gradient differs from the full-batch {mode} gradient under rule "
+        f"{rule.describe()!r}: at token {tuple(int(i) for i in worst)} it is "
+        f"{grad[worst]:.17g}, expected {ref_grad[worst]:.17g} (relative difference {rel:.3g}, "
+        f"tolerance {rtol:.3g})."
+    )
+
+
+def _diagnosis(
+    func: Callable[..., Any], example: PartitionCase, outcome: PartitionOutcome, run: dict[str, Any]
+) -> str:
+    """The rule the candidate implements (its weights on the counterexample and on the naming
+    cases), the exact split dependence it causes, and the fix."""
+    mode: str = run["mode"]
+    options: dict[str, Any] = {"constant": run["constant"], "empty_rows": run["empty_rows"]}
+    rtol = _tolerance(run["dtype"], example, run["rtol"])
+    bridge = ArrayBridge(run["xp"], run["dtype"])
+    seen = example._replace(logp=bridge.seen(example.logp), logp_old=bridge.seen(example.logp_old))
+    seen = seen._replace(advantages=bridge.seen(example.advantages))
+    candidates = _matching_rules(seen, outcome.grad, mode, options, rtol)
+    named = _NAMING_CASES[0]
+    for case in _NAMING_CASES:
+        if not candidates:
+            break
+        try:
+            got = partition_case_outcome(func, case, **run)
+        except Exception:
+            continue
+        if got.failed == "finite":
+            continue
+        seen = case._replace(logp=bridge.seen(case.logp), logp_old=bridge.seen(case.logp_old))
+        seen = seen._replace(advantages=bridge.seen(case.advantages))
+        here = _matching_rules(seen, got.grad, mode, options, rtol)
+        narrowed = [r for r in candidates if r in here]
+        if narrowed:
+            candidates, named = narrowed, case
+    if not candidates:
+        return "The weights it gives the tokens match no scaling rule refimpl knows."
+    found = candidates[0]
+    opts = dict(options, group=named.group) if mode == "group_mean" else options
+    gap = partition_gap(named.mask, splits=named.splits, mode=mode, rule=found, **opts)
+    return (
+        f"The weights it gives the tokens are those of the rule {found.describe()!r}, on this "
+        f"example and on a fixed case with uneven counts ({gap.dependence}). {_fix(found)}"
+    ).strip()
+
+
+def _fix(found: ScalingRule) -> str:
+    """How to turn the rule the candidate implements into a partition-invariant one."""
+    steps = []
+    if found.denominator != "global" and found.accumulation != "token_share":
+        steps.append(
+            "normalise every micro-batch by the step's global count (global_tokens / "
+            "global_sequences: verl batch_num_tokens / global_batch_size, TRL "
+            "num_items_in_batch) instead of its own"
+        )
+    if found.accumulation == "mean":
+        steps.append("do not divide by accumulation_steps (the global count already does)")
+    if found.ranks == "mean" and not found.world_scale:
+        steps.append("multiply by world_size (the all-reduce averages the ranks)")
+    if found.ranks == "sum" and found.world_scale:
+        steps.append("do not multiply by world_size when the all-reduce sums")
+    return ("Fix: " + "; ".join(steps) + ".") if steps else ""
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """What :func:`check_partition_invariance` found.
+
+    Attributes
+    ----------
+    candidate : str
+        The candidate, as ``module:qualname`` where it can be imported.
+    mode : str
+        The aggregation mode checked.
+    rule : ScalingRule
+        The scaling rule the run assumed (its all-reduce is how ranks were combined).
+    array : str
+        The candidate's array library and dtype.
+    intent : {"global", "split"}
+        ``global``: compared with the full-batch aggregation (any gap fails). ``split``: a
+        per-sequence mode with local counts, compared with the rule's own weights; the
+        dependence on the split is then reported, not failed.
+    results : tuple of CheckResult
+        ``finite``, ``gradient``, ``value``. The search stops at the first failing example;
+        the checks that did not fail on it are reported passed.
+    max_gap : float
+        The largest relative gap between the rule's weights and the full-batch weights over the
+        examples run (``split`` intent; 0 for ``global``).
+    dependence : str
+        The stated dependence of the example with the largest gap ("" when none).
+    """
+
+    candidate: str
+    mode: str
+    rule: ScalingRule
+    array: str
+    intent: Literal["global", "split"]
+    results: tuple[CheckResult, ...] = field(default_factory=tuple)
+    max_gap: float = 0.0
+    dependence: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True when every check passed."""
+        return all(r.ok for r in self.results)
+
+    @property
+    def failures(self) -> tuple[CheckResult, ...]:
+        """The results that did not pass."""
+        return tuple(r for r in self.results if not r.ok)
+
+    def __getitem__(self, name: str) -> CheckResult:
+        """The result of check ``name`` (``finite``, ``gradient``, ``value``)."""
+        short = name.removeprefix("partition.")
+        for r in self.results:
+            if r.name == short:
+                return r
+        raise KeyError(f"no check {name!r}; checks: {[r.name for r in self.results]}")
+
+    def summary(self) -> str:
+        """One line per check, the split dependence, then each failure with its reproduction."""
+        lines = [
+            f"refimpl partition invariance of {self.candidate} ({self.array}), mode "
+            f"{self.mode!r}, rule {self.rule.describe()!r}, intent {self.intent}:"
+        ]
+        lines += [f"  {r.status:8s} {r.id}" for r in self.results]
+        if self.dependence:
+            lines.append(f"  the value depends on the split (max relative gap {self.max_gap:.3g}):")
+            lines.append(textwrap.indent(self.dependence, "    "))
+        lines += [r.render() for r in self.results if r.status != "passed"]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`~refimpl.testing.ConformanceError` with the summary unless ok."""
+        if not self.ok:
+            raise ConformanceError(self.summary())
+
+
+def check_partition_invariance(
+    candidate: Any,
+    *,
+    mode: str,
+    rule: ScalingRule | str = "verl",
+    xp: Any = "torch",
+    dtype: str = "float32",
+    max_examples: int = 60,
+    constant: float | None = None,
+    empty_rows: str = "excluded",
+    max_ranks: int = 3,
+    max_steps: int = 3,
+    rtol: float | None = None,
+) -> PartitionReport:
+    """Check that a framework's micro-batch loss accumulates to the full-batch gradient.
+
+    Parameters
+    ----------
+    candidate : callable or "module:function"
+        The loss on one micro-batch, ``candidate(logp, logp_old, advantages, mask, *,
+        global_tokens, global_sequences, accumulation_steps, world_size) -> scalar`` (see the
+        module docstring; only the keywords it accepts are passed).
+    mode : str
+        The aggregation it implements (:data:`refimpl.losses.aggregation.MODES`).
+    rule : ScalingRule or str
+        The framework's scaling rule or a preset (:data:`refimpl.losses.partition.SCALING_RULES`);
+        its ``ranks`` says how the simulated all-reduce combines the ranks' gradients.
+    xp, dtype
+        The candidate's array library (with autograd: ``"torch"`` or ``"jax.numpy"``) and dtype.
+    max_examples : int
+        Hypothesis examples (``>= 1``); the search is derandomized (same examples every run).
+    constant : float, optional
+        Dr GRPO's ``H`` for ``token_sum_norm`` (also passed to the candidate if it takes it).
+    empty_rows : {"excluded", "counted"}
+        Whether rows without a valid token count in the sequence count.
+    max_ranks, max_steps : int
+        The largest number of simulated ranks and accumulation steps (``>= 1``).
+    rtol : float, optional
+        Relative tolerance of the comparisons (``>= 0``). Default: derived from the dtype,
+        ``4 u (⌈log2 n⌉ + 5)`` with ``u`` its unit roundoff and ``n`` the batch's entries. A
+        candidate that adds an epsilon to a denominator (verl's ``+ 1e-8``) needs a ``rtol``
+        above that epsilon's relative size in float64.
+
+    Returns
+    -------
+    PartitionReport
+        The checks, and for ``split`` intent the dependence on the split.
+
+    Raises
+    ------
+    ValueError
+        If the mode, rule, dtype or library is unknown, the library has no autodiff, a count is
+        below 1, or ``constant`` is missing for ``token_sum_norm``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from refimpl.testing._partition import check_partition_invariance
+    >>> def local_mean(logp, logp_old, advantages, mask, *, accumulation_steps, **_):
+    ...     loss = -advantages[:, None] * torch.exp(logp - logp_old)
+    ...     per_mb = (loss * mask).sum() / mask.sum().clamp(min=1)
+    ...     return per_mb / accumulation_steps
+    >>> report = check_partition_invariance(local_mean, mode="token_mean", max_examples=20)
+    >>> report.ok, report["gradient"].status
+    (False, 'failed')
+    """
+    func, label, _line = _resolve(candidate)
+    as_choice(mode, name="mode", choices=MODES)
+    as_choice(empty_rows, name="empty_rows", choices=("excluded", "counted"))
+    chosen = as_rule(rule)
+    examples = as_int(max_examples, name="max_examples", minimum=1)
+    ranks = as_int(max_ranks, name="max_ranks", minimum=1)
+    steps = as_int(max_steps, name="max_steps", minimum=1)
+    aggregation_weights(np.ones((1, 1)), mode=mode, constant=constant, group=_probe_group(mode))
+    bridge = ArrayBridge(xp, dtype)
+    if bridge.autodiff is None:
+        raise invalid(
+            "xp",
+            "be a library whose autograd refimpl drives (the gradient is what is checked)",
+            xp,
+            "Pass xp='torch' or xp='jax.numpy'.",
+        )
+    tolerance = None if rtol is None else as_real(rtol, name="rtol", low=0.0)
+    run = {
+        "mode": mode,
+        "rule": chosen,
+        "xp": xp,
+        "dtype": dtype,
+        "constant": constant,
+        "empty_rows": empty_rows,
+        "rtol": tolerance,
+    }
+    widest: list[tuple[float, str]] = [(0.0, "")]
+
+    def fails(case: PartitionCase) -> bool:
+        if intent_of(mode, chosen) == "split":
+            options: dict[str, Any] = {"constant": constant, "empty_rows": empty_rows}
+            if mode == "group_mean":
+                options["group"] = case.group
+            gap = partition_gap(case.mask, splits=case.splits, mode=mode, rule=chosen, **options)
+            if gap.max_relative_difference > widest[0][0]:
+                widest[0] = (gap.max_relative_difference, gap.dependence)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return bool(partition_case_outcome(func, case, **run).failed)
+        except Exception:
+            return True
+
+    config = _search(examples, derandomize=True, phases=[Phase.generate, Phase.shrink])
+    strategy = partition_cases(max_ranks=ranks, max_steps=steps)
+    try:
+        example = find(strategy, fails, settings=config)
+    except NoSuchExample:
+        example = None
+    results = _results(func, example, run, _line)
+    return PartitionReport(
+        label,
+        mode,
+        chosen,
+        bridge.describe(),
+        intent_of(mode, chosen),
+        results,
+        widest[0][0],
+        widest[0][1],
+    )
+
+
+def _probe_group(mode: str) -> Any:
+    return [0] if mode == "group_mean" else None
+
+
+def _results(
+    func: Callable[..., Any], example: PartitionCase | None, run: dict[str, Any], line: str
+) -> tuple[CheckResult, ...]:
+    """One CheckResult per check, from the failing example (if any)."""
+    if example is None:
+        return tuple(CheckResult("partition", n, d, "passed") for n, d in _CHECKS.items())
+    status: Literal["failed", "raised"] = "failed"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outcome = partition_case_outcome(func, example, **run)
+        failed, message = outcome.failed, outcome.message
+        if failed == "gradient":
+            message = f"{message} {_diagnosis(func, example, outcome, run)}"
+    except Exception as exc:
+        failed, message, status = "finite", f"{type(exc).__name__}: {exc}", "raised"
+    source = _literal(example._asdict())
+    reproduction = "\n".join(
+        [
+            "import numpy as np",
+            "from refimpl.losses.partition import ScalingRule",
+            "from refimpl.testing._partition import PartitionCase, partition_case_outcome",
+            line,
+            f"case = PartitionCase(**{source})",
+            f"outcome = partition_case_outcome(candidate, case, **{_literal(_plain(run))})",
+            "print(outcome.failed, outcome.message)",
+        ]
+    )
+    out = []
+    for name, description in _CHECKS.items():
+        if name == failed:
+            out.append(
+                CheckResult(
+                    "partition",
+                    name,
+                    description,
+                    status,
+                    message,
+                    source,
+                    reproduction,
+                )
+            )
+        else:
+            out.append(CheckResult("partition", name, description, "passed"))
+    return tuple(out)
+
+
+def _plain(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's keywords with the rule as the source that rebuilds it."""
+    rule: ScalingRule = run["rule"]
+    out = dict(run)
+    out["rule"] = rule.name if rule.name else rule
+    return out
