@@ -27,6 +27,10 @@ spec                       columns (inputs → logged value)             paramet
                            ``discount_t``, ``rho_tm1`` (lists per      thresholds (options)
                            trajectory) → ``errors`` (or the
                            ``output`` named; a list)
+``policy_loss``            ``step``, ``advantage``, ``logp`` and       ``surrogate``,
+                           ``logp_old`` (lists per sequence;           ``aggregation``;
+                           optional ``mask``, ``micro_batch``,         surrogate, KL and
+                           ``logp_ref``) → ``loss`` of the step        denominator (options)
 =========================  ==========================================  ========================
 
 The table lists the first specs; ``refimpl check --help`` lists all of them (every spec of
@@ -64,7 +68,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +78,7 @@ from numpy.typing import NDArray
 
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument, RefimplError
+from refimpl.testing import _trace_losses as losses
 from refimpl.testing._engine import Call, Spec
 from refimpl.testing._specs_basic import VTRACE
 from refimpl.testing._specs_more import DIAGNOSTICS, ESS, KIMI
@@ -128,6 +133,18 @@ class _TraceSpec:
     #: ``output=pg_advantage``); ``found`` is its default
     found_from: str | None = None
     found_choices: tuple[str, ...] = ()
+    #: columns read when the trace has them (``--column`` may map them too)
+    optional: tuple[str, ...] = ()
+    #: ``(trace, format, --column mapping, params) -> (numeric, list columns)`` to read, when
+    #: they depend on the trace (optional columns, a column that is a number or a list)
+    layout: (
+        Callable[[Path, str, dict[str, str], dict[str, Any]], tuple[list[str], list[str]]] | None
+    ) = None
+    #: ``(chunks, refimpl, params) -> chunks``: the rows regrouped into the units checked (one
+    #: per training step), whose rows are then compared like any spec's
+    regroup: Callable[[Iterator[Chunk], Any, dict[str, Any]], Iterator[Chunk]] | None = None
+    #: what one checked row is, in the summary
+    unit: str = "rows"
 
 
 #: the unit roundoff that the band-edge zone is computed with (``--dtype``; float64 by default)
@@ -750,6 +767,24 @@ SPECS: dict[str, _TraceSpec] = {
             notes="one row per trajectory: lists over time; --param output= names the logged "
             "output (errors by default, pg_advantage, q_estimate)",
         ),
+        _TraceSpec(
+            name="policy_loss",
+            reference="losses",
+            inputs=(losses.STEP, losses.ADV),
+            lists=(losses.LOGP, losses.OLD),
+            optional=(losses.MASK, losses.MICRO, losses.REF),
+            found=losses.LOSS,
+            params=losses.PARAMS,
+            options=losses.OPTIONS,
+            expected=losses.policy_loss_expected,
+            probe=losses.policy_loss_probe,
+            condition=losses.policy_loss_condition,
+            layout=losses.policy_loss_columns,
+            regroup=losses.policy_loss_units,
+            unit="logged losses",
+            notes="one row per sequence (token lists); the loss of each step (or micro-batch) "
+            "is recomputed with refimpl.losses and compared",
+        ),
     )
 }
 
@@ -851,7 +886,8 @@ def _count(text: str) -> int:
 def _input_sets(spec: _TraceSpec) -> list[str]:
     if spec.name == "staleness":
         return ["trained_step, min_version", "trained_step, versions"]
-    return [", ".join([*spec.inputs, *(f"{n} (lists)" for n in spec.lists)])]
+    shown = ", ".join([*spec.inputs, *(f"{n} (lists)" for n in spec.lists)])
+    return [shown + (f"; optional {', '.join(spec.optional)}" if spec.optional else "")]
 
 
 class _Unusable(RefimplError):
@@ -984,7 +1020,7 @@ def _check_chunk(
         row = {
             "row": chunk.row_start + int(i),
             "where": chunk.where(int(i)),
-            "inputs": {k: _json_value(v[i]) for k, v in cols.items()},
+            "inputs": {k: _json_value(v[i]) for k, v in cols.items() if not k.startswith("_")},
             "expected": _json_value(expected[i]),
             "found": _json_value(found[i]),
         }
@@ -1184,7 +1220,7 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
 
 def _parse_columns(spec: _TraceSpec, raw: list[str]) -> dict[str, str]:
     """``--column NAME=TRACE_COLUMN``: the spec's column names and the trace's."""
-    known = [*spec.inputs, *spec.lists, *(spec.found_choices or (spec.found,))]
+    known = [*spec.inputs, *spec.lists, *spec.optional, *(spec.found_choices or (spec.found,))]
     if spec.name == "staleness":
         known += ["min_version", "versions"]
     out: dict[str, str] = {}
@@ -1250,6 +1286,8 @@ def _check(
     mapping: dict[str, str] = report.get("columns", {})
     if spec.name == "staleness":
         inputs, lists = _staleness_columns(trace, fmt, mapping)
+    elif spec.layout is not None:
+        inputs, lists = spec.layout(trace, fmt, mapping, params)
 
     from tqdm import tqdm
 
@@ -1272,16 +1310,22 @@ def _check(
             bar.update(done - bar.n)
 
         back = {mapping.get(n, n): n for n in [*inputs, *lists, spec.found]}
-        for chunk in read_chunks(
-            trace,
-            fmt,
-            [mapping.get(n, n) for n in [*inputs, *([] if spec.found_list else [spec.found])]],
-            [mapping.get(n, n) for n in [*lists, *([spec.found] if spec.found_list else [])]],
-            chunk_rows=args.chunk_rows,
-            on_progress=progress,
-            exact=spec.exact,
-        ):
-            chunk.columns = {back.get(k, k): v for k, v in chunk.columns.items()}
+
+        def chunks() -> Iterator[Chunk]:
+            for chunk in read_chunks(
+                trace,
+                fmt,
+                [mapping.get(n, n) for n in [*inputs, *([] if spec.found_list else [spec.found])]],
+                [mapping.get(n, n) for n in [*lists, *([spec.found] if spec.found_list else [])]],
+                chunk_rows=args.chunk_rows,
+                on_progress=progress,
+                exact=spec.exact,
+            ):
+                chunk.columns = {back.get(k, k): v for k, v in chunk.columns.items()}
+                yield chunk
+
+        units = chunks() if spec.regroup is None else spec.regroup(chunks(), refimpl, params)
+        for chunk in units:
             _check_chunk(spec, refimpl, chunk, params, tol, tally, args.max_show, args.dtype)
     if tally.rows == 0:
         raise TraceError(
@@ -1387,16 +1431,16 @@ def _print_summary(
         rule = f"|found - expected| <= {tol.atol:g} + {tol.rtol:g}*|expected|"
     print(f"reference refimpl.{spec.reference}{exact}; tolerance {rule}")
     if not tally.mismatches:
-        print(f"OK: all {tally.rows:,} rows agree with the reference.")
+        print(f"OK: all {tally.rows:,} {spec.unit} agree with the reference.")
         return
     share = tally.mismatches / tally.rows
     print(
-        f"MISMATCH: {tally.mismatches:,} of {tally.rows:,} rows ({share:.3%}) disagree "
+        f"MISMATCH: {tally.mismatches:,} of {tally.rows:,} {spec.unit} ({share:.3%}) disagree "
         f"(largest absolute error {_fmt(tally.max_abs_error)})."
     )
     if not tally.shown:
         return
-    print(f"first {len(tally.shown)} mismatching rows:")
+    print(f"first {len(tally.shown)} mismatching {spec.unit}:")
     for row in tally.shown:
         inputs = ", ".join(f"{k}={_show_json(v)}" for k, v in row["inputs"].items())
         print(
