@@ -181,6 +181,8 @@ def _row_weights(
         )
         g = local_groups if n_groups is None else n_groups
         tokens = group_tokens[inverse]
+        if g == 0:
+            return np.zeros(rows, dtype=np.float64)
         return np.where(tokens > 0, 1.0 / (g * np.where(tokens > 0, tokens, 1.0)), 0.0)
     if group is not None:
         raise invalid(
