@@ -166,7 +166,18 @@ def _divide(centred: FloatArray, scale: FloatArray) -> FloatArray:
 
 
 def _group_means(r: FloatArray, inverse: IntArray, counts: IntArray) -> FloatArray:
-    return np.asarray(np.bincount(inverse, weights=r) / counts, dtype=np.float64)
+    """Group means, shifted by each group's smallest reward: a constant group's mean is exact."""
+    ref = np.full(counts.size, np.inf)
+    np.minimum.at(ref, inverse, r)
+    return np.asarray(
+        ref + np.bincount(inverse, weights=r - ref[inverse]) / counts, dtype=np.float64
+    )
+
+
+def _shifted_mean(x: FloatArray, w: FloatArray) -> float:
+    """``Σ w x / Σ w`` shifted by the smallest ``x`` of positive weight (exact for constant ``x``)."""
+    ref = float(np.min(x[w > 0]))
+    return ref + float(np.sum(w * (x - ref)) / np.sum(w))
 
 
 def _group_variances(
@@ -214,9 +225,10 @@ def _batch_variance(rewards: FloatArray, exact: list[Fraction] | None, ddof: int
     if n <= ddof:
         return 0.0
     if exact is None:
-        return float(np.sum((rewards - rewards.mean()) ** 2) / (n - ddof))
-    mean = sum(exact, Fraction(0)) / n
-    return float(sum(((x - mean) ** 2 for x in exact), Fraction(0)) / (n - ddof))
+        mean = _shifted_mean(rewards, np.ones(n))
+        return float(np.sum((rewards - mean) ** 2) / (n - ddof))
+    centre = sum(exact, Fraction(0)) / n
+    return float(sum(((x - centre) ** 2 for x in exact), Fraction(0)) / (n - ddof))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,7 +619,7 @@ def reinforce_pp_advantages(
             "array(...)",
             f"Found {total:g}; pass a batch with more tokens, or std='population'.",
         )
-    mean = float(np.sum(w * x) / total)
+    mean = _shifted_mean(x, w)
     centred = x - mean
     if kind == "none":
         out = centred
