@@ -10,6 +10,9 @@ padded width instead of Dr GRPO's constant. Malformed traces exit 2 with the row
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -541,3 +544,63 @@ def test_framework_column_names_are_mapped(tmp_path: Path) -> None:
     path = write_trace(tmp_path, "parquet", renamed)
     mapping = [a for k, v in names.items() for a in ("--column", f"{k}={v}")]
     assert check(path, *PPO, extra=tuple(mapping)) == EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------
+# the how-to page's worked example, and the command in a real process
+# ---------------------------------------------------------------------------------------------
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "howto" / "gate-ci-on-traces.md"
+
+
+def _page_logger() -> str:
+    text = PAGE.read_text()
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        if block.startswith("# mytrainer/loss_log.py\n"):
+            return str(block)
+    raise AssertionError("no mytrainer/loss_log.py block on the page")
+
+
+def _log_page_run(source: str, path: Path) -> None:
+    """The run the page describes: three steps of 8 sequences padded to 32 tokens."""
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "mytrainer/loss_log.py", "exec"), namespace)
+    rng = np.random.default_rng(0)
+    for step in range(3):
+        lengths = rng.integers(4, 33, 8)
+        mask = (np.arange(32)[None, :] < lengths[:, None]).astype(float)
+        logp_old = -rng.exponential(1.0, (8, 32))
+        logp = logp_old + rng.normal(0.0, 0.3, (8, 32))
+        adv = rng.normal(0.0, 1.0, 8)
+        loss = namespace["ppo_token_mean"](logp, logp_old, adv, mask)
+        namespace["log_step"](str(path), step, logp, logp_old, adv, mask, loss)
+
+
+def test_the_howto_example_prints_what_the_page_shows_and_its_fix_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = _page_logger()
+    _log_page_run(source, tmp_path / "steps.jsonl")
+    assert check(Path("steps.jsonl"), *PPO) == EXIT_MISMATCH
+    page = PAGE.read_text()
+    for line in capsys.readouterr().out.splitlines():
+        assert line in page, line
+    fixed = source.replace("/ mask.size", "/ mask.sum()")
+    assert fixed != source
+    _log_page_run(fixed, tmp_path / "fixed.jsonl")
+    assert check(Path("fixed.jsonl"), *PPO) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "OK: all 3 logged losses agree with the reference." in out
+    assert "OK: all 3 logged losses agree with the reference." in page
+
+
+def test_the_spec_runs_in_a_fresh_process(tmp_path: Path) -> None:
+    """Nothing imported by the test process may be what makes the reference available."""
+    steps = make_steps()
+    path = write_trace(tmp_path, "csv", columns(steps, [ppo_loss(s) for s in steps]))
+    command = [sys.executable, "-m", "refimpl", "check", str(path), "--spec", "policy_loss"]
+    command += ["--param", "surrogate=ppo_clip", "--param", "aggregation=token_mean"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "OK: all 4 logged losses agree" in done.stdout
