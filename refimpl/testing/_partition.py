@@ -26,10 +26,11 @@ passed when accepted. verl's ``agg_loss`` wraps in three lines::
         return agg_loss(loss_mat, mask, "token-mean", dp_size=world_size,
                         batch_num_tokens=global_tokens)
 
-The per-token surrogate is the policy gradient ``−A·ρ`` with ``ρ = exp(logp − logp_old)``: the
-draws keep ``|log ρ| <= 0.09`` on valid tokens, strictly inside any PPO clip range ``ε >= 0.1``,
-where every clipped surrogate (PPO, DAPO's clip-higher, dual clip) equals ``−A·ρ`` in value and
-gradient. Advantages have ``|A| >= 0.25``, so the weight the candidate gives each token can be read
+The reference is :func:`refimpl.losses.clipped.ppo_clip_loss` with cotangent ``w`` (its VJP is
+the aggregated gradient). The draws keep ``|log ρ| <= 0.09`` on valid tokens
+(``ρ = exp(logp − logp_old)``), strictly inside any PPO clip range ``ε >= 0.1``, where every
+clipped surrogate (PPO, DAPO's clip-higher, dual clip) equals the policy gradient ``−A·ρ`` in
+value and gradient: the candidate may compute any of them, or ``−A·ρ`` itself. Advantages have ``|A| >= 0.25``, so the weight the candidate gives each token can be read
 back from its gradient, ``w = grad / (−A·ρ)``, and a failure names the scaling rule the candidate
 actually implements.
 """
@@ -53,6 +54,7 @@ from numpy.typing import NDArray
 from refimpl._validation import as_int, as_real, invalid
 from refimpl.losses._common import as_choice
 from refimpl.losses.aggregation import MODES, aggregation_weights
+from refimpl.losses.clipped import ppo_clip_loss
 from refimpl.losses.partition import (
     ScalingRule,
     as_rule,
@@ -180,10 +182,18 @@ def _accepted(candidate: Callable[..., Any]) -> set[str]:
 
 
 def _surrogate(case: PartitionCase, weights: Array) -> tuple[float, Array]:
-    """Value and gradient of ``Σ w·(−A·ρ)`` (the policy-gradient surrogate, inline)."""
-    ratio = np.exp(np.where(case.mask > 0, case.logp - case.logp_old, 0.0))
-    loss = -case.advantages[:, None] * ratio * case.mask
-    return float(np.sum(weights * loss)), np.asarray(weights * loss, dtype=np.float64)
+    """Value and gradient of ``Σ w·ℓ`` for the PPO clipped surrogate ``ℓ`` (the reference's
+    VJP with cotangent ``w``); on the drawn ratios it is ``−A·ρ``, clipped by no range
+    ``ε >= 0.1``."""
+    terms = ppo_clip_loss(
+        case.logp,
+        case.logp_old,
+        case.advantages,
+        eps_low=_LOG_RATIO + 0.01,
+        mask=case.mask,
+        cotangent=weights,
+    )
+    return float(np.sum(weights * terms.loss)), terms.grad
 
 
 def _step_counts(case: PartitionCase, mode: str, empty_rows: str) -> tuple[int, int, Array]:
