@@ -9,16 +9,21 @@ padded width instead of Dr GRPO's constant. Malformed traces exit 2 with the row
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _wrong_variants import rejects, run_property
+from hypothesis import given
+from hypothesis import strategies as st
 from test_check_cli import where, write_trace
 
 from refimpl.cli import main
@@ -26,6 +31,8 @@ from refimpl.losses.aggregation import aggregation_weights
 from refimpl.losses.clipped import cispo_loss, ppo_clip_loss
 from refimpl.losses.kl import kl_penalty
 from refimpl.losses.sequence import gspo_loss
+from refimpl.testing._trace_losses import UnitChunk, policy_loss_units
+from refimpl.testing._traces import Chunk
 from refimpl.testing.check_cli import EXIT_MISMATCH, EXIT_OK, EXIT_UNUSABLE
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -604,3 +611,62 @@ def test_the_spec_runs_in_a_fresh_process(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == EXIT_OK, done.stderr
     assert "OK: all 4 logged losses agree" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# the regrouping itself: any chunking of the rows gives the same steps and values
+# ---------------------------------------------------------------------------------------------
+
+GROUPED = make_steps(seed=3, n=5)
+GROUPED_COLUMNS = columns(GROUPED, [ppo_loss(s) for s in GROUPED])
+GROUPED_ROWS = len(GROUPED_COLUMNS["step"])
+GROUPED_PLACES = [f"step {k} ({lines_of(GROUPED, k, 'jsonl')})" for k in range(len(GROUPED))]
+PPO_PARAMS = {"surrogate": "ppo_clip", "aggregation": "token_mean"}
+
+Regroup = Callable[[list[Chunk]], list[Chunk]]
+
+
+def chunked(cuts: list[int]) -> list[Chunk]:
+    """The rows of GROUPED_COLUMNS as read in chunks that end at ``cuts`` (JSONL lines)."""
+    out = []
+    for a, b in itertools.pairwise([0, *cuts, GROUPED_ROWS]):
+        cols: dict[str, Any] = {
+            k: (
+                [np.asarray(x, dtype=np.float64) for x in v[a:b]]
+                if k in ("logp", "logp_old", "mask")
+                else np.asarray(v[a:b], dtype=np.float64)
+            )
+            for k, v in GROUPED_COLUMNS.items()
+        }
+        out.append(Chunk(cols, a, np.arange(a, b, dtype=np.int64) + 1))
+    return out
+
+
+def regrouped(chunks: list[Chunk]) -> list[Chunk]:
+    return list(policy_loss_units(iter(chunks), None, PPO_PARAMS))
+
+
+def each_chunk_alone(chunks: list[Chunk]) -> list[Chunk]:
+    """Wrong: each chunk regrouped on its own, so a step cut by a boundary becomes two."""
+    return [u for c in chunks for u in policy_loss_units(iter([c]), None, PPO_PARAMS)]
+
+
+def regrouping_is_invariant_to_chunking(regroup: Regroup) -> Callable[[], None]:
+    @given(st.lists(st.integers(1, GROUPED_ROWS - 1), unique=True).map(sorted))
+    def prop(cuts: list[int]) -> None:
+        units = regroup(chunked(cuts))
+        places = [p for u in units if isinstance(u, UnitChunk) for p in u.places]
+        assert places == GROUPED_PLACES
+        values = np.concatenate([u.columns["_expected"] for u in units])
+        want = [ppo_loss(s) for s in GROUPED]
+        np.testing.assert_allclose(values, want, rtol=1e-12, atol=0)
+
+    return prop
+
+
+def test_any_chunking_of_the_rows_gives_the_same_steps_and_values() -> None:
+    run_property(regrouping_is_invariant_to_chunking(regrouped))
+
+
+def test_the_chunking_property_rejects_steps_cut_at_chunk_boundaries() -> None:
+    rejects(regrouping_is_invariant_to_chunking(each_chunk_alone))

@@ -174,7 +174,13 @@ def policy_loss_probe(r: Any, params: dict[str, Any]) -> object:
         "loss_agg_mode token-mean = token_mean, seq-mean-token-mean = seq_mean_token_mean; Dr "
         "GRPO = token_sum_norm with constant=).",
     )
-    _choice(params, "denominator", _DENOMINATORS, "micro_batch: each micro-batch's own counts.")
+    _choice(
+        params,
+        "denominator",
+        _DENOMINATORS,
+        "micro_batch divides each micro-batch's loss by its own counts, step by the whole "
+        "step's (verl's batch_num_tokens).",
+    )
     _choice(params, "empty_rows", _EMPTY_ROWS, "excluded is verl's rule, counted TRL's grpo.")
     fn = _surrogate(params)
     accepted = inspect.signature(fn).parameters
