@@ -225,7 +225,7 @@ def truncation_renormalises() -> None:
     "LP3",
     r"Dividing log-probabilities by $T$ shifts every token's log-probability by the same "
     r"$\Delta = L(z/T) - L(z)/T$, and $\sum_x e^{\log p^{(1)}_x/T} = e^{\Delta}$ "
-    r"(symbolic, 3 tokens); `logprob_mismatch` with the trainer on `temperature_on=\"logprobs\"` "
+    r"(symbolic, 3 tokens); `logprob_mismatch` with the trainer on `temperature_on='logprobs'` "
     r"returns $\Delta = \log\sum_x (p^{(1)}_x)^{1/T}$ on every token.",
     method="symbolic",
     scope="3 tokens (symbolic logits and temperature); the library check on 30 rational set-ups "
