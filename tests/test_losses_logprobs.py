@@ -620,7 +620,7 @@ def test_temperature_must_keep_the_scaled_logits_finite() -> None:
 def test_top_k_must_lie_between_one_and_the_vocabulary() -> None:
     token_logprobs(Z, TOK, top_k=1)
     token_logprobs(Z, TOK, top_k=3)
-    with pytest.raises(ValueError, match=r"top_k must be >= 1 .*None to disable"):
+    with pytest.raises(ValueError, match=r"top_k must be >= 1 .*top_k=None to disable top-k"):
         token_logprobs(Z, TOK, top_k=0)
     with pytest.raises(ValueError, match=r"top_k must be <= the vocabulary size V = 3"):
         token_logprobs(Z, TOK, top_k=4)
@@ -651,6 +651,8 @@ def test_tokens_must_be_integer_ids_in_range() -> None:
             token_logprobs(Z, [[bad]])
     with pytest.raises(ValueError, match=r"tokens must have shape \(B, T\) = logits.shape\[:2\]"):
         token_logprobs(Z, [0])
+    with pytest.raises(TypeError, match="tokens must be an integer array"):
+        token_logprobs(np.zeros((1, 2, 3)), [[0], [1, 2]])
 
 
 def test_logits_must_be_a_finite_three_dimensional_array() -> None:
@@ -670,10 +672,29 @@ def test_mask_and_cotangent_must_match_the_tokens() -> None:
         token_logprobs(Z, TOK, mask=[[1, 1]])
     with pytest.raises(ValueError, match="cotangent and mask must have the same shape"):
         token_logprobs_grad(Z, TOK, cotangent=[[1.0, 2.0]])
+    token_logprobs_grad(Z, TOK, cotangent=[[-2.5]])
+    with pytest.raises(ValueError, match="cotangent must contain only finite values"):
+        token_logprobs_grad(Z, TOK, cotangent=[[math.nan]])
+
+
+def test_entropy_is_validated_like_the_log_probabilities() -> None:
+    token_entropy(Z, temperature=0.5, top_k=3, top_p=1.0, mask=[[1]])
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        token_entropy(Z, temperature=0.0)
+    with pytest.raises(ValueError, match="top_k must be <= the vocabulary size V = 3"):
+        token_entropy(Z, top_k=4)
+    with pytest.raises(ValueError, match=r"top_p must lie in \(0, 1\]"):
+        token_entropy(Z, top_p=0.0)
+    with pytest.raises(ValueError, match=r"mask and logits\[\.\.\., 0\] must have the same shape"):
+        token_entropy(Z, mask=[[1, 1]])
 
 
 def test_semantics_are_validated_where_they_are_built() -> None:
-    LogprobSemantics(temperature=0.1, top_k=1, top_p=1.0)
+    sem = LogprobSemantics(temperature=0.1, top_k=1, top_p=1.0)
+    with pytest.raises(AttributeError):
+        sem.temperature = 2.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match=r"top_k must be >= 1 .*vLLM's -1 and TRL's 0"):
+        LogprobSemantics(top_k=-1)
     with pytest.raises(ValueError, match="temperature must be > 0"):
         LogprobSemantics(temperature=0.0)
     with pytest.raises(ValueError, match="temperature_on must be one of 'logits', 'logprobs'"):

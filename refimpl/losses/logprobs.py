@@ -80,12 +80,15 @@ def _as_temperature(value: Any, *, name: str = "temperature") -> float:
 def _as_top_k(value: Any, *, name: str = "top_k") -> int | None:
     if value is None:
         return None
-    return as_int(
-        value,
-        name=name,
-        minimum=1,
-        meaning="tokens kept; pass None to disable top-k (vLLM's -1, TRL's 0)",
-    )
+    k = as_int(value, name=name)
+    if k < 1:
+        raise invalid(
+            name,
+            "be >= 1 (the number of most probable tokens kept)",
+            value,
+            f"Pass {name} >= 1, or {name}=None to disable top-k (what vLLM's -1 and TRL's 0 mean).",
+        )
+    return k
 
 
 def _as_top_p(value: Any, *, name: str = "top_p") -> float | None:
