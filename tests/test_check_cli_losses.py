@@ -28,9 +28,10 @@ from test_check_cli import where, write_trace
 
 from refimpl.cli import main
 from refimpl.losses.aggregation import aggregation_weights
-from refimpl.losses.clipped import cispo_loss, ppo_clip_loss
+from refimpl.losses.clipped import cispo_loss, ppo_clip_loss, sapo_loss
 from refimpl.losses.kl import kl_penalty
-from refimpl.losses.sequence import gspo_loss
+from refimpl.losses.policy_gradient import importance_weighted_pg_loss
+from refimpl.losses.sequence import gmpo_loss, gspo_loss, gspo_token_loss
 from refimpl.testing._trace_losses import UnitChunk, policy_loss_units
 from refimpl.testing._traces import Chunk
 from refimpl.testing.check_cli import EXIT_MISMATCH, EXIT_OK, EXIT_UNUSABLE
@@ -321,6 +322,40 @@ def test_other_surrogates_and_aggregations_pass_and_a_wrong_mode_fails(tmp_path:
         assert check(path, *params) == EXIT_OK, params
         wrong = [p.replace("seq_mean_token_mean", "token_mean") for p in params]
         assert check(path, *wrong) == EXIT_MISMATCH, params
+
+
+SURROGATE_CASES: dict[str, tuple[Callable[..., Any], dict[str, float]]] = {
+    "ppo_clip": (ppo_clip_loss, {"eps_low": 0.2, "dual_clip": 3.0}),
+    "cispo": (cispo_loss, {"eps_high": 0.3}),
+    "sapo": (sapo_loss, {"tau_pos": 1.0, "tau_neg": 1.05}),
+    "importance_pg": (importance_weighted_pg_loss, {"cap": 2.0}),
+    "gspo": (gspo_loss, {"eps_low": 3e-4, "eps_high": 4e-4}),
+    "gspo_token": (gspo_token_loss, {"eps_low": 3e-4}),
+    "gmpo": (gmpo_loss, {"eps_low": 0.4}),
+}
+
+
+@pytest.mark.parametrize("surrogate", sorted(SURROGATE_CASES))
+def test_every_surrogate_passes_its_own_loss_and_fails_a_small_bias(
+    surrogate: str, tmp_path: Path
+) -> None:
+    fn, kw = SURROGATE_CASES[surrogate]
+    steps = make_steps(seed=11)
+    losses = [
+        float(
+            (
+                aggregation_weights(s.mask, mode="seq_mean_token_mean")
+                * fn(s.logp, s.old, s.adv, mask=s.mask, **kw).loss
+            ).sum()
+        )
+        for s in steps
+    ]
+    params = [f"surrogate={surrogate}", "aggregation=seq_mean_token_mean"]
+    params += [f"{k}={v!r}" for k, v in kw.items()]
+    assert check(write_trace(tmp_path, "jsonl", columns(steps, losses)), *params) == EXIT_OK
+    biased = [x + 1e-4 * (1 + abs(x)) for x in losses]
+    bad = write_trace(tmp_path, "jsonl", columns(steps, biased), "bad")
+    assert check(bad, *params) == EXIT_MISMATCH
 
 
 def test_dr_grpo_divides_by_its_constant_not_by_the_padded_width(tmp_path: Path) -> None:

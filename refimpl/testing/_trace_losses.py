@@ -131,7 +131,7 @@ def _surrogate_kwargs(params: dict[str, Any]) -> dict[str, float]:
     return {k: params[k] for k in _NUMERIC if k in params}
 
 
-def _kl(params: dict[str, Any]) -> Callable[..., Any]:
+def _kl() -> Callable[..., Any]:
     fn: Callable[..., Any] = importlib.import_module("refimpl.losses.kl").kl_penalty
     return fn
 
@@ -223,7 +223,7 @@ def policy_loss_probe(r: Any, params: dict[str, Any]) -> object:
     if "kl_coef" in params:
         if not math.isfinite(params["kl_coef"]):
             raise invalid("--param kl_coef", "be finite", params["kl_coef"], "Pass e.g. 0.001.")
-        _kl(params)(tiny, tiny, **_kl_kwargs(params))
+        _kl()(tiny, tiny, **_kl_kwargs(params))
     return None
 
 
@@ -571,7 +571,7 @@ def _value(b: _Batch, params: dict[str, Any], counts: dict[str, int]) -> _Value:
     condition = float(np.sum(np.abs(w) * np.abs(loss) * factor))
     total = loss
     if "kl_coef" in params and b.ref is not None:
-        k = np.asarray(_kl(params)(b.logp, b.ref, mask=b.mask, **_kl_kwargs(params)).loss)
+        k = np.asarray(_kl()(b.logp, b.ref, mask=b.mask, **_kl_kwargs(params)).loss)
         beta = float(params["kl_coef"])
         total = loss + beta * k
         delta = np.abs(b.logp - b.ref)
