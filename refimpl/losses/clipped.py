@@ -250,6 +250,10 @@ def cispo_loss(
     TRL 1.16.0 (``loss_type="cispo"``) caps above only, ``min(ρ, epsilon_high)``, without a
     clamp. All three detach the weight. The weight is bounded, so nothing overflows.
 
+    The defaults differ by one: SkyRL's ``cispo_eps_clip_low=0.0, cispo_eps_clip_high=5.0`` is
+    ``eps_low=0.0, eps_high=5.0`` here (weight ``clip(ρ, 1, 6)``: ratios below 1 are raised to 1),
+    while TRL's recommended ``epsilon_high=5.0`` is the cap 5, i.e. ``eps_high=4.0`` here.
+
     Claims: the gradient is the clipped-weight policy gradient (and differs from it without the
     stop-gradient) :ref:`PS4 <ps4>`; at ratio 1 it is ``-A`` :ref:`PS3 <ps3>`.
 
