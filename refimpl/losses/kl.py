@@ -67,7 +67,7 @@ def _as_bounds(value: Any, *, name: str, meaning: str) -> Bounds | None:
     """``None``, a half-width ``c > 0`` (meaning ``[-c, c]``), or a pair ``(low, high)``."""
     if value is None:
         return None
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise invalid(
                 name,
