@@ -287,6 +287,19 @@ def test_padding_is_zero_and_may_hold_any_token_id() -> None:
     assert out[0, 0] == -math.inf
 
 
+def test_garbage_logits_at_padding_are_ignored() -> None:
+    z = np.array([[[1.0, 2.0, 3.0], [1e308, -1e308, 0.0]]])
+    tokens, mask = [[2, 7]], [[1, 0]]
+    kw: dict[str, Any] = {"temperature": 0.5, "top_k": 2, "mask": mask}
+    assert token_logprobs(z, tokens, **kw)[0, 1] == 0.0
+    assert np.all(token_logprobs_grad(z, tokens, **kw)[0, 1] == 0.0)
+    assert token_entropy(z, temperature=0.5, mask=mask)[0, 1] == 0.0
+    out = logprob_mismatch(z, tokens, sampler={"temperature": 0.5}, trainer={}, mask=mask)
+    assert out.log_ratio[0, 1] == 0.0
+    with pytest.raises(ValueError, match=r"largest \|logit\| at a real position is 1e\+308"):
+        token_logprobs(z, [[2, 0]], temperature=0.5)
+
+
 def test_large_logits_do_not_overflow() -> None:
     z = np.array([[[1e6, 1e6 - 1.0, 1e6 - 2.0]]])
     found = token_logprobs(z, [[0]], temperature=0.5)

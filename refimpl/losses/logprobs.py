@@ -160,15 +160,18 @@ def _as_tokens(tokens: ArrayLike, shape: tuple[int, int], mask: Array, vocab: in
     return np.where(mask > 0, raw, 0).astype(np.int64)
 
 
-def _scaled(z: Array, temperature: float, *, name: str = "temperature") -> Array:
+def _scaled(z: Array, temperature: float, mask: Array, *, name: str = "temperature") -> Array:
+    """``z/T``, refused where it overflows at a real position; 0 at padding (whatever it holds)."""
+    real = (mask > 0)[..., None]
     with np.errstate(over="ignore"):  # an overflow is reported below, with the fix
-        y = z / temperature
+        y = np.where(real, z / temperature, 0.0)
     if not np.all(np.isfinite(y)):
+        largest = float(np.max(np.abs(np.where(real, z, 0.0))))
         raise invalid(
             name,
             "be large enough that logits/temperature stays finite in float64",
             temperature,
-            f"The largest |logit| is {float(np.max(np.abs(z)))!r}; pass a larger {name}.",
+            f"The largest |logit| at a real position is {largest!r}; pass a larger {name}.",
         )
     return np.asarray(y, dtype=np.float64)
 
@@ -236,11 +239,12 @@ def _logprobs_of(
     temperature: float,
     top_k: int | None,
     top_p: float | None,
+    mask: Array,
     *,
     name: str = "temperature",
 ) -> tuple[Array, Bools]:
     """Per-token log-probabilities (−inf outside the support) and whether each token is kept."""
-    y = _scaled(z, temperature, name=name)
+    y = _scaled(z, temperature, mask, name=name)
     keep = _support(y, top_k, top_p)
     m, log_s = _log_normaliser(y, keep)
     kept = _gather(keep, ids)
@@ -348,7 +352,7 @@ def token_logprobs(
     k = _as_top_k(top_k)
     p = _as_top_p(top_p)
     _check_top_k(k, z.shape[-1])
-    value, _ = _logprobs_of(z, ids, t, k, p)
+    value, _ = _logprobs_of(z, ids, t, k, p, m)
     return np.asarray(np.where(m > 0, value, 0.0), dtype=np.float64)
 
 
@@ -428,7 +432,7 @@ def token_logprobs_grad(
     k = _as_top_k(top_k)
     p = _as_top_p(top_p)
     _check_top_k(k, z.shape[-1])
-    y = _scaled(z, t)
+    y = _scaled(z, t, m)
     keep = _support(y, k, p)
     shift, log_s = _log_normaliser(y, keep)
     probs = np.where(keep, np.exp((y - shift) - log_s), 0.0)
@@ -498,7 +502,7 @@ def token_entropy(
     k = _as_top_k(top_k)
     p = _as_top_p(top_p)
     _check_top_k(k, z.shape[-1])
-    y = _scaled(z, t)
+    y = _scaled(z, t, m)
     keep = _support(y, k, p)
     shift, log_s = _log_normaliser(y, keep)
     logp = np.where(keep, (y - shift) - log_s, 0.0)
@@ -607,17 +611,19 @@ def _as_semantics(value: Any, *, name: str) -> LogprobSemantics:
     )
 
 
-def _side_logprobs(z: Array, ids: NDArray[Any], sem: LogprobSemantics, *, name: str) -> Array:
+def _side_logprobs(
+    z: Array, ids: NDArray[Any], sem: LogprobSemantics, mask: Array, *, name: str
+) -> Array:
     k = sem.top_k
     _check_top_k(k, z.shape[-1], name=f"{name}.top_k")
     t_name = f"{name}.temperature"
     if sem.temperature_on == "logits":
-        value, _ = _logprobs_of(z, ids, sem.temperature, k, sem.top_p, name=t_name)
+        value, _ = _logprobs_of(z, ids, sem.temperature, k, sem.top_p, mask, name=t_name)
         return value
-    value, kept = _logprobs_of(z, ids, 1.0, k, sem.top_p)
+    value, kept = _logprobs_of(z, ids, 1.0, k, sem.top_p, mask)
     with np.errstate(over="ignore"):  # an overflow is reported below, with the fix
         divided = value / sem.temperature
-    if not np.all(np.isfinite(divided[kept])):
+    if not np.all(np.isfinite(divided[kept & (mask > 0)])):
         raise invalid(
             t_name,
             "be large enough that log-probability/temperature stays finite in float64",
@@ -709,8 +715,8 @@ def logprob_mismatch(
     real = m > 0
     if not np.any(real):
         raise invalid("mask", "mark at least one real token", m, "Pass a mask with some 1s.")
-    lp_s = _side_logprobs(z, ids, s_sem, name="sampler")
-    lp_t = _side_logprobs(z, ids, t_sem, name="trainer")
+    lp_s = _side_logprobs(z, ids, s_sem, m, name="sampler")
+    lp_t = _side_logprobs(z, ids, t_sem, m, name="trainer")
     out_s, out_t = np.isneginf(lp_s), np.isneginf(lp_t)
     with np.errstate(invalid="ignore"):
         r = np.where(out_s & out_t, np.nan, lp_t - lp_s)
