@@ -485,6 +485,11 @@ def test_clamp_must_be_positive_or_an_ordered_pair() -> None:
     with pytest.raises(ValueError, match=r"clamp must be > 0 \(value clamp"):
         kl_penalty(Z, Z, estimator="k3", clamp=0.0)
     kl_penalty(Z, Z, estimator="k3", clamp=(1.0, 1.0))
+    d = np.array([[-3.0, 0.5, 2.5]])
+    as_list = kl_penalty(d, 0 * d, estimator="k3", clamp=[0.1, 2.0])  # type: ignore[arg-type]
+    as_tuple = kl_penalty(d, 0 * d, estimator="k3", clamp=(0.1, 2.0))
+    _close(as_list.loss, as_tuple.loss)
+    _close(as_list.grad, as_tuple.grad)
     with pytest.raises(ValueError, match=r"clamp\[0\] must be <= clamp\[1\]"):
         kl_penalty(Z, Z, estimator="k3", clamp=(1.0, 0.999))
     with pytest.raises(ValueError, match=r"clamp must be c > 0 or a pair"):
