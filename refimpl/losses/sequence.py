@@ -183,7 +183,8 @@ def gspo_loss(
 
     References
     ----------
-    Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071, eq. (5)-(7).
+    Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071: the sequence
+    objective.
 
     Examples
     --------
@@ -265,14 +266,14 @@ def gspo_token_loss(
     Notes
     -----
     This is what verl 0.9.1 registers as the policy loss ``"gspo"`` and what SkyRL 0.3.0 calls GSPO
-    (both the token form, GSPO paper eq. (13)-(14)). Without the stop-gradients the gradient of
+    (both the token form of the GSPO paper). Without the stop-gradients the gradient of
     ``exp(mean log-ratio)`` would be :math:`s_b/L_b` at every token of the sequence instead. With
     advantages constant per sequence and a cotangent constant over each sequence's valid tokens
     the gradient equals :func:`gspo_loss`'s (claim SQ1).
 
     References
     ----------
-    Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071, eq. (13)-(14).
+    Zheng et al. 2025, "Group Sequence Policy Optimization", arXiv 2507.18071 (GSPO-token).
 
     Examples
     --------
