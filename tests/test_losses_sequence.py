@@ -255,6 +255,29 @@ def test_gmpo_gradient_matches_finite_differences(c: Case) -> None:
     np.testing.assert_allclose(_call(gmpo_loss, c, cotangent=c.cot).grad, fd, rtol=1e-5, atol=1e-6)
 
 
+def test_gmpo_is_verls_geo_mean_up_to_its_1e8_denominators() -> None:
+    """verl 0.9.1 compute_policy_loss_geo_mean, transcribed in torch (``L + 1e-8``, batch mean), vs
+    gmpo_loss aggregated with seq-mean-token-mean weights: equal to about 1e-8 relative."""
+    rng = np.random.default_rng(7)
+    lengths = np.array([3, 5, 1, 4])
+    mask = (np.arange(5)[None, :] < lengths[:, None]).astype(float)
+    lp, old = rng.normal(size=(4, 5)) * 0.3 - 1, rng.normal(size=(4, 5)) * 0.3 - 1
+    adv = rng.normal(size=(4, 5))
+    logp = _t(lp).requires_grad_(True)
+    m, a = _t(mask), _t(adv)
+    d = logp - _t(old)
+    sgn = torch.sign(a)
+    d_min = sgn * torch.min(sgn * d, sgn * torch.clamp(d, -0.4, 0.3))
+    n = m.sum(-1)
+    ratio = torch.exp((d_min * m).sum(-1) / (n + 1e-8))
+    pg_loss = torch.mean(-((a * m).sum(-1) / (n + 1e-8)) * ratio)
+    (grad,) = torch.autograd.grad(pg_loss, logp)
+    weights = mask / lengths[:, None] / 4  # seq-mean-token-mean
+    terms = gmpo_loss(lp, old, adv, eps_low=0.4, eps_high=0.3, mask=mask, cotangent=weights)
+    np.testing.assert_allclose(np.sum(weights * terms.loss), pg_loss.item(), rtol=1e-7)
+    np.testing.assert_allclose(terms.grad, grad.numpy(), rtol=1e-7, atol=1e-12)
+
+
 # ---------------------------------------------------------------------------------------------
 # (3) properties, each rejected on a wrong variant
 # ---------------------------------------------------------------------------------------------
