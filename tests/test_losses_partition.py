@@ -364,3 +364,17 @@ def test_a_jax_candidate_is_differentiated_by_jax() -> None:
     )
     assert report.ok, report.summary()
     assert report.array == "jax.numpy float32"
+
+
+def test_a_ppo_clipped_candidate_agrees_on_the_drawn_ratios() -> None:
+    def verl_ppo(
+        logp: Any, logp_old: Any, advantages: Any, mask: Any, *, global_tokens: int, world_size: int
+    ) -> Any:
+        ratio = torch.exp(torch.clamp(logp - logp_old, -20.0, 20.0))
+        adv = advantages[:, None]
+        clipped = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.28))
+        dual = torch.where(adv < 0, torch.minimum(clipped, -adv * 3.0), clipped)
+        return (dual * mask).sum() / global_tokens * world_size
+
+    report = check_partition_invariance(verl_ppo, mode="token_mean", max_examples=30)
+    assert report.ok, report.summary()
