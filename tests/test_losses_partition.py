@@ -208,7 +208,9 @@ def test_the_global_token_mean_passes() -> None:
     assert [r.status for r in report.results] == ["passed", "passed", "passed"]
 
 
-def test_the_classic_local_token_mean_fails_and_says_how_to_fix_it() -> None:
+def test_the_classic_local_token_mean_fails_and_says_how_to_fix_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     report = check_partition_invariance(local_token_mean, mode="token_mean", max_examples=40)
     assert not report.ok
     result = report["gradient"]
@@ -220,6 +222,8 @@ def test_the_classic_local_token_mean_fails_and_says_how_to_fix_it() -> None:
     assert "partition_case_outcome(candidate, case" in result.reproduction
     with pytest.raises(AssertionError, match="local denominators"):
         report.raise_if_failed()
+    exec(result.reproduction, {})  # the reproduction reruns the counterexample
+    assert capsys.readouterr().out.startswith("gradient the accumulated gradient differs")
 
 
 def test_empty_micro_batches_and_ranks_give_no_nan_in_the_correct_candidate() -> None:

@@ -250,10 +250,11 @@ def aggregation_weights(
     token_count : int, optional
         The declared token count :math:`N` of ``token_mean``: the whole optimizer step's valid
         tokens (over every micro-batch and rank), ``>=`` this batch's own count. Default: this
-        batch's count.
+        batch's count. Used by ``token_mean`` only.
     sequence_count : int, optional
         The declared sequence count :math:`S` (``group_mean``: the group count :math:`G`): the
-        step's global count, ``>=`` this batch's. Default: this batch's count.
+        step's global count, ``>=`` this batch's. Default: this batch's count. Used by the
+        sequence modes, ``token_sum_norm`` and ``group_mean``.
     constant : float, optional
         :math:`H > 0`, required by ``token_sum_norm`` (Dr GRPO's fixed token budget) and refused
         by the other modes.
