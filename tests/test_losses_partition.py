@@ -382,3 +382,15 @@ def test_a_ppo_clipped_candidate_agrees_on_the_drawn_ratios() -> None:
 
     report = check_partition_invariance(verl_ppo, mode="token_mean", max_examples=30)
     assert report.ok, report.summary()
+
+
+def test_an_areal_style_token_share_candidate_passes() -> None:
+    def areal(
+        logp: Any, logp_old: Any, advantages: Any, mask: Any, *, global_tokens: int, world_size: int
+    ) -> Any:
+        local = mask.sum()
+        per_mb = (_surrogate(logp, logp_old, advantages) * mask).sum() / local.clamp(min=1.0)
+        return per_mb * (local / global_tokens) * world_size
+
+    report = check_partition_invariance(areal, mode="token_mean", rule="areal", max_examples=30)
+    assert report.ok, report.summary()
