@@ -28,8 +28,8 @@ $b_i = \frac{1}{n-1}\sum_{j \ne i} r_j$ is a function of the *other* samples onl
 samples, $y_i$ is independent of $b_i$ and $\mathbb{E}[\nabla\log\pi(y_i)] = 0$, so
 
 $$
-\mathbb{E}\bigl[A_i \nabla\log\pi(y_i)\bigr] = \mathbb{E}\bigl[r_i\nabla\log\pi(y_i)\bigr]
-- \mathbb{E}[b_i]\,\mathbb{E}\bigl[\nabla\log\pi(y_i)\bigr] = \nabla_\theta\,\mathbb{E}_\pi[r],
+\mathbb{E}\bigl[A_i \nabla\log\pi(y_i)\bigr] = \mathbb{E}\bigl[r_i\nabla\log\pi(y_i)\bigr] -
+\mathbb{E}[b_i]\,\mathbb{E}\bigl[\nabla\log\pi(y_i)\bigr] = \nabla_\theta\,\mathbb{E}_\pi[r],
 $$
 
 the policy gradient, unbiased. The check enumerates every tuple of $n$ samples from a softmax

@@ -545,5 +545,10 @@ def test_reinforce_pp_mask_validation() -> None:
     ):
         A.reinforce_pp_advantages([1.0, 0.0], mask=[[1, 0], [0, 0]])
     A.reinforce_pp_advantages([1.0, 0.0], mask=[[1, 0], [0, 0]], std="population")
-    with pytest.raises(ValueError, match=r"mask must leave at least one valid token"):
+    with pytest.raises(ValueError, match=r"(?s)mask must leave at least one valid token.*Found none"):
         A.reinforce_pp_advantages([1.0, 0.0], mask=[[0, 0], [0, 0]], std="population")
+    A.reinforce_pp_advantages([1.0], std="population")
+    with pytest.raises(
+        ValueError, match=r"rewards must hold at least two rewards for a batch std='sample'"
+    ):
+        A.reinforce_pp_advantages([1.0])

@@ -129,7 +129,9 @@ def _as_eps(eps: Any) -> float:
     return as_real(eps, name="eps", low=0.0, meaning="added to the standard deviation or variance")
 
 
-def _refuse_singletons(counts: IntArray, inverse: IntArray, singleton: str) -> None:
+def _refuse_singletons(
+    counts: IntArray, inverse: IntArray, singleton: str, group: ArrayLike
+) -> None:
     if singleton != "error":
         return
     alone = counts[inverse] == 1
@@ -138,7 +140,7 @@ def _refuse_singletons(counts: IntArray, inverse: IntArray, singleton: str) -> N
         raise invalid(
             "group",
             "put at least two sequences in every group when singleton='error'",
-            "array(...)",
+            group,
             f"Sequence {first} is alone in its group; sample more than one response per prompt, "
             "or pass singleton='zero' (advantage 0) or singleton='raw' (verl: mean 0, std 1).",
         )
@@ -364,7 +366,7 @@ def grpo_advantages(
     placement = as_choice(eps_placement, name="eps_placement", choices=_PLACEMENTS)
     scope = as_choice(std_scope, name="std_scope", choices=_SCOPES)
     alone_rule = as_choice(singleton, name="singleton", choices=_SINGLETONS)
-    _refuse_singletons(counts, inverse, alone_rule)
+    _refuse_singletons(counts, inverse, alone_rule, group)
     alone = counts[inverse] == 1
     if kind == "none":
         if exact is not None:
@@ -467,7 +469,7 @@ def rloo_advantages(
     r, exact = _as_rewards(rewards)
     inverse, counts = _as_groups(group, r.size)
     alone_rule = as_choice(singleton, name="singleton", choices=_SINGLETONS)
-    _refuse_singletons(counts, inverse, alone_rule)
+    _refuse_singletons(counts, inverse, alone_rule, group)
     n = counts[inverse]
     if exact is not None:
         c = _exact_centred(exact, inverse, counts)
@@ -507,6 +509,30 @@ def _as_sequence_weights(mask: ArrayLike | None, size: int) -> FloatArray:
         fix="; pass a boolean or 0/1 padding mask.",
     )
     return np.asarray(m.sum(axis=1), dtype=np.float64)
+
+
+def _refuse_too_few(total: float, *, ddof: int, kind: str, value: Any, masked: bool) -> None:
+    """The batch statistics need ``N > ddof`` (token-weighted with a mask, else per sequence)."""
+    if not masked:  # at least one reward is always there: only std='sample' can fail
+        raise invalid(
+            "rewards",
+            f"hold at least two rewards for a batch std='{kind}'",
+            value,
+            f"Found {total:g}; pass a larger batch, or std='population'.",
+        )
+    if ddof:
+        raise invalid(
+            "mask",
+            f"leave at least two valid tokens in the batch (std='{kind}')",
+            value,
+            f"Found {total:g}; pass a batch with more tokens, or std='population'.",
+        )
+    raise invalid(
+        "mask",
+        f"leave at least one valid token in the batch (std='{kind}')",
+        value,
+        "Found none; pass a mask with at least one 1.",
+    )
 
 
 def reinforce_pp_advantages(
@@ -605,20 +631,15 @@ def reinforce_pp_advantages(
         x = r
     else:
         inverse, counts = _as_groups(group, r.size)
-        _refuse_singletons(counts, inverse, alone_rule)
+        _refuse_singletons(counts, inverse, alone_rule, group)
         x, _ = _float_centred_and_variance(r, exact, inverse, counts, 0)
         if alone_rule == "raw":
             x = np.where(counts[inverse] == 1, r, x)
     total = float(w.sum())
     ddof = 1 if kind == "sample" else 0
     if total <= ddof:
-        need = "two valid tokens" if ddof else "one valid token"
-        raise invalid(
-            "mask",
-            f"leave at least {need} in the batch (std={kind!r})",
-            "array(...)",
-            f"Found {total:g}; pass a batch with more tokens, or std='population'.",
-        )
+        shown = r if mask is None else np.asarray(mask)
+        _refuse_too_few(total, ddof=ddof, kind=kind, value=shown, masked=mask is not None)
     mean = _shifted_mean(x, w)
     centred = x - mean
     if kind == "none":
