@@ -567,8 +567,10 @@ def reinforce_pp_advantages(
 
         verl 0.9.1 (``core_algos.compute_reinforce_plus_plus_outcome_advantage`` and
         ``_baseline_outcome_advantage``, via ``torch_functional.masked_whiten``) uses the sample
-        variance over tokens and :math:`\sqrt{s^2 + 10^{-8}}` (the defaults here; its mean also
-        divides by ``N + 1e-8``, a relative change of ``1e-8/N`` not reproduced). OpenRLHF 0.11.2
+        variance over tokens and :math:`\sqrt{s^2 + 10^{-8}}` (the defaults here). Its mean
+        divides by ``N + 1e-8``, which is not reproduced: it shifts each advantage by about
+        :math:`10^{-8}|m|/(N D)`, up to :math:`10^{-4}|m|/N` in a batch whose tokens all carry the
+        same value (0 here). OpenRLHF 0.11.2
         (``experience_maker``, ``reinforce`` / ``reinforce_baseline``) uses the population variance
         and :math:`\sqrt{\max(s^2, 10^{-8})}`: pass ``std="population", eps_placement="floor"``.
         Only outcome rewards with :math:`\gamma = 1` are covered (no per-token rewards).
