@@ -155,7 +155,8 @@ def sequence_divergence(
     ``seq_mean_k*``, ``seq_max_k2``/``k3``) with its signs: ``log_ratio = old_log_prob −
     rollout_log_prob`` and ``token_k1 = −log_ratio``. verl clips the log-ratio to ``[−20, 20]``
     first (``SAFETY_BOUND``): pass ``log_ratio_clamp=20.0`` to reproduce that; refimpl does not clip
-    by default. verl has no ``seq_max_k1``; it is allowed here.
+    by default. verl's means divide by ``n + 1e-8`` (relative ``1e-8/n``; exact here). verl has
+    no ``seq_max_k1``; it is allowed here.
 
     Parameters
     ----------
@@ -253,8 +254,9 @@ def any_token_veto(
         ``core_algos.compute_policy_loss_bypass_mode``). SkyRL 0.3.0
         (``backends/skyrl_train/utils/off_policy_correction_utils.compute_outlier_token_mask``)
         rejects a sequence if any valid token has :math:`\rho < \tau` (``outlier_token_is_threshold_low``)
-        or :math:`\rho > U` (``..._high``), comparing ``exp(clamp(d, ±20))``: the same decision
-        except at a ratio within rounding of a threshold or beyond :math:`e^{\pm 20}`.
+        or :math:`\rho > U` (``..._high``), comparing ``exp(clamp(d, ±20))`` in float32: the same
+        decision except at a ratio within float32 rounding of a threshold or beyond
+        :math:`e^{\pm 20}`.
 
     Parameters
     ----------
