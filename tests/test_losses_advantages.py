@@ -545,7 +545,9 @@ def test_reinforce_pp_mask_validation() -> None:
     ):
         A.reinforce_pp_advantages([1.0, 0.0], mask=[[1, 0], [0, 0]])
     A.reinforce_pp_advantages([1.0, 0.0], mask=[[1, 0], [0, 0]], std="population")
-    with pytest.raises(ValueError, match=r"(?s)mask must leave at least one valid token.*Found none"):
+    with pytest.raises(
+        ValueError, match=r"(?s)mask must leave at least one valid token.*Found none"
+    ):
         A.reinforce_pp_advantages([1.0, 0.0], mask=[[0, 0], [0, 0]], std="population")
     A.reinforce_pp_advantages([1.0], std="population")
     with pytest.raises(
