@@ -12,6 +12,7 @@ every comparison uses a tolerance derived from the dtype and the operation
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import json
 import math
@@ -33,6 +34,7 @@ from refimpl.errors import InvalidArgument, InvalidArgumentType, RefimplError
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Spec
 from refimpl.testing._specs_basic import SPECS as _BASIC
+from refimpl.testing._specs_losses_table import specs as _losses
 from refimpl.testing._specs_more import SPECS as _MORE
 from refimpl.testing._specs_weights import SPECS as _WEIGHTS
 from refimpl.testing.tolerances import Tolerance, unit_roundoff
@@ -63,6 +65,9 @@ _ORDER = (
 _ALL = {s.name: s for s in (*_BASIC, *_WEIGHTS, *_MORE)}
 _SPECS: dict[str, Spec] = {name: _ALL[name] for name in _ORDER}
 _SPECS.update({name: s for name, s in _ALL.items() if name not in _SPECS})
+#: the loss specs (value and gradient, refimpl.losses): listed by spec_names(losses=True)
+_LOSSES: dict[str, Spec] = {s.name: s for s in _losses()}
+_SPECS.update(_LOSSES)
 
 
 for _s in _SPECS.values():
@@ -255,8 +260,11 @@ class ConformanceReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def spec_names() -> tuple[str, ...]:
+def spec_names(*, losses: bool = False) -> tuple[str, ...]:
     """The specs that :func:`check_conformance` knows, in a stable order (new ones at the end).
+
+    With ``losses=True``: the loss specs instead (``ppo_clip``, ``gspo``, ``kl_penalty``, …),
+    whose checks compare the value *and* the gradient of a candidate with :mod:`refimpl.losses`.
 
     Examples
     --------
@@ -266,8 +274,12 @@ def spec_names() -> tuple[str, ...]:
      'vtrace')
     >>> "tis_geometric" in spec_names() and "decoupled_ppo" in spec_names()
     True
+    >>> spec_names(losses=True)[:3]
+    ('ppo_clip', 'cispo', 'sapo')
     """
-    return tuple(_SPECS)
+    if losses:
+        return tuple(_LOSSES)
+    return tuple(name for name in _SPECS if name not in _LOSSES)
 
 
 def _spec(name: Any) -> Spec:
@@ -413,17 +425,32 @@ class _Runner:
             return str(compute)
         return own
 
-    def outputs(self, calls: list[Call], *, reraise: bool = False) -> tuple[list[Call], list[Any]]:
+    def outputs(
+        self,
+        calls: list[Call],
+        *,
+        reraise: bool = False,
+        conventions: Mapping[str, Any] | None = None,
+    ) -> tuple[list[Call], list[Any]]:
+        conv = self.conventions if conventions is None else conventions
         seen: list[Call] = []
         raw: list[Any] = []
         for args, kwargs in calls:
-            given = (self.bridge.to_candidate(args), self.bridge.to_candidate(kwargs))
             seen.append((self.bridge.seen(args), self.bridge.seen(kwargs)))
-            if reraise:
-                raw.append(self.candidate(*given[0], **given[1]))
-            else:
-                raw.append(self.candidate(*given[0], **given[1]))
+            raw.append(self._call(args, kwargs, conv))
         return seen, raw
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], conv: Mapping[str, Any]) -> Any:
+        """The candidate's raw output on one call; for a differentiated spec (``spec.vjp``) the
+        pair (output, vector–Jacobian product) from the bridge's autodiff."""
+        if self.spec.vjp is None:
+            given = (self.bridge.to_candidate(args), self.bridge.to_candidate(kwargs))
+            return self.candidate(*given[0], **given[1])
+        (hand_args, hand_kwargs), cotangent = self.spec.vjp((args, kwargs), conv)
+        a, k = self.bridge.to_candidate(hand_args), self.bridge.to_candidate(hand_kwargs)
+        if cotangent is None:  # the candidate returns its own gradient
+            return self.candidate(*a, **k)
+        return self.bridge.value_and_vjp(self.candidate, a, k, wrt=0, cotangent=cotangent)
 
     def _reference_rejects(self, calls: list[Call], conv: Mapping[str, Any]) -> bool:
         """True when the reference refuses the inputs as the candidate saw them (a candidate
@@ -449,7 +476,7 @@ class _Runner:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             try:
-                seen, raw = self.outputs(calls, reraise=reraise)
+                seen, raw = self.outputs(calls, reraise=reraise, conventions=conv)
             except Exception as exc:
                 if reraise:
                     raise
@@ -911,7 +938,7 @@ def check_conformance(
     for check in (the_spec.check(name) for name in selected):
         reason = declared.get(check.name, "")
         common = {"spec": the_spec.name, "name": check.name, "description": check.description}
-        if not hasattr(refimpl, the_spec.reference):
+        if not _available(refimpl, the_spec.reference):
             results.append(
                 CheckResult(
                     **common,
@@ -968,6 +995,18 @@ def check_conformance(
         conventions=resolved,
         assumed=_describe(assume),
     )
+
+
+def _available(package: ModuleType, reference: str) -> bool:
+    """Whether ``refimpl.<reference>`` exists: a flat name, or ``module.path.name`` (the losses'
+    references are named by their module, ``losses.clipped.ppo_clip_loss``)."""
+    if "." not in reference:
+        return hasattr(package, reference)
+    module, _, name = reference.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(f"{package.__name__}.{module}"), name)
+    except ImportError:
+        return False
 
 
 def _describe(assume: Callable[..., Any] | None) -> str:

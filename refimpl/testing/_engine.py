@@ -117,6 +117,11 @@ class Spec:
     #: why a candidate that raises on these calls may follow a convention that excludes them
     #: from the draws (an all-padding row): the hint, or None
     raised_hint: Callable[[list[Call], Conventions], str | None] | None = None
+    #: a spec whose candidates are differentiated (the losses): ``vjp(call, conventions) ->
+    #: (call handed to the candidate, cotangent)``. With a cotangent the candidate is called
+    #: through :meth:`ArrayBridge.value_and_vjp` (with respect to its first argument) and its raw
+    #: output is ``(output, vjp)``; with None it is called plainly and returns its own gradient
+    vjp: Callable[[Call, Conventions], tuple[Call, Any]] | None = None
 
     def check(self, name: str) -> Check:
         return next(c for c in self.checks if c.name == name)

@@ -1,0 +1,451 @@
+"""The oracle on losses: value *and* gradient of a candidate against refimpl.losses.
+
+Correct torch implementations (written as the frameworks write them, in the input dtype) pass every
+check in float32 and bfloat16; refimpl's own functions pass with ``gradient='returned'`` (the suite
+checking itself); planted bugs fail the check that targets them, with a message that says what is
+wrong. jax runs in its own interpreter (``tests/jax_loss_cases.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import refimpl.losses.clipped as cl
+import refimpl.losses.kl as kl
+import refimpl.losses.logprobs as lp_mod
+import refimpl.losses.policy_gradient as pg
+import refimpl.losses.sequence as sq
+from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
+
+EXAMPLES = 8
+Tensor = torch.Tensor
+CLAMP = {"log_ratio_clamp": 20.0}
+
+# ---------------------------------------------------------------------------------------------
+# correct torch implementations (the frameworks' formulas, in the input dtype)
+# ---------------------------------------------------------------------------------------------
+
+
+def _masked(loss: Tensor, mask: Tensor) -> Tensor:
+    return torch.where(mask > 0, loss, torch.zeros_like(loss))
+
+
+def _ratio(logp: Tensor, logp_old: Tensor) -> Tensor:
+    return torch.exp(torch.clamp(logp - logp_old, -20.0, 20.0))  # verl: clamp before exp
+
+
+def ppo_clip(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float | None,
+    dual_clip: float | None,
+    mask: Tensor,
+) -> Tensor:
+    r = _ratio(logp, logp_old)
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * r, -advantages * torch.clamp(r, 1 - eps_low, 1 + high))
+    if dual_clip is not None:
+        floor = torch.minimum(loss, -advantages * dual_clip)
+        loss = torch.where(advantages < 0, floor, loss)
+    return _masked(loss, mask)
+
+
+def cispo(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    *,
+    eps_high: float,
+    eps_low: float | None,
+    mask: Tensor,
+) -> Tensor:
+    low = 0.0 if eps_low is None else 1 - eps_low
+    w = torch.clamp(_ratio(logp, logp_old), low, 1 + eps_high).detach()
+    return _masked(-w * advantages * logp, mask)
+
+
+def _sequence_log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
+    d = torch.where(mask > 0, logp - logp_old, torch.zeros_like(logp))
+    return d.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+
+
+def gspo_token(
+    logp: Tensor,
+    logp_old: Tensor,
+    advantages: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float | None,
+    mask: Tensor,
+) -> Tensor:
+    mean = _sequence_log_ratio(logp, logp_old, mask)
+    log_s = torch.clamp(logp - logp.detach() + mean.detach(), max=10.0)  # verl: cap 10
+    s = torch.exp(log_s)
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1 - eps_low, 1 + high))
+    return _masked(loss, mask)
+
+
+def kl_k3_plus(logp: Tensor, logp_ref: Tensor, *, mask: Tensor) -> Tensor:
+    d = logp - logp_ref
+    k3 = torch.exp(-d) + d - 1
+    k2 = 0.5 * d * d
+    return _masked(k2 - k2.detach() + k3.detach(), mask)  # verl's straight-through "k3+"
+
+
+def _keep(y: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
+    keep = torch.ones_like(y, dtype=torch.bool)
+    if top_k is not None:
+        kth = torch.topk(y, top_k, dim=-1).values[..., -1:]
+        keep = y >= kth
+    if top_p is not None and top_p < 1.0:  # p = 1 keeps everything (a float sum may miss 1)
+        probs = torch.softmax(y.masked_fill(~keep, -math.inf).float(), dim=-1)
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        before = torch.cumsum(sorted_p, dim=-1) - sorted_p
+        keep_sorted = before < top_p
+        keep = keep & torch.zeros_like(keep).scatter(-1, order, keep_sorted)
+    return keep
+
+
+def token_logprobs(
+    logits: Tensor,
+    tokens: Tensor,
+    *,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    mask: Tensor,
+) -> Tensor:
+    y = logits / temperature  # temperature on the logits (vLLM's order)
+    with torch.no_grad():
+        keep = _keep(y, top_k, top_p)
+    logp = torch.log_softmax(y.masked_fill(~keep, -math.inf), dim=-1)
+    return _masked(logp.gather(-1, tokens[..., None])[..., 0], mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# planted bugs
+# ---------------------------------------------------------------------------------------------
+
+
+def ppo_clip_wrong_side(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    r = _ratio(logp, logp_old)
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.minimum(-advantages * r, -advantages * torch.clamp(r, 1 - eps_low, 1 + high))
+    return _masked(loss, mask)
+
+
+def ppo_dual_clip_on_positive(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    r = _ratio(logp, logp_old)
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * r, -advantages * torch.clamp(r, 1 - eps_low, 1 + high))
+    if dual_clip is not None:
+        loss = torch.minimum(loss, -advantages * dual_clip)  # no `where(advantages < 0, ...)`
+    return _masked(loss, mask)
+
+
+def ppo_clamp_after_exp(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    r = torch.clamp(torch.exp(logp - logp_old), math.exp(-20.0), math.exp(20.0))
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * r, -advantages * torch.clamp(r, 1 - eps_low, 1 + high))
+    if dual_clip is not None:
+        loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * dual_clip), loss)
+    return _masked(loss, mask)
+
+
+def ppo_token_mean_over_padded_width(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    per_token = ppo_clip(
+        logp,
+        logp_old,
+        advantages,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        mask=mask,
+    )
+    return per_token.sum() / mask.numel()  # B·T, not the number of real tokens
+
+
+def ppo_seq_mean_counts_empty_rows(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    per_token = ppo_clip(
+        logp,
+        logp_old,
+        advantages,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        mask=mask,
+    )
+    rows = per_token.sum(-1) / mask.sum(-1).clamp(min=1)
+    return rows.mean()  # every row counted, all-padding ones too
+
+
+def cispo_without_detach(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_high: float, eps_low: float | None,
+    mask: Tensor,
+) -> Tensor:  # fmt: skip
+    low = 0.0 if eps_low is None else 1 - eps_low
+    w = torch.clamp(_ratio(logp, logp_old), low, 1 + eps_high)
+    return _masked(-w * advantages * logp, mask)
+
+
+def gspo_token_without_detach(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    mask: Tensor,
+) -> Tensor:  # fmt: skip
+    s = torch.exp(torch.clamp(_sequence_log_ratio(logp, logp_old, mask), max=10.0))
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1 - eps_low, 1 + high))
+    return _masked(loss, mask)
+
+
+def kl_k3_plus_as_plain_k3(logp: Tensor, logp_ref: Tensor, *, mask: Tensor) -> Tensor:
+    d = logp - logp_ref
+    return _masked(torch.exp(-d) + d - 1, mask)
+
+
+def token_logprobs_tempered_logprobs(
+    logits: Tensor, tokens: Tensor, *, temperature: float, top_k: int | None,
+    top_p: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    with torch.no_grad():
+        keep = _keep(logits / temperature, top_k, top_p)
+    logp = torch.log_softmax(logits.masked_fill(~keep, -math.inf), dim=-1) / temperature
+    return _masked(logp.gather(-1, tokens[..., None])[..., 0], mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# correct implementations pass
+# ---------------------------------------------------------------------------------------------
+
+SCALAR = {"output": "scalar", "aggregation": "token_mean"}
+CORRECT: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "ppo_clip": (ppo_clip, CLAMP),
+    "cispo": (cispo, CLAMP),
+    "gspo_token": (gspo_token, {"log_ratio_cap": 10.0}),
+    "kl_penalty": (kl_k3_plus, {"estimator": "k3+"}),
+    "token_logprobs": (token_logprobs, {}),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("spec", sorted(CORRECT))
+def test_a_correct_torch_loss_passes_every_check(spec: str, dtype: str) -> None:
+    candidate, conventions = CORRECT[spec]
+    report = check_conformance(
+        candidate,
+        spec=spec,
+        xp="torch",
+        dtype=dtype,
+        conventions=conventions,
+        max_examples=EXAMPLES,
+    )
+    report.raise_if_failed()
+    assert all(r.status in ("passed", "skipped") for r in report.results)
+
+
+def test_a_scalar_loss_is_checked_with_the_steps_gradient() -> None:
+    def ppo_token_mean(*args: Tensor, mask: Tensor, **kwargs: Any) -> Tensor:
+        return ppo_clip(*args, mask=mask, **kwargs).sum() / mask.sum().clamp(min=1)
+
+    report = check_conformance(
+        ppo_token_mean,
+        spec="ppo_clip",
+        xp="torch",
+        dtype="float32",
+        conventions={**CLAMP, **SCALAR, "empty_batch": "excluded"},
+        max_examples=EXAMPLES,
+    )
+    report.raise_if_failed()
+
+
+# ---------------------------------------------------------------------------------------------
+# refimpl's own functions pass with gradient="returned" (the suite checks itself)
+# ---------------------------------------------------------------------------------------------
+
+
+def _logprobs_terms(logits: Any, tokens: Any, **kwargs: Any) -> tuple[Any, Any]:
+    cotangent = kwargs.pop("cotangent")
+    value = lp_mod.token_logprobs(logits, tokens, **kwargs)
+    return value, lp_mod.token_logprobs_grad(logits, tokens, cotangent=cotangent, **kwargs)
+
+
+REFERENCE: dict[str, Callable[..., Any]] = {
+    "ppo_clip": cl.ppo_clip_loss,
+    "cispo": cl.cispo_loss,
+    "sapo": cl.sapo_loss,
+    "dppo": cl.dppo_loss,
+    "importance_weighted_pg": pg.importance_weighted_pg_loss,
+    "log_ratio_penalty": pg.log_ratio_penalty_loss,
+    "reinforce": pg.reinforce_loss,
+    "gspo": sq.gspo_loss,
+    "gspo_token": sq.gspo_token_loss,
+    "gmpo": sq.gmpo_loss,
+    "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
+    "token_logprobs": _logprobs_terms,
+}
+
+
+def test_every_loss_spec_has_a_reference_candidate() -> None:
+    assert set(REFERENCE) == set(spec_names(losses=True))
+
+
+@pytest.mark.parametrize("spec", spec_names(losses=True))
+def test_refimpls_own_loss_passes_with_its_returned_gradient(spec: str) -> None:
+    report = check_conformance(
+        REFERENCE[spec],
+        spec=spec,
+        conventions={"gradient": "returned"},
+        max_examples=EXAMPLES,
+    )
+    report.raise_if_failed()
+    ran = [r.status for r in report.results if r.status != "skipped"]
+    assert ran == ["passed"] * len(ran)
+    assert len(ran) >= 4
+
+
+def test_a_numpy_candidate_without_a_returned_gradient_is_told_how_to_declare_it() -> None:
+    report = check_conformance(cl.ppo_clip_loss, spec="ppo_clip", max_examples=2, checks=["values"])
+    message = report["values"].message
+    assert report["values"].status == "raised"
+    assert "conventions={'gradient': 'returned'}" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# planted bugs fail the check that targets them, with a useful message
+# ---------------------------------------------------------------------------------------------
+
+PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str, str]] = [
+    ("ppo_clip", ppo_clip_wrong_side, CLAMP, "values", "the losses differ"),
+    ("ppo_clip", ppo_dual_clip_on_positive, CLAMP, "values", "the losses differ"),
+    ("ppo_clip", ppo_clamp_after_exp, CLAMP, "huge_log_ratios_stay_finite", "non-finite gradients"),
+    (
+        "ppo_clip",
+        ppo_token_mean_over_padded_width,
+        {**CLAMP, **SCALAR},
+        "values",
+        "the losses differ",
+    ),
+    (
+        "ppo_clip",
+        ppo_seq_mean_counts_empty_rows,
+        {**CLAMP, **SCALAR, "aggregation": "seq_mean_token_mean"},
+        "values",
+        "conventions={'sequence_count': 'all'}",
+    ),
+    ("cispo", cispo_without_detach, CLAMP, "gradient", "the values agree; the gradients differ"),
+    (
+        "gspo_token",
+        gspo_token_without_detach,
+        {"log_ratio_cap": 10.0},
+        "gradient",
+        "the values agree; the gradients differ",
+    ),
+    (
+        "kl_penalty",
+        kl_k3_plus_as_plain_k3,
+        {"estimator": "k3+"},
+        "gradient",
+        "conventions={'estimator': 'k3'}",
+    ),
+    ("token_logprobs", token_logprobs_tempered_logprobs, {}, "values", "the losses differ"),
+]
+
+
+@pytest.fixture(scope="module")
+def planted_reports() -> dict[str, ConformanceReport]:
+    return {
+        f.__name__: check_conformance(
+            f,
+            spec=spec,
+            xp="torch",
+            dtype="float32",
+            conventions=conv,
+            max_examples=EXAMPLES * 3,
+            checks=[check],
+            shrink=False,  # the verdict is the same; shrinking is most of a failure's cost
+        )
+        for spec, f, conv, check, _ in PLANTED
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "candidate", "conv", "check", "says"),
+    PLANTED,
+    ids=[f.__name__ for _, f, _, _, _ in PLANTED],
+)
+def test_a_planted_bug_fails_the_check_that_targets_it(
+    spec: str,
+    candidate: Callable[..., Any],
+    conv: dict[str, Any],
+    check: str,
+    says: str,
+    planted_reports: dict[str, ConformanceReport],
+) -> None:
+    result = planted_reports[candidate.__name__][check]
+    assert result.status == "failed", result.render()
+    assert says in result.message, result.message
+    assert "reproduce(candidate, " in result.reproduction
+
+
+def test_every_loss_check_name_is_stable() -> None:
+    assert check_names("ppo_clip") == (
+        "values",
+        "gradient",
+        "padding_contributes_nothing",
+        "on_policy_is_policy_gradient",
+        "clipped_region_has_zero_gradient",
+        "huge_log_ratios_stay_finite",
+        "ratios_at_clip_boundaries",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# jax, in its own interpreter (see tests/test_conformance_jax.py for why)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jax_outcome() -> dict[str, Any]:
+    cases = Path(__file__).with_name("jax_loss_cases.py")
+    done = subprocess.run(
+        [sys.executable, str(cases)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_a_jax_ppo_clip_passes_and_its_planted_bug_fails(jax_outcome: dict[str, Any]) -> None:
+    assert jax_outcome["failed"] == [], jax_outcome["summary"]
+    assert jax_outcome["array"] == "jax.numpy float32"
+    assert jax_outcome["planted"] == "failed", jax_outcome["planted_summary"]
+    assert "jax" not in sys.modules
