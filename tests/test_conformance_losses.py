@@ -208,6 +208,47 @@ def ppo_seq_mean_counts_empty_rows(
     return rows.mean()  # every row counted, all-padding ones too
 
 
+def ppo_times_mask(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    loss = ppo_clip(
+        logp, logp_old, advantages, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip,
+        mask=torch.ones_like(mask),
+    )  # fmt: skip
+    return loss * mask  # inf·0 is NaN where a padded entry overflowed
+
+
+def ppo_inverted_ratio(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    return ppo_clip(
+        logp_old, logp, advantages, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip,
+        mask=mask,
+    )  # fmt: skip
+
+
+def ppo_straight_through_clip(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    r = _ratio(logp, logp_old)
+    high = eps_low if eps_high is None else eps_high
+    clipped = r + (torch.clamp(r, 1 - eps_low, 1 + high) - r).detach()  # the clip keeps a gradient
+    loss = torch.maximum(-advantages * r, -advantages * clipped)
+    return _masked(loss, mask)
+
+
+def ppo_ignores_eps_high(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    return ppo_clip(
+        logp, logp_old, advantages, eps_low=eps_low, eps_high=None, dual_clip=dual_clip, mask=mask
+    )
+
+
 def cispo_without_detach(
     logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_high: float, eps_low: float | None,
     mask: Tensor,
@@ -361,6 +402,22 @@ PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str, str]] = [
         "values",
         "conventions={'sequence_count': 'all'}",
     ),
+    ("ppo_clip", ppo_times_mask, CLAMP, "padding_contributes_nothing", "padding entries got"),
+    (
+        "ppo_clip",
+        ppo_inverted_ratio,
+        CLAMP,
+        "on_policy_is_policy_gradient",
+        "at logp == logp_old the gradient is not the policy gradient",
+    ),
+    (
+        "ppo_clip",
+        ppo_straight_through_clip,
+        CLAMP,
+        "clipped_region_has_zero_gradient",
+        "tokens in a clipped region got gradients",
+    ),
+    ("ppo_clip", ppo_ignores_eps_high, CLAMP, "ratios_at_clip_boundaries", "at a clip boundary"),
     ("cispo", cispo_without_detach, CLAMP, "gradient", "the values agree; the gradients differ"),
     (
         "gspo_token",
@@ -414,6 +471,11 @@ def test_a_planted_bug_fails_the_check_that_targets_it(
     assert result.status == "failed", result.render()
     assert says in result.message, result.message
     assert "reproduce(candidate, " in result.reproduction
+
+
+def test_every_check_of_ppo_clip_fails_on_a_planted_bug() -> None:
+    shown = {check for spec, _, _, check, _ in PLANTED if spec == "ppo_clip"}
+    assert shown | {"gradient"} == set(check_names("ppo_clip"))
 
 
 def test_every_loss_check_name_is_stable() -> None:
