@@ -849,3 +849,36 @@ def test_array_rules(name: str) -> None:
     if name != "reinforce":
         with pytest.raises(ValueError, match=r"logp_old and logp must have the same shape"):
             fn(LP, [[-1.0]], ADV)
+
+
+def test_dppo_keeps_a_token_exactly_at_its_threshold() -> None:
+    # p - p_old = 0.75 - 0.5 = 0.25 exactly in float64 (both probabilities round-trip through log).
+    lp, lq = np.log([[0.75, 0.25]]), np.log([[0.5, 0.5]])
+    adv = np.array([[1.0, -1.0]])
+    at = CL.dppo_loss(lp, lq, adv, delta_low=0.25)
+    _close(at.grad, np.array([[-1.5, 0.5]]), rtol=1e-15, atol=0.0)
+    below = CL.dppo_loss(lp, lq, adv, delta_low=math.nextafter(0.25, 0.0))
+    assert np.all(below.grad == 0.0)
+
+
+@pytest.mark.parametrize("huge", [-1000.0, -100.0, 100.0, 1000.0])
+def test_huge_log_ratios_with_the_clamp_match_torch(huge: float) -> None:
+    lp, lq = np.array([[huge, huge, 0.5]]), np.array([[0.0, 0.0, 0.0]])
+    a, ones = np.array([[1.0, -1.0, -2.0]]), np.ones((1, 3))
+    pairs: list[tuple[LossTerms, TorchLoss]] = [
+        (
+            CL.ppo_clip_loss(lp, lq, a, eps_low=0.2, log_ratio_clamp=20.0),
+            torch_ppo(0.2, 0.2, None, 20.0),
+        ),
+        (
+            CL.cispo_loss(lp, lq, a, eps_high=0.28, eps_low=0.2, log_ratio_clamp=20.0),
+            torch_cispo(0.28, 0.2, 20.0),
+        ),
+        (
+            CL.sapo_loss(lp, lq, a, tau_pos=1.0, tau_neg=1.05, log_ratio_clamp=20.0),
+            torch_sapo(1.0, 1.05, 20.0),
+        ),
+        (PG.importance_weighted_pg_loss(lp, lq, a, log_ratio_clamp=20.0), torch_iw(None, 20.0)),
+    ]
+    for ours, formula in pairs:
+        _agree(ours, torch_terms(formula, lp, lq, a, ones, ones))
