@@ -467,7 +467,7 @@ def row_error(p: Parts, conv: Conventions, k: Array) -> Array:
     m = p.mask
     lengths = m.sum(axis=1)
     factor = np.array([summation_factor(int(n)) for n in lengths])
-    mean_abs = (k * m).sum(axis=1) / np.maximum(lengths, 1.0)
+    mean_abs = ((k - 3.0) * m).sum(axis=1) / np.maximum(lengths, 1.0)  # Σ|d|/L (+ inputs)
     return np.asarray(
         np.broadcast_to(((factor + 1.0) * mean_abs)[:, None], m.shape), dtype=np.float64
     )
