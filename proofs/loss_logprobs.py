@@ -165,7 +165,9 @@ def tempered_logprobs_are_normalised() -> None:
     r"On the kept support, truncated log-probabilities are $\log p_x - \log P(S)$ and sum to 1; "
     r"off it they are $-\infty$. The support (top-k with ties, then top-p on the renormalised "
     r"mass with boundary ties) equals the smallest highest-probability prefix of mass $\ge p$; "
-    r"`token_logprobs` matches exact `Fraction` values, and the order of top-k and top-p matters.",
+    r"`token_logprobs` matches exact `Fraction` values, `logprob_mismatch` of a full-softmax "
+    r"trainer against it is $\log P(S)$ on every kept token, and the order of top-k and top-p "
+    r"matters.",
     method="exact",
     scope="3 tokens and every support for the identity (symbolic); the library check on 300 "
     "random rational set-ups (V <= 6, T in {1, 1/2}) whose cumulative masses avoid top_p exactly",
@@ -213,6 +215,15 @@ def truncation_renormalises() -> None:
                 assert_close(float(found[x]), exact, rel=1e-12, abs_=1e-14, label="LP2 refimpl")
             elif found[x] != -math.inf:
                 raise AssertionError(f"LP2: token {x} outside {kept} has log-prob {found[x]}")
+        sampler_p = None if top_p is None else float(top_p)
+        ratio = logprob_mismatch(
+            np.repeat(_rows(w), len(w), axis=1),
+            [list(range(len(w)))],
+            sampler={"temperature": 1.0 / m, "top_k": top_k, "top_p": sampler_p},
+            trainer={"temperature": 1.0 / m},
+        ).log_ratio[0]
+        for x in kept:  # a full-softmax trainer against the truncating sampler: log P(S)
+            assert_close(float(ratio[x]), math.log(mass), rel=1e-11, abs_=1e-13, label="LP2 ratio")
     q = [Fraction(4, 10), Fraction(3, 10), Fraction(2, 10), Fraction(1, 10)]
     assert _kept_by_definition(q, 2, Fraction(1, 2)) == {0}
     top_p_first = _kept_by_definition(q, None, Fraction(1, 2))
