@@ -681,130 +681,50 @@ LP, LQ, ADV = [[-1.0, -0.5]], [[-1.0, -0.7]], [1.0]
 
 Call = Callable[..., LossTerms]
 
-RULES: list[tuple[str, Call, dict[str, Any], dict[str, Any], str]] = [
-    (
-        "ppo eps_low >= 0",
-        CL.ppo_clip_loss,
-        {"eps_low": 0.0},
-        {"eps_low": -1e-9},
-        r"eps_low must be >= 0",
-    ),
-    (
-        "ppo eps_low < 1",
-        CL.ppo_clip_loss,
-        {"eps_low": 0.999},
-        {"eps_low": 1.0},
-        r"eps_low must be < 1",
-    ),
-    (
-        "ppo eps_high >= 0",
-        CL.ppo_clip_loss,
-        {"eps_high": 0.0},
-        {"eps_high": -0.1},
-        r"eps_high must be >= 0",
-    ),
-    (
-        "ppo dual > 1",
-        CL.ppo_clip_loss,
-        {"dual_clip": 1.0001},
-        {"dual_clip": 1.0},
-        r"dual_clip must be > 1",
-    ),
-    (
-        "ppo clamp > 0",
-        CL.ppo_clip_loss,
-        {"log_ratio_clamp": 1e-9},
-        {"log_ratio_clamp": 0.0},
-        r"log_ratio_clamp must be > 0",
-    ),
-    (
-        "cispo eps_high",
-        CL.cispo_loss,
-        {"eps_high": 0.0},
-        {"eps_high": -0.1},
-        r"eps_high must be >= 0",
-    ),
-    (
-        "cispo eps_low",
-        CL.cispo_loss,
-        {"eps_high": 0.2, "eps_low": 0.999},
-        {"eps_high": 0.2, "eps_low": 1.0},
-        r"eps_low must be < 1",
-    ),
-    (
-        "sapo tau_pos",
-        CL.sapo_loss,
-        {"tau_pos": 1e-9, "tau_neg": 1.0},
-        {"tau_pos": 0.0, "tau_neg": 1.0},
-        r"tau_pos must be > 0",
-    ),
-    (
-        "sapo tau_neg",
-        CL.sapo_loss,
-        {"tau_pos": 1.0, "tau_neg": 1e-9},
-        {"tau_pos": 1.0, "tau_neg": -1.0},
-        r"tau_neg must be > 0",
-    ),
-    (
-        "dppo divergence",
-        CL.dppo_loss,
-        {"delta_low": 0.1, "divergence": "kl"},
-        {"delta_low": 0.1, "divergence": "js"},
-        r"divergence must be one of 'tv', 'kl'",
-    ),
-    (
-        "dppo surrogate",
-        CL.dppo_loss,
-        {"delta_low": 0.1, "surrogate": "ratio"},
-        {"delta_low": 0.1, "surrogate": "logp"},
-        r"surrogate must be one of 'log', 'ratio'",
-    ),
-    (
-        "dppo delta_low",
-        CL.dppo_loss,
-        {"delta_low": 0.0},
-        {"delta_low": -0.1},
-        r"delta_low must be >= 0",
-    ),
-    (
-        "dppo delta_high",
-        CL.dppo_loss,
-        {"delta_low": 0.1, "delta_high": 0.0},
-        {"delta_low": 0.1, "delta_high": -0.1},
-        r"delta_high must be >= 0",
-    ),
-    (
-        "dppo cap",
-        CL.dppo_loss,
-        {"delta_low": 0.1, "cap": 1.0},
-        {"delta_low": 0.1, "cap": 0.99},
-        r"cap must be >= 1",
-    ),
-    (
-        "dppo cap form",
-        CL.dppo_loss,
-        {"delta_low": 0.1, "surrogate": "ratio"},
-        {"delta_low": 0.1, "surrogate": "ratio", "cap": 2.0},
-        r'cap must be None with surrogate="ratio"',
-    ),
-    ("iw cap", PG.importance_weighted_pg_loss, {"cap": 1.0}, {"cap": 0.99}, r"cap must be >= 1"),
-    (
-        "iw clamp",
-        PG.importance_weighted_pg_loss,
-        {"log_ratio_clamp": 1e-9},
-        {"log_ratio_clamp": -1.0},
-        r"log_ratio_clamp must be > 0",
-    ),
-    ("dro tau", PG.log_ratio_penalty_loss, {"tau": 1e-9}, {"tau": 0.0}, r"tau must be > 0"),
+#: Arguments each function needs besides the one a rule varies.
+BASE: dict[Call, dict[str, Any]] = {
+    CL.ppo_clip_loss: {},
+    CL.cispo_loss: {"eps_high": 0.2},
+    CL.sapo_loss: {"tau_pos": 1.0, "tau_neg": 1.0},
+    CL.dppo_loss: {"delta_low": 0.1},
+    PG.importance_weighted_pg_loss: {},
+    PG.log_ratio_penalty_loss: {"tau": 1.0},
+}
+
+#: (function, parameter, a value just inside, one just outside, the rule the refusal states).
+RULES: list[tuple[Call, str, Any, Any, str]] = [
+    (CL.ppo_clip_loss, "eps_low", 0.0, -1e-9, "be >= 0"),
+    (CL.ppo_clip_loss, "eps_low", 0.999, 1.0, "be < 1"),
+    (CL.ppo_clip_loss, "eps_high", 0.0, -0.1, "be >= 0"),
+    (CL.ppo_clip_loss, "dual_clip", 1.0001, 1.0, "be > 1"),
+    (CL.ppo_clip_loss, "log_ratio_clamp", 1e-9, 0.0, "be > 0"),
+    (CL.cispo_loss, "eps_high", 0.0, -0.1, "be >= 0"),
+    (CL.cispo_loss, "eps_low", 0.999, 1.0, "be < 1"),
+    (CL.sapo_loss, "tau_pos", 1e-9, 0.0, "be > 0"),
+    (CL.sapo_loss, "tau_neg", 1e-9, -1.0, "be > 0"),
+    (CL.dppo_loss, "divergence", "kl", "js", "be one of 'tv', 'kl'"),
+    (CL.dppo_loss, "surrogate", "ratio", "logp", "be one of 'log', 'ratio'"),
+    (CL.dppo_loss, "delta_low", 0.0, -0.1, "be >= 0"),
+    (CL.dppo_loss, "delta_high", 0.0, -0.1, "be >= 0"),
+    (CL.dppo_loss, "cap", 1.0, 0.99, "be >= 1"),
+    (PG.importance_weighted_pg_loss, "cap", 1.0, 0.99, "be >= 1"),
+    (PG.importance_weighted_pg_loss, "log_ratio_clamp", 1e-9, -1.0, "be > 0"),
+    (PG.log_ratio_penalty_loss, "tau", 1e-9, 0.0, "be > 0"),
 ]
 
 
-@pytest.mark.parametrize("rule", RULES, ids=[r[0] for r in RULES])
-def test_parameter_rules(rule: tuple[str, Call, dict[str, Any], dict[str, Any], str]) -> None:
-    _, fn, inside, outside, message = rule
-    fn(LP, LQ, ADV, **inside)
-    with pytest.raises(ValueError, match=message):
-        fn(LP, LQ, ADV, **outside)
+@pytest.mark.parametrize("rule", RULES, ids=[f"{r[0].__name__}-{r[1]}-{r[3]}" for r in RULES])
+def test_parameter_rules(rule: tuple[Call, str, Any, Any, str]) -> None:
+    fn, name, inside, outside, message = rule
+    fn(LP, LQ, ADV, **{**BASE[fn], name: inside})
+    with pytest.raises(ValueError, match=f"{name} must {message}"):
+        fn(LP, LQ, ADV, **{**BASE[fn], name: outside})
+
+
+def test_dppo_refuses_a_cap_with_the_ratio_surrogate() -> None:
+    CL.dppo_loss(LP, LQ, ADV, delta_low=0.1, surrogate="ratio")
+    with pytest.raises(ValueError, match='cap must be None with surrogate="ratio"'):
+        CL.dppo_loss(LP, LQ, ADV, delta_low=0.1, surrogate="ratio", cap=2.0)
 
 
 def test_dppo_refuses_positive_log_probabilities_at_real_tokens_only() -> None:
