@@ -188,7 +188,9 @@ def _link_citations_in_pages(app: Sphinx, docname: str, source: list[str]) -> No
     source[0] = "\n".join(lines)
 
 
-_CLAIM_ID = re.compile(r"(?<![`\w-])((?:LB|OS|KM|FL|EF|PEN|VT|IS|ESS|ST)\d+)(?![`\w])")
+_CLAIM_ID = re.compile(
+    r"(?<![`\w-])((?:LB|OS|KM|FL|EF|PEN|VT|IS|ESS|ST|PS|SQ|KL|AD|RJ|LP|AG)\d+)(?![`\w])"
+)
 
 
 def _link_claim_ids(

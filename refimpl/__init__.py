@@ -9,6 +9,8 @@ defined in one of the modules below, which own their ``__all__``.
 - :mod:`refimpl.frameworks`: each framework's staleness setting translated into ``η``.
 - :mod:`refimpl.effort`: the effort penalty ``k(b)``, shaped reward, optimal length, frontier.
 - :mod:`refimpl.penalties`: published length penalties (Kimi k1.5, DAPO, cosine, L1).
+- :mod:`refimpl.losses`: policy losses with their gradients: aggregation and partition
+  invariance, surrogates, KL estimators, advantages, rejection statistics, log-probabilities.
 - :mod:`refimpl.sim`: the asynchronous rollout-queue simulator.
 - :mod:`refimpl.testing`: strategies and conformance checks for downstream implementations.
 - :mod:`refimpl.errors`: the exception family (:class:`RefimplError`, :class:`InvalidArgument`,
@@ -29,15 +31,24 @@ __version__ = "0.1.0.dev0"
 #: The modules whose ``__all__`` make up the flat API, in the order of ``refimpl.__all__``.
 #: ``refimpl.frameworks`` contributes only its staleness translations (``frameworks._staleness``);
 #: its adapters stay under ``refimpl.frameworks``.
-_FLAT = ("dispatch", "staleness", "frameworks._staleness", "effort", "penalties", "errors")
+_FLAT = (
+    "dispatch",
+    "staleness",
+    "frameworks._staleness",
+    "effort",
+    "penalties",
+    "losses",
+    "errors",
+)
 
 if TYPE_CHECKING:  # what the type checker and readers see; at run time __getattr__ loads them
-    from refimpl import dispatch, effort, errors, penalties, staleness
+    from refimpl import dispatch, effort, errors, losses, penalties, staleness
     from refimpl.dispatch import *
     from refimpl.effort import *
     from refimpl.errors import *
     from refimpl.frameworks import _staleness
     from refimpl.frameworks._staleness import *
+    from refimpl.losses import *
     from refimpl.penalties import *
     from refimpl.staleness import *
 
@@ -47,6 +58,7 @@ if TYPE_CHECKING:  # what the type checker and readers see; at run time __getatt
         *_staleness.__all__,
         *effort.__all__,
         *penalties.__all__,
+        *losses.__all__,
         *errors.__all__,
     ]
 

@@ -17,7 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from refimpl.losses.aggregation import MODES, aggregate_loss, aggregation_weights, length_weight
+from refimpl.losses.aggregation import (
+    AGGREGATION_MODES,
+    aggregate_loss,
+    aggregation_weights,
+    length_weight,
+)
 
 Array = NDArray[np.float64]
 Weights = Callable[..., Array]
@@ -45,7 +50,7 @@ def _exact(mask: Array, mode: str, empty_rows: str = "excluded") -> list[list[Fr
     return out
 
 
-@pytest.mark.parametrize("mode", [m for m in MODES if m != "group_mean"])
+@pytest.mark.parametrize("mode", [m for m in AGGREGATION_MODES if m != "group_mean"])
 @pytest.mark.parametrize("empty_rows", ["excluded", "counted"])
 def test_weights_equal_the_hand_worked_fractions(mode: str, empty_rows: str) -> None:
     constant = H if mode == "token_sum_norm" else None
@@ -99,7 +104,7 @@ def test_rejection_denominator_before_or_after() -> None:
 
 
 def test_no_valid_token_gives_zero_weights_not_nan() -> None:
-    for mode in MODES:
+    for mode in AGGREGATION_MODES:
         extra: dict[str, Any] = {"constant": 4} if mode == "token_sum_norm" else {}
         if mode == "group_mean":
             extra = {"group": [0, 1]}
@@ -150,7 +155,7 @@ def _torch_aggregate(loss: Any, mask: Any, mode: str, group: Any) -> Any:
     return total / max(len(live), 1)
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
 @given(batch=batches())
 def test_gradient_of_the_aggregate_is_the_vjp_with_the_weights(
     mode: str, batch: tuple[Array, Array, Array, Array, Array]
@@ -172,7 +177,12 @@ def test_gradient_of_the_aggregate_is_the_vjp_with_the_weights(
     assert found == pytest.approx(float(value.detach()), rel=1e-12, abs=1e-15)
 
 
-@given(batch=batches(), mode=st.sampled_from(MODES), b=st.integers(0, 5), t=st.integers(0, 5))
+@given(
+    batch=batches(),
+    mode=st.sampled_from(AGGREGATION_MODES),
+    b=st.integers(0, 5),
+    t=st.integers(0, 5),
+)
 def test_finite_difference_of_the_aggregate_is_the_weight(
     batch: tuple[Array, Array, Array, Array, Array], mode: str, b: int, t: int
 ) -> None:
@@ -214,7 +224,7 @@ def _padded_width(mask: Any, *, mode: str, **kw: Any) -> Array:
 
 
 def _check_padding_carries_no_weight(weights: Weights) -> Callable[[], None]:
-    @given(batch=batches(), mode=st.sampled_from(MODES), junk=st.floats(-50, 50))
+    @given(batch=batches(), mode=st.sampled_from(AGGREGATION_MODES), junk=st.floats(-50, 50))
     def check(batch: tuple[Array, Array, Array, Array, Array], mode: str, junk: float) -> None:
         mask, logp, _o, _a, group = batch
         extra: dict[str, Any] = {"constant": H} if mode == "token_sum_norm" else {}
@@ -251,7 +261,7 @@ def test_token_sum_norm_does_not_depend_on_the_padded_width() -> None:
 
 
 def _check_length_weight_is_the_row_total(weights: Weights) -> Callable[[], None]:
-    @given(batch=batches(), mode=st.sampled_from(MODES[:-1]))
+    @given(batch=batches(), mode=st.sampled_from(AGGREGATION_MODES[:-1]))
     def check(batch: tuple[Array, Array, Array, Array, Array], mode: str) -> None:
         mask = batch[0]
         if mask.sum() == 0:

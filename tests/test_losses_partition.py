@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from refimpl.losses.aggregation import MODES, aggregation_weights
+from refimpl.losses.aggregation import AGGREGATION_MODES, aggregation_weights
 from refimpl.losses.partition import (
     SCALING_RULES,
     ScalingRule,
@@ -70,7 +70,7 @@ def test_split_weights_by_hand() -> None:
 
 
 def _check_global_rules_are_invariant(weights: Weights, rule: str) -> Callable[[], None]:
-    @given(case=partition_cases(), mode=st.sampled_from(MODES))
+    @given(case=partition_cases(), mode=st.sampled_from(AGGREGATION_MODES))
     def check(case: PartitionCase, mode: str) -> None:
         options = _options(mode, case)
         eff = weights(case.mask, splits=case.splits, mode=mode, rule=rule, **options)

@@ -2,13 +2,120 @@
 advantages, rejection statistics and log-probability semantics, each with its gradient.
 
 One module per family; this package re-exports their public names, and so does the flat
-``refimpl`` namespace. Every loss returns :class:`LossTerms` (the per-token loss and the gradient
-with respect to the current log-probabilities, as a vector–Jacobian product with the aggregation's
-weights); see :mod:`refimpl.losses._common` for the conventions all families share.
+``refimpl`` namespace:
+
+- :mod:`refimpl.losses.aggregation`: token-sum, token-mean, sequence means, the Dr GRPO constant
+  and the group mean, as weight matrices; :mod:`refimpl.losses.partition`: the same weights
+  after a split into micro-batches and ranks under a framework's scaling rule.
+- :mod:`refimpl.losses.clipped` (PPO-clip, dual-clip, CISPO, SAPO, DPPO),
+  :mod:`refimpl.losses.policy_gradient` (REINFORCE, importance-weighted PG, the quadratic
+  log-ratio penalty) and :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO): the surrogates.
+- :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
+  off-policy.
+- :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++.
+- :mod:`refimpl.losses.rejection`: per-sequence divergences, the any-token veto, IS batch
+  normalisation, the off-policy sequence mask and M2PO's mask.
+- :mod:`refimpl.losses.logprobs`: a token's log-probability under temperature and top-k / top-p
+  as a sampler assigns it, and the ratio that a sampler/trainer mismatch leaves on identical
+  weights.
+
+Every loss returns :class:`LossTerms` (the per-token loss and the gradient with respect to the
+current log-probabilities, as a vector–Jacobian product with the aggregation's weights); see
+:mod:`refimpl.losses._common` for the conventions all families share.
 """
 
 from __future__ import annotations
 
 from refimpl.losses._common import LossTerms
+from refimpl.losses.advantages import (
+    grpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
+from refimpl.losses.aggregation import (
+    AGGREGATION_MODES,
+    aggregate_loss,
+    aggregation_weights,
+    length_weight,
+)
+from refimpl.losses.clipped import (
+    cispo_loss,
+    dppo_loss,
+    ppo_clip_loss,
+    sapo_loss,
+)
+from refimpl.losses.kl import (
+    importance_weighted_kl,
+    kl_penalty,
+)
+from refimpl.losses.logprobs import (
+    LogprobMismatch,
+    LogprobSemantics,
+    logprob_mismatch,
+    token_entropy,
+    token_logprobs,
+    token_logprobs_grad,
+)
+from refimpl.losses.partition import (
+    SCALING_RULES,
+    PartitionGap,
+    ScalingRule,
+    partition_gap,
+    split_weights,
+)
+from refimpl.losses.policy_gradient import (
+    importance_weighted_pg_loss,
+    log_ratio_penalty_loss,
+    reinforce_loss,
+)
+from refimpl.losses.rejection import (
+    any_token_veto,
+    is_batch_normalize,
+    m2po_mask,
+    off_policy_sequence_mask,
+    sequence_divergence,
+)
+from refimpl.losses.sequence import (
+    gmpo_loss,
+    gspo_loss,
+    gspo_token_loss,
+)
 
-__all__ = ["LossTerms"]
+__all__ = [
+    "AGGREGATION_MODES",
+    "SCALING_RULES",
+    "LogprobMismatch",
+    "LogprobSemantics",
+    "LossTerms",
+    "PartitionGap",
+    "ScalingRule",
+    "aggregate_loss",
+    "aggregation_weights",
+    "any_token_veto",
+    "cispo_loss",
+    "dppo_loss",
+    "gmpo_loss",
+    "grpo_advantages",
+    "gspo_loss",
+    "gspo_token_loss",
+    "importance_weighted_kl",
+    "importance_weighted_pg_loss",
+    "is_batch_normalize",
+    "kl_penalty",
+    "length_weight",
+    "log_ratio_penalty_loss",
+    "logprob_mismatch",
+    "m2po_mask",
+    "off_policy_sequence_mask",
+    "partition_gap",
+    "ppo_clip_loss",
+    "reinforce_loss",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "sapo_loss",
+    "sequence_divergence",
+    "split_weights",
+    "token_entropy",
+    "token_logprobs",
+    "token_logprobs_grad",
+]

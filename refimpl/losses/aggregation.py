@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import as_float_array, as_int, as_real, invalid, require_entries
 from refimpl.losses._common import as_choice, like_tokens, masked, token_array, token_mask
 
-__all__ = ["MODES", "aggregate_loss", "aggregation_weights", "length_weight"]
+__all__ = ["AGGREGATION_MODES", "aggregate_loss", "aggregation_weights", "length_weight"]
 
 Array = NDArray[np.float64]
 Mode = Literal[
@@ -55,7 +55,7 @@ Mode = Literal[
 ]
 
 #: Every aggregation mode, in the order of the table above.
-MODES: tuple[str, ...] = (
+AGGREGATION_MODES: tuple[str, ...] = (
     "token_sum",
     "token_mean",
     "seq_mean_token_mean",
@@ -306,7 +306,7 @@ def aggregation_weights(
     array([0.125, 0.125])
     """
     m = token_mask(token_array(mask, name="mask"), np.shape(mask), like="mask")
-    as_choice(mode, name="mode", choices=MODES)
+    as_choice(mode, name="mode", choices=AGGREGATION_MODES)
     as_choice(empty_rows, name="empty_rows", choices=_EMPTY)
     as_choice(denominator, name="denominator", choices=_DENOMINATOR)
     r = _rejection(rejection, m.shape)
@@ -432,7 +432,7 @@ def length_weight(
         rule="hold integer lengths >= 0",
         fix="; pass the number of valid tokens of each sequence.",
     )
-    as_choice(mode, name="mode", choices=MODES[:-1])
+    as_choice(mode, name="mode", choices=AGGREGATION_MODES[:-1])
     s = float(as_int(sequence_count, name="sequence_count", minimum=1, meaning="sequences"))
     h = _constant(constant, mode)
     if mode == "token_mean":

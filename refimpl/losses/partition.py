@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from refimpl._validation import invalid, wrong_type
 from refimpl.losses._common import as_choice, token_array, token_mask
-from refimpl.losses.aggregation import MODES, aggregation_weights
+from refimpl.losses.aggregation import AGGREGATION_MODES, aggregation_weights
 
 __all__ = [
     "SCALING_RULES",
@@ -201,7 +201,7 @@ def split_weights(
         Every row exactly once; every rank the same number ``K`` of micro-batches; empty
         micro-batches and micro-batches (or ranks) without a valid token allowed.
     mode : str
-        The aggregation mode (:data:`refimpl.losses.aggregation.MODES`).
+        The aggregation mode (:data:`refimpl.losses.aggregation.AGGREGATION_MODES`).
     rule : ScalingRule or str
         The scaling rule, or a preset name of :data:`SCALING_RULES`.
     **options
@@ -232,7 +232,7 @@ def split_weights(
     array([0.16666667, 0.5       ])
     """
     m = token_mask(token_array(mask, name="mask"), np.shape(mask), like="mask")
-    as_choice(mode, name="mode", choices=MODES)
+    as_choice(mode, name="mode", choices=AGGREGATION_MODES)
     chosen = as_rule(rule)
     for key in ("token_count", "sequence_count"):
         if key in options:

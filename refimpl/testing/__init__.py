@@ -8,7 +8,9 @@ against it, in three ways (see the how-to guides):
 - with the conformance suite :func:`check_conformance`, which runs the named property checks of a spec
   against a candidate function and reports the smallest counterexample with a runnable reproduction
   (also available as a pytest plugin: ``pytest --refimpl-target=pkg.mod:fn --refimpl-spec=NAME``);
-- on traces a trainer logged, with ``refimpl check TRACE --spec NAME`` (the CI gate).
+- on traces a trainer logged, with ``refimpl check TRACE --spec NAME`` (the CI gate);
+- for a loss, whether the step's gradient depends on how the batch is split into micro-batches and
+  ranks, with :func:`check_partition_invariance`.
 """
 
 from refimpl.testing._conformance import (
@@ -22,6 +24,7 @@ from refimpl.testing._conformance import (
     reproduce,
     spec_names,
 )
+from refimpl.testing._partition import PartitionReport, check_partition_invariance
 
 # Shown as refimpl.testing.NAME in tracebacks and reprs, where users import them from.
 for _public in (
@@ -29,8 +32,10 @@ for _public in (
     ConformanceError,
     ConformanceReport,
     Convention,
+    PartitionReport,
     check_conformance,
     check_names,
+    check_partition_invariance,
     conventions,
     reproduce,
     spec_names,
@@ -43,8 +48,10 @@ __all__ = [
     "ConformanceError",
     "ConformanceReport",
     "Convention",
+    "PartitionReport",
     "check_conformance",
     "check_names",
+    "check_partition_invariance",
     "conventions",
     "reproduce",
     "spec_names",

@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 
 from refimpl._validation import as_int, as_real, invalid
 from refimpl.losses._common import as_choice
-from refimpl.losses.aggregation import MODES, aggregation_weights
+from refimpl.losses.aggregation import AGGREGATION_MODES, aggregation_weights
 from refimpl.losses.clipped import ppo_clip_loss
 from refimpl.losses.partition import (
     ScalingRule,
@@ -539,7 +539,7 @@ def check_partition_invariance(
         global_tokens, global_sequences, accumulation_steps, world_size) -> scalar`` (see the
         module docstring; only the keywords it accepts are passed).
     mode : str
-        The aggregation it implements (:data:`refimpl.losses.aggregation.MODES`).
+        The aggregation it implements (:data:`refimpl.losses.aggregation.AGGREGATION_MODES`).
     rule : ScalingRule or str
         The framework's scaling rule or a preset (:data:`refimpl.losses.partition.SCALING_RULES`);
         its ``ranks`` says how the simulated all-reduce combines the ranks' gradients.
@@ -583,7 +583,7 @@ def check_partition_invariance(
     (False, 'failed')
     """
     func, label, _line = _resolve(candidate)
-    as_choice(mode, name="mode", choices=MODES)
+    as_choice(mode, name="mode", choices=AGGREGATION_MODES)
     as_choice(empty_rows, name="empty_rows", choices=("excluded", "counted"))
     chosen = as_rule(rule)
     examples = as_int(max_examples, name="max_examples", minimum=1)
