@@ -4,22 +4,26 @@ in it fails; framework column names are mapped with ``--column``.
 Each trace is logged the way a float32 trainer logs it: inputs in float32, the value computed in
 float32 (numpy float32 arithmetic for the importance weights; elsewhere the exact value rounded to
 float32, which is within half an ulp of any correct float32 computation), written with 9
-significant digits.
+significant digits. The ``policy_loss`` trace carries the loss of an independent torch float32
+PPO-clip (the generator of ``tests/test_check_cli_losses.py``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _wrong_variants import rejects
+from test_check_cli_losses import PPO, columns, make_steps, torch_ppo_token_mean_float32
 
 import refimpl
 from refimpl.cli import main
-from refimpl.testing.check_cli import SPECS
+from refimpl.testing import spec_names
+from refimpl.testing.check_cli import SPECS, TRACE_ONLY
 
 F32 = np.float32
 RNG_SEED = 20251201
@@ -169,7 +173,23 @@ def _trace(spec: str, rng: np.random.Generator) -> tuple[dict[str, Any], list[st
             ["output=pg_advantage", "lambda_=0.9"],
             "pg_advantage",
         )
+    if spec == "policy_loss":
+        return _policy_loss_trace(rng)
     raise AssertionError(f"no float32 trace for spec {spec!r}")
+
+
+def _policy_loss_trace(rng: np.random.Generator) -> tuple[dict[str, Any], list[str], str]:
+    """Steps of 30-39 sequences, each step's PPO-clip token-mean loss computed by torch in
+    float32 from the float32 inputs it logs (one row per sequence, padded token lists)."""
+    seed = int(rng.integers(2**31))
+    pairs = [torch_ppo_token_mean_float32(s) for s in make_steps(seed, n=6, rows=(30, 40))]
+    logged = columns([s for _, s in pairs], [x for x, _ in pairs])
+    loss = logged.pop("loss")
+    cols = {
+        k: _rows([np.asarray(x) for x in v]) if isinstance(v[0], list) else np.asarray(v)
+        for k, v in logged.items()
+    }
+    return {**cols, "loss": np.asarray(loss)}, PPO, "loss"
 
 
 def _rows(arrays: list[Any]) -> Any:
@@ -281,10 +301,29 @@ def test_an_unknown_column_mapping_is_refused(
     assert "does not read" in capsys.readouterr().err
 
 
-def test_every_conformance_spec_has_a_trace_spec() -> None:
-    from refimpl.testing import spec_names
+def trace_specs_cover(
+    trace_specs: Iterable[str], conformance: Iterable[str], trace_only: Iterable[str]
+) -> None:
+    """Every conformance spec has a trace spec of its name, and the trace specs without one are
+    exactly the declared trace-only ones."""
+    trace, specs, only = set(trace_specs), set(conformance), list(trace_only)
+    assert specs <= trace, f"conformance specs with no trace spec: {sorted(specs - trace)}"
+    assert trace - specs == set(only), (
+        f"trace specs with no conformance spec: {sorted(trace - specs)}; declared trace-only: "
+        f"{sorted(only)} (check_cli.TRACE_ONLY)"
+    )
+    assert len(set(only)) == len(only), f"TRACE_ONLY names a spec twice: {only}"
 
-    assert set(SPECS) == set(spec_names())
+
+def test_every_conformance_spec_has_a_trace_spec() -> None:
+    trace_specs_cover(SPECS, spec_names(), TRACE_ONLY)
+
+
+def test_the_coverage_rule_rejects_a_missing_or_undeclared_trace_spec() -> None:
+    rejects(trace_specs_cover, set(SPECS) - {"tis"}, spec_names(), TRACE_ONLY)  # tis lost
+    rejects(trace_specs_cover, SPECS, spec_names(), ())  # policy_loss not declared
+    rejects(trace_specs_cover, SPECS, spec_names(), (*TRACE_ONLY, "tis"))  # tis has a spec
+    rejects(trace_specs_cover, SPECS, spec_names(), (*TRACE_ONLY, "no_such_spec"))
 
 
 def test_a_list_row_of_the_wrong_length_is_unusable(

@@ -788,6 +788,12 @@ SPECS: dict[str, _TraceSpec] = {
     )
 }
 
+#: The trace-only specs: those with no conformance spec of the same name in
+#: :func:`refimpl.testing.spec_names` (every other spec has one). ``policy_loss`` checks a logged
+#: scalar loss; the per-surrogate value and gradient it is built on are the loss conformance specs,
+#: ``spec_names(losses=True)``.
+TRACE_ONLY: tuple[str, ...] = ("policy_loss",)
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``refimpl check`` to ``parser``."""
