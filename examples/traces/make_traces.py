@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 import refimpl
+from refimpl.losses.aggregation import aggregation_weights
+from refimpl.losses.clipped import ppo_clip_loss
 
 HERE = Path(__file__).resolve().parent
 Rows = list[dict[str, object]]
@@ -372,12 +374,49 @@ def _vtrace_unclipped_traces(
     v_tm1: np.ndarray, v_t: np.ndarray, r_t: np.ndarray, discount: np.ndarray, rho: np.ndarray
 ) -> np.ndarray:
     delta = np.minimum(rho, 1.0) * (r_t + discount * v_t - v_tm1)
-    errors = np.zeros_like(delta)
+    errors: np.ndarray = np.zeros_like(delta)
     acc = 0.0
     for t in reversed(range(delta.size)):
         acc = delta[t] + discount[t] * rho[t] * acc
         errors[t] = acc
     return errors
+
+
+def _rounded(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.array([_round(v) for v in x.ravel()]).reshape(x.shape)
+    return out
+
+
+def policy_loss(rng: np.random.Generator, bug: bool) -> Rows:
+    width = 6  # the trainer's padded width T
+    rows: Rows = []
+    for step in range(3):
+        lengths = rng.integers(1, width + 1, size=3)
+        mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.float64)
+        old = -rng.exponential(1.0, size=mask.shape)
+        logp = -np.abs(old + rng.normal(0.0, 0.3, size=mask.shape))  # log-probabilities <= 0
+        old, logp = (np.where(mask == 1, _rounded(x), 0.0) for x in (old, logp))  # pads hold 0
+        adv = _rounded(rng.normal(0.0, 1.0, size=3))
+        # PPO-clip (eps 0.2) on the values as logged, then the token mean
+        per_token = ppo_clip_loss(logp, old, adv, mask=mask).loss
+        # the bug: the masked token sum divided by the padded width B*T, not by the valid tokens
+        loss = (
+            float((mask * per_token).sum() / mask.size)
+            if bug
+            else float((aggregation_weights(mask, mode="token_mean") * per_token).sum())
+        )
+        rows += [
+            {
+                "step": step,
+                "logp": _list(logp[b]),
+                "logp_old": _list(old[b]),
+                "mask": [int(x) for x in mask[b]],
+                "advantage": float(adv[b]),
+                "loss": _round(loss),
+            }
+            for b in range(mask.shape[0])
+        ]
+    return rows
 
 
 SPECS: dict[str, tuple[Callable[[np.random.Generator, bool], Rows], str, list[str]]] = {
@@ -404,6 +443,7 @@ SPECS: dict[str, tuple[Callable[[np.random.Generator, bool], Rows], str, list[st
     "masking_diagnostics": (masking_diagnostics, "jsonl", ["statistic=on_policy_dropped_fraction"]),
     "kimi_length_reward": (kimi_length_reward, "jsonl", []),
     "vtrace": (vtrace, "jsonl", []),
+    "policy_loss": (policy_loss, "jsonl", ["surrogate=ppo_clip", "aggregation=token_mean"]),
 }
 
 
