@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -77,6 +78,54 @@ def cispo(
     return _masked(-w * advantages * logp, mask)
 
 
+def sapo(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, tau_pos: float, tau_neg: float,
+    mask: Tensor,
+) -> Tensor:  # fmt: skip
+    r = _ratio(logp, logp_old)
+    tau = torch.where(advantages > 0, torch.full_like(r, tau_pos), torch.full_like(r, tau_neg))
+    gate = torch.sigmoid(tau * (r - 1)) * (4.0 / tau)
+    return _masked(-gate * advantages, mask)
+
+
+def _clean(x: Tensor, mask: Tensor) -> Tensor:
+    """Padding replaced by 0 before anything is computed from it (exp of 1e30 is inf)."""
+    return torch.where(mask > 0, x, torch.zeros_like(x))
+
+
+def dppo(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, delta_low: float,
+    delta_high: float | None, cap: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    logp, logp_old, advantages = (_clean(x, mask) for x in (logp, logp_old, advantages))
+    r = _ratio(logp, logp_old)
+    w = (r if cap is None else torch.clamp(r, max=cap)).detach()
+    diff = torch.exp(logp) - torch.exp(logp_old)
+    high = delta_low if delta_high is None else delta_high
+    keep = torch.where(advantages > 0, diff <= high, diff >= -delta_low).detach()
+    loss = -advantages * w * logp
+    return _masked(torch.where(keep, loss, torch.zeros_like(loss)), mask)
+
+
+def importance_weighted_pg(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, cap: float | None, mask: Tensor
+) -> Tensor:
+    r = _ratio(logp, logp_old)
+    if cap is None:  # SkyRL's importance_sampling_loss
+        return _masked(-advantages * r, mask)
+    return _masked(-torch.clamp(r, max=cap).detach() * advantages * logp, mask)  # verl bypass
+
+
+def log_ratio_penalty(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, tau: float, mask: Tensor
+) -> Tensor:
+    return _masked(-advantages * logp + 0.5 * tau * (logp - logp_old) ** 2, mask)
+
+
+def reinforce(logp: Tensor, advantages: Tensor, *, mask: Tensor) -> Tensor:
+    return _masked(-advantages * logp, mask)
+
+
 def _sequence_log_ratio(logp: Tensor, logp_old: Tensor, mask: Tensor) -> Tensor:
     d = torch.where(mask > 0, logp - logp_old, torch.zeros_like(logp))
     return d.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
@@ -97,6 +146,31 @@ def gspo_token(
     high = eps_low if eps_high is None else eps_high
     loss = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1 - eps_low, 1 + high))
     return _masked(loss, mask)
+
+
+def gspo(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float,
+    eps_high: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    s = torch.exp(torch.clamp(_sequence_log_ratio(logp, logp_old, mask), max=10.0))
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1 - eps_low, 1 + high))
+    return _masked(loss, mask)
+
+
+def gmpo(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float,
+    eps_high: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    d = _clean(logp - logp_old, mask)
+    a = _clean(advantages, mask)
+    sign = torch.sign(a)
+    high = eps_low if eps_high is None else eps_high
+    kept = sign * torch.minimum(sign * d, sign * torch.clamp(d, -eps_low, high))
+    n = mask.sum(-1, keepdim=True).clamp(min=1)
+    ratio = torch.exp(kept.sum(-1, keepdim=True) / n)
+    loss = -(a.sum(-1, keepdim=True) / n) * ratio
+    return _masked(loss.expand_as(logp), mask)
 
 
 def kl_k3_plus(logp: Tensor, logp_ref: Tensor, *, mask: Tensor) -> Tensor:
@@ -291,6 +365,13 @@ SCALAR = {"output": "scalar", "aggregation": "token_mean"}
 CORRECT: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "ppo_clip": (ppo_clip, CLAMP),
     "cispo": (cispo, CLAMP),
+    "sapo": (sapo, CLAMP),
+    "dppo": (dppo, CLAMP),
+    "importance_weighted_pg": (importance_weighted_pg, CLAMP),
+    "log_ratio_penalty": (log_ratio_penalty, {}),
+    "reinforce": (reinforce, {}),
+    "gspo": (gspo, {"log_ratio_cap": 10.0}),
+    "gmpo": (gmpo, {}),
     "gspo_token": (gspo_token, {"log_ratio_cap": 10.0}),
     "kl_penalty": (kl_k3_plus, {"estimator": "k3+"}),
     "token_logprobs": (token_logprobs, {}),
@@ -471,6 +552,15 @@ def test_a_planted_bug_fails_the_check_that_targets_it(
     assert result.status == "failed", result.render()
     assert says in result.message, result.message
     assert "reproduce(candidate, " in result.reproduction
+
+
+def test_the_how_to_pages_example_passes_as_shown() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "howto" / "check-your-loss.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    (source,) = [b for b in blocks if b.startswith("# tests/test_my_losses.py\n")]
+    namespace: dict[str, Any] = {"__name__": "howto_check_your_loss"}
+    exec(compile(source, "check-your-loss.md", "exec"), namespace)
+    namespace["test_ppo_clip_matches_refimpl"]()
 
 
 def test_every_check_of_ppo_clip_fails_on_a_planted_bug() -> None:

@@ -194,6 +194,12 @@ class LossDesc:
     #: largest relative change that move makes to a smooth value (the one-sided zone)
     shifted: Callable[[LossDesc, Call, Case], tuple[list[Call], float]] | None = None
     guesses: dict[str, list[float]] = field(default_factory=dict)
+    #: PPO-style: the reference with every clip open, and the pairs of competing branch values
+    #: of each max/min per token; where a pair is equal within the candidate's rounding the
+    #: branches tie in its arithmetic and torch may return any mix of the unclipped gradient and
+    #: 0 (it splits a tie in half), although the reference's branches do not tie
+    unclipped: Callable[[Parts, Conventions], Terms] | None = None
+    branches: Callable[[Parts, Conventions], list[tuple[Array, Array]]] | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,10 +354,16 @@ def ratio_draw(draw: st.DrawFn, desc: LossDesc, conv: Conventions, kind: Kind) -
     pools = {"logp": logp, "advantages": adv, "logp_behavior": other}
     arrays = {name: pools.get(name, anchor) for name in desc.arrays}
     if kind == "padding":
-        for name in arrays:
-            garbage = np.asarray(
-                draw(st.lists(st.sampled_from(_GARBAGE), min_size=mask.size, max_size=mask.size))
-            ).reshape(mask.shape)
+        worst = draw(st.booleans())  # logp far above its anchor, a huge negative advantage
+        for j, name in enumerate(arrays):
+            if worst:
+                garbage = np.full(mask.shape, 1e30 if j == 0 else -1e30)
+            else:
+                garbage = np.asarray(
+                    draw(
+                        st.lists(st.sampled_from(_GARBAGE), min_size=mask.size, max_size=mask.size)
+                    )
+                ).reshape(mask.shape)
             arrays[name] = np.where(mask > 0, arrays[name], garbage)
     if conv["padding"] == "ignored":
         cot = cot * mask
@@ -561,6 +573,29 @@ def _one_sided(desc: LossDesc, case: Case, i: int) -> tuple[list[Terms], float]:
     return out, drift
 
 
+def _tied(desc: LossDesc, case: Case, i: int) -> list[Array]:
+    """The gradient with the ties of a max/min taken the other way (see LossDesc.unclipped)."""
+    if desc.unclipped is None or desc.branches is None:
+        return []
+    conv = case.conventions
+    p = parts(desc, case.calls[i], conv)
+    try:
+        loss, grad = desc.terms(p, conv)
+        _, open_grad = desc.unclipped(p, conv)
+    except (ValueError, TypeError, FloatingPointError):
+        return []
+    cv, _ = desc.condition(p, conv, np.where(p.mask > 0, loss, 0.0), grad)
+    cv = np.nan_to_num(cv, nan=0.0)
+    tie = np.zeros(p.mask.shape, dtype=np.bool_)
+    with np.errstate(all="ignore"):
+        for one, other in desc.branches(p, conv):
+            tie |= case.close(one, other, 3.0 * cv + np.abs(one)) & np.isfinite(one)
+    tie &= p.mask > 0
+    if desc.sequence_ratio:
+        tie = np.broadcast_to(tie.any(axis=1, keepdims=True), tie.shape)
+    return [np.where(tie, open_grad, grad), np.where(tie, 0.0, grad)]
+
+
 def _agreement(
     case: Case,
     found: Array,
@@ -615,6 +650,8 @@ def _compare(desc: LossDesc, case: Case, i: int, which: int) -> str | None:
         keep = _valid_entries(case, i)
     sides, drift = _one_sided(desc, case, i)
     alts = [a[which] for a in sides]
+    if which == 1:
+        alts += _tied(desc, case, i)
     ok = _agreement(case, found, ref, cond, alts, keep, drift)
     if ok.all():
         return None
@@ -781,11 +818,16 @@ def shift_ratio(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], flo
     if desc.sequence_ratio:
         k = k + row_error(p, case.conventions, k)
     h = case.allowed(1.0, k) * (p.mask > 0)
+    x, y = np.asarray(args[0], dtype=np.float64), np.asarray(args[1], dtype=np.float64)
     out = []
-    for sign in (1.0, -1.0):
+    for rising, falling, first in ((x, y, True), (y, x, False)):
+        # the log-ratio moves by h; a log-probability <= 0 is not moved above 0 (DPPO refuses
+        # that), the other one moves further instead
+        up = np.where(rising <= 0.0, np.minimum(rising + h / 2.0, 0.0) - rising, h / 2.0)
+        up = np.maximum(up, 0.0)
         moved = list(args)
-        moved[0] = np.asarray(args[0]) + sign * h / 2.0
-        moved[1] = np.asarray(args[1]) - sign * h / 2.0
+        new_rising, new_falling = rising + up, falling - (h - up)
+        moved[0], moved[1] = (new_rising, new_falling) if first else (new_falling, new_rising)
         out.append((tuple(moved), kwargs))
     return out, float(np.expm1(np.max(h, initial=0.0)))
 

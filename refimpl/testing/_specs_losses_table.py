@@ -172,6 +172,52 @@ def _ppo_terms(p: Parts, conv: Conventions) -> Terms:
     )
 
 
+_OPEN = {"eps_low": 1.0 - 2.0**-40, "eps_high": 1e300}
+
+
+def _ppo_open(p: Parts, conv: Conventions) -> Terms:
+    return _ref(
+        "losses.clipped.ppo_clip_loss", p, RATIO, **_OPEN, log_ratio_clamp=conv["log_ratio_clamp"]
+    )
+
+
+def _ppo_branches(p: Parts, conv: Conventions) -> list[tuple[Array, Array]]:
+    """(−Aρ, −A·clip(ρ)) and, with dual-clip and A < 0, (the clipped loss, −A·c)."""
+    a = _adv(p)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rho = np.exp(_d(p, conv))
+        low = float(p.params.get("eps_low", 0.2))
+        high = low if p.params.get("eps_high") is None else float(p.params["eps_high"])
+        one, other = -a * rho, -a * np.clip(rho, 1.0 - low, 1.0 + high)
+    inside = (rho > 1.0 - low) & (rho < 1.0 + high)  # there both branches carry the gradient
+    pairs = [(one, np.where(inside, np.inf, other))]
+    dual = _dual(p, conv)
+    if dual is not None:
+        floor = np.where(a < 0, -a * dual, np.inf)
+        pairs.append((np.maximum(one, other), floor))
+    return pairs
+
+
+def _seq_branches(p: Parts, conv: Conventions) -> list[tuple[Array, Array]]:
+    """(−A s, −A·clip(s)) with s the sequence ratio."""
+    a = _adv(p)
+    s, _, _ = _sequence_ratio(p, conv)
+    low = float(p.params["eps_low"])
+    high = low if p.params.get("eps_high") is None else float(p.params["eps_high"])
+    inside = (s > 1.0 - low) & (s < 1.0 + high)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [(-a * s, np.where(inside, np.inf, -a * np.clip(s, 1.0 - low, 1.0 + high)))]
+
+
+def _seq_open(name: str) -> Any:
+    def terms(p: Parts, conv: Conventions) -> Terms:
+        return _ref(
+            f"losses.sequence.{name}", p, RATIO, **_OPEN, log_ratio_cap=conv["log_ratio_cap"]
+        )
+
+    return terms
+
+
 def _ratio_condition(name: str) -> Any:
     """ℓ a function of the ratio (PPO, IS-PG): |∂ℓ/∂d|·(|d| + 2) + 2|ℓ|; the gradient |g|(|d| + 4)."""
 
@@ -541,6 +587,8 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 clips=_clipped_always,
                 shifted=shift_ratio,
                 guesses={"log_ratio_clamp": [20.0], "dual_clip": [3.0]},
+                unclipped=_ppo_open,
+                branches=_ppo_branches,
             ),
             fixed_dual,
         ),
@@ -654,6 +702,8 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 sequence_advantages=True,
                 shifted=shift_ratio,
                 guesses={"log_ratio_cap": [10.0]},
+                unclipped=_seq_open("gspo_loss"),
+                branches=_seq_branches,
             ),
             none,
         ),
@@ -672,6 +722,8 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 sequence_ratio=True,
                 shifted=shift_ratio,
                 guesses={"log_ratio_cap": [10.0]},
+                unclipped=_seq_open("gspo_token_loss"),
+                branches=_seq_branches,
             ),
             none,
         ),
