@@ -227,13 +227,17 @@ def aggregation_weights(
 
     .. math::
 
-        w^{\text{token\_mean}}_{bt} = \frac{m_{bt}}{N}, \quad
-        w^{\text{seq\_mean\_token\_mean}}_{bt} = \frac{m_{bt}}{S\,L_b}, \quad
-        w^{\text{seq\_mean\_token\_sum}}_{bt} = \frac{m_{bt}}{S}, \quad
-        w^{\text{token\_sum\_norm}}_{bt} = \frac{m_{bt}}{S\,H}, \quad
-        w^{\text{group\_mean}}_{bt} = \frac{m_{bt}}{G\,N_{g(b)}},
+        w^{\text{token_mean}}_{bt} = \frac{m_{bt}}{N},
 
-    and :math:`w^{\text{token\_sum}} = m`, with :math:`L_b = \sum_t m_{bt}`, :math:`N` the token
+        w^{\text{seq_mean_token_mean}}_{bt} = \frac{m_{bt}}{S\,L_b},
+
+        w^{\text{seq_mean_token_sum}}_{bt} = \frac{m_{bt}}{S},
+
+        w^{\text{token_sum_norm}}_{bt} = \frac{m_{bt}}{S\,H},
+
+        w^{\text{group_mean}}_{bt} = \frac{m_{bt}}{G\,N_{g(b)}},
+
+    and :math:`w^{\text{token_sum}} = m`, with :math:`L_b = \sum_t m_{bt}`, :math:`N` the token
     count (``token_count``, or this batch's :math:`\sum_b L_b`), :math:`S` the sequence count
     (``sequence_count``, or this batch's count under ``empty_rows``), :math:`G` the group count
     and :math:`N_g` the tokens of group :math:`g`. With a ``rejection`` mask :math:`r` the weight
@@ -244,9 +248,10 @@ def aggregation_weights(
     ----------
     mask : array_like, shape (B, T)
         0/1 padding mask (1 = a real token).
-    mode : {"token_sum", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", \
-"token_sum_norm", "group_mean"}
-        The aggregation (see the module's table; the frameworks' names are on the docs page).
+    mode : str
+        The aggregation, one of ``AGGREGATION_MODES``: ``"token_sum"``, ``"token_mean"``,
+        ``"seq_mean_token_mean"``, ``"seq_mean_token_sum"``, ``"token_sum_norm"``,
+        ``"group_mean"`` (see the module's table; the frameworks' names are on the docs page).
     token_count : int, optional
         The declared token count :math:`N` of ``token_mean``: the whole optimizer step's valid
         tokens (over every micro-batch and rank), ``>=`` this batch's own count. Default: this
@@ -380,11 +385,15 @@ def length_weight(
 
     .. math::
 
-        W^{\text{token\_sum}}(L) = L, \quad
-        W^{\text{token\_mean}}(L) = \frac{L}{N}, \quad
-        W^{\text{seq\_mean\_token\_mean}}(L) = \frac{1}{S}, \quad
-        W^{\text{seq\_mean\_token\_sum}}(L) = \frac{L}{S}, \quad
-        W^{\text{token\_sum\_norm}}(L) = \frac{L}{S H},
+        W^{\text{token_sum}}(L) = L,
+
+        W^{\text{token_mean}}(L) = \frac{L}{N},
+
+        W^{\text{seq_mean_token_mean}}(L) = \frac{1}{S},
+
+        W^{\text{seq_mean_token_sum}}(L) = \frac{L}{S},
+
+        W^{\text{token_sum_norm}}(L) = \frac{L}{S H},
 
     and :math:`W(0) = 0`. The weight of *one token* of the sequence is :math:`W(L)/L`: constant
     in :math:`L` for every mode but ``seq_mean_token_mean``, where it is :math:`1/(S L)`, so a

@@ -206,7 +206,7 @@ def cispo_loss(
         \ell_t = -\operatorname{sg}[w_t]\,A_t \log\pi_\theta(y_t), \qquad
         \frac{\partial\ell_t}{\partial\log\pi_\theta} = -w_t A_t,
 
-        w_t = \min(\rho_t, 1+\varepsilon_{\text{high}}) \ \text{(eps\_low=None)}, \qquad
+        w_t = \min(\rho_t, 1+\varepsilon_{\text{high}}) \ \text{(eps_low=None)}, \qquad
         w_t = \operatorname{clip}(\rho_t, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}}).
 
     Unlike PPO, a token whose ratio is clipped keeps its gradient, weighted by the bound: the clip
