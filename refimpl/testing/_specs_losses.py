@@ -192,7 +192,7 @@ class LossDesc:
     draws: Callable[[LossDesc, Conventions, Kind], st.SearchStrategy[Call]] | None = None
     #: the calls with the decision variables moved by a correct candidate's rounding, and the
     #: largest relative change that move makes to a smooth value (the one-sided zone)
-    shifted: Callable[[LossDesc, Call, Case], tuple[list[Call], float]] | None = None
+    shifted: Callable[[LossDesc, Call, Case], tuple[list[Call], Array]] | None = None
     guesses: dict[str, list[float]] = field(default_factory=dict)
     #: PPO-style: the reference with every clip open, and the pairs of competing branch values
     #: of each max/min per token; where a pair is equal within the candidate's rounding the
@@ -558,11 +558,11 @@ def _valid_entries(case: Case, i: int) -> NDArray[np.bool_]:
     return np.ones_like(mask)
 
 
-def _one_sided(desc: LossDesc, case: Case, i: int) -> tuple[list[Terms], float]:
+def _one_sided(desc: LossDesc, case: Case, i: int) -> tuple[list[Terms], Array]:
     """The reference with its decision variables moved by a correct candidate's rounding, and
     the relative drift of a smooth value under that move."""
     if desc.shifted is None:
-        return [], 0.0
+        return [], np.zeros(())
     out = []
     moved, drift = desc.shifted(desc, case.calls[i], case)
     for call in moved:
@@ -603,7 +603,7 @@ def _agreement(
     cond: Array,
     alts: Sequence[Array],
     keep: NDArray[np.bool_],
-    drift: float = 0.0,
+    drift: Array | float = 0.0,
 ) -> NDArray[np.bool_]:
     """Where ``found`` agrees with the reference or, where the one-sided references disagree (a
     kink or a jump within the candidate's rounding), lies between them: at a kink every value
@@ -615,8 +615,16 @@ def _agreement(
             low = np.minimum.reduce([ref, *sides])
             high = np.maximum.reduce([ref, *sides])
             top = np.maximum(np.abs(low), np.abs(high))
-            slack = case.allowed(top, 3.0 * cond) + 2.0 * drift * top
-            zone = np.isfinite(low) & np.isfinite(high) & (high - low > 0)
+            move = np.asarray(drift, dtype=np.float64)
+            if move.shape != top.shape:  # a scalar or a row-coupled gradient: the largest move
+                move = np.full(top.shape, float(np.max(move, initial=0.0)))
+            rounding = case.allowed(top, 3.0 * cond)
+            # a zone is a jump (a kink, a tie, a dropped token: one side 0 or of the other
+            # sign), not a smooth value that the move scales by at most (1 + move)²
+            bottom = np.minimum(np.abs(low), np.abs(high))
+            smooth = (np.sign(low) == np.sign(high)) & (top <= (1.0 + move) ** 2 * bottom)
+            zone = np.isfinite(low) & np.isfinite(high) & ~smooth & (high - low > 0)
+            slack = rounding + 2.0 * move * top
             ok = ok | (zone & (found >= low - slack) & (found <= high + slack))
     return np.asarray(ok | ~keep, dtype=np.bool_)
 
@@ -809,7 +817,7 @@ def boundaries(desc: LossDesc) -> Callable[[Case], None]:
     return ratios_at_clip_boundaries
 
 
-def shift_ratio(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], float]:
+def shift_ratio(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], Array]:
     """``logp`` up and the anchor down by half the rounding of the log-ratio (and the reverse):
     the log-ratio moves by its derived tolerance, a ratio by the factor ``e^{±h}``."""
     args, kwargs = call
@@ -829,7 +837,9 @@ def shift_ratio(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], flo
         new_rising, new_falling = rising + up, falling - (h - up)
         moved[0], moved[1] = (new_rising, new_falling) if first else (new_falling, new_rising)
         out.append((tuple(moved), kwargs))
-    return out, float(np.expm1(np.max(h, initial=0.0)))
+    if desc.sequence_ratio:  # a row's ratio moves with its largest token move
+        h = np.broadcast_to(np.max(h, axis=1, keepdims=True), h.shape)
+    return out, np.asarray(np.expm1(h), dtype=np.float64)
 
 
 def loss_spec(

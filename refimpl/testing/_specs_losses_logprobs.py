@@ -148,12 +148,12 @@ def _condition(p: Parts, conv: Conventions, loss: Array, grad: Array) -> Terms:
     return cv, cg
 
 
-def _shift_top_p(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], float]:
+def _shift_top_p(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], Array]:
     """``top_p`` moved by the rounding of a cumulative probability (each way)."""
     args, kwargs = call
     top_p = kwargs.get("top_p")
     if top_p is None:
-        return [], 0.0
+        return [], np.zeros(())
     p = Parts(
         dict(zip(desc.arrays, args, strict=True)),
         np.asarray(kwargs["mask"]),
@@ -168,7 +168,7 @@ def _shift_top_p(desc: LossDesc, call: Call, case: Case) -> tuple[list[Call], fl
     for moved in (top_p * (1.0 + h), top_p * (1.0 - h)):
         moved = min(max(moved, 1e-6), 1.0)
         out.append((args, {**kwargs, "top_p": moved}))
-    return out, 0.0
+    return out, np.zeros(())
 
 
 def _no_params(conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
