@@ -180,6 +180,17 @@ def kl_k3_plus(logp: Tensor, logp_ref: Tensor, *, mask: Tensor) -> Tensor:
     return _masked(k2 - k2.detach() + k3.detach(), mask)  # verl's straight-through "k3+"
 
 
+def bias_corrected_kl(
+    logp: Tensor, logp_ref: Tensor, logp_behavior: Tensor, *, mask: Tensor
+) -> Tensor:
+    """TRL 1.16.0's use_bias_correction_kl (k3 times the live ratio), with padding cleaned and the
+    log-ratio clamped at 20 first (TRL does neither: it overflows at a log-ratio of -100)."""
+    logp, logp_ref, logp_behavior = (_clean(x, mask) for x in (logp, logp_ref, logp_behavior))
+    d = torch.clamp(logp - logp_ref, -20.0, 20.0)
+    coef = torch.exp(logp - logp_behavior)  # differentiated, as TRL does
+    return _masked((torch.exp(-d) + d - 1) * coef, mask)
+
+
 def _keep(y: Tensor, top_k: int | None, top_p: float | None) -> Tensor:
     keep = torch.ones_like(y, dtype=torch.bool)
     if top_k is not None:
@@ -374,6 +385,7 @@ CORRECT: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "gmpo": (gmpo, {}),
     "gspo_token": (gspo_token, {"log_ratio_cap": 10.0}),
     "kl_penalty": (kl_k3_plus, {"estimator": "k3+"}),
+    "importance_weighted_kl": (bias_corrected_kl, {"weighting": "differentiable", **CLAMP}),
     "token_logprobs": (token_logprobs, {}),
 }
 
@@ -432,6 +444,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "gspo_token": sq.gspo_token_loss,
     "gmpo": sq.gmpo_loss,
     "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
+    "importance_weighted_kl": functools.partial(kl.importance_weighted_kl, estimator="k3"),
     "token_logprobs": _logprobs_terms,
 }
 

@@ -30,9 +30,9 @@ from refimpl.testing._specs_losses import (
     LossDesc,
     Parts,
     Terms,
-    loss_spec,
     resolve,
 )
+from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]

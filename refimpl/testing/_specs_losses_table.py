@@ -33,12 +33,12 @@ from refimpl.testing._specs_losses import (
     LossDesc,
     Parts,
     Terms,
-    loss_spec,
     ratio_error,
     resolve,
     row_error,
     shift_ratio,
 )
+from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
@@ -74,31 +74,6 @@ LOG_RATIO_CAP = Convention(
     "c > 0: the sequence log-ratio is clamped from above at c before exp",
     number=True,
     who="10: verl 0.9.1 compute_policy_loss_gspo, SkyRL 0.3.0 gspo_policy_loss",
-)
-ESTIMATORS = ("k3", "k1", "abs", "k2", "k1+", "abs+", "k2+", "k3+", "low_var_kl", "low_var_kl+")
-ESTIMATOR = Convention(
-    "estimator",
-    "k3",
-    ESTIMATORS,
-    "the KL estimator the candidate implements ('+': the value of X with the gradient of k2)",
-    who="low_var_kl: verl 0.9.1 kl_penalty_forward 'k3'/'low_var_kl' (clamps 20 and 10); "
-    "'k3+': verl 0.9.1 kl_penalty straight-through; k3: TRL 1.16.0 (per_token_kl)",
-)
-KL_CLAMP = Convention(
-    "clamp",
-    None,
-    (None,),
-    "c > 0: the KL estimate is clamped to [−c, c]",
-    number=True,
-    who="10: OpenRLHF 0.11.2 compute_approx_kl (every estimator), SkyRL 0.3.0 compute_approx_kl",
-)
-KL_LOG_CLAMP = Convention(
-    "log_ratio_clamp",
-    None,
-    (None,),
-    "c > 0: the log-ratio is clipped to [−c, c] before the estimator",
-    number=True,
-    who="20: SkyRL 0.3.0 compute_approx_kl (k3); verl's low_var_kl fixes it (estimator=)",
 )
 DIVERGENCE = Convention(
     "divergence",
@@ -503,54 +478,6 @@ def _clamp_only(conv: Conventions) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------------------------------------
-# KL estimators
-# ---------------------------------------------------------------------------------------------
-
-
-def _kl_terms(p: Parts, conv: Conventions) -> Terms:
-    est = conv["estimator"]
-    clamps = {}
-    if not est.startswith("low_var_kl"):
-        clamps = {"clamp": conv["clamp"], "log_ratio_clamp": conv["log_ratio_clamp"]}
-    return _ref("losses.kl.kl_penalty", p, ("logp", "logp_ref"), estimator=est, **clamps)
-
-
-def _kl_condition(p: Parts, conv: Conventions, loss: Array, grad: Array) -> Terms:
-    est = conv["estimator"]
-    stem = est.rstrip("+")
-    log_clamp = conv["log_ratio_clamp"]
-    if stem == "low_var_kl":
-        stem, log_clamp = "k3", 20.0
-    x, y = np.asarray(p.arrays["logp"]), np.asarray(p.arrays["logp_ref"])
-    raw = np.where(p.mask > 0, x - y, 0.0)
-    d = raw if log_clamp is None else np.clip(raw, -log_clamp, log_clamp)
-    derr = ratio_error(p, conv, "logp", "logp_ref") - 3.0 + 1.0  # |d| (+ inputs) + 1
-    c = np.abs(p.cotangent)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if stem == "k3":
-            e = np.exp(-d)
-            cv = np.abs(1.0 - e) * derr + 2.0 * e + np.abs(d) + 2.0
-            cg = c * (e * (derr + 2.0) + 1.0)
-        elif stem == "k2":
-            cv, cg = np.abs(d) * derr + 2.0 * np.abs(loss), c * derr
-        else:
-            cv, cg = derr + np.abs(loss), c
-    if est.endswith("+"):
-        cg = c * (np.abs(raw) + derr)
-    cv = np.where(p.mask > 0, cv + np.abs(loss), 0.0)
-    return cv, np.where(p.mask > 0, cg + 2.0 * np.abs(grad), 0.0)
-
-
-def _kl_clips(conv: Conventions) -> str | None:
-    est = conv["estimator"]
-    if est.endswith("+"):
-        return "a straight-through estimator's gradient ignores the clamps"
-    if est == "low_var_kl" or conv["clamp"] is not None or conv["log_ratio_clamp"] is not None:
-        return None
-    return "no clamp is declared"
-
-
 def _no_params(conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     return st.just({})
 
@@ -745,35 +672,12 @@ def _descs() -> list[tuple[LossDesc, Any]]:
             ),
             none,
         ),
-        (
-            LossDesc(
-                "kl_penalty",
-                "losses.kl.kl_penalty",
-                "candidate(logp, logp_ref, *, mask) (one estimator, declared by conventions)",
-                ("logp", "logp_ref"),
-                _kl_terms,
-                _kl_condition,
-                _no_params,
-                conventions=(ESTIMATOR, KL_CLAMP, KL_LOG_CLAMP),
-                edges=lambda p, c: (
-                    [0.0]
-                    + (
-                        [c["log_ratio_clamp"], -c["log_ratio_clamp"]]
-                        if c["log_ratio_clamp"]
-                        else []
-                    )
-                ),
-                on_policy=None,
-                clips=_kl_clips,
-                shifted=shift_ratio,
-                guesses={"clamp": [10.0], "log_ratio_clamp": [20.0]},
-            ),
-            none,
-        ),
     ]
 
 
 def specs() -> tuple[Spec, ...]:
+    from refimpl.testing._specs_losses_kl import kl_descs
     from refimpl.testing._specs_losses_logprobs import logprobs_spec
 
-    return (*(loss_spec(d, fixed) for d, fixed in _descs()), logprobs_spec())
+    table = [*_descs(), *((d, lambda conv: ()) for d in kl_descs())]
+    return (*(loss_spec(d, fixed) for d, fixed in table), logprobs_spec())
