@@ -55,7 +55,8 @@ KL_CLAMP = Convention(
     (None,),
     "c > 0: the KL estimate is clamped to [−c, c]",
     number=True,
-    who="10: OpenRLHF 0.11.2 compute_approx_kl (every estimator), SkyRL 0.3.0 compute_approx_kl",
+    who="10: OpenRLHF 0.11.2 compute_approx_kl (every estimator), SkyRL 0.3.0 "
+    "compute_approx_kl (k3 only)",
 )
 KL_LOG_CLAMP = Convention(
     "log_ratio_clamp",
