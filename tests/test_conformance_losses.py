@@ -353,6 +353,35 @@ def gspo_token_without_detach(
     return _masked(loss, mask)
 
 
+def gspo_mean_over_padded_width(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float,
+    eps_high: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    d = torch.where(mask > 0, logp - logp_old, torch.zeros_like(logp))
+    s = torch.exp(torch.clamp(d.mean(-1, keepdim=True), max=10.0))  # divides by T, not L
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * s, -advantages * torch.clamp(s, 1 - eps_low, 1 + high))
+    return _masked(loss, mask)
+
+
+def verl_vanilla(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float,
+    eps_high: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    """verl 0.9.1 compute_policy_loss_vanilla's per-token pg_losses, as read: the log-ratio
+    clamped at ±20, dual-clip always on with clip_ratio_c = 3, padding left to agg_loss."""
+    ratio = torch.exp(torch.clamp(logp - logp_old, min=-20.0, max=20.0))
+    high = eps_low if eps_high is None else eps_high
+    losses1 = -advantages * ratio
+    losses2 = -advantages * torch.clamp(ratio, 1 - eps_low, 1 + high)
+    clip1 = torch.maximum(losses1, losses2)
+    clip2 = torch.min(-advantages * 3.0, clip1)
+    return torch.where(advantages < 0, clip2, clip1)
+
+
+VERL = {"log_ratio_clamp": 20.0, "dual_clip": 3.0, "padding": "ignored"}
+
+
 def kl_k3_plus_as_plain_k3(logp: Tensor, logp_ref: Tensor, *, mask: Tensor) -> Tensor:
     d = logp - logp_ref
     return _masked(torch.exp(-d) + d - 1, mask)
@@ -404,6 +433,25 @@ def test_a_correct_torch_loss_passes_every_check(spec: str, dtype: str) -> None:
     )
     report.raise_if_failed()
     assert all(r.status in ("passed", "skipped") for r in report.results)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_verls_policy_loss_passes_with_verls_conventions(dtype: str) -> None:
+    report = check_conformance(
+        verl_vanilla, spec="ppo_clip", xp="torch", dtype=dtype, conventions=VERL,
+        max_examples=EXAMPLES,
+    )  # fmt: skip
+    report.raise_if_failed()
+
+
+def test_a_missing_convention_is_named_by_the_failure() -> None:
+    undeclared = {k: v for k, v in VERL.items() if k != "dual_clip"}
+    result = check_conformance(
+        verl_vanilla, spec="ppo_clip", xp="torch", dtype="float32", conventions=undeclared,
+        max_examples=EXAMPLES, checks=["values"],
+    )["values"]  # fmt: skip
+    assert result.status == "raised"  # it takes no dual_clip= keyword
+    assert "conventions={'dual_clip': 3.0}" in result.message
 
 
 def test_a_scalar_loss_is_checked_with_the_steps_gradient() -> None:
@@ -528,6 +576,7 @@ PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str, str]] = [
         "conventions={'estimator': 'k3'}",
     ),
     ("token_logprobs", token_logprobs_tempered_logprobs, {}, "values", "the losses differ"),
+    ("gspo", gspo_mean_over_padded_width, {"log_ratio_cap": 10.0}, "values", "the losses differ"),
 ]
 
 

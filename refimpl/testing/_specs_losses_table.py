@@ -59,7 +59,7 @@ LOG_RATIO_CLAMP = Convention(
 DUAL_CLIP = Convention(
     "dual_clip",
     "drawn",
-    ("drawn",),
+    ("drawn", 3.0),
     "'drawn': the candidate receives dual_clip= (None or c > 1); a number c: it always applies "
     "dual-clip with its own constant c and receives no dual_clip=",
     number=True,
