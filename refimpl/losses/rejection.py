@@ -252,9 +252,10 @@ def any_token_veto(
 
         verl 0.9.1 has no veto any more (a stale comment "RS + veto" remains in
         ``core_algos.compute_policy_loss_bypass_mode``). SkyRL 0.3.0
-        (``backends/skyrl_train/utils/off_policy_correction_utils.compute_outlier_token_mask``)
-        rejects a sequence if any valid token has :math:`\rho < \tau` (``outlier_token_is_threshold_low``)
-        or :math:`\rho > U` (``..._high``), comparing ``exp(clamp(d, ±20))`` in float32: the same
+        (``compute_outlier_token_mask`` in ``off_policy_correction_utils.py`` under
+        ``backends/skyrl_train/utils/``) rejects a sequence if any valid token has
+        :math:`\rho < \tau` (``outlier_token_is_threshold_low``) or :math:`\rho > U`
+        (``..._high``), comparing ``exp(clamp(d, ±20))`` in float32: the same
         decision except at a ratio within float32 rounding of a threshold or beyond
         :math:`e^{\pm 20}`.
 
