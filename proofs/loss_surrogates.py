@@ -264,7 +264,7 @@ def on_policy_gradient_is_the_policy_gradient() -> None:
     r"stop-gradient it would differ by $-A\rho\log\pi$ inside the band. refimpl matches $-wA$.",
     scope=GENERAL,
 )
-def cispo_gradient_is_the_clipped_weight_policy_gradient() -> None:
+def cispo_gradient_uses_the_clipped_weight() -> None:
     weights = {  # region: (gaps, w)
         "below": ({LO: rho + e, HI: rho + e + f}, LO),
         "inside": ({LO: rho - e, HI: rho + f}, rho),
