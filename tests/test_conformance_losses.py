@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -513,6 +514,32 @@ def test_refimpls_own_loss_passes_with_its_returned_gradient(spec: str) -> None:
     ran = [r.status for r in report.results if r.status != "skipped"]
     assert ran == ["passed"] * len(ran)
     assert len(ran) >= 4
+
+
+VALUE_CHECKS = {"values", "padding_contributes_nothing", "huge_log_ratios_stay_finite"}
+
+
+@pytest.mark.parametrize("spec", spec_names(losses=True))
+@pytest.mark.parametrize("wrong", ["value", "gradient"])
+def test_every_check_of_every_loss_sees_its_half_of_the_terms(spec: str, wrong: str) -> None:
+    """refimpl's own loss with its value (or gradient) off by 1 % + 0.5 fails exactly the checks
+    that read it: no check passes vacuously, none reads the wrong half."""
+    reference = REFERENCE[spec]
+
+    def off(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        loss, grad = reference(*args, **kwargs)
+        if wrong == "value":
+            return np.asarray(loss) * 1.01 + 0.5, grad
+        return loss, np.asarray(grad) * 1.01 + 0.5
+
+    report = check_conformance(
+        off, spec=spec, conventions={"gradient": "returned"}, max_examples=EXAMPLES, shrink=False
+    )
+    failed = {r.name for r in report.results if r.status == "failed"}
+    ran = {r.name for r in report.results if r.status != "skipped"}
+    reads_value = VALUE_CHECKS | {"ratios_at_clip_boundaries"}
+    expected = ran & reads_value if wrong == "value" else ran - {"values"}
+    assert failed == expected, report.summary()
 
 
 def test_a_numpy_candidate_without_a_returned_gradient_is_told_how_to_declare_it() -> None:
