@@ -455,7 +455,8 @@ def test_a_missing_convention_is_named_by_the_failure() -> None:
     assert "conventions={'dual_clip': 3.0}" in result.message
 
 
-def test_a_scalar_loss_is_checked_with_the_steps_gradient() -> None:
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_scalar_loss_is_checked_with_the_steps_gradient(dtype: str) -> None:
     def ppo_token_mean(*args: Tensor, mask: Tensor, **kwargs: Any) -> Tensor:
         return ppo_clip(*args, mask=mask, **kwargs).sum() / mask.sum().clamp(min=1)
 
@@ -463,7 +464,7 @@ def test_a_scalar_loss_is_checked_with_the_steps_gradient() -> None:
         ppo_token_mean,
         spec="ppo_clip",
         xp="torch",
-        dtype="float32",
+        dtype=dtype,
         conventions={**CLAMP, **SCALAR, "empty_batch": "excluded"},
         max_examples=EXAMPLES,
     )
