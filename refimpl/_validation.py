@@ -305,3 +305,20 @@ def as_pmf(pmf: Any, *, name: str = "pmf") -> tuple[NDArray[np.float64] | list[F
             f"It sums to {float_total!r}; divide every entry by the total.",
         )
     return arr, False
+
+
+def exact_list(value: Any) -> list[Fraction] | None:
+    """Exact mode: the entries as Fractions when ``value`` is a sequence of Fraction/int with a Fraction."""
+    if isinstance(value, (np.ndarray, str, bytes)):
+        return None
+    try:
+        items = list(value)
+    except TypeError:
+        return None
+    if (
+        items
+        and all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in items)
+        and any(isinstance(x, Fraction) for x in items)
+    ):
+        return [Fraction(x) for x in items]
+    return None

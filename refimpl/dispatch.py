@@ -29,6 +29,7 @@ from refimpl._validation import (
     as_int,
     as_pmf,
     as_real,
+    exact_list,
     invalid,
     require_entries,
     require_frozen_distribution,
@@ -124,23 +125,6 @@ def _check_dist(dist: Any, *, name: str = "dist", positive: bool = True) -> floa
                 f"Its support starts at {low!r} and its mean is {mean!r}; pass a law of lengths.",
             )
     return mean
-
-
-def _exact_list(value: Any) -> list[Fraction] | None:
-    """The entries as Fractions when ``value`` is a sequence of Fraction/int with a Fraction."""
-    if isinstance(value, (np.ndarray, str, bytes)):
-        return None
-    try:
-        items = list(value)
-    except TypeError:
-        return None
-    if (
-        items
-        and all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in items)
-        and any(isinstance(x, Fraction) for x in items)
-    ):
-        return [Fraction(x) for x in items]
-    return None
 
 
 def _quad(
@@ -1401,7 +1385,7 @@ def ipw_estimator_moments(
     """
     n_, k_ = _check_n_k(n, k)
     values, exact = as_pmf(pmf, name="pmf")
-    g_exact = _exact_list(g)
+    g_exact = exact_list(g)
     if exact and g_exact is None:
         g_arr = as_float_array(g, name="g", ndim=1)
         if np.all(g_arr == np.round(g_arr)):

@@ -36,6 +36,7 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import (
     as_float_array,
     as_real,
+    exact_list,
     invalid,
     mismatch,
     require_entries,
@@ -62,26 +63,9 @@ _SCOPES = ("group", "batch")
 # ---------------------------------------------------------------------------------------------
 
 
-def _exact_list(value: Any) -> list[Fraction] | None:
-    """The entries as Fractions when ``value`` is a sequence of Fraction/int with a Fraction."""
-    if isinstance(value, (np.ndarray, str, bytes)):
-        return None
-    try:
-        items = list(value)
-    except TypeError:
-        return None
-    if (
-        items
-        and all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in items)
-        and any(isinstance(x, Fraction) for x in items)
-    ):
-        return [Fraction(x) for x in items]
-    return None
-
-
 def _as_rewards(rewards: Any) -> tuple[FloatArray, list[Fraction] | None]:
     """Rewards as a non-empty finite 1-D float64 array, and as Fractions in exact mode."""
-    exact = _exact_list(rewards)
+    exact = exact_list(rewards)
     arr = as_float_array(rewards, name="rewards", ndim=1)
     if arr.size == 0:
         raise invalid(
