@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, settings
 
 # The generators of reference data run in their own environments (rlax and jax for V-trace), not
 # in the test suite: never import them here, not even for their doctests.
-# jax_cases.py runs in its own interpreter (see test_conformance_jax.py): never import it here.
-collect_ignore = ["data", "jax_cases.py"]
+# jax_cases.py and jax_loss_cases.py run in their own interpreter (see test_conformance_jax.py):
+# never import them here.
+collect_ignore = ["data", "jax_cases.py", "jax_loss_cases.py"]
 
 settings.register_profile(
     "ci",

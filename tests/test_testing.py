@@ -31,6 +31,11 @@ from refimpl.testing import (
 # Few examples: each wrong candidate below is caught within a handful (the searches are
 # derandomized, so these runs are reproducible), and refimpl itself passes at any count.
 EXAMPLES = 40
+#: Wrong candidates that only a rarer draw exposes get check_conformance's default budget. A
+#: masked IS weight that forgets its lower edge fails only where a real token's ratio falls below
+#: a positive lower edge: 40 derandomized examples found one or not depending on which modules
+#: were loaded (Hypothesis draws constants from the local modules' source), 60 to 400 always did.
+BUDGET = {"mis_no_lower_edge": 100}
 
 # ---------------------------------------------------------------------------------------------
 # deliberately wrong candidates (each one a real kind of bug)
@@ -399,7 +404,9 @@ def _numpy_warnings_ignored() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def mutant_reports() -> dict[str, ConformanceReport]:
     return {
-        f.__name__: check_conformance(f, spec=spec, max_examples=EXAMPLES, checks=must_fail)
+        f.__name__: check_conformance(
+            f, spec=spec, max_examples=BUDGET.get(f.__name__, EXAMPLES), checks=must_fail
+        )
         for spec, f, must_fail in MUTANTS
     }
 

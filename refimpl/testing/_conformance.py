@@ -34,6 +34,7 @@ from refimpl.errors import InvalidArgument, InvalidArgumentType, RefimplError
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Spec
 from refimpl.testing._specs_basic import SPECS as _BASIC
+from refimpl.testing._specs_losses_table import specs as _loss_table
 from refimpl.testing._specs_more import SPECS as _MORE
 from refimpl.testing._specs_weights import SPECS as _WEIGHTS
 from refimpl.testing.tolerances import Tolerance, unit_roundoff
@@ -64,19 +65,9 @@ _ORDER = (
 _ALL = {s.name: s for s in (*_BASIC, *_WEIGHTS, *_MORE)}
 _SPECS: dict[str, Spec] = {name: _ALL[name] for name in _ORDER}
 _SPECS.update({name: s for name, s in _ALL.items() if name not in _SPECS})
-#: the loss specs (value and gradient, refimpl.losses): listed by spec_names(losses=True) and
-#: imported on first use, so that a process that never checks a loss never loads them (their
-#: modules' constants would join the ones Hypothesis draws from, and shift every other search)
-_LOSSES: dict[str, Spec] = {}
-
-
-def _loss_specs() -> dict[str, Spec]:
-    if not _LOSSES:
-        from refimpl.testing._specs_losses_table import specs
-
-        _LOSSES.update({s.name: s for s in specs()})
-        _SPECS.update(_LOSSES)
-    return _LOSSES
+#: the loss specs (value and gradient against refimpl.losses), listed by spec_names(losses=True)
+_LOSSES: dict[str, Spec] = {s.name: s for s in _loss_table()}
+_SPECS.update(_LOSSES)
 
 
 for _s in _SPECS.values():
@@ -287,13 +278,11 @@ def spec_names(*, losses: bool = False) -> tuple[str, ...]:
     ('ppo_clip', 'cispo', 'sapo')
     """
     if losses:
-        return tuple(_loss_specs())
+        return tuple(_LOSSES)
     return tuple(name for name in _SPECS if name not in _LOSSES)
 
 
 def _spec(name: Any) -> Spec:
-    if not isinstance(name, str) or name not in _SPECS:
-        _loss_specs()
     if not isinstance(name, str) or name not in _SPECS:
         raise invalid(
             "spec",

@@ -39,6 +39,8 @@ from refimpl.testing._specs_losses import (
     shift_ratio,
 )
 from refimpl.testing._specs_losses_checks import loss_spec
+from refimpl.testing._specs_losses_kl import kl_descs
+from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
@@ -676,8 +678,5 @@ def _descs() -> list[tuple[LossDesc, Any]]:
 
 
 def specs() -> tuple[Spec, ...]:
-    from refimpl.testing._specs_losses_kl import kl_descs
-    from refimpl.testing._specs_losses_logprobs import logprobs_spec
-
     table = [*_descs(), *((d, lambda conv: ()) for d in kl_descs())]
     return (*(loss_spec(d, fixed) for d, fixed in table), logprobs_spec())
