@@ -41,6 +41,7 @@ from refimpl.testing._specs_losses import (
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
+from refimpl.testing._specs_losses_stats import advantage_specs, aggregation_spec
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
@@ -679,4 +680,9 @@ def _descs() -> list[tuple[LossDesc, Any]]:
 
 def specs() -> tuple[Spec, ...]:
     table = [*_descs(), *((d, lambda conv: ()) for d in kl_descs())]
-    return (*(loss_spec(d, fixed) for d, fixed in table), logprobs_spec())
+    return (
+        *(loss_spec(d, fixed) for d, fixed in table),
+        logprobs_spec(),
+        aggregation_spec(),
+        *advantage_specs(),
+    )
