@@ -436,7 +436,7 @@ def _rewards_draw(
         if singles and lowest == 1:
             sizes[0] = 1
             n_groups = max(n_groups, 2)
-            sizes = (sizes + [draw(st.integers(2, 6))])[:n_groups]
+            sizes = [*sizes, draw(st.integers(2, 6))][:n_groups]
     kinds = ["constant", "binary", "spread"]
     parts = []
     for i, size in enumerate(sizes):

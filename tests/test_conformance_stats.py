@@ -1,0 +1,262 @@
+"""The conformance specs of aggregation and the outcome advantages.
+
+Correct torch float32 candidates written here in the frameworks' style pass every check;
+refimpl's own functions pass in numpy float64; each planted bug fails the check that targets it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import refimpl.losses.advantages as adv
+from refimpl.losses.aggregation import aggregate_loss, aggregation_weights
+from refimpl.testing import check_conformance, spec_names
+
+EXAMPLES = 30
+STATS = ("aggregation", "grpo_advantages", "rloo_advantages", "reinforce_pp_advantages")
+
+# ---------------------------------------------------------------------------------------------
+# candidates in the frameworks' style (torch float32)
+# ---------------------------------------------------------------------------------------------
+
+
+def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl agg_loss 'token-mean' with a guarded denominator."""
+    return torch.where(mask > 0, loss, 0.0).sum() / mask.sum().clamp(min=1.0)
+
+
+def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl 'seq-mean-token-mean': empty rows excluded (seq_mask)."""
+    per_row = torch.where(mask > 0, loss, 0.0).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    nonempty = (mask.sum(-1) > 0).to(loss.dtype)
+    return (per_row * nonempty).sum() / nonempty.sum().clamp(min=1.0)
+
+
+def seq_mean_counting_empty_rows(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """TRL 'grpo': mean over every row."""
+    per_row = torch.where(mask > 0, loss, 0.0).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return per_row.mean()
+
+
+def token_sum_norm(loss: torch.Tensor, mask: torch.Tensor, *, constant: float) -> torch.Tensor:
+    """verl 'seq-mean-token-sum-norm' with loss_scale_factor = constant."""
+    per_row = torch.where(mask > 0, loss, 0.0).sum(-1)
+    nonempty = (mask.sum(-1) > 0).to(loss.dtype)
+    return (per_row * nonempty).sum() / (nonempty.sum().clamp(min=1.0) * constant)
+
+
+def grpo(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    """verl compute_grpo_outcome_advantage's arithmetic (sample std, ε added to it)."""
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = (r - r.mean()) / (r.std() + 1e-6)
+    return out
+
+
+def rloo(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        n = r.numel()
+        if n > 1:
+            out[idx] = r - (r.sum() - r) / (n - 1)
+    return out
+
+
+def reinforce_pp(rewards: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    """verl masked_whiten over tokens: sample variance, √(s² + 1e-8)."""
+    w = mask.sum(-1)
+    m = (w * rewards).sum() / w.sum()
+    var = (w * (rewards - m) ** 2).sum() / (w.sum() - 1)
+    return (rewards - m) / torch.sqrt(var + 1e-8)
+
+
+CORRECT: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
+    ("aggregation", token_mean, {}),
+    ("aggregation", seq_mean_token_mean, {"mode": "seq_mean_token_mean"}),
+    (
+        "aggregation",
+        seq_mean_counting_empty_rows,
+        {"mode": "seq_mean_token_mean", "empty_rows": "counted"},
+    ),
+    ("aggregation", token_sum_norm, {"mode": "token_sum_norm"}),
+    ("grpo_advantages", grpo, {}),
+    ("rloo_advantages", rloo, {}),
+    ("reinforce_pp_advantages", reinforce_pp, {}),
+]
+
+
+@pytest.mark.parametrize(("spec", "candidate", "conventions"), CORRECT)
+def test_a_correct_torch_float32_candidate_passes_every_check(
+    spec: str, candidate: Callable[..., Any], conventions: dict[str, Any]
+) -> None:
+    report = check_conformance(
+        candidate,
+        spec=spec,
+        xp="torch",
+        dtype="float32",
+        conventions=conventions,
+        max_examples=EXAMPLES,
+    )
+    report.raise_if_failed()
+    ran = [r.status for r in report.results if r.status != "skipped"]
+    assert ran == ["passed"] * len(ran)
+    assert len(ran) >= 3
+
+
+# ---------------------------------------------------------------------------------------------
+# refimpl's own functions (numpy float64)
+# ---------------------------------------------------------------------------------------------
+
+
+def _aggregate_with_weights(loss: Any, mask: Any, **kwargs: Any) -> tuple[float, Any]:
+    return aggregate_loss(loss, mask, **kwargs), aggregation_weights(mask, **kwargs)
+
+
+OWN: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
+    *(
+        (
+            "aggregation",
+            functools.partial(_aggregate_with_weights, mode=mode),
+            {"mode": mode, "gradient": "returned"},
+        )
+        for mode in ("token_mean", "seq_mean_token_mean", "token_sum_norm", "group_mean")
+    ),
+    (
+        "aggregation",
+        functools.partial(aggregate_loss, mode="seq_mean_token_sum", empty_rows="counted"),
+        {"mode": "seq_mean_token_sum", "empty_rows": "counted", "gradient": "none"},
+    ),
+    ("grpo_advantages", adv.grpo_advantages, {}),
+    (
+        "grpo_advantages",
+        functools.partial(adv.grpo_advantages, eps=1e-4, std_scope="batch"),
+        {"eps": 1e-4, "std_scope": "batch"},
+    ),
+    (
+        "rloo_advantages",
+        functools.partial(adv.rloo_advantages, singleton="raw"),
+        {"singleton": "raw"},
+    ),
+    ("reinforce_pp_advantages", adv.reinforce_pp_advantages, {}),
+]
+
+
+@pytest.mark.parametrize(("spec", "candidate", "conventions"), OWN)
+def test_refimpls_own_functions_pass(
+    spec: str, candidate: Callable[..., Any], conventions: dict[str, Any]
+) -> None:
+    report = check_conformance(candidate, spec=spec, conventions=conventions, max_examples=EXAMPLES)
+    report.raise_if_failed()
+
+
+def test_the_stats_specs_are_in_the_losses_group_only() -> None:
+    assert set(STATS) <= set(spec_names(losses=True))
+    assert not set(STATS) & set(spec_names())
+
+
+# ---------------------------------------------------------------------------------------------
+# planted bugs
+# ---------------------------------------------------------------------------------------------
+
+
+def grpo_population_std(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
+    return out
+
+
+def grpo_eps_inside_sqrt(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = (r - r.mean()) / torch.sqrt(r.var() + 1e-6)
+    return out
+
+
+def grpo_batch_mean(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = (r - rewards.mean()) / (r.std() + 1e-6)
+    return out
+
+
+def rloo_including_the_sample(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = r - r.mean()
+    return out
+
+
+def token_sum_norm_padded_width(
+    loss: torch.Tensor, mask: torch.Tensor, *, constant: float
+) -> torch.Tensor:
+    """verl's fallback without loss_scale_factor: the padded width."""
+    return token_sum_norm(loss, mask, constant=float(loss.shape[-1]))
+
+
+def seq_mean_by_every_row(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return seq_mean_counting_empty_rows(loss, mask)
+
+
+def token_mean_0_over_0(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask > 0, loss, 0.0).sum() / mask.sum()
+
+
+def token_mean_unmasked_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return loss.sum() / mask.sum().clamp(min=1.0)
+
+
+PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
+    ("grpo_advantages", grpo_population_std, {}, "unit_std"),
+    ("grpo_advantages", grpo_eps_inside_sqrt, {}, "values"),
+    ("grpo_advantages", grpo_batch_mean, {}, "zero_group_mean"),
+    ("rloo_advantages", rloo_including_the_sample, {}, "values"),
+    (
+        "aggregation",
+        token_sum_norm_padded_width,
+        {"mode": "token_sum_norm"},
+        "token_sum_norm_uses_the_constant",
+    ),
+    ("aggregation", seq_mean_by_every_row, {"mode": "seq_mean_token_mean"}, "empty_rows"),
+    ("aggregation", token_mean_0_over_0, {}, "no_valid_token_gives_zero"),
+    ("aggregation", token_mean_unmasked_sum, {}, "padding_contributes_nothing"),
+]
+
+
+@pytest.mark.parametrize(("spec", "candidate", "conventions", "check"), PLANTED)
+def test_a_planted_bug_fails_the_check_that_targets_it(
+    spec: str, candidate: Callable[..., Any], conventions: dict[str, Any], check: str
+) -> None:
+    report = check_conformance(
+        candidate,
+        spec=spec,
+        xp="torch",
+        dtype="float32",
+        conventions=conventions,
+        checks=[check],
+        max_examples=EXAMPLES,
+    )
+    assert report[check].status == "failed", report.summary()
