@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 import torch
 
+import refimpl.losses.advantages as adv
+import refimpl.losses.aggregation as agg
 import refimpl.losses.clipped as cl
 import refimpl.losses.kl as kl
 import refimpl.losses.logprobs as lp_mod
@@ -482,6 +484,11 @@ def _logprobs_terms(logits: Any, tokens: Any, **kwargs: Any) -> tuple[Any, Any]:
     return value, lp_mod.token_logprobs_grad(logits, tokens, cotangent=cotangent, **kwargs)
 
 
+def _aggregate_terms(loss: Any, mask: Any, **kwargs: Any) -> tuple[float, Any]:
+    value = agg.aggregate_loss(loss, mask, mode="token_mean", **kwargs)
+    return value, agg.aggregation_weights(mask, mode="token_mean", **kwargs)
+
+
 REFERENCE: dict[str, Callable[..., Any]] = {
     "ppo_clip": cl.ppo_clip_loss,
     "cispo": cl.cispo_loss,
@@ -496,7 +503,24 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
     "importance_weighted_kl": functools.partial(kl.importance_weighted_kl, estimator="k3"),
     "token_logprobs": _logprobs_terms,
+    # the loss statistics (tests/test_conformance_stats.py checks them in depth)
+    "aggregation": _aggregate_terms,
+    "grpo_advantages": adv.grpo_advantages,
+    "rloo_advantages": adv.rloo_advantages,
+    "reinforce_pp_advantages": adv.reinforce_pp_advantages,
 }
+#: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
+OWN_CONVENTIONS: dict[str, dict[str, Any]] = {
+    "grpo_advantages": {},
+    "rloo_advantages": {},
+    "reinforce_pp_advantages": {},
+}
+#: the specs of per-token losses, whose candidates return (loss, grad) terms
+TERMS_SPECS = [
+    s
+    for s in spec_names(losses=True)
+    if s not in {"aggregation", "grpo_advantages", "rloo_advantages", "reinforce_pp_advantages"}
+]
 
 
 def test_every_loss_spec_has_a_reference_candidate() -> None:
@@ -508,7 +532,7 @@ def test_refimpls_own_loss_passes_with_its_returned_gradient(spec: str) -> None:
     report = check_conformance(
         REFERENCE[spec],
         spec=spec,
-        conventions={"gradient": "returned"},
+        conventions=OWN_CONVENTIONS.get(spec, {"gradient": "returned"}),
         max_examples=EXAMPLES,
     )
     report.raise_if_failed()
@@ -520,7 +544,7 @@ def test_refimpls_own_loss_passes_with_its_returned_gradient(spec: str) -> None:
 VALUE_CHECKS = {"values", "padding_contributes_nothing", "huge_log_ratios_stay_finite"}
 
 
-@pytest.mark.parametrize("spec", spec_names(losses=True))
+@pytest.mark.parametrize("spec", TERMS_SPECS)
 @pytest.mark.parametrize("wrong", ["value", "gradient"])
 def test_every_check_of_every_loss_sees_its_half_of_the_terms(spec: str, wrong: str) -> None:
     """refimpl's own loss with its value (or gradient) off by 1 % + 0.5 fails exactly the checks

@@ -10,7 +10,6 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 

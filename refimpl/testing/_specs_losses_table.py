@@ -41,7 +41,8 @@ from refimpl.testing._specs_losses import (
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
-from refimpl.testing._specs_losses_stats import advantage_specs, aggregation_spec
+from refimpl.testing._specs_losses_stats import aggregation_spec
+from refimpl.testing._specs_losses_stats_advantages import advantage_specs
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
