@@ -43,6 +43,7 @@ from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_stats import aggregation_spec
 from refimpl.testing._specs_losses_stats_advantages import advantage_specs
+from refimpl.testing._specs_losses_stats_rejection import rejection_specs
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
@@ -686,4 +687,5 @@ def specs() -> tuple[Spec, ...]:
         logprobs_spec(),
         aggregation_spec(),
         *advantage_specs(),
+        *rejection_specs(),
     )
