@@ -28,6 +28,7 @@ import refimpl.losses.clipped as cl
 import refimpl.losses.kl as kl
 import refimpl.losses.logprobs as lp_mod
 import refimpl.losses.policy_gradient as pg
+import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 
@@ -508,19 +509,27 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "grpo_advantages": adv.grpo_advantages,
     "rloo_advantages": adv.rloo_advantages,
     "reinforce_pp_advantages": adv.reinforce_pp_advantages,
+    "sequence_divergence": rj.sequence_divergence,
+    "any_token_veto": rj.any_token_veto,
+    "is_batch_normalize": rj.is_batch_normalize,
+    "off_policy_sequence_mask": rj.off_policy_sequence_mask,
+    "m2po_mask": rj.m2po_mask,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
-OWN_CONVENTIONS: dict[str, dict[str, Any]] = {
-    "grpo_advantages": {},
-    "rloo_advantages": {},
-    "reinforce_pp_advantages": {},
-}
+#: (the value-only statistics have none)
+VALUE_ONLY = (
+    "grpo_advantages",
+    "rloo_advantages",
+    "reinforce_pp_advantages",
+    "sequence_divergence",
+    "any_token_veto",
+    "is_batch_normalize",
+    "off_policy_sequence_mask",
+    "m2po_mask",
+)
+OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms
-TERMS_SPECS = [
-    s
-    for s in spec_names(losses=True)
-    if s not in {"aggregation", "grpo_advantages", "rloo_advantages", "reinforce_pp_advantages"}
-]
+TERMS_SPECS = [s for s in spec_names(losses=True) if s not in {"aggregation", *VALUE_ONLY}]
 
 
 def test_every_loss_spec_has_a_reference_candidate() -> None:

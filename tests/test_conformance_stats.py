@@ -7,6 +7,7 @@ refimpl's own functions pass in numpy float64; each planted bug fails the check 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -14,11 +15,22 @@ import pytest
 import torch
 
 import refimpl.losses.advantages as adv
+import refimpl.losses.rejection as rj
 from refimpl.losses.aggregation import aggregate_loss, aggregation_weights
 from refimpl.testing import check_conformance, spec_names
 
 EXAMPLES = 30
-STATS = ("aggregation", "grpo_advantages", "rloo_advantages", "reinforce_pp_advantages")
+STATS = (
+    "aggregation",
+    "grpo_advantages",
+    "rloo_advantages",
+    "reinforce_pp_advantages",
+    "sequence_divergence",
+    "any_token_veto",
+    "is_batch_normalize",
+    "off_policy_sequence_mask",
+    "m2po_mask",
+)
 
 # ---------------------------------------------------------------------------------------------
 # candidates in the frameworks' style (torch float32)
@@ -80,6 +92,62 @@ def reinforce_pp(rewards: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
     return (rewards - m) / torch.sqrt(var + 1e-8)
 
 
+def seq_sum_k1(lt: torch.Tensor, lb: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    """verl seq_sum_k1 without its ±20 clamp."""
+    return (-(lt - lb) * mask).sum(-1)
+
+
+def seq_mean_k3(lt: torch.Tensor, lb: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    """verl seq_mean_k3 with its ±20 clamp."""
+    d = (lt - lb).clamp(-20.0, 20.0)
+    k3 = torch.exp(d) - 1.0 - d
+    return (k3 * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+
+
+def veto(
+    lt: torch.Tensor, lb: torch.Tensor, *, threshold: float, mask: torch.Tensor
+) -> torch.Tensor:
+    bad = ((lt - lb) < math.log(threshold)) & (mask > 0)
+    return (~bad.any(-1)).to(lt.dtype)
+
+
+def batch_normalize(w: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    """verl rollout_is_batch_normalize, token level."""
+    return torch.where(mask > 0, w, 0.0) / ((w * mask).sum() / mask.sum())
+
+
+def opsm(
+    lt: torch.Tensor, lb: torch.Tensor, a: torch.Tensor, *, delta: float, mask: torch.Tensor
+) -> torch.Tensor:
+    """TRL get_off_policy_mask."""
+    kl = ((lb - lt) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return ((a >= 0) | (kl <= delta)).to(lt.dtype)
+
+
+def _m2po(
+    lt: torch.Tensor, lb: torch.Tensor, tau: float, mask: torch.Tensor, descending: bool
+) -> torch.Tensor:
+    """AReaL _get_m2po_loss_mask's selection (descending=False: the planted bug)."""
+    v = ((lt - lb) ** 2)[mask > 0]
+    keep = torch.zeros(mask.numel(), dtype=lt.dtype)
+    n = v.numel()
+    if n:
+        s, order = torch.sort(v, descending=descending)
+        k = n - 1
+        for j in range(n):
+            if s[j:].mean() < tau:
+                k = j
+                break
+        kept = torch.ones(n, dtype=lt.dtype)
+        kept[order[:k]] = 0.0
+        keep[(mask > 0).flatten()] = kept
+    return keep.reshape(mask.shape)
+
+
+def m2po(lt: torch.Tensor, lb: torch.Tensor, *, tau: float, mask: torch.Tensor) -> torch.Tensor:
+    return _m2po(lt, lb, tau, mask, descending=True)
+
+
 CORRECT: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
     ("aggregation", token_mean, {}),
     ("aggregation", seq_mean_token_mean, {"mode": "seq_mean_token_mean"}),
@@ -92,6 +160,16 @@ CORRECT: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
     ("grpo_advantages", grpo, {}),
     ("rloo_advantages", rloo, {}),
     ("reinforce_pp_advantages", reinforce_pp, {}),
+    ("sequence_divergence", seq_sum_k1, {}),
+    (
+        "sequence_divergence",
+        seq_mean_k3,
+        {"estimator": "k3", "reduce": "mean", "log_ratio_clamp": 20.0},
+    ),
+    ("any_token_veto", veto, {}),
+    ("is_batch_normalize", batch_normalize, {}),
+    ("off_policy_sequence_mask", opsm, {}),
+    ("m2po_mask", m2po, {}),
 ]
 
 
@@ -148,6 +226,27 @@ OWN: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
         {"singleton": "raw"},
     ),
     ("reinforce_pp_advantages", adv.reinforce_pp_advantages, {}),
+    (
+        "reinforce_pp_advantages",
+        functools.partial(
+            adv.reinforce_pp_advantages, std="population", eps_placement="floor", singleton="raw"
+        ),
+        {"std": "population", "eps_placement": "floor", "baseline": "group", "singleton": "raw"},
+    ),
+    ("sequence_divergence", rj.sequence_divergence, {}),
+    (
+        "sequence_divergence",
+        functools.partial(rj.sequence_divergence, estimator="k2", reduce="max"),
+        {"estimator": "k2", "reduce": "max"},
+    ),
+    ("any_token_veto", rj.any_token_veto, {"upper": "given"}),
+    (
+        "is_batch_normalize",
+        functools.partial(rj.is_batch_normalize, level="sequence"),
+        {"level": "sequence"},
+    ),
+    ("off_policy_sequence_mask", rj.off_policy_sequence_mask, {}),
+    ("m2po_mask", functools.partial(rj.m2po_mask, strict=False), {"strict": False}),
 ]
 
 
@@ -228,6 +327,23 @@ def token_mean_unmasked_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Ten
     return loss.sum() / mask.sum().clamp(min=1.0)
 
 
+def veto_by_the_mean(
+    lt: torch.Tensor, lb: torch.Tensor, *, threshold: float, mask: torch.Tensor
+) -> torch.Tensor:
+    mean = ((lt - lb) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return (mean >= math.log(threshold)).to(lt.dtype)
+
+
+def m2po_smallest_first(
+    lt: torch.Tensor, lb: torch.Tensor, *, tau: float, mask: torch.Tensor
+) -> torch.Tensor:
+    return _m2po(lt, lb, tau, mask, descending=False)
+
+
+def normalize_by_padded_count(w: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask > 0, w, 0.0) / ((w * mask).sum() / mask.numel())
+
+
 PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ("grpo_advantages", grpo_population_std, {}, "unit_std"),
     ("grpo_advantages", grpo_eps_inside_sqrt, {}, "values"),
@@ -241,6 +357,9 @@ PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ),
     ("aggregation", seq_mean_by_every_row, {"mode": "seq_mean_token_mean"}, "empty_rows"),
     ("aggregation", token_mean_0_over_0, {}, "no_valid_token_gives_zero"),
+    ("any_token_veto", veto_by_the_mean, {}, "any_token_vetoes"),
+    ("m2po_mask", m2po_smallest_first, {}, "drops_the_fewest_largest_first"),
+    ("is_batch_normalize", normalize_by_padded_count, {}, "valid_mean_is_one"),
     ("aggregation", token_mean_unmasked_sum, {}, "padding_contributes_nothing"),
 ]
 

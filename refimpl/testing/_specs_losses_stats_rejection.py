@@ -705,7 +705,7 @@ def _pad_row(call: Call) -> Call:
     """Append an all-padding row (garbage values; advantage −1) to a call."""
     args, kwargs = call
     mask = np.asarray(kwargs["mask"])
-    grown = []
+    grown: list[Array] = []
     for a in args:
         a = np.asarray(a, dtype=np.float64)
         row = np.full((1, *a.shape[1:]), -4.0 - len(grown)) if a.ndim == 2 else np.asarray([-1.0])
