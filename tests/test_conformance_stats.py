@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -378,3 +380,12 @@ def test_a_planted_bug_fails_the_check_that_targets_it(
         max_examples=EXAMPLES,
     )
     assert report[check].status == "failed", report.summary()
+
+
+def test_the_how_to_pages_statistics_example_passes_as_shown() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "howto" / "check-your-loss.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    (source,) = [b for b in blocks if b.startswith("# tests/test_my_statistics.py\n")]
+    namespace: dict[str, Any] = {"__name__": "howto_check_your_statistics"}
+    exec(compile(source, "check-your-loss.md", "exec"), namespace)
+    namespace["test_my_statistics_match_refimpl"]()

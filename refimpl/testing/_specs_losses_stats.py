@@ -123,7 +123,8 @@ def _agg_call(
     if wide:  # padded wider than needed, and H different from the padded width
         time = max(time, longest) + draw(st.integers(1, 6))
     mask = padding_mask(lengths, time)
-    values = st.floats(-50.0, 50.0, allow_nan=False, allow_subnormal=False)
+    # never 0: a shrunk counterexample then shows a wrong weight in the value too
+    values = st.floats(0.25, 50.0) | st.floats(-50.0, -0.25)
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
     scale = draw(st.sampled_from([1.0, 1e-3, 50.0]))
