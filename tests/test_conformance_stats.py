@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,6 +74,13 @@ def grpo(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
         if r.numel() > 1:
             out[idx] = (r - r.mean()) / (r.std() + 1e-6)
     return out
+
+
+def trl_batch_scaled(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    """TRL 1.16.0 with scale_rewards='batch': contiguous fixed-size groups, the batch's std."""
+    size = int((group == group[0]).sum())
+    mean = rewards.view(-1, size).mean(dim=1).repeat_interleave(size)
+    return (rewards - mean) / (rewards.std() + 1e-4)
 
 
 def rloo(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
@@ -160,6 +168,11 @@ CORRECT: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
     ),
     ("aggregation", token_sum_norm, {"mode": "token_sum_norm"}),
     ("grpo_advantages", grpo, {}),
+    (
+        "grpo_advantages",
+        trl_batch_scaled,
+        {"eps": 1e-4, "std_scope": "batch", "groups": "contiguous"},
+    ),
     ("rloo_advantages", rloo, {}),
     ("reinforce_pp_advantages", reinforce_pp, {}),
     ("sequence_divergence", seq_sum_k1, {}),
@@ -389,3 +402,54 @@ def test_the_how_to_pages_statistics_example_passes_as_shown() -> None:
     namespace: dict[str, Any] = {"__name__": "howto_check_your_statistics"}
     exec(compile(source, "check-your-loss.md", "exec"), namespace)
     namespace["test_my_statistics_match_refimpl"]()
+
+
+#: refimpl's value-only statistics under their specs' default conventions
+VALUE_ONLY: dict[str, Callable[..., Any]] = {
+    "grpo_advantages": adv.grpo_advantages,
+    "rloo_advantages": adv.rloo_advantages,
+    "reinforce_pp_advantages": adv.reinforce_pp_advantages,
+    "sequence_divergence": rj.sequence_divergence,
+    "any_token_veto": rj.any_token_veto,
+    "is_batch_normalize": rj.is_batch_normalize,
+    "off_policy_sequence_mask": rj.off_policy_sequence_mask,
+    "m2po_mask": rj.m2po_mask,
+}
+
+
+def test_every_stats_spec_is_covered() -> None:
+    assert set(VALUE_ONLY) | {"aggregation"} == set(STATS)
+
+
+@pytest.mark.parametrize("spec", VALUE_ONLY)
+def test_refimpl_off_by_a_little_fails_the_values_check(spec: str) -> None:
+    """refimpl's own statistic, 1 % + 0.5 off, fails `values`: the check reads what it says."""
+    reference = VALUE_ONLY[spec]
+
+    def off(*args: Any, **kwargs: Any) -> Any:
+        return np.asarray(reference(*args, **kwargs)) * 1.01 + 0.5
+
+    report = check_conformance(off, spec=spec, max_examples=EXAMPLES, checks=["values"])
+    assert report["values"].status == "failed", report.summary()
+
+
+@pytest.mark.parametrize("wrong", ["value", "gradient"])
+def test_aggregation_checks_read_the_half_they_name(wrong: str) -> None:
+    """A wrong value fails every check (each compares the value); a wrong gradient fails every
+    check but `values`, the only one that does not read the gradient."""
+
+    def off(loss: Any, mask: Any) -> tuple[Any, Any]:
+        value, weights = _aggregate_with_weights(loss, mask, mode="token_mean")
+        if wrong == "value":
+            return value * 1.01 + 0.5, weights
+        return value, np.asarray(weights) * 1.01 + 0.5
+
+    report = check_conformance(
+        off, spec="aggregation", conventions={"gradient": "returned"}, max_examples=EXAMPLES
+    )
+    failed = {r.name for r in report.results if r.status == "failed"}
+    ran = {r.name for r in report.results if r.status != "skipped"}
+    if wrong == "value":
+        assert failed == ran, report.summary()
+    else:
+        assert failed == ran - {"values"}, report.summary()

@@ -98,7 +98,8 @@ SINGLETON = Convention(
     ("zero", "raw", "excluded"),
     "a group of one sequence: advantage 0, its raw reward (mean 0, std 1), or never drawn",
     who="raw: verl 0.9.1 compute_grpo_outcome_advantage and compute_rloo_outcome_advantage; "
-    "excluded: OpenRLHF 0.11.2 (divides by n − 1 = 0), TRL 1.16.0 (fixed-size groups)",
+    "zero: TRL 1.16.0 (num_generations=1: std 0, advantage 0); excluded: OpenRLHF 0.11.2 "
+    "(group_norm's torch.std of one reward is NaN, rloo divides by n − 1 = 0)",
 )
 GROUPS = Convention(
     "groups",
