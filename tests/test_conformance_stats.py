@@ -313,6 +313,37 @@ def grpo_batch_mean(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tens
     return out
 
 
+def grpo_without_eps(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    """ε = 0 and a plain division: a constant group is 0/0 = NaN (refimpl: 0)."""
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = (r - r.mean()) / r.std()
+    return out
+
+
+def grpo_raw_singletons(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    """verl's singleton rule (mean 0, std 1) where singleton='zero' is declared."""
+    out = grpo(rewards, group=group)
+    for label in torch.unique(group):
+        idx = group == label
+        if int(idx.sum()) == 1:
+            out[idx] = rewards[idx]
+    return out
+
+
+def grpo_uncentred(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(rewards)
+    for label in torch.unique(group):
+        idx = group == label
+        r = rewards[idx]
+        if r.numel() > 1:
+            out[idx] = r / (r.std() + 1e-6)
+    return out
+
+
 def rloo_including_the_sample(rewards: torch.Tensor, *, group: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(rewards)
     for label in torch.unique(group):
@@ -349,6 +380,41 @@ def veto_by_the_mean(
     return (mean >= math.log(threshold)).to(lt.dtype)
 
 
+def divergence_unmasked(lt: torch.Tensor, lb: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+    return (-(lt - lb)).sum(-1)
+
+
+def divergence_mean_for_sum(
+    lt: torch.Tensor, lb: torch.Tensor, *, mask: torch.Tensor
+) -> torch.Tensor:
+    return seq_sum_k1(lt, lb, mask=mask) / mask.sum(-1).clamp(min=1.0)
+
+
+def veto_drops_empty_rows(
+    lt: torch.Tensor, lb: torch.Tensor, *, threshold: float, mask: torch.Tensor
+) -> torch.Tensor:
+    return veto(lt, lb, threshold=threshold, mask=mask) * (mask.sum(-1) > 0).to(lt.dtype)
+
+
+def opsm_strictly_positive(
+    lt: torch.Tensor, lb: torch.Tensor, a: torch.Tensor, *, delta: float, mask: torch.Tensor
+) -> torch.Tensor:
+    kl = ((lb - lt) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return ((a > 0) | (kl <= delta)).to(lt.dtype)
+
+
+def m2po_always_drops_one(
+    lt: torch.Tensor, lb: torch.Tensor, *, tau: float, mask: torch.Tensor
+) -> torch.Tensor:
+    keep = m2po(lt, lb, tau=tau, mask=mask)
+    if bool((keep == 0).logical_and(mask > 0).any()) or not bool((mask > 0).any()):
+        return keep
+    v = torch.where(keep > 0, (lt - lb) ** 2, -1.0).flatten()
+    keep = keep.flatten().clone()
+    keep[int(torch.argmax(v))] = 0.0
+    return keep.reshape(mask.shape)
+
+
 def m2po_smallest_first(
     lt: torch.Tensor, lb: torch.Tensor, *, tau: float, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -364,6 +430,9 @@ PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ("grpo_advantages", grpo_eps_inside_sqrt, {}, "values"),
     ("grpo_advantages", grpo_batch_mean, {}, "zero_group_mean"),
     ("rloo_advantages", rloo_including_the_sample, {}, "values"),
+    ("grpo_advantages", grpo_without_eps, {"eps": 0.0}, "constant_group_is_zero"),
+    ("grpo_advantages", grpo_raw_singletons, {}, "singleton_groups"),
+    ("grpo_advantages", grpo_uncentred, {}, "shift_invariance"),
     (
         "aggregation",
         token_sum_norm_padded_width,
@@ -373,6 +442,11 @@ PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ("aggregation", seq_mean_by_every_row, {"mode": "seq_mean_token_mean"}, "empty_rows"),
     ("aggregation", token_mean_0_over_0, {}, "no_valid_token_gives_zero"),
     ("any_token_veto", veto_by_the_mean, {}, "any_token_vetoes"),
+    ("any_token_veto", veto_drops_empty_rows, {}, "empty_rows"),
+    ("sequence_divergence", divergence_unmasked, {}, "padding_ignored"),
+    ("sequence_divergence", divergence_mean_for_sum, {}, "length_scaling"),
+    ("off_policy_sequence_mask", opsm_strictly_positive, {}, "keeps_non_negative_advantages"),
+    ("m2po_mask", m2po_always_drops_one, {}, "on_policy_is_kept"),
     ("m2po_mask", m2po_smallest_first, {}, "drops_the_fewest_largest_first"),
     ("is_batch_normalize", normalize_by_padded_count, {}, "valid_mean_is_one"),
     ("aggregation", token_mean_unmasked_sum, {}, "padding_contributes_nothing"),
