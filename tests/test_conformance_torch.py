@@ -21,6 +21,10 @@ import torch
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 
 EXAMPLES = 10
+#: Planted bugs that only a rarer draw exposes to every check they target get the suite's default
+#: budget: with 10 derandomized examples one of their two checks found the bug or not depending
+#: on which constants Hypothesis drew from the loaded modules' source; 60 to 200 always did.
+BUDGET = {"tis_geometric_divides_by_t": 100, "ppo_product_with_mask": 100}
 Tensor = torch.Tensor
 
 # ---------------------------------------------------------------------------------------------
@@ -897,7 +901,7 @@ def planted_reports() -> dict[str, ConformanceReport]:
             spec=spec,
             xp="torch",
             dtype="float32",
-            max_examples=EXAMPLES,
+            max_examples=BUDGET.get(f.__name__, EXAMPLES),
             checks=must_fail,
             shrink=False,
         )

@@ -176,5 +176,7 @@ def check(key: str, **options: Any) -> ConformanceReport:
         "conventions": dict(a.conventions),
         "setup": a.setup,
     }
+    if a.examples:
+        kwargs["examples"] = a.examples
     kwargs.update(options)
     return check_conformance(a.candidate, **kwargs)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from refimpl.frameworks._registry import Adapter
 
 _FUNCTIONAL = "areal.utils.functional"
@@ -206,6 +208,19 @@ def areal_ppo_actor_behave_weight(
     return stat["behave_imp_weight"]
 
 
+#: Log-probabilities near −513 with a ratio at the lower bound, tried before every search: AReaL
+#: rounds them to float32 (a ratio uncertain by 3e-5), which the oracle's float32 tolerance must
+#: cover. A rare draw, which once failed the comparison before the tolerance counted that rounding.
+_LOWER_EDGE_IN_FLOAT32 = [
+    (
+        (
+            np.array([[0.0] * 4, [0.0] * 4, [-513.4989057573221] + [-0.6931471805599453] * 3]),
+            np.array([[0.0] * 4, [0.0] * 4, [-512.8057585767622, 0.0, 0.0, 0.0]]),
+        ),
+        {"cap": 1.0, "mask": np.array([[0.0] * 4, [0.0] * 4, [1.0, 0.0, 0.0, 0.0]])},
+    )
+]
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.rs_token_mask",
@@ -231,6 +246,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="tis",
         conventions={**_FLOAT32, "lower": 0.5},
         candidate=areal_token_clamp,
+        examples=(_LOWER_EDGE_IN_FLOAT32,),
         note="Two-sided truncation clip(ρ, 0.5, C) (the old token_truncate with a lower bound).",
     ),
     Adapter(

@@ -132,6 +132,10 @@ class Adapter:
     max_examples : int or None
         Hypothesis examples per check in the matrix, when the default finds too little (a
         divergence that needs more draws to be met).
+    examples : tuple of lists of calls
+        Inputs every check tries before its search (``check_conformance(examples=...)``): a
+        divergence read in the code and shown by one of them is found by every run, whatever
+        the search draws.
     """
 
     key: str
@@ -145,6 +149,7 @@ class Adapter:
     dtype: str = "float64"
     note: str = ""
     max_examples: int | None = None
+    examples: tuple[list[tuple[tuple[Any, ...], dict[str, Any]]], ...] = ()
 
     @property
     def setup(self) -> str:

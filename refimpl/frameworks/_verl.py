@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from refimpl.frameworks._registry import Adapter, Divergence
 
 _HELPER = "verl.trainer.ppo.rollout_corr_helper"
@@ -164,6 +166,29 @@ _TOKEN_CLAMP_BEFORE_AGGREGATE = Divergence(
     "(or the reverse). refimpl's log_ratio_clamp clamps the aggregate once (as SkyRL does).",
 )
 
+#: Inputs that show the two divergences of the sequence k1 statistics in every run (tried before
+#: each check's search): a token beyond −20 beside one at +20 (the per-token clamp hides it from
+#: the sum and the mean), and a geometric ratio 4e-15 outside the band edge (the masked mean's
+#: 1e-8). One is rarely drawn, and which check meets it first depended on the search's draws.
+_CLAMP_CANCELS = [
+    (
+        (np.array([[20.0, -21.0]]),),
+        {"low": 0.0, "high": 1.0, "mask": np.array([[1.0, 1.0]])},
+    )
+]
+_CLAMP_OUTSIDE = [
+    (
+        (np.array([[0.0, 0.0, -20.0, 25.0], [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]),),
+        {"low": 0.5, "high": 1.0, "mask": np.array([[1.0] * 4, [1.0, 0, 0, 0], [1.0, 0, 0, 0]])},
+    )
+]
+_EDGE_BY_EPSILON = [
+    (
+        (np.array([[0.287682072451787, 0.2876820724517809], [0.0, 0.0], [0.0, 0.0]]),),
+        {"low": 0.75, "high": 1.0, "mask": np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])},
+    )
+]
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="verl.rollout_is_token_tis",
@@ -232,11 +257,14 @@ ADAPTERS: tuple[Adapter, ...] = (
             "output": "BT",
         },
         candidate=verl_seq_mean_k1_mask,
-        divergences={"agrees_with_reference": _MASKED_MEAN_EPSILON},
-        max_examples=60,  # a token beyond ±20 next to ones that cancel it: rarer than 25 draws
+        divergences={
+            "agrees_with_reference": _MASKED_MEAN_EPSILON,
+            "zero_outside_band": _TOKEN_CLAMP_BEFORE_AGGREGATE,
+        },
+        max_examples=60,
+        examples=(_EDGE_BY_EPSILON, _CLAMP_OUTSIDE),
         note="A sequence mask on the mean of −log ρ (a geometric band on μ/π), each token's log ρ "
-        "clamped to ±20 before the mean (with 50 examples a token at −25 beside one at +20 shows "
-        "that clamp too, as for seq_sum_k1).",
+        "clamped to ±20 before the mean, as for seq_sum_k1.",
     ),
     Adapter(
         key="verl.rollout_rs_seq_sum_k1",
@@ -251,12 +279,12 @@ ADAPTERS: tuple[Adapter, ...] = (
             "output": "BT",
         },
         candidate=verl_seq_sum_k1_mask,
-        divergences={"agrees_with_reference": _TOKEN_CLAMP_BEFORE_AGGREGATE},
-        # a token beyond ±20 next to ones that cancel it is a rare draw. Either of two checks can
-        # see it (this one, or zero_outside_band); which one finds it first depends on the
-        # constants Hypothesis draws from the loaded modules' source, so a new refimpl module can
-        # move the divergence from one check to the other (the fresh matrix then says so)
+        divergences={
+            "agrees_with_reference": _TOKEN_CLAMP_BEFORE_AGGREGATE,
+            "zero_outside_band": _TOKEN_CLAMP_BEFORE_AGGREGATE,
+        },
         max_examples=60,
+        examples=(_CLAMP_CANCELS, _CLAMP_OUTSIDE),
         note="A sequence mask on Σ −log ρ (a band on Πμ/π), each token clamped to ±20 first.",
     ),
     Adapter(

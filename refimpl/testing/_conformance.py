@@ -801,6 +801,7 @@ def check_conformance(
     checks: Iterable[str] | None = None,
     derandomize: bool = True,
     shrink: bool = True,
+    examples: Iterable[Sequence[Call]] | None = None,
 ) -> ConformanceReport:
     """Run the named property checks of ``spec`` against ``candidate``; return the report.
 
@@ -859,6 +860,14 @@ def check_conformance(
         failing input found, unshrunk: the verdict of every check is the same, and a failing report
         comes back many times sooner (shrinking is most of the cost of a failing check; about 15×
         for the planted bugs of the test suite), for a gate that needs only pass or fail.
+    examples : iterable of lists of calls, optional
+        Inputs every check tries first, before its search, as Hypothesis's ``@example`` does:
+        each is a list of calls ``((args, kwargs), ...)`` in the candidate's signature (numpy
+        arrays; a counterexample printed by a report has this form). The first that fails a
+        check is that check's counterexample, found whatever the search would draw: a known
+        divergence stays found when the random draws change (a new Hypothesis, new modules whose
+        constants Hypothesis mixes into its draws). An example outside the spec's domain is
+        skipped by the checks it does not fit.
 
     Returns
     -------
@@ -931,6 +940,7 @@ def check_conformance(
             )
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
     config = _search(max_examples, derandomize=derandomize, phases=phases)
+    explicit = _explicit(examples)
     import refimpl
 
     given = dict((conventions or {}).items())
@@ -958,13 +968,14 @@ def check_conformance(
             )
             continue
         runner = _Runner(func, the_spec, check, bridge, resolved, override, assume)
+        given_first = next((list(ex) for ex in explicit if runner.fails(list(ex))), None)
         try:
-            example = find(check.strategy(resolved), runner.fails, settings=config)
+            example = given_first or find(check.strategy(resolved), runner.fails, settings=config)
         except NoSuchExample:
             status: Status = "xpassed" if reason else "passed"
             results.append(CheckResult(**common, status=status, reason=reason))
             continue
-        if check.small is not None and _size(example) > 256:
+        if given_first is None and check.small is not None and _size(example) > 256:
             with contextlib.suppress(NoSuchExample):  # only long inputs fail: keep the long one
                 example = find(check.small(resolved), runner.fails, settings=config)
         outcome = runner.evaluate(example)
@@ -1007,6 +1018,30 @@ def _available(package: ModuleType, reference: str) -> bool:
         return hasattr(importlib.import_module(f"{package.__name__}.{module}"), name)
     except ImportError:
         return False
+
+
+def _explicit(examples: Iterable[Sequence[Call]] | None) -> list[list[Call]]:
+    """The ``examples=`` of :func:`check_conformance`, validated: lists of ``(args, kwargs)``."""
+    if examples is None:
+        return []
+    fix = "Pass examples=[[((array, ...), {'name': value}), ...], ...]: lists of calls."
+    if isinstance(examples, (str, bytes)) or not isinstance(examples, Iterable):
+        raise wrong_type("examples", "an iterable of lists of calls", examples, fix)
+    out = []
+    for example in examples:
+        calls = list(example) if isinstance(example, (list, tuple)) else None
+        if not calls or not all(
+            isinstance(c, tuple)
+            and len(c) == 2
+            and isinstance(c[0], tuple)
+            and isinstance(c[1], Mapping)
+            for c in calls
+        ):
+            raise invalid(
+                "examples", "hold non-empty lists of (args tuple, kwargs dict)", example, fix
+            )
+        out.append([(tuple(a), dict(k)) for a, k in calls])
+    return out
 
 
 def _describe(assume: Callable[..., Any] | None) -> str:

@@ -439,14 +439,25 @@ def _log_ratio(call: Call, conv: Conventions) -> tuple[Array, Array]:
 def _statistic_error(level: Level, call: Call, conv: Conventions) -> tuple[Array, Array]:
     """Per row or token: the log-ratio statistic and the first-order bound of its rounding error
     in units of ``u`` (an elementwise difference: ``|d|``; a pairwise sum of ``n`` terms:
-    ``(⌈log₂ n⌉ + 1)·Σ|d|``; a mean: that over ``n``, plus ``|mean|`` for the division)."""
+    ``(⌈log₂ n⌉ + 1)·Σ|d|``; a mean: that over ``n``, plus ``|mean|`` for the division).
+
+    A candidate that computes in a coarser ``compute_dtype`` than it is given first rounds each
+    log-probability to it, an absolute error ``u·|log π|``: the difference then carries
+    ``|log π| + |log μ|`` instead of ``|d|`` (log-probabilities near −500 make a ratio near 1
+    uncertain by ``3e-5`` in float32, whatever the ratio)."""
     d, mask = _log_ratio(call, conv)
+    size = np.abs(d)
+    if conv.get("compute_dtype") is not None:
+        target, behavior, _, _ = _from_call(call, conv)
+        with np.errstate(invalid="ignore"):
+            cast = np.abs(target) + np.abs(behavior)
+        size = np.maximum(size, np.where(np.isfinite(cast), cast, 0.0))
     if level == "token":
-        return d, np.abs(d) + 1.0
+        return d, size + 1.0
     n = mask.sum(axis=1)
     total = (d * mask).sum(axis=1)
     factor = np.array([summation_factor(int(k)) for k in n])
-    err = factor * (np.abs(d) * mask).sum(axis=1) + 1.0
+    err = factor * (size * mask).sum(axis=1) + 1.0
     if level == "geometric":
         mean = total / np.maximum(n, 1)
         return mean, err / np.maximum(n, 1) + np.abs(mean) + 1.0
