@@ -132,7 +132,7 @@ class Adapter:
     max_examples : int or None
         Hypothesis examples per check in the matrix, when the default finds too little (a
         divergence that needs more draws to be met).
-    examples : tuple of lists of calls
+    examples : tuple of list
         Inputs every check tries before its search (``check_conformance(examples=...)``): a
         divergence read in the code and shown by one of them is found by every run, whatever
         the search draws.

@@ -860,7 +860,7 @@ def check_conformance(
         failing input found, unshrunk: the verdict of every check is the same, and a failing report
         comes back many times sooner (shrinking is most of the cost of a failing check; about 15×
         for the planted bugs of the test suite), for a gate that needs only pass or fail.
-    examples : iterable of lists of calls, optional
+    examples : iterable of list, optional
         Inputs every check tries first, before its search, as Hypothesis's ``@example`` does:
         each is a list of calls ``((args, kwargs), ...)`` in the candidate's signature (numpy
         arrays; a counterexample printed by a report has this form). The first that fails a
