@@ -105,6 +105,33 @@ def token_advantages(advantages: ArrayLike, shape: tuple[int, int]) -> Array:
     return a
 
 
+class PolicyInputs(NamedTuple):
+    """The validated arrays every policy loss starts from, all (B, T)."""
+
+    logp: Array
+    logp_old: Array
+    advantages: Array
+    mask: Array
+    cotangent: Array
+
+
+def policy_inputs(
+    logp: ArrayLike,
+    logp_old: ArrayLike,
+    advantages: ArrayLike,
+    mask: ArrayLike | None,
+    cotangent: ArrayLike | None,
+) -> PolicyInputs:
+    """Validate a policy loss's arrays in the fixed order: ``logp``, ``logp_old``, ``advantages``
+    (per sequence or per token, broadcast), ``mask``, ``cotangent``."""
+    lp = token_array(logp, name="logp")
+    shape = (lp.shape[0], lp.shape[1])
+    lq = like_tokens(logp_old, shape, name="logp_old", like="logp")
+    a = token_advantages(advantages, shape)
+    m = token_mask(mask, shape)
+    return PolicyInputs(lp, lq, a, m, token_cotangent(cotangent, m))
+
+
 def token_cotangent(cotangent: ArrayLike | None, mask: Array) -> Array:
     """The cotangent of the gradient, zeroed at padding; the mask itself when None."""
     if cotangent is None:

@@ -27,8 +27,8 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import as_real, invalid
 from refimpl.losses._common import (
     LossTerms,
-    like_tokens,
     masked,
+    policy_inputs,
     token_advantages,
     token_array,
     token_cotangent,
@@ -250,12 +250,7 @@ def log_ratio_penalty_loss(
     >>> terms.loss, terms.grad
     (array([[1.25]]), array([[-0.5]]))
     """
-    lp = token_array(logp, name="logp")
-    shape = (lp.shape[0], lp.shape[1])
-    lq = like_tokens(logp_old, shape, name="logp_old", like="logp")
-    a = token_advantages(advantages, shape)
-    m = token_mask(mask, shape)
-    c = token_cotangent(cotangent, m)
+    lp, lq, a, m, c = policy_inputs(logp, logp_old, advantages, mask, cotangent)
     t = as_real(tau, name="tau", low=0.0, low_open=True, meaning="penalty strength")
     with np.errstate(over="ignore", invalid="ignore"):
         lr = lp - lq
@@ -297,12 +292,7 @@ def _ratio_inputs(
     log_ratio_clamp: Any,
 ) -> RatioInputs:
     """Validate the common arrays and ``log_ratio_clamp``; the ratio after the optional clamp."""
-    lp = token_array(logp, name="logp")
-    shape = (lp.shape[0], lp.shape[1])
-    lq = like_tokens(logp_old, shape, name="logp_old", like="logp")
-    a = token_advantages(advantages, shape)
-    m = token_mask(mask, shape)
-    c = token_cotangent(cotangent, m)
+    lp, lq, a, m, c = policy_inputs(logp, logp_old, advantages, mask, cotangent)
     bound = _as_clamp(log_ratio_clamp)
     with np.errstate(over="ignore", invalid="ignore"):
         lr = lp - lq

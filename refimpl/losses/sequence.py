@@ -25,12 +25,8 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import as_real, invalid
 from refimpl.losses._common import (
     LossTerms,
-    like_tokens,
     masked,
-    token_advantages,
-    token_array,
-    token_cotangent,
-    token_mask,
+    policy_inputs,
 )
 
 __all__ = ["gmpo_loss", "gspo_loss", "gspo_token_loss"]
@@ -55,12 +51,7 @@ def _inputs(
     cotangent: ArrayLike | None,
 ) -> tuple[Array, Array, Array, Array, Array]:
     """Validated ``(log-ratio, advantages, mask, cotangent, valid-token count per row)``."""
-    lp = token_array(logp, name="logp")
-    lo = like_tokens(logp_old, lp.shape, name="logp_old", like="logp")
-    shape = (lp.shape[0], lp.shape[1])
-    a = token_advantages(advantages, shape)
-    m = token_mask(mask, shape)
-    c = token_cotangent(cotangent, m)
+    lp, lo, a, m, c = policy_inputs(logp, logp_old, advantages, mask, cotangent)
     d = masked(lp - lo, m)
     return d, masked(a, m), m, c, m.sum(axis=1)
 
