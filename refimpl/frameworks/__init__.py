@@ -18,13 +18,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from refimpl.frameworks import _areal, _openrlhf, _skyrl, _trl, _verl
+from refimpl.frameworks import (
+    _areal,
+    _areal_losses,
+    _openrlhf,
+    _openrlhf_losses,
+    _skyrl,
+    _skyrl_losses,
+    _trl,
+    _trl_losses,
+    _verl,
+    _verl_losses,
+)
 from refimpl.frameworks._areal import rejection_sampling_to_refimpl
 from refimpl.frameworks._registry import (
     TESTED_VERSIONS,
     Adapter,
     Classification,
     Divergence,
+    Partition,
     installed_version,
     load_function,
 )
@@ -57,6 +69,7 @@ __all__ = [
     "Classification",
     "Divergence",
     "FrameworkStalenessBound",
+    "Partition",
     "SourceLoad",
     "Stub",
     "adapter",
@@ -91,10 +104,15 @@ def adapters(framework: str | None = None) -> tuple[Adapter, ...]:
 
     every = (
         *_verl.ADAPTERS,
+        *_verl_losses.ADAPTERS,
         *_trl.ADAPTERS,
+        *_trl_losses.ADAPTERS,
         *_areal.ADAPTERS,
+        *_areal_losses.ADAPTERS,
         *_skyrl.ADAPTERS,
+        *_skyrl_losses.ADAPTERS,
         *_openrlhf.ADAPTERS,
+        *_openrlhf_losses.ADAPTERS,
     )
     if framework is None:
         return every

@@ -17,6 +17,7 @@ __all__ = [
     "Adapter",
     "Classification",
     "Divergence",
+    "Partition",
     "installed_version",
     "load_function",
 ]
@@ -98,6 +99,50 @@ class Divergence:
 
     classification: Classification
     explanation: str
+    draft_report: str = ""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A framework's real scaling path for one aggregation mode, checked for partition invariance.
+
+    The candidate is the framework's loss on one micro-batch, called as its trainer calls it
+    (:func:`refimpl.testing.check_partition_invariance`): ``candidate(logp, logp_old, advantages,
+    mask, *, global_tokens, global_sequences, accumulation_steps, world_size)``, each keyword
+    accepted only where the trainer passes the framework that number.
+
+    Attributes
+    ----------
+    candidate : callable
+        The micro-batch loss through the framework's own aggregation and scale factors. Its
+        source is self-contained (imports inside), as an adapter's is.
+    mode : str
+        The aggregation mode (:data:`refimpl.losses.aggregation.AGGREGATION_MODES`).
+    rule : str or ScalingRule
+        The framework's scaling rule: a preset of :data:`refimpl.losses.partition.SCALING_RULES`
+        or a :class:`refimpl.losses.partition.ScalingRule` read from its trainer.
+    constant : float or None
+        Dr GRPO's ``H`` for ``token_sum_norm``.
+    empty_rows : {"excluded", "counted"}
+        Whether the framework counts rows without a valid token as sequences.
+    trainer : str
+        Where the framework's trainer computes the counts and scale factors passed (file and
+        function), and which ones it passes.
+    divergences : mapping
+        Check name (``finite``, ``gradient``, ``value``) → :class:`Divergence`.
+    rtol : float or None
+        The comparisons' relative tolerance, where the framework adds an epsilon to a
+        denominator (see :func:`refimpl.testing.check_partition_invariance`).
+    """
+
+    candidate: Callable[..., Any]
+    mode: str
+    rule: Any = "verl"
+    constant: float | None = None
+    empty_rows: str = "excluded"
+    trainer: str = ""
+    divergences: Mapping[str, Divergence] = field(default_factory=dict)
+    rtol: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +181,10 @@ class Adapter:
         Inputs every check tries before its search (``check_conformance(examples=...)``): a
         divergence read in the code and shown by one of them is found by every run, whatever
         the search draws.
+    partition : Partition or None
+        For an aggregation (or an aggregated loss): the framework's real scaling path across
+        micro-batches, accumulation steps and ranks, checked by
+        :func:`refimpl.testing.check_partition_invariance`.
     """
 
     key: str
@@ -150,6 +199,7 @@ class Adapter:
     note: str = ""
     max_examples: int | None = None
     examples: tuple[list[tuple[tuple[Any, ...], dict[str, Any]]], ...] = ()
+    partition: Partition | None = None
 
     @property
     def setup(self) -> str:

@@ -1,0 +1,7 @@
+"""AReaL (areal 1.0.4): its losses, aggregation, KL, advantage and log-probability functions."""
+
+from __future__ import annotations
+
+from refimpl.frameworks._registry import Adapter
+
+ADAPTERS: tuple[Adapter, ...] = ()
