@@ -39,6 +39,7 @@ from refimpl.testing._specs_losses import (
     shift_ratio,
 )
 from refimpl.testing._specs_losses_checks import loss_spec
+from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_stats import aggregation_spec
@@ -685,6 +686,7 @@ def specs() -> tuple[Spec, ...]:
     return (
         *(loss_spec(d, fixed) for d, fixed in table),
         logprobs_spec(),
+        entropy_spec(),
         aggregation_spec(),
         *advantage_specs(),
         *rejection_specs(),
