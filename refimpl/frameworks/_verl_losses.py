@@ -788,3 +788,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         "token-mean.",
     ),
 )
+
+# agg_loss in every loss_agg_mode (with its partition on the trainer's path) and the KL estimators
+from refimpl.frameworks import _verl_losses_agg  # noqa: E402
+
+ADAPTERS = (*ADAPTERS, *_verl_losses_agg.ADAPTERS)
