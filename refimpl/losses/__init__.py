@@ -12,7 +12,8 @@ One module per family; this package re-exports their public names, and so does t
   log-ratio penalty) and :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO): the surrogates.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy.
-- :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++.
+- :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
+  :mod:`refimpl.losses.gae`: GAE advantages and returns from per-token rewards and a critic.
 - :mod:`refimpl.losses.rejection`: per-sequence divergences, the any-token veto, IS batch
   normalisation, the off-policy sequence mask and M2PO's mask.
 - :mod:`refimpl.losses.logprobs`: a token's log-probability under temperature and top-k / top-p
@@ -43,6 +44,11 @@ from refimpl.losses.clipped import (
     dppo_loss,
     ppo_clip_loss,
     sapo_loss,
+)
+from refimpl.losses.gae import (
+    GAE,
+    ExactGAE,
+    gae_advantages,
 )
 from refimpl.losses.kl import (
     importance_weighted_kl,
@@ -83,7 +89,9 @@ from refimpl.losses.sequence import (
 
 __all__ = [
     "AGGREGATION_MODES",
+    "GAE",
     "SCALING_RULES",
+    "ExactGAE",
     "LogprobMismatch",
     "LogprobSemantics",
     "LossTerms",
@@ -94,6 +102,7 @@ __all__ = [
     "any_token_veto",
     "cispo_loss",
     "dppo_loss",
+    "gae_advantages",
     "gmpo_loss",
     "grpo_advantages",
     "gspo_loss",
