@@ -400,3 +400,217 @@ ADAPTERS: tuple[Adapter, ...] = (
         note="As seq-mean-token-sum-norm with loss_scale_factor=None: H is the padded width.",
     ),
 )
+
+
+# ---------------------------------------------------------------------------------------------
+# KL estimators: kl_penalty (with the straight-through '+' forms) and kl_penalty_forward
+# ---------------------------------------------------------------------------------------------
+
+
+def verl_kl_penalty_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="k1")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "k1")
+
+
+def verl_kl_penalty_abs(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="abs")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "abs")
+
+
+def verl_kl_penalty_k2(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="k2")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "k2")
+
+
+def verl_kl_penalty_low_var_kl(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="low_var_kl")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "low_var_kl")
+
+
+def verl_kl_penalty_k1_st(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="k1+")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "k1+")
+
+
+def verl_kl_penalty_abs_st(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="abs+")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "abs+")
+
+
+def verl_kl_penalty_k2_st(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="k2+")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "k2+")
+
+
+def verl_kl_penalty_k3_st(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty(logprob, ref_logprob, kl_penalty="k3+")`` (per token, not masked)."""
+    from verl.trainer.ppo.core_algos import kl_penalty
+
+    return kl_penalty(logp, logp_ref, "k3+")
+
+
+def verl_kl_penalty_forward_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty_forward(logprob, ref_logprob, kl_penalty="kl")`` (per token)."""
+    from verl.trainer.ppo.core_algos import kl_penalty_forward
+
+    return kl_penalty_forward(logp, logp_ref, "kl")
+
+
+def verl_kl_penalty_forward_abs(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty_forward(logprob, ref_logprob, kl_penalty="abs")`` (per token)."""
+    from verl.trainer.ppo.core_algos import kl_penalty_forward
+
+    return kl_penalty_forward(logp, logp_ref, "abs")
+
+
+def verl_kl_penalty_forward_k2(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty_forward(logprob, ref_logprob, kl_penalty="mse")`` (per token)."""
+    from verl.trainer.ppo.core_algos import kl_penalty_forward
+
+    return kl_penalty_forward(logp, logp_ref, "mse")
+
+
+def verl_kl_penalty_forward_k3(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """verl ``kl_penalty_forward(logprob, ref_logprob, kl_penalty="k3")`` (per token)."""
+    from verl.trainer.ppo.core_algos import kl_penalty_forward
+
+    return kl_penalty_forward(logp, logp_ref, "k3")
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.kl_penalty_k1",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "k1"},
+        spec="kl_penalty",
+        conventions={"estimator": "k1", "padding": "ignored"},
+        candidate=verl_kl_penalty_k1,
+        note="The k1 estimator log π − log π_ref (aliases 'kl').",
+    ),
+    Adapter(
+        key="verl.kl_penalty_abs",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "abs"},
+        spec="kl_penalty",
+        conventions={"estimator": "abs", "padding": "ignored"},
+        candidate=verl_kl_penalty_abs,
+        note="|log π − log π_ref|.",
+    ),
+    Adapter(
+        key="verl.kl_penalty_k2",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "k2"},
+        spec="kl_penalty",
+        conventions={"estimator": "k2", "padding": "ignored"},
+        candidate=verl_kl_penalty_k2,
+        note="½(log π − log π_ref)² (aliases 'mse'; 'k2+' is the same).",
+    ),
+    Adapter(
+        key="verl.kl_penalty_low_var_kl",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "low_var_kl"},
+        spec="kl_penalty",
+        conventions={"estimator": "low_var_kl", "padding": "ignored"},
+        candidate=verl_kl_penalty_low_var_kl,
+        note="k3 with the log-ratio clamped to ±20 and the value to ±10 (aliases 'k3'); the default kl_loss_type.",
+    ),
+    Adapter(
+        key="verl.kl_penalty_k1_st",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "k1+"},
+        spec="kl_penalty",
+        conventions={"estimator": "k1+", "padding": "ignored"},
+        candidate=verl_kl_penalty_k1_st,
+        note="Straight-through: the value of k1, the gradient of k2 (aliases 'kl+').",
+    ),
+    Adapter(
+        key="verl.kl_penalty_abs_st",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "abs+"},
+        spec="kl_penalty",
+        conventions={"estimator": "abs+", "padding": "ignored"},
+        candidate=verl_kl_penalty_abs_st,
+        note="Straight-through: the value of |log ρ|, the gradient of k2.",
+    ),
+    Adapter(
+        key="verl.kl_penalty_k2_st",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "k2+"},
+        spec="kl_penalty",
+        conventions={"estimator": "k2+", "padding": "ignored"},
+        candidate=verl_kl_penalty_k2_st,
+        note="'k2+' returns the k2 forward unchanged (the '+' is ignored for k2/mse).",
+    ),
+    Adapter(
+        key="verl.kl_penalty_k3_st",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty",
+        settings={"kl_loss_type": "k3+"},
+        spec="kl_penalty",
+        conventions={"estimator": "low_var_kl+", "padding": "ignored"},
+        candidate=verl_kl_penalty_k3_st,
+        note="Straight-through: the value of the clamped k3 (low_var_kl), the gradient of k2 (aliases 'low_var_kl+').",
+    ),
+    Adapter(
+        key="verl.kl_penalty_forward_k1",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty_forward",
+        settings={"kl_penalty": "kl"},
+        spec="kl_penalty",
+        conventions={"estimator": "k1", "padding": "ignored"},
+        candidate=verl_kl_penalty_forward_k1,
+        note="log π − log π_ref.",
+    ),
+    Adapter(
+        key="verl.kl_penalty_forward_abs",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty_forward",
+        settings={"kl_penalty": "abs"},
+        spec="kl_penalty",
+        conventions={"estimator": "abs", "padding": "ignored"},
+        candidate=verl_kl_penalty_forward_abs,
+        note="|log π − log π_ref|.",
+    ),
+    Adapter(
+        key="verl.kl_penalty_forward_k2",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty_forward",
+        settings={"kl_penalty": "mse"},
+        spec="kl_penalty",
+        conventions={"estimator": "k2", "padding": "ignored"},
+        candidate=verl_kl_penalty_forward_k2,
+        note="½(log π − log π_ref)².",
+    ),
+    Adapter(
+        key="verl.kl_penalty_forward_k3",
+        framework="verl",
+        function=f"{_CORE}:kl_penalty_forward",
+        settings={"kl_penalty": "k3"},
+        spec="kl_penalty",
+        conventions={"estimator": "low_var_kl", "padding": "ignored"},
+        candidate=verl_kl_penalty_forward_k3,
+        note="exp(clip(log π_ref − log π, ±20)) − clip(…) − 1, clamped to ±10.",
+    ),
+)
