@@ -40,6 +40,7 @@ from refimpl.testing._specs_losses import (
 )
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_entropy import entropy_spec
+from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_stats import aggregation_spec
@@ -686,8 +687,9 @@ def specs() -> tuple[Spec, ...]:
     return (
         *(loss_spec(d, fixed) for d, fixed in table),
         logprobs_spec(),
-        entropy_spec(),
         aggregation_spec(),
         *advantage_specs(),
         *rejection_specs(),
+        entropy_spec(),
+        gae_spec(),
     )
