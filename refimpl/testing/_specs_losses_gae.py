@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from refimpl.losses.advantages import reinforce_pp_advantages
-from refimpl.losses.gae import gae_advantages
+from refimpl.losses.gae import Gaps, gae_advantages
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Conventions, Spec
 from refimpl.testing._specs_weights import COMPUTE
@@ -247,12 +247,12 @@ def _strategy(**flags: Any) -> Strategy:
 
 def _raw(call: Call, conv: Conventions) -> tuple[Array, Array]:
     (rewards, values), kwargs = call
-    gaps = "steps" if conv["gaps"] == "steps" else "skip"
+    gaps: Gaps = "steps" if conv["gaps"] == "steps" else "skip"
     out = gae_advantages(
-        rewards,
-        values,
-        gamma=kwargs["gamma"],
-        lam=kwargs["lam"],
+        np.asarray(rewards, dtype=np.float64),
+        np.asarray(values, dtype=np.float64),
+        gamma=float(kwargs["gamma"]),
+        lam=float(kwargs["lam"]),
         mask=kwargs["mask"],
         bootstrap=kwargs.get("bootstrap"),
         gaps=gaps,
@@ -289,7 +289,7 @@ def _steps_condition(call: Call, conv: Conventions) -> Array:
     v = np.where(mask > 0, np.abs(np.asarray(values, dtype=np.float64)), 0.0)
     gamma, lam = float(kwargs["gamma"]), float(kwargs["lam"])
     boot = np.abs(np.asarray(kwargs.get("bootstrap", np.zeros(mask.shape[0])), dtype=np.float64))
-    gaps = "steps" if conv["gaps"] == "steps" else "skip"
+    gaps: Gaps = "steps" if conv["gaps"] == "steps" else "skip"
     s = gae_advantages(r + 2.0 * v, v, gamma=gamma, lam=lam, mask=mask, bootstrap=boot, gaps=gaps)
     # with |r| + 2|V| in place of r, each δ is |r| + γ|V'| + |V| (>= 0, so A = S)
     steps = np.cumsum(mask[:, ::-1], axis=1)[:, ::-1]
