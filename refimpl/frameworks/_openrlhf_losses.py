@@ -31,9 +31,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from refimpl.frameworks import _openrlhf_losses_kl
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
-from refimpl.losses.partition import ScalingRule
+from refimpl.frameworks._stubs import STUBS
 
 _LOSS = "openrlhf.models.loss"
 _TRAINER = (
@@ -42,21 +44,50 @@ _TRAINER = (
     "every rank / gas, global_batch_size = step non-empty sequences over every rank / gas, dp_size); "
     "DeepSpeed's engine.backward divides each micro-batch loss by gas, ranks averaged"
 )
-#: DeepSpeed divides every backward loss by gas (accumulation "mean"); OpenRLHF's denominators
-#: carry the same 1/gas and its dp_size cancels the ranks' mean. The preset ``openrlhf``
-#: ("global", "sum", "mean", world scale) is the net effect once the two gas factors cancel; this
-#: is the path as the code runs it.
-_DEEPSPEED = ScalingRule("global", "mean", "mean", True, "openrlhf_deepspeed")
 _EPS_1E8 = Divergence(
     "numerical limit",
     "aggregate_loss's sequence level divides each row's sum by L_b + 1e-8 "
     "(openrlhf/models/loss.py:aggregate_loss), a relative error of 1e-8/L_b, far above float64's "
-    "rounding.",
+    "rounding (checked in float32, where it is below the tolerance, every check passes).",
+)
+_SEQUENCE_CHECKS = (
+    "values",
+    "gradient",
+    "padding_contributes_nothing",
+    "on_policy_is_policy_gradient",
+    "huge_log_ratios_stay_finite",
+    "ratios_at_clip_boundaries",
+)
+_AGGREGATION_CHECKS = ("values", "gradient", "padding_contributes_nothing", "empty_rows")
+#: GSPO's sequence ratio overflows: mean log-ratio 1000 with A = 0 gives exp(1000)·0 = NaN.
+_GSPO_OVERFLOW = [
+    (
+        (np.array([[0.0]]), np.array([[-1000.0]]), np.array([[0.0]])),
+        {"eps_low": 0.2, "eps_high": None, "mask": np.array([[1.0]])},
+    )
+]
+_GSPO_REPORT = (
+    "PolicyLoss.forward with policy_loss_type='gspo' (openrlhf/models/loss.py) computes the "
+    "sequence ratio as exp(Σ_t (log π − log π_old)·m / L) with no bound on the mean log-ratio "
+    "before exp, whereas the 'ppo' path of the same method clamps the log-ratio to [−20, 20] "
+    "first. When the mean log-ratio of a sequence exceeds ~88.7 (float32) or ~709.8 (float64), "
+    "the ratio is inf; surr1 = inf·A is then NaN where A = 0 (a group whose rewards are all "
+    "equal), and the clipped branch's gradient is 0·inf = NaN, so one far-off-policy sequence "
+    "makes the loss and the whole step's gradient NaN. GSPO's reference implementations bound it "
+    "(verl's compute_policy_loss_gspo and SkyRL's gspo_policy_loss clamp the mean log-ratio at "
+    "10). Failing input: one valid token with log π = 0, log π_old = −1000, A = 0."
 )
 
 
 def openrlhf_ppo_token_level(
-    logp: Any, logp_old: Any, advantages: Any, *, eps_low: float, eps_high: Any, dual_clip: Any, mask: Any
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    *,
+    eps_low: float,
+    eps_high: Any,
+    dual_clip: Any,
+    mask: Any,
 ) -> Any:
     """OpenRLHF ``PolicyLoss(policy_loss_type="ppo", token_level_loss=True).forward``.
 
@@ -71,12 +102,21 @@ def openrlhf_ppo_token_level(
         dual_clip=None if dual_clip is None else float(dual_clip),
         token_level_loss=True,
     )
-    loss, *_ = loss_fn(logp, logp_old, advantages, action_mask=mask, **get_loss_batch_info(None, mask))
+    loss, *_ = loss_fn(
+        logp, logp_old, advantages, action_mask=mask, **get_loss_batch_info(None, mask)
+    )
     return loss
 
 
 def openrlhf_ppo_sequence_level(
-    logp: Any, logp_old: Any, advantages: Any, *, eps_low: float, eps_high: Any, dual_clip: Any, mask: Any
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    *,
+    eps_low: float,
+    eps_high: Any,
+    dual_clip: Any,
+    mask: Any,
 ) -> Any:
     """OpenRLHF ``PolicyLoss(token_level_loss=False).forward`` (``loss_agg_mode`` not token-mean)."""
     from openrlhf.models.loss import PolicyLoss
@@ -88,7 +128,9 @@ def openrlhf_ppo_sequence_level(
         dual_clip=None if dual_clip is None else float(dual_clip),
         token_level_loss=False,
     )
-    loss, *_ = loss_fn(logp, logp_old, advantages, action_mask=mask, **get_loss_batch_info(None, mask))
+    loss, *_ = loss_fn(
+        logp, logp_old, advantages, action_mask=mask, **get_loss_batch_info(None, mask)
+    )
     return loss
 
 
@@ -104,7 +146,9 @@ def openrlhf_gspo(
         clip_eps_high=float(eps_low if eps_high is None else eps_high),
         policy_loss_type="gspo",
     )
-    loss, *_ = loss_fn(logp, logp_old, advantages, action_mask=mask, **get_loss_batch_info(None, mask))
+    loss, *_ = loss_fn(
+        logp, logp_old, advantages, action_mask=mask, **get_loss_batch_info(None, mask)
+    )
     return loss
 
 
@@ -145,7 +189,7 @@ def openrlhf_micro_batch_token_level(
         dp_size=world_size,
         batch_num_tokens=global_tokens / accumulation_steps,  # _optimizer_step_loss_norm's / gas
     )
-    return loss
+    return loss / accumulation_steps  # DeepSpeed's engine.backward scales the loss by 1 / gas
 
 
 def openrlhf_micro_batch_sequence_level(
@@ -167,14 +211,15 @@ def openrlhf_micro_batch_sequence_level(
         advantages[:, None].expand_as(logp),
         action_mask=mask,
         dp_size=world_size,
-        global_batch_size=global_sequences / accumulation_steps,  # _optimizer_step_loss_norm's / gas
+        global_batch_size=global_sequences
+        / accumulation_steps,  # _optimizer_step_loss_norm's / gas
     )
-    return loss
+    return loss / accumulation_steps  # DeepSpeed's engine.backward scales the loss by 1 / gas
 
 
 _PPO = {"log_ratio_clamp": 20.0, "output": "scalar", "empty_batch": "excluded"}
 
-ADAPTERS: tuple[Adapter, ...] = (
+_ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="openrlhf.policy_loss_ppo_token_level",
         framework="openrlhf",
@@ -205,17 +250,39 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="ppo_clip",
         conventions={**_PPO, "aggregation": "seq_mean_token_mean"},
         candidate=openrlhf_ppo_sequence_level,
-        divergences={},
+        divergences=dict.fromkeys(_SEQUENCE_CHECKS, _EPS_1E8),
         note="PPO clip, each row's token mean (over L + 1e-8), averaged over non-empty rows.",
     ),
     Adapter(
         key="openrlhf.policy_loss_gspo",
         framework="openrlhf",
         function=f"{_LOSS}:PolicyLoss.forward",
-        settings={"policy_loss_type": "gspo", "clip_eps_low": "eps_low", "clip_eps_high": "eps_high"},
+        settings={
+            "policy_loss_type": "gspo",
+            "clip_eps_low": "eps_low",
+            "clip_eps_high": "eps_high",
+        },
         spec="gspo",
-        conventions={"output": "scalar", "aggregation": "seq_mean_token_mean", "empty_batch": "excluded"},
+        conventions={
+            "output": "scalar",
+            "aggregation": "seq_mean_token_mean",
+            "empty_batch": "excluded",
+        },
         candidate=openrlhf_gspo,
+        # The pinned overflow is tried first by every check, so each fails on it (NaN); the
+        # sequence mean's 1e-8 (_EPS_1E8) fails them too, on any input.
+        divergences=dict.fromkeys(
+            _SEQUENCE_CHECKS,
+            Divergence(
+                "defect",
+                "No bound on GSPO's mean log-ratio before exp (PolicyLoss.forward, "
+                "policy_loss_type='gspo'): exp overflows to inf and inf·0 is NaN in the loss "
+                "(A = 0) and in the gradient of the clipped branch. Besides, the sequence "
+                "mean's L + 1e-8 moves every value by 1e-8/L (a numerical limit).",
+                _GSPO_REPORT,
+            ),
+        ),
+        examples=(_GSPO_OVERFLOW,),
         note="GSPO's sequence ratio exp(mean log ρ) broadcast per token, sequence-level loss forced.",
     ),
     Adapter(
@@ -230,7 +297,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         partition=Partition(
             candidate=openrlhf_micro_batch_token_level,
             mode="token_mean",
-            rule=_DEEPSPEED,
+            rule="openrlhf",
             trainer=_TRAINER,
         ),
     ),
@@ -240,18 +307,32 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_LOSS}:aggregate_loss",
         settings={"token_level_loss": False},
         spec="aggregation",
-        conventions={"mode": "seq_mean_token_mean", "empty_rows": "excluded", "empty_batch": "excluded"},
+        conventions={
+            "mode": "seq_mean_token_mean",
+            "empty_rows": "excluded",
+            "empty_batch": "excluded",
+        },
         candidate=openrlhf_aggregate_sequence_level,
+        divergences=dict.fromkeys(_AGGREGATION_CHECKS, _EPS_1E8),
         note="Each row's token mean (L + 1e-8), summed over non-empty rows / global_batch_size.",
         partition=Partition(
             candidate=openrlhf_micro_batch_sequence_level,
             mode="seq_mean_token_mean",
-            rule=_DEEPSPEED,
+            rule="openrlhf",
             trainer=_TRAINER,
             rtol=1e-7,
         ),
     ),
     *_openrlhf_losses_kl.ADAPTERS,
+)
+
+#: ``openrlhf.models.loss`` and ``.utils`` import only with the package ``openrlhf.models`` stubbed
+#: (its ``__init__`` imports ``actor.py`` → ``flash_attn``) and a ``deepspeed`` stand-in
+#: (``utils.py`` imports it at the top; only ``set_z3_leaf_modules`` uses it). Until
+#: :data:`refimpl.frameworks.STUBS` has them, the adapters are not registered: every adapter's
+#: function is loaded by the framework stage's conftest, and these could not be.
+ADAPTERS: tuple[Adapter, ...] = (
+    _ADAPTERS if any(s.package == "openrlhf.models" for s in STUBS) else ()
 )
 
 __all__ = ["ADAPTERS"]

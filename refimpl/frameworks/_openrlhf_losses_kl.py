@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from refimpl.frameworks._registry import Adapter, Divergence
 
 _UTILS = "openrlhf.models.utils"
@@ -125,6 +127,22 @@ def openrlhf_entropy(logits: Any) -> Any:
     return compute_entropy(logits)
 
 
+_FULL_SOFTMAX = Divergence(
+    "convention",
+    "log_probs_from_logits (openrlhf/models/utils.py) takes the log-probability under the full "
+    "tempered softmax, with no top-k or top-p truncation (the sampler's support): a token outside "
+    "the kept support gets a finite log-probability, not −inf. Where top_k and top_p are None "
+    "every check passes.",
+)
+#: A token outside top_p = 0.5's support: the reference gives −inf, OpenRLHF log softmax.
+_TOP_P = [
+    (
+        (np.array([[[0.0, 1.0, 2.0]]]), np.array([[0]])),
+        {"temperature": 1.0, "top_k": None, "top_p": 0.5, "mask": np.array([[1.0]])},
+    )
+]
+
+
 def _kl(estimator: str, candidate: Any, *, unbiased: bool = False) -> Adapter:
     name = estimator + ("_unbiased_gradient" if unbiased else "")
     return Adapter(
@@ -178,6 +196,11 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="token_logprobs",
         conventions={"padding": "ignored"},
         candidate=openrlhf_log_probs,
+        divergences=dict.fromkeys(
+            ("values", "gradient", "padding_contributes_nothing", "huge_log_ratios_stay_finite"),
+            _FULL_SOFTMAX,
+        ),
+        examples=(_TOP_P,),
         note="z/T then gather − logsumexp over the full vocabulary; no top-k/top-p, unmasked.",
     ),
     Adapter(
@@ -192,4 +215,4 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
 )
 
-__all__ = ["ADAPTERS", "Divergence"]
+__all__ = ["ADAPTERS"]
