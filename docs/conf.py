@@ -189,7 +189,7 @@ def _link_citations_in_pages(app: Sphinx, docname: str, source: list[str]) -> No
 
 
 _CLAIM_ID = re.compile(
-    r"(?<![`\w-])((?:LB|OS|KM|FL|EF|PEN|VT|IS|ESS|ST|PS|SQ|KL|AD|RJ|LP|AG)\d+)(?![`\w])"
+    r"(?<![`\w-])((?:LB|OS|KM|FL|EF|PEN|VT|IS|ESS|ST|PS|SQ|KL|AD|RJ|LP|AG|GAE)\d+)(?![`\w])"
 )
 
 
