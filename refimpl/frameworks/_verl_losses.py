@@ -793,3 +793,8 @@ ADAPTERS: tuple[Adapter, ...] = (
 from refimpl.frameworks import _verl_losses_agg  # noqa: E402
 
 ADAPTERS = (*ADAPTERS, *_verl_losses_agg.ADAPTERS)
+
+# the outcome advantage estimators and the log-probability helpers
+from refimpl.frameworks import _verl_losses_adv  # noqa: E402
+
+ADAPTERS = (*ADAPTERS, *_verl_losses_adv.ADAPTERS)

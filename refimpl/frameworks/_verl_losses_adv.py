@@ -1,0 +1,290 @@
+"""verl (verl 0.9.1): the outcome advantage estimators and the log-probability helpers.
+
+``verl/trainer/ppo/core_algos.py``: each ``@register_adv_est`` estimator takes
+``token_level_rewards`` ``(B, T)`` (the outcome reward on one token), ``response_mask`` and, for
+the grouped ones, ``index``: the trainer's ``non_tensor_batch["uid"]``, a numpy object array of
+prompt ids (strings). The candidates put each reward on a one-token response (the grouped
+estimators sum the row) or, for REINFORCE++, on the last valid token of the spec's mask, pass the
+group labels as strings, and return the advantage of each row's first token.
+
+``compute_grpo_outcome_advantage``: ``(r − mean)/(torch.std + epsilon)`` per group (sample std,
+ε = 1e-6 added to it); a group of one gets mean 0 and std 1, so its advantage is its raw reward.
+``compute_grpo_vectorized_outcome_advantage`` computes the group statistics with
+``verl/utils/groupwise.py:group_mean_std``, in float32 whatever the input dtype.
+``compute_rloo_outcome_advantage`` leaves a singleton's reward as it is;
+``compute_rloo_vectorized_outcome_advantage`` multiplies it by ``(c > 1)``: 0.
+``compute_reinforce_plus_plus_outcome_advantage`` (γ from ``AlgoConfig``) and
+``_baseline_outcome_advantage`` (group-centred first, singletons raw) whiten over the batch's
+tokens with ``verl/utils/torch_functional.py:masked_whiten``.
+
+``verl/utils/torch_functional.py``: ``logprobs_from_logits`` uses flash-attn's cross-entropy or
+NPU's when available, else (CPU) ``logprobs_from_logits_v2`` (gather − logsumexp per row);
+``logprobs_from_logits_naive`` is ``log_softmax`` + gather. The logits are divided by the
+temperature before (``verl/workers/engine/fsdp/transformer_impl.py:
+_scale_logits_by_temperature``); no top-k or top-p is applied when training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.frameworks._registry import Adapter, Divergence
+
+_CORE = "verl.trainer.ppo.core_algos"
+_TF = "verl.utils.torch_functional"
+
+
+# ---------------------------------------------------------------------------------------------
+# advantages
+# ---------------------------------------------------------------------------------------------
+
+
+def verl_grpo_advantages(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="grpo"``, ``norm_adv_by_std_in_grpo=True``."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=r,
+        response_mask=torch.ones_like(r),
+        index=index,
+        norm_adv_by_std_in_grpo=True,
+    )
+    return advantages[:, 0]
+
+
+def verl_grpo_advantages_no_std(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="grpo"``, ``norm_adv_by_std_in_grpo=False`` (Dr GRPO)."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=r,
+        response_mask=torch.ones_like(r),
+        index=index,
+        norm_adv_by_std_in_grpo=False,
+    )
+    return advantages[:, 0]
+
+
+def verl_grpo_vectorized_advantages(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="grpo_vectorized"``, ``norm_adv_by_std_in_grpo=True``."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_grpo_vectorized_outcome_advantage(
+        token_level_rewards=r,
+        response_mask=torch.ones_like(r),
+        index=index,
+        norm_adv_by_std_in_grpo=True,
+    )
+    return advantages[:, 0]
+
+
+def verl_grpo_vectorized_advantages_no_std(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="grpo_vectorized"``, ``norm_adv_by_std_in_grpo=False``."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_grpo_vectorized_outcome_advantage(
+        token_level_rewards=r,
+        response_mask=torch.ones_like(r),
+        index=index,
+        norm_adv_by_std_in_grpo=False,
+    )
+    return advantages[:, 0]
+
+
+def verl_rloo_advantages(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="rloo"``."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_rloo_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_rloo_outcome_advantage(
+        token_level_rewards=r, response_mask=torch.ones_like(r), index=index
+    )
+    return advantages[:, 0]
+
+
+def verl_rloo_vectorized_advantages(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="rloo_vectorized"``."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_rloo_vectorized_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_rloo_vectorized_outcome_advantage(
+        token_level_rewards=r, response_mask=torch.ones_like(r), index=index
+    )
+    return advantages[:, 0]
+
+
+def verl_reinforce_pp_advantages(rewards: Any, *, mask: Any) -> Any:
+    """verl ``adv_estimator="reinforce_plus_plus"``, ``gamma=1.0``: the outcome reward on each
+    row's last valid token."""
+    import torch
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.core_algos import compute_reinforce_plus_plus_outcome_advantage
+
+    m = torch.as_tensor(mask)
+    r = torch.as_tensor(rewards).reshape(-1)
+    last = (m.sum(dim=-1).long() - 1).clamp(min=0)
+    token_rewards = torch.zeros_like(m, dtype=r.dtype)
+    token_rewards[torch.arange(m.shape[0]), last] = r
+    advantages, _ = compute_reinforce_plus_plus_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=m.to(r.dtype), config=AlgoConfig(gamma=1.0)
+    )
+    return advantages[:, 0]
+
+
+def verl_reinforce_pp_baseline_advantages(rewards: Any, *, mask: Any, group: Any) -> Any:
+    """verl ``adv_estimator="reinforce_plus_plus_baseline"``: the outcome reward on each row's
+    last valid token, the group labels as ``index``."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import (
+        compute_reinforce_plus_plus_baseline_outcome_advantage,
+    )
+
+    m = torch.as_tensor(mask)
+    r = torch.as_tensor(rewards).reshape(-1)
+    last = (m.sum(dim=-1).long() - 1).clamp(min=0)
+    token_rewards = torch.zeros_like(m, dtype=r.dtype)
+    token_rewards[torch.arange(m.shape[0]), last] = r
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_reinforce_plus_plus_baseline_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=m.to(r.dtype), index=index
+    )
+    return advantages[:, 0]
+
+
+_SINGLETON_EPSILON = Divergence(
+    "numerical limit",
+    "compute_grpo_outcome_advantage gives a group of one mean torch.tensor(0.0) and std "
+    "torch.tensor(1.0) and then divides like any group, (r − 0)/(1 + epsilon), with the std a "
+    "float32 tensor: a singleton's advantage is r/(1 + 1e-6 rounded in float32), a relative "
+    "9.5e-7 below its raw reward.",
+)
+_WHITEN_EPSILON = Divergence(
+    "numerical limit",
+    "masked_whiten's mean and variance are verl_F.masked_mean, which divides by mask.sum() + "
+    "1e-8 (torch_functional.py masked_mean): the batch mean is shrunk by a relative 1e-8/N, so "
+    "the advantages are shifted by about 1e-8·|m|/(N·D), their mean is not exactly 0 and their "
+    "std not exactly s/D; in a batch whose rewards are all equal to c the advantages are "
+    "c·1e-4/N instead of 0, so a shift of every reward moves them.",
+)
+_WHITEN_CHECKS = ("values", "zero_group_mean", "unit_std", "shift_invariance")
+
+_GRPO = {"std": "sample", "eps": 1e-6, "eps_placement": "std", "singleton": "raw"}
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter(
+        key="verl.adv_grpo",
+        framework="verl",
+        function=f"{_CORE}:compute_grpo_outcome_advantage",
+        settings={"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": True},
+        spec="grpo_advantages",
+        conventions=_GRPO,
+        candidate=verl_grpo_advantages,
+        divergences={"values": _SINGLETON_EPSILON, "singleton_groups": _SINGLETON_EPSILON},
+        note="(r − mean)/(sample std + 1e-6) per uid group; a group of one keeps its reward.",
+    ),
+    Adapter(
+        key="verl.adv_grpo_no_std",
+        framework="verl",
+        function=f"{_CORE}:compute_grpo_outcome_advantage",
+        settings={"adv_estimator": "grpo", "norm_adv_by_std_in_grpo": False},
+        spec="grpo_advantages",
+        conventions={**_GRPO, "std": "none"},
+        candidate=verl_grpo_advantages_no_std,
+        note="Dr GRPO: r − group mean; a group of one keeps its reward.",
+    ),
+    Adapter(
+        key="verl.adv_grpo_vectorized",
+        framework="verl",
+        function=f"{_CORE}:compute_grpo_vectorized_outcome_advantage",
+        settings={"adv_estimator": "grpo_vectorized", "norm_adv_by_std_in_grpo": True},
+        spec="grpo_advantages",
+        conventions=_GRPO,
+        candidate=verl_grpo_vectorized_advantages,
+        dtype="float32",
+        note="As grpo, with the group mean and std computed in float32 (group_mean_std).",
+    ),
+    Adapter(
+        key="verl.adv_grpo_vectorized_no_std",
+        framework="verl",
+        function=f"{_CORE}:compute_grpo_vectorized_outcome_advantage",
+        settings={"adv_estimator": "grpo_vectorized", "norm_adv_by_std_in_grpo": False},
+        spec="grpo_advantages",
+        conventions={**_GRPO, "std": "none"},
+        candidate=verl_grpo_vectorized_advantages_no_std,
+        dtype="float32",
+        note="r − group mean (float32 mean); a group of one keeps its reward.",
+    ),
+    Adapter(
+        key="verl.adv_rloo",
+        framework="verl",
+        function=f"{_CORE}:compute_rloo_outcome_advantage",
+        settings={"adv_estimator": "rloo"},
+        spec="rloo_advantages",
+        conventions={"singleton": "raw"},
+        candidate=verl_rloo_advantages,
+        note="r·n/(n − 1) − mean·n/(n − 1) per group; a group of one keeps its reward.",
+    ),
+    Adapter(
+        key="verl.adv_rloo_vectorized",
+        framework="verl",
+        function=f"{_CORE}:compute_rloo_vectorized_outcome_advantage",
+        settings={"adv_estimator": "rloo_vectorized"},
+        spec="rloo_advantages",
+        conventions={"singleton": "zero"},
+        candidate=verl_rloo_vectorized_advantages,
+        note="(c·r − Σ)/(c − 1)·(c > 1): a group of one gets 0, unlike 'rloo'.",
+    ),
+    Adapter(
+        key="verl.adv_reinforce_plus_plus",
+        framework="verl",
+        function=f"{_CORE}:compute_reinforce_plus_plus_outcome_advantage",
+        settings={"adv_estimator": "reinforce_plus_plus", "gamma": 1.0},
+        spec="reinforce_pp_advantages",
+        conventions={"baseline": "none", "std": "sample", "eps": 1e-8, "eps_placement": "variance"},
+        candidate=verl_reinforce_pp_advantages,
+        divergences=dict.fromkeys(_WHITEN_CHECKS, _WHITEN_EPSILON),
+        note="γ = 1 returns (the reward at every valid token) whitened over the batch's tokens "
+        "by masked_whiten (sample variance, rsqrt(var + 1e-8)).",
+    ),
+    Adapter(
+        key="verl.adv_reinforce_plus_plus_baseline",
+        framework="verl",
+        function=f"{_CORE}:compute_reinforce_plus_plus_baseline_outcome_advantage",
+        settings={"adv_estimator": "reinforce_plus_plus_baseline"},
+        spec="reinforce_pp_advantages",
+        conventions={
+            "baseline": "group",
+            "std": "sample",
+            "eps": 1e-8,
+            "eps_placement": "variance",
+            "singleton": "raw",
+        },
+        candidate=verl_reinforce_pp_baseline_advantages,
+        divergences=dict.fromkeys(_WHITEN_CHECKS, _WHITEN_EPSILON),
+        note="r − group mean (a singleton keeps r) on every valid token, whitened over the "
+        "batch's tokens by masked_whiten.",
+    ),
+)
