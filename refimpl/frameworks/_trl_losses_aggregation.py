@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter, Partition
+from refimpl.frameworks._registry import Adapter, Divergence, Partition
 
 _GRPO = "trl.trainer.grpo_trainer:GRPOTrainer._compute_loss"
 _TRAINER = "trl/trainer/grpo_trainer.py:GRPOTrainer._compute_loss"
@@ -216,6 +216,7 @@ def _aggregation_adapter(
     *,
     counted: bool,
     shared: str = "",
+    divergences: dict[str, Divergence] | None = None,
 ) -> Adapter:
     empty = "counted" if counted else "excluded"
     return Adapter(
@@ -238,9 +239,27 @@ def _aggregation_adapter(
             "trl/trainer/grpo_trainer.py:GRPOTrainer._generate_and_score_completions "
             "(accelerator.gather(loss_mask.sum()).sum() over the generation batch); "
             "loss_is_scaled_for_ga = True (transformers Trainer.training_step does not rescale)",
+            divergences=divergences or {},
         ),
     )
 
+
+_LOCAL_TOKENS = Divergence(
+    "convention",
+    "loss_type='bnpo' divides each micro-batch's token sum by that micro-batch's own valid tokens "
+    "and the micro-batch losses by K (GRPOTrainer._compute_loss), so a token's weight is "
+    "1/(K·N_k) (DDP averaging the ranks: 1/(K·R·N_rk)) instead of the step's 1/N: it depends on "
+    "how the tokens fall into micro-batches. GRPOConfig documents it: 'normalization is performed "
+    "over the local batch only, so results may slightly vary depending on the local batch size'.",
+)
+_FLOAT32_NORMALIZER = Divergence(
+    "numerical limit",
+    "loss_type='dapo' computes normalizer = num_items_in_batch.clamp(min=1.0) / num_processes "
+    "(GRPOTrainer._compute_loss); num_items_in_batch is an integer tensor (the gathered sum of the "
+    "long completion mask), and clamp with a float bound promotes it to torch's default dtype, "
+    "float32: N / R (and · K / steps_per_generation) is rounded to float32, a relative change of up "
+    "to ~6e-8 in every weight when R does not divide N. Exact in float32 training.",
+)
 
 ADAPTERS: tuple[Adapter, ...] = (
     _aggregation_adapter(
@@ -252,7 +271,7 @@ ADAPTERS: tuple[Adapter, ...] = (
     _aggregation_adapter(
         "bnpo", "bnpo", "token_mean", trl_bnpo_aggregation, trl_bnpo_micro_batch, "trl_bnpo",
         "Σ m·ℓ / max(Σ m, 1) over the micro-batch's tokens, / K.",
-        counted=False,
+        counted=False, divergences={"gradient": _LOCAL_TOKENS},
     ),
     _aggregation_adapter(
         "dr_grpo", "dr_grpo", "token_sum_norm", trl_dr_grpo_aggregation,
@@ -264,6 +283,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         "dapo", "dapo", "token_mean", trl_dapo_aggregation, trl_dapo_micro_batch, "trl_dapo",
         "Σ m·ℓ / (num_items_in_batch / R · K / steps_per_generation): the step's tokens.",
         counted=False, shared="cispo, vespo",
+        divergences={"gradient": _FLOAT32_NORMALIZER},
     ),
     _aggregation_adapter(
         "luspo", "luspo", "seq_mean_token_sum", trl_luspo_aggregation, trl_luspo_micro_batch,

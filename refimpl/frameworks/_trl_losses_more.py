@@ -40,6 +40,28 @@ def trl_selective_log_softmax(
     return selective_log_softmax(logits, index, temperature=float(temperature))
 
 
+def trl_entropy_from_logits(logits: Any) -> Any:
+    """TRL's ``entropy_from_logits(logits)`` (torch path on CPU, chunks of 128 rows): no temperature
+    (its callers divide first) and no mask."""
+    from trl.trainer.utils import entropy_from_logits
+
+    return entropy_from_logits(logits)
+
+
+def trl_selective_log_softmax_and_entropy(logits: Any, *, temperature: Any, mask: Any) -> Any:
+    """The entropy of TRL's ``selective_log_softmax_and_entropy(logits, index, temperature=temperature,
+    row_mask=mask)`` (torch path on CPU), the tokens all 0 (they select only the log-probability)."""
+    import torch
+    from trl.trainer.utils import selective_log_softmax_and_entropy
+
+    index = torch.zeros(logits.shape[:-1], dtype=torch.long)
+    row_mask = torch.as_tensor(mask).to(torch.long)
+    _, entropy = selective_log_softmax_and_entropy(
+        logits, index, temperature=float(temperature), row_mask=row_mask
+    )
+    return entropy
+
+
 def trl_off_policy_sequence_mask(
     logp_target: Any, logp_behavior: Any, advantages: Any, *, delta: Any, mask: Any
 ) -> Any:
@@ -105,7 +127,7 @@ def async_grpo_loss(
     n = int(m.sum())
     adv = advantages if advantages.dim() == 2 else advantages[:, None].expand(rows, width)
     flat = m.reshape(-1).nonzero().reshape(-1)  # the valid tokens, row-major
-    segment = torch.arange(rows)[:, None].expand(rows, width).reshape(-1)[flat]
+    segment = torch.arange(rows)[:, None].expand(rows, width)
 
     class Model:
         def __call__(self, **_kwargs: Any) -> Any:
@@ -226,6 +248,26 @@ ADAPTERS: tuple[Adapter, ...] = (
             _NO_FILTER,
         ),
         note="log softmax(logits / T) at the tokens, over the full vocabulary (no top-k/top-p).",
+    ),
+    Adapter(
+        key="trl.entropy_from_logits",
+        framework="trl",
+        function=f"{_UTILS}:entropy_from_logits",
+        settings={},
+        spec="token_entropy",
+        conventions={"temperature": "none", "mask": "none", "padding": "ignored"},
+        candidate=trl_entropy_from_logits,
+        note="−Σ p log p of log_softmax(logits) per position, in chunks; no temperature, no mask.",
+    ),
+    Adapter(
+        key="trl.selective_log_softmax_and_entropy",
+        framework="trl",
+        function=f"{_UTILS}:selective_log_softmax_and_entropy",
+        settings={"temperature": "temperature", "row_mask": "mask"},
+        spec="token_entropy",
+        conventions={},
+        candidate=trl_selective_log_softmax_and_entropy,
+        note="The entropy output: logits / T, entropy_from_logits, zero where row_mask is 0.",
     ),
     Adapter(
         key="trl.off_policy_sequence_mask",
