@@ -631,8 +631,8 @@ ADAPTERS: tuple[Adapter, ...] = (
 )
 
 
-from refimpl.frameworks._trl_losses_aggregation import ADAPTERS as _AGGREGATION  # noqa: E402
 from refimpl.frameworks._trl_losses_advantages import ADAPTERS as _ADVANTAGES  # noqa: E402
+from refimpl.frameworks._trl_losses_aggregation import ADAPTERS as _AGGREGATION  # noqa: E402
 from refimpl.frameworks._trl_losses_more import ADAPTERS as _MORE  # noqa: E402
 
 ADAPTERS = (*ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES)
