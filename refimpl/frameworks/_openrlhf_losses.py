@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.frameworks import _openrlhf_losses_kl
+from refimpl.frameworks import _openrlhf_losses_advantages, _openrlhf_losses_kl
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
 from refimpl.frameworks._stubs import STUBS
 
@@ -324,6 +324,7 @@ _ADAPTERS: tuple[Adapter, ...] = (
         ),
     ),
     *_openrlhf_losses_kl.ADAPTERS,
+    *_openrlhf_losses_advantages.ADAPTERS,
 )
 
 #: ``openrlhf.models.loss`` and ``.utils`` import only with the package ``openrlhf.models`` stubbed

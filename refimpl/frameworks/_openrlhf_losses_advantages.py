@@ -1,0 +1,204 @@
+"""OpenRLHF (openrlhf 0.11.2): its advantage estimators, read from its installed sources.
+
+``openrlhf/trainer/ppo_utils/experience_maker.py:RemoteExperienceMaker.compute_advantages_and_returns``
+casts the rewards to at least float32, reshapes them to ``(-1, n_samples_per_prompt)``
+(contiguous equal-size groups) and shapes them: ``rloo`` subtracts the leave-one-out mean
+(``/(n − 1)``), ``reinforce_baseline`` and ``dr_grpo`` the group mean, ``group_norm`` divides the
+centred rewards by ``torch.std`` (sample) ``+ 1e-9``; ``reinforce`` leaves them. Each reward is put
+at the row's last valid token (``compute_reward``) and summed backwards (``get_cumulative_returns``,
+γ forced to 1 except for ``reinforce``), so every valid token up to the last carries it.
+``gae``, ``reinforce`` and ``reinforce_baseline`` are then whitened over every valid token of the
+batch: ``(A − mean)·rsqrt(max(var, 1e-8))`` with the population variance. ``get_advantages_and_returns``
+is GAE on ``rewards·m`` and ``values·m`` (a masked gap is a step with reward and value 0; the value
+after the last position is 0), returning ``(advantages, advantages + values·m)``.
+
+The module cannot be imported here (``openrlhf.trainer.ray`` imports vllm; its launcher imports
+``Actor`` (flash_attn) and the DeepSpeed strategy): the class is executed from its installed file
+(a :data:`refimpl.frameworks.SOURCE_LOADS` entry, asked for in this round's report).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._stubs import SOURCE_LOADS
+
+_MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
+
+
+def openrlhf_advantages(estimator: str, rewards: Any, group: Any, mask: Any) -> Any:
+    """``RemoteExperienceMaker.compute_advantages_and_returns`` on one experience of B rows.
+
+    The smallest objects the method reads: an instance made with ``__new__``, its
+    ``strategy.args`` (``n_samples_per_prompt`` = the group size, γ = 1, no reward clip, no length
+    penalty), ``kl_ctl.value = 0`` and one experience. Returns each row's advantage at its first
+    valid token (the value every valid token of the row carries).
+    """
+    import types
+
+    import torch
+
+    from refimpl.frameworks import load_from_source
+
+    maker_class = load_from_source("openrlhf.trainer.ppo_utils.experience_maker")[
+        "RemoteExperienceMaker"
+    ]
+    ns = types.SimpleNamespace
+    rows = rewards.shape[0]
+    n = rows if group is None else rows // len(torch.unique(group))  # contiguous equal groups
+    args = ns(
+        rollout=ns(n_samples_per_prompt=n),
+        algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
+        reward=ns(clip_range=None),
+    )
+    maker = maker_class.__new__(maker_class)
+    maker.strategy = ns(args=args)
+    maker.advantage_estimator = estimator
+    maker.kl_ctl = ns(value=0.0)
+    action_mask = torch.ones(rows, 1, dtype=rewards.dtype) if mask is None else mask
+    experience = ns(
+        index=list(range(rows)),
+        rewards=rewards.clone(),
+        info={},
+        kl=torch.zeros_like(action_mask, dtype=rewards.dtype),
+        action_mask=action_mask,
+        values=None,
+    )
+    maker.compute_advantages_and_returns([experience])
+    first = action_mask.to(torch.int64).argmax(dim=1, keepdim=True)
+    return experience.advantages.gather(1, first)[:, 0]
+
+
+def openrlhf_group_norm(rewards: Any, *, group: Any) -> Any:
+    """OpenRLHF ``compute_advantages_and_returns``, ``advantage.estimator="group_norm"`` (GRPO)."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("group_norm", rewards, group, None)
+
+
+def openrlhf_dr_grpo(rewards: Any, *, group: Any) -> Any:
+    """OpenRLHF ``compute_advantages_and_returns``, ``advantage.estimator="dr_grpo"`` (centred, not scaled)."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("dr_grpo", rewards, group, None)
+
+
+def openrlhf_rloo(rewards: Any, *, group: Any) -> Any:
+    """OpenRLHF ``compute_advantages_and_returns``, ``advantage.estimator="rloo"``."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("rloo", rewards, group, None)
+
+
+def openrlhf_reinforce(rewards: Any, *, mask: Any) -> Any:
+    """OpenRLHF ``compute_advantages_and_returns``, ``advantage.estimator="reinforce"`` (REINFORCE++: token-level batch whitening)."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("reinforce", rewards, None, mask)
+
+
+def openrlhf_reinforce_baseline(rewards: Any, *, mask: Any, group: Any) -> Any:
+    """OpenRLHF ``compute_advantages_and_returns``, ``advantage.estimator="reinforce_baseline"`` (group mean, then batch whitening)."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("reinforce_baseline", rewards, group, mask)
+
+
+def openrlhf_gae(rewards: Any, values: Any, *, gamma: float, lam: float, mask: Any) -> Any:
+    """OpenRLHF ``RemoteExperienceMaker.get_advantages_and_returns`` (reads nothing of ``self``)."""
+    from refimpl.frameworks import load_from_source
+
+    maker_class = load_from_source("openrlhf.trainer.ppo_utils.experience_maker")[
+        "RemoteExperienceMaker"
+    ]
+    maker = maker_class.__new__(maker_class)
+    return maker.get_advantages_and_returns(values, rewards, mask, float(gamma), float(lam))
+
+
+_GROUPS = {"groups": "contiguous", "singleton": "excluded"}
+_WHITEN = {"std": "population", "eps": 1e-8, "eps_placement": "floor"}
+
+
+def _adapter(
+    key: str,
+    estimator: str,
+    spec: str,
+    conventions: Any,
+    candidate: Any,
+    note: str,
+    dtype: str = "float64",
+) -> Adapter:
+    return Adapter(
+        key=f"openrlhf.{key}",
+        framework="openrlhf",
+        function=f"{_MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
+        settings={"advantage.estimator": estimator, "n_samples_per_prompt": "group size"},
+        spec=spec,
+        conventions=conventions,
+        candidate=candidate,
+        note=note,
+        dtype=dtype,
+    )
+
+
+_ADAPTERS: tuple[Adapter, ...] = (
+    _adapter(
+        "advantages_group_norm",
+        "group_norm",
+        "grpo_advantages",
+        {**_GROUPS, "std": "sample", "eps": 1e-9, "eps_placement": "std"},
+        openrlhf_group_norm,
+        "(r − mean)/(sample std + 1e-9) per contiguous group of n_samples_per_prompt rows.",
+    ),
+    _adapter(
+        "advantages_dr_grpo",
+        "dr_grpo",
+        "grpo_advantages",
+        {**_GROUPS, "std": "none"},
+        openrlhf_dr_grpo,
+        "r − group mean (Dr GRPO), not scaled.",
+    ),
+    _adapter(
+        "advantages_rloo",
+        "rloo",
+        "rloo_advantages",
+        _GROUPS,
+        openrlhf_rloo,
+        "r − mean of the other n − 1 rewards of the group.",
+    ),
+    _adapter(
+        "advantages_reinforce",
+        "reinforce",
+        "reinforce_pp_advantages",
+        _WHITEN,
+        openrlhf_reinforce,
+        "The reward at every valid token, whitened in float32 over the batch's valid tokens.",
+        dtype="float32",  # the whitening casts the advantages with .float(); the spec has no compute_dtype
+    ),
+    _adapter(
+        "advantages_reinforce_baseline",
+        "reinforce_baseline",
+        "reinforce_pp_advantages",
+        {**_WHITEN, **_GROUPS, "baseline": "group"},
+        openrlhf_reinforce_baseline,
+        "r − group mean at every valid token, then whitened in float32 over the valid tokens.",
+        dtype="float32",  # the whitening casts the advantages with .float(); the spec has no compute_dtype
+    ),
+    Adapter(
+        key="openrlhf.gae",
+        framework="openrlhf",
+        function=f"{_MAKER}:RemoteExperienceMaker.get_advantages_and_returns",
+        settings={"advantage.estimator": "gae", "gamma": "gamma", "lambd": "lam"},
+        spec="gae_advantages",
+        conventions={"output": "both", "gaps": "steps", "padding": "ignored"},
+        candidate=openrlhf_gae,
+        note="GAE on rewards·m and values·m (a gap is a step), (advantages, advantages + values·m); "
+        "the batch whitening follows in compute_advantages_and_returns.",
+    ),
+)
+
+#: Registered once :data:`refimpl.frameworks.SOURCE_LOADS` executes the class from its file.
+ADAPTERS: tuple[Adapter, ...] = _ADAPTERS if any(e.source == _MAKER for e in SOURCE_LOADS) else ()
+
+__all__ = ["ADAPTERS"]
