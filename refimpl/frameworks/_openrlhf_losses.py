@@ -8,8 +8,7 @@
   forces the sequence-level loss and uses ``s = exp(Σ_t d·m / max(L, 1))`` broadcast over the
   row (times the mask), with no cap on the mean log-ratio before ``exp``. The vLLM mismatch
   correction (``is_correction_level``/``_mode``/``_gating``) multiplies the per-token loss by a
-  detached weight of ``π_old/π_rollout`` before aggregation (not covered here: no spec for the
-  product of a PPO loss and a masked or clamped IS weight; see the report).
+  detached weight of ``π_old/π_rollout`` before aggregation (:mod:`._openrlhf_losses_correction`).
 - ``aggregate_loss(loss, mask, token_level_loss, dp_size, batch_num_tokens, global_batch_size)``:
   token level ``Σ loss·m / batch_num_tokens · dp_size`` (``masked_mean`` when no count is given);
   sequence level ``Σ_b [Σ_t loss·m / (L_b + 1e-8)]·[L_b > 0] / global_batch_size · dp_size``
@@ -33,7 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.frameworks import _openrlhf_losses_advantages, _openrlhf_losses_kl
+from refimpl.frameworks import (
+    _openrlhf_losses_advantages,
+    _openrlhf_losses_correction,
+    _openrlhf_losses_kl,
+)
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
 from refimpl.frameworks._stubs import STUBS
 
@@ -323,6 +326,7 @@ _ADAPTERS: tuple[Adapter, ...] = (
             rtol=1e-7,
         ),
     ),
+    *_openrlhf_losses_correction.ADAPTERS,
     *_openrlhf_losses_kl.ADAPTERS,
     *_openrlhf_losses_advantages.ADAPTERS,
 )
