@@ -308,7 +308,11 @@ ADAPTERS: tuple[Adapter, ...] = (
             "empty_batch": "excluded",
         },
         candidate=trl_async_grpo_loss,
-        divergences={"values": _NO_DUAL, "gradient": _NO_DUAL},
+        divergences={
+            "values": _NO_DUAL,
+            "gradient": _NO_DUAL,
+            "huge_log_ratios_stay_finite": _NO_DUAL,
+        },
         note="The clipped surrogate on the packed valid tokens, summed / global_n_tokens (one rank); "
         "a micro-batch without a trained token is never packed (compute_loss's segment_id.max() "
         "needs one).",
