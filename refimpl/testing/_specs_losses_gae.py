@@ -401,7 +401,15 @@ def _padding(case: Case) -> None:
                     "pass conventions={'padding': 'ignored'} if the outputs at padding are never "
                     "read"
                 )
-        _agree(case, i, "with garbage in the padded rewards and values, ")
+        try:
+            _agree(case, i, "with garbage in the padded rewards and values, ")
+        except AssertionError as err:
+            raise AssertionError(
+                f"{err}. The recursion reads a padded reward or value (the value after the last "
+                "valid token must be 0 or the bootstrap, not the next column's): mask them, or "
+                "declare conventions={'padding_inputs': 'zero'} if the callers' padding is 0 "
+                "(SkyRL 0.3.0)"
+            ) from None
 
 
 def _td_error(case: Case) -> None:
