@@ -376,3 +376,90 @@ ADAPTERS = (
         note="log_softmax(logits / T) gathered at the token.",
     ),
 )
+
+
+def verl_entropy_from_logits(logits: Any) -> Any:
+    """verl ``entropy_from_logits``: ``logsumexp(z) − Σ softmax(z)·z`` per position (the FSDP
+    engine divides the logits by the temperature before)."""
+    from verl.utils.torch_functional import entropy_from_logits
+
+    return entropy_from_logits(logits)
+
+
+def verl_entropy_from_logits_with_chunking(logits: Any) -> Any:
+    """verl ``entropy_from_logits_with_chunking`` on the (B·T, V) rows, reshaped to (B, T)."""
+    from verl.utils.torch_functional import entropy_from_logits_with_chunking
+
+    rows = logits.reshape(-1, logits.shape[-1])
+    return entropy_from_logits_with_chunking(rows, chunk_size=2048).reshape(logits.shape[:-1])
+
+
+def verl_gae_advantages(rewards: Any, values: Any, *, gamma: float, lam: float, mask: Any) -> Any:
+    """verl ``adv_estimator="gae"``: ``compute_gae_advantage_return`` (whitened advantages, raw
+    returns)."""
+    from verl.trainer.ppo.core_algos import compute_gae_advantage_return
+
+    advantages, returns = compute_gae_advantage_return(
+        token_level_rewards=rewards, values=values, response_mask=mask, gamma=gamma, lam=lam
+    )
+    return advantages, returns
+
+
+_ENTROPY = {"temperature": "none", "mask": "none", "padding": "ignored"}
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.entropy_from_logits",
+        framework="verl",
+        function=f"{_TF}:entropy_from_logits",
+        settings={"actor.entropy_from_logits_with_chunking": False},
+        spec="token_entropy",
+        conventions=_ENTROPY,
+        candidate=verl_entropy_from_logits,
+        note="logsumexp(z) − Σ softmax(z)·z at every position (no mask), in the logits' dtype.",
+    ),
+    Adapter(
+        key="verl.entropy_from_logits_with_chunking",
+        framework="verl",
+        function=f"{_TF}:entropy_from_logits_with_chunking",
+        settings={"actor.entropy_from_logits_with_chunking": True},
+        spec="token_entropy",
+        conventions={**_ENTROPY, "compute_dtype": "float32"},
+        candidate=verl_entropy_from_logits_with_chunking,
+        note="The same formula over chunks of 2048 rows, each cast to float32, written into a "
+        "float32 tensor.",
+    ),
+    Adapter(
+        key="verl.adv_gae",
+        framework="verl",
+        function=f"{_CORE}:compute_gae_advantage_return",
+        settings={"adv_estimator": "gae"},
+        spec="gae_advantages",
+        conventions={
+            "output": "both",
+            "whiten": "batch",
+            "whiten_std": "sample",
+            "whiten_eps": 1e-8,
+            "eps_placement": "variance",
+            "gaps": "skip",
+            "bootstrap": "zero",
+            "padding": "ignored",
+        },
+        candidate=verl_gae_advantages,
+        divergences=dict.fromkeys(
+            (
+                "values",
+                "padding_contributes_nothing",
+                "lambda_zero_is_td_error",
+                "lambda_one_is_discounted_return",
+                "gaps_in_the_mask",
+                "whitened_mean_and_std",
+            ),
+            _WHITEN_EPSILON,
+        ),
+        note="GAE with masked positions skipped (values and advantages carried across them), "
+        "advantages whitened over the batch's valid tokens by masked_whiten, returns A + V "
+        "before whitening.",
+    ),
+)
