@@ -327,6 +327,17 @@ def areal_gather_logprobs_entropy(
     return torch.where(mask > 0, logp, 0.0)
 
 
+def areal_entropy(logits: Any, *, temperature: Any) -> Any:
+    """The entropy of ``gather_logprobs_entropy`` (``−Σ p·log p`` of ``softmax(logits.float() / T)``);
+    the labels only select the log-probs, so any in-vocabulary labels do."""
+    import torch
+    from areal.utils.functional import gather_logprobs_entropy
+
+    labels = torch.zeros(logits.shape[:-1], dtype=torch.long)
+    _, entropy = gather_logprobs_entropy(logits, labels, temperature=float(temperature))
+    return entropy
+
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.ppo_actor_loss",
@@ -558,6 +569,21 @@ ADAPTERS = (
         candidate=areal_gather_logprobs_entropy,
         divergences=dict.fromkeys(_LOGPROB_CHECKS, _NO_TRUNCATION),
         note="The log-probs of the fused log-prob/entropy pass the FSDP engine uses for training.",
+    ),
+)
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="areal.entropy",
+        framework="areal",
+        function=f"{_FUNCTIONAL}:gather_logprobs_entropy",
+        settings={"temperature": "temperature", "tp_group": None},
+        spec="token_entropy",
+        conventions={"mask": "none", "padding": "ignored", "compute_dtype": "float32"},
+        candidate=areal_entropy,
+        note="The entropy the FSDP engine computes with the log-probs (logged by the actor, "
+        "detached there), at every position.",
     ),
 )
 

@@ -1,0 +1,144 @@
+"""AReaL's loss adapters on fixed inputs: the rules they were read to follow, by hand.
+
+The conformance matrix runs every check of every adapter; these pin what a check cannot see on
+its own: the denominator of ``ppo_actor_loss_fn`` (the mask count, 1 for an empty batch), the
+engine's micro-batch scale ``local / total · dp_size``, GSPO's per-row mean advantage, the KL
+clamp, the group normalisations' constants and the entropy of the fused log-prob pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from refimpl.frameworks import adapters
+from refimpl.frameworks._areal_losses import (
+    areal_adv_norm_batch,
+    areal_entropy,
+    areal_group_leave_one_out,
+    areal_group_norm,
+    areal_kl_k3,
+    areal_ppo_actor_loss,
+    areal_ppo_actor_loss_gspo,
+    areal_token_mean,
+    areal_token_mean_microbatch,
+)
+from refimpl.testing import check_partition_invariance, spec_names
+
+F64 = torch.float64
+# three rows of 3, 1 and 0 valid tokens (the last row is all padding)
+MASK = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=F64)
+LOSS = torch.tensor(
+    [[1.0, 2.0, 3.0, 1e30], [4.0, -1e30, 0.0, 0.0], [7.0, 7.0, 7.0, 7.0]], dtype=F64
+)
+
+
+def _areal_loss_adapters() -> list[object]:
+    return [
+        a for a in adapters() if a.key.startswith("areal.") and a.spec in spec_names(losses=True)
+    ]
+
+
+def test_the_loss_adapters_have_distinct_keys_and_loss_specs() -> None:
+    keys = [a.key for a in _areal_loss_adapters()]  # type: ignore[attr-defined]
+    assert len(keys) == len(set(keys)) >= 16, keys
+
+
+def test_the_token_mean_divides_by_the_mask_count() -> None:
+    # valid tokens 1, 2, 3 | 4 | none: 10 / 4; an all-padding batch divides by 1 (0, not 0/0)
+    assert areal_token_mean(LOSS, MASK).item() == 10.0 / 4
+    assert areal_token_mean(LOSS, torch.zeros_like(MASK)).item() == 0.0
+
+
+def test_the_engine_scales_a_micro_batch_by_its_token_share_times_dp_size() -> None:
+    # on-policy (ρ = 1), A = 1: the micro-batch's loss is its token mean −1; the engine multiplies
+    # it by local / total · dp_size = 3 / 8 · 2 (8 tokens in the step over 2 ranks).
+    zeros = torch.zeros(1, 4, dtype=F64)
+    got = areal_token_mean_microbatch(
+        zeros, zeros, torch.ones(1, dtype=F64), MASK[:1], global_tokens=8, world_size=2
+    )
+    assert got.item() == pytest.approx(-0.75, rel=1e-7)  # the scale is a float32 quotient
+    empty = areal_token_mean_microbatch(
+        zeros, zeros, torch.ones(1, dtype=F64), MASK[2:], global_tokens=8, world_size=2
+    )
+    assert empty.item() == 0.0
+
+
+def test_the_dual_clip_caps_a_negative_advantage_at_c_times_its_size() -> None:
+    # ρ = e² > 1 + ε with A = −1: max(−Aρ, −A·clip(ρ)) = e²; c_clip = 3 caps it at 3·|A|
+    logp = torch.tensor([[2.0, 0.5]], dtype=F64)
+    zeros, mask = torch.zeros(1, 2, dtype=F64), torch.tensor([[1.0, 0.0]], dtype=F64)
+    advantages = torch.tensor([[-1.0, 1.0]], dtype=F64)
+    common = {"eps_low": 0.2, "eps_high": None, "mask": mask}
+    plain = areal_ppo_actor_loss(logp, zeros, advantages, dual_clip=None, **common)
+    assert plain.item() == pytest.approx(math.exp(2.0), rel=1e-15)
+    dual = areal_ppo_actor_loss(logp, zeros, advantages, dual_clip=3.0, **common)
+    assert dual.item() == 3.0
+
+
+def test_gspo_gives_every_token_of_a_row_the_row_mean_advantage() -> None:
+    # on-policy, rows of 2 and 1 valid tokens, N = 3: each token's gradient is −Ā_row / N
+    # (Ā = 2 for the advantages 1 and 3), where the token-level loss would give −A_t / N.
+    logp = torch.zeros(2, 2, dtype=F64, requires_grad=True)
+    advantages = torch.tensor([[1.0, 3.0], [5.0, 5.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=F64)
+    loss = areal_ppo_actor_loss_gspo(
+        logp, logp.detach(), advantages, eps_low=0.2, eps_high=None, mask=mask
+    )
+    loss.backward()
+    assert logp.grad is not None
+    expected = [-2.0 / 3, -2.0 / 3, -5.0 / 3, 0.0]
+    assert logp.grad.ravel().tolist() == pytest.approx(expected, rel=1e-15)
+    assert loss.item() == pytest.approx(-3.0, rel=1e-15)
+
+
+def test_k3_is_clamped_at_ten() -> None:
+    # d = logp − ref = −20: e^{20} − 1 − 20 ≈ 4.9e8, clamped to 10; d = 0.5: e^{−0.5} − 1 + 0.5
+    logp = torch.tensor([[-20.0, 0.5]], dtype=F64)
+    got = areal_kl_k3(logp, torch.zeros_like(logp), mask=torch.ones_like(logp))
+    assert got[0, 0].item() == 10.0
+    assert got[0, 1].item() == pytest.approx(math.exp(-0.5) - 0.5, rel=1e-6)  # float32
+
+
+def test_the_group_normalisations_use_the_sample_std_plus_1e_5_and_leave_one_out() -> None:
+    rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 5.0])
+    group = torch.tensor([0, 0, 0, 1, 1, 1])
+    # group 0: mean 2, sample std 1; group 1 is constant (0)
+    got = areal_group_norm(rewards, group=group)
+    assert got.tolist() == pytest.approx([-1 / (1 + 1e-5), 0.0, 1 / (1 + 1e-5), 0, 0, 0])
+    # RLOO: each reward minus the mean of the other two
+    loo = areal_group_leave_one_out(rewards, group=group)
+    assert loo.tolist() == pytest.approx([-1.5, 0.0, 1.5, 0.0, 0.0, 0.0])
+    # a group of one: the leave-one-out mean is 0, so the reward is kept as it is
+    assert areal_group_leave_one_out(rewards[:2], group=torch.tensor([0, 1])).tolist() == [1, 2]
+
+
+def test_the_batch_advantage_norm_weighs_a_reward_by_its_tokens() -> None:
+    # rewards 1 (3 tokens) and 3 (1 token): tokens 1, 1, 1, 3, mean 1.5, sample variance 1
+    rewards = torch.tensor([1.0, 3.0, 9.0])
+    got = areal_adv_norm_batch(rewards, mask=MASK.float())
+    assert got.tolist() == pytest.approx([-0.5 / (1 + 1e-5), 1.5 / (1 + 1e-5), 0.0])
+
+
+def test_the_entropy_of_equal_logits_is_log_v() -> None:
+    logits = torch.zeros(1, 2, 4, dtype=F64)
+    got = areal_entropy(logits, temperature=0.7)
+    assert got.ravel().tolist() == pytest.approx([math.log(4)] * 2, rel=1e-6)
+
+
+def test_the_token_mean_scaling_path_is_partition_invariant() -> None:
+    (a,) = [x for x in _areal_loss_adapters() if x.key == "areal.token_mean"]  # type: ignore[attr-defined]
+    p = a.partition  # type: ignore[attr-defined]
+    report = check_partition_invariance(
+        p.candidate,
+        mode=p.mode,
+        rule=p.rule,
+        constant=p.constant,
+        empty_rows=p.empty_rows,
+        dtype="float64",
+        max_examples=8,
+        rtol=p.rtol,
+    )
+    assert report.ok, report
