@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, find, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import NoSuchExample
 
 from refimpl._imports import import_object, split_reference
@@ -33,6 +33,7 @@ from refimpl._validation import invalid, wrong_type
 from refimpl.errors import InvalidArgument, InvalidArgumentType, RefimplError
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Spec
+from refimpl.testing._search import find
 from refimpl.testing._specs_basic import SPECS as _BASIC
 from refimpl.testing._specs_losses_table import specs as _loss_table
 from refimpl.testing._specs_more import SPECS as _MORE

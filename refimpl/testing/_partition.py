@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
-from hypothesis import Phase, find
+from hypothesis import Phase
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 from numpy.typing import NDArray
@@ -70,15 +70,18 @@ from refimpl.testing._conformance import (
     _resolve,
     _search,
 )
+from refimpl.testing._search import find
 from refimpl.testing.tolerances import summation_factor, unit_roundoff
 
 __all__ = [
+    "STATED_WORKLOAD",
     "PartitionCase",
     "PartitionOutcome",
     "PartitionReport",
     "check_partition_invariance",
     "partition_case_outcome",
     "partition_cases",
+    "split_dependence",
 ]
 
 Array = NDArray[np.float64]
@@ -338,6 +341,56 @@ _NAMING_CASES = (
     _fixed_case([4, 1, 3, 0, 2, 2, 4, 1], [[[0, 1], [2]], [[3, 4, 5], [6, 7]]], 4),
     _fixed_case([1, 4, 2, 3, 3], [[[0], [1, 2], [3, 4]]], 4),
 )
+
+
+#: The workload of :func:`split_dependence`: eight sequences of uneven lengths (1 to 34 tokens,
+#: Fibonacci) over 2 ranks × 2 accumulation steps, each micro-batch pairing a short sequence with
+#: a long one, so that every micro-batch and rank holds a different number of tokens.
+STATED_WORKLOAD = _fixed_case([1, 2, 3, 5, 8, 13, 21, 34], [[[0, 7], [1, 6]], [[2, 5], [3, 4]]], 34)
+
+
+def split_dependence(
+    candidate: Any,
+    *,
+    mode: str,
+    rule: ScalingRule | str,
+    xp: Any = "torch",
+    dtype: str = "float64",
+    constant: float | None = None,
+    empty_rows: str = "excluded",
+) -> float:
+    """How far a framework's step gradient is from the full-batch one on :data:`STATED_WORKLOAD`.
+
+    The candidate (as for :func:`check_partition_invariance`) is run on each micro-batch of the
+    stated split and its gradients are accumulated by ``rule``; the weight it gave each valid
+    token (its gradient over that of ``−A·ρ``) is compared with the token's weight in the full
+    batch aggregated by ``mode``. The result is the largest relative error of a token's weight,
+    ``max |w / w_full − 1|``: 0 when the split does not matter, 0.67 when some token counts 67%
+    more than it would in the full batch; ``nan`` when a micro-batch gave a non-finite loss.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from refimpl.testing._partition import split_dependence
+    >>> def local_token_mean(logp, logp_old, advantages, mask, *, accumulation_steps, **_):
+    ...     loss = -advantages[:, None] * torch.exp(logp - logp_old)
+    ...     return (loss * mask).sum() / mask.sum().clamp(min=1) / accumulation_steps
+    >>> round(split_dependence(local_token_mean, mode="token_mean", rule="skyrl_token_mean_legacy"), 3)
+    0.673
+    """
+    case = STATED_WORKLOAD
+    out = partition_case_outcome(
+        _resolve(candidate)[0], case, mode=mode, rule=rule, xp=xp, dtype=dtype,
+        constant=constant, empty_rows=empty_rows,
+    )  # fmt: skip
+    if out.failed == "finite":
+        return float("nan")
+    options: dict[str, Any] = {"constant": constant, "empty_rows": empty_rows}
+    if mode == "group_mean":
+        options["group"] = case.group
+    full = aggregation_weights(case.mask, mode=mode, **options)
+    valid = case.mask > 0
+    return float(np.max(np.abs(_effective_weights(case, out.grad)[valid] / full[valid] - 1.0)))
 
 
 def _effective_weights(case: PartitionCase, grad: Array) -> Array:

@@ -302,6 +302,10 @@ def _advantages(draw: st.DrawFn, d: Array, desc: LossDesc, kind: Kind) -> Array:
         # the sign that makes the clipped branch active, so that the loss stays finite
         side = d.mean(axis=1, keepdims=True) if desc.sequence_ratio else d
         a = np.where(side != 0, np.sign(side) * np.maximum(np.abs(a), 0.5), a)
+    if kind == "huge":
+        # |A| >= 1 (or 0): a tiny advantage would bring A·exp(d) back into the dtype's range
+        # while exp(d) itself overflows, which only log-space arithmetic (no loss's) could meet
+        a = np.where(a != 0, np.sign(a) * np.maximum(np.abs(a), 1.0), a)
     return a
 
 
@@ -358,16 +362,14 @@ def ratio_draw(draw: st.DrawFn, desc: LossDesc, conv: Conventions, kind: Kind) -
     pools = {"logp": logp, "advantages": adv, "logp_behavior": other}
     arrays = {name: pools.get(name, anchor) for name in desc.arrays}
     if kind == "padding":
-        worst = draw(st.booleans())  # logp far above its anchor, a huge negative advantage
+        # every draw holds the worst padding in its first padded entry (logp far above its
+        # anchor, a huge negative advantage: exp overflows, and inf·0 is NaN), the rest drawn
+        padded = np.flatnonzero(mask == 0)  # none when a forced valid token filled the batch
         for j, name in enumerate(arrays):
-            if worst:
-                garbage = np.full(mask.shape, 1e30 if j == 0 else -1e30)
-            else:
-                garbage = np.asarray(
-                    draw(
-                        st.lists(st.sampled_from(_GARBAGE), min_size=mask.size, max_size=mask.size)
-                    )
-                ).reshape(mask.shape)
+            garbage = np.asarray(
+                draw(st.lists(st.sampled_from(_GARBAGE), min_size=mask.size, max_size=mask.size))
+            ).reshape(mask.shape)
+            garbage.flat[padded[:1]] = 1e30 if j == 0 else -1e30
             arrays[name] = np.where(mask > 0, arrays[name], garbage)
     if conv["padding"] == "ignored":
         cot = cot * mask

@@ -136,6 +136,19 @@ def conv_is_token(case: Case) -> bool:
     return bool(case.conventions["output"] == "token")
 
 
+def _gradient_defined(case: Case, i: int, shape: tuple[int, ...]) -> NDArray[np.bool_]:
+    """Where a gradient can be compared: where the reference loss is finite in the candidate's
+    dtype. Where it overflows, so does the Jacobian, and a zero cotangent times an infinite
+    Jacobian is NaN in any autodiff, whatever the reference's exact product says."""
+    loss = np.asarray(case.expected(i)[0], dtype=np.float64)
+    if loss.shape != shape:
+        return np.ones(shape, dtype=np.bool_)
+    with np.errstate(all="ignore"):
+        return np.asarray(
+            np.isfinite(loss) & (np.abs(loss) <= largest_finite(case.dtype)), dtype=np.bool_
+        )
+
+
 def _compare(desc: LossDesc, case: Case, i: int, which: int) -> str | None:
     """None when the loss (which=0) or the gradient (which=1) of call ``i`` agrees, else why."""
     found = np.asarray(case.found[i][which], dtype=np.float64)
@@ -151,6 +164,8 @@ def _compare(desc: LossDesc, case: Case, i: int, which: int) -> str | None:
     keep = np.ones(ref.shape, dtype=np.bool_)
     if which == 0 and ref.shape == np.shape(case.calls[i][1]["mask"]):
         keep = _valid_entries(case, i)
+    if which == 1:
+        keep = _gradient_defined(case, i, ref.shape)
     sides, drift = _one_sided(desc, case, i)
     alts = [a[which] for a in sides]
     if which == 1:
@@ -286,6 +301,8 @@ def finite(desc: LossDesc) -> Callable[[Case], None]:
                 keep = np.isfinite(ref) & (np.abs(ref) <= top)
                 if which == 0 and ref.shape == np.shape(case.calls[i][1]["mask"]):
                     keep &= _valid_entries(case, i)
+                if which == 1:
+                    keep &= _gradient_defined(case, i, ref.shape)
                 bad = keep & ~np.isfinite(found)
                 assert not bad.any(), (
                     f"non-finite {what} {found[bad][:5].tolist()} where the reference is "

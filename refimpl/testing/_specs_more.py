@@ -281,6 +281,10 @@ def _ess_equal(case: Case) -> None:
 
 def _ess_scale(case: Case) -> None:
     case.show("ess(w):", _f(case, 0), "ess(c·w):", _f(case, 1))
+    largest = [float(np.max(call[0][0])) for call in case.calls]
+    if min(largest) < smallest_normal(case.dtype):
+        return  # every weight rounds to 0 (or a subnormal) in the dtype: ESS is 0/0 there
+
     cond = case.condition(0) + case.condition(1)
     case.assert_close(_f(case, 1), _f(case, 0), cond, "ESS of scaled weights")
 
