@@ -59,7 +59,7 @@ from refimpl.frameworks._stubs import (
 )
 
 if TYPE_CHECKING:
-    from refimpl.testing import ConformanceReport
+    from refimpl.testing import ConformanceReport, PartitionReport
 
 __all__ = [
     "SOURCE_LOADS",
@@ -76,6 +76,7 @@ __all__ = [
     "adapters",
     "areal_staleness_bound",
     "check",
+    "check_partition",
     "framework_staleness_bound",
     "install_stubs",
     "installed_version",
@@ -198,3 +199,63 @@ def check(key: str, **options: Any) -> ConformanceReport:
         kwargs["examples"] = a.examples
     kwargs.update(options)
     return check_conformance(a.candidate, **kwargs)
+
+
+def check_partition(key: str, **options: Any) -> PartitionReport:
+    """Check one framework aggregation's real scaling path for partition invariance, in one call.
+
+    Runs :func:`refimpl.testing.check_partition_invariance` on the adapter's
+    :class:`Partition`: the framework's micro-batch loss called with the numbers its trainer
+    passes, accumulated over simulated ranks and accumulation steps by its scaling rule, against
+    the full batch.
+
+    Parameters
+    ----------
+    key : str
+        An adapter key whose adapter has a ``partition`` (e.g. ``"verl.agg_loss_token_mean"``).
+    **options
+        Passed to :func:`refimpl.testing.check_partition_invariance` (``max_examples=``,
+        ``dtype=``, …), overriding the adapter's.
+
+    Returns
+    -------
+    PartitionReport
+
+    Raises
+    ------
+    ValueError
+        If ``key`` names no adapter, or one without a partition.
+    ModuleNotFoundError
+        If the framework (or torch) is not installed.
+
+    Examples
+    --------
+    Needs the framework installed, so it is not run here::
+
+        from refimpl.frameworks import check_partition
+        print(check_partition("verl.agg_loss_token_mean"))
+    """
+    from refimpl._validation import invalid
+    from refimpl.testing import check_partition_invariance
+
+    a = adapter(key)
+    if a.partition is None:
+        with_one = [b.key for b in adapters() if b.partition is not None]
+        raise invalid(
+            "key",
+            "name an adapter with a partition (an aggregation's scaling path)",
+            key,
+            f"Pass one of: {', '.join(with_one) or '(none shipped)'}.",
+        )
+    load_function(a.function)  # fails here, naming the module, if the framework is missing
+    p = a.partition
+    kwargs: dict[str, Any] = {
+        "mode": p.mode,
+        "rule": p.rule,
+        "constant": p.constant,
+        "empty_rows": p.empty_rows,
+        "dtype": a.dtype,
+        "rtol": p.rtol,
+    }
+    kwargs.update(options)
+    return check_partition_invariance(p.candidate, **kwargs)

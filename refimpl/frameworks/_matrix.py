@@ -3,14 +3,21 @@
 ``docs/conformance-matrix.json`` holds one entry per adapter (framework × function × setting →
 spec) with its verdict: ``"pass"`` (no convention declared), ``"pass under conventions"`` (the
 conventions are named), or ``"divergence"`` (each failing check with its shrunk counterexample, the
-reproduction a maintainer can paste, and its classification). ``refimpl conformance`` reruns it on
-the installed versions and prints what changed; CI fails when a fresh run differs from the file.
+reproduction a maintainer can paste, and its classification). Each entry also carries three
+verdicts: the value's, the gradient's (the checks that differentiate the candidate) and, for an
+aggregation run on the framework's own scaling path, the partition's (invariant, dependent on the
+split by a stated amount, or divergent). ``refimpl conformance`` reruns it on the installed
+versions and prints what changed; CI fails when a fresh run differs from the file.
 """
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import math
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +27,19 @@ __all__ = [
     "MATRIX_EXAMPLES",
     "MATRIX_PATH",
     "SCHEMA",
+    "adapter_lines",
     "changes",
+    "level_of",
     "load_matrix",
     "matrix_entry",
+    "partition_entry",
     "render_markdown",
     "run_matrix",
     "verdict_of",
 ]
 
 #: Version of the JSON layout below; bump it when a field changes meaning.
-SCHEMA = 1
+SCHEMA = 2
 #: Hypothesis examples per check in the matrix (derandomized: the same inputs every run).
 MATRIX_EXAMPLES = 25
 #: The committed matrix, relative to a checkout's root.
@@ -47,34 +57,26 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
     a : Adapter
         The adapter (:func:`refimpl.frameworks.adapters`).
     max_examples : int
-        Hypothesis examples per check.
+        Hypothesis examples per check (and of the partition check).
 
     Returns
     -------
     dict
-        ``key, framework, version, function, settings, spec, dtype, conventions, verdict, checks``
-        and ``divergences`` (a list: ``check, status, message, counterexample, reproduction,
-        classification, explanation``).
+        ``key, framework, version, function, settings, spec, level, dtype, conventions, note,
+        verdict, verdicts`` (``value``, ``gradient``, ``partition``), ``checks``, ``divergences``
+        (a list: ``check, status, message, counterexample, reproduction, classification,
+        explanation, draft_report``), ``partition`` (see :func:`partition_entry`, or ``None``) and
+        ``adapter_lines`` (:func:`adapter_lines` of the candidate).
     """
     from refimpl.frameworks import check
 
     report = check(a.key, max_examples=max(max_examples, a.max_examples or 0))
-    divergences = []
-    for r in report.results:
-        if r.status in _OK:
-            continue
-        known = a.divergences.get(r.name)
-        divergences.append(
-            {
-                "check": r.name,
-                "status": r.status,
-                "message": r.message,
-                "counterexample": r.counterexample,
-                "reproduction": r.reproduction,
-                "classification": known.classification if known else "unclassified",
-                "explanation": known.explanation if known else "",
-            }
-        )
+    checks = {r.name: r.status for r in report.results}
+    divergences = [
+        _divergence(r, a.divergences.get(r.name)) for r in report.results if r.status not in _OK
+    ]
+    partition = None if a.partition is None else partition_entry(a, max_examples=max_examples)
+    every = divergences + ([] if partition is None else partition["divergences"])
     return {
         "key": a.key,
         "framework": a.framework,
@@ -82,13 +84,141 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
         "function": a.function,
         "settings": _jsonable(a.settings),
         "spec": a.spec,
+        "level": level_of(a.spec),
         "dtype": a.dtype,
         "conventions": _jsonable(a.conventions),
         "note": a.note,
-        "verdict": verdict_of(a.spec, a.conventions, divergences),
+        "verdict": verdict_of(a.spec, a.conventions, every),
+        "verdicts": {
+            "value": _part_verdict(checks, divergences, lambda name: "gradient" not in name),
+            "gradient": _part_verdict(checks, divergences, lambda name: "gradient" in name),
+            "partition": "not applicable" if partition is None else partition["verdict"],
+        },
+        "checks": checks,
+        "divergences": divergences,
+        "partition": partition,
+        "adapter_lines": adapter_lines(a.candidate),
+    }
+
+
+def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str, Any]:
+    """Run adapter ``a``'s :class:`~refimpl.frameworks.Partition` on the framework's scaling path.
+
+    Returns
+    -------
+    dict
+        ``mode, rule`` (described), ``trainer, intent, checks, divergences``, ``workload_gap``
+        (:func:`refimpl.testing._partition.split_dependence` on its stated workload: the largest
+        relative error of a token's weight against the full batch, ``None`` if non-finite),
+        ``max_gap`` and ``dependence`` over the search (per-sequence modes), ``verdict`` and
+        ``adapter_lines``.
+    """
+    from refimpl.testing import check_partition_invariance
+    from refimpl.testing._partition import split_dependence
+
+    p = a.partition
+    if p is None:
+        raise ValueError(f"adapter {a.key!r} has no partition: set Adapter(partition=...)")
+    options: dict[str, Any] = {
+        "mode": p.mode,
+        "rule": p.rule,
+        "dtype": a.dtype,
+        "constant": p.constant,
+        "empty_rows": p.empty_rows,
+    }
+    report = check_partition_invariance(
+        p.candidate, max_examples=max(max_examples, a.max_examples or 0), rtol=p.rtol, **options
+    )
+    divergences = [
+        _divergence(r, p.divergences.get(r.name), prefix="partition.") for r in report.failures
+    ]
+    try:
+        gap = split_dependence(p.candidate, **options)
+    except Exception:
+        if report.ok:  # the search ran it without a fault, so this one is unexpected
+            raise
+        gap = math.nan  # the candidate raises, as the report's divergence shows
+    workload_gap = None if math.isnan(gap) else round(gap, 4)
+    if divergences:
+        kinds = sorted({d["classification"] for d in divergences})
+        verdict = f"divergence ({', '.join(kinds)})"
+    elif report.intent == "split" and (workload_gap or 0.0) > 0.0:
+        verdict = f"depends on the split (token weights off by up to {workload_gap:.0%})"
+    else:
+        verdict = "invariant"
+    return {
+        "mode": p.mode,
+        "rule": report.rule.describe(),
+        "trainer": p.trainer,
+        "intent": report.intent,
         "checks": {r.name: r.status for r in report.results},
         "divergences": divergences,
+        "workload_gap": workload_gap,
+        "max_gap": round(report.max_gap, 4),
+        "dependence": report.dependence,
+        "verdict": verdict,
+        "adapter_lines": adapter_lines(p.candidate),
     }
+
+
+def adapter_lines(candidate: Callable[..., Any]) -> int:
+    """The lines of code of an adapter's candidate: its body without the docstring, blank lines
+    and comments (what the matrix page averages).
+
+    Examples
+    --------
+    >>> from refimpl.frameworks._matrix import adapter_lines
+    >>> def candidate(x):
+    ...     \"\"\"A docstring is not counted.\"\"\"
+    ...     import math  # an import is
+    ...
+    ...     return math.floor(x)
+    >>> adapter_lines(candidate)
+    2
+    """
+    source = textwrap.dedent(inspect.getsource(candidate))
+    (function,) = ast.parse(source).body
+    if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+        raise TypeError(f"{candidate!r} is not a function defined with def")
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body:
+        return 0
+    lines = source.splitlines()[body[0].lineno - 1 : body[-1].end_lineno]
+    return sum(1 for line in lines if line.strip() and not line.strip().startswith("#"))
+
+
+def level_of(spec: str) -> str:
+    """``"loss"`` for the specs of the losses level (:func:`refimpl.testing.spec_names` with
+    ``losses=True`` only), ``"weights"`` for the others."""
+    from refimpl.testing import spec_names
+
+    return "weights" if spec in spec_names() else "loss"
+
+
+def _divergence(result: Any, known: Any, *, prefix: str = "") -> dict[str, Any]:
+    return {
+        "check": prefix + result.name,
+        "status": result.status,
+        "message": result.message,
+        "counterexample": result.counterexample,
+        "reproduction": result.reproduction,
+        "classification": known.classification if known else "unclassified",
+        "explanation": known.explanation if known else "",
+        "draft_report": known.draft_report if known else "",
+    }
+
+
+def _part_verdict(
+    checks: Mapping[str, str], divergences: Sequence[Mapping[str, Any]], part: Callable[[str], bool]
+) -> str:
+    """The verdict of the checks ``part`` selects: ``pass``, ``divergence (…)`` or ``no check``."""
+    names = [name for name in checks if part(name)]
+    if not names:
+        return "no check"
+    kinds = sorted({d["classification"] for d in divergences if part(d["check"])})
+    return f"divergence ({', '.join(kinds)})" if kinds else "pass"
 
 
 def verdict_of(spec: str, conventions: Mapping[str, Any], divergences: Sequence[Any]) -> str:
@@ -160,7 +290,18 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-_COMPARED = ("version", "function", "settings", "spec", "dtype", "conventions", "verdict", "checks")
+_COMPARED = (
+    "version",
+    "function",
+    "settings",
+    "spec",
+    "dtype",
+    "conventions",
+    "verdict",
+    "verdicts",
+    "checks",
+)
+_COMPARED_PARTITION = ("rule", "intent", "checks", "workload_gap", "verdict")
 _COMPARED_DIVERGENCE = ("status", "counterexample", "classification")
 
 
@@ -173,8 +314,9 @@ def changes(
     """What differs between a fresh run and the committed matrix, one line each (empty: they agree).
 
     Only the frameworks of the fresh run are compared (``frameworks`` narrows it further). Compared:
-    each entry's version, function, settings, spec, dtype, conventions, verdict and check statuses,
-    and each divergence's status, counterexample and classification.
+    each entry's version, function, settings, spec, dtype, conventions, verdicts and check
+    statuses; its partition's rule, intent, checks, workload gap and verdict; and each
+    divergence's status, counterexample and classification.
 
     Examples
     --------
@@ -209,8 +351,12 @@ def changes(
                     out.append(f"{key}: checks {diff}")
                 else:
                     out.append(f"{key}: {f} {o.get(f)!r} -> {n.get(f)!r}")
-        od = {d["check"]: d for d in o.get("divergences", [])}
-        nd = {d["check"]: d for d in n.get("divergences", [])}
+        op, np_ = o.get("partition") or {}, n.get("partition") or {}
+        for f in _COMPARED_PARTITION:
+            if op.get(f) != np_.get(f):
+                out.append(f"{key}: partition {f} {op.get(f)!r} -> {np_.get(f)!r}")
+        od = {d["check"]: d for d in _all_divergences(o)}
+        nd = {d["check"]: d for d in _all_divergences(n)}
         for c in sorted(od.keys() & nd.keys()):
             for f in _COMPARED_DIVERGENCE:
                 if od[c].get(f) != nd[c].get(f):
@@ -218,52 +364,193 @@ def changes(
     return out
 
 
+def _all_divergences(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """An entry's divergences, its partition's included."""
+    partition = entry.get("partition") or {}
+    return [*entry.get("divergences", []), *partition.get("divergences", [])]
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(matrix: Mapping[str, Any]) -> str:
-    """The matrix as a MyST page: a summary table, then every divergence with its reproduction."""
+    """The matrix as a MyST page: a summary, a table per level, the partition verdicts on the
+    frameworks' scaling paths, the draft reports of defects, then every divergence with its
+    reproduction."""
+    entries = list(matrix.get("entries", []))
     lines = [
         "# Conformance matrix",
         "",
         "Generated from `docs/conformance-matrix.json` when the docs are built; do not edit. "
         "{doc}`howto/conformance` says how it is made and refreshed.",
         "",
+        *_summary(matrix, entries),
+    ]
+    loss = [e for e in entries if e.get("level") == "loss"]
+    if loss:
+        lines += ["", "## Losses, aggregation, KL, advantages and log-probabilities", ""]
+        lines += _loss_table(loss)
+    partitioned = [e for e in entries if e.get("partition")]
+    if partitioned:
+        lines += ["", "## Partition invariance on the frameworks' own scaling paths", ""]
+        lines += _partition_table(partitioned)
+    weights = [e for e in entries if e.get("level", "weights") == "weights"]
+    if weights:
+        lines += ["", "## Weights, masks, penalties and staleness", ""]
+        lines += _weights_table(weights)
+    lines += _draft_reports(entries)
+    lines += _divergence_sections(entries)
+    return "\n".join(lines) + "\n"
+
+
+def _summary(matrix: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    frameworks = sorted({e["framework"] for e in entries})
+    divergent = [d for e in entries for d in _all_divergences(e)]
+    kinds = {k: sum(d["classification"] == k for d in divergent) for k in _KINDS}
+    sizes = [e["adapter_lines"] for e in entries if "adapter_lines" in e]
+    sizes += [e["partition"]["adapter_lines"] for e in entries if e.get("partition")]
+    mean = sum(sizes) / len(sizes) if sizes else 0.0
+    return [
         "Installed versions: "
         + ", ".join(f"{k} {v}" for k, v in matrix.get("versions", {}).items())
         + f"; {matrix.get('max_examples')} Hypothesis examples per check, derandomized.",
         "",
+        f"**{len(entries)} entries over {len(frameworks)} frameworks** "
+        f"({sum(e.get('level') == 'loss' for e in entries)} at the level of losses); "
+        f"{sum(not _all_divergences(e) for e in entries)} agree with refimpl, "
+        f"{sum(bool(_all_divergences(e)) for e in entries)} diverge: "
+        + ", ".join(f"{n} {k} divergences" for k, n in kinds.items())
+        + f". An adapter is **{mean:.1f} lines** of code on average (its body without docstring, "
+        f"blank lines and comments, over {len(sizes)} candidates; the longest has "
+        f"{max(sizes, default=0)}).",
+    ]
+
+
+_KINDS = ("defect", "convention", "numerical limit", "unclassified")
+
+
+def _anchor(key: str) -> str:
+    return key.replace(".", "-").replace("_", "-")
+
+
+def _named_conventions(e: Mapping[str, Any]) -> str:
+    from refimpl.testing import conventions as known
+
+    defaults = {c.key: c.default for c in known(e["spec"])}
+    named = {k: v for k, v in e["conventions"].items() if defaults.get(k, object()) != v}
+    # plain text, not code spans, so that the cells wrap
+    return ", ".join(f"{k}={v!r}" for k, v in named.items()) or "none"
+
+
+def _linked(e: Mapping[str, Any], verdict: str) -> str:
+    if verdict.startswith("divergence"):
+        return f"[{verdict}](#{_anchor(e['key'])})"
+    return verdict
+
+
+def _loss_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| adapter | function | spec | conventions (where they differ from the spec's) "
+        "| value | gradient | partition | lines |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        v = e["verdicts"]
+        lines.append(
+            f"| `{e['key']}` | {_cell(e['function'].rpartition(':')[2])} | {e['spec']} "
+            f"| {_cell(_named_conventions(e))} | {_linked(e, v['value'])} "
+            f"| {_linked(e, v['gradient'])} | {_linked(e, v['partition'])} "
+            f"| {e['adapter_lines']} |"
+        )
+    return lines
+
+
+def _partition_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "Each framework's micro-batch loss is run as its trainer runs it, over simulated "
+        "data-parallel ranks and accumulation steps, and the step's gradient is compared with "
+        "the full batch's. The gap is measured on a stated workload: eight sequences of 1 to 34 "
+        "tokens over 2 ranks × 2 accumulation steps, the micro-batches holding 3, 1, 2 and 2 "
+        "sequences and 37, 21, 16 and 13 tokens; it is the largest relative error of one "
+        "token's weight against the full batch.",
+        "",
+        "| adapter | mode | scaling rule | where the trainer sets it | verdict | gap |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        p = e["partition"]
+        gap = "non-finite" if p["workload_gap"] is None else f"{p['workload_gap']:.4g}"
+        lines.append(
+            f"| `{e['key']}` | {p['mode']} | {_cell(p['rule'])} | {_cell(p['trainer'])} "
+            f"| {_linked(e, p['verdict'])} | {gap} |"
+        )
+    return lines
+
+
+def _weights_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
         "| adapter | verdict | spec | function | conventions (where they differ from the spec's) |",
         "|---|---|---|---|---|",
     ]
-    from refimpl.testing import conventions as known
-
-    for e in matrix.get("entries", []):
-        defaults = {c.key: c.default for c in known(e["spec"])}
-        named = {k: v for k, v in e["conventions"].items() if defaults.get(k, object()) != v}
-        # plain text, not code spans, so that the cells wrap
-        conv = ", ".join(f"{k}={v!r}" for k, v in named.items()) or "none"
+    for e in entries:
         short = e["function"].rpartition(":")[2]
         verdict = e["verdict"]
         if e["divergences"]:
             kinds = sorted({d["classification"] for d in e["divergences"]})
-            verdict = f"[divergence](#{e['key'].replace('.', '-').replace('_', '-')}) ({', '.join(kinds)})"
-        lines.append(f"| `{e['key']}` | {verdict} | {e['spec']} | {_cell(short)} | {_cell(conv)} |")
-    divergent = [e for e in matrix.get("entries", []) if e["divergences"]]
-    if divergent:
-        lines += ["", "## Divergences", ""]
-    for e in divergent:
-        anchor = e["key"].replace(".", "-").replace("_", "-")
+            verdict = f"[divergence](#{_anchor(e['key'])}) ({', '.join(kinds)})"
+        lines.append(
+            f"| `{e['key']}` | {verdict} | {e['spec']} | {_cell(short)} "
+            f"| {_cell(_named_conventions(e))} |"
+        )
+    return lines
+
+
+def _draft_reports(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The defects, each as a short report for upstream (written here, not filed)."""
+    reports = [
+        (e, d)
+        for e in entries
+        for d in _all_divergences(e)
+        if d["classification"] == "defect" and d.get("draft_report")
+    ]
+    if not reports:
+        return []
+    lines = [
+        "",
+        "## Draft reports for upstream",
+        "",
+        "Each defect below is written as a report a maintainer could act on: what the code "
+        "does, what the reference and the framework's own documentation or paper say, and the "
+        "reproduction (in the divergence's section). They are drafts, not filed.",
+    ]
+    for e, d in reports:
         lines += [
-            f"({anchor})=",
+            "",
+            f"### {e['framework']} {e['version']}: `{e['function']}` ({d['check']})",
+            "",
+            d["draft_report"].strip(),
+            "",
+            f"Reproduction: [{e['key']}](#{_anchor(e['key'])}).",
+        ]
+    return lines
+
+
+def _divergence_sections(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    divergent = [e for e in entries if _all_divergences(e)]
+    if not divergent:
+        return []
+    lines = ["", "## Divergences", ""]
+    for e in divergent:
+        lines += [
+            f"({_anchor(e['key'])})=",
             f"### `{e['key']}`",
             "",
-            f"{e['framework']} {e['version']}, `{e['function']}` with {_cell(json.dumps(e['settings']))}; "
-            f"spec `{e['spec']}`. {e['note']}",
+            f"{e['framework']} {e['version']}, `{e['function']}` with "
+            f"{_cell(json.dumps(e['settings']))}; spec `{e['spec']}`. {e['note']}",
             "",
         ]
-        for d in e["divergences"]:
+        for d in _all_divergences(e):
             lines += [
                 f"**{d['check']}** — {d['status']}, classified **{d['classification']}**: "
                 f"{d['explanation'] or '(not yet classified)'}",
@@ -275,4 +562,4 @@ def render_markdown(matrix: Mapping[str, Any]) -> str:
                 "```",
                 "",
             ]
-    return "\n".join(lines) + "\n"
+    return lines
