@@ -249,6 +249,15 @@ def _framework_items(session: pytest.Session, names: tuple[str, ...]) -> list[py
                         check=check,
                     )
                 )
+            if a.partition is not None:
+                items.append(
+                    RefimplPartitionItem.from_parent(
+                        session,
+                        name=f"{a.key}::partition",
+                        nodeid=f"refimpl::{a.key}::partition",
+                        key=a.key,
+                    )
+                )
     return items
 
 
@@ -391,6 +400,44 @@ class RefimplAdapterItem(pytest.Item):
         if result.status != "passed":
             first = (result.message or result.status).splitlines()[0]
             raise RefimplCheckFailure(f"{a.key}: {first}\n\n{result.render()}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, RefimplCheckFailure):
+            return str(excinfo.value)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, None, f"refimpl adapter {self.name}"
+
+
+class RefimplPartitionItem(pytest.Item):
+    """The partition check of a shipped aggregation adapter, on the framework's own scaling path
+    (as the matrix runs it); its recorded divergences are strict expected failures."""
+
+    def __init__(self, *, key: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key = key
+
+    def runtest(self) -> None:
+        from refimpl.frameworks import adapter, check_partition
+        from refimpl.frameworks._matrix import MATRIX_EXAMPLES
+
+        a = adapter(self.key)
+        assert a.partition is not None
+        known = a.partition.divergences
+        report = check_partition(a.key, max_examples=max(MATRIX_EXAMPLES, a.max_examples or 0))
+        failed = {r.name for r in report.failures}
+        if failed and failed <= set(known):
+            reasons = "; ".join(f"{n}: {known[n].classification}" for n in sorted(failed))
+            pytest.xfail(f"{a.key} partition: {reasons}")
+        if set(known) - failed:
+            raise RefimplCheckFailure(
+                f"{a.key}: partition checks {sorted(set(known) - failed)} pass, but the adapter "
+                "records them as divergences; the framework changed: update the adapter's "
+                "partition divergences and the matrix (refimpl conformance --write)"
+            )
+        if failed:
+            raise RefimplCheckFailure(f"{a.key}: partition\n\n{report.summary()}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, RefimplCheckFailure):

@@ -25,7 +25,10 @@ from refimpl.frameworks import (
 )
 from refimpl.frameworks._matrix import (
     MATRIX_PATH,
+    SCHEMA,
+    adapter_lines,
     changes,
+    level_of,
     load_matrix,
     render_markdown,
     verdict_of,
@@ -97,11 +100,74 @@ def test_the_matrix_covers_every_adapter_at_the_tested_versions(committed: dict[
         )
 
 
-def test_the_matrix_covers_three_frameworks_and_fifteen_functions(
+def test_the_matrix_covers_five_frameworks_and_ninety_entries(committed: dict[str, Any]) -> None:
+    assert committed["schema"] == SCHEMA
+    entries = committed["entries"]
+    assert len(entries) >= 90
+    assert len({e["framework"] for e in entries}) >= 5
+    assert len({e["function"] for e in entries}) >= 40
+    loss = [e for e in entries if e["level"] == "loss"]
+    assert {e["framework"] for e in loss} == set(TESTED_VERSIONS)
+    for e in entries:
+        assert e["level"] == level_of(e["spec"])
+        assert e["adapter_lines"] == adapter_lines(adapter(e["key"]).candidate), e["key"]
+
+
+def test_every_aggregation_has_a_partition_verdict_on_its_scaling_path(
     committed: dict[str, Any],
 ) -> None:
-    assert len({e["framework"] for e in committed["entries"]}) >= 3
-    assert len({e["function"] for e in committed["entries"]}) >= 15
+    for e in committed["entries"]:
+        a = adapter(e["key"])
+        if e["spec"] == "aggregation":
+            assert a.partition is not None, f"{e['key']}: an aggregation without its scaling path"
+        p = e["partition"]
+        if a.partition is None:
+            assert p is None
+            assert e["verdicts"]["partition"] == "not applicable"
+            continue
+        assert (p["mode"], p["trainer"]) == (a.partition.mode, a.partition.trainer), e["key"]
+        assert {d["check"] for d in p["divergences"]} == {
+            f"partition.{name}" for name in a.partition.divergences
+        }, e["key"]
+        if p["divergences"]:
+            assert p["verdict"].startswith("divergence"), e["key"]
+        elif p["intent"] == "split":
+            assert p["verdict"].startswith("depends on the split"), e["key"]
+        else:
+            assert (p["verdict"], p["workload_gap"] < 1e-6) == ("invariant", True), e["key"]
+        assert e["verdicts"]["partition"] == p["verdict"]
+
+
+def test_the_value_and_gradient_verdicts_are_read_from_the_checks(
+    committed: dict[str, Any],
+) -> None:
+    for e in committed["entries"]:
+        for part, picks in (("value", False), ("gradient", True)):
+            names = [c for c in e["checks"] if ("gradient" in c) == picks]
+            kinds = sorted(
+                {
+                    d["classification"]
+                    for d in e["divergences"]
+                    if ("gradient" in d["check"]) == picks
+                }
+            )
+            want = (
+                "no check"
+                if not names
+                else (f"divergence ({', '.join(kinds)})" if kinds else "pass")
+            )
+            assert e["verdicts"][part] == want, (e["key"], part)
+        if e["level"] == "loss" and "gradient" in e["checks"]:
+            assert e["verdicts"]["gradient"] != "no check"
+
+
+def test_every_defect_carries_a_draft_report_for_upstream(committed: dict[str, Any]) -> None:
+    page = render_markdown(committed)
+    for e in committed["entries"]:
+        for d in [*e["divergences"], *((e["partition"] or {}).get("divergences", []))]:
+            if d["classification"] == "defect":
+                assert len(d["draft_report"]) > 80, (e["key"], d["check"])
+                assert d["draft_report"].strip() in page
 
 
 def test_every_divergence_is_classified_and_every_declared_one_occurs(
@@ -115,7 +181,8 @@ def test_every_divergence_is_classified_and_every_declared_one_occurs(
             assert d["explanation"], d
             assert d["counterexample"], d
             assert d["reproduction"], d
-        assert e["verdict"] == verdict_of(e["spec"], e["conventions"], e["divergences"])
+        every = [*e["divergences"], *((e["partition"] or {}).get("divergences", []))]
+        assert e["verdict"] == verdict_of(e["spec"], e["conventions"], every)
 
 
 def test_changes_finds_each_kind_of_difference(committed: dict[str, Any]) -> None:
@@ -151,9 +218,29 @@ def test_the_page_shows_every_entry_and_every_reproduction(committed: dict[str, 
     page = render_markdown(committed)
     for e in committed["entries"]:
         assert f"`{e['key']}`" in page
-        for d in e["divergences"]:
+        for d in [*e["divergences"], *((e["partition"] or {}).get("divergences", []))]:
             assert d["reproduction"].rstrip() in page
             assert f"classified **{d['classification']}**" in page
+    sizes = [adapter_lines(a.candidate) for a in adapters()]
+    sizes += [adapter_lines(a.partition.candidate) for a in adapters() if a.partition]
+    assert f"An adapter is **{sum(sizes) / len(sizes):.1f} lines** of code on average" in page
+    assert f"over {len(sizes)} candidates; the longest has {max(sizes)})" in page
+
+
+def test_changes_finds_a_partition_verdict_that_moved(committed: dict[str, Any]) -> None:
+    fresh = copy.deepcopy(committed)
+    target = next(e for e in fresh["entries"] if e["partition"])
+    target["partition"]["verdict"] = "something else"
+    assert changes(fresh, committed) == [
+        f"{target['key']}: partition verdict {committed_verdict(committed, target['key'])!r} "
+        "-> 'something else'"
+    ]
+
+
+def committed_verdict(committed: dict[str, Any], key: str) -> str:
+    entry = next(e for e in committed["entries"] if e["key"] == key)
+    verdict: str = entry["partition"]["verdict"]
+    return verdict
 
 
 def test_conformance_refuses_a_bad_example_count(capsys: pytest.CaptureFixture[str]) -> None:

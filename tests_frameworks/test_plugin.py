@@ -4,13 +4,15 @@ imported once per stage)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from refimpl.frameworks import Adapter, Divergence, _trl, adapters
+from refimpl.frameworks import Adapter, Divergence, Partition, _trl, _trl_losses, adapters
 from refimpl.frameworks._matrix import MATRIX_PATH, load_matrix
+from refimpl.losses.partition import ScalingRule
 
 pytest_plugins = ["pytester"]
 
@@ -37,7 +39,11 @@ def test_the_option_runs_the_adapters_on_the_installed_framework(pytester: pytes
     )  # fmt: skip
     collected = [line for line in result.stdout.lines if line.startswith("refimpl::trl.")]
     entries = [e for e in load_matrix(_MATRIX)["entries"] if e["framework"] == "trl"]
-    assert len(collected) == sum(s != "skipped" for e in entries for s in e["checks"].values())
+    checks = sum(s != "skipped" for e in entries for s in e["checks"].values())
+    partitions = sum(e.get("partition") is not None for e in entries)
+    assert partitions > 0
+    assert len(collected) == checks + partitions
+    assert sum(line.endswith("::partition") for line in collected) == partitions
     # and one adapter's run is the matrix's (the stage runs the whole matrix once, in test_matrix)
     result = pytester.runpytest(
         "--refimpl-framework=trl", "--refimpl-only", "-p", "no:cacheprovider",
@@ -92,6 +98,7 @@ def test_a_wrong_adapter_and_a_stale_divergence_fail(
         }
     )
     monkeypatch.setattr(_trl, "ADAPTERS", (wrong, stale))
+    monkeypatch.setattr(_trl_losses, "ADAPTERS", ())
     result = pytester.runpytest(
         "--refimpl-framework=trl", "--refimpl-only", "-p", "no:cacheprovider", "-rf"
     )
@@ -115,3 +122,44 @@ def test_an_unknown_framework_is_a_usage_error(pytester: pytest.Pytester) -> Non
     result = pytester.runpytest("--refimpl-framework=nosuch", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--refimpl-framework must name a framework*verl, trl*"])
+
+
+def test_a_wrong_scaling_rule_and_a_stale_partition_divergence_fail(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    invariant = [
+        e["key"]
+        for e in load_matrix(_MATRIX)["entries"]
+        if e["framework"] == "trl" and (e.get("partition") or {}).get("verdict") == "invariant"
+    ]
+    base = next(a for a in adapters("trl") if a.key in invariant)
+    assert base.partition is not None
+    fields = {f: getattr(base, f) for f in Adapter.__dataclass_fields__}
+    wrong_rule = ScalingRule("local", "sum", "sum", False, "planted")
+    wrong = Adapter(
+        **{
+            **fields,
+            "key": "trl.planted_wrong_rule",
+            "partition": dataclasses.replace(base.partition, rule=wrong_rule),
+        }
+    )
+    stale = Adapter(
+        **{
+            **fields,
+            "key": "trl.planted_stale_partition",
+            "partition": dataclasses.replace(
+                base.partition, divergences={"gradient": Divergence("defect", "planted")}
+            ),
+        }
+    )
+    monkeypatch.setattr(_trl, "ADAPTERS", ())
+    monkeypatch.setattr(_trl_losses, "ADAPTERS", (wrong, stale))
+    result = pytester.runpytest(
+        "--refimpl-framework=trl", "--refimpl-only", "-p", "no:cacheprovider", "-rf",
+        "-k", "partition",
+    )  # fmt: skip
+    result.assert_outcomes(failed=2, deselected=result.parseoutcomes().get("deselected", 0))
+    out = result.stdout.str()
+    assert "refimpl partition invariance of" in out  # the wrong rule's report
+    assert "pass, but the adapter records them as divergences" in out
+    assert isinstance(base.partition, Partition)
