@@ -8,7 +8,7 @@
   forces the sequence-level loss and uses ``s = exp(Σ_t d·m / max(L, 1))`` broadcast over the
   row (times the mask), with no cap on the mean log-ratio before ``exp``. The vLLM mismatch
   correction (``is_correction_level``/``_mode``/``_gating``) multiplies the per-token loss by a
-  detached weight of ``π_old/π_rollout`` before aggregation (:mod:`._openrlhf_losses_correction`).
+  detached weight of ``π_old/π_rollout`` before aggregation (``_openrlhf_losses_correction``).
 - ``aggregate_loss(loss, mask, token_level_loss, dp_size, batch_num_tokens, global_batch_size)``:
   token level ``Σ loss·m / batch_num_tokens · dp_size`` (``masked_mean`` when no count is given);
   sequence level ``Σ_b [Σ_t loss·m / (L_b + 1e-8)]·[L_b > 0] / global_batch_size · dp_size``
