@@ -47,7 +47,7 @@ def _skyrl_loss_adapters() -> list[object]:
 
 def test_the_loss_adapters_have_distinct_keys_and_loss_specs() -> None:
     keys = [a.key for a in _skyrl_loss_adapters()]  # type: ignore[attr-defined]
-    assert len(keys) == len(set(keys)) >= 29, keys
+    assert len(keys) == len(set(keys)) >= 25, keys
 
 
 def test_the_reductions_divide_as_read() -> None:
@@ -134,7 +134,8 @@ def test_the_global_reductions_are_partition_invariant(key: str) -> None:
         rule=p.rule,
         constant=p.constant,
         empty_rows=p.empty_rows,
+        rtol=p.rtol,
         dtype="float64",
-        max_examples=8,
+        max_examples=4,
     )
     assert report.ok, report

@@ -386,6 +386,37 @@ def skyrl_logprobs(
     return logprobs_from_logits(logits / temperature, tokens.long())
 
 
+def skyrl_logprobs_v2(
+    logits: Any, tokens: Any, *, temperature: Any, top_k: Any, top_p: Any, mask: Any
+) -> Any:
+    """``logprobs_from_logits_v2`` of ``logits / temperature``: its bfloat16/float16 branch is a
+    per-row ``log_softmax`` and gather (float32/float64: gather − ``logsumexp``)."""
+    from skyrl.backends.skyrl_train.utils.torch_utils import logprobs_from_logits_v2
+
+    return logprobs_from_logits_v2(logits / temperature, tokens.long())
+
+
+def skyrl_entropy(logits: Any, *, mask: Any) -> Any:
+    """``chunked_entropy_from_logits`` with ``requires_grad=True`` (the worker's
+    ``entropy_requires_grad = use_entropy_loss``) and ``attention_mask=mask``; the model wrapper
+    divides the logits by the temperature before."""
+    from skyrl.backends.skyrl_train.utils.torch_utils import chunked_entropy_from_logits
+
+    return chunked_entropy_from_logits(logits, requires_grad=True, attention_mask=mask)
+
+
+def skyrl_gae(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask: Any) -> Any:
+    """``compute_gae_advantage_return`` (``advantage_estimator="gae"``): whitened advantages and
+    the raw returns."""
+    from refimpl.frameworks import load_from_source
+
+    ppo = load_from_source("skyrl.backends.skyrl_train.utils.ppo_utils")
+    advantages, returns = ppo["compute_gae_advantage_return"](
+        token_level_rewards=rewards, values=values, response_mask=mask, gamma=gamma, lambd=lam
+    )
+    return advantages, returns
+
+
 _NO_FILTER = Divergence(
     "convention",
     "SkyRL's trainer log-probabilities are of the full softmax at the temperature "
@@ -575,6 +606,54 @@ ADAPTERS: tuple[Adapter, ...] = (
             "huge_log_ratios_stay_finite": _NO_FILTER,
         },
         note="log_softmax(z/T)[x] by gather − logsumexp (logprobs_from_logits_v2); padding not masked.",
+    ),
+    Adapter(
+        key="skyrl.logprobs_from_logits_v2_bfloat16",
+        framework="skyrl",
+        function=f"{_TORCH_UTILS}:logprobs_from_logits_v2",
+        settings={"temperature": "temperature"},
+        spec="token_logprobs",
+        conventions={"padding": "ignored"},
+        candidate=skyrl_logprobs_v2,
+        divergences={
+            "values": _NO_FILTER,
+            "gradient": _NO_FILTER,
+            "padding_contributes_nothing": _NO_FILTER,
+            "huge_log_ratios_stay_finite": _NO_FILTER,
+        },
+        dtype="bfloat16",
+        note="The bfloat16 branch: log_softmax(z/T) row by row, gathered; padding not masked.",
+    ),
+    Adapter(
+        key="skyrl.chunked_entropy_from_logits",
+        framework="skyrl",
+        function=f"{_TORCH_UTILS}:chunked_entropy_from_logits",
+        settings={"use_entropy_loss": True},
+        spec="token_entropy",
+        conventions={"temperature": "none", "mask": "keyword"},
+        candidate=skyrl_entropy,
+        note="−Σ p·log p of log_softmax, in chunks of 1024 positions, times the attention mask.",
+    ),
+    Adapter(
+        key="skyrl.advantage_gae",
+        framework="skyrl",
+        function=f"{_PPO}:compute_gae_advantage_return",
+        settings={"advantage_estimator": "gae"},
+        spec="gae_advantages",
+        conventions={
+            "output": "both",
+            "whiten": "batch",
+            "whiten_std": "sample",
+            "whiten_eps": 1e-8,
+            "eps_placement": "variance",
+            "gaps": "excluded",
+            "bootstrap": "zero",
+            "padding_inputs": "zero",
+            "padding": "ignored",
+        },
+        candidate=skyrl_gae,
+        note="The GAE recursion over every position (no mask in it), returns = A + V, then "
+        "masked_whiten of the advantages over the valid tokens.",
     ),
 )
 
