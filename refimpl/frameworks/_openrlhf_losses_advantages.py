@@ -116,6 +116,47 @@ def openrlhf_gae(rewards: Any, values: Any, *, gamma: float, lam: float, mask: A
     return maker.get_advantages_and_returns(values, rewards, mask, float(gamma), float(lam))
 
 
+def openrlhf_gae_whitened(rewards: Any, values: Any, *, gamma: float, lam: float, mask: Any) -> Any:
+    """``RemoteExperienceMaker.compute_advantages_and_returns`` with ``estimator="gae"``.
+
+    The per-token rewards enter as ``compute_reward``'s KL term: a zero outcome reward, ``kl =
+    −rewards`` and ``kl_ctl.value = 1`` give ``reward_t = 0·[t = eos] − 1·kl_t = rewards_t``.
+    Returns ``(advantages, returns)``: whitened advantages, returns of the unwhitened ones.
+    """
+    import types
+
+    import torch
+
+    from refimpl.frameworks import load_from_source
+
+    maker_class = load_from_source("openrlhf.trainer.ppo_utils.experience_maker")[
+        "RemoteExperienceMaker"
+    ]
+    ns = types.SimpleNamespace
+    rows = rewards.shape[0]
+    args = ns(
+        rollout=ns(n_samples_per_prompt=1),
+        algo=ns(
+            advantage=ns(estimator="gae", gamma=float(gamma), lambd=float(lam), no_std_norm=False)
+        ),
+        reward=ns(clip_range=None),
+    )
+    maker = maker_class.__new__(maker_class)
+    maker.strategy = ns(args=args)
+    maker.advantage_estimator = "gae"
+    maker.kl_ctl = ns(value=1.0)
+    experience = ns(
+        index=list(range(rows)),
+        rewards=torch.zeros(rows, dtype=rewards.dtype),
+        info={},
+        kl=-rewards,
+        action_mask=mask,
+        values=values,
+    )
+    maker.compute_advantages_and_returns([experience])
+    return experience.advantages, experience.returns
+
+
 _GROUPS = {"groups": "contiguous", "singleton": "excluded"}
 _WHITEN = {"std": "population", "eps": 1e-8, "eps_placement": "floor"}
 
@@ -195,6 +236,26 @@ _ADAPTERS: tuple[Adapter, ...] = (
         candidate=openrlhf_gae,
         note="GAE on rewards·m and values·m (a gap is a step), (advantages, advantages + values·m); "
         "the batch whitening follows in compute_advantages_and_returns.",
+    ),
+    Adapter(
+        key="openrlhf.gae_whitened",
+        framework="openrlhf",
+        function=f"{_MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
+        settings={"advantage.estimator": "gae", "gamma": "gamma", "lambd": "lam"},
+        spec="gae_advantages",
+        conventions={
+            "output": "both",
+            "gaps": "steps",
+            "padding": "ignored",
+            "whiten": "batch",
+            "whiten_std": "population",
+            "whiten_eps": 1e-8,
+            "eps_placement": "floor",
+            "compute_dtype": "float32",  # the whitening casts the advantages with .float()
+        },
+        candidate=openrlhf_gae_whitened,
+        note="The trainer's path: GAE, then (A − mean)·rsqrt(max(var, 1e-8)) over the batch's "
+        "valid tokens in float32; returns from the unwhitened advantages.",
     ),
 )
 

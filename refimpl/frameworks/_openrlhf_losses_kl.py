@@ -14,6 +14,7 @@
 - ``log_probs_from_logits(logits, labels, temperature=1.0)`` divides the logits by the temperature
   **in place** (``logits.div_``), then (no flash-attn installed) ``gather − logsumexp`` for
   float32/float64 logits, ``log_softmax`` row by row otherwise. No top-k or top-p.
+- ``masked_mean(tensor, mask, dim=None)``: ``Σ tensor·mask / Σ mask`` (no guard against 0/0).
 - ``compute_entropy(logits)`` (``@torch.compile``): ``logsumexp(z) − Σ softmax(z)·z``; the actor
   (``openrlhf/models/actor.py:Actor.forward``) divides the logits by the temperature first.
 
@@ -120,6 +121,13 @@ def openrlhf_log_probs(
     return log_probs_from_logits(logits.clone(), tokens, temperature=float(temperature))
 
 
+def openrlhf_masked_mean(loss: Any, mask: Any) -> Any:
+    """OpenRLHF ``masked_mean(tensor, mask, dim=None)`` (``aggregate_loss`` without counts)."""
+    from openrlhf.models.utils import masked_mean
+
+    return masked_mean(loss, mask, dim=None)
+
+
 def openrlhf_entropy(logits: Any) -> Any:
     """OpenRLHF ``compute_entropy(logits)`` (``@torch.compile``; the actor divides by T first)."""
     from openrlhf.models.utils import compute_entropy
@@ -202,6 +210,16 @@ ADAPTERS: tuple[Adapter, ...] = (
         ),
         examples=(_TOP_P,),
         note="z/T then gather − logsumexp over the full vocabulary; no top-k/top-p, unmasked.",
+    ),
+    Adapter(
+        key="openrlhf.masked_mean",
+        framework="openrlhf",
+        function=f"{_UTILS}:masked_mean",
+        settings={"dim": None},
+        spec="aggregation",
+        conventions={"mode": "token_mean", "empty_batch": "excluded"},
+        candidate=openrlhf_masked_mean,
+        note="Σ tensor·mask / Σ mask (0/0 on a batch without a valid token).",
     ),
     Adapter(
         key="openrlhf.compute_entropy",
