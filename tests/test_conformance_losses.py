@@ -25,12 +25,14 @@ import torch
 import refimpl.losses.advantages as adv
 import refimpl.losses.aggregation as agg
 import refimpl.losses.clipped as cl
+import refimpl.losses.gae as gae_mod
 import refimpl.losses.kl as kl
 import refimpl.losses.logprobs as lp_mod
 import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
+from refimpl.testing._specs_losses_entropy import token_entropy_vjp
 
 EXAMPLES = 8
 Tensor = torch.Tensor
@@ -485,6 +487,16 @@ def _logprobs_terms(logits: Any, tokens: Any, **kwargs: Any) -> tuple[Any, Any]:
     return value, lp_mod.token_logprobs_grad(logits, tokens, cotangent=cotangent, **kwargs)
 
 
+def _entropy_terms(logits: Any, **kwargs: Any) -> tuple[Any, Any]:
+    cotangent = kwargs.pop("cotangent")
+    value = lp_mod.token_entropy(logits, **kwargs)
+    return value, token_entropy_vjp(np.asarray(logits), cotangent=cotangent, **kwargs)
+
+
+def _gae_advantages(rewards: Any, values: Any, **kwargs: Any) -> Any:
+    return gae_mod.gae_advantages(rewards, values, **kwargs).advantages
+
+
 def _aggregate_terms(loss: Any, mask: Any, **kwargs: Any) -> tuple[float, Any]:
     value = agg.aggregate_loss(loss, mask, mode="token_mean", **kwargs)
     return value, agg.aggregation_weights(mask, mode="token_mean", **kwargs)
@@ -514,6 +526,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "is_batch_normalize": rj.is_batch_normalize,
     "off_policy_sequence_mask": rj.off_policy_sequence_mask,
     "m2po_mask": rj.m2po_mask,
+    "token_entropy": _entropy_terms,
+    "gae_advantages": _gae_advantages,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)
@@ -526,6 +540,7 @@ VALUE_ONLY = (
     "is_batch_normalize",
     "off_policy_sequence_mask",
     "m2po_mask",
+    "gae_advantages",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms
@@ -550,7 +565,12 @@ def test_refimpls_own_loss_passes_with_its_returned_gradient(spec: str) -> None:
     assert len(ran) >= 4
 
 
-VALUE_CHECKS = {"values", "padding_contributes_nothing", "huge_log_ratios_stay_finite"}
+VALUE_CHECKS = {
+    "values",
+    "padding_contributes_nothing",
+    "huge_log_ratios_stay_finite",
+    "huge_logits_stay_finite",
+}
 
 
 @pytest.mark.parametrize("spec", TERMS_SPECS)
