@@ -454,6 +454,13 @@ _CISPO = {
         "1 − eps_low; beyond ~709 TRL's unclamped exp also overflows.)",
     ),
 }
+_DELTA = Divergence(
+    "convention",
+    "TRL's delta (INTELLECT-2 two-sided clipping) clamps coef_1 above at δ for both signs of A "
+    "before min(coef_1·A, clip(coef_1)·A) (GRPOTrainer._compute_loss): for δ > 1 + epsilon_high "
+    "this is dual clip with c = δ, but for δ <= 1 + epsilon_high it also caps a positive "
+    "advantage's ratio at δ. GRPOConfig documents delta as 'recommended to be greater than 1 + ε'.",
+)
 _SAPO_TAU = Divergence(
     "numerical limit",
     "TRL builds the temperatures as torch.where(advantages > 0, sapo_temperature_pos, "
@@ -482,7 +489,9 @@ def _clip_adapter(
         spec="ppo_clip",
         conventions={**_SCALAR, **aggregation, "dual_clip": "drawn"},
         candidate=candidate,
-        divergences=dict(_OVERFLOW),
+        # the delta divergence needs δ <= 1 + ε_high and a positive advantage's ratio above δ: a
+        # search need not meet it (tests_frameworks/test_trl_losses.py pins it)
+        divergences={**_OVERFLOW, "values": _DELTA, "gradient": _DELTA},
         note=note + " delta maps to dual_clip only for delta > 1 + epsilon_high (TRL's recommended "
         "range): below, TRL also caps a positive advantage's ratio at delta.",
     )
