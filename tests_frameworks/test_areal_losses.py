@@ -16,6 +16,7 @@ import torch
 from refimpl.frameworks import adapters
 from refimpl.frameworks._areal_losses import (
     areal_adv_norm_batch,
+    areal_adv_norm_group_mean,
     areal_entropy,
     areal_group_leave_one_out,
     areal_group_norm,
@@ -120,6 +121,15 @@ def test_the_batch_advantage_norm_weighs_a_reward_by_its_tokens() -> None:
     rewards = torch.tensor([1.0, 3.0, 9.0])
     got = areal_adv_norm_batch(rewards, mask=MASK.float())
     assert got.tolist() == pytest.approx([-0.5 / (1 + 1e-5), 1.5 / (1 + 1e-5), 0.0])
+
+
+def test_the_group_mean_of_the_advantage_norm_is_over_tokens() -> None:
+    # one group: rewards 0 (1 token) and 1 (2 tokens); its token mean is 2/3 (not 1/2), the
+    # centred tokens -2/3, 1/3, 1/3 have sample variance (4/9 + 1/9 + 1/9) / 2 = 1/3
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    got = areal_adv_norm_group_mean(torch.tensor([0.0, 1.0]), mask=mask, group=torch.tensor([0, 0]))
+    d = math.sqrt(1 / 3) + 1e-5
+    assert got.tolist() == pytest.approx([-2 / 3 / d, 1 / 3 / d], rel=1e-6)
 
 
 def test_the_entropy_of_equal_logits_is_log_v() -> None:

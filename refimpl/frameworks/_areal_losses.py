@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
 
 _FUNCTIONAL = "areal.utils.functional"
@@ -292,6 +294,19 @@ def areal_adv_norm_batch(rewards: Any, *, mask: Any) -> Any:
     return out.gather(1, mask.argmax(-1, keepdim=True))[:, 0]
 
 
+def areal_adv_norm_group_mean(rewards: Any, *, mask: Any, group: Any) -> Any:
+    """``Normalization(mean_level="group", std_level="batch")`` as ``actor.adv_norm`` on the token
+    advantages of outcome rewards (REINFORCE++-baseline's shape); the row's value at its first
+    valid token."""
+    from areal.api.cli_args import NormConfig
+    from areal.utils.data import Normalization
+
+    size = int((group == group[0]).sum())
+    config = NormConfig(mean_level="group", std_level="batch", group_size=size)
+    out = Normalization(config)(rewards[:, None] * mask, mask)
+    return out.gather(1, mask.argmax(-1, keepdim=True))[:, 0]
+
+
 def areal_masked_normalization(rewards: Any, *, mask: Any) -> Any:
     """``masked_normalization(x, mask)`` with its defaults (population std, eps 1e-5) on the
     token advantages of outcome rewards; the row's value at its first valid token."""
@@ -459,6 +474,20 @@ ADAPTERS: tuple[Adapter, ...] = (
 )
 
 _NORM = "areal.utils.data:Normalization"
+#: Groups of three rows, one of them two tokens long in a group with rewards 0, 0, 1: AReaL's
+#: token-weighted group mean (1/2) differs from the rewards' mean (1/3), and every advantage moves.
+_UNEVEN_GROUP_CALL = (
+    (np.array([0.0] * 8 + [1.0]),),
+    {
+        "group": np.array([0, 0, 0, 1, 1, 1, 2, 2, 2]),
+        "mask": np.array([[1.0, 0.0]] * 8 + [[1.0, 1.0]]),
+    },
+)
+# with the same rewards shifted by 1: the spec's shift_invariance compares a pair of calls
+_UNEVEN_GROUP = [
+    _UNEVEN_GROUP_CALL,
+    ((_UNEVEN_GROUP_CALL[0][0] + 1.0,), _UNEVEN_GROUP_CALL[1]),
+]
 _NO_TRUNCATION = Divergence(
     "convention",
     "The trainer's log-prob is the full softmax of logits / temperature (vocab_parallel.py "
@@ -584,6 +613,42 @@ ADAPTERS = (
         candidate=areal_entropy,
         note="The entropy the FSDP engine computes with the log-probs (logged by the actor, "
         "detached there), at every position.",
+    ),
+)
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="areal.adv_norm_group_mean_batch_std",
+        framework="areal",
+        function=_NORM,
+        settings={
+            "adv_norm": {"mean_level": "group", "std_level": "batch"},
+            "discount": 1.0,
+            "gae_lambda": 1.0,
+        },
+        spec="reinforce_pp_advantages",
+        conventions={
+            "baseline": "group",
+            "groups": "contiguous",
+            "std": "sample",
+            "eps": 1e-5,
+            "eps_placement": "std",
+        },
+        candidate=areal_adv_norm_group_mean,
+        dtype="float32",
+        divergences={
+            "values": Divergence(
+                "convention",
+                "Normalization._compute_mean with mean_level='group' averages the group's valid "
+                "tokens (a sequence weighs its length), and the batch std is taken around that "
+                "mean with no second centring (data.py Normalization.__call__); the reference "
+                "subtracts the unweighted mean of the group's rewards, then the token-weighted "
+                "batch mean. They agree when a group's sequences have equal lengths.",
+            )
+        },
+        examples=(_UNEVEN_GROUP,),
+        note="Group-centred token advantages whitened by the batch's token std (sample + 1e-5).",
     ),
 )
 
