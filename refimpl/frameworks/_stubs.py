@@ -10,6 +10,7 @@ Nothing else in refimpl stubs a framework module or reads framework code.
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -32,11 +33,19 @@ class Stub:
         The package whose ``__init__`` is not executed; its submodules still load from their files.
     reason : str
         Why the tested code does not need it.
+    absent : bool
+        The package is not installed at all (an optional accelerator library the framework imports
+        at the top of a file but uses only in code the tests never run): an empty module stands
+        in for it, with a module spec so that ``importlib.util.find_spec`` works on it, and no
+        distribution metadata, so that libraries which look it up (transformers'
+        ``is_deepspeed_available``) still find it missing. Put in place only when the framework
+        is installed and the package is not.
     """
 
     framework: str
     package: str
     reason: str
+    absent: bool = False
 
 
 STUBS: tuple[Stub, ...] = (
@@ -49,6 +58,29 @@ STUBS: tuple[Stub, ...] = (
             "on Python < 3.12; the tested skyrl.backends.skyrl_train.utils.off_policy_correction_utils "
             "imports only torch, omegaconf and skyrl_train.utils.torch_utils. Its package __init__ is "
             "skipped; every module under it still loads from its installed file."
+        ),
+    ),
+    Stub(
+        framework="openrlhf",
+        package="openrlhf.models",
+        reason=(
+            "openrlhf 0.11.2's openrlhf/models/__init__.py imports actor.py, which imports "
+            "ring_attn_utils.py and with it flash_attn (a CUDA build, not installable here); the "
+            "tested openrlhf.models.loss and openrlhf.models.utils import only torch, deepspeed "
+            "and each other. Its package __init__ is skipped; every module under it still loads "
+            "from its installed file."
+        ),
+    ),
+    Stub(
+        framework="openrlhf",
+        package="deepspeed",
+        absent=True,
+        reason=(
+            "openrlhf 0.11.2's openrlhf/models/utils.py imports deepspeed at the top and uses it "
+            "only inside set_z3_leaf_modules (ZeRO-3 model surgery), which no tested function "
+            "calls; deepspeed is not installed (its ops need a CUDA build). The loss code's "
+            "micro-batch scaling that DeepSpeed applies (1/gas) is written in the adapters, "
+            "citing OpenRLHF's own docstring."
         ),
     ),
 )
@@ -65,6 +97,9 @@ def install_stubs() -> None:
     for stub in STUBS:
         if stub.package in sys.modules:
             continue
+        if stub.absent:
+            _stand_in(stub)
+            continue
         parent, _, _ = stub.package.rpartition(".")
         spec = importlib.util.find_spec(parent) if parent else None
         if spec is None or spec.origin is None:
@@ -75,6 +110,17 @@ def install_stubs() -> None:
         module = types.ModuleType(stub.package, f"stub: {stub.reason}")
         module.__path__ = [path]
         sys.modules[stub.package] = module
+
+
+def _stand_in(stub: Stub) -> None:
+    """An empty module for a package that is not installed, when its framework is."""
+    if importlib.util.find_spec(stub.framework) is None:
+        return
+    if importlib.util.find_spec(stub.package) is not None:
+        return  # installed after all: the real one is used
+    module = types.ModuleType(stub.package, f"stand-in: {stub.reason}")
+    module.__spec__ = importlib.machinery.ModuleSpec(stub.package, None)
+    sys.modules[stub.package] = module
 
 
 @dataclass(frozen=True)
@@ -91,7 +137,8 @@ class SourceLoad:
     names : tuple of str
         The top-level classes or functions executed, in order, from that file's source.
     imports : str
-        The standard-library imports they need, executed first.
+        The imports they need (the standard library's, or the framework's own importable
+        modules), executed first.
     reason : str
         Why the module itself cannot be imported, and why the names need nothing else from it.
     """
@@ -114,6 +161,30 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
             "skyrl.train.config, whose import reaches skyrl.tinker.types (pydantic refuses its "
             "typing.TypedDict on Python < 3.12). _RolloutStat (a dataclass of counters) and "
             "_AsyncStalenessManager (the capacity rule; asyncio only) use nothing else of the module."
+        ),
+    ),
+    SourceLoad(
+        framework="openrlhf",
+        source="openrlhf.trainer.ppo_utils.experience_maker",
+        names=("RemoteExperienceMaker",),
+        imports=(
+            "import itertools\n"
+            "from typing import List, Tuple\n"
+            "import torch\n"
+            "from openrlhf.models.utils import compute_approx_kl, compute_reward, masked_mean\n"
+            "from openrlhf.trainer.ppo_utils.experience import Experience\n"
+            "from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties\n"
+            "from openrlhf.utils.logging_utils import init_logger\n"
+            "logger = init_logger('openrlhf.trainer.ppo_utils.experience_maker')\n"
+            "RayActorGroup = object  # an annotation of __init__ only\n"
+        ),
+        reason=(
+            "openrlhf 0.11.2's experience_maker imports openrlhf.trainer.ray (vllm) and, through "
+            "its launcher, the Actor model (flash_attn) and the DeepSpeed strategy. "
+            "RemoteExperienceMaker's advantage estimators (compute_advantages_and_returns, "
+            "get_advantages_and_returns, get_cumulative_returns) use torch, the loss utilities "
+            "and the Experience record, imported here from their own modules; its annotations "
+            "name RayActorGroup, which nothing tested calls."
         ),
     ),
 )
