@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from refimpl.frameworks import adapters
+from refimpl.frameworks import STUBS, adapters
 from refimpl.frameworks._areal_losses import (
     areal_adv_norm_batch,
     areal_adv_norm_group_mean,
@@ -152,3 +152,19 @@ def test_the_token_mean_scaling_path_is_partition_invariant() -> None:
         rtol=p.rtol,
     )
     assert report.ok, report
+
+
+@pytest.mark.skipif(
+    not any(s.package == "areal.trainer" for s in STUBS),
+    reason="needs the areal.trainer stub in refimpl.frameworks.STUBS (actor.py's package imports "
+    "swanlab)",
+)
+def test_m2po_drops_the_largest_square_until_the_mean_is_below_tau() -> None:
+    from refimpl.frameworks._areal_losses_actor import areal_m2po_mask
+
+    # squares 0.25, 0.01, 0 (and a padded 100): the mean of all three is 0.0867 >= 0.04, without
+    # the largest 0.005 < 0.04, so only the first token is dropped
+    target = torch.tensor([[0.5, 0.1, 0.0, 10.0]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=F64)
+    got = areal_m2po_mask(target, torch.zeros_like(target), tau=0.04, mask=mask)
+    assert got.tolist() == [[0.0, 1.0, 1.0, 0.0]]

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.frameworks import _areal_losses_actor
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
 
 _FUNCTIONAL = "areal.utils.functional"
@@ -651,5 +652,8 @@ ADAPTERS = (
         note="Group-centred token advantages whitened by the batch's token std (sample + 1e-5).",
     ),
 )
+
+# M2PO's mask lives in areal/trainer/ppo/actor.py, importable only with the areal.trainer stub
+ADAPTERS = (*ADAPTERS, *_areal_losses_actor.ADAPTERS)
 
 __all__ = ["ADAPTERS"]
