@@ -18,6 +18,13 @@ are loaded with them, so each function is the registered wrapper, exactly as
 is ``safe_exp_delta`` (float32, log-ratio clamped to ±20); SAPO clamps to ±20 in the input dtype;
 GSPO caps the token log-weight at 10; ``clip_cov``, ``kl_cov`` and ``importance_sampling``
 exponentiate the unclamped log-ratio.
+
+Two terms are not linear in the advantages, so the pre-scaling changes them (run on fixed inputs,
+not a check: no spec has the selection): KL-Cov's ``ppo_kl_coef·|log ρ|`` is summed unscaled, so
+under ``token_mean`` it weighs ``N`` times more than the mean of ``pg_losses_kl`` it is ported
+from; Clip-Cov compares the covariance of the *scaled* advantages (``1/N`` of the raw one under
+``token_mean``) with ``clip_cov_lb``/``clip_cov_ub`` (1 and 5), so it rarely selects a token. The
+adapters fix the selection (``ppo_kl_coef = 0``; an empty band), where both are unaffected.
 """
 
 from __future__ import annotations

@@ -558,7 +558,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="grpo_advantages",
         conventions={"std": "sample", "eps": 1e-6, "eps_placement": "std", "singleton": "raw"},
         candidate=skyrl_grpo,
-        divergences={"singleton_groups": _SINGLETON_EPS},
+        divergences={"values": _SINGLETON_EPS, "singleton_groups": _SINGLETON_EPS},
         note="(r − mean_g)/(std_g + 1e-6), sample std; a singleton group gets mean 0, std 1.",
     ),
     Adapter(
