@@ -1,9 +1,12 @@
-"""AReaL 1.0.4: the loss-level helpers of ``areal/trainer/ppo/actor.py`` (M2PO's token mask).
+"""AReaL 1.0.4: the loss-level helpers of ``areal/trainer/ppo/actor.py`` (M2PO, the KDRL term).
 
 ``_apply_m2po_masking(old_logp, prox_logp, loss_mask, m2_threshold)`` (``actor.m2_threshold``,
 applied by ``grpo_loss_fn`` before the PPO or SAPO loss): the squared ``old_logp − prox_logp`` of
 the batch's valid tokens, sorted in descending order; ``_get_m2po_loss_mask`` drops the largest
 until the mean of the rest is ``< m2_threshold`` (strictly), keeping at least one token.
+``grpo_loss_fn`` with ``teacher_logp`` in the batch and ``rl_loss_weight != 0`` adds
+``distill_loss_weight · Σ (logprobs − teacher_logp)·mask / mask.sum().clamp(min=1)`` to the PPO
+loss (``rl_loss_weight = 0`` is a different, importance-weighted REINFORCE form).
 
 ``areal.trainer.ppo.actor`` cannot be imported as installed: the package ``areal.trainer``'s
 ``__init__`` imports ``dpo_trainer`` → ``areal.utils.stats_logger`` → ``swanlab``, which is not
@@ -35,6 +38,28 @@ def areal_m2po_mask(logp_target: Any, logp_behavior: Any, *, tau: Any, mask: Any
     return kept.to(logp_target.dtype)
 
 
+def areal_kdrl_reverse_kl(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """``grpo_loss_fn`` with a teacher (``teacher_logp``, ``rl_loss_weight = 1``,
+    ``distill_loss_weight = 1``) and zero advantages: the PPO term is 0 and the loss is the KDRL
+    penalty ``Σ (logp − teacher)·mask / max(Σ mask, 1)``. π_prox = π_old = sg(π_θ)."""
+    import torch
+    from areal.trainer.ppo.actor import grpo_loss_fn
+
+    old = logp.detach()
+    data = {
+        "logprobs": old,
+        "prox_logp": old,
+        "advantages": torch.zeros_like(old),
+        "loss_mask": mask > 0,
+        "teacher_logp": logp_ref,
+        "rl_loss_weight": 1.0,
+        "distill_loss_weight": 1.0,
+    }
+    return grpo_loss_fn(
+        logp, torch.zeros_like(old), data, eps_clip=0.2, eps_clip_higher=None, c_clip=None
+    )
+
+
 _ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.m2po_mask",
@@ -46,6 +71,18 @@ _ADAPTERS: tuple[Adapter, ...] = (
         candidate=areal_m2po_mask,
         note="M2PO: drop the batch's largest squared behaviour/proximal log-ratios until the "
         "kept mean is below τ (at least one token kept).",
+    ),
+    Adapter(
+        key="areal.grpo_loss_kdrl_reverse_kl",
+        framework="areal",
+        function="areal.trainer.ppo.actor:grpo_loss_fn",
+        settings={"teacher_logp": "logp_ref", "rl_loss_weight": 1.0, "distill_loss_weight": 1.0},
+        spec="kl_penalty",
+        conventions={"estimator": "k1", "output": "scalar", "aggregation": "token_mean"},
+        candidate=areal_kdrl_reverse_kl,
+        dtype="float32",  # grpo_loss_fn's stats_tracker.stat refuses float64 tensors
+        note="The joint distillation term of the actor's loss (KDRL): the k1 reverse KL to the "
+        "teacher, token-mean over the mask, on the trainer's loss function.",
     ),
 )
 
