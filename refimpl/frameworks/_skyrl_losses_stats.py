@@ -19,9 +19,11 @@ The partition candidates run the real ``apply_loss_reduction_to_advantages_minib
 valid tokens (or rows), so the counts the function reads (the mini-batch's tokens and rows, the
 micro-batch's own row lengths) are the real step's; then ``ppo_policy_loss`` and the ``dp_size``
 factor. **KL**: ``compute_approx_kl`` (``k1``, ``k2``, ``abs``; ``k3`` clamps the log-ratio to ±20 and
-the estimate to ±10); **advantages**: the registered GRPO, RLOO and REINFORCE++ estimators;
-**log-probs**: ``torch_utils.logprobs_from_logits`` (its flash-attn branch is not installed here:
-``logprobs_from_logits_v2``), after the model wrapper's ``logits.div_(temperature)``.
+the estimate to ±10); **advantages**: the registered GRPO, RLOO, REINFORCE++ and GAE estimators
+(MaxRL has no spec); **log-probs**: ``torch_utils.logprobs_from_logits`` (its flash-attn branch is
+not installed here: ``logprobs_from_logits_v2``), after the model wrapper's
+``logits.div_(temperature)``; **entropy**: ``chunked_entropy_from_logits`` as the worker calls it
+(``requires_grad`` when the entropy loss is on, the attention mask multiplied in).
 """
 
 from __future__ import annotations
