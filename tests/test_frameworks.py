@@ -82,7 +82,9 @@ def test_a_reproduction_setup_defines_the_candidate() -> None:
     )  # defines it; the framework is imported on call
     assert namespace["candidate"].__name__ == "verl_token_tis"
     assert "install_stubs()" in adapter("skyrl.tis_token").setup
-    assert {s.framework for s in STUBS} == {"skyrl"}
+    assert "install_stubs()" in adapter("openrlhf.kl_k3").setup
+    assert "install_stubs()" not in adapter("verl.rollout_is_token_tis").setup
+    assert {s.framework for s in STUBS} == {"skyrl", "areal", "openrlhf"}
 
 
 # --- the committed matrix ----------------------------------------------------------------------

@@ -30,6 +30,19 @@ FRAMEWORK_MODULES = (
     "areal.utils.functional",
     "areal.infra.staleness_manager",
     "skyrl.backends.skyrl_train.utils.off_policy_correction_utils",
+    "verl.trainer.ppo.core_algos",
+    "verl.utils.torch_functional",
+    "verl.workers.config",
+    "verl.trainer.config",
+    "trl.trainer.grpo_trainer",
+    "trl.trainer.rloo_trainer",
+    "trl.trainer.utils",
+    "trl.experimental.gmpo.gmpo_trainer",
+    "openrlhf.models.loss",
+    "openrlhf.models.utils",
+    "openrlhf.utils.loss_utils",
+    "areal.engine.fsdp_engine",
+    "areal.trainer.ppo.actor",
 )
 
 install_stubs()

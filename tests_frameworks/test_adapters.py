@@ -82,8 +82,10 @@ def test_every_source_load_is_of_a_module_that_cannot_be_imported() -> None:
         assert done.returncode != 0, f"{entry.source} imports: drop its source load"
 
 
+# the adapters of AReaL's rejection sampling (the function, or the loss's behaviour weight under
+# a rejection_sampling setting); the loss-level adapters of ppo_actor_loss_fn set none
 _REJECTION_SAMPLING = [a for a in adapters("areal") if "rejection_sampling" in a.function
-                       or a.function.endswith(":ppo_actor_loss_fn")]  # fmt: skip
+                       or isinstance(a.settings.get("rejection_sampling"), dict)]  # fmt: skip
 
 
 @pytest.mark.parametrize("a", _REJECTION_SAMPLING, ids=lambda a: a.key)

@@ -61,6 +61,17 @@ STUBS: tuple[Stub, ...] = (
         ),
     ),
     Stub(
+        framework="areal",
+        package="areal.trainer",
+        reason=(
+            "areal 1.0.4's areal/trainer/__init__.py imports every trainer (DPOTrainer through "
+            "stats_logger needs swanlab, which the pinned set does not install); the tested "
+            "areal.trainer.ppo.actor (grpo_loss_fn, the M2PO masking) imports torch, areal.api, "
+            "areal.infra and areal.utils only. Its package __init__ is skipped; every module "
+            "under it still loads from its installed file."
+        ),
+    ),
+    Stub(
         framework="openrlhf",
         package="openrlhf.models",
         reason=(
