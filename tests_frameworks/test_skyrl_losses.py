@@ -22,6 +22,8 @@ from refimpl.frameworks._skyrl_losses import (
     skyrl_ppo_regular,
 )
 from refimpl.frameworks._skyrl_losses_stats import (
+    skyrl_grpo,
+    skyrl_logprobs,
     skyrl_microbatch_token_mean,
     skyrl_microbatch_token_mean_legacy,
     skyrl_reduction_prompt_mean,
@@ -139,3 +141,44 @@ def test_the_global_reductions_are_partition_invariant(key: str) -> None:
         max_examples=4,
     )
     assert report.ok, report
+
+
+def test_the_unclamped_ratios_give_nan_at_an_overflowing_padded_position() -> None:
+    # the recorded defect: exp(1000) = inf at a padded position, times the mask's 0, is NaN
+    logp = torch.tensor([[0.0, 1000.0]], dtype=F64)
+    zeros, ones = torch.zeros(1, 2, dtype=F64), torch.ones(1, 2, dtype=F64)
+    mask = torch.tensor([[1.0, 0.0]], dtype=F64)
+    for candidate in (skyrl_kl_cov, skyrl_importance_sampling):
+        assert math.isnan(candidate(logp, zeros, ones, cap=None, mask=mask).item())
+    # Clip-Cov: with A < 0 there, max(−A·ρ, −A·clip(ρ)) = inf (with A > 0 only its gradient is NaN)
+    negative = torch.tensor([[1.0, -1.0]], dtype=F64)
+    got = skyrl_clip_cov(
+        logp, zeros, negative, eps_low=0.2, eps_high=None, dual_clip=None, mask=mask
+    )
+    assert math.isnan(got.item())
+    # the clamped losses (safe_exp_delta) stay finite on the same input
+    assert (
+        skyrl_ppo_regular(
+            logp, zeros, ones, eps_low=0.2, eps_high=None, dual_clip=None, mask=mask
+        ).item()
+        == -1.0
+    )
+
+
+def test_a_grpo_singleton_group_is_divided_by_one_plus_a_float32_epsilon() -> None:
+    rewards, group = torch.tensor([0.25, 1.0, 2.0], dtype=F64), torch.tensor([0, 1, 1])
+    got = skyrl_grpo(rewards, group=group)
+    one_plus_eps = float(torch.tensor(1.0) + 1e-6)  # float32: 1 + 2^-20
+    assert got[0].item() == 0.25 / one_plus_eps != 0.25
+    # the pair's sample std is √0.5: (r − 1.5)/(√0.5 + 1e-6)
+    expected = [-0.5 / (math.sqrt(0.5) + 1e-6), 0.5 / (math.sqrt(0.5) + 1e-6)]
+    assert got[1:].tolist() == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_trainer_log_probabilities_are_the_full_tempered_softmax() -> None:
+    logits = torch.tensor([[[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]]], dtype=F64)
+    tokens = torch.tensor([[0, 2]])
+    expected = torch.log_softmax(logits / 0.5, dim=-1).gather(-1, tokens[..., None])[..., 0]
+    for top_k, top_p in ((None, None), (1, 0.5)):  # the sampler's filters are never applied
+        got = skyrl_logprobs(logits, tokens, temperature=0.5, top_k=top_k, top_p=top_p, mask=None)
+        assert torch.allclose(got, expected, rtol=1e-12, atol=0.0)
