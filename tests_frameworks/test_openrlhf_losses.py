@@ -79,9 +79,7 @@ def test_log_probs_from_logits_divides_its_argument_in_place() -> None:
     log_probs_from_logits(logits, torch.tensor([[0]]), temperature=2.0)
     assert logits.tolist() == [[[0.0, 0.5, 1.0]]]
     kept = torch.tensor([[[0.0, 1.0, 2.0]]], dtype=_T, requires_grad=True)
-    value = openrlhf_log_probs(
-        kept, torch.tensor([[2]]), temperature=2.0, top_k=None, top_p=None, mask=_t([[1.0]])
-    )
+    value = openrlhf_log_probs(kept, torch.tensor([[2]]), temperature=2.0, mask=_t([[1.0]]))
     expected = 1.0 - math.log(1 + math.exp(0.5) + math.e)
     assert value.detach().item() == pytest.approx(expected, rel=1e-12)
 

@@ -320,9 +320,7 @@ def areal_masked_normalization(rewards: Any, *, mask: Any) -> Any:
 # --- log-probabilities --------------------------------------------------------------------------
 
 
-def areal_gather_logprobs(
-    logits: Any, tokens: Any, *, temperature: Any, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def areal_gather_logprobs(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
     """``gather_logprobs(logits, labels, temperature)`` (no tensor parallelism); AReaL has no
     top-k / top-p in the trainer's log-probs, and masks them with the loss mask downstream."""
     import torch
@@ -332,9 +330,7 @@ def areal_gather_logprobs(
     return torch.where(mask > 0, logp, 0.0)
 
 
-def areal_gather_logprobs_entropy(
-    logits: Any, tokens: Any, *, temperature: Any, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def areal_gather_logprobs_entropy(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
     """The log-probs of ``gather_logprobs_entropy`` (what the engine passes the actor's loss)."""
     import torch
     from areal.utils.functional import gather_logprobs_entropy
@@ -489,20 +485,6 @@ _UNEVEN_GROUP = [
     _UNEVEN_GROUP_CALL,
     ((_UNEVEN_GROUP_CALL[0][0] + 1.0,), _UNEVEN_GROUP_CALL[1]),
 ]
-_NO_TRUNCATION = Divergence(
-    "convention",
-    "The trainer's log-prob is the full softmax of logits / temperature (vocab_parallel.py "
-    "_gather_logprobs): gather_logprobs takes no top-k or top-p, so where the spec draws them the "
-    "kept support is not renormalised and a token outside it is not −inf. With top_k = top_p = "
-    "None the values and gradients agree.",
-)
-# the token_logprobs checks the draws of top-k / top-p reach (written out, as in _verl.py)
-_LOGPROB_CHECKS = (
-    "values",
-    "gradient",
-    "padding_contributes_nothing",
-    "huge_log_ratios_stay_finite",
-)
 _GROUP = {"groups": "contiguous", "eps": 1e-5, "eps_placement": "std"}
 
 ADAPTERS = (
@@ -584,9 +566,8 @@ ADAPTERS = (
         function=f"{_FUNCTIONAL}:gather_logprobs",
         settings={"temperature": "temperature", "tp_group": None},
         spec="token_logprobs",
-        conventions={"compute_dtype": "float32"},
+        conventions={"compute_dtype": "float32", "truncation": "none"},
         candidate=areal_gather_logprobs,
-        divergences=dict.fromkeys(_LOGPROB_CHECKS, _NO_TRUNCATION),
         note="log_softmax(logits.float() / T) at the labels.",
     ),
     Adapter(
@@ -595,9 +576,8 @@ ADAPTERS = (
         function=f"{_FUNCTIONAL}:gather_logprobs_entropy",
         settings={"temperature": "temperature", "tp_group": None},
         spec="token_logprobs",
-        conventions={"compute_dtype": "float32"},
+        conventions={"compute_dtype": "float32", "truncation": "none"},
         candidate=areal_gather_logprobs_entropy,
-        divergences=dict.fromkeys(_LOGPROB_CHECKS, _NO_TRUNCATION),
         note="The log-probs of the fused log-prob/entropy pass the FSDP engine uses for training.",
     ),
 )

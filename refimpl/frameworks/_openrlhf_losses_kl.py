@@ -26,9 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._registry import Adapter
 
 _UTILS = "openrlhf.models.utils"
 # .float(): float64 inputs are computed in float32; the value is clamped to ±10; not masked.
@@ -108,9 +106,7 @@ def openrlhf_kl_k3_off_policy(logp: Any, logp_ref: Any, logp_behavior: Any, *, m
     )
 
 
-def openrlhf_log_probs(
-    logits: Any, tokens: Any, *, temperature: float, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def openrlhf_log_probs(logits: Any, tokens: Any, *, temperature: float, mask: Any) -> Any:
     """OpenRLHF ``log_probs_from_logits(logits, labels, temperature)`` (no top-k, no top-p).
 
     It divides its ``logits`` argument in place (``logits.div_``), which autograd refuses on a
@@ -133,22 +129,6 @@ def openrlhf_entropy(logits: Any) -> Any:
     from openrlhf.models.utils import compute_entropy
 
     return compute_entropy(logits)
-
-
-_FULL_SOFTMAX = Divergence(
-    "convention",
-    "log_probs_from_logits (openrlhf/models/utils.py) takes the log-probability under the full "
-    "tempered softmax, with no top-k or top-p truncation (the sampler's support): a token outside "
-    "the kept support gets a finite log-probability, not −inf. Where top_k and top_p are None "
-    "every check passes.",
-)
-#: A token outside top_p = 0.5's support: the reference gives −inf, OpenRLHF log softmax.
-_TOP_P = [
-    (
-        (np.array([[[0.0, 1.0, 2.0]]]), np.array([[0]])),
-        {"temperature": 1.0, "top_k": None, "top_p": 0.5, "mask": np.array([[1.0]])},
-    )
-]
 
 
 def _kl(estimator: str, candidate: Any, *, unbiased: bool = False) -> Adapter:
@@ -202,13 +182,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_UTILS}:log_probs_from_logits",
         settings={"temperature": "temperature"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=openrlhf_log_probs,
-        divergences=dict.fromkeys(
-            ("values", "gradient", "padding_contributes_nothing", "huge_log_ratios_stay_finite"),
-            _FULL_SOFTMAX,
-        ),
-        examples=(_TOP_P,),
         note="z/T then gather − logsumexp over the full vocabulary; no top-k/top-p, unmasked.",
     ),
     Adapter(

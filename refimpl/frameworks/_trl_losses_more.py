@@ -28,11 +28,9 @@ _GMPO = "trl.experimental.gmpo.gmpo_trainer:GMPOTrainer._compute_loss"
 _ASYNC = "trl.experimental.async_grpo.async_grpo_trainer:AsyncGRPOTrainer.compute_loss"
 
 
-def trl_selective_log_softmax(
-    logits: Any, tokens: Any, *, temperature: Any, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def trl_selective_log_softmax(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
     """TRL's ``selective_log_softmax(logits, tokens, temperature=temperature)`` (torch path on CPU);
-    TRL has no top-k / top-p: ``top_k`` and ``top_p`` are not passed."""
+    TRL applies no top-k / top-p to a training log-probability (``truncation="none"``)."""
     import torch
     from trl.trainer.utils import selective_log_softmax
 
@@ -195,13 +193,6 @@ def trl_async_grpo_loss(
     return async_grpo_loss(logp, logp_old, advantages, mask, epsilon=eps_low, epsilon_high=eps_high)
 
 
-_NO_FILTER = Divergence(
-    "convention",
-    "TRL's selective_log_softmax (trl/trainer/utils.py) scores the full softmax of logits / "
-    "temperature: it has no top-k or top-p, so where the spec's drawn top_k / top_p remove the token "
-    "(−inf) or renormalise the kept mass, TRL's log-probability differs. TRL's trainers score "
-    "training log-probabilities this way whatever the sampler's filtering.",
-)
 _GMPO_EMPTY = (
     "GMPOTrainer._compute_loss takes a row's log-weight as Σ m·clip(d) / max(Σ m, 1), which is 0 "
     "for a row without a valid token, so coef = 1 and that row adds −A to the mean over rows (its "
@@ -241,12 +232,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_UTILS}:selective_log_softmax",
         settings={"temperature": "temperature"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=trl_selective_log_softmax,
-        divergences=dict.fromkeys(
-            ("values", "gradient", "padding_contributes_nothing", "huge_log_ratios_stay_finite"),
-            _NO_FILTER,
-        ),
         note="log softmax(logits / T) at the tokens, over the full vocabulary (no top-k/top-p).",
     ),
     Adapter(

@@ -295,35 +295,16 @@ ADAPTERS: tuple[Adapter, ...] = (
 # ---------------------------------------------------------------------------------------------
 
 
-_FULL_DISTRIBUTION = Divergence(
-    "convention",
-    "verl's training log-probability is the log-softmax of the tempered logits over the whole "
-    "vocabulary: the sampler's top-k and top-p truncation (rollout.top_k, rollout.top_p) is not "
-    "applied, so a token the sampler could not have drawn gets a finite log-probability (the "
-    "reference's −inf) and every probability differs from the renormalised kept mass. Without "
-    "top-k and top-p the values and gradients agree (the spec always may draw them).",
-)
-_LOGPROB_CHECKS = (
-    "values",
-    "gradient",
-    "padding_contributes_nothing",
-    "huge_log_ratios_stay_finite",
-)
-
-
-def verl_logprobs_from_logits(
-    logits: Any, tokens: Any, *, temperature: float, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def verl_logprobs_from_logits(logits: Any, tokens: Any, *, temperature: float, mask: Any) -> Any:
     """verl ``logprobs_from_logits`` on the logits divided by the temperature (as the engine's
-    ``_scale_logits_by_temperature``); ``top_k`` and ``top_p`` are received and not applied."""
+    ``_scale_logits_by_temperature``), over the full vocabulary: verl's training log-probability
+    applies none of the sampler's top-k and top-p (``truncation="none"``)."""
     from verl.utils.torch_functional import logprobs_from_logits
 
     return logprobs_from_logits(logits / temperature, tokens.long())
 
 
-def verl_logprobs_from_logits_v2(
-    logits: Any, tokens: Any, *, temperature: float, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def verl_logprobs_from_logits_v2(logits: Any, tokens: Any, *, temperature: float, mask: Any) -> Any:
     """verl ``logprobs_from_logits_v2`` (gather − per-row logsumexp) on the tempered logits."""
     from verl.utils.torch_functional import logprobs_from_logits_v2
 
@@ -331,7 +312,7 @@ def verl_logprobs_from_logits_v2(
 
 
 def verl_logprobs_from_logits_naive(
-    logits: Any, tokens: Any, *, temperature: float, top_k: Any, top_p: Any, mask: Any
+    logits: Any, tokens: Any, *, temperature: float, mask: Any
 ) -> Any:
     """verl ``logprobs_from_logits_naive`` (log_softmax + gather) on the tempered logits."""
     from verl.utils.torch_functional import logprobs_from_logits_naive
@@ -347,9 +328,8 @@ ADAPTERS = (
         function=f"{_TF}:logprobs_from_logits",
         settings={"rollout.temperature": "temperature", "VERL_DISABLE_FLASH_ATTN_CE": "unset"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=verl_logprobs_from_logits,
-        divergences=dict.fromkeys(_LOGPROB_CHECKS, _FULL_DISTRIBUTION),
         note="The training log-probability: log_softmax of logits / T at the token (CPU: the "
         "logsumexp path of logprobs_from_logits_v2), over the full vocabulary.",
     ),
@@ -359,9 +339,8 @@ ADAPTERS = (
         function=f"{_TF}:logprobs_from_logits_v2",
         settings={"rollout.temperature": "temperature"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=verl_logprobs_from_logits_v2,
-        divergences=dict.fromkeys(_LOGPROB_CHECKS, _FULL_DISTRIBUTION),
         note="gather(logits / T) − logsumexp(logits / T) row by row (float32/float64 inputs).",
     ),
     Adapter(
@@ -370,9 +349,8 @@ ADAPTERS = (
         function=f"{_TF}:logprobs_from_logits_naive",
         settings={"rollout.temperature": "temperature"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=verl_logprobs_from_logits_naive,
-        divergences=dict.fromkeys(_LOGPROB_CHECKS, _FULL_DISTRIBUTION),
         note="log_softmax(logits / T) gathered at the token.",
     ),
 )

@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from refimpl.testing._engine import Call, Case, Conventions, Spec
+from refimpl.testing._engine import Call, Case, Convention, Conventions, Spec
 from refimpl.testing._specs_losses import (
     Kind,
     LossDesc,
@@ -40,13 +40,31 @@ Array = NDArray[np.float64]
 _GARBAGE = (0.0, -1e4, 1e4, 1e30, -1e30, 88.0)
 
 
-def _params(draw: st.DrawFn, vocab: int) -> dict[str, Any]:
+#: Whether the candidate truncates the distribution as the sampler does.
+TRUNCATION = Convention(
+    "truncation",
+    "drawn",
+    ("drawn", "none"),
+    "'drawn': the candidate receives top_k= and top_p= (None or a value) and keeps only the "
+    "sampler's support; 'none': it takes neither and computes the log-probability under the "
+    "full tempered distribution (checked with top_k = top_p = None)",
+    who="none: verl 0.9.1 logprobs_from_logits (and _v2, _naive; verl/utils/torch_functional.py), "
+    "TRL 1.16.0 selective_log_softmax (trl/trainer/utils.py), OpenRLHF 0.11.2 "
+    "log_probs_from_logits (openrlhf/models/utils.py), AReaL 1.0.4 gather_logprobs and "
+    "gather_logprobs_entropy (areal/utils/functional): the trainer's log-probability of a token "
+    "is the full softmax's, whatever top-k or top-p the sampler used",
+)
+
+
+def _params(draw: st.DrawFn, vocab: int, conv: Conventions) -> dict[str, Any]:
     temperature = draw(
         st.one_of(
             st.sampled_from([1.0, 0.7, 0.5, 2.0]),
             st.floats(0.3, 3.0, allow_nan=False, allow_subnormal=False),
         )
     )
+    if conv["truncation"] == "none":
+        return {"temperature": temperature, "top_k": None, "top_p": None}
     top_k = draw(st.one_of(st.none(), st.integers(1, vocab)))
     top_p = draw(
         st.one_of(
@@ -73,7 +91,7 @@ def _grid_logits(draw: st.DrawFn, shape: tuple[int, int], vocab: int, scale: flo
 def logprob_draw(draw: st.DrawFn, desc: LossDesc, conv: Conventions, kind: Kind) -> Call:
     if kind == "long":
         vocab = 4
-        params = _params(draw, vocab)
+        params = _params(draw, vocab, conv)
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         batch, time = 1, 4096
         base = np.stack([rng.permutation(np.arange(vocab)) for _ in range(time)]) * 0.5
@@ -83,7 +101,7 @@ def logprob_draw(draw: st.DrawFn, desc: LossDesc, conv: Conventions, kind: Kind)
         cot = rng.integers(0, 33, (batch, time)) / 16.0
     else:
         vocab = draw(st.integers(2, 8))
-        params = _params(draw, vocab)
+        params = _params(draw, vocab, conv)
         batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 5))
         scale = {"huge": 100.0, "wide": 4.0}.get(kind, 1.0)
         logits = _grid_logits(draw, (batch, time), vocab, scale)
@@ -186,7 +204,13 @@ def logprobs_spec() -> Spec:
         _no_params,
         on_policy=None,
         boundaries=False,
+        conventions=(TRUNCATION,),
         draws=logprob_draw,
         shifted=_shift_top_p,
     )
-    return loss_spec(desc)
+    return loss_spec(desc, _withheld)
+
+
+def _withheld(conv: Conventions) -> tuple[str, ...]:
+    """The keywords a convention withholds from the candidate."""
+    return ("top_k", "top_p") if conv["truncation"] == "none" else ()
