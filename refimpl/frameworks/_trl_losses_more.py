@@ -182,12 +182,11 @@ def trl_async_grpo_loss(
     *,
     eps_low: Any,
     eps_high: Any,
-    dual_clip: Any,
     mask: Any,
 ) -> Any:
     """TRL's experimental ``AsyncGRPOTrainer.compute_loss`` (``epsilon=eps_low``,
     ``epsilon_high=eps_high``), one micro-batch on one rank, K = 1: the clipped surrogate over the
-    packed valid tokens, summed, / their count. It has no dual clip: ``dual_clip`` is not passed."""
+    packed valid tokens, summed, / their count. It has no dual clip (``dual_clip=None``)."""
     from refimpl.frameworks._trl_losses_more import async_grpo_loss
 
     return async_grpo_loss(logp, logp_old, advantages, mask, epsilon=eps_low, epsilon_high=eps_high)
@@ -219,10 +218,11 @@ _GMPO_EMPTY_ROWS = {
         "ratios_at_clip_boundaries",
     )
 }
-_NO_DUAL = Divergence(
-    "convention",
-    "AsyncGRPOTrainer.compute_loss has no dual clip (no delta option): where the spec draws "
-    "dual_clip = c and a negative advantage's ratio exceeds c, TRL's loss is −A·ρ, not −A·c.",
+_ASYNC_OVERFLOW = Divergence(
+    "numerical limit",
+    "AsyncGRPOTrainer.compute_loss exponentiates the log-ratio without a clamp (coef_1 = "
+    "torch.exp(log_probs - old_log_probs)): a log-ratio beyond ~709 (float64; ~88 in float32) overflows exp, "
+    "and inf·0 (a zero advantage) is NaN. verl, SkyRL and OpenRLHF clamp it to ±20 first.",
 )
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -291,15 +291,11 @@ ADAPTERS: tuple[Adapter, ...] = (
         conventions={
             "output": "scalar",
             "aggregation": "token_mean",
-            "dual_clip": "drawn",
+            "dual_clip": None,
             "empty_batch": "excluded",
         },
         candidate=trl_async_grpo_loss,
-        divergences={
-            "values": _NO_DUAL,
-            "gradient": _NO_DUAL,
-            "huge_log_ratios_stay_finite": _NO_DUAL,
-        },
+        divergences={"huge_log_ratios_stay_finite": _ASYNC_OVERFLOW},
         note="The clipped surrogate on the packed valid tokens, summed / global_n_tokens (one rank); "
         "a micro-batch without a trained token is never packed (compute_loss's segment_id.max() "
         "needs one).",

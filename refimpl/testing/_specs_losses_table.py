@@ -66,13 +66,14 @@ LOG_RATIO_CLAMP = Convention(
 DUAL_CLIP = Convention(
     "dual_clip",
     "drawn",
-    ("drawn", 3.0),
+    ("drawn", 3.0, None),
     "'drawn': the candidate receives dual_clip= (None or c > 1); a number c: it always applies "
-    "dual-clip with its own constant c and receives no dual_clip=",
+    "dual-clip with its own constant c and receives no dual_clip=; None: it has no dual clip "
+    "and receives no dual_clip=",
     number=True,
     who="3.0: verl 0.9.1 compute_policy_loss_vanilla (clip_ratio_c, always applied), SkyRL 0.3.0 "
     "ppo_policy_loss with policy_loss_type='dual_clip'; drawn: AReaL c_clip, OpenRLHF dual_clip "
-    "(both off by default)",
+    "(both off by default); None: TRL 1.16.0 AsyncGRPOTrainer.compute_loss",
 )
 LOG_RATIO_CAP = Convention(
     "log_ratio_cap",
