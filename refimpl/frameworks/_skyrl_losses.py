@@ -33,6 +33,7 @@ from typing import Any
 
 from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._skyrl_losses_stats import ADAPTERS as _STATS
+from refimpl.frameworks._stubs import SOURCE_LOADS
 
 _PPO = "skyrl.backends.skyrl_train.utils.ppo_utils"
 _SCALAR = {"output": "scalar", "aggregation": "token_sum"}
@@ -427,6 +428,13 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
 )
 
-ADAPTERS = (*ADAPTERS, *_STATS)
+#: Whether :data:`refimpl.frameworks.SOURCE_LOADS` executes ``ppo_utils`` from its file (an entry
+#: asked for in this round's report); until it does, only the ``torch_utils`` adapters (log-probs,
+#: entropy) are registered, since every other one calls a function of ``ppo_utils``.
+PPO_UTILS_LOADED = any(e.source == _PPO for e in SOURCE_LOADS)
 
-__all__ = ["ADAPTERS"]
+ADAPTERS = tuple(
+    a for a in (*ADAPTERS, *_STATS) if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
+)
+
+__all__ = ["ADAPTERS", "PPO_UTILS_LOADED"]
