@@ -84,3 +84,36 @@ def test_ignoring_a_drawn_dual_clip_fails() -> None:
         conventions={"log_ratio_clamp": 20.0}, max_examples=25, checks=["values"],
     )  # fmt: skip
     assert report["values"].status == "failed", report.summary()
+
+
+def cispo_without_lower_bound(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_high: float, mask: Tensor
+) -> Tensor:
+    ratio = torch.exp(torch.clamp(logp - logp_old, -20.0, 20.0))
+    weight = torch.clamp(ratio, max=1 + eps_high).detach()
+    loss = -advantages * weight * logp
+    return torch.where(mask > 0, loss, torch.zeros_like(loss))
+
+
+def ignores_a_drawn_eps_low(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_high: float,
+    eps_low: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    """The wrong variant: it takes eps_low and ignores it."""
+    return cispo_without_lower_bound(logp, logp_old, advantages, eps_high=eps_high, mask=mask)
+
+
+def test_a_cispo_without_lower_bound_passes_under_lower_bound_none() -> None:
+    report = check_conformance(
+        cispo_without_lower_bound, spec="cispo", xp="torch", dtype="float32",
+        conventions={"lower_bound": None, "log_ratio_clamp": 20.0}, max_examples=10,
+    )  # fmt: skip
+    report.raise_if_failed()
+
+
+def test_ignoring_a_drawn_eps_low_fails() -> None:
+    report = check_conformance(
+        ignores_a_drawn_eps_low, spec="cispo", xp="torch", dtype="float32",
+        conventions={"log_ratio_clamp": 20.0}, max_examples=25, checks=["values"],
+    )  # fmt: skip
+    assert report["values"].status == "failed", report.summary()

@@ -57,7 +57,7 @@ def test_cispo_weight_has_no_lower_bound() -> None:
     # ρ = e^-1 < 1 − 0.2, A = 1, logp = −1: TRL's weight is e^-1 (no lower clip), the loss
     # −sg[w]·A·logp = e^-1, where a lower bound 0.8 would give 0.8.
     logp, old = _t([[-1.0]]), _t([[0.0]])
-    got = trl_cispo_loss(logp, old, _t([[1.0]]), eps_high=0.28, eps_low=0.2, mask=_t([[1.0]]))
+    got = trl_cispo_loss(logp, old, _t([[1.0]]), eps_high=0.28, mask=_t([[1.0]]))
     assert math.isclose(float(got), math.exp(-1.0), rel_tol=1e-15)
 
 

@@ -378,19 +378,16 @@ def skyrl_reinforce_pp(rewards: Any, *, mask: Any) -> Any:
     return advantages.gather(1, last)[:, 0] * (lengths > 0)
 
 
-def skyrl_logprobs(
-    logits: Any, tokens: Any, *, temperature: Any, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def skyrl_logprobs(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
     """``logprobs_from_logits`` of the logits divided by the temperature (the policy model
-    wrapper's ``logits_BSV.div_(temperature)``); SkyRL's trainer applies no top-k/top-p."""
+    wrapper's ``logits_BSV.div_(temperature)``); SkyRL's trainer applies no top-k/top-p
+    (``truncation="none"``)."""
     from skyrl.backends.skyrl_train.utils.torch_utils import logprobs_from_logits
 
     return logprobs_from_logits(logits / temperature, tokens.long())
 
 
-def skyrl_logprobs_v2(
-    logits: Any, tokens: Any, *, temperature: Any, top_k: Any, top_p: Any, mask: Any
-) -> Any:
+def skyrl_logprobs_v2(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
     """``logprobs_from_logits_v2`` of ``logits / temperature``: its bfloat16/float16 branch is a
     per-row ``log_softmax`` and gather (float32/float64: gather − ``logsumexp``)."""
     from skyrl.backends.skyrl_train.utils.torch_utils import logprobs_from_logits_v2
@@ -419,12 +416,6 @@ def skyrl_gae(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask: Any) -> 
     return advantages, returns
 
 
-_NO_FILTER = Divergence(
-    "convention",
-    "SkyRL's trainer log-probabilities are of the full softmax at the temperature "
-    "(HFModelWrapper.forward: logits.div_(temperature), then logprobs_from_logits); it never "
-    "applies the sampler's top-k/top-p, which the spec draws, and no convention declares that.",
-)
 #: ppo_policy_loss's ratio is safe_exp_delta's float32 exp (one float32 rounding per token)
 _F32_RATIO = 1e-6
 _LEGACY = Divergence(
@@ -599,14 +590,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_TORCH_UTILS}:logprobs_from_logits",
         settings={"temperature": "temperature"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=skyrl_logprobs,
-        divergences={
-            "values": _NO_FILTER,
-            "gradient": _NO_FILTER,
-            "padding_contributes_nothing": _NO_FILTER,
-            "huge_log_ratios_stay_finite": _NO_FILTER,
-        },
         note="log_softmax(z/T)[x] by gather − logsumexp (logprobs_from_logits_v2); padding not masked.",
     ),
     Adapter(
@@ -615,14 +600,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_TORCH_UTILS}:logprobs_from_logits_v2",
         settings={"temperature": "temperature"},
         spec="token_logprobs",
-        conventions={"padding": "ignored"},
+        conventions={"padding": "ignored", "truncation": "none"},
         candidate=skyrl_logprobs_v2,
-        divergences={
-            "values": _NO_FILTER,
-            "gradient": _NO_FILTER,
-            "padding_contributes_nothing": _NO_FILTER,
-            "huge_log_ratios_stay_finite": _NO_FILTER,
-        },
         dtype="bfloat16",
         note="The bfloat16 branch: log_softmax(z/T) row by row, gathered; padding not masked.",
     ),

@@ -175,6 +175,61 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
         ),
     ),
     SourceLoad(
+        framework="skyrl",
+        source="skyrl.backends.skyrl_train.utils.ppo_utils",
+        names=(
+            "BaseFunctionRegistry",
+            "AdvantageEstimator",
+            "AdvantageEstimatorRegistry",
+            "PolicyLossType",
+            "PolicyLossRegistry",
+            "register_advantage_estimator",
+            "register_policy_loss",
+            "compute_approx_kl",
+            "masked_var",
+            "masked_whiten",
+            "ppo_policy_loss",
+            "sapo_policy_loss",
+            "gspo_policy_loss",
+            "compute_policy_loss_cispo",
+            "rollout_is_policy_loss",
+            "dppo_policy_loss",
+            "compute_policy_loss_clip_cov",
+            "compute_policy_loss_kl_cov",
+            "cross_entropy_loss",
+            "importance_sampling_loss",
+            "reduce_loss",
+            "apply_loss_reduction_to_advantages_minibatch",
+            "compute_reinforce_plus_plus_outcome_advantage",
+            "compute_rloo_outcome_advantage",
+            "compute_gae_advantage_return",
+            "compute_grpo_outcome_advantage",
+            "compute_maxrl_advantage",
+        ),
+        imports=(
+            "from __future__ import annotations\n"
+            "from collections import defaultdict\n"
+            "from enum import StrEnum\n"
+            "from functools import wraps\n"
+            "from typing import Callable, List, Optional, Tuple, Union\n"
+            "import numpy as np\n"
+            "import ray\n"
+            "import torch\n"
+            "from loguru import logger\n"
+            "from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import "
+            "apply_off_policy_correction\n"
+            "from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean, safe_exp_delta\n"
+        ),
+        reason=(
+            "skyrl 0.3.0's ppo_utils imports skyrl.train.config (for AlgorithmConfig, an "
+            "annotation only), whose config.py imports skyrl_gym, which is not installed with "
+            "skyrl. The registries, the policy losses, the loss reduction and the advantage "
+            "estimators need torch, numpy, ray, loguru and two importable skyrl utility modules; "
+            "annotations stay unevaluated (from __future__ import annotations), and the "
+            "registries' decorators run, so each loss is the registered one."
+        ),
+    ),
+    SourceLoad(
         framework="openrlhf",
         source="openrlhf.trainer.ppo_utils.experience_maker",
         names=("RemoteExperienceMaker",),
@@ -204,6 +259,9 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
 def load_from_source(module: str) -> dict[str, Any]:
     """Execute the :data:`SOURCE_LOADS` entry for ``module``: its names, from the installed file.
 
+    Executed once per process (a registry's decorators register each loss once; the adapters
+    call this on every call): later calls return the same objects.
+
     Returns
     -------
     dict
@@ -216,6 +274,8 @@ def load_from_source(module: str) -> dict[str, Any]:
     ModuleNotFoundError
         If the framework is not installed.
     """
+    if module in _LOADED:
+        return dict(_LOADED[module])
     from refimpl._validation import invalid
 
     entry = next((e for e in SOURCE_LOADS if e.source == module), None)
@@ -246,4 +306,9 @@ def load_from_source(module: str) -> dict[str, Any]:
     loaded.__file__ = path
     sys.modules[loaded.__name__] = loaded
     exec(code, loaded.__dict__)
-    return {name: loaded.__dict__[name] for name in entry.names}
+    _LOADED[module] = {name: loaded.__dict__[name] for name in entry.names}
+    return dict(_LOADED[module])
+
+
+#: What :func:`load_from_source` executed, by module.
+_LOADED: dict[str, dict[str, Any]] = {}

@@ -233,8 +233,22 @@ def _ppo_edges(params: dict[str, Any], conv: Conventions) -> list[float]:
     return out
 
 
+CISPO_LOWER = Convention(
+    "lower_bound",
+    "drawn",
+    ("drawn", None),
+    "'drawn': the candidate receives eps_low= (None or a lower clip of the weight at 1 − eps_low); "
+    "None: the weight has no lower bound and the candidate receives no eps_low=",
+    who="None: TRL 1.16.0 GRPOTrainer._compute_loss with loss_type='cispo' (clamp(coef_1, "
+    "max=epsilon_high) only); drawn: verl 0.9.1 compute_policy_loss_cispo, SkyRL 0.3.0 "
+    "compute_policy_loss_cispo (cispo_eps_clip_low)",
+)
+
+
 def _cispo_params(conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     high = st.one_of(st.sampled_from([0.28, 0.2, 4.0]), _floats(0.0, 5.0))
+    if conv["lower_bound"] is None:
+        return st.builds(lambda h: {"eps_high": h}, high)
     low = st.one_of(st.none(), st.just(0.2), _floats(0.0, 0.9))
     return st.builds(lambda h, lo: {"eps_high": h, "eps_low": lo}, high, low)
 
@@ -536,12 +550,12 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 _cispo_terms,
                 _cispo_condition,
                 _cispo_params,
-                conventions=ratio_conv,
+                conventions=(*ratio_conv, CISPO_LOWER),
                 edges=_cispo_edges,
                 shifted=shift_ratio,
                 guesses={"log_ratio_clamp": [20.0]},
             ),
-            none,
+            lambda conv: ("eps_low",) if conv["lower_bound"] is None else (),
         ),
         (
             LossDesc(
