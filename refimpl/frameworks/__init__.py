@@ -16,6 +16,8 @@ The adapters import a framework only when called, so ``import refimpl.frameworks
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from refimpl.frameworks import (
@@ -77,6 +79,7 @@ __all__ = [
     "areal_staleness_bound",
     "check",
     "check_partition",
+    "eager",
     "framework_staleness_bound",
     "install_stubs",
     "installed_version",
@@ -198,7 +201,8 @@ def check(key: str, **options: Any) -> ConformanceReport:
     if a.examples:
         kwargs["examples"] = a.examples
     kwargs.update(options)
-    return check_conformance(a.candidate, **kwargs)
+    with eager():
+        return check_conformance(a.candidate, **kwargs)
 
 
 def check_partition(key: str, **options: Any) -> PartitionReport:
@@ -258,4 +262,25 @@ def check_partition(key: str, **options: Any) -> PartitionReport:
         "rtol": p.rtol,
     }
     kwargs.update(options)
-    return check_partition_invariance(p.candidate, **kwargs)
+    with eager():
+        return check_partition_invariance(p.candidate, **kwargs)
+
+
+@contextmanager
+def eager() -> Iterator[None]:
+    """Within the block, torch ignores ``torch.compile`` (``torch.compiler.set_stance("force_eager")``).
+
+    Some framework functions are compiled (AReaL's ``gather_logprobs``, OpenRLHF's
+    ``compute_entropy``): a compiled graph runs the same operations as the eager code, and
+    compiling it costs about a minute per process on two CPU cores, recompiled for each new
+    shape. The adapters are checked on the eager code; a torch without ``set_stance`` (before
+    2.6) is left as it is.
+    """
+    import torch
+
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None:
+        yield
+        return
+    with stance("force_eager"):
+        yield

@@ -416,6 +416,14 @@ def skyrl_gae(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask: Any) -> 
     return advantages, returns
 
 
+_BF16_HUGE_LOGITS = Divergence(
+    "numerical limit",
+    "In bfloat16, logits / T of about 1000 are rounded to a multiple of 8 before the softmax, so "
+    "a token's probability of about e^-76 moves by a factor up to e^4: its gradient (of order "
+    "1e-33) is off by more than the first-order tolerance allows. The gradients that matter "
+    "(probabilities above the bfloat16 resolution) agree; float32 and float64 inputs take "
+    "logprobs_from_logits_v2's logsumexp branch and pass.",
+)
 #: ppo_policy_loss's ratio is safe_exp_delta's float32 exp (one float32 rounding per token)
 _F32_RATIO = 1e-6
 _LEGACY = Divergence(
@@ -602,6 +610,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="token_logprobs",
         conventions={"padding": "ignored", "truncation": "none"},
         candidate=skyrl_logprobs_v2,
+        divergences={"huge_log_ratios_stay_finite": _BF16_HUGE_LOGITS},
         dtype="bfloat16",
         note="The bfloat16 branch: log_softmax(z/T) row by row, gathered; padding not masked.",
     ),
