@@ -344,9 +344,10 @@ _NAMING_CASES = (
 
 
 #: The workload of :func:`split_dependence`: eight sequences of uneven lengths (1 to 34 tokens,
-#: Fibonacci) over 2 ranks × 2 accumulation steps, each micro-batch pairing a short sequence with
-#: a long one, so that every micro-batch and rank holds a different number of tokens.
-STATED_WORKLOAD = _fixed_case([1, 2, 3, 5, 8, 13, 21, 34], [[[0, 7], [1, 6]], [[2, 5], [3, 4]]], 34)
+#: Fibonacci) over 2 ranks × 2 accumulation steps, the micro-batches holding 3, 1, 2 and 2
+#: sequences and 37, 21, 16 and 13 tokens, so that every count a framework may normalise by
+#: differs between micro-batches and ranks.
+STATED_WORKLOAD = _fixed_case([1, 2, 3, 5, 8, 13, 21, 34], [[[0, 7, 1], [6]], [[2, 5], [3, 4]]], 34)
 
 
 def split_dependence(
