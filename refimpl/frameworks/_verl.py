@@ -151,6 +151,18 @@ _ESS_DIVIDES_BY_ZERO = Divergence(
     "the weights are all 0, so the training step fails instead of getting weight 0 (or an ESS of 0). "
     "The repository at commit b178a3c (0.8.0.dev) clamped the ESS weights at the band's lower "
     "bound, which kept the denominator positive; 0.9.1 clamps at 0.0.",
+    draft_report=(
+        "verl 0.9.1, verl/trainer/ppo/rollout_corr_helper.py, compute_is_metrics: with "
+        "rollout_is_threshold='low_high' (IcePop), a batch in which every valid token's ratio "
+        "falls outside [low, high] gets weights that are all 0, and the effective-sample-size "
+        "metric 1.0 / masked_mean((w / (masked_mean(w) + 1e-8))**2) divides 1.0 by 0.0: the "
+        "training step raises ZeroDivisionError instead of training the batch with weight 0. "
+        "IcePop's masking is meant to drop such tokens, not the step; the ESS of an all-zero "
+        "weight vector is 0 (or undefined, and could be reported as such). In 0.8.0.dev (commit "
+        "b178a3c) the ESS weights were clamped at the band's lower bound, which kept the "
+        "denominator positive; 0.9.1 clamps at 0.0. Failing input: one valid token with "
+        "log-ratio 30 (clamped to 20, ρ = e^20) and the band [0, 1]."
+    ),
 )
 _MASKED_MEAN_EPSILON = Divergence(
     "numerical limit",
