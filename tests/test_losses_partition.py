@@ -33,6 +33,7 @@ from refimpl.testing._partition import (
     check_partition_invariance,
     partition_case_outcome,
     partition_cases,
+    split_dependence,
 )
 
 Array = NDArray[np.float64]
@@ -419,3 +420,38 @@ def test_an_areal_style_token_share_candidate_passes() -> None:
 
     report = check_partition_invariance(areal, mode="token_mean", rule="areal", max_examples=30)
     assert report.ok, report.summary()
+
+
+def per_step_token_mean(
+    logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+    step_tokens: int, accumulation_steps: int, world_size: int,
+) -> torch.Tensor:  # fmt: skip
+    """A token mean over each accumulation step's tokens summed over the ranks (TRL's async GRPO)."""
+    loss = -advantages[:, None] * torch.exp(logp - logp_old)
+    return (loss * mask).sum() / max(step_tokens / world_size, 1.0) / accumulation_steps
+
+
+def per_step_with_the_global_count(
+    logp: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+    global_tokens: int, world_size: int,
+) -> torch.Tensor:  # fmt: skip
+    """The same loss divided by the step's tokens over every micro-batch: invariant."""
+    loss = -advantages[:, None] * torch.exp(logp - logp_old)
+    return (loss * mask).sum() / (global_tokens / world_size)
+
+
+def test_a_per_step_count_is_passed_and_named_across_ranks() -> None:
+    across = ScalingRule("across_ranks", "mean", "mean", True, "per_step")
+    report = check_partition_invariance(
+        per_step_token_mean, mode="token_mean", rule=across, dtype="float64", max_examples=25
+    )
+    assert report["gradient"].status == "failed"
+    assert "the rule 'across_ranks denominators, micro-batches mean" in report["gradient"].message
+    # on the stated workload the steps hold 37 + 16 = 53 and 21 + 13 = 34 of its 87 tokens
+    gap = split_dependence(per_step_token_mean, mode="token_mean", rule=across)
+    assert gap == pytest.approx(87 / 68 - 1, rel=1e-12)
+    fixed = check_partition_invariance(
+        per_step_with_the_global_count, mode="token_mean", rule="verl", dtype="float64",
+        max_examples=25,
+    )  # fmt: skip
+    assert fixed.ok, fixed.summary()

@@ -10,7 +10,16 @@ from typing import Any
 
 import pytest
 
-from refimpl.frameworks import Adapter, Divergence, Partition, _trl, _trl_losses, adapters
+from refimpl.frameworks import (
+    Adapter,
+    Divergence,
+    _trl,
+    _trl_losses,
+    _verl,
+    _verl_losses,
+    adapter,
+    adapters,
+)
 from refimpl.frameworks._matrix import MATRIX_PATH, load_matrix
 from refimpl.losses.partition import ScalingRule
 
@@ -127,39 +136,35 @@ def test_an_unknown_framework_is_a_usage_error(pytester: pytest.Pytester) -> Non
 def test_a_wrong_scaling_rule_and_a_stale_partition_divergence_fail(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    invariant = [
-        e["key"]
-        for e in load_matrix(_MATRIX)["entries"]
-        if e["framework"] == "trl" and (e.get("partition") or {}).get("verdict") == "invariant"
-    ]
-    base = next(a for a in adapters("trl") if a.key in invariant)
+    base = adapter("verl.agg_loss_token_mean")
+    committed = next(e for e in load_matrix(_MATRIX)["entries"] if e["key"] == base.key)
+    assert committed["partition"]["verdict"] == "invariant"
     assert base.partition is not None
     fields = {f: getattr(base, f) for f in Adapter.__dataclass_fields__}
     wrong_rule = ScalingRule("local", "sum", "sum", False, "planted")
     wrong = Adapter(
         **{
             **fields,
-            "key": "trl.planted_wrong_rule",
+            "key": "verl.planted_wrong_rule",
             "partition": dataclasses.replace(base.partition, rule=wrong_rule),
         }
     )
     stale = Adapter(
         **{
             **fields,
-            "key": "trl.planted_stale_partition",
+            "key": "verl.planted_stale_split",
             "partition": dataclasses.replace(
                 base.partition, divergences={"gradient": Divergence("defect", "planted")}
             ),
         }
     )
-    monkeypatch.setattr(_trl, "ADAPTERS", ())
-    monkeypatch.setattr(_trl_losses, "ADAPTERS", (wrong, stale))
+    monkeypatch.setattr(_verl, "ADAPTERS", ())
+    monkeypatch.setattr(_verl_losses, "ADAPTERS", (wrong, stale))
     result = pytester.runpytest(
-        "--refimpl-framework=trl", "--refimpl-only", "-p", "no:cacheprovider", "-rf",
+        "--refimpl-framework=verl", "--refimpl-only", "-p", "no:cacheprovider", "-rf",
         "-k", "partition",
     )  # fmt: skip
     result.assert_outcomes(failed=2, deselected=result.parseoutcomes().get("deselected", 0))
     out = result.stdout.str()
     assert "refimpl partition invariance of" in out  # the wrong rule's report
     assert "pass, but the adapter records them as divergences" in out
-    assert isinstance(base.partition, Partition)

@@ -423,7 +423,9 @@ def _summary(matrix: Mapping[str, Any], entries: Sequence[Mapping[str, Any]]) ->
         + ", ".join(f"{n} {k} divergences" for k, n in kinds.items())
         + f". An adapter is **{mean:.1f} lines** of code on average (its body without docstring, "
         f"blank lines and comments, over {len(sizes)} candidates; the longest has "
-        f"{max(sizes, default=0)}).",
+        f"{max(sizes, default=0)}). The few helpers that several adapters of one framework share "
+        "(the smallest trainer object TRL's and OpenRLHF's methods accept, a framework's "
+        "config) are not counted in each adapter.",
     ]
 
 

@@ -17,9 +17,11 @@ with ``logp``, ``logp_old``, ``mask`` of shape ``(b, T)`` (the micro-batch's row
 of shape ``(b,)``, ``global_tokens`` the step's valid tokens over every micro-batch and rank,
 ``global_sequences`` the step's counted sequences (or groups, for ``group_mean``), and the number
 of accumulation steps and ranks. Only the keywords the candidate's signature accepts are passed
-(all of them if it takes ``**kwargs``); ``constant`` (Dr GRPO's ``H``), ``group`` and
-``group_tokens`` (``group_mean``: each row's label and its group's token count in the step) are
-passed when accepted. verl's ``agg_loss`` wraps in three lines::
+(all of them if it takes ``**kwargs``); ``step_tokens`` (the valid tokens of this micro-batch's
+accumulation step summed over the ranks, what a framework that all-reduces its count per
+micro-batch divides by), ``constant`` (Dr GRPO's ``H``), ``group`` and ``group_tokens``
+(``group_mean``: each row's label and its group's token count in the step) are passed when
+accepted. verl's ``agg_loss`` wraps in three lines::
 
     def candidate(logp, logp_old, advantages, mask, *, global_tokens, world_size, **_):
         loss_mat = -advantages[:, None] * torch.exp(logp - logp_old)
@@ -87,6 +89,7 @@ __all__ = [
 Array = NDArray[np.float64]
 _KEYWORDS = (
     "global_tokens",
+    "step_tokens",
     "global_sequences",
     "accumulation_steps",
     "world_size",
@@ -259,12 +262,20 @@ def partition_case_outcome(
     }
     grad = np.zeros_like(case.mask)
     value = 0.0
+    # the valid tokens of accumulation step k over every rank (an all-reduce per micro-batch)
+    step_tokens = [
+        int(sum(case.mask[rank[k]].sum() for rank in case.splits if rank[k])) for k in range(steps)
+    ]
     for r, rank in enumerate(case.splits):
         for k, rows in enumerate(rank):
             if not rows:
                 continue
             idx = np.asarray(rows, dtype=np.int64)
-            extra = {"group": case.group[idx], "group_tokens": group_tokens[idx]}
+            extra = {
+                "group": case.group[idx],
+                "group_tokens": group_tokens[idx],
+                "step_tokens": step_tokens[k],
+            }
             kwargs = {key: val for key, val in {**given, **extra}.items() if key in keywords}
             args = tuple(
                 bridge.to_candidate(a[idx])
