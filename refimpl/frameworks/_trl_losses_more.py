@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._registry import Adapter, Divergence, Partition
+from refimpl.losses.partition import ScalingRule
 
 _UTILS = "trl.trainer.utils"
 _GMPO = "trl.experimental.gmpo.gmpo_trainer:GMPOTrainer._compute_loss"
@@ -218,6 +219,42 @@ _GMPO_EMPTY_ROWS = {
         "ratios_at_clip_boundaries",
     )
 }
+
+
+def trl_async_grpo_micro_batch(
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    step_tokens: Any,
+    accumulation_steps: Any,
+    world_size: Any,
+) -> Any:
+    """TRL's ``AsyncGRPOTrainer.compute_loss`` on one rank's micro-batch, as its trainer runs it:
+    ``global_n_tokens`` is the collated batch's trained tokens, which the dispatcher then splits
+    over the ranks (``_collate``: one accumulation step's tokens over every rank),
+    ``current_gradient_accumulation_steps = K``, ``num_processes = R``. A rank given no trained
+    token never runs ``compute_loss`` (its packing has none); it contributes nothing."""
+    from refimpl.frameworks._trl_losses_more import async_grpo_loss
+
+    if float(mask.sum()) == 0.0:
+        return (logp * 0.0).sum()
+    return async_grpo_loss(
+        logp, logp_old, advantages, mask, epsilon=0.2, global_tokens=step_tokens,
+        accumulation_steps=accumulation_steps, world_size=world_size,
+    )  # fmt: skip
+
+
+_PER_STEP = Divergence(
+    "convention",
+    "AsyncGRPOTrainer.compute_loss divides each micro-batch's summed loss by its accumulation "
+    "step's trained tokens over the ranks, global_n_tokens / world_size (set per collated batch in "
+    "_collate), then by current_gradient_accumulation_steps: across ranks this is the token mean "
+    "its comment intends, but with K > 1 accumulation steps each step's tokens weigh 1/(K·N_k), "
+    "not 1/N, so a step with fewer tokens counts more per token. With K = 1 the step is the full "
+    "batch's token mean.",
+)
 _ASYNC_OVERFLOW = Divergence(
     "numerical limit",
     "AsyncGRPOTrainer.compute_loss exponentiates the log-ratio without a clamp (coef_1 = "
@@ -296,6 +333,16 @@ ADAPTERS: tuple[Adapter, ...] = (
         },
         candidate=trl_async_grpo_loss,
         divergences={"huge_log_ratios_stay_finite": _ASYNC_OVERFLOW},
+        partition=Partition(
+            candidate=trl_async_grpo_micro_batch,
+            mode="token_mean",
+            rule=ScalingRule("across_ranks", "mean", "mean", True, "trl_async_grpo"),
+            trainer="trl/experimental/async_grpo/async_grpo_trainer.py: _collate sets "
+            "global_n_tokens to the collated batch's trained tokens (split over the ranks by the "
+            "dispatcher); compute_loss divides by global_n_tokens / num_processes and by "
+            "current_gradient_accumulation_steps",
+            divergences={"gradient": _PER_STEP},
+        ),
         note="The clipped surrogate on the packed valid tokens, summed / global_n_tokens (one rank); "
         "a micro-batch without a trained token is never packed (compute_loss's segment_id.max() "
         "needs one).",
