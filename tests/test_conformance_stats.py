@@ -527,3 +527,13 @@ def test_aggregation_checks_read_the_half_they_name(wrong: str) -> None:
         assert failed == ran, report.summary()
     else:
         assert failed == ran - {"values"}, report.summary()
+
+
+def test_an_explicit_example_of_one_call_runs_in_every_advantage_check() -> None:
+    """A pinned single call is tried by every check, the pairwise shift check included."""
+    call = ((np.array([1.0, 0.0, 3.0, 2.0]),), {"group": np.array([0, 0, 1, 1])})
+    report = check_conformance(
+        grpo, spec="grpo_advantages", xp="torch", dtype="float64", max_examples=5,
+        examples=[[call]],
+    )  # fmt: skip
+    report.raise_if_failed()
