@@ -158,8 +158,26 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _adapter_candidate(line: str) -> bool:
+    """An adapter's candidate imports what it calls inside its body by design: its source is
+    pasted as a reproduction's setup (refimpl.frameworks.Adapter.setup), so a framework adapter
+    module importing refimpl.frameworks there dodges no circle at import time."""
+    return line.startswith("refimpl.frameworks._") and " imports refimpl.frameworks" in line
+
+
 def test_no_module_imports_another_inside_a_function_to_dodge_a_circle() -> None:
-    assert hidden_circles(Path(refimpl.__file__).parent) == []
+    found = hidden_circles(Path(refimpl.__file__).parent)
+    assert [line for line in found if not _adapter_candidate(line)] == []
+
+
+def test_the_adapter_exemption_covers_only_adapter_modules() -> None:
+    assert _adapter_candidate(
+        "refimpl.frameworks._skyrl_losses (line 51) imports refimpl.frameworks inside a function"
+    )
+    assert not _adapter_candidate(
+        "refimpl.losses.gae (line 3) imports refimpl.frameworks inside a function"
+    )
+    assert not _adapter_candidate("refimpl.frameworks._matrix (line 9) imports refimpl.testing")
 
 
 def test_the_static_check_finds_a_circle_hidden_inside_a_function(tmp_path: Path) -> None:
