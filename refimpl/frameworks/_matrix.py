@@ -452,20 +452,41 @@ def _linked(e: Mapping[str, Any], verdict: str) -> str:
 
 
 def _loss_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One table per framework: the adapter, its spec with the conventions it declares, the
+    three verdicts and the adapter's length (the function is named in its divergence section)."""
     lines = [
-        "| adapter | function | spec | conventions (where they differ from the spec's) "
-        "| value | gradient | partition | lines |",
-        "|---|---|---|---|---|---|---|---|",
+        "Value covers every check that does not differentiate the candidate, gradient the checks "
+        "that do; partition is the aggregation's own scaling path (next section).",
     ]
-    for e in entries:
-        v = e["verdicts"]
-        lines.append(
-            f"| `{e['key']}` | {_cell(e['function'].rpartition(':')[2])} | {e['spec']} "
-            f"| {_cell(_named_conventions(e))} | {_linked(e, v['value'])} "
-            f"| {_linked(e, v['gradient'])} | {_linked(e, v['partition'])} "
-            f"| {e['adapter_lines']} |"
-        )
+    for framework in sorted({e["framework"] for e in entries}):
+        rows = [e for e in entries if e["framework"] == framework]
+        lines += [
+            "",
+            f"### {framework} {rows[0]['version']}",
+            "",
+            "| adapter | spec: declared conventions | value | gradient | partition | lines |",
+            "|---|---|---|---|---|---|",
+        ]
+        for e in rows:
+            v = e["verdicts"]
+            conventions = _named_conventions(e)
+            spec = e["spec"] if conventions == "none" else f"{e['spec']}: {conventions}"
+            lines.append(
+                f"| `{e['key']}` | {_cell(spec)} | {_short(e, v['value'])} "
+                f"| {_short(e, v['gradient'])} | {_short(e, v['partition'])} "
+                f"| {e['adapter_lines']} |"
+            )
     return lines
+
+
+def _short(e: Mapping[str, Any], verdict: str) -> str:
+    """A verdict as a narrow table cell: a divergence names its kinds and links its section."""
+    if verdict.startswith("divergence ("):
+        kinds = verdict.removeprefix("divergence (").removesuffix(")")
+        return f"[diverges: {kinds}](#{_anchor(e['key'])})"
+    if verdict.startswith("depends on the split"):
+        return "depends on the split"
+    return {"not applicable": "–", "no check": "–"}.get(verdict, verdict)
 
 
 def _partition_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -477,16 +498,18 @@ def _partition_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         "sequences and 37, 21, 16 and 13 tokens; it is the largest relative error of one "
         "token's weight against the full batch.",
         "",
-        "| adapter | mode | scaling rule | where the trainer sets it | verdict | gap |",
-        "|---|---|---|---|---|---|",
+        "| adapter | mode, under the framework's scaling rule | verdict | gap |",
+        "|---|---|---|---|",
     ]
     for e in entries:
         p = e["partition"]
-        gap = "non-finite" if p["workload_gap"] is None else f"{p['workload_gap']:.4g}"
+        gap = "non-finite" if p["workload_gap"] is None else f"{p['workload_gap']:.1%}"
         lines.append(
-            f"| `{e['key']}` | {p['mode']} | {_cell(p['rule'])} | {_cell(p['trainer'])} "
+            f"| `{e['key']}` | {p['mode']} ({_cell(p['rule'])}) "
             f"| {_linked(e, p['verdict'])} | {gap} |"
         )
+    lines += ["", "Where each trainer computes and passes the numbers its loss is scaled by:", ""]
+    lines += [f"- `{e['key']}`: {_cell(e['partition']['trainer'])}" for e in entries]
     return lines
 
 
