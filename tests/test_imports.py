@@ -10,6 +10,7 @@ seconds for all of them).
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import pkgutil
 import subprocess
@@ -224,3 +225,72 @@ print(json.dumps(out))
         "flat": True,
         "unknown": "module 'refimpl' has no attribute 'no_such_name'",
     }
+
+
+# --- the public API is a list a reviewer reads -----------------------------------------------------
+
+_API_LIST = Path(__file__).parent / "data" / "public_api.txt"
+
+
+def read_api_list(path: Path) -> dict[str, set[str]]:
+    """``module -> names`` of a public-API list: lines ``"<module> <name>"``, a line ``"<module>"``
+    alone for a module whose ``__all__`` is empty, ``#`` comments."""
+    listed: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            module, *name = line.split()
+            listed.setdefault(module, set()).update(name)
+    return listed
+
+
+def api_differences(listed: dict[str, set[str]]) -> list[str]:
+    """What the installed package lacks or adds against ``listed``, one line each (empty: equal)."""
+    found: list[str] = []
+    for module_name, names in sorted(listed.items()):
+        module = importlib.import_module(module_name)
+        exported = list(module.__all__)
+        found += [
+            f"{module_name}: {n} listed twice in __all__"
+            for n in sorted(set(exported))
+            if exported.count(n) > 1
+        ]
+        found += [f"removed: {module_name} {n}" for n in sorted(names - set(exported))]
+        found += [
+            f"added (list it in tests/data/public_api.txt): {module_name} {n}"
+            for n in sorted(set(exported) - names)
+        ]
+        found += [
+            f"in __all__ but missing: {module_name} {n}"
+            for n in sorted(exported)
+            if not hasattr(module, n)
+        ]
+    return found
+
+
+def test_the_public_api_is_the_committed_list() -> None:
+    """Every name of ``__all__`` in ``refimpl`` and its documented modules, against the committed
+    list: moving code must keep each flat ``refimpl.X`` and each documented ``refimpl.sub.X``."""
+    listed = read_api_list(_API_LIST)
+    assert {
+        "refimpl",
+        "refimpl.testing",
+        "refimpl.losses",
+        "refimpl.sim",
+        "refimpl.sweep",
+        "refimpl.lab",
+        "refimpl.frameworks",
+    } <= set(listed)
+    assert api_differences(listed) == []
+
+
+def test_the_api_check_finds_a_removed_and_an_added_name() -> None:
+    # the wrong variants: a list naming what the package lacks, and one missing a name it has
+    listed = read_api_list(_API_LIST)
+    renamed = {m: set(n) for m, n in listed.items()}
+    renamed["refimpl.penalties"] = (renamed["refimpl.penalties"] - {"dapo_overlong_penalty"}) | {
+        "dapo_penalty"
+    }
+    assert api_differences(renamed) == [
+        "removed: refimpl.penalties dapo_penalty",
+        "added (list it in tests/data/public_api.txt): refimpl.penalties dapo_overlong_penalty",
+    ]
