@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import refimpl
 from refimpl import learning as lrn
+from refimpl.learning import training as lrn_training
 
 F = Fraction
 ZERO = Fraction(0)
@@ -525,7 +526,7 @@ def test_every_rollout_length_is_what_its_token_versions_decide(partial: str) ->
     run = _run(partial=partial)
     tr = run.trace
     hazards = np.stack([lrn.stop_hazard(t, PHI8) for t in run.thetas])
-    tok, _ = lrn._uniforms(5, 4, int(tr.index.max()) + 1, 8)
+    tok, _ = lrn_training._uniforms(5, 4, int(tr.index.max()) + 1, 8)
     mixed = 0
     for row in range(len(tr)):
         starts, versions = tr.token_versions(row)
@@ -546,7 +547,7 @@ def test_synchronous_training_is_plain_on_policy_sgd_on_the_simulated_batches() 
     tr = run.trace
     order = tr.training_order()
     assert np.all(tr.staleness[order] == 0)
-    _, suc = lrn._uniforms(5, 4, int(tr.index.max()) + 1, 8)
+    _, suc = lrn_training._uniforms(5, 4, int(tr.index.max()) + 1, 8)
     theta = np.array([-1.0, 0.0])
     for j in range(12):
         rows = order[tr.step[order] == j]
@@ -625,7 +626,7 @@ def test_first_k_training_applies_the_length_bias_correction_to_the_simulated_ba
     run = _run(mode="first_k", slots=4, batch=2, launch=4, correction=correction)
     tr = run.trace
     order = tr.training_order()
-    _, suc = lrn._uniforms(5, 4, int(tr.index.max()) + 1, 8)
+    _, suc = lrn_training._uniforms(5, 4, int(tr.index.max()) + 1, 8)
     theta = np.array([-1.0, 0.0])
     for j in range(12):
         rows = order[tr.step[order] == j]
@@ -897,7 +898,7 @@ def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_
     from refimpl.lab.config import lab_config
     from refimpl.lab.report import Section
 
-    real = lrn._sample_scores
+    real = lrn_training._sample_scores
 
     def at_launch(
         version: int, hazards: Any, ls: Any, lc: Any, phi: Any, versions: Any, lengths: Any, *a: Any
@@ -915,7 +916,7 @@ def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_
         "first_k_carry_gradient",
         lambda *a, **k: SimpleNamespace(mean=np.zeros(2), trained_law=np.ones((1, 1))),
     )
-    monkeypatch.setattr(lrn, "_sample_scores", at_launch)
+    monkeypatch.setattr(lrn_training, "_sample_scores", at_launch)
     config = lab_config(quick=True, seed=0)
     q = lab.quality()
     pol = lab._policy(lab.THETA_FIXED, q)

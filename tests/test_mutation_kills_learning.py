@@ -14,6 +14,8 @@ import pytest
 from _validation_table import Case, check_refusal
 
 from refimpl import learning as lrn
+from refimpl.learning import first_k as lrn_first_k
+from refimpl.learning import training as lrn_training
 from refimpl import learning_async as lasync
 
 F = Fraction
@@ -117,7 +119,7 @@ def test_train_policy_refuses_zero_steps_itself_before_drawing_anything(
     def drawn(*args: Any) -> Any:
         raise AssertionError("the uniforms were drawn before steps was checked")
 
-    monkeypatch.setattr(lrn, "_uniforms", drawn)
+    monkeypatch.setattr(lrn_training, "_uniforms", drawn)
     with pytest.raises(ValueError, match=r"steps must be >= 1 \(trainer steps\); got steps=0"):
         _train(steps=0)
 
@@ -129,9 +131,9 @@ def test_carry_chain_limit_counts_carried_states_only(monkeypatch: pytest.Monkey
     args: dict[str, Any] = {"n": 4, "k": 3, "step": 0}
     call = ([0.25] * 4, np.zeros((4, 1)), [0.5] * 4)
     assert lrn.first_k_carry_gradient(*call, **args).states == 14
-    monkeypatch.setattr(lrn, "_MAX_CARRY_STATES", 14)
+    monkeypatch.setattr(lrn_first_k, "_MAX_CARRY_STATES", 14)
     assert lrn.first_k_carry_gradient(*call, **args).states == 14
-    monkeypatch.setattr(lrn, "_MAX_CARRY_STATES", 13)
+    monkeypatch.setattr(lrn_first_k, "_MAX_CARRY_STATES", 13)
     with pytest.raises(ValueError, match="at most 13 carried-leftover states"):
         lrn.first_k_carry_gradient(*call, **args)
 
