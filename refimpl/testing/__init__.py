@@ -11,37 +11,44 @@ against it, in three ways (see the how-to guides):
 - on traces a trainer logged, with ``refimpl check TRACE --spec NAME`` (the CI gate);
 - for a loss, whether the step's gradient depends on how the batch is split into micro-batches and
   ranks, with :func:`check_partition_invariance`.
+
+The names load on first use (PEP 562): ``refimpl check`` imports :mod:`refimpl.testing.check_cli`
+through this package, and a trace check needs neither Hypothesis nor the conformance machinery.
 """
 
-from refimpl.testing._conformance import (
-    CheckResult,
-    ConformanceError,
-    ConformanceReport,
-    Convention,
-    check_conformance,
-    check_names,
-    conventions,
-    reproduce,
-    spec_names,
-)
-from refimpl.testing._partition import PartitionReport, check_partition_invariance
+from __future__ import annotations
 
-# Shown as refimpl.testing.NAME in tracebacks and reprs, where users import them from.
-for _public in (
-    CheckResult,
-    ConformanceError,
-    ConformanceReport,
-    Convention,
-    PartitionReport,
-    check_conformance,
-    check_names,
-    check_partition_invariance,
-    conventions,
-    reproduce,
-    spec_names,
-):
-    _public.__module__ = __name__
-del _public
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from refimpl.testing._conformance import (
+        CheckResult,
+        ConformanceError,
+        ConformanceReport,
+        Convention,
+        check_conformance,
+        check_names,
+        conventions,
+        reproduce,
+        spec_names,
+    )
+    from refimpl.testing._partition import PartitionReport, check_partition_invariance
+
+#: public name -> the private module that defines it
+_HOME = {
+    "CheckResult": "_conformance",
+    "ConformanceError": "_conformance",
+    "ConformanceReport": "_conformance",
+    "Convention": "_conformance",
+    "check_conformance": "_conformance",
+    "check_names": "_conformance",
+    "conventions": "_conformance",
+    "reproduce": "_conformance",
+    "spec_names": "_conformance",
+    "PartitionReport": "_partition",
+    "check_partition_invariance": "_partition",
+}
 
 __all__ = [
     "CheckResult",
@@ -56,3 +63,18 @@ __all__ = [
     "reproduce",
     "spec_names",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    # Shown as refimpl.testing.NAME in tracebacks and reprs, where users import them from.
+    value.__module__ = __name__
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
