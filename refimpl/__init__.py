@@ -6,7 +6,8 @@ defined in one of the modules below, which own their ``__all__``.
 - :mod:`refimpl.dispatch`: length bias of dispatch policies, inclusion probabilities, IPW, censoring,
   the fluid model of continuous dispatch.
 - :mod:`refimpl.staleness`: versions, staleness, masks, importance weights, diagnostics.
-- :mod:`refimpl.frameworks`: each framework's staleness setting translated into ``η``.
+- :mod:`refimpl.staleness.frameworks`: each framework's staleness setting translated into ``η``
+  (also re-exported by :mod:`refimpl.frameworks`, beside its adapters).
 - :mod:`refimpl.effort`: the effort penalty ``k(b)``, shaped reward, optimal length, frontier.
 - :mod:`refimpl.penalties`: published length penalties (Kimi k1.5, DAPO, cosine, L1).
 - :mod:`refimpl.losses`: policy losses with their gradients: aggregation and partition
@@ -29,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0.dev0"
 
 #: The modules whose ``__all__`` make up the flat API, in the order of ``refimpl.__all__``.
-#: ``refimpl.frameworks`` contributes only its staleness translations (``frameworks._staleness``);
-#: its adapters stay under ``refimpl.frameworks``.
+#: All of them sit in the formula layer: the root depends on nothing above it (the frameworks'
+#: staleness translations are staleness formulas; ``refimpl.frameworks`` re-exports them).
 _FLAT = (
     "dispatch",
     "staleness",
-    "frameworks._staleness",
+    "staleness.frameworks",
     "effort",
     "penalties",
     "losses",
@@ -46,11 +47,11 @@ if TYPE_CHECKING:  # what the type checker and readers see; at run time __getatt
     from refimpl.dispatch import *
     from refimpl.effort import *
     from refimpl.errors import *
-    from refimpl.frameworks import _staleness
-    from refimpl.frameworks._staleness import *
     from refimpl.losses import *
     from refimpl.penalties import *
     from refimpl.staleness import *
+    from refimpl.staleness import frameworks as _staleness
+    from refimpl.staleness.frameworks import *
 
     __all__ = [
         *dispatch.__all__,
