@@ -16,7 +16,10 @@ Nothing here is public API; the messages are (the tests/test_validation_*.py tab
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import numbers
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -31,12 +34,19 @@ _MAX_SHOWN = 60
 
 
 def _show(value: Any) -> str:
-    """``repr`` of a received value, shortened for messages."""
-    if isinstance(value, np.ndarray):
-        text = np.array2string(value, threshold=8, edgeitems=3)
-        text = f"array of shape {value.shape}: {text}"
-    else:
-        text = repr(value)
+    """``repr`` of a received value, shortened for messages (never more than ~60 characters)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 180:
+        # repr of an int past 4300 digits raises; past ~55 digits it would be cut anyway
+        sign = "-" if value < 0 else ""
+        return f"{sign}an integer of {value.bit_length()} bits"
+    try:
+        if isinstance(value, np.ndarray):
+            text = np.array2string(value, threshold=8, edgeitems=3)
+            text = f"array of shape {value.shape}: {text}"
+        else:
+            text = repr(value)
+    except Exception:  # a hostile __repr__ must not replace the refusal with its own error
+        text = f"<{type(value).__name__} object>"
     return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
 
 
@@ -53,15 +63,215 @@ def wrong_type(name: str, expected: str, value: Any, fix: str) -> InvalidArgumen
     )
 
 
-def as_int(value: Any, *, name: str, minimum: int | None = None, meaning: str = "") -> int:
-    """An integer parameter (bool and non-integral floats rejected), optionally ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise wrong_type(name, "an integer", value, f"Pass {name} as an int.")
+#: Beyond this magnitude a float64 is no longer a trustworthy integer: 2^53 + 1 has no float.
+_EXACT_FLOAT_INT = 2**53
+
+
+def _integer_kind_problem(value: Any) -> str | None:
+    """Why ``value`` is not an integer parameter (``None`` when it is one), in a few words."""
+    if isinstance(value, (bool, np.bool_)):
+        return "a boolean is not a count: True would silently mean 1"
+    if isinstance(value, (np.timedelta64, np.datetime64, dt.timedelta, dt.datetime, dt.date)):
+        return "a date or a duration is not a count"
+    if isinstance(value, (complex, np.complexfloating)):
+        return "a complex number is not a count"
+    if isinstance(value, (str, bytes)):
+        return "text is not a number"
+    if isinstance(value, numbers.Integral):
+        return None
+    if isinstance(value, (Fraction, Decimal)):
+        if isinstance(value, Decimal) and not value.is_finite():
+            return "it is not finite"
+        return None if value == int(value) else "it is not a whole number"
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if math.isfinite(f) and f == math.floor(f):
+            return "a float is not exact beyond 2^53"
+        return "it is not a whole number"
+    return "it is not a number"
+
+
+def as_int(
+    value: Any,
+    *,
+    name: str,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    meaning: str = "",
+) -> int:
+    """An exact integer parameter, optionally in ``[minimum, maximum]``; a Python ``int`` out.
+
+    Accepts ``int``, numpy integers, a 0-d integer array, and a ``Fraction`` or ``Decimal`` that
+    is a whole number (all exact at any size). Refuses, with a ``TypeError`` naming the reason:
+    booleans (``True`` is not a count), floats (even ``3.0``: a float past ``2^53`` is not the
+    integer it prints as; pass ``int(x)``), complex numbers, dates and durations (numpy's
+    ``timedelta64`` is an integer subclass), text, and anything else.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    problem = _integer_kind_problem(value)
+    if problem is not None:
+        fix = f"Pass {name} as an int ({problem})."
+        if isinstance(value, (float, np.floating)) and np.isfinite(value) and value == int(value):
+            fix = f"Pass {name}={int(value)} as an int, not a float ({problem})."
+        raise wrong_type(name, "an integer", value, fix)
     result = int(value)
+    what = f" ({meaning})" if meaning else ""
     if minimum is not None and result < minimum:
-        what = f" ({meaning})" if meaning else ""
         raise invalid(name, f"be >= {minimum}{what}", value, f"Pass {name} >= {minimum}.")
+    if maximum is not None and result > maximum:
+        raise invalid(name, f"be <= {maximum}{what}", value, f"Pass {name} <= {maximum}.")
     return result
+
+
+def _exact_entry(x: Any) -> int | None:
+    """The exact integer an entry of an integer array stands for (None if it stands for none)."""
+    if isinstance(x, (float, np.floating)):
+        f = float(x)
+        whole = math.isfinite(f) and f == math.floor(f) and abs(f) <= _EXACT_FLOAT_INT
+        return int(f) if whole else None
+    return int(x) if _integer_kind_problem(x) is None else None
+
+
+def as_int_array(
+    value: ArrayLike,
+    *,
+    name: str,
+    ndim: int | tuple[int, ...] | None = None,
+    minimum: int | None = None,
+    meaning: str = "",
+) -> NDArray[np.int64] | NDArray[np.object_]:
+    """An array of exact integers: int64 when every entry fits, else an object array of ``int``.
+
+    Entries may be integers of any size (Python ints past ``2^63`` stay exact in an object
+    array), or floats that are whole numbers of magnitude ``<= 2^53`` (where a float is still
+    the integer it prints as). Refused: booleans, complex, dates and durations, text, a
+    non-integral or non-finite float, a float past ``2^53`` (which integer was meant is lost),
+    and a ``Fraction``/``Decimal`` that is not a whole number. Never converts through float.
+    """
+    arr = _raw_array(value, name=name, expected="an array of integers")
+    if arr.dtype.kind == "f" and not isinstance(value, np.ndarray):
+        # numpy turns [0, 2**63] into float64: look at the entries as they were given
+        arr = _raw_array(_as_objects(value), name=name, expected="an array of integers")
+    if arr.dtype.kind == "b":
+        raise wrong_type(
+            name, "an array of integers", value, f"Pass {name} as integers, not booleans."
+        )
+    if arr.dtype.kind in "iu":
+        exact: NDArray[Any] = arr
+        if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+            exact = np.array([int(x) for x in arr.ravel()], dtype=object).reshape(arr.shape)
+        else:
+            exact = arr.astype(np.int64)
+    else:
+        exact = _exact_entries(arr, value, name=name)
+    _require_ndim(exact, name=name, ndim=ndim)
+    if minimum is not None and exact.size:
+        low = exact < minimum
+        if np.any(low):
+            i = int(np.flatnonzero(np.asarray(low, dtype=bool).ravel())[0])
+            what = f" ({meaning})" if meaning else ""
+            raise invalid(
+                name,
+                f"be >= {minimum}{what}",
+                exact,
+                f"Entry {i} is {_show(int(exact.ravel()[i]))}; pass values >= {minimum}.",
+            )
+    return exact
+
+
+def _exact_entries(arr: NDArray[Any], value: Any, *, name: str) -> NDArray[Any]:
+    """Entries of a float or object array as exact ints (see :func:`as_int_array`)."""
+    if arr.dtype.kind not in "fO":
+        raise wrong_type(
+            name,
+            "an array of integers",
+            value,
+            f"Pass {name} as integers (got dtype {arr.dtype}).",
+        )
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            whole = np.isfinite(arr) & (arr == np.floor(arr)) & (np.abs(arr) <= _EXACT_FLOAT_INT)
+        if np.all(whole):
+            return arr.astype(np.int64)
+        i = int(np.flatnonzero(~whole.ravel())[0])
+        raise _not_an_integer_entry(name, arr, i, float(arr.ravel()[i]))
+    flat = arr.ravel()
+    out: list[int] = []
+    for i, x in enumerate(flat):
+        n = _exact_entry(x)
+        if n is None:
+            raise _not_an_integer_entry(name, arr, i, x)
+        out.append(n)
+    fits = all(-(2**63) <= n < 2**63 for n in out)
+    result = np.array(out, dtype=np.int64 if fits else object)
+    if not fits:  # np.array of big ints already holds Python ints; keep the exact objects
+        result = np.empty(len(out), dtype=object)
+        result[:] = out
+    return result.reshape(arr.shape)
+
+
+def _as_objects(value: Any) -> NDArray[np.object_]:
+    """``value`` as an object array: its entries as given (Python ints stay exact)."""
+    try:
+        return np.asarray(value, dtype=object)
+    except (TypeError, ValueError, RecursionError):
+        return np.asarray(value)  # the same refusal as the first conversion
+
+
+def _not_an_integer_entry(name: str, arr: NDArray[Any], i: int, x: Any) -> InvalidArgumentType:
+    if isinstance(x, (float, np.floating)) and np.isfinite(x) and x == np.floor(x):
+        why = "a float past 2^53 is not exact: pass Python ints or int64"
+    elif isinstance(x, (float, np.floating)):
+        why = "not a whole number"
+    else:
+        why = _integer_kind_problem(x) or "not an integer"
+    return wrong_type(
+        name,
+        "an array of integers",
+        arr,
+        f"Entry {i} is {_show(x)}: {why}.",
+    )
+
+
+def _raw_array(value: Any, *, name: str, expected: str) -> NDArray[Any]:
+    """``np.asarray(value)`` with numpy's own refusals turned into refimpl's."""
+    try:
+        raw = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        raise wrong_type(
+            name, expected, value, f"Pass {name} as a rectangular numeric array."
+        ) from None
+    kind = raw.dtype.kind
+    textual = kind in "USV" or (
+        kind == "O" and any(isinstance(x, (str, bytes)) for x in raw.ravel())
+    )
+    if textual:  # numpy would parse "1" as 1.0: a string is a wrong call, not a number
+        raise wrong_type(name, expected, value, f"Pass {name} as a numeric array, not text.")
+    if kind in "mM":
+        raise wrong_type(
+            name,
+            expected,
+            value,
+            f"Pass {name} as numbers, not dates or durations (convert them to counts yourself).",
+        )
+    complex_entries = kind == "c" or (
+        kind == "O" and any(isinstance(x, (complex, np.complexfloating)) for x in raw.ravel())
+    )
+    if complex_entries:
+        raise wrong_type(
+            name, expected, value, f"Pass {name} as real numbers (an imaginary part is lost)."
+        )
+    return raw
+
+
+def _require_ndim(arr: NDArray[Any], *, name: str, ndim: int | tuple[int, ...] | None) -> None:
+    if ndim is None:
+        return
+    allowed = (ndim,) if isinstance(ndim, int) else ndim
+    if arr.ndim not in allowed:
+        dims = " or ".join(f"{d}-D" for d in allowed)
+        raise invalid(name, f"be {dims}", arr, f"Pass a {dims} array (got shape {arr.shape}).")
 
 
 def as_real(
@@ -75,10 +285,17 @@ def as_real(
     meaning: str = "",
 ) -> float:
     """A finite real scalar parameter in an optional interval."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+        value = value[()]
+    if isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(value, numbers.Real):
         raise wrong_type(name, "a real number", value, f"Pass {name} as a float.")
-    result = float(value)
     what = f" ({meaning})" if meaning else ""
+    try:
+        result = float(value)
+    except OverflowError:  # an int or Fraction beyond float64's range
+        raise invalid(
+            name, f"be finite in float64{what}", value, f"Pass a smaller {name}."
+        ) from None
     if not np.isfinite(result):
         raise invalid(name, f"be finite{what}", value, f"Pass a finite {name}.")
     if low is not None and (result <= low if low_open else result < low):
@@ -93,29 +310,27 @@ def as_real(
 def as_float_array(
     value: ArrayLike, *, name: str, ndim: int | tuple[int, ...] | None = None
 ) -> NDArray[np.float64]:
-    """Convert to a float64 array; reject non-numeric input, a wrong ``ndim``, NaN and infinity."""
+    """Convert to a float64 array; reject non-numeric input, a wrong ``ndim``, NaN and infinity.
+
+    Refused with a ``TypeError``: text, complex numbers (numpy would drop the imaginary part
+    with a ``ComplexWarning``), dates and durations (numpy would count days silently), ragged
+    nesting. An integer beyond float64's range is refused as non-finite.
+    """
+    raw = _raw_array(value, name=name, expected="an array of real numbers")
     try:
-        raw = value if isinstance(value, np.ndarray) else np.asarray(value)
-    except (TypeError, ValueError):  # ragged: the float conversion below reports it
-        raw = np.zeros(0)
-    textual = raw.dtype.kind in "USV" or (
-        raw.dtype.kind == "O" and any(isinstance(x, (str, bytes)) for x in raw.ravel())
-    )
-    if textual:  # numpy would parse "1" as 1.0: a string is a wrong call, not a number
-        raise wrong_type(
-            name, "an array of real numbers", value, f"Pass {name} as a numeric array, not text."
-        )
-    try:
-        arr = np.asarray(value, dtype=np.float64)
+        arr = np.asarray(raw, dtype=np.float64)
+    except OverflowError:  # a Python int beyond float64's range
+        raise invalid(
+            name,
+            "contain only finite values (no NaN or infinity)",
+            value,
+            "An entry is too large for float64; rescale it.",
+        ) from None
     except (TypeError, ValueError):
         raise wrong_type(
             name, "an array of real numbers", value, f"Pass {name} as a numeric array."
         ) from None
-    if ndim is not None:
-        allowed = (ndim,) if isinstance(ndim, int) else ndim
-        if arr.ndim not in allowed:
-            dims = " or ".join(f"{d}-D" for d in allowed)
-            raise invalid(name, f"be {dims}", arr, f"Pass a {dims} array (got shape {arr.shape}).")
+    _require_ndim(arr, name=name, ndim=ndim)
     if not np.all(np.isfinite(arr)):
         bad = np.flatnonzero(~np.isfinite(arr.ravel()))
         raise invalid(
