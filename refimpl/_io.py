@@ -160,7 +160,8 @@ def atomic_path(path: StrPath) -> Iterator[Path]:
     For a library that writes to a path it is given (``pyarrow.parquet.write_table``,
     ``Figure.savefig``): the temporary name keeps the suffix of ``path``. The file is flushed
     to disk before the rename. On any exception, including ``KeyboardInterrupt``, the temporary
-    file is removed and ``path`` is untouched.
+    file is removed and ``path`` is untouched; an ``OSError`` of the write (which names no file,
+    or the temporary one) is re-raised naming ``path``.
 
     Examples
     --------
@@ -182,11 +183,13 @@ def atomic_path(path: StrPath) -> Iterator[Path]:
         yield tmp
         _fsync_file(tmp)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         if fd >= 0:
             os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename in (None, os.fspath(tmp)):
+            exc.filename = os.fspath(target)  # a failed write names no file: say which one
         raise
     _sync_dir(target.parent)
 
@@ -433,6 +436,6 @@ def describe_os_error(
         fix = "fix the link or its target"
     head = f"cannot {action}" if action else ""
     shown = _show_path(where) if where is not None else ""
-    subject = " ".join(part for part in (head, shown) if part) or "error"
-    line = f"{subject}: {cause}" + (f"; {fix}" if fix else "")
+    subject = " ".join(part for part in (head, shown) if part)
+    line = (f"{subject}: " if subject else "") + cause + (f"; {fix}" if fix else "")
     return line.replace("\n", " ").replace("\r", " ")  # one line, whatever the cause says

@@ -7,7 +7,9 @@ Each subcommand lives in the module that owns it and exposes two functions::
 
 Only the chosen subcommand's module is imported, so ``refimpl --help`` and ``refimpl check`` stay fast.
 
-Exit codes shared by every subcommand: **2** for a usage error (argparse), **130** (128 + SIGINT)
+Exit codes shared by every subcommand: **2** for a usage error (argparse) and for an error of the
+operating system that the subcommand did not handle (one line naming the path and the cause:
+permission denied, a directory, a symlink loop, a full disk), **130** (128 + SIGINT)
 after Ctrl-C, which prints one line ``refimpl COMMAND: interrupted`` whether it comes while the
 arguments are parsed, while the subcommand's modules load or while it runs, and **141**
 (128 + SIGPIPE) when the reader of standard output goes away. This module and the package root import
@@ -19,6 +21,7 @@ few milliseconds before :func:`main` is entered.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import signal
@@ -162,6 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        # The system said no (permission denied, a directory, a symlink loop, a full disk, an
+        # I/O error): one line naming the path and the cause, never a traceback.
+        print(f"{name}: {_os_error_line(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         if argv is None and _in_main_thread():
             # The command line is ending: a second Ctrl-C must not turn this into a traceback.
@@ -169,6 +177,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     return code
+
+
+def _stdout_broken() -> bool:
+    """Whether standard output refuses its buffer (``> /dev/full``, a failing disk).
+
+    When it does, stdout is pointed at devnull, so that the interpreter's last flush does not fail
+    again with an "Exception ignored" message after the one line.
+    """
+    try:
+        sys.stdout.flush()
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return True
+    return False
+
+
+#: Errors of a write; without a file name, the write was to standard output or another stream.
+_WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EIO, errno.EFBIG, getattr(errno, "EDQUOT", errno.ENOSPC)}
+)
+
+
+def _os_error_line(exc: OSError) -> str:
+    """The one line for an OS error (lazy: _io loads numpy, which ``refimpl --help`` does not)."""
+    from refimpl._io import describe_os_error
+
+    if exc.filename is None:
+        broken = _stdout_broken()
+        if broken or exc.errno in _WRITE_ERRNOS:
+            where = "standard output" if broken else "the output"
+            return describe_os_error(exc, None, action=f"write {where}")
+    return describe_os_error(exc)  # the path is the error's own filename
 
 
 def _in_main_thread() -> bool:
