@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import math
-import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,9 +85,70 @@ def sniff_format(path: Path) -> str | None:
     return "jsonl" if stripped.startswith(b"{") else "csv"
 
 
+class ListColumn:
+    """A column whose rows are lists of numbers, stored flat: ``values[offsets[i]:offsets[i + 1]]``
+    is row ``i`` (Arrow's layout, so a reader hands its buffers over without a Python object per
+    row). Indexing a row gives a numpy view; a slice gives a :class:`ListColumn`; iterating gives
+    the rows, so code written for a list of arrays reads it unchanged."""
+
+    __slots__ = ("offsets", "values")
+
+    def __init__(self, values: NDArray[Any], offsets: NDArray[np.int64]) -> None:
+        self.values = values
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[NDArray[Any]], dtype: Any = np.float64) -> ListColumn:
+        """The column of the arrays ``rows`` (an object dtype keeps Python ints exactly)."""
+        sizes = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        if dtype is object or any(np.asarray(r).dtype == object for r in rows):
+            values: NDArray[Any] = np.empty(int(offsets[-1]), dtype=object)
+            for r, a, b in zip(rows, offsets[:-1], offsets[1:], strict=True):
+                values[a:b] = list(r)
+            if all(type(v) is int and -(2**63) <= v < 2**63 for v in values):
+                values = values.astype(np.int64)
+        elif len(rows):
+            values = np.concatenate([np.asarray(r, dtype=dtype) for r in rows])
+        else:
+            values = np.zeros(0, dtype=dtype)
+        return cls(values, offsets)
+
+    def __len__(self) -> int:
+        return int(self.offsets.size - 1)
+
+    def sizes(self) -> NDArray[np.int64]:
+        """The length of every row."""
+        return np.diff(self.offsets)
+
+    def row_of(self, flat: int) -> int:
+        """The row that holds flat element ``flat``."""
+        return int(np.searchsorted(self.offsets, flat, side="right") - 1)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step != 1:
+                raise ValueError("a ListColumn is sliced with step 1 only")
+            stop = max(start, stop)
+            offsets = self.offsets[start : stop + 1]
+            base = int(offsets[0]) if offsets.size else 0
+            return ListColumn(
+                self.values[base : int(offsets[-1]) if offsets.size else 0], offsets - base
+            )
+        i = int(key)
+        if i < 0:
+            i += len(self)
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[NDArray[Any]]:
+        for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist(), strict=True):
+            yield self.values[a:b]
+
+
 @dataclass
 class Chunk:
-    """A block of rows: column name -> float64 array (or list of arrays for list columns)."""
+    """A block of rows: column name -> float64 array (a :class:`ListColumn` for list columns)."""
 
     columns: dict[str, Any]
     row_start: int
@@ -166,6 +226,88 @@ def _exact_text(text: str) -> int | float:
         return int(text)
     except ValueError:
         return float(text)
+
+
+_NUMPY_TYPES = {
+    "double": np.float64,
+    "float": np.float32,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint64": np.uint64,
+    "uint32": np.uint32,
+    "uint16": np.uint16,
+    "uint8": np.uint8,
+}
+
+
+def to_numpy(arr: Any) -> NDArray[Any]:
+    """An Arrow array (or chunked array) as numpy, zero-copy where it can be.
+
+    A fixed-width column without nulls is a view of its Arrow buffer; a boolean one is unpacked.
+    pyarrow's own ``to_numpy`` imports pandas on first use (0.2-0.3 s of the start-up of a
+    check that never needs it), so it is the fallback only (nulls, other types).
+    """
+    import pyarrow as pa
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.null_count == 0 and pa.types.is_boolean(arr.type):
+        return to_numpy(arr.cast(pa.int8())).astype(bool)
+    dtype = _NUMPY_TYPES.get(str(arr.type))
+    if arr.null_count or dtype is None:
+        out: NDArray[Any] = arr.to_numpy(zero_copy_only=False)
+        return out
+    if len(arr) == 0:
+        return np.zeros(0, dtype=dtype)
+    size = np.dtype(dtype).itemsize
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * size)
+
+
+def excerpt(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to about ``limit`` characters: an error quotes a value, not a page."""
+    text = repr(value.tolist() if isinstance(value, np.ndarray) else value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...]"[: 5 if text[0] == "[" else 4]
+
+
+def _duplicates(path: Path, names: Sequence[str], where: str) -> None:
+    """Refuse a table that names a column twice: which of the two a check reads is a guess."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise TraceError(
+                f"{str(path)!r}: {where} names the column {name!r} twice. A column must have one "
+                "name: rename one of them (or drop the copy) and write the trace again."
+            )
+        seen.add(name)
+
+
+def arrow_lists(
+    col: Any, name: str, where: Callable[[int], str], *, exact: bool = False
+) -> ListColumn:
+    """An Arrow list array (no null rows) as a :class:`ListColumn`, without a row-by-row copy;
+    a null element is a :class:`TraceError` naming its row."""
+    import pyarrow as pa
+
+    offsets = to_numpy(col.offsets).astype(np.int64)
+    flat = col.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    offsets = offsets - offsets[0]
+    if flat.null_count:
+        j = int(np.flatnonzero(to_numpy(flat.is_null()))[0])
+        row = int(np.searchsorted(offsets, j, side="right") - 1)
+        raise TraceError(
+            f"{where(row)}: column {name!r} holds a null at element {j - int(offsets[row])}. "
+            "Log a number for every element of the list."
+        )
+    if exact and pa.types.is_integer(flat.type):
+        try:
+            return ListColumn(to_numpy(flat.cast(pa.int64())), offsets)
+        except pa.ArrowInvalid:  # uint64 beyond int64
+            return ListColumn(exact_array(flat.to_pylist()), offsets)
+    if exact:
+        return ListColumn(exact_array(flat.to_pylist()), offsets)
+    return ListColumn(to_numpy(flat.cast(pa.float64())), offsets)
 
 
 def _missing(path: Path, wanted: Sequence[str], present: Sequence[str]) -> None:
@@ -246,13 +388,6 @@ def _csv_bad_line(block: bytes, first_line: int, width: int) -> tuple[int, int] 
     return None
 
 
-def _csv_list(text: str, exact: bool = False) -> NDArray[Any]:
-    parts = [p for p in re.split(r"[\s,;]+", text.strip().strip("[]").strip()) if p]
-    if exact:
-        return exact_array([_exact_text(p) for p in parts])
-    return np.asarray([float(p) for p in parts], dtype=np.float64)
-
-
 def _csv_chunks(
     path: Path,
     numeric: Sequence[str],
@@ -281,6 +416,7 @@ def _csv_chunks(
                 f"{str(path)!r} is empty: no header line and no rows. Nothing to check."
             )
         wanted = [*numeric, *lists]
+        _duplicates(path, header, "the CSV header")
         _missing(path, wanted, header)
         if not head.endswith(b"\n"):
             head += b"\n"
@@ -324,36 +460,66 @@ def _csv_chunks(
             for name in wanted:
                 col = table.column(name).combine_chunks()
                 if col.null_count:
-                    i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                    i = int(np.flatnonzero(to_numpy(col.is_null()))[0])
                     raise TraceError(
                         f"line {lines[i]}: column {name!r} is empty. Log a number in every row."
                     )
                 if name in lists:
-                    values = []
-                    for i, s in enumerate(col.to_pylist()):
-                        try:
-                            values.append(_csv_list(s, exact))
-                        except ValueError:
-                            raise TraceError(
-                                f"line {lines[i]}: column {name!r} holds {s!r}, not a list of "
-                                "numbers. Write lists as '3 3 4' or '[3, 3, 4]'."
-                            ) from None
-                    columns[name] = values
+                    columns[name] = _csv_list_column(col, name, lines, exact)
                     continue
                 try:
                     if exact:
                         columns[name] = _exact_csv_column(col)
                         continue
-                    columns[name] = to_float(col).to_numpy(zero_copy_only=False)
+                    columns[name] = to_numpy(to_float(col))
                 except (pa.ArrowInvalid, ValueError):
                     i = _first_bad(col, to_float)
                     raise TraceError(
-                        f"line {lines[i]}: column {name!r} holds {col[i].as_py()!r}, not a number. "
-                        "Fix the row (numbers like 1, -0.5, 1e-3, nan, inf)."
+                        f"line {lines[i]}: column {name!r} holds {excerpt(col[i].as_py())}, not a "
+                        "number. Fix the row (numbers like 1, -0.5, 1e-3, nan, inf)."
                     ) from None
             yield Chunk(columns, row, lines)
             row += n
             on_progress(handle.tell())
+
+
+def _csv_list_column(col: Any, name: str, lines: NDArray[np.int64], exact: bool) -> ListColumn:
+    """A CSV column of lists (``3 3 4``, ``[3, 3, 4]``, ``3;3;4``) parsed column-wise: trimmed,
+    split on whitespace, commas and semicolons, and cast in one call."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pc.utf8_trim_whitespace(pc.utf8_trim(pc.utf8_trim_whitespace(col), characters="[]"))
+    parts = pc.split_pattern_regex(text, pattern=r"[\s,;]+")
+    offsets = to_numpy(parts.offsets).astype(np.int64)
+    flat = parts.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    keep = to_numpy(pc.greater(pc.utf8_length(flat), 0))
+    counts = np.concatenate(([0], np.cumsum(keep))).astype(np.int64)
+    offsets = counts[offsets - offsets[0]]
+    tokens = flat.filter(pc.greater(pc.utf8_length(flat), 0))
+
+    def fail(j: int) -> TraceError:
+        row = int(np.searchsorted(offsets, j, side="right") - 1)
+        return TraceError(
+            f"line {lines[row]}: column {name!r} holds {excerpt(col[row].as_py())}, not a list of "
+            "numbers. Write lists as '3 3 4' or '[3, 3, 4]'."
+        )
+
+    if exact:
+        try:
+            return ListColumn(to_numpy(pc.cast(tokens, pa.int64())), offsets)
+        except pa.ArrowInvalid:
+            values = []
+            for j, t in enumerate(tokens.to_pylist()):
+                try:
+                    values.append(_exact_text(t))
+                except ValueError:
+                    raise fail(j) from None
+            return ListColumn(exact_array(values), offsets)
+    try:
+        return ListColumn(to_numpy(pc.cast(tokens, pa.float64())), offsets)
+    except pa.ArrowInvalid:
+        raise fail(_first_bad(tokens, lambda a: pc.cast(a, pa.float64()))) from None
 
 
 def _exact_csv_column(col: Any) -> NDArray[Any]:
@@ -362,7 +528,7 @@ def _exact_csv_column(col: Any) -> NDArray[Any]:
     import pyarrow.compute as pc
 
     try:
-        out: NDArray[Any] = pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False)
+        out: NDArray[Any] = to_numpy(pc.cast(col, pa.int64()))
         return out
     except pa.ArrowInvalid:
         return exact_array([_exact_text(v) for v in col.to_pylist()])  # ValueError: not a number
@@ -386,10 +552,15 @@ def _jsonl_slow(
         if not raw.strip():
             continue
         try:
-            obj = json.loads(raw)
+            obj = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise TraceError(
                 f"{where}: not valid JSON ({exc}). Each line must be one JSON object."
+            ) from None
+        except _DuplicateKey as exc:
+            raise TraceError(
+                f"{where}: the key {exc.args[0]!r} appears twice in one object. A column must have "
+                "one name: log each key once."
             ) from None
         if not isinstance(obj, dict):
             raise TraceError(f"{where}: a JSON {type(obj).__name__}, not an object {{...}}.")
@@ -408,7 +579,8 @@ def _jsonl_slow(
             value = obj[name]
             if not isinstance(value, list):
                 raise TraceError(
-                    f"{where}: {name!r} is {value!r}, not a list of numbers. Log e.g. [3, 3, 4]."
+                    f"{where}: {name!r} is {excerpt(value)}, not a list of numbers. Log e.g. "
+                    "[3, 3, 4]."
                 )
             numbers = [_json_number(v, where, name, exact) for v in value]
             out[name].append(
@@ -416,10 +588,29 @@ def _jsonl_slow(
             )
         row_lines.append(first_line + offset)
     columns: dict[str, Any] = {
-        c: ((exact_array(v) if exact else np.asarray(v, dtype=np.float64)) if c in numeric else v)
+        c: (
+            (exact_array(v) if exact else np.asarray(v, dtype=np.float64))
+            if c in numeric
+            else ListColumn.from_rows(v, dtype=object if exact else np.float64)
+        )
         for c, v in out.items()
     }
     return columns, np.asarray(row_lines, dtype=np.int64)
+
+
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (``json`` would keep the last silently)."""
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
 
 
 def _json_number(value: Any, where: str, name: str, exact: bool = False) -> Any:
@@ -431,7 +622,7 @@ def _json_number(value: Any, where: str, name: str, exact: bool = False) -> Any:
             "str": "strings",
         }.get(kind, f"{kind} values")
         raise TraceError(
-            f"{where}: {name!r} is {value!r} ({kind}), not a number. Log numbers, not {what}."
+            f"{where}: {name!r} is {excerpt(value)} ({kind}), not a number. Log numbers, not {what}."
         )
     if exact:
         return value  # int of any size, or float
@@ -439,6 +630,58 @@ def _json_number(value: Any, where: str, name: str, exact: bool = False) -> Any:
         return float(value)
     except OverflowError:  # an integer beyond float64
         return math.inf if value > 0 else -math.inf
+
+
+def _jsonl_blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
+    """Blocks of about ``size`` bytes that end at a line boundary."""
+    while True:
+        block = handle.read(size)
+        if not block:
+            return
+        if not block.endswith(b"\n"):
+            block += handle.readline()
+        yield block
+
+
+def _jsonl_fast(
+    data: bytes, line: int, numeric: Sequence[str], lists: Sequence[str], exact: bool
+) -> tuple[dict[str, Any], NDArray[np.int64]] | None:
+    """The block through pyarrow's JSON reader (``None``: it cannot say, the slow path will)."""
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    number = pa.int64() if exact else pa.float64()  # exact: int64, else the slow path
+    schema = pa.schema([(c, number) for c in numeric] + [(c, pa.list_(number)) for c in lists])
+    try:
+        table = pajson.read_json(
+            io.BytesIO(data),
+            read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if any(table.column(c).null_count for c in schema.names):
+        return None
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if table.num_rows == lines:
+        numbers = line + np.arange(lines, dtype=np.int64)
+    else:  # blank lines hold no row
+        blank = [i for i, raw in enumerate(data.splitlines()) if raw.strip()]
+        if len(blank) != table.num_rows:
+            return None
+        numbers = line + np.asarray(blank, dtype=np.int64)
+
+    def where(row: int) -> str:
+        return f"line {int(numbers[row])}"
+
+    columns: dict[str, Any] = {}
+    for c in numeric:
+        columns[c] = to_numpy(table.column(c))
+    for c in lists:
+        columns[c] = arrow_lists(table.column(c).combine_chunks(), c, where, exact=exact)
+    return columns, numbers
 
 
 def _jsonl_chunks(
@@ -449,47 +692,16 @@ def _jsonl_chunks(
     on_progress: Callable[[int], None],
     exact: bool = False,
 ) -> Iterator[Chunk]:
-    import pyarrow as pa
-    import pyarrow.json as pajson
-
-    number = pa.int64() if exact else pa.float64()  # exact: int64, else the slow path
-    fields = [(c, number) for c in numeric] + [(c, pa.list_(number)) for c in lists]
-    schema = pa.schema(fields)
-    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     line = 1
     row = 0
     with path.open("rb") as handle:
-        while True:
-            block = handle.readlines(min(chunk_rows * 64, _JSONL_BLOCK_BYTES))
-            if not block:
-                break
-            data = b"".join(block)
+        for data in _jsonl_blocks(handle, min(max(chunk_rows * 64, 1 << 12), _JSONL_BLOCK_BYTES)):
             _require_text(path, data, "jsonl", line)
-            columns: dict[str, Any] | None = None
-            numbers: NDArray[np.int64] | None = None
-            try:
-                table = pajson.read_json(
-                    io.BytesIO(data),
-                    read_options=pajson.ReadOptions(block_size=max(len(data), 1 << 16) + 1),
-                    parse_options=options,
-                )
-                if all(table.column(c).null_count == 0 for c in schema.names):
-                    nonblank = [i for i, raw in enumerate(block) if raw.strip()]
-                    if len(nonblank) == table.num_rows:
-                        columns = {}
-                        for c in numeric:
-                            columns[c] = table.column(c).to_numpy()
-                        for c in lists:
-                            columns[c] = [
-                                np.asarray(v, dtype=number.to_pandas_dtype())
-                                for v in table.column(c).to_pylist()
-                            ]
-                        numbers = line + np.asarray(nonblank, dtype=np.int64)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                columns = None
-            if columns is None or numbers is None:
-                columns, numbers = _jsonl_slow(block, line, numeric, lists, exact)
-            line += len(block)
+            parsed = _jsonl_fast(data, line, numeric, lists, exact)
+            if parsed is None:
+                parsed = _jsonl_slow(data.split(b"\n"), line, numeric, lists, exact)
+            columns, numbers = parsed
+            line += data.count(b"\n")
             if numbers.size:
                 yield Chunk(columns, row, numbers)
                 row += int(numbers.size)
@@ -527,6 +739,10 @@ def _readable_batches(file: Any, path: Path, chunk_rows: int, columns: list[str]
         yield batch
 
 
+def _parquet_row(start: int) -> Callable[[int], str]:
+    return lambda i: f"row {start + i}"
+
+
 def _parquet_chunks(
     path: Path,
     numeric: Sequence[str],
@@ -539,13 +755,16 @@ def _parquet_chunks(
     import pyarrow.parquet as pq
 
     try:
-        file = pq.ParquetFile(path)
+        # Without pre-buffering, pyarrow reads the column chunks of one row group at a time
+        # instead of the whole file's: peak memory follows the row group, not the file.
+        file = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except (pa.ArrowInvalid, OSError) as exc:
         raise TraceError(
             f"{str(path)!r} is not a readable Parquet file ({_one_line(exc)}). Is it empty or "
             "truncated?"
         ) from None
     schema = file.schema_arrow
+    _duplicates(path, schema.names, "the Parquet schema")
     _missing(path, [*numeric, *lists], schema.names)
     for name in numeric:
         kind = schema.field(name).type
@@ -568,28 +787,21 @@ def _parquet_chunks(
         for name in [*numeric, *lists]:
             col = batch.column(name)
             if col.null_count:
-                i = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                i = int(np.flatnonzero(to_numpy(col.is_null()))[0])
                 raise TraceError(
                     f"row {row + i}: column {name!r} is null. Log a value in every row."
                 )
             if name in lists:
-                values = col.to_pylist()
-                for i, v in enumerate(values):
-                    if any(x is None for x in v):
-                        raise TraceError(f"row {row + i}: column {name!r} holds a null version.")
-                if exact:
-                    columns[name] = [exact_array(v) for v in values]
-                else:
-                    columns[name] = [np.asarray(v, dtype=np.float64) for v in values]
+                columns[name] = arrow_lists(col, name, _parquet_row(row), exact=exact)
             elif exact and pa.types.is_integer(col.type):
                 try:
-                    columns[name] = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+                    columns[name] = to_numpy(col.cast(pa.int64()))
                 except pa.ArrowInvalid:  # uint64 beyond int64
                     columns[name] = exact_array(col.to_pylist())
             elif exact:
                 columns[name] = exact_array(col.to_pylist())
             else:
-                columns[name] = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                columns[name] = to_numpy(col.cast(pa.float64()))
         yield Chunk(columns, row, None)
         row += batch.num_rows
         on_progress(row)
