@@ -1,4 +1,4 @@
-"""The asynchronous rollout-queue simulator (issue 5; conventions §vocabulary, §dispatch).
+"""The asynchronous rollout-queue simulator (conventions §vocabulary, §dispatch).
 
 ``N`` generation slots run rollouts, a trainer consumes them ``B`` per step and publishes a new policy
 version after each step; the simulator records, for every rollout, when it ran, which versions
@@ -12,6 +12,8 @@ engine for every mode; they agree sample for sample where both apply, and with t
 - :func:`summarize` / :class:`SimSummary`: throughput, idle fractions, staleness, length bias.
 - :func:`closed_form` / :class:`ClosedForm`: what the closed forms of conventions §dispatch (``refimpl.dispatch``)
   predict for a configuration, to set beside a simulation.
+- :func:`simulate_engine`: the engine mode (``SimConfig(engine_model=...)``, :mod:`refimpl.sim.engine`):
+  continuous batching under a KV-cache budget; the trace and :class:`~refimpl.sim.engine.EngineStats`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_ev
 from refimpl.sim._lengths import LengthSupply, OutOfLengths
 from refimpl.sim._trace import SimSummary, SimTrace, summarize
 from refimpl.sim._vector import run_vector
+from refimpl.sim.engine import EngineModel, EngineRun, EngineStats
+from refimpl.sim.engine import _kernel as _engine_kernel
+from refimpl.sim.engine.batching import engine_stats, run_engine
 
 __all__ = [
     "MODES",
@@ -37,12 +42,16 @@ __all__ = [
     "STATUS",
     "STATUS_NAMES",
     "ClosedForm",
+    "EngineModel",
+    "EngineRun",
+    "EngineStats",
     "OutOfLengths",
     "SimConfig",
     "SimSummary",
     "SimTrace",
     "closed_form",
     "simulate",
+    "simulate_engine",
     "summarize",
 ]
 
@@ -143,6 +152,62 @@ def simulate(
     >>> trace.publish_times.tolist()
     [1.0, 2.0, 3.0]
     """
+    trace, _ = _simulate_any(config, engine=engine, progress=progress)
+    return trace
+
+
+def simulate_engine(
+    config: SimConfig,
+    *,
+    engine: Engine = "auto",
+    progress: Callable[[int], None] | None = None,
+) -> EngineRun:
+    """Simulate a run in the engine mode; return its trace and the engine's own figures.
+
+    :func:`simulate` returns the same trace; this adds :class:`~refimpl.sim.engine.EngineStats`
+    (batch, memory, preemptions, prefix sharing, the bytes weight updates moved or kept).
+
+    Parameters
+    ----------
+    config : SimConfig
+        With ``engine_model`` set (:class:`~refimpl.sim.engine.EngineModel`).
+    engine : {'auto', 'compiled', 'event'}
+        ``event``: the engine loop in plain Python (the reference); ``compiled``: the same functions
+        compiled with numba (``refimpl[fast]``); ``auto``: compiled when numba is installed. Both
+        give the same trace and figures, bit for bit.
+    progress : callable, optional
+        Called once, at the end, with the number of trained rollouts.
+
+    Returns
+    -------
+    EngineRun
+        ``(trace, stats)``.
+
+    Examples
+    --------
+    Three seats, but 4 blocks of 2 tokens cannot hold three sequences of 4 tokens: when the
+    blocks run out the newest sequence is preempted, and 2.5 run per step on average.
+
+    >>> m = EngineModel(layers=1, kv_heads=1, head_dim=1, dtype_bytes=1, block_size=2,
+    ...                 kv_memory_bytes=16, watermark=0.0)
+    >>> cfg = SimConfig(slots=3, batch=3, steps=2, lengths=np.full((3, 8), 4.0), engine_model=m)
+    >>> run = simulate_engine(cfg, engine="event")
+    >>> run.stats.total_blocks, run.stats.batch_mean, run.stats.preemptions, run.trace.end_time
+    (4, 2.5, 4, 12.0)
+    """
+    if not isinstance(config, SimConfig) or config.engine_model is None:
+        raise invalid(
+            "config",
+            "be a SimConfig with engine_model set",
+            config,
+            "Pass SimConfig(..., engine_model=EngineModel(...)), or call simulate().",
+        )
+    trace, stats = _simulate_any(config, engine=engine, progress=progress)
+    assert stats is not None
+    return EngineRun(trace, stats)
+
+
+def _check_engine(config: SimConfig, engine: str) -> None:
     if not isinstance(config, SimConfig):
         raise wrong_type(
             "config", "a SimConfig", config, "Build one: SimConfig(slots=..., batch=..., ...)."
@@ -167,8 +232,24 @@ def simulate(
             engine,
             "Pass engine='auto'.",
         )
+
+
+def _simulate_any(
+    config: SimConfig, *, engine: str, progress: Callable[[int], None] | None
+) -> tuple[SimTrace, EngineStats | None]:
+    """Run any mode; the engine mode's figures beside its trace (``None`` in the other modes)."""
+    _check_engine(config, engine)
     supply = LengthSupply(config)
     taus = _trainer_times(config)
+    if config.engine_model is not None:
+        compiled = engine == "compiled" or (engine == "auto" and _engine_kernel.AVAILABLE)
+        raw_e, counters = run_engine(config, supply, taus, compiled=compiled)
+        if progress is not None:
+            progress(config.trained_target)
+        data_e = raw_e._asdict()
+        del raw_e
+        trace_e = SimTrace.from_raw(data_e, config, canonical=False)
+        return trace_e, engine_stats(counters, config)
     use_vector = engine == "vector" or (engine == "auto" and config.vectorizable)
     if use_vector:
         # auto: the ordering step compiled when numba is installed (the same trace)
@@ -192,4 +273,4 @@ def simulate(
         canonical = compiled
     data = raw._asdict()
     del raw  # from_raw frees the engine's columns one by one
-    return SimTrace.from_raw(data, config, canonical=canonical)
+    return SimTrace.from_raw(data, config, canonical=canonical), None

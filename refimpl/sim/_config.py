@@ -23,6 +23,7 @@ from refimpl._validation import (
     wrong_type,
 )
 from refimpl.errors import InvalidArgument
+from refimpl.sim.engine.model import EngineModel
 
 __all__ = [
     "LOG_TOKEN_RANGE",
@@ -200,6 +201,13 @@ class SimConfig:
         Time to reload a persisted KV cache after preemption.
     seed : int
         Seed of every random draw (lengths as the peer draws them, trainer times, preemptions).
+    engine_model : EngineModel, optional
+        The engine mode (``refimpl.sim.engine``): ``slots`` becomes the most sequences an inference
+        engine runs at once, fewer when its KV blocks run out; decode proceeds in steps timed by the
+        model's roofline (or ``token_time`` each), lengths are rounded up to whole tokens, and the
+        engine preempts, shares prefixes and (with ``partial``) interrupts in flight. Async dispatch
+        only, without ``slowdown``, ``prefill_time``, ``reprefill_token_time`` or checkpoint
+        preemption (the engine prices those itself) and with ``over_bound='keep'``.
 
     Raises
     ------
@@ -254,6 +262,7 @@ class SimConfig:
     persist_kv: bool = True
     kv_restore_time: float = 0.0
     seed: int = 0
+    engine_model: EngineModel | None = None
     # derived (set in __post_init__)
     slowdown_table: NDArray[np.float64] | None = field(default=None, init=False, repr=False)
     length_kind: str = field(default="lognormal", init=False, repr=False)
@@ -412,11 +421,49 @@ class SimConfig:
                 table[busy] = f
             table.setflags(write=False)
             s(self, "slowdown_table", table)
+        self._check_engine_model()
         # lengths
         self._check_lengths()
         if self.preempt_rate > 0:
             self._check_preemption_budget()
         self._check_run_size()
+
+    def _check_engine_model(self) -> None:
+        """The engine mode models async dispatch with its own timing, preemption and prefill."""
+        model = self.engine_model
+        if model is None:
+            return
+        if not isinstance(model, EngineModel):
+            raise wrong_type(
+                "engine_model",
+                "an EngineModel or None",
+                model,
+                "Build one: refimpl.sim.engine.EngineModel(kv_memory_bytes=...).",
+            )
+        if self.mode != "async":
+            raise invalid(
+                "mode",
+                "be 'async' with an engine_model (the engine admits sequences continuously)",
+                self.mode,
+                "Pass mode='async', or drop engine_model.",
+            )
+        inert = (
+            ("over_bound", self.over_bound != "keep", "'keep'"),
+            ("slowdown", self.slowdown is not None, "None (the roofline sets the step time)"),
+            ("prefill_time", self.prefill_time != 0.0, "0 (prefill is priced per token)"),
+            ("reprefill_token_time", self.reprefill_token_time != 0.0, "0 (likewise)"),
+            ("preempt_rate", self.preempt_rate != 0.0, "0 (the engine preempts on memory)"),
+            ("kv_restore_time", self.kv_restore_time != 0.0, "0 (swaps are priced per block)"),
+            ("persist_kv", self.persist_kv is not True, "True (set EngineModel.preemption)"),
+        )
+        for name, bad, want in inert:
+            if bad:
+                raise invalid(
+                    name,
+                    f"be {want} with an engine_model",
+                    getattr(self, name),
+                    f"Drop {name}, or drop engine_model.",
+                )
 
     def _mean_length(self) -> float:
         kind, lengths = self.length_kind, self.lengths
@@ -554,7 +601,8 @@ class SimConfig:
     def vectorizable(self) -> bool:
         """Whether the vectorized engine applies (timing independent of versions)."""
         plain = (
-            self.slowdown is None
+            self.engine_model is None
+            and self.slowdown is None
             and self.partial == "none"
             and self.preempt_rate == 0.0
             and self.over_bound == "keep"

@@ -1,0 +1,66 @@
+"""The engine loop compiled with numba: the very functions of :mod:`refimpl.sim.engine._loop`.
+
+Each function of the loop is copied with a globals dictionary in which its helpers are the compiled
+ones, then compiled; so the compiled loop runs the reference's code, operation for operation, and
+the two agree bit for bit (tests/test_sim_engine_agreement.py). Compiled once per process, on first
+use, and cached on disk by numba beside the module (``__pycache__``) for the next process.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+from refimpl.sim.engine import _loop
+
+numba: Any
+try:  # which branch runs depends on the installation
+    import numba
+
+    AVAILABLE = True
+except ImportError:
+    numba = None
+    AVAILABLE = False
+
+__all__ = ["AVAILABLE", "compiled_loop"]
+
+_FUNCTIONS = (
+    "_cdiv",
+    "_seeded",
+    "_alloc",
+    "_release_prompt",
+    "_prompt_plan",
+    "_acquire_prompt",
+    "_fits",
+    "_schedule",
+    "_start",
+    "_stop",
+    "_launch",
+    "_resume",
+    "_admit",
+    "_make_room",
+    "_new_segment",
+    "_interrupt",
+    "_try_train",
+    "_publish",
+    "_complete",
+    "_step_time",
+    "_account",
+    "run_loop",
+)
+_compiled: dict[str, Callable[..., None]] = {}
+
+
+def compiled_loop() -> Callable[..., None]:
+    """``run_loop`` compiled (numba required)."""
+    if not AVAILABLE:
+        raise RuntimeError("the compiled engine needs numba: pip install 'refimpl[fast]'")
+    if "run_loop" not in _compiled:
+        space = dict(vars(_loop))
+        for name in _FUNCTIONS:
+            f = getattr(_loop, name)
+            copy = types.FunctionType(f.__code__, space, name, f.__defaults__)
+            space[name] = numba.njit(cache=True, error_model="numpy")(copy)
+        _compiled["run_loop"] = space["run_loop"]
+    return _compiled["run_loop"]

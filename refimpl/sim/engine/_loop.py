@@ -1,0 +1,563 @@
+"""The engine mode's loop: continuous batching over discrete decode steps, on preallocated arrays.
+
+Written in the subset of Python that numba compiles (arrays, integers, floats, ``heapq`` on lists of
+integers), so that :mod:`refimpl.sim.engine._kernel` compiles these very functions: the plain
+Python run is the reference, the compiled one the fast path, and they agree bit for bit.
+
+One engine step: every running sequence generates one token; the step takes the roofline time of the
+batch (or a constant). Between two steps (a *boundary*): the step's completions (in launch order),
+admissions to the free seats while the KV blocks allow, then the weight updates published at that
+instant and what the partial policy does to the sequences in flight. A publication between two
+boundaries changes the version at its own time (the trainer moves on then) and reaches the
+sequences in flight at the next boundary: a step runs under the weights it started with.
+
+Memory: a sequence holds ``ceil(own / block_size)`` blocks, ``own`` its tokens outside its prompt's
+shared full blocks; a prompt's ``prompt // block_size`` full blocks are shared by the sequences of
+its group (and kept, evictable, once unused, for a later group with the same prompt). A sequence
+needs a new block when it generates a token at a multiple of ``block_size`` own tokens; sequences
+are counted by that phase (the step modulo ``block_size``), so a step's demand is one lookup. When
+the demand exceeds the free blocks, the newest running sequence is preempted until it fits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["run_loop"]
+
+I64 = NDArray[np.int64]
+F64 = NDArray[np.float64]
+
+# integer state IS[...]
+_S, _VERSION, _J, _TRAINING, _RANK, _NL, _BUF_H, _BUF_T, _SEAT_H, _SEAT_N = range(10)
+_FREE, _CACHED, _LRU_H, _LRU_T, _NSEG, _ERR, _ERR_A, _APPLIED, _SWAP, _NSHARE = range(10, 20)
+_NPROMPT, _NRUN, _DONE, _SEQNO = range(20, 24)
+N_I = 24
+# float state F[...]: time, next publication, context tokens of the running batch, prefill tokens
+_T, _NEXT_PUB, _CTX, _PREFILL = range(4)
+N_F = 4
+# integer parameters P[...]
+_SEATS, _B, _STEPS, _PARTIAL, _PROMPT, _BS, _BLOCKS, _WM, _GROUP, _POOL, _SHARE = range(11)
+_SWAPPING, _ROOF = range(11, 13)
+N_P = 13
+# float parameters C[...]: roofline (base, per context token, per processed token, overhead) or
+# constant step (step time, 0, per prefilled token, 0); seconds per swapped block
+_BASE, _PER_CTX, _PER_TOK, _OVER, _SWAP_T = range(5)
+N_C = 5
+# per-rollout integer fields R[field, rid]
+_SLOT, _COL, _LEN, _VL, _VMIN, _STEP, _STALE, _RANKR, _STATUS, _STATE = range(10)
+_G0, _S0, _OWN, _PR, _LASTSEG, _ONCPU, _SEQ, _ADM = range(10, 18)
+N_R = 18
+# per-rollout float fields RF[field, rid]
+_LAUNCH, _FINISH, _WASTED, _RECOMP, _SEGSTART, _RUNTIME, _SINCE = range(7)
+N_RF = 7
+# per-prompt fields PR[field, prompt]: users, version that prefilled it (-1: not in memory), stamp
+_REF, _PVER, _STAMP = range(3)
+# statistics ST[...]
+(
+    ST_STEPS,
+    ST_BATCH_SUM,
+    ST_PREEMPTIONS,
+    ST_PREEMPT_KV_TOKENS,
+    ST_SWAP_OUT,
+    ST_SWAP_IN,
+    ST_PREFILL,
+    ST_SAVED_GROUP,
+    ST_SAVED_CACHE,
+    ST_STALE_MISS,
+    ST_BLOCKS_SAVED_SUM,
+    ST_PEAK_BLOCKS,
+    ST_BLOCKS_SUM,
+    ST_INTERRUPTED,
+    ST_INT_GEN_TOKENS,
+    ST_INT_CTX_TOKENS,
+    ST_PREFILL_TIME,
+) = range(17)
+N_STATS = 17
+
+# statuses (refimpl.sim._trace.STATUS) and rollout states
+_TRAINED, _ABORTED, _UNFINISHED, _PENDING = 0, 2, 3, 4
+_RUN, _PAUSED, _OFF = 1, 2, 3
+# partial policies
+_NONE, _RESTART, _RECOMPUTE, _KEEP = 0, 1, 2, 3
+# error codes
+ERR_ROLLOUTS, ERR_LENGTHS, ERR_SEGMENTS, ERR_STUCK, ERR_SCHEDULE = 1, 2, 3, 4, 5
+# A completion's heap key: step * KEY + its schedule number (numbers stay below 2^31, steps below
+# 2^32), so the completions of one step come in the order they were scheduled: launch order, as
+# in the slot mode, where a rollout recomputed at a publication is scheduled anew.
+KEY = 1 << 31
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _seeded() -> list[int]:
+    h = [0]
+    h.pop()
+    return h
+
+
+def _alloc(IS: I64, P: I64, PR: I64, LRU: I64, k: int) -> None:
+    """Take ``k`` blocks, evicting unused cached prompts (least recently released first)."""
+    s_blocks = P[_PROMPT] // P[_BS] if P[_SHARE] else 0
+    while IS[_FREE] < k and IS[_LRU_H] < IS[_LRU_T]:
+        h = IS[_LRU_H]
+        IS[_LRU_H] = h + 1
+        p = LRU[0, h]
+        if LRU[1, h] != PR[_STAMP, p] or PR[_REF, p] != 0 or PR[_PVER, p] < 0:
+            continue  # reused since, or gone already
+        PR[_PVER, p] = -1
+        IS[_CACHED] -= s_blocks
+        IS[_FREE] += s_blocks
+    IS[_FREE] -= k
+
+
+def _release_prompt(IS: I64, P: I64, PR: I64, LRU: I64, p: int) -> None:
+    s_blocks = P[_PROMPT] // P[_BS]
+    PR[_REF, p] -= 1
+    IS[_NSHARE] -= 1
+    if PR[_REF, p] > 0:
+        return
+    IS[_NPROMPT] -= 1
+    if P[_POOL] > 0:  # kept, evictable, for a later group with the same prompt
+        IS[_CACHED] += s_blocks
+        t = IS[_LRU_T]
+        if t >= LRU.shape[1]:
+            IS[_ERR] = ERR_ROLLOUTS
+            return
+        IS[_LRU_T] = t + 1
+        PR[_STAMP, p] += 1
+        LRU[0, t] = p
+        LRU[1, t] = PR[_STAMP, p]
+    else:
+        IS[_FREE] += s_blocks
+        PR[_PVER, p] = -1
+
+
+def _prompt_plan(IS: I64, P: I64, PR: I64, r: int) -> tuple[int, int, int, int]:
+    """How rollout ``r`` gets its prompt: ``(prompt id or -1, blocks it takes from the available
+    ones, tokens to prefill, tokens found cached)``. Its own blocks come on top."""
+    prompt, bs = P[_PROMPT], P[_BS]
+    s_blocks = prompt // bs if P[_SHARE] else 0
+    if s_blocks == 0:
+        return -1, 0, prompt, 0
+    group = r // P[_GROUP]
+    p = group % P[_POOL] if P[_POOL] > 0 else group
+    ver = PR[_PVER, p]
+    valid = ver == IS[_VERSION] or (ver >= 0 and P[_PARTIAL] == _KEEP)
+    if valid:
+        took = s_blocks if PR[_REF, p] == 0 else 0
+        return p, took, prompt - s_blocks * bs, s_blocks * bs
+    if ver >= 0 and PR[_REF, p] > 0:  # in use under older weights: this one prefills its own copy
+        return -1, 0, prompt, 0
+    return p, s_blocks, prompt, 0
+
+
+def _acquire_prompt(IS: I64, P: I64, PR: I64, LRU: I64, ST: F64, p: int, hit: int) -> None:
+    s_blocks = P[_PROMPT] // P[_BS]
+    if PR[_REF, p] == 0:
+        IS[_NPROMPT] += 1
+        if PR[_PVER, p] >= 0 and (PR[_PVER, p] == IS[_VERSION] or P[_PARTIAL] == _KEEP):
+            IS[_CACHED] -= s_blocks  # a cached prompt, in use again
+            ST[ST_SAVED_CACHE] += hit
+        else:
+            if PR[_PVER, p] >= 0:  # cached under older weights: dropped, prefilled again
+                IS[_CACHED] -= s_blocks
+                IS[_FREE] += s_blocks
+                ST[ST_STALE_MISS] += 1
+            if P[_BLOCKS] >= 0:
+                _alloc(IS, P, PR, LRU, s_blocks)
+            PR[_PVER, p] = IS[_VERSION]
+    else:
+        ST[ST_SAVED_GROUP] += hit
+    PR[_REF, p] += 1
+    IS[_NSHARE] += 1
+
+
+def _fits(IS: I64, P: I64, took: int, own: int) -> bool:
+    if P[_BLOCKS] < 0:
+        return True
+    return bool(IS[_FREE] + IS[_CACHED] - took - own >= P[_WM])
+
+
+def _schedule(IS: I64, R: I64, SQ: I64, heaps: list[list[int]], r: int, fin: int) -> int:
+    """Give rollout ``r`` a new schedule number and push its completion at step ``fin``."""
+    q = int(IS[_SEQNO])
+    if q >= SQ.shape[0]:
+        IS[_ERR] = ERR_SCHEDULE
+        return q
+    IS[_SEQNO] = q + 1
+    SQ[q] = r
+    R[_SEQ, r] = q
+    heapq.heappush(heaps[0], fin * KEY + q)
+    return q
+
+
+def _start(
+    IS: I64,
+    P: I64,
+    F: F64,
+    R: I64,
+    RF: F64,
+    SQ: I64,
+    cnt: I64,
+    heaps: list[list[int]],
+    r: int,
+    g: int,
+) -> None:
+    """Rollout ``r`` (``g`` tokens generated) joins the running batch at the coming step."""
+    s = IS[_S]
+    R[_STATE, r] = _RUN
+    R[_G0, r] = g
+    R[_S0, r] = s
+    cnt[(s - R[_OWN, r] - g) % P[_BS]] += 1
+    IS[_NRUN] += 1
+    F[_CTX] += P[_PROMPT] + g
+    RF[_SINCE, r] = F[_T]
+    q = _schedule(IS, R, SQ, heaps, r, s + R[_LEN, r] - g - 1)
+    R[_ADM, r] = q
+    heapq.heappush(heaps[1], -q)
+
+
+def _stop(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, cnt: I64, r: int, g: int
+) -> None:
+    """Rollout ``r`` leaves the running batch with ``g`` tokens: its own blocks and prompt freed."""
+    R[_STATE, r] = _PAUSED
+    cnt[(R[_S0, r] - R[_OWN, r] - R[_G0, r]) % P[_BS]] -= 1
+    IS[_NRUN] -= 1
+    F[_CTX] -= P[_PROMPT] + g
+    RF[_RUNTIME, r] += F[_T] - RF[_SINCE, r]
+    if P[_BLOCKS] >= 0:
+        IS[_FREE] += _cdiv(R[_OWN, r] + g, P[_BS])
+    if R[_PR, r] >= 0:
+        _release_prompt(IS, P, PR, LRU, R[_PR, r])
+
+
+def _launch(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
+    lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]],
+) -> bool:  # fmt: skip
+    """Launch a new rollout in the next free seat if the blocks allow; whether it did."""
+    r = IS[_NL]
+    if r >= R.shape[1]:
+        IS[_ERR] = ERR_ROLLOUTS
+        return False
+    seat = seats[IS[_SEAT_H]]
+    col = nxt[seat]
+    if col >= lengths.shape[1]:
+        IS[_ERR] = ERR_LENGTHS
+        IS[_ERR_A] = seat
+        return False
+    p, took, prefill, hit = _prompt_plan(IS, P, PR, r)
+    own = P[_PROMPT] - hit if p >= 0 else P[_PROMPT]
+    if not _fits(IS, P, took, _cdiv(own, P[_BS])):
+        return False
+    IS[_SEAT_H] = (IS[_SEAT_H] + 1) % P[_SEATS]
+    IS[_SEAT_N] -= 1
+    IS[_NL] = r + 1
+    nxt[seat] = col + 1
+    seat_rid[seat] = r
+    v = IS[_VERSION]
+    R[_SLOT, r], R[_COL, r], R[_LEN, r], R[_VL, r], R[_VMIN, r] = (
+        seat,
+        col,
+        lengths[seat, col],
+        v,
+        v,
+    )
+    R[_STEP, r], R[_STALE, r], R[_RANKR, r], R[_STATUS, r] = -1, -1, -1, _UNFINISHED
+    R[_OWN, r], R[_PR, r], R[_LASTSEG, r], R[_ONCPU, r] = own, p, -1, 0
+    RF[_LAUNCH, r], RF[_FINISH, r], RF[_WASTED, r], RF[_RECOMP, r] = F[_T], math.nan, 0.0, 0.0
+    RF[_SEGSTART, r], RF[_RUNTIME, r] = 0.0, 0.0
+    if p >= 0:
+        _acquire_prompt(IS, P, PR, LRU, ST, p, hit)
+    if P[_BLOCKS] >= 0:
+        _alloc(IS, P, PR, LRU, _cdiv(own, P[_BS]))
+    F[_PREFILL] += prefill
+    ST[ST_PREFILL] += prefill
+    _start(IS, P, F, R, RF, SQ, cnt, heaps, r, 0)
+    return True
+
+
+def _resume(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
+    cnt: I64, heaps: list[list[int]], r: int,
+) -> bool:  # fmt: skip
+    """Resume the preempted rollout ``r`` if the blocks allow (its KV swapped in, or recomputed)."""
+    g = R[_G0, r]
+    p, took, prefill, hit = _prompt_plan(IS, P, PR, r)
+    own = P[_PROMPT] - hit if p >= 0 else P[_PROMPT]
+    if not _fits(IS, P, took, _cdiv(own + g, P[_BS])):
+        return False
+    if R[_ONCPU, r]:  # swapped in; a prompt part it no longer shares is prefilled
+        ST[ST_SWAP_IN] += _cdiv(min(own, R[_OWN, r]) + g, P[_BS])
+        IS[_SWAP] += _cdiv(min(own, R[_OWN, r]) + g, P[_BS])
+        prefill = max(prefill - R[_OWN, r], 0)
+    else:  # recomputed: the prompt as at launch, and every generated token
+        prefill += g
+        RF[_RECOMP, r] += g
+    R[_OWN, r], R[_PR, r], R[_ONCPU, r] = own, p, 0
+    if p >= 0:
+        _acquire_prompt(IS, P, PR, LRU, ST, p, hit)
+    if P[_BLOCKS] >= 0:
+        _alloc(IS, P, PR, LRU, _cdiv(own + g, P[_BS]))
+    F[_PREFILL] += prefill
+    ST[ST_PREFILL] += prefill
+    _start(IS, P, F, R, RF, SQ, cnt, heaps, r, g)
+    return True
+
+
+def _admit(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
+    lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]],
+) -> None:  # fmt: skip
+    """Fill the engine: preempted rollouts first (oldest first), then new ones in free seats."""
+    paused = heaps[2]
+    while IS[_ERR] == 0:
+        if paused:
+            r = paused[0]
+            if R[_STATE, r] != _PAUSED:
+                heapq.heappop(paused)  # restarted meanwhile
+                continue
+            if not _resume(IS, P, F, R, RF, PR, LRU, ST, SQ, cnt, heaps, r):
+                return  # first come, first served: nothing overtakes it
+            heapq.heappop(paused)
+            continue
+        if IS[_SEAT_N] == 0:
+            return
+        if not _launch(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps):
+            return
+
+
+def _make_room(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
+    cnt: I64, heaps: list[list[int]],
+) -> None:  # fmt: skip
+    """Blocks for the coming step's new tokens; preempt the newest running rollouts until they fit."""
+    if P[_BLOCKS] < 0:
+        return
+    s, bs = IS[_S], P[_BS]
+    need = cnt[s % bs]
+    newest = heaps[1]
+    while need > IS[_FREE] + IS[_CACHED]:
+        q = -heapq.heappop(newest)
+        r = SQ[q]
+        if R[_STATE, r] != _RUN or R[_ADM, r] != q:
+            continue  # gone, or admitted again since
+        if IS[_NRUN] == 1:  # the last one outgrows the whole budget
+            IS[_ERR] = ERR_STUCK
+            IS[_ERR_A] = r
+            return
+        g = R[_G0, r] + s - R[_S0, r]
+        if (R[_S0, r] - R[_OWN, r] - R[_G0, r]) % bs == s % bs:
+            need -= 1
+        _stop(IS, P, F, R, RF, PR, LRU, cnt, r, g)
+        R[_G0, r] = g
+        ST[ST_PREEMPTIONS] += 1
+        if P[_SWAPPING]:
+            R[_ONCPU, r] = 1
+            ST[ST_SWAP_OUT] += _cdiv(R[_OWN, r] + g, bs)
+            IS[_SWAP] += _cdiv(R[_OWN, r] + g, bs)
+        else:
+            ST[ST_PREEMPT_KV_TOKENS] += R[_OWN, r] + g
+        heapq.heappush(heaps[2], r)
+    _alloc(IS, P, PR, LRU, need)
+
+
+def _new_segment(IS: I64, R: I64, RF: F64, SEG: I64, SEGT: F64, r: int, k: int, v: int) -> None:
+    """From token ``k`` on, rollout ``r``'s tokens come from version ``v``."""
+    last = R[_LASTSEG, r]
+    if k <= RF[_SEGSTART, r]:  # no token under the current segment yet: it changes version
+        if last >= 0:
+            SEG[1, last] = v
+        else:
+            R[_VMIN, r] = v
+        return
+    n = IS[_NSEG]
+    if n >= SEG.shape[1]:
+        IS[_ERR] = ERR_SEGMENTS
+        return
+    IS[_NSEG] = n + 1
+    SEG[0, n], SEG[1, n], SEGT[n] = r, v, float(k)
+    R[_LASTSEG, r] = n
+    RF[_SEGSTART, r] = float(k)
+
+
+def _interrupt(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
+    SEGT: F64, SQ: I64, seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]],
+) -> None:  # fmt: skip
+    """A weight update reaches the rollouts in flight: restart, recompute or keep their KV."""
+    v, s, policy = IS[_VERSION], IS[_S], P[_PARTIAL]
+    for seat in range(P[_SEATS]):
+        r = seat_rid[seat]
+        if r < 0:
+            continue
+        last = R[_LASTSEG, r]
+        if (SEG[1, last] if last >= 0 else R[_VMIN, r]) == v:
+            continue  # launched under these weights
+        running = R[_STATE, r] == _RUN
+        g = R[_G0, r] + s - R[_S0, r] if running else R[_G0, r]
+        ST[ST_INTERRUPTED] += 1
+        ST[ST_INT_GEN_TOKENS] += g
+        ST[ST_INT_CTX_TOKENS] += P[_PROMPT] + g
+        if policy == _RESTART:
+            RF[_WASTED, r] += g
+            R[_STATUS, r] = _ABORTED
+            RF[_FINISH, r] = F[_T]
+            if running:
+                _stop(IS, P, F, R, RF, PR, LRU, cnt, r, g)
+            R[_STATE, r] = _OFF
+            R[_ONCPU, r] = 0
+            seat_rid[seat] = -1
+            seats[(IS[_SEAT_H] + IS[_SEAT_N]) % P[_SEATS]] = seat
+            IS[_SEAT_N] += 1
+            continue
+        _new_segment(IS, R, RF, SEG, SEGT, r, g, v)
+        if policy == _RECOMPUTE:
+            RF[_RECOMP, r] += g
+            if running:  # rescheduled, at the same step: its completion now follows the others'
+                F[_PREFILL] += P[_PROMPT] + g
+                ST[ST_PREFILL] += P[_PROMPT] + g
+                _schedule(IS, R, SQ, heaps, r, s + R[_LEN, r] - g - 1)
+            else:
+                R[_ONCPU, r] = 0  # its swapped KV is stale: recomputed when it resumes
+
+
+def _try_train(IS: I64, P: I64, F: F64, R: I64, buf: I64, taus: F64, t: float) -> None:
+    """The trainer takes the next ``B`` completed rollouts if it is free and they are there."""
+    b = P[_B]
+    if IS[_TRAINING] or IS[_J] >= P[_STEPS] or IS[_BUF_T] - IS[_BUF_H] < b:
+        return
+    j = IS[_J]
+    for _ in range(b):
+        r = buf[IS[_BUF_H]]
+        IS[_BUF_H] += 1
+        R[_STATUS, r] = _TRAINED
+        R[_STEP, r] = j
+        R[_STALE, r] = j - R[_VMIN, r]
+        R[_RANKR, r] = IS[_RANK]
+        IS[_RANK] += 1
+    IS[_TRAINING] = 1
+    F[_NEXT_PUB] = t + taus[j]
+    IS[_J] = j + 1
+
+
+def _publish(IS: I64, P: I64, F: F64, R: I64, buf: I64, taus: F64, pub: F64) -> None:
+    t = F[_NEXT_PUB]
+    j = IS[_J] - 1
+    pub[j] = t
+    IS[_VERSION] = j + 1
+    IS[_TRAINING] = 0
+    F[_NEXT_PUB] = math.inf
+    if j + 1 == P[_STEPS]:
+        IS[_DONE] = 1
+        F[_T] = t
+        return
+    _try_train(IS, P, F, R, buf, taus, t)
+
+
+def _complete(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, buf: I64, SQ: I64,
+    seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]], step: int,
+) -> None:  # fmt: skip
+    """The rollouts whose last token came in ``step`` finish, in launch order."""
+    fin = heaps[0]
+    while fin and fin[0] // KEY == step:
+        q = heapq.heappop(fin) % KEY
+        r = SQ[q]
+        if R[_STATE, r] != _RUN or R[_SEQ, r] != q:
+            continue  # preempted, restarted or rescheduled since this entry
+        _stop(IS, P, F, R, RF, PR, LRU, cnt, r, R[_LEN, r])
+        R[_STATE, r] = _OFF
+        R[_STATUS, r] = _PENDING
+        RF[_FINISH, r] = F[_T]
+        buf[IS[_BUF_T]] = r
+        IS[_BUF_T] += 1
+        seat = R[_SLOT, r]
+        seat_rid[seat] = -1
+        seats[(IS[_SEAT_H] + IS[_SEAT_N]) % P[_SEATS]] = seat
+        IS[_SEAT_N] += 1
+
+
+def _step_time(IS: I64, P: I64, F: F64, C: F64, ST: F64) -> float:
+    """Seconds (time units) of the coming step: its roofline, or the constant step time."""
+    b = float(IS[_NRUN])
+    prefill = F[_PREFILL]
+    swap = C[_SWAP_T] * IS[_SWAP]
+    if P[_ROOF]:
+        compute = C[_PER_TOK] * (b + prefill)
+        memory = C[_BASE] + C[_PER_CTX] * F[_CTX]
+        ST[ST_PREFILL_TIME] += max(memory, compute) - max(memory, C[_PER_TOK] * b)
+        return float(C[_OVER] + max(memory, compute) + swap)
+    ST[ST_PREFILL_TIME] += C[_PER_TOK] * prefill
+    return float(C[_BASE] + C[_PER_TOK] * prefill + swap)
+
+
+def _account(IS: I64, P: I64, ST: F64) -> None:
+    ST[ST_STEPS] += 1
+    ST[ST_BATCH_SUM] += IS[_NRUN]
+    if P[_SHARE]:
+        ST[ST_BLOCKS_SAVED_SUM] += (P[_PROMPT] // P[_BS]) * (IS[_NSHARE] - IS[_NPROMPT])
+    if P[_BLOCKS] >= 0:
+        used = P[_BLOCKS] - IS[_FREE] - IS[_CACHED]
+        ST[ST_BLOCKS_SUM] += used
+        ST[ST_PEAK_BLOCKS] = max(ST[ST_PEAK_BLOCKS], used)
+
+
+def run_loop(
+    P: I64, C: F64, taus: F64, lengths: I64, R: I64, RF: F64, PR: I64, LRU: I64,
+    SEG: I64, SEGT: F64, SQ: I64, buf: I64, pub: F64, IS: I64, F: F64, ST: F64,
+) -> None:  # fmt: skip
+    """Run the engine until the last publication or an error code in ``IS[_ERR]`` (see module)."""
+    n = P[_SEATS]
+    seats = np.arange(n, dtype=np.int64)
+    seat_rid = np.full(n, -1, dtype=np.int64)
+    nxt = np.zeros(n, dtype=np.int64)
+    cnt = np.zeros(P[_BS], dtype=np.int64)
+    heaps = [_seeded(), _seeded(), _seeded()]  # completions, newest running, preempted
+    IS[_SEAT_N] = n
+    IS[_FREE] = P[_BLOCKS]
+    F[_NEXT_PUB] = math.inf
+    while True:
+        _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
+        _make_room(IS, P, F, R, RF, PR, LRU, ST, SQ, cnt, heaps)
+        if IS[_ERR]:
+            return
+        t = F[_T]
+        stepped = IS[_NRUN] > 0
+        if not stepped:
+            if F[_NEXT_PUB] == math.inf:
+                IS[_ERR] = ERR_STUCK
+                IS[_ERR_A] = -1
+                return
+            t_next = F[_NEXT_PUB]  # nothing runs: the clock jumps to the trainer's publication
+        else:
+            _account(IS, P, ST)
+            t_next = t + _step_time(IS, P, F, C, ST)
+            F[_CTX] += IS[_NRUN]
+            F[_PREFILL] = 0.0
+            IS[_SWAP] = 0
+            IS[_S] += 1
+        while F[_NEXT_PUB] < t_next:  # published during the step: the trainer moves on at once
+            _publish(IS, P, F, R, buf, taus, pub)
+            if IS[_DONE]:
+                return
+        F[_T] = t_next
+        if stepped:
+            _complete(IS, P, F, R, RF, PR, LRU, buf, SQ, seats, seat_rid, cnt, heaps, IS[_S] - 1)
+        _try_train(IS, P, F, R, buf, taus, t_next)
+        _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
+        while F[_NEXT_PUB] == t_next:  # published at this boundary: after its completions
+            _publish(IS, P, F, R, buf, taus, pub)
+            if IS[_DONE]:
+                return
+        if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:
+            _interrupt(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, SQ, seats, seat_rid, cnt, heaps)
+            IS[_APPLIED] = IS[_VERSION]
