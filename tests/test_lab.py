@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import struct
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -849,3 +852,86 @@ if __name__ == "__main__":
     REGRESSION.parent.mkdir(exist_ok=True)
     REGRESSION.write_text(json.dumps(view, indent=1, sort_keys=True) + "\n")
     print(f"recorded {REGRESSION}")
+
+
+# -- a first run compiles only what pays -----------------------------------------------------------
+def _python(
+    code: str, cache: Path, cwd: Path | None = None, *, codes: tuple[int, ...] = (0,)
+) -> str:
+    """Run ``code`` in a fresh interpreter whose numba cache is ``cache``; its stdout."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode in codes, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+_DECIDE = """
+import numpy as np
+from refimpl.sim import SimConfig, _compiled, _vector_compiled
+pmf = np.full(50, 1 / 50)
+short = dict(slots=8, batch=8, steps=20, lengths=pmf, seed=1)
+long = dict(short, steps=2_000_000)
+drop = dict(eta=1, over_bound="drop")
+print(
+    _compiled.worth_compiling(SimConfig(**short, **drop)),
+    _compiled.worth_compiling(SimConfig(**long, **drop)),
+    _vector_compiled.worth_compiling(SimConfig(**short)),
+    _vector_compiled.worth_compiling(SimConfig(**long)),
+)
+"""
+
+
+def test_a_short_run_on_an_empty_numba_cache_compiles_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("numba")  # without numba nothing is ever compiled
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    assert _python(_DECIDE, cache) == "False True False True"
+    assert not [p for p in cache.rglob("*") if p.is_file()], "deciding compiled something"
+
+
+_TINY = """
+import numba
+
+@numba.njit(cache=True)
+def twice(x):
+    return 2 * x
+"""
+
+
+def _on_disk(module: Path, cache: Path, *, call: bool) -> str:
+    code = (
+        "from refimpl.sim._compiled import cached_on_disk\nimport tiny\n"
+        + ("tiny.twice(1)\n" if call else "")
+        + "print(cached_on_disk(tiny.twice))"
+    )
+    return _python(code, cache, cwd=module.parent)
+
+
+def test_a_kernel_in_numbas_cache_counts_as_ready_and_a_stale_one_does_not(tmp_path: Path) -> None:
+    pytest.importorskip("numba")
+    module, cache = tmp_path / "tiny.py", tmp_path / "numba-cache"
+    module.write_text(_TINY)
+    cache.mkdir()
+    assert _on_disk(module, cache, call=False) == "False"  # a fresh cache holds nothing
+    assert _on_disk(module, cache, call=True) == "True"  # compiled and saved by this process
+    assert _on_disk(module, cache, call=False) == "True"  # and found by the next one
+    module.write_text(_TINY.replace("2 * x", "3 * x"))  # a new source: the cache is stale
+    os.utime(module, (1, 1))
+    assert _on_disk(module, cache, call=False) == "False"
+
+
+def test_the_quick_lab_on_an_empty_numba_cache_compiles_nothing(tmp_path: Path) -> None:
+    """A first run after installation does not wait for a compiler: its runs are short, and the
+    reference engines give the same numbers (tests/test_sim_agreement.py)."""
+    pytest.importorskip("numba")
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    code = (
+        "from refimpl.cli import main\n"
+        f"raise SystemExit(main(['lab', '--quick', '--out', {str(tmp_path / 'report')!r}]))"
+    )
+    _python(code, cache, codes=(0, 1))  # 1: a check disagreed (other tests say which)
+    compiled = sorted(p.name for p in cache.rglob("*.nbi"))
+    assert not compiled, f"the quick lab compiled {compiled}"
