@@ -327,6 +327,12 @@ def _parse_columns(spec: _TraceSpec, raw: list[str]) -> dict[str, str]:
             )
         if name in out:
             raise _Unusable(f"--column {name} is given twice; map each column once.")
+        twin = next((k for k, v in out.items() if v == column), None)
+        if twin is not None:
+            raise _Unusable(
+                f"--column {twin}={column} and --column {name}={column} read one trace column as "
+                f"two of the spec's; map each to its own column."
+            )
         out[name] = column
     return out
 
