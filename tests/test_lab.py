@@ -20,7 +20,7 @@ import pytest
 
 from refimpl.cli import main
 from refimpl.lab.registry import SECTIONS, missing_names
-from refimpl.lab.report import NOISE_BOUND, Check, Section, fmt, nonnegative
+from refimpl.lab.report import NOISE_BOUND, Check, Section, _inline, fmt, nonnegative
 
 
 class DrawnFigure(NamedTuple):
@@ -839,21 +839,6 @@ def test_quick_run_numbers_are_the_recorded_ones(quick: QuickRun) -> None:
     )
 
 
-if __name__ == "__main__":
-    import sys
-    import tempfile
-
-    if sys.argv[1:] != ["--record"]:
-        raise SystemExit("usage: python tests/test_lab.py --record")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "report"
-        main(["lab", "--quick", "--seed", "0", "--out", str(out)])
-        view = regression_view(json.loads((out / "metrics.json").read_text()))
-    REGRESSION.parent.mkdir(exist_ok=True)
-    REGRESSION.write_text(json.dumps(view, indent=1, sort_keys=True) + "\n")
-    print(f"recorded {REGRESSION}")
-
-
 # -- a first run compiles only what pays -----------------------------------------------------------
 def _python(
     code: str, cache: Path, cwd: Path | None = None, *, codes: tuple[int, ...] = (0,)
@@ -935,3 +920,67 @@ def test_the_quick_lab_on_an_empty_numba_cache_compiles_nothing(tmp_path: Path) 
     _python(code, cache, codes=(0, 1))  # 1: a check disagreed (other tests say which)
     compiled = sorted(p.name for p in cache.rglob("*.nbi"))
     assert not compiled, f"the quick lab compiled {compiled}"
+
+
+# -- the first screen: takeaways before evidence ---------------------------------------------------
+def _section_html(html: str, key: str) -> str:
+    start = html.index(f'<section id="{key}">')
+    return html[start : html.index("</section>", start)]
+
+
+def test_every_section_opens_with_a_two_line_takeaway_before_its_figures(quick: QuickRun) -> None:
+    """The first screen (At a glance) and the top of each section say what the run found."""
+    glance = _text(quick.html[quick.html.index('class="glance"') : quick.html.index("</div>")])
+    for key, sec in quick.metrics["sections"].items():
+        if not sec["available"]:
+            continue
+        assert len(sec["takeaway"]) == 2, (key, sec["takeaway"])
+        assert all(sec["takeaway"]), (key, sec["takeaway"])
+        body = _section_html(quick.html, key)
+        figure = body.find("<figure")
+        assert -1 < body.index('class="takeaway"') < (figure if figure >= 0 else len(body)), key
+        for line in sec["takeaway"]:
+            assert _text(_inline(line)) in glance, (key, line)
+
+
+def _text(html: str) -> str:
+    return re.sub(r"<[^>]+>", "", html)
+
+
+def test_a_takeaway_takes_its_numbers_from_the_metrics_and_refuses_typed_in_ones(
+    tmp_path: Path,
+) -> None:
+    section = Section(key="k", number=1, title="t", docs=(), figures_dir=tmp_path)
+    section.metric("share", 0.1234)
+    section.metric("setting", {"eta": 2})
+    section.takeaway("masking at η = {setting.eta} keeps {share:%}.", "Weights cannot fix it.")
+    assert section.takeaways == ("masking at η = 2 keeps 12.3%.", "Weights cannot fix it.")
+    with pytest.raises(ValueError, match=r"finding must take its numbers from the section's"):
+        section.takeaway("masking at η = 2 keeps {share:%}.", "Weights cannot fix it.")
+    with pytest.raises(ValueError, match=r"meaning must name only recorded metrics .*share"):
+        section.takeaway("keeps {share:%}.", "it keeps {shares}.")
+
+
+def test_the_footer_says_how_long_each_section_took(quick: QuickRun) -> None:
+    footer = quick.html[quick.html.index("<footer") :]
+    total = 0.0
+    for sec in quick.metrics["sections"].values():
+        assert f"{sec['title']} {sec['seconds']:.1f} s" in footer, sec["title"]
+        total += sec["seconds"]
+    assert f"(sections total {total:.1f} s)" in footer
+    assert "Time per section:" in quick.markdown.splitlines()[-1]
+
+
+if __name__ == "__main__":
+    import sys
+    import tempfile
+
+    if sys.argv[1:] != ["--record"]:
+        raise SystemExit("usage: python tests/test_lab.py --record")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report"
+        main(["lab", "--quick", "--seed", "0", "--out", str(out)])
+        view = regression_view(json.loads((out / "metrics.json").read_text()))
+    REGRESSION.parent.mkdir(exist_ok=True)
+    REGRESSION.write_text(json.dumps(view, indent=1, sort_keys=True) + "\n")
+    print(f"recorded {REGRESSION}")

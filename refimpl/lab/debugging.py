@@ -179,6 +179,13 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     for scen in (off_by_one, tight):
         rows_tab.append(_diag_row(f"{scen.name}: correct (library scenario)", scen.correct))
         rows_tab.append(_diag_row(f"{scen.name}: buggy (library scenario)", scen.buggy))
+    section.metric(
+        "tight_is_mask_on_policy_dropped",
+        {
+            "correct": tight.correct.on_policy_dropped_fraction,
+            "buggy": tight.buggy.on_policy_dropped_fraction,
+        },
+    )
     nbins = tight.correct.keep_rate_by_length.size
     pos = np.arange(nbins)
     ax2.bar(
@@ -222,6 +229,15 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "ALARM; ESS: effective sample size (Σw)²/Σw² over all samples (stale ones included, so "
         "it can exceed the on-policy count); keep rates by length quartile: the shortest and "
         "longest quarter of the samples.",
+    )
+    section.metric("tightest_eta", 0)
+    section.takeaway(
+        "An off-by-one in version counting drops {on_policy_dropped_eta0.off_by_one:%} of the "
+        "on-policy samples at η = {tightest_eta} (a correct mask: "
+        "{on_policy_dropped_eta0.correct:%}), and an importance-sampling band tighter than the "
+        "train/inference mismatch drops {tight_is_mask_on_policy_dropped.buggy:%}.",
+        "`masking_diagnostics` flags both from the weights alone: any on-policy sample with "
+        "weight zero is an alarm, whatever the staleness bound.",
     )
     section.text(
         "Read the table from the *on-policy dropped* column: it is 0 for every correct weighting and "

@@ -246,6 +246,16 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             rule="trained policy quality: 1% of q_max (the effort module documents < 0.5%)",
         )
     _mix_part(section, config, progress)
+    section.takeaway(
+        "The best length grows by {optimal_length_slope} tokens per unit of effort, and one "
+        "policy trained on every effort level stays within "
+        "{policy_max_relative_length_error:%} of it; on a mix of easy, medium and hard problems "
+        "one checkpoint sits at most {conditioned_policy_max_distance} in quality below the "
+        "adaptive frontier.",
+        "Conditioning on the effort (and the problem) buys more quality per token than a fixed "
+        "budget; the published length penalties fall short of the frontier by up to "
+        "{worst_penalty_shortfall} in quality on the mix.",
+    )
 
 
 def _capped(
@@ -723,6 +733,9 @@ def _mix_part(section: Section, config: LabConfig, progress: Callable[[str], Non
     )
     for fam, _, short in shortfall_rows:
         section.metric(f"max_shortfall[{fam}]", float(np.max(short)))
+    section.metric(
+        "worst_penalty_shortfall", max(float(np.max(short)) for _, _, short in shortfall_rows)
+    )
 
     # -- closed forms behind the grid optima: DAPO (PEN4) and L1-Exact (PEN6), per class ---------
     step = 4.0 if config.quick else 1.0

@@ -153,8 +153,19 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"training on the first 1 of {N_LAUNCH} rollouts gives a mean length of "
         f"{fmt(heavy_k1[6])} × E[L] on the heavy tail (simulated {fmt(sim_ratio)})."
     )
+    section.metric("heavy_tail_first_1_ratio", heavy_k1[6])
     _transient(section, config, progress)
     _magnitude(section, config, progress)
+    section.takeaway(
+        "Training on the rollouts that finish first over-represents short ones: keeping the "
+        "first of {setting.n} trains a mean length of {heavy_tail_first_1_ratio} × E[L] on a "
+        "heavy-tailed law (simulated: {heavy_tail_first_1_simulated_ratio}), and continuous "
+        "dispatch from a cold start trains short batches before it settles at "
+        "{steady_state_ratio} × E[L].",
+        "Whenever fewer rollouts are trained than launched, the trained length law is not the "
+        "launched one; `length_bias` gives the shift for your law and settings, and "
+        "inverse-probability weights remove it (next section).",
+    )
 
 
 def _transient(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:

@@ -216,6 +216,10 @@ def nonnegative(value: float, *, name: str, bound: float = NOISE_BOUND) -> float
     return max(v, 0.0)
 
 
+_FIELD = re.compile(r"\{([A-Za-z_][\w.\-]*)(?::(%))?\}")
+_MISSING = object()
+
+
 class Section:
     """One section of the report, filled by a section module's ``build`` function."""
 
@@ -241,6 +245,7 @@ class Section:
         self.metrics: dict[str, Any] = {}
         self.checks: list[Check] = []
         self.headlines: list[str] = []
+        self.takeaways: tuple[str, str] | None = None
         self.seconds = 0.0
 
     # -- content ---------------------------------------------------------------------------------
@@ -251,6 +256,59 @@ class Section:
     def headline(self, markdown: str) -> None:
         """A one-line finding shown at the top of the report (numbers from the metrics only)."""
         self.headlines.append(markdown.strip())
+
+    def takeaway(self, finding: str, meaning: str) -> None:
+        """The section's two plain-language lines, shown before its figures and on the report's
+        first screen: what it found (``finding``) and what that means for a user (``meaning``).
+
+        Every number comes from the section's metrics: ``{key}`` is the metric ``key`` as
+        :func:`fmt` shows it, ``{key.field}`` a field of a dict metric, ``{key:%}`` a fraction as a
+        percentage. A literal digit is refused, so a takeaway cannot state a number that the run
+        did not produce. A section without a takeaway still renders (its headlines stand in).
+
+        Raises
+        ------
+        ValueError
+            If a line has a digit outside a ``{...}`` field or names a metric that is not recorded.
+
+        Examples
+        --------
+        >>> s = Section(key="k", number=1, title="t", docs=(), figures_dir=Path("."))
+        >>> _ = s.metric("ratio", 0.61234)
+        >>> s.takeaway("short rollouts make up {ratio:%} of a batch.", "Correct for it.")
+        >>> s.takeaways
+        ('short rollouts make up 61.2% of a batch.', 'Correct for it.')
+        """
+        self.takeaways = (self._filled(finding, "finding"), self._filled(meaning, "meaning"))
+
+    def _filled(self, template: str, name: str) -> str:
+        """``template`` with each ``{key[.field][:%]}`` replaced by that metric, formatted."""
+        literal = _FIELD.sub("", template)
+        if re.search(r"\d", literal):
+            raise invalid(
+                name,
+                "take its numbers from the section's metrics (no literal digits)",
+                template,
+                "Record the number with section.metric(key, value) and write {key} (or {key:%}).",
+            )
+
+        def value(match: re.Match[str]) -> str:
+            key, *path = match[1].split(".")
+            v: Any = self.metrics.get(key, _MISSING)
+            for field in path:
+                v = v.get(field, _MISSING) if isinstance(v, dict) else _MISSING
+            if v is _MISSING:
+                raise invalid(
+                    name,
+                    f"name only recorded metrics (recorded: {', '.join(sorted(self.metrics))})",
+                    match[0],
+                    "Record it first with section.metric(key, value), or fix the key.",
+                )
+            if match[2] == "%":
+                return f"{fmt(100 * float(v))}%"
+            return v if isinstance(v, str) else fmt(v)
+
+        return _FIELD.sub(value, template).strip()
 
     def metric(self, key: str, value: Any) -> Any:
         """Record a number (or a list/dict of numbers) shown in the report; return it."""
@@ -322,6 +380,7 @@ class Section:
         self.metrics = {}
         self.checks = []
         self.headlines = []
+        self.takeaways = None
 
 
 # -- metrics.json ----------------------------------------------------------------------------------
@@ -360,6 +419,7 @@ def write_metrics(path: Path, sections: Sequence[Section], meta: dict[str, Any])
                 "docs_links": [d.href(meta.get("docs_url")) for d in s.docs],
                 "metrics": s.metrics,
                 "headlines": s.headlines,
+                "takeaway": list(s.takeaways or ()),
                 "checks": [c.as_dict() for c in s.checks],
                 "figures": [b.file for b in s.blocks if isinstance(b, FigureBlock)],
             }
@@ -425,7 +485,7 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
     """Write ``report.md`` (figures linked as ``figures/*.png``, docs pages under ``docs_url``)."""
     base = meta.get("docs_url")
     out = [f"# {meta['title']}", "", meta["summary"], ""]
-    glance = [f"- **{s.title}:** {h}" for s in sections for h in s.headlines]
+    glance = [f"- **{s.title}:** {line}" for s in sections for line in _glance(s)]
     if glance:
         out += ["## At a glance", "", *glance, ""]
     if meta.get("reading"):
@@ -435,6 +495,8 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
     out += [_md_table(("setting", "value"), [(k, str(v)) for k, v in meta["settings"].items()]), ""]
     for s in sections:
         out += [f"## {s.number}. {s.title}", ""]
+        if s.takeaways:
+            out += [f"> {s.takeaways[0]}", ">", f"> {s.takeaways[1]}", ""]
         if s.docs:
             out += [f"*Explained in:* {_doc_links_md(s, base)}", ""]
         for b in s.blocks:
@@ -449,7 +511,22 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
         if s.checks:
             out += ["**Closed form vs simulation**", "", _md_table(CHECK_COLUMNS, _check_rows(s))]
             out += ["", "Tolerances: " + "; ".join(sorted({c.rule for c in s.checks})) + ".", ""]
+    out += [f"*{meta['footer']} {_times(sections)}*", ""]
     path.write_text("\n".join(out).rstrip() + "\n")
+
+
+def _glance(section: Section) -> list[str]:
+    """A section's lines on the report's first screen: its takeaway, else its headlines."""
+    if section.takeaways:
+        return [" ".join(section.takeaways)]
+    return section.headlines
+
+
+def _times(sections: Sequence[Section]) -> str:
+    """The footer's account of where the run's time went, section by section."""
+    parts = [f"{s.title} {s.seconds:.1f} s" for s in sections]
+    total = sum(s.seconds for s in sections)
+    return f"Time per section: {'; '.join(parts)} (sections total {total:.1f} s)."
 
 
 # -- index.html ------------------------------------------------------------------------------------
@@ -482,6 +559,9 @@ th:first-child,th.l{text-align:left}
 .bad{color:#b00020;font-weight:700}.ok{color:#1b7f3b}
 .unavailable{background:#fff4e5;border-left:4px solid #f0a020;padding:.6em 1em}
 nav ol{columns:2 18em}.small{font-size:.85em;color:#666}
+.takeaway{background:#eef6ff;border-left:4px solid #3b6fd4;padding:.1em 1em;margin:1em 0}
+.takeaway p{margin:.45em 0}.takeaway p:first-child{font-weight:600}
+footer{margin-top:2.5em;border-top:1px solid #d9dde8;padding-top:.6em}
 .glance{background:#eef6ff;border-radius:6px;padding:.2em 1.2em .6em}.glance h2{margin-top:.6em;border:0}
 .reading{background:#f4f5f9;border-radius:6px;padding:.2em 1.2em .6em;margin-top:1em}
 .reading h2{margin-top:.6em;border:0;font-size:1.25em}
@@ -561,11 +641,14 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
         f"<h1>{html.escape(meta['title'])}</h1>",
         _html_text(meta["summary"]),
     ]
-    glance = [
-        f'<li><a href="#{s.key}"><strong>{html.escape(s.title)}</strong></a>: {_inline(h)}</li>'
-        for s in sections
-        for h in s.headlines
-    ]
+    glance = []
+    for s in sections:  # each section's takeaway on the first screen, else its headlines
+        link = f'<a href="#{s.key}"><strong>{html.escape(s.title)}</strong></a>'
+        if s.takeaways:
+            lines = "".join(f"<br>{_inline(line)}" for line in s.takeaways)
+            glance.append(f"<li>{link}{lines}</li>")
+        else:
+            glance += [f"<li>{link}: {_inline(h)}</li>" for h in s.headlines]
     if glance:
         out += ['<div class="glance"><h2>At a glance</h2><ul>', *glance, "</ul></div>"]
     if meta.get("reading") or meta.get("symbols"):
@@ -591,6 +674,9 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
     out.append("</ol></nav>")
     for s in sections:
         out.append(f'<section id="{s.key}"><h2>{s.number}. {html.escape(s.title)}</h2>')
+        if s.takeaways:
+            lines = "".join(f"<p>{_inline(line)}</p>" for line in s.takeaways)
+            out.append(f'<div class="takeaway">{lines}</div>')
         if s.docs:
             out.append(f'<p class="docs">Explained in: {_doc_links_html(s, base)}</p>')
         for b in s.blocks:
@@ -633,6 +719,7 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
             )
             rules = "; ".join(sorted({c.rule for c in s.checks}))
             out.append(f'<p class="note">Tolerances: {_inline(rules)}.</p>')
-        out.append(f'<p class="small">Section time: {s.seconds:.1f} s.</p></section>')
-    out.append(f'<p class="small">{_inline(meta["footer"])}</p></body></html>')
+        out.append("</section>")
+    out.append(f'<footer class="small">{_inline(meta["footer"])} {_times(sections)}</footer>')
+    out.append("</body></html>")
     path.write_text("\n".join(out) + "\n")

@@ -266,6 +266,10 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     )
     r0 = rows[0]
     sim_ratio0 = section.metric("eta0_trained_mean_ratio_simulated", r0[5] / mean_l)
+    section.metric(
+        "tightest_drop",
+        {"eta": r0[0], "never_trained_above": r0[7], "launched_mass_never_trained": r0[8]},
+    )
     section.headline(
         f"dropping samples staler than η = 0 trains a mean length of {fmt(sim_ratio0)} × E[L] "
         f"(fluid model {fmt(r0[6])}); rollouts longer than {fmt(r0[7])} tokens "
@@ -311,6 +315,16 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
 
     _corrections(section, config, progress, runs)
     _alternatives(section, config, progress)
+    section.takeaway(
+        "Dropping samples staler than η = {tightest_drop.eta} trains a mean length of "
+        "{eta0_trained_mean_ratio_simulated} × E[L]: rollouts longer than "
+        "{tightest_drop.never_trained_above} tokens ({tightest_drop.launched_mass_never_trained:%} "
+        "of launches) are never trained.",
+        "Reweighting by the inverse keep probability brings the estimate only to "
+        "{tightest_drop_ipw_ratio} × E[L], "
+        "since no weight brings back a sample that is never seen; a larger η, admission control "
+        "or partial rollouts keep the long tail (the last tables say at what token cost).",
+    )
 
 
 def _corrections(
@@ -483,6 +497,7 @@ def _corrections(
                 float(dist.expect(lambda x: x, lb=(eta + 1) * ce["delta"])) / mean_l,
             )
         )
+    section.metric("tightest_drop_ipw_ratio", mrows[0][2])
     section.table(
         "estimators-drop",
         "Under the staleness drop, reweighting by 1/keep(ℓ) (fluid) cannot recover what is never "
