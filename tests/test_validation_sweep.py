@@ -29,7 +29,7 @@ def _sweep_cases() -> list[Case]:
             "sweep-workers-zero",
             lambda: sweep.run(BUSY, workers=0),
             ValueError,
-            r"workers must be an integer >= 1; got workers=0",
+            r"workers must be an integer in \[1, 1024\] \(processes to start\); got workers=0",
         ),
         Case(
             "sweep-grid-not-a-grid",

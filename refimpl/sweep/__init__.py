@@ -9,6 +9,7 @@ after a crash, and returns a table (``pyarrow.Table``) with one row per cell. Th
 See ``docs/howto/sweeps.md`` for a walk-through, from a laptop to a Dask cluster.
 """
 
+from refimpl.sweep.cells import execute_cell
 from refimpl.sweep.engine import ENGINES, journal_path, run
 from refimpl.sweep.grid import Cell, Grid, GridError, expand, load_grid, parse_grid
 from refimpl.sweep.kinds import (
@@ -16,7 +17,6 @@ from refimpl.sweep.kinds import (
     KINDS,
     busy,
     closed_form,
-    execute_cell,
     resolve_kind,
     simulate,
 )

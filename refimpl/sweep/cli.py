@@ -1,8 +1,11 @@
 """``refimpl sweep GRID.toml --out results.parquet``: run a parameter sweep.
 
-Exit codes: 0 every cell succeeded; 1 some cells failed (their rows say why); 2 the grid or the
-options are invalid (checked before any cell runs: ``--out`` must name a ``.parquet`` file in an
-existing, writable directory), or ``--out`` holds another grid's results; 130 interrupted (rerun
+Exit codes: 0 every cell succeeded; 1 some cells failed (their rows say why: an exception, a
+``sys.exit`` or another ``BaseException`` of the cell, megabytes printed, a parameter changed in
+place); 2 the grid or the options are invalid (checked before any cell runs: ``--out`` must name a
+``.parquet`` file in an existing, writable directory, and neither it nor its journal may be the
+grid file, through any path or link), ``--out`` holds another grid's results, or the operating
+system refused a read or a write (one line naming the path and the cause); 130 interrupted (rerun
 the same command to resume).
 """
 
@@ -83,29 +86,43 @@ def _out_problem(out: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep described by ``args``; return the exit code."""
     # Lazy, for `refimpl --help`'s start-up: the engine loads pyarrow, the kinds numpy and scipy.
-    from refimpl.sweep.engine import journal_path
+    from refimpl._io import describe_os_error
+    from refimpl.errors import InvalidArgument
+    from refimpl.sweep.engine import MAX_WORKERS, journal_path
     from refimpl.sweep.engine import run as run_sweep
     from refimpl.sweep.grid import GridError, load_grid
+    from refimpl.sweep.results import refuse_outputs_naming_the_grid
 
     problem = _out_problem(args.out)
-    if problem is None and args.workers is not None and args.workers < 1:
+    if problem is None and args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
         problem = (
-            f"--workers must be >= 1 (processes of the pool); got {args.workers}. Pass e.g. "
-            "--workers 2, or leave it out for one per CPU."
+            f"--workers must be in [1, {MAX_WORKERS}] (processes of the pool); got "
+            f"{args.workers}. Pass e.g. --workers 2, or leave it out for one per CPU."
         )
+    if problem is None:
+        try:
+            refuse_outputs_naming_the_grid(args.out, args.grid, option="--out")
+        except InvalidArgument as exc:
+            problem = str(exc)
+        except OSError as exc:
+            problem = describe_os_error(exc, action="examine --out")
     if problem is not None:
         print(f"refimpl sweep: {problem}", file=sys.stderr)
         return 2
     try:
         grid = load_grid(args.grid)
-    except FileNotFoundError:
+    except OSError as exc:  # missing, a symlink loop or a dangling link, permission denied, EIO
+        if isinstance(exc, FileNotFoundError) and not os.path.islink(args.grid):
+            line = f"GRID.toml {args.grid!r}: no such file"
+        else:
+            line = describe_os_error(exc, args.grid, action="read GRID.toml")
         print(
-            f"refimpl sweep: GRID.toml {args.grid!r}: no such file. Pass the path of a grid file "
-            "(TOML; see docs/howto/sweeps.md).",
+            f"refimpl sweep: {line}. Pass the path of a grid file (TOML; see "
+            "docs/howto/sweeps.md).",
             file=sys.stderr,
         )
         return 2
-    except (GridError, OSError) as exc:
+    except GridError as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
         return 2
     if args.scheduler is not None and args.engine != "dask":
@@ -131,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    except (ValueError, ImportError, OSError) as exc:
+    except OSError as exc:
+        line = describe_os_error(exc) if exc.errno is not None else str(exc)
+        print(f"refimpl sweep: {line}", file=sys.stderr)
+        return 2
+    except (ValueError, ImportError) as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
         return 2
     status = table.column("status").to_pylist()

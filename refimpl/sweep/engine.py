@@ -10,7 +10,6 @@ holds; a journal written by a different grid is refused.
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
 import signal
@@ -21,221 +20,33 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 
 from refimpl._validation import invalid, wrong_type
 from refimpl.errors import InvalidArgument
-from refimpl.sweep.grid import RESERVED_COLUMNS, Cell, Grid, expand, load_grid, parse_grid
-from refimpl.sweep.kinds import execute_cell
+from refimpl.sweep.cells import SweepInterrupt, execute_cell
+from refimpl.sweep.grid import Cell, Grid, expand, load_grid, parse_grid
+from refimpl.sweep.results import (
+    _Journal,
+    _load_previous,
+    _table,
+    _write_parquet,
+    journal_path,
+    refuse_outputs_naming_the_grid,
+)
 
-__all__ = ["ENGINES", "journal_path", "run"]
+__all__ = ["ENGINES", "MAX_WORKERS", "journal_path", "run"]
 
 #: The engines :func:`run` accepts.
 ENGINES = ("local", "dask", "serial")
 
-_JOURNAL_FORMAT = "refimpl.sweep journal v1"
-_META_FINGERPRINT = b"refimpl.sweep.fingerprint"
-_META_GRID = b"refimpl.sweep.grid"
 _DASK_INFLIGHT = 1000
+#: The most processes a local pool or a local Dask cluster may start: each is a Python interpreter
+#: with numpy and scipy loaded, so more would exhaust memory before they helped.
+MAX_WORKERS = 1024
 _INSTALL_DASK = "pip install 'refimpl[sweep]'  (or: pip install 'dask[distributed]')"
-
-
-def journal_path(out: str | os.PathLike[str]) -> Path:
-    """The journal kept next to a results file: ``OUT.journal.jsonl``.
-
-    Examples
-    --------
-    >>> journal_path("runs/results.parquet").as_posix()
-    'runs/results.parquet.journal.jsonl'
-    """
-    p = Path(out)
-    return p.with_name(p.name + ".journal.jsonl")
-
-
-# --- the journal ------------------------------------------------------------------------------
-
-
-def _refuse_other_grid(where: Path, theirs: str, grid: Grid, out: Path) -> InvalidArgument:
-    return InvalidArgument(
-        f"{where} was written by a different grid (fingerprint {theirs[:12]}…, this grid "
-        f"{grid.fingerprint[:12]}…): its finished cells do not belong to this sweep. Pass a new "
-        f"out path, or delete {out} and {journal_path(out)} to start over."
-    )
-
-
-def _read_journal(path: Path, grid: Grid, out: Path) -> dict[str, dict[str, Any]]:
-    """Records by cell id (the last record of a cell wins); a torn last line is cut off."""
-    records: dict[str, dict[str, Any]] = {}
-    with path.open("rb") as fh:
-        data = fh.read()
-    lines = data.split(b"\n")
-    complete, torn = lines[:-1], lines[-1]
-    if torn:
-        # The process died while writing the last line: drop it, so appends start on a fresh line.
-        with path.open("r+b") as fh:
-            fh.truncate(len(data) - len(torn))
-    if not complete:
-        return records
-    try:
-        header = json.loads(complete[0])
-    except json.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("format") != _JOURNAL_FORMAT:
-        raise InvalidArgument(
-            f"{path} is not a refimpl sweep journal (its first line is not the journal header). "
-            f"Pass a different out path, or delete {path}."
-        )
-    if header.get("fingerprint") != grid.fingerprint:
-        raise _refuse_other_grid(path, str(header.get("fingerprint")), grid, out)
-    for number, line in enumerate(complete[1:], start=2):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            raise InvalidArgument(
-                f"{path}, line {number}, is not valid JSON: the journal is damaged. Delete that "
-                "line (its cell will run again) and rerun."
-            ) from None
-        records[rec["cell_id"]] = rec
-    return records
-
-
-class _Journal:
-    """Append-only JSONL: each record is written and flushed before the next cell is handled."""
-
-    def __init__(self, path: Path, grid: Grid) -> None:
-        self.path = path
-        fresh = not path.exists() or path.stat().st_size == 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] = path.open("a", encoding="utf-8")
-        self._last_sync = time.monotonic()
-        if fresh:
-            header = {
-                "format": _JOURNAL_FORMAT,
-                "fingerprint": grid.fingerprint,
-                "grid": grid.canonical(),
-            }
-            self._write(header)
-
-    def _write(self, obj: Mapping[str, Any]) -> None:
-        self._fh.write(json.dumps(obj, sort_keys=True) + "\n")
-        self._fh.flush()  # in the OS now: survives a crash of this process
-        if time.monotonic() - self._last_sync > 1.0:  # on disk at least once a second
-            os.fsync(self._fh.fileno())
-            self._last_sync = time.monotonic()
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        self._write(record)
-
-    def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-
-
-# --- the results table ------------------------------------------------------------------------
-
-
-def _axis_type(values: tuple[Any, ...]) -> pa.DataType:
-    first = values[0]
-    if isinstance(first, bool):
-        return pa.bool_()
-    if isinstance(first, int):
-        return pa.int64()
-    if isinstance(first, float):
-        return pa.float64()
-    return pa.string()
-
-
-def _metric_names(grid: Grid, records: Iterable[Mapping[str, Any]]) -> list[str]:
-    if grid.metrics is not None:
-        return list(grid.metrics)
-    names: set[str] = set()
-    for rec in records:
-        names.update(rec["metrics"])
-    return sorted(names)
-
-
-def _table(grid: Grid, cells: list[Cell], records: Mapping[str, Mapping[str, Any]]) -> pa.Table:
-    """One row per finished cell, in grid order."""
-    rows = [records[c.cell_id] for c in cells if c.cell_id in records]
-    metrics = _metric_names(grid, rows)
-    clash = [m for m in metrics if m in RESERVED_COLUMNS or m in grid.axes]
-    if clash:
-        raise InvalidArgument(
-            f"cell kind {grid.kind!r} returns metric {clash[0]!r}, which is also a column name "
-            f"(reserved or an axis). List the metrics to keep in sweep.metrics, without it."
-        )
-    columns: dict[str, pa.Array] = {
-        "cell_id": pa.array([r["cell_id"] for r in rows], pa.string()),
-        "replicate": pa.array([r["replicate"] for r in rows], pa.int64()),
-        "seed": pa.array([r["seed"] for r in rows], pa.int64()),
-    }
-    for name, values in grid.axes.items():
-        columns[name] = pa.array([r["params"][name] for r in rows], _axis_type(values))
-    columns["status"] = pa.array([r["status"] for r in rows], pa.string())
-    columns["error"] = pa.array([r["error"] for r in rows], pa.string())
-    columns["wall_time_s"] = pa.array([r["wall_time_s"] for r in rows], pa.float64())
-    for m in metrics:
-        columns[m] = pa.array([r["metrics"].get(m) for r in rows], pa.float64())
-    table = pa.table(columns)
-    meta = {
-        _META_FINGERPRINT: grid.fingerprint.encode(),
-        _META_GRID: json.dumps(grid.canonical(), sort_keys=True).encode(),
-    }
-    return table.replace_schema_metadata(meta)
-
-
-def _records_from_table(table: pa.Table, grid: Grid) -> dict[str, dict[str, Any]]:
-    """Inverse of :func:`_table`: journal records from a results file (its journal was lost)."""
-    metrics = [c for c in table.column_names if c not in RESERVED_COLUMNS and c not in grid.axes]
-    records: dict[str, dict[str, Any]] = {}
-    for row in table.to_pylist():
-        records[row["cell_id"]] = {
-            "cell_id": row["cell_id"],
-            "replicate": row["replicate"],
-            "seed": row["seed"],
-            "params": {a: row[a] for a in grid.axes},
-            "status": row["status"],
-            "error": row["error"],
-            "wall_time_s": row["wall_time_s"],
-            "metrics": {m: row[m] for m in metrics if row[m] is not None},
-        }
-    return records
-
-
-def _write_parquet(table: pa.Table, out: Path) -> None:
-    import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
-
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)  # atomic: a reader sees the old file or the new one
-
-
-def _load_previous(out: Path, grid: Grid) -> dict[str, dict[str, Any]]:
-    """Finished cells from an earlier run with the same ``out`` (journal first, else the Parquet)."""
-    journal = journal_path(out)
-    if journal.exists():
-        return _read_journal(journal, grid, out)
-    if out.exists():
-        import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
-
-        try:
-            meta = pq.read_schema(out).metadata or {}
-        except (pa.ArrowInvalid, OSError):
-            meta = {}
-        theirs = meta.get(_META_FINGERPRINT)
-        if theirs is None:
-            raise InvalidArgument(
-                f"{out} exists and is not a refimpl sweep result. Pass a different out path, or "
-                "delete the file."
-            )
-        if theirs.decode() != grid.fingerprint:
-            raise _refuse_other_grid(out, theirs.decode(), grid, out)
-        return _records_from_table(pq.read_table(out), grid)
-    return {}
 
 
 # --- Ctrl-C ------------------------------------------------------------------------------------
@@ -267,7 +78,9 @@ class _Interrupts:
         if self._depth:
             self._pending = True
             return
-        raise KeyboardInterrupt
+        raise SweepInterrupt  # a cell's own KeyboardInterrupt is a failure of that cell
+
+    _handler.raises_sweep_interrupt = True  # type: ignore[attr-defined]
 
     def __enter__(self) -> _Interrupts:
         if (
@@ -294,7 +107,7 @@ class _Interrupts:
             self._depth -= 1
         if not self._depth and self._pending:
             self._pending = False
-            raise KeyboardInterrupt
+            raise SweepInterrupt
 
 
 # --- engines ----------------------------------------------------------------------------------
@@ -336,13 +149,13 @@ def _died(cell: Cell, exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _run_serial(cells: list[Cell]) -> Generator[dict[str, Any], None, None]:
+def _run_serial(cells: Iterable[Cell]) -> Generator[dict[str, Any], None, None]:
     for cell in cells:
         yield execute_cell(cell)
 
 
 def _run_local(
-    cells: list[Cell], workers: int, say: Callable[[str], None], interrupts: _Interrupts
+    cells: Iterable[Cell], workers: int, say: Callable[[str], None], interrupts: _Interrupts
 ) -> Generator[dict[str, Any], None, None]:
     """A spawn-started process pool with at most ``2 * workers`` cells handed out at a time.
 
@@ -482,7 +295,7 @@ def _import_distributed() -> Any:
 
 
 def _run_dask(
-    cells: list[Cell], workers: int | None, scheduler: str | None
+    cells: Iterable[Cell], workers: int | None, scheduler: str | None
 ) -> Generator[dict[str, Any], None, None]:
     """Submit cells to a Dask cluster (``scheduler``) or to a loopback ``LocalCluster``.
 
@@ -666,11 +479,11 @@ def run(
             "Pass engine='local' (a process pool) or engine='dask'.",
         )
     if workers is not None and (
-        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+        isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS
     ):
         raise invalid(
             "workers",
-            "be an integer >= 1",
+            f"be an integer in [1, {MAX_WORKERS}] (processes to start)",
             workers,
             "Pass e.g. workers=2, or None for one per CPU.",
         )
@@ -681,8 +494,10 @@ def run(
         )
     if engine == "dask":
         _import_distributed()  # fail before anything is written when it is missing
-    cells = list(expand(g))
     out_path = None if out is None else Path(out)
+    if out_path is not None:
+        grid_file = grid if isinstance(grid, (str, os.PathLike)) else None
+        refuse_outputs_naming_the_grid(out_path, grid_file, option="out")
     records: dict[str, dict[str, Any]] = {}
     journal: _Journal | None = None
     if out_path is not None:
@@ -696,15 +511,17 @@ def run(
     def finished(rec: Mapping[str, Any]) -> bool:
         return rec["status"] == "ok" or not retry_failed
 
-    todo = [c for c in cells if not (c.cell_id in records and finished(records[c.cell_id]))]
-    skipped = len(cells) - len(todo)
-    failed = sum(1 for c in cells if c.cell_id in records and records[c.cell_id]["status"] != "ok")
-    failed -= sum(1 for c in todo if c.cell_id in records)  # failed before, running again now
+    # The cells are expanded lazily: a grid of millions starts its first cell at once, and its
+    # list of cells is never held (the journal's records are all of this grid: its fingerprint).
+    todo = (c for c in expand(g) if not (c.cell_id in records and finished(records[c.cell_id])))
+    skipped = sum(1 for rec in records.values() if finished(rec))
+    failed = sum(1 for rec in records.values() if rec["status"] != "ok" and finished(rec))
+    to_run = g.n_cells - skipped
 
     from tqdm import tqdm  # lazy: only when a progress bar is shown
 
     bar = tqdm(
-        total=len(cells),
+        total=g.n_cells,
         initial=skipped,
         desc="sweep",
         unit="cell",
@@ -712,9 +529,9 @@ def run(
         disable=not progress,
         dynamic_ncols=True,
     )
-    bar.set_postfix_str(f"failed={failed} remaining={len(todo)}", refresh=False)
+    bar.set_postfix_str(f"failed={failed} remaining={to_run}", refresh=False)
     interrupts = _Interrupts()
-    if engine == "serial" or not todo:  # nothing to run: start no pool and no cluster
+    if engine == "serial" or not to_run:  # nothing to run: start no pool and no cluster
         stream = _run_serial(todo)
     elif engine == "local":
 
@@ -725,7 +542,7 @@ def run(
         stream = _run_local(todo, workers or os.cpu_count() or 1, say, interrupts)
     else:
         stream = _run_dask(todo, workers, scheduler)
-    remaining = len(todo)
+    remaining = to_run
 
     def keep(record: dict[str, Any]) -> None:
         nonlocal remaining, failed
@@ -762,7 +579,7 @@ def run(
         bar.close()
         if journal is not None:
             journal.close()
-        table = _table(g, cells, records)
+        table = _table(g, records)
         if out_path is not None:
             _write_parquet(table, out_path)
     return table

@@ -19,8 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import time
-import traceback
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -32,7 +30,7 @@ import refimpl
 from refimpl import dispatch
 from refimpl._imports import import_object
 from refimpl._validation import as_int, wrong_type
-from refimpl.errors import InvalidArgument, InvalidArgumentType
+from refimpl.errors import InvalidArgument
 from refimpl.sim import SimConfig
 from refimpl.sim import simulate as run_simulation
 
@@ -41,7 +39,6 @@ __all__ = [
     "KINDS",
     "busy",
     "closed_form",
-    "execute_cell",
     "resolve_kind",
     "simulate",
 ]
@@ -599,75 +596,3 @@ def resolve_kind(kind: str) -> KindFunction:
     fn = import_object(kind, what="cell kind")
     result: KindFunction = fn
     return result
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message (at file:line in function)`` for the innermost frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = ""
-    if frames:
-        last = frames[-1]
-        where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, float]:
-    if not isinstance(out, Mapping):
-        raise InvalidArgumentType(
-            f"cell kind {kind!r} returned {type(out).__name__}, not a dict of metrics; "
-            "return {name: float}."
-        )
-    names = list(out) if wanted is None else list(wanted)
-    missing = [m for m in names if m not in out]
-    if missing:
-        raise InvalidArgument(
-            f"cell kind {kind!r} returned no metric {missing[0]!r}; it returns "
-            f"{', '.join(map(str, out)) or 'nothing'}. Fix sweep.metrics."
-        )
-    metrics: dict[str, float] = {}
-    for m in names:
-        v = out[m]
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
-            raise InvalidArgumentType(
-                f"cell kind {kind!r} returned metric {m!r} = {v!r}, not a real number; "
-                "metrics are floats."
-            )
-        metrics[str(m)] = float(v)
-    return metrics
-
-
-def execute_cell(cell: Any) -> dict[str, Any]:
-    """Run one cell where it lands (a pool process, a Dask worker) and return its journal record.
-
-    Exceptions of the kind become ``status="error"`` with the message; they never escape.
-
-    Examples
-    --------
-    >>> from refimpl.sweep import parse_grid, expand
-    >>> g = parse_grid({"sweep": {"kind": "busy"}, "axes": {"draws": [100]}})
-    >>> cell = next(expand(g))
-    >>> ok = execute_cell(cell)
-    >>> bad = execute_cell(cell._replace(params={"draws": 0}))  # parse_grid refuses draws = 0
-    >>> ok["status"], sorted(ok["metrics"])
-    ('ok', ['mean', 'mean_square'])
-    >>> bad["status"], bad["error"][:35]
-    ('error', 'InvalidArgument: draws must be >= 1')
-    """
-    start = time.perf_counter()
-    try:
-        fn = resolve_kind(cell.kind)
-        metrics = _select(fn(dict(cell.params), cell.seed), cell.metrics, cell.kind)
-        status, error = "ok", None
-    except Exception as exc:
-        metrics, status, error = {}, "error", _describe(exc)
-    wall = time.perf_counter() - start
-    return {
-        "cell_id": cell.cell_id,
-        "replicate": cell.replicate,
-        "seed": cell.seed,
-        "params": dict(cell.axes),
-        "status": status,
-        "error": error,
-        "wall_time_s": wall,
-        "metrics": metrics,
-    }
