@@ -239,6 +239,9 @@ def _kl_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 def _fields(path: Path, fmt: str) -> dict[str, bool | None] | None:
     """The trace's column names, each with whether it holds lists (None: unknown, in CSV)."""
+    if path.is_dir() and fmt == "parquet":  # a partitioned dataset: its first file's schema
+        files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+        path = files[0] if files else path
     if not path.is_file():
         return None
     try:

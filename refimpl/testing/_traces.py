@@ -197,9 +197,12 @@ def read_chunks(
     formats) or rows (Parquet) consumed so far.
     """
     if path.is_dir():
-        raise TraceError(
-            f"{str(path)!r} is a directory, not a trace file. Pass the path of a logged trace."
-        )
+        if fmt != "parquet":
+            raise TraceError(
+                f"{str(path)!r} is a directory, not a trace file. Pass the path of a logged "
+                "trace, or a directory of Parquet files (a partitioned dataset)."
+            )
+        return _dataset_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
     if not path.is_file():
         raise TraceError(f"no such file: {str(path)!r}. Pass the path of a logged trace.")
     if fmt == "csv":
@@ -207,6 +210,72 @@ def read_chunks(
     if fmt == "jsonl":
         return _jsonl_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
     return _parquet_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """The Parquet files of a partitioned dataset (a directory), in the order they are read:
+    sorted by path, skipping hidden and ``_``-prefixed entries (``_SUCCESS``, ``_metadata``)."""
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not any(part[:1] in "._" for part in p.relative_to(path).parts)
+    )
+    if not files:
+        raise TraceError(
+            f"{str(path)!r} is a directory with no data files. Pass a trace file, or a directory "
+            "of Parquet files (a partitioned dataset)."
+        )
+    return files
+
+
+def parquet_rows(path: Path) -> int:
+    """The rows of a Parquet file or dataset, from the footers (0 when unreadable)."""
+    import pyarrow.parquet as pq
+
+    try:
+        files = dataset_files(path) if path.is_dir() else [path]
+        return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
+    except Exception:  # an unreadable trace: the reader names the problem
+        return 0
+
+
+def _dataset_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+    exact: bool,
+) -> Iterator[Chunk]:
+    """The files of a dataset one after the other, rows numbered across them."""
+    row = 0
+    for file in dataset_files(path):
+        done = row
+        for chunk in partition_chunks(path, file, row, numeric, lists, chunk_rows, exact):
+            done = chunk.row_start + chunk.size
+            on_progress(done)
+            yield chunk
+        row = done if done > row else row + parquet_rows(file)
+
+
+def partition_chunks(
+    root: Path,
+    file: Path,
+    row_start: int,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    exact: bool,
+) -> Iterator[Chunk]:
+    """The chunks of one file of a dataset, its rows numbered from ``row_start``; an error names
+    the file."""
+    try:
+        for chunk in _parquet_chunks(file, numeric, lists, chunk_rows, lambda _: None, exact):
+            chunk.row_start += row_start
+            yield chunk
+    except TraceError as exc:
+        name = str(file.relative_to(root))
+        raise TraceError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
 
 
 def exact_array(values: Sequence[Any]) -> NDArray[Any]:

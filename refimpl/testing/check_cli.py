@@ -67,24 +67,24 @@ import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from refimpl.errors import RefimplError
-from refimpl.testing._trace_compare import _check_chunk, _json_value, _Tally
+from refimpl.testing._trace_compare import _json_value, _Tally
 from refimpl.testing._trace_compare import _show_value as _show_value  # used by tests
 from refimpl.testing._trace_report import print_summary, report_problem, write_report
+from refimpl.testing._trace_run import Plan, check_local, check_on_dask
 from refimpl.testing._trace_spec import _EDGE_DTYPE, References, _TraceSpec
 from refimpl.testing._trace_specs import SPECS, TRACE_ONLY
 from refimpl.testing._traces import _SUFFIXES as _SUFFIX_FORMAT
 from refimpl.testing._traces import (
     FORMATS,
-    Chunk,
     TraceError,
+    dataset_files,
     detect_format,
-    read_chunks,
+    parquet_rows,
     sniff_format,
 )
 from refimpl.testing.tolerances import TRACE, Tolerance
@@ -166,6 +166,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--chunk-rows", type=int, default=1 << 18, help="rows per streamed chunk (default 262144)"
+    )
+    parser.add_argument(
+        "--dask",
+        action="store_true",
+        help="check a Parquet file or a partitioned Parquet dataset (a directory) on Dask, one "
+        "task per file, with the same verdict and report (default: on this machine)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="a running Dask scheduler, e.g. tcp://10.0.0.5:8786 (implies --dask; default: a "
+        "LocalCluster of --workers processes started for the run)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes of the LocalCluster started by --dask (default 2)",
     )
     parser.add_argument(
         "--progress",
@@ -294,6 +312,8 @@ def _run(args: argparse.Namespace, report: dict[str, Any]) -> int:
             )
     if args.chunk_rows < 1:
         raise _Unusable(f"--chunk-rows must be >= 1; got {args.chunk_rows}.")
+    if args.workers is not None and args.workers < 1:
+        raise _Unusable(f"--workers must be >= 1 (Dask worker processes); got {args.workers}.")
     report["columns"] = _parse_columns(spec, args.column)
     report["dtype"] = args.dtype
     _EDGE_DTYPE["dtype"] = args.dtype or "float64"
@@ -369,9 +389,8 @@ def _check(
     tol: Tolerance,
     trace: Path,
 ) -> int:
-    refimpl = References()
     if args.format is not None or (trace == args.trace and str(trace) != "-"):
-        fmt = detect_format(trace, args.format)
+        fmt = _dataset_format(trace, args.format) or detect_format(trace, args.format)
     else:  # standard input or a pipe: the suffix, else the first bytes
         fmt = _SUFFIX_FORMAT.get(args.trace.suffix.lower()) or sniff_format(trace) or "csv"
     report.update(format=fmt, tolerance=tol._asdict(), reference=f"refimpl.{spec.reference}")
@@ -382,45 +401,27 @@ def _check(
         inputs, lists = _staleness_columns(trace, fmt, mapping)
     elif spec.layout is not None:
         inputs, lists = spec.layout(trace, fmt, mapping, params)
-
-    from tqdm import tqdm
-
-    total = trace.stat().st_size if trace.is_file() else 0
-    unit = "rows" if fmt == "parquet" else "B"
-    if fmt == "parquet":
-        total = _parquet_rows(trace)
-    tally = _Tally()
-    with tqdm(
-        total=total,
-        unit=unit,
-        unit_scale=True,
-        file=sys.stderr,
-        disable=None if args.progress is None else not args.progress,
-        desc=f"refimpl check {spec.name}",
-        leave=False,
-    ) as bar:
-
-        def progress(done: int) -> None:
-            bar.update(done - bar.n)
-
-        back = {mapping.get(n, n): n for n in [*inputs, *lists, spec.found]}
-
-        def chunks() -> Iterator[Chunk]:
-            for chunk in read_chunks(
-                trace,
-                fmt,
-                [mapping.get(n, n) for n in [*inputs, *([] if spec.found_list else [spec.found])]],
-                [mapping.get(n, n) for n in [*lists, *([spec.found] if spec.found_list else [])]],
-                chunk_rows=args.chunk_rows,
-                on_progress=progress,
-                exact=spec.exact,
-            ):
-                chunk.columns = {back.get(k, k): v for k, v in chunk.columns.items()}
-                yield chunk
-
-        units = chunks() if spec.regroup is None else spec.regroup(chunks(), refimpl, params)
-        for chunk in units:
-            _check_chunk(spec, refimpl, chunk, params, tol, tally, args.max_show, args.dtype)
+    plan = Plan(
+        spec=spec.name,
+        found=spec.found,
+        params=params,
+        tol=tol,
+        mapping=mapping,
+        inputs=tuple(inputs),
+        lists=tuple(lists),
+        chunk_rows=args.chunk_rows,
+        max_show=args.max_show,
+        dtype=args.dtype,
+    )
+    if args.dask or args.scheduler is not None:
+        if fmt != "parquet":
+            raise _Unusable(
+                f"--dask checks a Parquet file or a partitioned Parquet dataset (a directory); "
+                f"this trace is {fmt}. Convert it to Parquet, or drop --dask."
+            )
+        tally = check_on_dask(plan, spec, trace, args.scheduler, args.workers)
+    else:
+        tally = _check_here(args, plan, spec, trace, fmt)
     if tally.rows == 0:
         raise TraceError(
             f"{_shown(args.trace)} has no rows: nothing was checked, and an empty trace cannot "
@@ -437,6 +438,40 @@ def _check(
     )
     print_summary(spec, params, tol, tally, args.trace, fmt, args.dtype)
     return code
+
+
+def _check_here(
+    args: argparse.Namespace, plan: Plan, spec: _TraceSpec, trace: Path, fmt: str
+) -> _Tally:
+    """The trace checked on this machine, with a progress bar on stderr (a terminal's)."""
+    from tqdm import tqdm
+
+    total = trace.stat().st_size if trace.is_file() else 0
+    unit = "rows" if fmt == "parquet" else "B"
+    if fmt == "parquet":
+        total = parquet_rows(trace)
+    with tqdm(
+        total=total,
+        unit=unit,
+        unit_scale=True,
+        file=sys.stderr,
+        disable=None if args.progress is None else not args.progress,
+        desc=f"refimpl check {spec.name}",
+        leave=False,
+    ) as bar:
+
+        def progress(done: int) -> None:
+            bar.update(done - bar.n)
+
+        return check_local(plan, spec, trace, fmt, progress)
+
+
+def _dataset_format(trace: Path, given: str | None) -> str | None:
+    """A directory is a partitioned Parquet dataset unless ``--format`` or its suffix says else
+    (then the reader refuses it as a directory)."""
+    if not trace.is_dir():
+        return None
+    return given or _SUFFIX_FORMAT.get(trace.suffix.lower()) or "parquet"
 
 
 def _staleness_columns(
@@ -457,6 +492,11 @@ def _staleness_columns(
 
 
 def _column_names(path: Path, fmt: str) -> list[str] | None:
+    if path.is_dir() and fmt == "parquet":
+        try:
+            path = dataset_files(path)[0]
+        except TraceError:
+            return None
     if not path.is_file():
         return None
     if fmt == "csv":
@@ -487,13 +527,3 @@ def _column_names(path: Path, fmt: str) -> list[str] | None:
                     return None
                 return list(obj) if isinstance(obj, dict) else None
     return None
-
-
-def _parquet_rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    try:
-        rows: int = pq.ParquetFile(path).metadata.num_rows
-    except Exception:
-        return 0
-    return rows
