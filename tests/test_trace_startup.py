@@ -1,0 +1,113 @@
+"""What ``refimpl check`` imports: the trace path loads neither Hypothesis nor SciPy nor pandas.
+
+Each check runs in a fresh interpreter and prints the heavy modules it found in ``sys.modules``
+afterwards: a statement about imports, not a timing (the start-up time itself is measured by
+``benchmarks/bench_trace_gate.py`` and quoted on the trace how-to page).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+#: modules a trace check must not import: the conformance machinery and what it brings
+HEAVY = ("hypothesis", "scipy.stats", "pandas", "refimpl.testing._conformance")
+
+_PROBE = """
+import json, sys
+from refimpl.cli import main
+code = main(sys.argv[1:])
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print(json.dumps({{"code": code, "heavy": heavy}}))
+"""
+
+
+def run_isolated(*argv: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
+
+
+TRACES = {
+    "tis": ("logp_target,logp_behavior,weight\n-1,-1,1.0\n", ["--param", "cap=2"]),
+    "staleness_mask": ("staleness,weight\n0,1\n", ["--param", "eta=1"]),
+    "staleness": ("trained_step,versions,staleness\n3,2 3,1\n", []),
+    "tis_sequence": (
+        'logp_target,logp_behavior,weight\n"[-1,-2]","[-1,-2]",1.0\n',
+        ["--param", "cap=2"],
+    ),
+    "masked_is_geometric": (
+        "logp_target,logp_behavior,weight\n-1 -2,-1 -2,1.0\n",
+        ["--param", "low=0.5", "--param", "high=2"],
+    ),
+}
+
+
+@pytest.mark.parametrize("spec", sorted(TRACES))
+def test_a_one_row_check_imports_neither_hypothesis_nor_scipy_stats(
+    spec: str, tmp_path: Path
+) -> None:
+    text, params = TRACES[spec]
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    got = run_isolated("check", str(trace), "--spec", spec, "--no-progress", *params)
+    assert got == {"code": 0, "heavy": []}
+
+
+def test_help_imports_nothing_heavy() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom refimpl.cli import main\n"
+            "try:\n    main(['check', '--help'])\nexcept SystemExit:\n    pass\n"
+            f"print([m for m in {HEAVY!r} if m in sys.modules])",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr
+
+
+def test_the_probe_sees_an_import_of_the_conformance_machinery(tmp_path: Path) -> None:
+    """The check above can fail: a list spec whose reference is a conformance spec (ESS) loads
+    the conformance machinery, and the probe reports it."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"weight": [1.0, 1.0], "ess": 2.0}\n')
+    got = run_isolated("check", str(trace), "--spec", "effective_sample_size", "--no-progress")
+    assert got["code"] == 0
+    assert "hypothesis" in got["heavy"]  # type: ignore[operator]
+
+
+def test_refimpl_testing_loads_its_names_on_first_use() -> None:
+    code = (
+        "import sys, refimpl.testing as t\n"
+        "before = 'hypothesis' in sys.modules\n"
+        "f = t.check_conformance\n"
+        "print(before, 'hypothesis' in sys.modules, f.__module__, t.PartitionReport.__module__,"
+        " sorted(set(t.__all__) - set(dir(t))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.split() == ["False", "True", "refimpl.testing", "refimpl.testing", "[]"]
+
+
+def test_an_unknown_name_of_refimpl_testing_is_an_attribute_error() -> None:
+    import refimpl.testing
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        refimpl.testing.nope  # noqa: B018
