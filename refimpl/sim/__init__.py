@@ -193,7 +193,7 @@ def simulate_engine(
     >>> cfg = SimConfig(slots=3, batch=3, steps=2, lengths=np.full((3, 8), 4.0), engine_model=m)
     >>> run = simulate_engine(cfg, engine="event")
     >>> run.stats.total_blocks, run.stats.batch_mean, run.stats.preemptions, run.trace.end_time
-    (4, 2.5, 4, 12.0)
+    (4, 2.5, 2, 12.0)
     """
     if not isinstance(config, SimConfig) or config.engine_model is None:
         raise invalid(

@@ -47,6 +47,7 @@ _FUNCTIONS = (
     "_complete",
     "_step_time",
     "_account",
+    "_update",
     "run_loop",
 )
 _compiled: dict[str, Callable[..., None]] = {}

@@ -179,10 +179,15 @@ def _acquire_prompt(IS: I64, P: I64, PR: I64, LRU: I64, ST: F64, p: int, hit: in
     IS[_NSHARE] += 1
 
 
-def _fits(IS: I64, P: I64, took: int, own: int) -> bool:
+def _fits(IS: I64, P: I64, cnt: I64, took: int, tokens: int) -> bool:
+    """Whether a sequence holding ``tokens`` own tokens can join: the blocks the running ones need
+    for the coming step come first (they were there first), then its own, its next token's
+    included, and the watermark stays free."""
     if P[_BLOCKS] < 0:
         return True
-    return bool(IS[_FREE] + IS[_CACHED] - took - own >= P[_WM])
+    reserved = cnt[IS[_S] % P[_BS]]
+    room = IS[_FREE] + IS[_CACHED] - reserved - took - _cdiv(tokens + 1, P[_BS])
+    return bool(room >= P[_WM])
 
 
 def _schedule(IS: I64, R: I64, SQ: I64, heaps: list[list[int]], r: int, fin: int) -> int:
@@ -255,8 +260,8 @@ def _launch(
         IS[_ERR_A] = seat
         return False
     p, took, prefill, hit = _prompt_plan(IS, P, PR, r)
-    own = P[_PROMPT] - hit if p >= 0 else P[_PROMPT]
-    if not _fits(IS, P, took, _cdiv(own, P[_BS])):
+    own = P[_PROMPT] % P[_BS] if p >= 0 else P[_PROMPT]
+    if not _fits(IS, P, cnt, took, own):
         return False
     IS[_SEAT_H] = (IS[_SEAT_H] + 1) % P[_SEATS]
     IS[_SEAT_N] -= 1
@@ -292,8 +297,8 @@ def _resume(
     """Resume the preempted rollout ``r`` if the blocks allow (its KV swapped in, or recomputed)."""
     g = R[_G0, r]
     p, took, prefill, hit = _prompt_plan(IS, P, PR, r)
-    own = P[_PROMPT] - hit if p >= 0 else P[_PROMPT]
-    if not _fits(IS, P, took, _cdiv(own + g, P[_BS])):
+    own = P[_PROMPT] % P[_BS] if p >= 0 else P[_PROMPT]
+    if not _fits(IS, P, cnt, took, own + g):
         return False
     if R[_ONCPU, r]:  # swapped in; a prompt part it no longer shares is prefilled
         ST[ST_SWAP_IN] += _cdiv(min(own, R[_OWN, r]) + g, P[_BS])
@@ -449,7 +454,8 @@ def _try_train(IS: I64, P: I64, F: F64, R: I64, buf: I64, taus: F64, t: float) -
     IS[_J] = j + 1
 
 
-def _publish(IS: I64, P: I64, F: F64, R: I64, buf: I64, taus: F64, pub: F64) -> None:
+def _publish(IS: I64, P: I64, F: F64, pub: F64) -> None:
+    """The trainer publishes the version it trained (the run ends at the last one)."""
     t = F[_NEXT_PUB]
     j = IS[_J] - 1
     pub[j] = t
@@ -459,8 +465,6 @@ def _publish(IS: I64, P: I64, F: F64, R: I64, buf: I64, taus: F64, pub: F64) -> 
     if j + 1 == P[_STEPS]:
         IS[_DONE] = 1
         F[_T] = t
-        return
-    _try_train(IS, P, F, R, buf, taus, t)
 
 
 def _complete(
@@ -546,18 +550,53 @@ def run_loop(
             IS[_SWAP] = 0
             IS[_S] += 1
         while F[_NEXT_PUB] < t_next:  # published during the step: the trainer moves on at once
-            _publish(IS, P, F, R, buf, taus, pub)
+            t_pub = F[_NEXT_PUB]
+            _publish(IS, P, F, pub)
             if IS[_DONE]:
                 return
+            _try_train(IS, P, F, R, buf, taus, t_pub)
         F[_T] = t_next
         if stepped:
             _complete(IS, P, F, R, RF, PR, LRU, buf, SQ, seats, seat_rid, cnt, heaps, IS[_S] - 1)
         _try_train(IS, P, F, R, buf, taus, t_next)
         _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
         while F[_NEXT_PUB] == t_next:  # published at this boundary: after its completions
-            _publish(IS, P, F, R, buf, taus, pub)
+            _publish(IS, P, F, pub)
             if IS[_DONE]:
                 return
-        if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:
-            _interrupt(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, SQ, seats, seat_rid, cnt, heaps)
-            IS[_APPLIED] = IS[_VERSION]
+            _update(
+                IS,
+                P,
+                F,
+                R,
+                RF,
+                PR,
+                LRU,
+                ST,
+                SEG,
+                SEGT,
+                SQ,
+                lengths,
+                nxt,
+                seats,
+                seat_rid,
+                cnt,
+                heaps,
+            )
+            _try_train(IS, P, F, R, buf, taus, t_next)
+        _update(
+            IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, SQ, lengths, nxt, seats, seat_rid, cnt, heaps
+        )
+
+
+def _update(
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
+    SEGT: F64, SQ: I64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64,
+    heaps: list[list[int]],
+) -> None:  # fmt: skip
+    """New weights reach the rollouts in flight (once per version); restarted seats relaunch."""
+    if P[_PARTIAL] == _NONE or IS[_APPLIED] == IS[_VERSION]:
+        return
+    _interrupt(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, SQ, seats, seat_rid, cnt, heaps)
+    IS[_APPLIED] = IS[_VERSION]
+    _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
