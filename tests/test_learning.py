@@ -507,6 +507,10 @@ def _run(**kw: Any) -> lrn.TrainingRun:
         "learning_rate": 1.0,
         "penalty": 0.02,
         "seed": 5,
+        # the mechanics under test are those of the uncorrected batch-baseline estimator
+        "correction": "none",
+        "baseline": "batch",
+        "allow_biased": True,
     }
     args.update(kw)
     return lrn.train_policy(np.array([-1.0, 0.0]), PHI8, Q8, **args)

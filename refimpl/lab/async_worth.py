@@ -1,19 +1,22 @@
-"""Section 5: when asynchrony is not worth it.
+"""Section 5: when asynchrony is worth it, measured fairly.
 
-The verdict is **measured**: for each of the section's six length laws, the toy policy of
-:mod:`refimpl.lab.learning` is trained on the simulator's batches with the law mapped onto it
-(:func:`toy_durations`: a rollout of ``ℓ`` tokens takes the law's quantile at ``ℓ``'s mid-quantile
-under the starting policy), and synchronous dispatch is compared with asynchronous dispatch (its
-best correction) by the simulated time each needs to reach a reward target, over several seeds
-(:func:`measured_verdict`). Closed forms beside it: :func:`refimpl.expected_max`,
+The verdict is **measured on equal terms** (:mod:`refimpl.lab.worth`): for each length law, the
+toy policy of :mod:`refimpl.lab.learning` is trained on the simulator's batches with the law mapped
+onto it (:func:`toy_durations`), synchronously (``sync_minibatch``: all ``N`` slots per round,
+``N/B`` optimizer steps of ``B`` per round) and asynchronously (``async``), with the same slots,
+batch, learning rate, estimator and seeds; the time each needs to reach the reward target is read
+on three clocks (optimizer steps, samples generated, wall-clock) and the wall-clock speedup is
+split into the throughput gain and the per-step cost (:func:`measured_verdict` combines a law's
+cells). A map over tail heaviness × slots/batch × η computes where the verdict flips
+(:func:`refimpl.lab.worth.boundary`). Closed forms beside it: :func:`refimpl.expected_max`,
 :func:`refimpl.async_speedup` (the speedup bound ``E[max of n]/E[L]``) and
 :func:`refimpl.fluid_steady_state` (what a staleness drop keeps). Secondary, labelled as the model
 it is: the value ``γ^s`` of a stale sample (:func:`refimpl.staleness_decay`, **assumed**).
-Simulations: :func:`refimpl.sim.simulate` in ``sync`` and ``async`` modes on the same slots.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,12 +26,25 @@ from scipy import stats
 
 import refimpl
 import refimpl.sim as rsim
+from refimpl import learning as lrn
+from refimpl.lab import learning as lab
 from refimpl.lab._common import TOL_RULE, Z_TOL, block_mean_and_se, lognormal, seed
 from refimpl.lab._plot import COLORS, legend_below, new_figure, sim_with_error
 from refimpl.lab.config import LabConfig
 from refimpl.lab.report import Section, fmt
+from refimpl.lab.worth import CONFIDENCE, Cell, boundary, fair_cell
+from refimpl.lab.worth import MARGIN as WORTH_MARGIN
 
-__all__ = ["GAMMA", "MARGIN", "build", "laws", "measured_verdict", "toy_durations", "verdict"]
+__all__ = [
+    "GAMMA",
+    "MARGIN",
+    "build",
+    "continuous_laws",
+    "laws",
+    "measured_verdict",
+    "toy_durations",
+    "verdict",
+]
 
 STREAM = 5
 MEAN = 400.0
@@ -36,23 +52,40 @@ ETA = 1
 #: A sample ``s`` steps stale is worth ``GAMMA**s`` of a fresh one (``staleness_decay``).
 GAMMA = 0.9
 #: Asynchrony must buy at least this much effective speedup to pay for its complexity.
-MARGIN = 1.2
+MARGIN = WORTH_MARGIN
 #: Largest tolerated relative change of the trained mean length.
 BIAS_LIMIT = 0.1
 FLUID_RULE = "fluid model: 3% of the value (its approximation error) + " + TOL_RULE
+CONSTANT = "constant 400"
+
+
+def _lognormal_law(sigma: float) -> Any:
+    """Lognormal with mean ``MEAN`` and log-sd ``sigma`` (a point mass at ``MEAN`` for 0)."""
+    if sigma == 0:
+        return stats.rv_discrete(values=([MEAN], [1.0]))
+    return lognormal(median=MEAN * np.exp(-(sigma**2) / 2.0), sigma=sigma)
 
 
 def laws() -> list[tuple[str, Any]]:
     """The length laws of the section, from constant to heavy-tailed, all with mean 400 tokens."""
     out: list[tuple[str, Any]] = [
+        (CONSTANT, _lognormal_law(0.0)),
         ("near-constant [380, 420]", stats.uniform(loc=MEAN - 20.0, scale=40.0)),
         ("uniform [200, 600]", stats.uniform(loc=200.0, scale=400.0)),
-        ("lognormal σ = 0.5", lognormal(median=MEAN * np.exp(-0.125), sigma=0.5)),
+        ("lognormal σ = 0.5", _lognormal_law(0.5)),
         ("exponential", stats.expon(scale=MEAN)),
-        ("lognormal σ = 1", lognormal(median=MEAN * np.exp(-0.5), sigma=1.0)),
-        ("lognormal σ = 1.5", lognormal(median=MEAN * np.exp(-1.125), sigma=1.5)),
+        ("lognormal σ = 1", _lognormal_law(1.0)),
+        ("lognormal σ = 1.5", _lognormal_law(1.5)),
+        ("lognormal σ = 2", _lognormal_law(2.0)),
     ]
     return out
+
+
+def continuous_laws() -> list[tuple[str, Any]]:
+    """The laws of the throughput tables: :func:`laws` without the point mass (the closed forms
+    need a continuous law) and without σ = 2 (its closed-form throughput needs longer simulated
+    runs than the lab's to be checked within 5%)."""
+    return [(name, dist) for name, dist in laws() if name not in (CONSTANT, "lognormal σ = 2")]
 
 
 def toy_durations(dist: Any, pmf: Any) -> NDArray[np.float64]:
@@ -75,24 +108,35 @@ def toy_durations(dist: Any, pmf: Any) -> NDArray[np.float64]:
     return np.asarray(dist.ppf(mid), dtype=np.float64)
 
 
-#: N/B of the measured verdict (B = ``WORTH_BATCH``; synchronous dispatch trains all N per step).
-WORTH_RATIOS = (1, 4)
+#: Batch B of the fair comparison; N = B × N/B slots.
 WORTH_BATCH = 8
-#: Synchronous trainer steps per run (quick, default); asynchronous runs take N/B × as many.
-WORTH_STEPS = (20, 30)
+#: N/B of the verdict table and of the map (quick, default).
+WORTH_RATIOS = ((8,), (1, 2, 4, 8))
+#: Seeds per cell (quick, default): paired runs, common random numbers.
+WORTH_SEEDS = (4, 8)
+#: Optimizer steps of every run, synchronous and asynchronous alike (quick, default).
+WORTH_STEPS = (96, 128)
+#: Learning rate of the comparison (the toy's batches of 8 are noisy at the learning section's 3).
+WORTH_LEARNING_RATE = 1.0
+#: The targets: these shares of the way from J(θ0) to J*; each seed's statistic averages them.
+TARGET_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8)
+#: Tail heaviness of the map: lognormal log-sd σ (0: constant lengths).
+MAP_SIGMAS = (0.0, 0.5, 1.0, 1.5, 2.0)
+#: Staleness bounds of the map (quick, default); ``None``: no bound.
+MAP_ETAS: tuple[tuple[int | None, ...], ...] = ((None,), (None, 1))
 
 
 def measured_verdict(verdicts: list[str]) -> str:
-    """One law's measured verdict from its cells (one per N/B), each from :func:`~refimpl.lab.learning.verdict`.
+    """One law's verdict from its cells (one per N/B), each from :func:`refimpl.lab.worth.decide`.
 
-    *Worth it* when some N/B is worth it on every seed (the trainer can pick that ratio), *not
-    worth it* when every N/B is not worth it on every seed, *undecided* otherwise.
+    *Worth it* when some N/B is worth it (the trainer can pick that ratio), *not worth it* when
+    every N/B is not worth it, *undecided* otherwise.
 
     Examples
     --------
     >>> measured_verdict(["not worth it", "worth it"]), measured_verdict(["not worth it"] * 2)
     ('worth it', 'not worth it')
-    >>> measured_verdict(["not worth it", "undecided (the seeds straddle the threshold)"])
+    >>> measured_verdict(["not worth it", "undecided"])
     'undecided'
     """
     if "worth it" in verdicts:
@@ -106,7 +150,7 @@ def verdict(effective_speedup: float, mean_ratio: float) -> str:
     """The secondary *model* verdict of the section (assumed sample value ``γ^s``), from two numbers.
 
     This is a model, not a measurement: the value ``γ^s`` of a stale sample is assumed. The
-    section's verdict is :func:`measured_verdict` (reward per unit of simulated time).
+    section's verdict is :func:`measured_verdict` (the fair comparison).
 
     Rule: asynchrony is *worth it* when its effective speedup (throughput of trained samples
     relative to synchronous dispatch on the same slots, times the value ``E[γ^s]`` of a stale
@@ -130,118 +174,220 @@ def verdict(effective_speedup: float, mean_ratio: float) -> str:
     return "worth it"
 
 
-def _measured(
-    section: Section, config: LabConfig, progress: Callable[[str], None]
-) -> dict[str, str]:
-    """The measured verdict of every law: time to a reward target, sync against best async."""
-    from refimpl.lab import learning as lab
+def _trainer(dur: NDArray[np.float64], config: LabConfig) -> Callable[..., lrn.TrainingRun]:
+    """``train(mode, slots, batch, steps, eta, seed)`` for one length law, the rest fixed."""
+    q = lab.quality()
+    phi = lrn.length_features(lab.M, degree=1)
 
+    def train(mode: str, n: int, b: int, steps: int, eta: int | None, k: int) -> lrn.TrainingRun:
+        return lrn.train_policy(
+            lab.THETA0, phi, q, slots=n, batch=b, steps=steps, mode=mode, eta=eta,
+            learning_rate=WORTH_LEARNING_RATE, penalty=lab.PENALTY, durations=dur,
+            seed=seed(config, STREAM, 3000 + k), allow_biased=eta is not None,
+        )  # fmt: skip
+
+    return train
+
+
+def _targets() -> list[float]:
     q = lab.quality()
     reward = q - lab.PENALTY * np.arange(1, lab.M + 1)
-    j_star = float(reward.max())
     start = lab._policy(lab.THETA0, q)
-    ratios = (2,) if config.quick else WORTH_RATIOS
-    # every synchronous run of the default table reaches the target within about 15 steps
-    steps = WORTH_STEPS[0] if config.quick else WORTH_STEPS[1]
-    candidates: tuple[tuple[str, dict[str, Any]], ...] = (
-        ("uncorrected", {}),
-        ("sequence TIS", {"correction": "sequence_tis"}),
-    )
+    j0, j_star = float(start.pmf @ reward), float(reward.max())
+    return [j0 + share * (j_star - j0) for share in TARGET_SHARES]
+
+
+def _cells(
+    config: LabConfig, progress: Callable[[str], None]
+) -> dict[tuple[str, int, int | None], Cell]:
+    """Every measured cell: the verdict table's laws and the map's tails, each (law, N/B, η) once."""
+    quick = 0 if config.quick else 1
+    start = lab._policy(lab.THETA0, lab.quality())
+    seeds, steps = list(range(WORTH_SEEDS[quick])), WORTH_STEPS[quick]
+    grid = dict(laws())
+    grid.update({_tail_name(s): _lognormal_law(s) for s in MAP_SIGMAS})
+    out: dict[tuple[str, int, int | None], Cell] = {}
+    for name, dist in grid.items():
+        progress(f"{name}: fair comparison, {len(seeds)} seeds per cell")
+        train = _trainer(toy_durations(dist, start.pmf), config)
+        etas = MAP_ETAS[quick] if name in {_tail_name(s) for s in MAP_SIGMAS} else (None,)
+        for eta in etas:
+            for r in WORTH_RATIOS[quick]:
+                out[name, r, eta] = fair_cell(
+                    train, law=name, ratio=r, batch=WORTH_BATCH, eta=eta, seeds=seeds,
+                    steps=steps, targets=_targets(),
+                )  # fmt: skip
+    return out
+
+
+def _tail_name(sigma: float) -> str:
+    return CONSTANT if sigma == 0 else f"lognormal σ = {sigma:g}"
+
+
+def _clock_pair(cell: Cell, clock: str) -> str:
+    return f"{fmt(cell.mean('sync', clock))} / {fmt(cell.mean('async', clock))}"
+
+
+def _measured(
+    section: Section, cells: dict[tuple[str, int, int | None], Cell], config: LabConfig
+) -> dict[str, str]:
+    """The verdict table: three clocks side by side, the speedup split, the verdict and why."""
+    quick = 0 if config.quick else 1
     rows: list[tuple[Any, ...]] = []
-    cells: dict[str, list[str]] = {}
-    index = 0
-    for name, dist in laws():
-        progress(f"{name}: measured verdict (toy policy, {lab.WORTH_SEEDS} seeds per N/B)")
-        dur = toy_durations(dist, start.pmf)
-        for r_nb in ratios:
-            n_slots = WORTH_BATCH * r_nb
-            t_sync: list[float] = []
-            times: dict[str, list[float]] = {label: [] for label, _ in candidates}
-            target = 0.0
-            for _rep in range(lab.WORTH_SEEDS):
-                common: dict[str, Any] = {"durations": dur, "index": 2000 + index}
-                index += 1
-                run = lab._train(
-                    "sync",
-                    config,
-                    q,
-                    lab.THETA0,
-                    mode="sync",
-                    slots=n_slots,
-                    batch=n_slots,
-                    steps=steps,
-                    **common,
-                )
-                j0 = float(run.reward[0])
-                target = j0 + lab.TARGET_SHARE * (j_star - j0)
-                t_sync.append(lab._time_to(run, target) / MEAN)
-                for label, kw in candidates:
-                    a_run = lab._train(
-                        label,
-                        config,
-                        q,
-                        lab.THETA0,
-                        slots=n_slots,
-                        batch=WORTH_BATCH,
-                        steps=steps * r_nb,
-                        **common,
-                        **kw,
-                    )
-                    times[label].append(lab._time_to(a_run, target) / MEAN)
-            best = min(times, key=lambda lab_: float(np.mean(times[lab_])))
-            speed = [lab._ratio(a, b) for a, b in zip(t_sync, times[best], strict=True)]
-            v = lab.verdict(speed)
-            cells.setdefault(name, []).append(v)
-            sp_mean, sp_sd = lab._spread(speed)
+    per_law: dict[str, list[str]] = {}
+    for name, _ in laws():
+        for r in WORTH_RATIOS[quick]:
+            c = cells[name, r, None]
+            per_law.setdefault(name, []).append(c.verdict)
             rows.append(
                 (
-                    name,
-                    float(r_nb),
-                    lab._pm(*lab._spread(t_sync)),
-                    *(lab._pm(*lab._spread(times[label])) for label, _ in candidates),
-                    best,
-                    f"{lab._pm(sp_mean, sp_sd)} ({fmt(min(speed))} – {fmt(max(speed))})",
-                    v,
+                    name, float(r), _clock_pair(c, "steps"), _clock_pair(c, "samples"),
+                    _clock_pair(c, "time"), c.geo("gain"), c.geo("cost"), c.geo("speedup"),
+                    c.staleness, c.verdict, c.reason,
                 )
-            )
+            )  # fmt: skip
+    seeds, steps = WORTH_SEEDS[quick], WORTH_STEPS[quick]
     section.table(
         "measured",
-        f"The measured verdict: simulated time (in units of the law's mean, {fmt(MEAN)} tokens) "
-        f"for the toy policy to go {fmt(100 * lab.TARGET_SHARE)}% of the way from J(θ0) to J*, "
-        f"synchronous (all N slots per step) against asynchronous (B = {WORTH_BATCH}) with each "
-        f"correction, {lab.WORTH_SEEDS} seeds per cell (mean ± standard deviation), the speedup "
-        "sync ÷ best async (mean ± sd, min – max over the seeds), and the cell's verdict",
+        f"The fair comparison: sync (N slots, N/B minibatch steps of B = {WORTH_BATCH} per round) "
+        f"against async (N slots, batches of B), same learning rate {fmt(WORTH_LEARNING_RATE)}, "
+        f"estimator ({cells[laws()[0][0], WORTH_RATIOS[quick][0], None].estimator}) and seeds: "
+        f"the cost of reaching {fmt(100 * TARGET_SHARES[-1])}% of the way from J(θ0) to J* on "
+        "each clock (sync / async, mean over the seeds), the throughput gain G and the per-step "
+        "cost C (geometric means; wall-clock speedup = G / C), the async run's mean staleness, "
+        "and the verdict with the numbers that decided it",
         (
             "length law",
             "N/B",
-            "sync",
-            "async",
-            "async + seq. TIS",
-            "best async",
-            "speedup (×)",
+            "optimizer steps",
+            "samples generated",
+            "wall-clock (tokens)",
+            "throughput gain G (×)",
+            "per-step cost C (×)",
+            "speedup G/C (×)",
+            "async staleness",
             "verdict",
+            "decided by",
         ),
         rows,
         note=(
-            f"Each length law is mapped onto the toy policy of the learning section (M = {lab.M} "
-            "tokens): a rollout of ℓ tokens takes the law's quantile at ℓ's mid-quantile under "
-            "the starting policy (toy_durations), so the starting policy's rollout times follow "
-            "the law and which rollout finishes first is unchanged. A cell is worth it when every "
-            f"seed's best asynchronous run reaches the target at least {lab.MARGIN}× sooner, not "
-            "worth it when none does, undecided when the seeds straddle the threshold; inf: not "
-            f"reached within {steps} synchronous steps (N/B × as many asynchronous "
-            "ones). A law is worth it when some N/B is (the trainer picks N), not worth it when "
-            "no N/B is on any seed, undecided otherwise. It measures this toy, not a law of "
-            "nature; no sample value is assumed."
+            f"Regime: toy policy of the learning section (M = {lab.M}) with each law's rollout "
+            f"times (toy_durations), B = {WORTH_BATCH}, N = B × N/B, no staleness bound, no "
+            f"trainer time, {seeds} paired seeds, {steps} optimizer steps per run. Rule: d = "
+            "log(sync time ÷ async time), averaged per seed over the targets "
+            f"{', '.join(fmt(100 * s) + '%' for s in TARGET_SHARES)}; worth it when mean(d) − t·SE "
+            f"> log {MARGIN}, not worth it when mean(d) + t·SE < log {MARGIN}, undecided "
+            f"otherwise (t: one-sided Student quantile at {fmt(100 * CONFIDENCE)}%, "
+            f"{seeds - 1} degrees of freedom). G: time per optimizer step, sync ÷ async; C: "
+            "optimizer steps to the target, async ÷ sync (what staleness and the length bias of "
+            "the order of completion cost per step). nan: a seed did not reach the target."
         ),
     )
-    out = {name: measured_verdict(v) for name, v in cells.items()}
+    out = {name: measured_verdict(v) for name, v in per_law.items()}
     section.metric("measured_verdicts", out)
     section.metric(
         "measured_cells",
-        [{"law": r[0], "N/B": r[1], "best": r[5], "verdict": r[-1]} for r in rows],
+        [{"law": r[0], "N/B": r[1], "gain": r[5], "cost": r[6], "verdict": r[-2]} for r in rows],
     )
     return out
+
+
+_VERDICT_STYLE = {
+    "worth it": (COLORS[2], "o"),
+    "not worth it": (COLORS[1], "s"),
+    "undecided": ("0.55", "D"),
+}
+
+
+def _map(
+    section: Section, cells: dict[tuple[str, int, int | None], Cell], config: LabConfig
+) -> None:
+    """Tail heaviness × N/B × η: the mean log speedup, each cell's verdict, the computed boundary."""
+    quick = 0 if config.quick else 1
+    etas, ratios = MAP_ETAS[quick], WORTH_RATIOS[quick]
+    sigmas = np.asarray(MAP_SIGMAS, dtype=np.float64)
+    rows: list[tuple[Any, ...]] = []
+    fig, axes = new_figure(len(etas), height=4.6)
+    for ax, eta in zip(axes, etas, strict=True):
+        for i, r in enumerate(ratios):
+            cs = [cells[_tail_name(s), r, eta] for s in MAP_SIGMAS]
+            means = np.array([_finite_mean(c.log_speedup) for c in cs])
+            star = boundary(sigmas, means, margin=MARGIN)
+            color = COLORS[(i + 3) % len(COLORS)]
+            ax.plot(sigmas, means, "-", color=color, linewidth=1.3, label=f"N/B = {r}")
+            for s, m, c in zip(sigmas, means, cs, strict=True):
+                vc, mk = _VERDICT_STYLE[c.verdict]
+                ax.plot([s], [m], mk, color=vc, markersize=7, markeredgecolor=color)
+            if star is not None:
+                ax.axvline(star, color=color, linestyle=":", linewidth=1.2)
+            rows.append(
+                (
+                    "none" if eta is None else str(eta), float(r),
+                    "beyond the grid" if star is None else star,
+                    ", ".join(f"{s:g}: {c.verdict}" for s, c in zip(MAP_SIGMAS, cs, strict=True)),
+                    cs[0].estimator,
+                )
+            )  # fmt: skip
+        ax.axhline(math.log(MARGIN), color="0.3", linestyle="--", linewidth=1.1)
+        ax.set_xlabel("tail heaviness: lognormal σ (0 = constant lengths)")
+        ax.set_ylabel("mean log speedup, sync time ÷ async time")
+        ax.set_title("no staleness bound" if eta is None else f"staleness bound η = {eta}")
+    handles, _ = axes[0].get_legend_handles_labels()
+    legend_below(fig, handles, ncol=len(ratios))
+    section.figure(
+        fig,
+        "map",
+        "Where asynchrony pays: the mean log speedup (sync time ÷ async time to the targets, "
+        "fair comparison) against the tail heaviness of the length law, one line per N/B; "
+        f"markers: each cell's verdict (green circle: worth it, red square: not worth it, grey "
+        f"diamond: undecided); dashed: log {MARGIN}; dotted: the computed boundary of each N/B "
+        "(where the interpolated mean crosses log margin).",
+    )
+    section.table(
+        "map",
+        "The computed boundary: the tail heaviness σ* beyond which async pays on wall-clock, per "
+        "staleness bound η and N/B (root of the piecewise-linear interpolant of the mean log "
+        "speedup minus log margin over the σ grid), and the cell verdicts along the grid",
+        ("η", "N/B", "boundary σ*", "verdict per σ", "async estimator"),
+        rows,
+        note=(
+            "A boundary between two grid points is where the interpolated mean crosses log "
+            f"{MARGIN}; the cells' own verdicts carry the noise rule of the measured table, so a "
+            "cell next to the boundary is often undecided. With η the asynchronous estimator is "
+            "biased (the bound drops long rollouts more often): run with allow_biased=True and "
+            "labelled. It measures this toy, not a law of nature."
+        ),
+    )
+    section.metric(
+        "map_boundaries",
+        [{"eta": r[0], "N/B": r[1], "sigma_star": r[2]} for r in rows],
+    )
+
+
+def _finite_mean(d: NDArray[np.float64]) -> float:
+    return float(d.mean()) if np.all(np.isfinite(d)) else float("nan")
+
+
+def _acceptance(
+    section: Section, cells: dict[tuple[str, int, int | None], Cell], config: LabConfig
+) -> None:
+    """The two claims the comparison must support, each with the cells that decide it."""
+    ratios = WORTH_RATIOS[0 if config.quick else 1]
+    constant = [cells[CONSTANT, r, None].verdict for r in ratios]
+    heavy = cells[_tail_name(MAP_SIGMAS[-1]), max(ratios), None]
+    section.metric(
+        "constant_not_worth_it_at_every_ratio", all(v == "not worth it" for v in constant)
+    )
+    section.metric("heavy_tail_many_slots_verdict", heavy.verdict)
+    section.text(
+        f"**Claims, with their conditions.** Constant lengths ({CONSTANT} tokens): "
+        + ", ".join(f"N/B = {r}: {v}" for r, v in zip(ratios, constant, strict=True))
+        + " — asynchrony removes no idle time there (G ≈ 1) and adds staleness. "
+        f"Heavy tail (lognormal σ = {MAP_SIGMAS[-1]:g}) with N/B = {max(ratios)}: "
+        f"{heavy.verdict} ({heavy.reason}; G = {fmt(heavy.geo('gain'))}, "
+        f"C = {fmt(heavy.geo('cost'))}). Both under the regime of the measured table: this toy "
+        "policy, its learning rate and estimator, no staleness bound, no trainer time."
+    )
 
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
@@ -251,15 +397,21 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     a_steps = config.async_steps
     warm = a_steps // 5
     section.text(
-        "**The verdict is measured.** For each length law, a toy policy (that of the `learning` "
-        "section) is trained on the simulator's batches with the law's rollout times, and "
-        "asynchrony with its best correction is compared with synchronous dispatch by the "
-        "simulated time each needs to reach a reward target, over several seeds per cell, with "
-        "no assumed sample value (table *measured*). The tables after it say where the speedup "
-        "comes from (closed forms against simulation) and, last and secondary, what a model with "
-        "an *assumed* sample value γ^s would conclude."
+        "**The verdict is measured on equal terms.** Both sides get the same hardware (N "
+        f"slots), the same batch (B = {WORTH_BATCH}), the same learning rate, estimator and "
+        "seeds. Synchronous training launches all N rollouts, waits for the longest and takes "
+        "N/B optimizer steps of B (as synchronous PPO/GRPO trainers split a rollout batch into "
+        "minibatches); asynchronous training relaunches each slot as soon as it finishes. The "
+        "cost of reaching the reward target is read on three clocks — optimizer steps, samples "
+        "generated, wall-clock — and the wall-clock speedup splits exactly into the throughput "
+        "gain G (idle slots removed) over the per-step cost C (staleness and the length bias of "
+        "the order of completion). Worth it only when async wins on wall-clock by more than "
+        f"{MARGIN}× beyond the noise; not worth it when it does not; undecided inside the noise."
     )
-    measured = _measured(section, config, progress)
+    cells = _cells(config, progress)
+    measured = _measured(section, cells, config)
+    _map(section, cells, config)
+    _acceptance(section, cells, config)
     section.text(
         f"Synchronous dispatch on `n = {n}` slots waits for the longest rollout: a step takes "
         f"`E[max of n]`. Asynchronous dispatch keeps every slot busy, so at best it is "
@@ -298,7 +450,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     bound_err: list[float] = []
     eff_all: list[tuple[float, float, float]] = []
     verdicts: list[str] = []
-    for i, (name, dist) in enumerate(laws()):
+    for i, (name, dist) in enumerate(continuous_laws()):
         progress(f"{name}: sync {steps} steps, async {a_steps} steps")
         mean_l = float(dist.mean())
         try:
@@ -430,14 +582,18 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     )
 
     by_verdict: dict[str, list[str]] = {}
-    for name in names:
+    for name, _ in laws():
         by_verdict.setdefault(measured[name], []).append(name)
     section.headline(
-        "Measured (reward reached per unit of simulated time, toy policy) — "
+        "Measured (reward reached per unit of simulated time, fair comparison: same slots, "
+        "batch, optimizer steps and estimator) — "
         + "; ".join(f"{v}: {', '.join(ns)}" for v, ns in by_verdict.items())
         + f". The model with an assumed sample value γ^s (γ = {GAMMA}) is secondary, listed per law."
     )
-    section.metric("verdict_kind", "measured (time to a reward target); gamma^s model secondary")
+    section.metric(
+        "verdict_kind",
+        "measured (time to a reward target, fair comparison); gamma^s model secondary",
+    )
     if failures:
         section.text(
             "**Closed forms not computed in this build.** The library refused to return these "

@@ -51,6 +51,13 @@ from refimpl.learning.asynchronous import (
     async_gradient_exact,
     corrected_scores,
 )
+from refimpl.learning.estimators import (
+    BASELINES,
+    EstimatorBias,
+    EstimatorStatus,
+    estimator_bias,
+    estimator_status,
+)
 from refimpl.learning.first_k import (
     FIRST_K_CORRECTIONS,
     CarryMoments,
@@ -76,15 +83,20 @@ from refimpl.learning.policy import (
 from refimpl.learning.training import TrainingRun, train_policy
 
 __all__ = [
+    "BASELINES",
     "CORRECTIONS",
     "EXACT_CORRECTIONS",
     "FIRST_K_CORRECTIONS",
     "CarryMoments",
+    "EstimatorBias",
+    "EstimatorStatus",
     "GradientMoments",
     "TrainingRun",
     "async_gradient",
     "async_gradient_exact",
     "corrected_scores",
+    "estimator_bias",
+    "estimator_status",
     "expected_length",
     "first_k_carry_gradient",
     "first_k_gradient",

@@ -79,8 +79,14 @@ def first_k_gradient(
         Launched and trained per step, :math:`1 \le k \le n`.
     correction : {'none', 'horvitz_thompson', 'hajek', 'clipped_ht'}
         The length-bias correction.
-    penalty, baseline : float or Fraction
+    penalty : float or Fraction
         As in :func:`gradient_moments`.
+    baseline : float, Fraction or 'batch'
+        A constant :math:`b`, or ``'batch'``: :math:`b = \bar R`, the mean reward of the batch
+        itself (as :func:`train_policy` uses it). The batch baseline depends on the batch, so
+        none of the estimators is unbiased with it: on-policy it scales the gradient by
+        :math:`1 - 1/k`; with first-:math:`k` weights the members are dependent and the bias is
+        not a scaling (claim :ref:`LRN7 <lrn7>`; :func:`estimator_bias` states it).
     clip : float or Fraction, optional
         :math:`C > 0`, the cap of ``clipped_ht``'s weights (required for it, refused otherwise).
 
@@ -128,7 +134,9 @@ def first_k_gradient(
     r, var, exact_r = _reward(quality, penalty, p.size)
     exact = exact_p and exact_s and exact_r
     num: Any = Fraction if exact else float
-    b: Any = Fraction(baseline) if exact else as_real(baseline, name="baseline")
+    batch_baseline = _batch_baseline(baseline)
+    b: Any = 0 if batch_baseline else baseline
+    b = Fraction(b) if exact else as_real(b, name="baseline")
     if exact:
         pi: list[Any] = list(inclusion_probability_pmf(list(p), n=n_, k=k_))
     else:
@@ -166,14 +174,52 @@ def first_k_gradient(
     else:
         unit = w[None, :] / (cm @ w)[:, None]
     coef = cm * unit  # (compositions, support): weight of each length in each batch
-    est = (coef * adv[None, :]) @ sv  # (compositions, d)
-    noise = (cm * unit * unit * (vr * sq)[None, :]).sum(axis=1)
+    if batch_baseline:
+        est, noise = _batch_baseline_terms(cm, unit, adv, sv, vr, k_)
+    else:
+        est = (coef * adv[None, :]) @ sv  # (compositions, d)
+        noise = (cm * unit * unit * (vr * sq)[None, :]).sum(axis=1)
     mean = prob @ est
     second = prob @ ((est * est).sum(axis=1) + noise)
     trace = second - (mean * mean).sum()
     if not exact:
         return GradientMoments(np.asarray(mean, dtype=np.float64), float(trace))
     return GradientMoments(np.asarray(mean, dtype=object), trace)
+
+
+def _batch_baseline(baseline: Any) -> bool:
+    """``True`` for ``baseline='batch'``; any other string is refused."""
+    if isinstance(baseline, str):
+        if baseline != "batch":
+            raise invalid(
+                "baseline",
+                "be a number (a constant b) or 'batch' (the batch's mean reward)",
+                baseline,
+                "Pass baseline=b or baseline='batch'.",
+            )
+        return True
+    return False
+
+
+def _batch_baseline_terms(
+    cm: AnyArray, unit: AnyArray, adv: AnyArray, sv: AnyArray, vr: AnyArray, k: int
+) -> tuple[AnyArray, AnyArray]:
+    r"""Conditional mean and reward-noise trace of each batch's estimate with the batch baseline.
+
+    :math:`\hat g = \sum_i u_i (R_i - \bar R)\,s_i = \sum_j R_j (u_j s_j - V/k)` with
+    :math:`V = \sum_i u_i s_i`: given the batch, the mean is :math:`\sum_j (r_j - \bar r)\,u_j s_j`
+    and the noise is :math:`\sum_j \mathrm{Var}(R_j)\,\lVert u_j s_j - V/k\rVert^2`.
+    """
+    r_bar = (cm @ adv) / k  # (compositions,)
+    coef = cm * unit
+    est = (coef * (adv[None, :] - r_bar[:, None])) @ sv
+    big_v = coef @ sv  # (compositions, d)
+    sq = (sv * sv).sum(axis=1)
+    cross = big_v @ sv.T  # (compositions, support): V · s_j
+    vv = (big_v * big_v).sum(axis=1)
+    per = unit * unit * sq[None, :] - 2 * unit * cross / k + vv[:, None] / (k * k)
+    noise = (cm * per * vr[None, :]).sum(axis=1)
+    return est, noise
 
 
 @functools.lru_cache(maxsize=16)
