@@ -107,14 +107,10 @@ def as_int(
     integer it prints as; pass ``int(x)``), complex numbers, dates and durations (numpy's
     ``timedelta64`` is an integer subclass), text, and anything else.
     """
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    problem = _integer_kind_problem(value)
-    if problem is not None:
-        fix = f"Pass {name} as an int ({problem})."
-        if isinstance(value, (float, np.floating)) and np.isfinite(value) and value == int(value):
-            fix = f"Pass {name}={int(value)} as an int, not a float ({problem})."
-        raise wrong_type(name, "an integer", value, fix)
+    if type(value) is not int:  # the common case needs no look-alike checks
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value[()]
+        _refuse_look_alike(value, name=name)
     result = int(value)
     what = f" ({meaning})" if meaning else ""
     if minimum is not None and result < minimum:
@@ -122,6 +118,17 @@ def as_int(
     if maximum is not None and result > maximum:
         raise invalid(name, f"be <= {maximum}{what}", value, f"Pass {name} <= {maximum}.")
     return result
+
+
+def _refuse_look_alike(value: Any, *, name: str) -> None:
+    """Raise the ``TypeError`` of :func:`as_int` when ``value`` only looks like an integer."""
+    problem = _integer_kind_problem(value)
+    if problem is None:
+        return
+    fix = f"Pass {name} as an int ({problem})."
+    if isinstance(value, (float, np.floating)) and np.isfinite(value) and value == int(value):
+        fix = f"Pass {name}={int(value)} as an int, not a float ({problem})."
+    raise wrong_type(name, "an integer", value, fix)
 
 
 def _exact_entry(x: Any) -> int | None:

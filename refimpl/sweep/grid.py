@@ -60,6 +60,10 @@ _TOP_KEYS = ("sweep", "fixed", "axes")
 _RANGE_KEYS = ("start", "stop", "step", "num", "log")
 _MAX_AXIS_VALUES = 1_000_000
 _MAX_CELLS = 10_000_000
+#: Values of one axis checked one by one before a run (see ``_checked_indices``).
+_MAX_CHECKED_VALUES = 10_000
+#: Levels of arrays and tables a fixed parameter may nest.
+_MAX_DEPTH = 32
 #: Parameter points of a built-in kind checked one by one before a run; beyond, each axis value
 #: is checked with the other axes at their first value.
 _MAX_CHECKED_POINTS = 100_000
@@ -271,6 +275,12 @@ def load_grid(path: str | os.PathLike[str]) -> Grid:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise GridError("", f"{p}: not valid TOML: {exc}. Fix the syntax at that line.") from None
+    except RecursionError:  # the parser recurses once per level of nested arrays or tables
+        raise GridError(
+            "",
+            f"{p}: arrays or inline tables nested too deep to parse (about a thousand levels). "
+            f"Parameters nest a few levels at most: flatten them.",
+        ) from None
     try:
         return parse_grid(table)
     except GridError as exc:
@@ -382,7 +392,8 @@ def _check_cells(grid: Grid) -> None:
     """Refuse a cell of a built-in kind whose parameters its kind rejects, before any cell runs.
 
     Each axis value is checked with the other axes at their first value, so that the message names
-    the value to fix (``axes.slots[1] = -1: slots must be >= 1 ...``); then every parameter point,
+    the value to fix (``axes.slots[1] = -1: slots must be >= 1 ...``; for an axis of more than
+    :data:`_MAX_CHECKED_VALUES` values, its first and last values); then every parameter point,
     when there are at most :data:`_MAX_CHECKED_POINTS` of them, for rules between parameters.
     """
     if grid.kind not in KINDS:
@@ -406,7 +417,8 @@ def _check_cells(grid: Grid) -> None:
         path = f"fixed.{key}" if key in grid.fixed else "fixed"
         raise GridError(path, f"{path}: {first}")
     for key, values in grid.axes.items():
-        for i, value in enumerate(values[1:], start=1):
+        for i in _checked_indices(len(values)):
+            value = values[i]
             why = problem({**base, key: value})
             if why is not None:
                 path = f"axes.{key}[{i}]"
@@ -420,6 +432,20 @@ def _check_cells(grid: Grid) -> None:
         if why is not None:
             shown = ", ".join(f"{k} = {v!r}" for k, v in zip(names, point, strict=True))
             raise GridError("axes", f"axes: the cell with {shown}: {why}")
+
+
+def _checked_indices(n: int) -> range | itertools.chain[int]:
+    """Indices ``1..n-1`` of an axis's values to check one by one (index 0 is the base point).
+
+    An axis of more than :data:`_MAX_CHECKED_VALUES` values is checked at its first and last
+    ``_MAX_CHECKED_VALUES // 2`` values: the ends of a range, where a monotone rule (``>= 1``)
+    fails first. This keeps the start of a sweep of millions of cells within about a second; a
+    bad value in between fails its own cells, each with the message.
+    """
+    if n <= _MAX_CHECKED_VALUES:
+        return range(1, n)
+    half = _MAX_CHECKED_VALUES // 2
+    return itertools.chain(range(1, half), range(n - half, n))
 
 
 def _check_against_kind(
@@ -543,8 +569,19 @@ def _metrics(value: Any) -> tuple[str, ...] | None:
     return tuple(value)
 
 
-def _plain_value(value: Any, path: str) -> None:
-    """Fixed parameters: strings, numbers, booleans, arrays and tables of those (JSON-able)."""
+def _plain_value(value: Any, path: str, depth: int = 0) -> None:
+    """Fixed parameters: strings, numbers, booleans, arrays and tables of those (JSON-able).
+
+    Nested at most :data:`_MAX_DEPTH` levels: deeper (or a table that contains itself) is refused
+    with its key path instead of exhausting the stack.
+    """
+    if depth > _MAX_DEPTH:
+        shown = path if len(path) <= 80 else path[:40] + "..." + path[-30:]
+        raise GridError(
+            shown,
+            f"{shown} is nested more than {_MAX_DEPTH} levels deep (arrays or tables within "
+            "each other). Parameters nest a few levels at most: flatten it.",
+        )
     if isinstance(value, (datetime.date, datetime.time)):
         raise _fail(
             path,
@@ -557,10 +594,10 @@ def _plain_value(value: Any, path: str) -> None:
     _int64(value, path)
     if isinstance(value, list):
         for i, v in enumerate(value):
-            _plain_value(v, f"{path}[{i}]")
+            _plain_value(v, f"{path}[{i}]", depth + 1)
     elif isinstance(value, Mapping):
         for k, v in value.items():
-            _plain_value(v, f"{path}.{k}")
+            _plain_value(v, f"{path}.{k}", depth + 1)
 
 
 def _int64(value: Any, path: str) -> None:
