@@ -13,8 +13,8 @@ agrees exactly with the vectorized engine and the peer).
 A rollout's life cycle is a sequence of *phases*: a phase starts at ``V = dec_v`` with ``dec_k``
 tokens already generated, spends ``dec_pre`` on (re-)prefill and then decodes one token per
 ``token_time``. Launch, ``recompute`` at a publication and resumption after a preemption each start a
-phase; a version change starts a new token-version segment. Agent rollouts with tool calls (issue 9)
-would add phases of their own.
+phase; a version change starts a new token-version segment. Agent rollouts with tool calls, whose
+phases alternate with tool latency, have an engine of their own (``refimpl.sim.agent``).
 """
 
 from __future__ import annotations

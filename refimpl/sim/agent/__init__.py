@@ -1,4 +1,4 @@
-"""Agentic rollouts with sandboxed tool calls: a discrete-event simulator (issue 9).
+"""Agentic rollouts with sandboxed tool calls: a discrete-event simulator.
 
 An agentic rollout alternates **decode segments** with **tool calls** that run in containers of a
 sharded **sandbox pool**. The tool side shapes rollout latency as much as length does, so in
