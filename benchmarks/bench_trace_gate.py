@@ -173,7 +173,10 @@ def duckdb_script(spec: str, fmt: str, path: Path) -> str:
         f"SELECT count(*), count(*) FILTER (WHERE NOT (abs(weight - e) <= {atol} + {rtol} * abs(e)))"
         f" FROM (SELECT weight, {_expected_sql(spec)} AS e FROM {_duckdb_source(fmt, spec, path)})"
     )
-    return f"import duckdb\nprint(*duckdb.connect().execute({query!r}).fetchall()[0])\n"
+    return (
+        "import duckdb\ncon = duckdb.connect()\ncon.execute('SET enable_progress_bar = false')\n"
+        f"print(*con.execute({query!r}).fetchall()[0])\n"
+    )
 
 
 def polars_script(spec: str, fmt: str, path: Path) -> str:
@@ -262,8 +265,11 @@ def _counts(tool: str, run: dict[str, Any]) -> tuple[int, int] | None:
         return None
     if tool == "pyarrow" or run["code"] != 0:
         return None
-    rows, bad = run["stdout"].split()
-    return int(rows), int(bad)
+    try:
+        rows, bad = run["stdout"].strip().splitlines()[-1].split()
+        return int(rows), int(bad)
+    except (IndexError, ValueError):
+        return None
 
 
 def bench_one(spec: str, fmt: str, rows: int, tokens: int, folder: Path) -> dict[str, Any]:

@@ -37,6 +37,8 @@ _SUFFIXES = {
 # these (and by --chunk-rows for Parquet), whatever the size of the trace.
 _CSV_BLOCK_BYTES = 8 << 20
 _JSONL_BLOCK_BYTES = 8 << 20
+# Each block is parsed by pyarrow in pieces of this size, in parallel on its CPU thread pool.
+_PARSE_BLOCK = 1 << 20
 
 
 class TraceError(InvalidArgument):
@@ -505,7 +507,7 @@ def _csv_chunks(
             try:
                 table = pacsv.read_csv(
                     io.BytesIO(data),
-                    read_options=pacsv.ReadOptions(use_threads=False, block_size=len(data) + 1),
+                    read_options=pacsv.ReadOptions(use_threads=True, block_size=_PARSE_BLOCK),
                     convert_options=convert,
                 )
             except pa.ArrowInvalid as exc:
@@ -751,15 +753,17 @@ def _jsonl_fast(
 
     number = pa.int64() if exact else pa.float64()  # exact: int64, else the slow path
     schema = pa.schema([(c, number) for c in numeric] + [(c, pa.list_(number)) for c in lists])
-    try:
-        table = pajson.read_json(
-            io.BytesIO(data),
-            read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
-            parse_options=pajson.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="ignore"
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    table = None
+    # In parallel pieces first; a line longer than a piece is parsed with the block whole.
+    for size in (_PARSE_BLOCK, len(data) + 1) if len(data) > _PARSE_BLOCK else (len(data) + 1,):
+        try:
+            options = pajson.ReadOptions(use_threads=True, block_size=size)
+            table = pajson.read_json(io.BytesIO(data), read_options=options, parse_options=parse)
+            break
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    if table is None:
         return None
     if any(table.column(c).null_count for c in schema.names):
         return None
