@@ -15,6 +15,7 @@ run; no traceback and no numpy warning reaches the user.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -22,16 +23,18 @@ import re
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from refimpl._io import atomic_path, refuse_output_naming_input
 from refimpl.errors import InvalidArgument
-from refimpl.sim import SimConfig, closed_form, simulate
+from refimpl.sim import SimConfig, closed_form, simulate, simulate_engine
 from refimpl.sim._cliopts import HelpFormatter, default, given, plain
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
 from refimpl.sim.agent import agent_config_from_args, configure_agent_options, run_agent_cli
+from refimpl.sim.engine import ENGINE_PRESETS, EngineModel
 
 __all__ = ["configure", "run"]
 
@@ -203,6 +206,53 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default(0.0),
         help="time to reload the saved KV after a preemption (with --preempt-rate)",
     )
+    eg = parser.add_argument_group(
+        "engine mode (--engine-model): continuous batching under a KV-cache budget"
+    )
+    eg.add_argument(
+        "--engine-model",
+        choices=["unbounded", *sorted(ENGINE_PRESETS)],
+        default=None,
+        help=(
+            "run the slots as an inference engine: 'unbounded' (no KV budget, a constant step of "
+            "--token-time) or a named model on an accelerator (its KV budget and roofline step "
+            "time, in seconds) (default: not set, the slot mode)"
+        ),
+    )
+    eg.add_argument(
+        "--kv-memory-gib",
+        type=float,
+        default=None,
+        help="KV-cache budget in GiB (default: the preset's; unbounded for 'unbounded')",
+    )
+    eg.add_argument("--block-size", type=int, default=default(16), help="tokens per KV block")
+    eg.add_argument(
+        "--watermark",
+        type=float,
+        default=default(0.01),
+        help="fraction of the blocks an admission must leave free",
+    )
+    eg.add_argument("--prompt-tokens", type=int, default=default(0), help="tokens per prompt")
+    eg.add_argument(
+        "--group-size", type=int, default=default(1), help="samples per prompt (GRPO's n)"
+    )
+    eg.add_argument(
+        "--prompts",
+        type=int,
+        default=None,
+        help="distinct prompts, cycled (later epochs can hit the prefix cache) (default: all new)",
+    )
+    eg.add_argument(
+        "--no-prefix-sharing",
+        action="store_true",
+        help="each sequence holds and prefills its own prompt",
+    )
+    eg.add_argument(
+        "--preemption",
+        choices=["recompute", "swap"],
+        default=default("recompute"),
+        help="what a preempted sequence's KV becomes",
+    )
     og = parser.add_argument_group("output")
     og.add_argument("--json", action="store_true", help="print one JSON object")
     og.add_argument(
@@ -220,7 +270,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="progress bar on stderr (default: only when stderr is a terminal)",
     )
-    configure_agent_options(parser)  # agent rollouts (issue 9), on when --tool-turns is given
+    configure_agent_options(parser)  # agent rollouts with tool calls, on when --tool-turns is given
 
 
 def _shown(args: argparse.Namespace, dest: str) -> str:
@@ -245,7 +295,20 @@ _PLAIN_ONLY = (
     "preempt_duration",
     "no_persist_kv",
     "kv_restore_time",
+    "engine_model",
+    *(
+        "kv_memory_gib",
+        "block_size",
+        "watermark",
+        "prompt_tokens",
+        "group_size",
+        "prompts",
+        "no_prefix_sharing",
+        "preemption",
+    ),
 )
+# Options of the engine mode, read only with --engine-model.
+_ENGINE_ONLY = _PLAIN_ONLY[-8:]
 
 
 def _refuse_inert_options(args: argparse.Namespace) -> None:
@@ -289,6 +352,7 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
                 )
         return
     mode = args.mode
+    _refuse_inert_engine_options(args, refuse)
     if given(args, "leftovers") and mode != "first_k":
         refuse(
             "leftovers",
@@ -332,6 +396,46 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
                     f"Drop --{dest}, or drop {source}.",
                     context=f"with {source}",
                 )
+
+
+def _refuse_inert_engine_options(args: argparse.Namespace, refuse: Any) -> None:
+    """The engine options need --engine-model; the engine prices what some slot options model."""
+    if args.engine_model is None:
+        for dest in _ENGINE_ONLY:
+            if given(args, dest):
+                refuse(
+                    dest,
+                    "to the engine mode, which --engine-model selects",
+                    f"Add --engine-model unbounded (or a preset), or drop "
+                    f"--{dest.replace('_', '-')}.",
+                )
+        return
+    if args.mode != "async":
+        raise InvalidArgument(
+            f"--mode must be async (or not given) with --engine-model (the engine admits "
+            f"sequences continuously); got --mode {args.mode} with --engine-model "
+            f"{args.engine_model}. Drop --mode, or drop --engine-model."
+        )
+    if args.over_bound != "keep":
+        refuse(
+            "over_bound",
+            "to the slot mode (the engine mode trains every sample it completes)",
+            "Drop --over-bound, or drop --engine-model.",
+            context=f"with --engine-model {args.engine_model}",
+        )
+    for dest, why in (
+        ("slowdown_per_slot", "the engine's step time is its roofline (or --token-time)"),
+        ("prefill_time", "the engine prices prefill per token"),
+        ("reprefill_token_time", "the engine prices recomputation per token"),
+        ("preempt_rate", "the engine preempts when its KV blocks run out"),
+    ):
+        if given(args, dest):
+            refuse(
+                dest,
+                f"to the slot mode ({why})",
+                f"Drop --{dest.replace('_', '-')}, or drop --engine-model.",
+                context=f"with --engine-model {args.engine_model}",
+            )
 
 
 def _eta_note(args: argparse.Namespace) -> str | None:
@@ -434,6 +538,7 @@ _OPTION_OF_FIELD = {
     "lognormal_sigma": "--sigma",
     "slowdown": "--slowdown-per-slot",
     "persist_kv": "--no-persist-kv",
+    "prefix_sharing": "--no-prefix-sharing",
 }
 _PLAIN_FIELDS = (
     "slots",
@@ -448,6 +553,9 @@ _PLAIN_FIELDS = (
     "seed",
     "engine",
     "lengths",
+    "watermark",
+    "prompts",
+    "preemption",
 )
 _UNDERSCORE_FIELDS = (
     "lognormal_mu",
@@ -461,6 +569,10 @@ _UNDERSCORE_FIELDS = (
     "preempt_duration",
     "kv_restore_time",
     "persist_kv",
+    "block_size",
+    "prompt_tokens",
+    "group_size",
+    "prefix_sharing",
 )
 
 
@@ -547,6 +659,7 @@ def _config(args: argparse.Namespace) -> Any:
             )
         trainer_time = scipy.stats.expon(scale=mean)
     return SimConfig(
+        engine_model=_engine_model(args),
         slots=args.slots,
         batch=args.batch,
         rollouts=rollouts,
@@ -571,6 +684,33 @@ def _config(args: argparse.Namespace) -> Any:
         kv_restore_time=args.kv_restore_time,
         seed=args.seed,
     )
+
+
+def _engine_model(args: argparse.Namespace) -> EngineModel | None:
+    """The :class:`EngineModel` the engine options describe (``None`` without --engine-model)."""
+    name = args.engine_model
+    if name is None:
+        return None
+    fields: dict[str, Any] = {
+        "block_size": args.block_size,
+        "watermark": args.watermark,
+        "prompt_tokens": args.prompt_tokens,
+        "group_size": args.group_size,
+        "prompts": args.prompts,
+        "prefix_sharing": not args.no_prefix_sharing,
+        "preemption": args.preemption,
+    }
+    if args.kv_memory_gib is not None:
+        gib = float(args.kv_memory_gib)
+        if not (math.isfinite(gib) and 0 < gib <= 2.0**33):
+            raise InvalidArgument(
+                f"--kv-memory-gib must be in (0, 2^33] (a KV-cache budget in GiB); got "
+                f"--kv-memory-gib={gib!r}. Pass e.g. --kv-memory-gib 40."
+            )
+        fields["kv_memory_bytes"] = int(gib * 2**30)
+    if name == "unbounded":
+        return EngineModel(**fields)
+    return EngineModel.preset(name, **fields)
 
 
 def _jsonable(value: Any) -> Any:
@@ -599,7 +739,7 @@ def _print(out: dict[str, Any], *, as_json: bool) -> None:
 
 
 def _run_agent(args: argparse.Namespace, agent: Any) -> int:
-    """Agent rollouts with tool calls (``refimpl.sim.agent``, issue 9), when --tool-turns is given."""
+    """Agent rollouts with tool calls (``refimpl.sim.agent``), when --tool-turns is given."""
     from tqdm import tqdm
 
     show = args.progress if args.progress is not None else sys.stderr.isatty()
@@ -659,6 +799,31 @@ def _is_size_error(err: BaseException) -> bool:
     )
 
 
+def _since_start() -> float | None:
+    """Seconds since this process started (Linux: from /proc; elsewhere ``None``)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _warm_up(cfg: SimConfig, engine: str) -> float:
+    """Load (or compile) the kernels the run uses, on one step of the same configuration; its
+    seconds, reported apart from the run's rate."""
+    t0 = time.perf_counter()
+    try:
+        tiny = dataclasses.replace(cfg, rollouts=None, steps=1)
+        with _numeric_guard():
+            simulate(tiny, engine=cast(Any, engine))
+    except (ValueError, TypeError, RuntimeError, FloatingPointError, RuntimeWarning):
+        pass  # the run itself reports what is wrong
+    return time.perf_counter() - t0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
     from tqdm import tqdm
@@ -676,12 +841,16 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         try:
             _check_trace_path(args.trace, directory=agent is not None)
+            refuse_output_naming_input(args.trace, [args.lengths_npy], option="--trace")
         except ValueError as err:
             return _fail(str(err))
     if agent is not None:
         return _run_agent(args, agent)
+    timings: dict[str, float | None] = {"startup_s": _since_start()}
     try:
+        t_lengths = time.perf_counter()
         cfg = _config(args)
+        timings["lengths_s"] = time.perf_counter() - t_lengths
     except (ValueError, TypeError) as err:
         return _fail(_option_names(str(err), args))
     show = args.progress if args.progress is not None else sys.stderr.isatty()
@@ -692,10 +861,15 @@ def run(args: argparse.Namespace) -> int:
     def advance(n: int) -> None:
         bar.update(n)
 
+    kernel_s = _warm_up(cfg, args.engine)
     t0 = time.perf_counter()
+    stats = None
     try:
         with _numeric_guard():
-            trace = simulate(cfg, engine=args.engine, progress=advance)
+            if cfg.engine_model is not None:
+                trace, stats = simulate_engine(cfg, engine=args.engine, progress=advance)
+            else:
+                trace = simulate(cfg, engine=args.engine, progress=advance)
             wall = time.perf_counter() - t0
             summary = trace.summary()
     except (FloatingPointError, RuntimeWarning) as err:
@@ -717,25 +891,34 @@ def run(args: argparse.Namespace) -> int:
         engine = "vector" if cfg.vectorizable else ("compiled" if AVAILABLE else "event")
     out: dict[str, Any] = {
         "impl": f"refimpl-{engine}",
-        "mode": cfg.mode,
+        "mode": cfg.mode if cfg.engine_model is None else "engine",
         "slots": cfg.slots,
         "batch": cfg.batch,
         "rollouts_requested": cfg.rollouts,
         "seed": cfg.seed,
         "sim_wall_s": wall,
         "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
+        # one-time costs, apart from the rate above: the interpreter and imports up to the
+        # command's start, reading the lengths, loading (or compiling) the kernels
+        "startup_s": timings.get("startup_s"),
+        "lengths_s": timings.get("lengths_s", 0.0),
+        "kernel_s": kernel_s,
     }
     out.update(summary.to_json_dict())
+    if stats is not None:
+        out["engine"] = stats.to_json_dict()
     try:
         with _numeric_guard():
-            out["closed_form"] = closed_form(cfg)._asdict()
+            out["closed_form"] = closed_form(cfg)._asdict() if cfg.engine_model is None else None
     except (ValueError, FloatingPointError, RuntimeWarning):
         out["closed_form"] = None
     if args.trace is not None:
         try:
-            trace.to_parquet(args.trace)
+            with atomic_path(args.trace) as tmp:
+                trace.to_parquet(tmp)
         except OSError as err:
             return _fail(f"cannot write --trace={args.trace!r}: {err}")
         out["trace"] = args.trace
+    out["total_wall_s"] = _since_start()
     _print(out, as_json=args.json)
     return 0

@@ -142,16 +142,22 @@ def _params(cfg: SimConfig, model: EngineModel) -> tuple[NDArray[np.int64], NDAr
     return p, c
 
 
-def _stuck_message(cfg: SimConfig, model: EngineModel, rid: int) -> str:
+def _stuck_message(model: EngineModel, rid: int) -> str:
     total = model.total_blocks
+    if total is None:
+        return "the engine cannot make progress (no sequence runs and no publication is due)."
+    budget = (
+        f"the KV budget of {total} blocks of {model.block_size} tokens (kv_memory_bytes="
+        f"{model.kv_memory_bytes}; admissions leave {model.watermark_blocks} free)"
+    )
+    what = (
+        f"a sequence (rollout {rid}) outgrows the whole of {budget}"
+        if rid >= 0
+        else f"no sequence fits: {budget} cannot hold one prompt and its first token"
+    )
     return (
-        f"the engine cannot make progress: a sequence (rollout {rid}) outgrows the whole KV budget "
-        f"of {total} blocks of {model.block_size} tokens (kv_memory_bytes="
-        f"{model.kv_memory_bytes}, less a watermark of {model.watermark_blocks} blocks for "
-        "admissions), or no sequence fits at all. Pass a larger kv_memory_bytes, shorter lengths "
-        "or prompts, or a smaller watermark."
-        if rid >= 0 or total is not None
-        else "the engine cannot make progress (no sequence runs and no publication is due)."
+        f"the engine cannot make progress: {what}. Pass a larger kv_memory_bytes, shorter "
+        "lengths or prompts, or a smaller watermark."
     )
 
 
@@ -194,7 +200,7 @@ def run_engine(
         elif err == L.ERR_LENGTHS:
             supply.extend(slot=int(i_state[L._ERR_A]), needed=lengths.shape[1] + 1)
         else:
-            raise RuntimeError(_stuck_message(cfg, model, int(i_state[L._ERR_A])))
+            raise RuntimeError(_stuck_message(model, int(i_state[L._ERR_A])))
     return _raw(arrays, lengths, float(f_state[L._T]), trainer_times), stats
 
 
