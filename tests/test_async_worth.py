@@ -22,7 +22,7 @@ from scipy import stats
 
 from refimpl import learning as lrn
 from refimpl.lab import async_worth as aw
-from refimpl.lab import learning as lab
+from refimpl.lab import learning_policy as lab
 from refimpl.lab.worth import CONFIDENCE, MARGIN, Clocks, boundary, clocks, decide, fair_cell
 
 LOG_M = math.log(MARGIN)

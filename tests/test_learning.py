@@ -586,13 +586,14 @@ def test_the_lab_section_flags_a_first_k_gradient_without_length_bias(
 ) -> None:
     # the lab's closed-form checks can fail: a first-k gradient that forgets the length bias
     # (the on-policy gradient for every correction) disagrees with the simulated batches
-    from refimpl.lab import learning as lab
+    from refimpl.lab import learning_exact as lab
+    from refimpl.lab import learning_policy as lab_policy
     from refimpl.lab.config import lab_config
     from refimpl.lab.report import Section
 
     config = lab_config(quick=True, seed=0)
-    q = lab.quality()
-    pol = lab._policy(lab.THETA_FIXED, q)
+    q = lab_policy.quality()
+    pol = lab_policy._policy(lab_policy.THETA_FIXED, q)
 
     def run(checks: Any = lab._first_k_checks) -> set[str]:
         section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
@@ -834,9 +835,10 @@ def test_carried_leftovers_train_every_rollout_once_with_the_version_that_launch
 
 def test_conditional_mean_and_variance_equal_the_enumeration_of_every_reward() -> None:
     # exact oracle: every success pattern of 4 samples (2 batches of 2), in Fractions
-    from refimpl.lab import learning as lab
+    from refimpl.lab import learning_exact as lab
+    from refimpl.lab import learning_policy as lab_policy
 
-    q = lab.quality()
+    q = lab_policy.quality()
     ell = np.array([3, 7, 9, 16])
     scores = np.array([[0.5, -1.0], [2.0, 0.25], [-1.5, 1.0], [0.75, 3.0]])
     b = 0.2
@@ -853,7 +855,7 @@ def test_conditional_mean_and_variance_equal_the_enumeration_of_every_reward() -
             g = (
                 sum(
                     (
-                        (s_ - F(lab.PENALTY) * int(e) - F(b)) * row[c]
+                        (s_ - F(lab_policy.PENALTY) * int(e) - F(b)) * row[c]
                         for s_, e, row in zip(succ, ell, sf, strict=True)
                     ),
                     ZERO,
@@ -874,20 +876,21 @@ def test_conditional_mean_and_variance_equal_the_enumeration_of_every_reward() -
 def test_moving_policy_check_passes_and_tells_the_corrections_apart(tmp_path: Any) -> None:
     # each correction's simulated gradients agree with their own exact conditional mean, and the
     # same samples weighted by any other correction's weights are rejected (the wrong variants)
-    from refimpl.lab import learning as lab
+    from refimpl.lab import learning_moving as lab_moving
+    from refimpl.lab import learning_policy as lab_policy
     from refimpl.lab._common import Z_TOL
     from refimpl.lab.config import lab_config
     from refimpl.lab.report import Section
 
     config = lab_config(quick=True, seed=0)
-    q = lab.quality()
-    pol = lab._policy(lab.THETA_FIXED, q)
+    q = lab_policy.quality()
+    pol = lab_policy._policy(lab_policy.THETA_FIXED, q)
     section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
-    lab._lag_checks(section, config, q, pol)
+    lab_moving._lag_checks(section, config, q, pol)
     assert [c.name for c in section.checks if not c.passed] == []
-    assert len(section.checks) == 2 * len(lab.LAG_CORRECTIONS)
+    assert len(section.checks) == 2 * len(lab_moving.LAG_CORRECTIONS)
     sep = section.metrics["lag_separation"]
-    for i, corr in enumerate(lab.LAG_CORRECTIONS):
+    for i, corr in enumerate(lab_moving.LAG_CORRECTIONS):
         assert sep[corr][i] <= Z_TOL
         assert all(d > Z_TOL for k, d in enumerate(sep[corr]) if k != i)
 
@@ -898,7 +901,8 @@ def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_
     # wrong variant of the trainer: each carried sample scored at the version that launched it
     # (its behaviour) instead of the trainer's; the exact conditional check must reject it (the
     # unpatched run passes in the quick lab: tests/test_lab.py::test_closed_forms_agree...)
-    from refimpl.lab import learning as lab
+    from refimpl.lab import learning_moving as lab_moving
+    from refimpl.lab import learning_policy as lab_policy
     from refimpl.lab.config import lab_config
     from refimpl.lab.report import Section
 
@@ -922,10 +926,10 @@ def test_carried_leftovers_under_a_moving_policy_reject_scores_at_the_launching_
     )
     monkeypatch.setattr(lrn_training, "_sample_scores", at_launch)
     config = lab_config(quick=True, seed=0)
-    q = lab.quality()
-    pol = lab._policy(lab.THETA_FIXED, q)
+    q = lab_policy.quality()
+    pol = lab_policy._policy(lab_policy.THETA_FIXED, q)
     section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)
-    lab._carry_lag_checks(section, config, q, pol)
+    lab_moving._carry_lag_checks(section, config, q, pol)
     assert {c.name for c in section.checks if not c.passed} == {"carry-lag-0", "carry-lag-1"}
 
 
@@ -934,13 +938,14 @@ def test_unclipped_mask_ipw_is_checked_exactly_and_rejects_clipped_weights(
 ) -> None:
     # the lab's exact check of the unclipped mask IPW (finite where the fluid mask keeps ℓ)
     # passes, and a library whose unclipped weights were silently clipped at 4 fails it
-    from refimpl.lab import learning as lab
+    from refimpl.lab import learning_exact as lab
+    from refimpl.lab import learning_policy as lab_policy
     from refimpl.lab.config import lab_config
     from refimpl.lab.report import Section
 
     config = lab_config(quick=True, seed=0)
-    q = lab.quality()
-    pol = lab._policy(lab.THETA_FIXED, q)
+    q = lab_policy.quality()
+    pol = lab_policy._policy(lab_policy.THETA_FIXED, q)
 
     def failed() -> set[str]:
         section = Section(key="learning", number=1, title="t", docs=(), figures_dir=tmp_path)

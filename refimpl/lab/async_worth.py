@@ -27,10 +27,10 @@ from scipy import stats
 import refimpl
 import refimpl.sim as rsim
 from refimpl import learning as lrn
-from refimpl.lab import learning as lab
 from refimpl.lab._common import TOL_RULE, Z_TOL, block_mean_and_se, lognormal, seed
 from refimpl.lab._plot import COLORS, legend_below, new_figure, sim_with_error
 from refimpl.lab.config import LabConfig
+from refimpl.lab.learning_policy import PENALTY, THETA0, M, _policy, quality
 from refimpl.lab.report import Section, fmt
 from refimpl.lab.worth import CONFIDENCE, Cell, boundary, fair_cell
 from refimpl.lab.worth import MARGIN as WORTH_MARGIN
@@ -176,13 +176,13 @@ def verdict(effective_speedup: float, mean_ratio: float) -> str:
 
 def _trainer(dur: NDArray[np.float64], config: LabConfig) -> Callable[..., lrn.TrainingRun]:
     """``train(mode, slots, batch, steps, eta, seed)`` for one length law, the rest fixed."""
-    q = lab.quality()
-    phi = lrn.length_features(lab.M, degree=1)
+    q = quality()
+    phi = lrn.length_features(M, degree=1)
 
     def train(mode: str, n: int, b: int, steps: int, eta: int | None, k: int) -> lrn.TrainingRun:
         return lrn.train_policy(
-            lab.THETA0, phi, q, slots=n, batch=b, steps=steps, mode=mode, eta=eta,
-            learning_rate=WORTH_LEARNING_RATE, penalty=lab.PENALTY, durations=dur,
+            THETA0, phi, q, slots=n, batch=b, steps=steps, mode=mode, eta=eta,
+            learning_rate=WORTH_LEARNING_RATE, penalty=PENALTY, durations=dur,
             seed=seed(config, STREAM, 3000 + k), allow_biased=eta is not None,
         )  # fmt: skip
 
@@ -190,9 +190,9 @@ def _trainer(dur: NDArray[np.float64], config: LabConfig) -> Callable[..., lrn.T
 
 
 def _targets() -> list[float]:
-    q = lab.quality()
-    reward = q - lab.PENALTY * np.arange(1, lab.M + 1)
-    start = lab._policy(lab.THETA0, q)
+    q = quality()
+    reward = q - PENALTY * np.arange(1, M + 1)
+    start = _policy(THETA0, q)
     j0, j_star = float(start.pmf @ reward), float(reward.max())
     return [j0 + share * (j_star - j0) for share in TARGET_SHARES]
 
@@ -202,7 +202,7 @@ def _cells(
 ) -> dict[tuple[str, int, int | None], Cell]:
     """Every measured cell: the verdict table's laws and the map's tails, each (law, N/B, η) once."""
     quick = 0 if config.quick else 1
-    start = lab._policy(lab.THETA0, lab.quality())
+    start = _policy(THETA0, quality())
     seeds, steps = list(range(WORTH_SEEDS[quick])), WORTH_STEPS[quick]
     grid = dict(laws())
     grid.update({_tail_name(s): _lognormal_law(s) for s in MAP_SIGMAS})
@@ -271,7 +271,7 @@ def _measured(
         ),
         rows,
         note=(
-            f"Regime: toy policy of the learning section (M = {lab.M}) with each law's rollout "
+            f"Regime: toy policy of the learning section (M = {M}) with each law's rollout "
             f"times (toy_durations), B = {WORTH_BATCH}, N = B × N/B, no staleness bound, no "
             f"trainer time, {seeds} paired seeds, {steps} optimizer steps per run. Rule: d = "
             "log(sync time ÷ async time), averaged per seed over the targets "
