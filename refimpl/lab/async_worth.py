@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -392,10 +392,6 @@ def _acceptance(
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the async-worth section."""
-    n = 32
-    steps = config.speedup_steps
-    a_steps = config.async_steps
-    warm = a_steps // 5
     section.text(
         "**The verdict is measured on equal terms.** Both sides get the same hardware (N "
         f"slots), the same batch (B = {WORTH_BATCH}), the same learning rate, estimator and "
@@ -412,6 +408,19 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     measured = _measured(section, cells, config)
     _map(section, cells, config)
     _acceptance(section, cells, config)
+    _model_texts(section, config)
+    failures: list[str] = []
+    law_rows = []
+    for i, (name, dist) in enumerate(continuous_laws()):
+        progress(f"{name}: sync {config.speedup_steps} steps, async {config.async_steps} steps")
+        law_rows.append(_law_row(section, config, i, name, dist, failures))
+    _throughput_tables(section, law_rows, measured, failures)
+    _speedup_figure(section, law_rows)
+
+
+def _model_texts(section: Section, config: LabConfig) -> None:
+    """The throughput tables' setting and the secondary γ^s model's rule."""
+    n, steps, a_steps = THROUGHPUT_SLOTS, config.speedup_steps, config.async_steps
     section.text(
         f"Synchronous dispatch on `n = {n}` slots waits for the longest rollout: a step takes "
         f"`E[max of n]`. Asynchronous dispatch keeps every slot busy, so at best it is "
@@ -442,104 +451,127 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             "mean_length": MEAN,
         },
     )
-    rows: list[tuple[Any, ...]] = []
-    failures: list[str] = []
-    names: list[str] = []
-    bound_cf: list[float] = []
-    bound_sim: list[float] = []
-    bound_err: list[float] = []
-    eff_all: list[tuple[float, float, float]] = []
-    verdicts: list[str] = []
-    for i, (name, dist) in enumerate(continuous_laws()):
-        progress(f"{name}: sync {steps} steps, async {a_steps} steps")
-        mean_l = float(dist.mean())
-        try:
-            bound: float | None = float(refimpl.async_speedup(dist, n=n))
-        except ArithmeticError as err:  # the library refuses an inaccurate value: say so
-            bound = None
-            failures.append(f"`expected_max`/`async_speedup` for {name}: {err}")
-        tr_sync = rsim.simulate(
-            rsim.SimConfig(
-                slots=n,
-                batch=n,
-                mode="sync",
-                steps=steps,
-                lengths=dist,
-                seed=seed(config, STREAM, i),
-            )
+
+
+class _LawRow(NamedTuple):
+    """One law's throughput row, its plotted values and its secondary-model verdict."""
+
+    row: tuple[Any, ...]
+    bound: float
+    bound_sim: float
+    bound_err: float
+    eff: tuple[float, float, float]
+    verdict: str
+
+
+#: Slots of the throughput tables (closed forms against simulation).
+THROUGHPUT_SLOTS = 32
+
+
+def _law_row(
+    section: Section, config: LabConfig, i: int, name: str, dist: Any, failures: list[str]
+) -> _LawRow:
+    """Simulate one law synchronously and asynchronously (drop over η); its checks and its row."""
+    n, steps, a_steps = THROUGHPUT_SLOTS, config.speedup_steps, config.async_steps
+    warm = a_steps // 5
+    mean_l = float(dist.mean())
+    try:
+        bound: float | None = float(refimpl.async_speedup(dist, n=n))
+    except ArithmeticError as err:  # the library refuses an inaccurate value: say so
+        bound = None
+        failures.append(f"`expected_max`/`async_speedup` for {name}: {err}")
+    tr_sync = rsim.simulate(
+        rsim.SimConfig(
+            slots=n,
+            batch=n,
+            mode="sync",
+            steps=steps,
+            lengths=dist,
+            seed=seed(config, STREAM, i),
         )
-        step_times = np.diff(np.concatenate([[0.0], np.asarray(tr_sync.publish_times)]))
-        st_mean = float(step_times.mean())
-        st_se = float(step_times.std(ddof=1) / np.sqrt(step_times.size))
-        if bound is not None:
-            section.check(
-                f"speedup-{i}",
-                f"E[max of {n}]/E[L], {name}",
-                closed_form=bound,
-                simulation=st_mean / mean_l,
-                tolerance=max(Z_TOL * st_se / mean_l, 1e-9),
-                rule=TOL_RULE,
-            )
-        tr_async = rsim.simulate(
-            rsim.SimConfig(
-                slots=n,
-                batch=n,
-                steps=a_steps,
-                lengths=dist,
-                eta=ETA,
-                over_bound="drop",
-                seed=seed(config, STREAM, 100 + i),
-            )
-        )
-        pub = np.asarray(tr_async.publish_times)
-        async_rate = n * (a_steps - warm) / (pub[-1] - pub[warm - 1])
-        sync_rate = n / st_mean
-        order = tr_async.training_order()
-        order = order[np.asarray(tr_async.step)[order] >= warm]
-        s = np.asarray(tr_async.staleness)[order]
-        lengths = np.asarray(tr_async.length)[order]
-        value = float(np.mean(refimpl.staleness_decay(s, gamma=GAMMA)))
-        status = np.asarray(tr_async.status)
-        consumed = np.asarray(tr_async.step) >= warm
-        kept_sim = float((status[consumed] == rsim.STATUS["trained"]).mean())
-        fl = refimpl.fluid_steady_state(dist, slots=n, batch=n, eta=ETA)
-        ratio_sim = async_rate / sync_rate
-        ratio_cf = None if bound is None else bound * float(fl.kept_fraction)
-        mean_ratio = float(lengths.mean()) / mean_l
-        eff = ratio_sim * value
-        v = verdict(eff, mean_ratio)
-        per_step = np.bincount(np.asarray(tr_async.step)[order] - warm, weights=lengths) / n
-        _, mr_se = block_mean_and_se(per_step / mean_l)
-        rows.append(
-            (
-                name,
-                "not computed" if bound is None else bound,
-                st_mean / mean_l,
-                float(fl.kept_fraction),
-                kept_sim,
-                "not computed" if ratio_cf is None else ratio_cf,
-                ratio_sim,
-                float(fl.trained_mean_length) / mean_l,
-                mean_ratio,
-                value,
-                eff,
-                v,
-            )
-        )
+    )
+    step_times = np.diff(np.concatenate([[0.0], np.asarray(tr_sync.publish_times)]))
+    st_mean = float(step_times.mean())
+    st_se = float(step_times.std(ddof=1) / np.sqrt(step_times.size))
+    if bound is not None:
         section.check(
-            f"trained-mean-{i}",
-            f"trained mean / E[L], {name}, drop over η = {ETA}",
-            closed_form=float(fl.trained_mean_length) / mean_l,
-            simulation=mean_ratio,
-            tolerance=0.03 * float(fl.trained_mean_length) / mean_l + Z_TOL * mr_se,
-            rule=FLUID_RULE,
+            f"speedup-{i}",
+            f"E[max of {n}]/E[L], {name}",
+            closed_form=bound,
+            simulation=st_mean / mean_l,
+            tolerance=max(Z_TOL * st_se / mean_l, 1e-9),
+            rule=TOL_RULE,
         )
-        names.append(name)
-        bound_cf.append(np.nan if bound is None else bound)
-        bound_sim.append(st_mean / mean_l)
-        bound_err.append(st_se / mean_l)
-        eff_all.append((np.nan if ratio_cf is None else ratio_cf, ratio_sim, eff))
-        verdicts.append(v)
+    tr_async = rsim.simulate(
+        rsim.SimConfig(
+            slots=n,
+            batch=n,
+            steps=a_steps,
+            lengths=dist,
+            eta=ETA,
+            over_bound="drop",
+            seed=seed(config, STREAM, 100 + i),
+        )
+    )
+    pub = np.asarray(tr_async.publish_times)
+    async_rate = n * (a_steps - warm) / (pub[-1] - pub[warm - 1])
+    sync_rate = n / st_mean
+    order = tr_async.training_order()
+    order = order[np.asarray(tr_async.step)[order] >= warm]
+    s = np.asarray(tr_async.staleness)[order]
+    lengths = np.asarray(tr_async.length)[order]
+    value = float(np.mean(refimpl.staleness_decay(s, gamma=GAMMA)))
+    status = np.asarray(tr_async.status)
+    consumed = np.asarray(tr_async.step) >= warm
+    kept_sim = float((status[consumed] == rsim.STATUS["trained"]).mean())
+    fl = refimpl.fluid_steady_state(dist, slots=n, batch=n, eta=ETA)
+    ratio_sim = async_rate / sync_rate
+    ratio_cf = None if bound is None else bound * float(fl.kept_fraction)
+    mean_ratio = float(lengths.mean()) / mean_l
+    eff = ratio_sim * value
+    v = verdict(eff, mean_ratio)
+    per_step = np.bincount(np.asarray(tr_async.step)[order] - warm, weights=lengths) / n
+    _, mr_se = block_mean_and_se(per_step / mean_l)
+    row = (
+        name,
+        "not computed" if bound is None else bound,
+        st_mean / mean_l,
+        float(fl.kept_fraction),
+        kept_sim,
+        "not computed" if ratio_cf is None else ratio_cf,
+        ratio_sim,
+        float(fl.trained_mean_length) / mean_l,
+        mean_ratio,
+        value,
+        eff,
+        v,
+    )
+    section.check(
+        f"trained-mean-{i}",
+        f"trained mean / E[L], {name}, drop over η = {ETA}",
+        closed_form=float(fl.trained_mean_length) / mean_l,
+        simulation=mean_ratio,
+        tolerance=0.03 * float(fl.trained_mean_length) / mean_l + Z_TOL * mr_se,
+        rule=FLUID_RULE,
+    )
+    return _LawRow(
+        row,
+        np.nan if bound is None else bound,
+        st_mean / mean_l,
+        st_se / mean_l,
+        (np.nan if ratio_cf is None else ratio_cf, ratio_sim, eff),
+        v,
+    )
+
+
+def _throughput_tables(
+    section: Section, law_rows: list[_LawRow], measured: dict[str, str], failures: list[str]
+) -> None:
+    """The throughput and γ^s-model tables, the per-law summary and the headline."""
+    n = THROUGHPUT_SLOTS
+    rows = [r.row for r in law_rows]
+    names = [r.row[0] for r in law_rows]
+    verdicts = [r.verdict for r in law_rows]
     section.table(
         "throughput",
         f"What asynchrony could buy on {n} slots (mean length {fmt(MEAN)} tokens): the speedup "
@@ -602,6 +634,16 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         )
     section.metric("closed_form_failures", failures)
 
+
+def _speedup_figure(section: Section, law_rows: list[_LawRow]) -> None:
+    """The speedup bound against simulation, and what is left after the drop."""
+    n = THROUGHPUT_SLOTS
+    names = [r.row[0] for r in law_rows]
+    bound_cf = [r.bound for r in law_rows]
+    bound_sim = [r.bound_sim for r in law_rows]
+    bound_err = [r.bound_err for r in law_rows]
+    eff_all = [r.eff for r in law_rows]
+    verdicts = [r.verdict for r in law_rows]
     fig, (ax1, ax2) = new_figure(2, height=5.6)
     x = np.arange(len(names))
     ax1.plot(
