@@ -224,4 +224,19 @@ SECTIONS: tuple[SectionSpec, ...] = (
             _WALK,
         ),
     ),
+    SectionSpec(
+        key="engine",
+        title="What an inference engine does to length bias and staleness",
+        module="refimpl.lab.engine",
+        requires=(
+            "refimpl.sim.EngineModel",
+            "refimpl.sim.SimConfig",
+            "refimpl.sim.simulate_engine",
+        ),
+        docs=(
+            DocLink("concepts/sim-engine", "The engine mode of the simulator"),
+            DocLink("howto/simulate", "Simulating from the command line: the engine mode"),
+            _WALK,
+        ),
+    ),
 )
