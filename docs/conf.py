@@ -27,6 +27,8 @@ extensions = [
     # The CLI reference is generated from the argparse parsers themselves.
     "sphinxarg.ext",
     "matplotlib.sphinxext.plot_directive",
+    # A copy button on every code block; prompts and doctest output are not copied.
+    "sphinx_copybutton",
 ]
 # The bundled copy, not a CDN; loaded on every page (see setup) so that math in the sidebar and
 # in page titles renders on pages that have no formula of their own.
@@ -48,11 +50,17 @@ napoleon_numpy_docstring = True
 napoleon_use_rtype = False
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
-html_theme = "alabaster"
-# Wider than alabaster's 940 px, so that code blocks and tables fit; narrower screens get its
-# responsive layout.
-html_theme_options = {"page_width": "1140px", "sidebar_width": "240px"}
+# Furo: light and dark modes (following the reader's system setting, with a toggle), a responsive
+# layout, and Sphinx's own search, which runs in the browser and so works from file:// offline.
+html_theme = "furo"
 html_title = "refimpl"
+# Options, flags, JSON and code must reach the reader as written: smart quotes would turn ``--flag``
+# into an en dash and straight quotes into curly ones wherever docutils does not know a span is code
+# (sphinx-argparse's option lists, for one).
+smartquotes = False
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = False
 html_static_path = ["_static"]
 html_css_files = ["refimpl.css"]
 nitpicky = False
@@ -240,6 +248,44 @@ def _link_claim_ids(
         lines[i] = _CITATION.sub(cite, _CLAIM_ID.sub(link, line))
 
 
+# Inline code in the built pages (``<code class="docutils literal"><span class="pre">…``): a break
+# opportunity after each ``.``, ``_``, ``:`` and ``/`` of an identifier, so that a long qualified name
+# wraps at a boundary a reader sees instead of mid-word or past the column. ``<wbr>`` is not text:
+# copying the name copies it whole.
+_INLINE_CODE = re.compile(
+    r'(<code class="docutils literal[^"]*"><span class="pre">)([^<]+)(</span>)'
+)
+_BREAK_AFTER = re.compile(r"(?<=[._:/])(?=\w)")
+
+
+def _break_long_identifiers(app: Sphinx, exception: Exception | None) -> None:
+    """Insert ``<wbr>`` at the boundaries of inline code longer than a short word, in every page."""
+    if exception is not None or app.builder.format != "html":
+        return
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+
+        def split(match: re.Match[str]) -> str:
+            code = match[2]
+            if len(code) <= 16:
+                return match[0]
+            return match[1] + _BREAK_AFTER.sub("<wbr>", code) + match[3]
+
+        new = _INLINE_CODE.sub(split, text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+
+
+def _dash_field_separators(app: Sphinx, doctree: Any, docname: str) -> None:
+    """Show the `` -- `` that Sphinx puts between a parameter's name and type and its description as
+    the en dash it stands for (with smart quotes off, nothing else turns it into one)."""
+    from docutils import nodes
+
+    for text in list(doctree.findall(nodes.Text)):
+        if str(text) == " -- " and not isinstance(text.parent, nodes.literal):
+            text.parent.replace(text, nodes.Text(" \u2013 "))
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     # Page titles with math ("first-$k$-of-$n$") appear in every page's sidebar and toctree.
     app.set_html_assets_policy("always")
@@ -249,4 +295,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("source-read", _check_plot_prefixes)
     app.connect("source-read", _link_citations_in_pages)
     app.connect("env-check-consistency", _check_api_documented)
+    app.connect("doctree-resolved", _dash_field_separators)
+    app.connect("build-finished", _break_long_identifiers)
     return {"parallel_read_safe": True}

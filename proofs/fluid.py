@@ -13,8 +13,9 @@ is launched at a uniformly random phase $U$ of the version clock, independent of
 staleness is the number of version boundaries it spans,
 $s = \lfloor \ell/\Delta + U \rfloor$ with $U \sim U(0, 1)$. Writing $\ell/\Delta = m + f$ with
 $m$ an integer and $0 \le f < 1$, $s = m$ with probability $1 - f$ and $m + 1$ with probability
-$f$, so $E[s \mid \ell] = \ell/\Delta$ and $P(s \ge j \mid \ell) = \operatorname{clip}(\ell/\Delta - j
-+ 1, 0, 1)$; averaging over the (unbiased) trained law, $E[s] = E[L]/\Delta = N/B$ ([FL1](#fl1)).
+$f$, so $E[s \mid \ell] = \ell/\Delta$ and
+$P(s \ge j \mid \ell) = \operatorname{clip}(\ell/\Delta - j + 1, 0, 1)$; averaging over the
+(unbiased) trained law, $E[s] = E[L]/\Delta = N/B$ ([FL1](#fl1)).
 
 **Masking turns staleness into length bias.** Dropping samples with $s > \eta$ keeps a rollout of
 length $\ell$ with probability $\mathrm{keep}(\ell) = P(s \le \eta \mid \ell) =

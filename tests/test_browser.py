@@ -37,6 +37,7 @@ from conftest import QuickLab
 
 ROOT = Path(__file__).resolve().parent.parent
 WIDTHS = (1400, 700)
+CODE_WIDTH = 1400  # from this width on, no code block may scroll sideways
 TIMEOUT = 300.0  # seconds for one protocol reply: a hung browser fails the test instead of hanging
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -48,13 +49,44 @@ PROBE = r"""
   const mathjax = !!(mj && mj.startup && mj.startup.promise);
   if (mathjax) await mj.startup.promise;
   await document.fonts.ready;
-  const skip = new Set(["SCRIPT", "STYLE", "PRE", "CODE", "TEXTAREA", "NOSCRIPT", "KBD", "SAMP"]);
-  const raw = [];
+  const code = new Set(["PRE", "CODE", "KBD", "SAMP", "TT"]);
+  const skip = new Set(["SCRIPT", "STYLE", "TEXTAREA", "NOSCRIPT", ...code]);
+  // TeX that MathJax did not typeset: a \( \[ or $$ delimiter, a $...$ pair around something that
+  // is not a space, or a backslash command (\frac, \mathbb) left in the text.
+  const tex = /\\\(|\\\[|\$\$|\$[^$\s][^$]*\$|\\[A-Za-z]{2,}/;
+  // Typography that changes meaning: an en or em dash where "--" was written before an option
+  // (in code or prose), and curly quotes in code, options or JSON.
+  const option = /(^|[\s(\[=])[\u2013\u2014][A-Za-z]/;
+  const curly = /[\u2018\u2019\u201c\u201d]/;
+  const raw = [], typography = [];
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
-    let p = n.parentElement;
-    while (p && !skip.has(p.tagName)) p = p.parentElement;
-    if (!p && /\\\(|\\\[|\$\$/.test(n.textContent)) raw.push(n.textContent.trim().slice(0, 160));
+    const text = n.textContent;
+    let p = n.parentElement, inCode = false, skipped = false;
+    for (; p; p = p.parentElement) {
+      if (p.tagName.startsWith("MJX-") || p.tagName === "MATH") { skipped = true; break; }
+      if (code.has(p.tagName)) inCode = true;
+      if (skip.has(p.tagName)) skipped = true;
+    }
+    const where = text.trim().slice(0, 160);
+    if (!skipped && tex.test(text)) raw.push(where);
+    if (inCode && curly.test(text)) typography.push(`curly quotes in code: ${where}`);
+    if (option.test(text)) typography.push(`a dash for an option's --: ${where}`);
+  }
+  // A table row with more or fewer cells than its header (a "|" inside $...$ of a Markdown
+  // table splits a cell). Tables with row spans are not counted.
+  const tables = [];
+  for (const t of document.querySelectorAll("table")) {
+    const rows = [...t.rows];
+    if (rows.length < 2 || rows.some((r) => [...r.cells].some((c) => c.rowSpan > 1))) continue;
+    const width = (r) => [...r.cells].reduce((n, c) => n + c.colSpan, 0);
+    const head = width(rows[0]);
+    const bad = rows.map((r, i) => [i, width(r)]).filter(([, w]) => w !== head);
+    if (bad.length) {
+      const name = rows[0].textContent.trim().replace(/\s+/g, " ").slice(0, 60);
+      tables.push(`table "${name}": header ${head} columns, ` +
+        bad.slice(0, 3).map(([i, w]) => `row ${i} ${w}`).join(", "));
+    }
   }
   const errors = [
     ...[...document.querySelectorAll("mjx-merror")]
@@ -69,7 +101,7 @@ PROBE = r"""
     ...[...document.querySelectorAll("img[src], script[src]")].map((e) => e.src),
     ...[...document.querySelectorAll("link[href][rel~=stylesheet]")].map((e) => e.href),
   ];
-  return JSON.stringify({mathjax, raw, errors, links});
+  return JSON.stringify({mathjax, raw, typography, tables, errors, links});
 })()
 """
 
@@ -89,7 +121,11 @@ MEASURE = r"""
       }
     }
   }
-  return JSON.stringify({scrollWidth: root.scrollWidth, width, wide});
+  // code blocks that scroll sideways (hide part of a line behind a scroll bar)
+  const scrolling = [...document.querySelectorAll("div.highlight pre")]
+    .filter((e) => e.scrollWidth > e.clientWidth + 1)
+    .map((e) => e.textContent.trim().split("\n")[0].slice(0, 80));
+  return JSON.stringify({scrollWidth: root.scrollWidth, width, wide, scrolling});
 })()
 """
 
@@ -256,11 +292,15 @@ class Findings:
     math_errors: list[str] = field(default_factory=list)
     overflow: list[str] = field(default_factory=list)
     broken_links: list[str] = field(default_factory=list)
+    typography: list[str] = field(default_factory=list)
+    broken_tables: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         return [
             *(f"raw TeX left unrendered: {t!r}" for t in self.raw_tex),
             *(f"MathJax error: {e!r}" for e in self.math_errors),
+            *(f"typography: {t!r}" for t in self.typography),
+            *(f"broken table: {t}" for t in self.broken_tables),
             *self.overflow,
             *(f"broken internal link: {link}" for link in self.broken_links),
         ]
@@ -330,6 +370,11 @@ def inspect(
                 f"horizontal overflow at {width} px: the document is {measured['scrollWidth']} px "
                 f"wide; sticking out: {'; '.join(measured['wide'][:5])}"
             )
+        if width >= CODE_WIDTH and measured["scrolling"]:
+            overflow.append(
+                f"code blocks scroll sideways at {width} px (first lines: "
+                f"{'; '.join(map(repr, measured['scrolling'][:3]))})"
+            )
         # Raw TeX, errors and links do not depend on the width: reported at the first only.
         first = width == widths[0]
         found[width] = Findings(
@@ -337,6 +382,8 @@ def inspect(
             math_errors=errors if first else [],
             overflow=overflow,
             broken_links=links if first else [],
+            typography=list(result["typography"]) if first else [],
+            broken_tables=list(result["tables"]) if first else [],
         )
     return found
 
@@ -422,6 +469,21 @@ BROKEN_PAGES = {
     "error.html": "{mathjax}<p>\\(\\frac{1}\\) and \\(\\undefinedmacro x\\)</p>",
     # A table wider than a narrow viewport.
     "wide.html": '<table style="width: 1000px"><tr><td>wide</td></tr></table>',
+    # TeX that no renderer saw: a $...$ pair, a backslash command, a formula cut by a list item.
+    "tex.html": "<p>the cost $x^2$ grows</p><p>a \\frac{a}{b} left over</p>"
+    "<ul><li>1, 0, 1)$; averaging, $E[s] = N/B$</li></ul><p>costs $5 and more</p>",
+    # A Markdown table whose row a "|" inside $...$ split into one cell too many.
+    "table.html": "<table><thead><tr><th>op</th><th>condition</th></tr></thead><tbody>"
+    "<tr><td>exp</td><td>|d| + 3</td></tr><tr><td>sum</td><td>$(</td><td>d</td></tr>"
+    "</tbody></table>",
+    # Smart quotes in JSON and en dashes for an option's "--".
+    "typography.html": "<pre>{\u201ca\u201d: 1}</pre><p>run <code>refimpl lab \u2013quick</code>"
+    " or pass \u2013seed 0; pages 1\u20134 \u2013 fine</p>",
+    # A code block whose line is wider than the column: it scrolls sideways.
+    "code.html": '<div class="highlight" style="width: 600px"><pre style="overflow-x: auto">'
+    + "x = 1  # "
+    + "long " * 60
+    + "</pre></div>",
     # A missing page, a missing fragment, a missing image.
     "links.html": '<a href="missing.html">x</a> <a href="#nowhere">y</a> <img src="nothing.png">',
 }
@@ -440,7 +502,7 @@ def broken_site(tmp_path_factory: pytest.TempPathFactory, built_docs: Path) -> P
 
 
 @pytest.mark.slow
-def test_the_checks_catch_raw_tex_math_errors_overflow_and_broken_links(
+def test_the_checks_catch_raw_tex_broken_tables_typography_overflow_and_broken_links(
     browser: Chromium, broken_site: Path
 ) -> None:
     def check(name: str, *, needs_mathjax: bool = False) -> dict[int, Findings]:
@@ -459,6 +521,25 @@ def test_the_checks_catch_raw_tex_math_errors_overflow_and_broken_links(
     assert not wide[1400].problems(), wide
     (overflow,) = wide[700].overflow
     assert "table" in overflow, wide
+    tex = check("tex.html")[1400]
+    assert tex.raw_tex == [
+        "the cost $x^2$ grows",
+        "a \\frac{a}{b} left over",
+        "1, 0, 1)$; averaging, $E[s] = N/B$",
+    ], tex
+    table = check("table.html")[1400]
+    assert table.broken_tables == ['table "opcondition": header 2 columns, row 2 3'], table
+    assert table.raw_tex == [], table  # "$(" alone is not a formula
+    typography = check("typography.html")[1400]
+    assert typography.typography == [
+        "curly quotes in code: {\u201ca\u201d: 1}",
+        "a dash for an option's --: refimpl lab \u2013quick",
+        "a dash for an option's --: or pass \u2013seed 0; pages 1\u20134 \u2013 fine",
+    ], typography
+    code = check("code.html")
+    (scrolls,) = code[1400].overflow
+    assert scrolls.startswith("code blocks scroll sideways at 1400 px"), code
+    assert not code[700].problems(), code  # on a narrow screen a code block may scroll
     links = check("links.html")[1400]
     assert [b.split("/")[-1] for b in links.broken_links] == [
         "missing.html (no such file)",
