@@ -429,12 +429,17 @@ def _csv_blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
         yield b"".join(parts) if len(parts) > 1 else block
 
 
-def _csv_row_lines(block: bytes, first_line: int, rows: int) -> NDArray[np.int64]:
+def _csv_row_lines(
+    block: bytes, first_line: int, rows: int, newlines: int | None = None
+) -> NDArray[np.int64]:
     """The line number of every row of ``block`` (whose first line is ``first_line``).
 
     Empty lines hold no row (the CSV parser skips them). If a quoted field spans lines the rows
-    and the non-empty lines differ in number; rows are then numbered one per line.
+    and the non-empty lines differ in number; rows are then numbered one per line. As many rows
+    as lines (``newlines``, counted by the caller) means one row per line.
     """
+    if newlines is not None and rows == newlines + (not block.endswith(b"\n")):
+        return first_line + np.arange(rows, dtype=np.int64)
     buf = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(buf == 10)
     if ends.size == 0 or ends[-1] != buf.size - 1:
@@ -491,39 +496,54 @@ def _csv_chunks(
         _missing(path, wanted, header)
         if not head.endswith(b"\n"):
             head += b"\n"
-        convert = pacsv.ConvertOptions(
-            column_types={c: pa.string() for c in wanted},
-            include_columns=wanted,
-            strings_can_be_null=True,
-            null_values=[""],
-            quoted_strings_can_be_null=True,
-        )
+
+        def options(numbers: Any) -> Any:
+            types = {c: pa.string() if c in lists or exact else numbers for c in wanted}
+            return pacsv.ConvertOptions(
+                column_types=types,
+                include_columns=wanted,
+                strings_can_be_null=True,
+                null_values=[""],
+                quoted_strings_can_be_null=True,
+            )
+
+        # Numbers are parsed as float64 directly; a block that does not parse so (or that holds
+        # blanks, which pyarrow's float parser would trim) is read as text and cast, which
+        # names the line and the field that is not a number.
+        typed, text = options(pa.float64()), options(pa.string())
+        read = pacsv.ReadOptions(use_threads=True, block_size=_PARSE_BLOCK)
         size = min(max(chunk_rows * 16, 1 << 12), _CSV_BLOCK_BYTES)
         row = 0
         line = 2
         for block in _csv_blocks(handle, size):
             _require_text(path, block, "csv", line)
             data = head + block
+            newlines = block.count(b"\n")
             try:
-                table = pacsv.read_csv(
-                    io.BytesIO(data),
-                    read_options=pacsv.ReadOptions(use_threads=True, block_size=_PARSE_BLOCK),
-                    convert_options=convert,
-                )
+                try:
+                    if b" " in block or b"\t" in block:  # pyarrow's float parser trims " 1"
+                        raise pa.ArrowInvalid("a field may hold blanks: read it as text")
+                    table = pacsv.read_csv(
+                        io.BytesIO(data), read_options=read, convert_options=typed
+                    )
+                except pa.ArrowInvalid:
+                    table = pacsv.read_csv(
+                        io.BytesIO(data), read_options=read, convert_options=text
+                    )
             except pa.ArrowInvalid as exc:
                 bad = _csv_bad_line(block, line, len(header))
                 if bad is not None:
                     where, why = f"line {bad[0]}", f"{bad[1]} fields, the header has {len(header)}"
                 else:  # pyarrow's row numbers count from this block, not from the file
-                    last = line + block.count(b"\n")
+                    last = line + newlines
                     where, why = f"lines {line}-{last}", str(exc)
                 raise TraceError(
                     f"{where}: unparsable CSV ({why}). Every row needs one field per header "
                     "column, and a quote that opens a field must close it."
                 ) from None
             n = table.num_rows
-            lines = _csv_row_lines(block, line, n)
-            line += block.count(b"\n")
+            lines = _csv_row_lines(block, line, n, newlines)
+            line += newlines
             if n == 0:
                 on_progress(handle.tell())
                 continue
@@ -542,7 +562,7 @@ def _csv_chunks(
                     if exact:
                         columns[name] = _exact_csv_column(col)
                         continue
-                    columns[name] = to_numpy(to_float(col))
+                    columns[name] = to_numpy(col if col.type == pa.float64() else to_float(col))
                 except (pa.ArrowInvalid, ValueError):
                     i = _first_bad(col, to_float)
                     raise TraceError(
