@@ -10,6 +10,7 @@ import numpy as np
 from scipy import stats
 
 from refimpl import learning as lrn
+from refimpl import learning_async as la
 from refimpl.lab._common import TOL_RULE, Z_TOL, seed
 from refimpl.lab._plot import COLORS, legend_below, new_figure
 from refimpl.lab.config import LabConfig
@@ -57,8 +58,6 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
     variance). The same counts are tested against wrong variants of the model (table
     *composition-variants*).
     """
-    from refimpl import learning_async as la
-
     section.text(
         "**Which samples continuous dispatch trains, exactly.** At small N the composition itself "
         "has an exact law: `refimpl.learning_async.continuous_dispatch_law` follows the ordered "
@@ -74,162 +73,202 @@ def _composition_checks(section: Section, config: LabConfig) -> None:
     )
 
     reps = COMPOSITION_REPS[0] if config.quick else COMPOSITION_REPS[1]
-    pmf = list(COMPOSITION_PMF)
-    m = len(pmf)
-    n, b = COMPOSITION["slots"], COMPOSITION["batch"]
     fig, axes = new_figure(len(COMPOSITION_CASES) + 1, height=4.6)
     variant_rows: list[tuple[Any, ...]] = []
-    drop_ax = axes[-1]
     for ci, (label, eta) in enumerate(COMPOSITION_CASES):
-        tag = "none" if eta is None else f"eta{eta}"
-        law = la.continuous_dispatch_law(pmf, eta=eta, **COMPOSITION)
+        law = la.continuous_dispatch_law(list(COMPOSITION_PMF), eta=eta, **COMPOSITION)
         cells = la.simulated_dispatch_cells(
-            pmf, eta=eta, replications=reps, seed=seed(config, STREAM, 900 + ci), **COMPOSITION
-        )
-        chi = la.chi_square_check(cells.sample, law.sample, alpha=CHI2_ALPHA)
-        _chi_square(
-            section,
-            f"composition-{tag}-chi2",
-            f"X², (length, staleness) of a trained sample, N = {n}, B = {b}, {label}",
-            chi,
-            reps,
-        )
-        sim = cells.sample.astype(np.float64)
-        ell_idx, s_idx = np.nonzero(sim >= 0)
-        counts = sim[ell_idx, s_idx]
-        flat = [
-            (ell, s, q) for ell, row in enumerate(law.sample, start=1) for s, q in enumerate(row)
-        ]
-        for name, pick, exact_values in (
-            ("length", ell_idx + 1, [(float(ell), q) for ell, _, q in flat]),
-            ("staleness", s_idx, [(float(s), q) for _, s, q in flat]),
-        ):
-            mu, sd = _law_moments(exact_values)
-            mean = float(np.sum(counts * pick) / reps)
-            section.check(
-                f"composition-{tag}-{name}",
-                f"mean {name} of a trained sample, N = {n}, B = {b}, {label}",
-                closed_form=mu,
-                simulation=mean,
-                tolerance=Z_TOL * sd / np.sqrt(reps),
-                rule=TOL_RULE + " (SE from the exact law's variance)",
-            )
+            list(COMPOSITION_PMF), eta=eta, replications=reps,
+            seed=seed(config, STREAM, 900 + ci), **COMPOSITION,
+        )  # fmt: skip
+        chi = _sample_checks(section, label, eta, law, cells, reps)
         if eta is not None:
-            _chi_square(
-                section,
-                f"composition-{tag}-dropped-chi2",
-                f"X², samples dropped in a step, N = {n}, B = {b}, {label}",
-                la.chi_square_check(cells.dropped, law.dropped, alpha=CHI2_ALPHA),
-                reps,
-            )
-            mu, sd = _law_moments([(float(d), q) for d, q in enumerate(law.dropped)])
-            drawn = cells.dropped.astype(np.float64)
-            section.check(
-                f"composition-{tag}-dropped",
-                f"mean samples dropped per step, N = {n}, B = {b}, {label}",
-                closed_form=mu,
-                simulation=float(np.sum(drawn * np.arange(drawn.size)) / reps),
-                tolerance=Z_TOL * sd / np.sqrt(reps),
-                rule=TOL_RULE + " (SE from the exact law's variance)",
-            )
-            section.metric(f"composition_{tag}_dropped_mean", float(law.dropped_mean))
-            d = np.arange(len(law.dropped))
-            exact_d = np.array([float(q) for q in law.dropped])
-            drop_ax.bar(d, exact_d, width=0.7, color="0.85", label="exact")
-            freq = np.zeros(len(law.dropped))
-            freq[: min(drawn.size, freq.size)] = drawn[: freq.size] / reps
-            drop_ax.errorbar(
-                d,
-                freq,
-                yerr=2 * np.sqrt(exact_d * (1 - exact_d) / reps),
-                fmt="o",
-                color=COLORS[0],
-                ms=4,
-                capsize=2,
-                label=f"simulation ({reps} runs, ±2 SE)",
-            )
-            drop_ax.set_xlabel(f"samples dropped in a step ({label})")
-            drop_ax.set_ylabel("probability")
-            drop_ax.set_title("Drops per step")
-        # the fluid model of the same case (first order; a labelled model, not a check)
-        delta = float(
-            lrn.fluid_step_time(np.array([float(x) for x in pmf]), slots=n, batch=b, eta=eta)
+            _drop_checks(section, label, eta, law, cells, reps, axes[-1])
+        _cells_panel(section, axes[ci], label, eta, law, cells, reps)
+        variant_rows += _variant_rows(label, eta, law, cells, chi)
+    _composition_report(section, fig, axes, variant_rows, reps)
+
+
+def _tag(eta: int | None) -> str:
+    return "none" if eta is None else f"eta{eta}"
+
+
+def _sample_checks(
+    section: Section, label: str, eta: int | None, law: Any, cells: Any, reps: int
+) -> Any:
+    """X² of the trained (length, staleness) cells and their mean length and staleness."""
+    tag, n, b = _tag(eta), COMPOSITION["slots"], COMPOSITION["batch"]
+    chi = la.chi_square_check(cells.sample, law.sample, alpha=CHI2_ALPHA)
+    _chi_square(
+        section,
+        f"composition-{tag}-chi2",
+        f"X², (length, staleness) of a trained sample, N = {n}, B = {b}, {label}",
+        chi,
+        reps,
+    )
+    sim = cells.sample.astype(np.float64)
+    ell_idx, s_idx = np.nonzero(sim >= 0)
+    counts = sim[ell_idx, s_idx]
+    flat = [(ell, s, q) for ell, row in enumerate(law.sample, start=1) for s, q in enumerate(row)]
+    for name, pick, exact_values in (
+        ("length", ell_idx + 1, [(float(ell), q) for ell, _, q in flat]),
+        ("staleness", s_idx, [(float(s), q) for _, s, q in flat]),
+    ):
+        mu, sd = _law_moments(exact_values)
+        mean = float(np.sum(counts * pick) / reps)
+        section.check(
+            f"composition-{tag}-{name}",
+            f"mean {name} of a trained sample, N = {n}, B = {b}, {label}",
+            closed_form=mu,
+            simulation=mean,
+            tolerance=Z_TOL * sd / np.sqrt(reps),
+            rule=TOL_RULE + " (SE from the exact law's variance)",
         )
-        s_cols = len(law.sample[0])
-        reach = max(s_cols - 1, int(np.ceil(m / delta)))
-        fl = lrn.fluid_staleness_pmf(
-            np.arange(1, m + 1, dtype=np.float64), step_time=delta, max_staleness=reach
-        )
-        fluid = np.zeros((m, max(s_cols, reach + 1)))
-        fluid[:, : reach + 1] = np.array([float(x) for x in pmf])[:, None] * fl
-        if eta is not None:
-            fluid[:, eta + 1 :] = 0.0
-        fluid = fluid[:, :s_cols]
-        fluid /= fluid.sum()
-        exact = np.array([[float(q) for q in row] for row in law.sample])
-        freq = np.zeros_like(exact)
-        rows_c = min(sim.shape[1], exact.shape[1])
-        freq[:, :rows_c] = sim[:, :rows_c] / reps
-        ax = axes[ci]
-        xs = np.arange(exact.size)
-        ax.bar(xs, exact.ravel(), width=0.7, color="0.85", label="exact (finite N)")
-        ax.plot(xs, fluid.ravel(), "x", color=COLORS[3], ms=7, label="fluid model")
-        ax.errorbar(
-            xs,
-            freq.ravel(),
-            yerr=2 * np.sqrt(exact.ravel() * (1 - exact.ravel()) / reps),
-            fmt="o",
-            color=COLORS[0],
-            ms=4,
-            capsize=2,
-            label=f"simulation ({reps} runs, ±2 SE)",
-        )
-        ax.set_xticks(
-            xs,
-            [f"{ell},{s}" for ell in range(1, m + 1) for s in range(exact.shape[1])],
-            fontsize=9,
-            rotation=60,
-        )
-        ax.set_xlabel("cell (length ℓ, staleness s)")
-        ax.set_ylabel("probability")
-        ax.set_title(f"Trained (ℓ, s), {label}")
-        tv_fluid = 0.5 * float(np.abs(fluid - exact).sum())
-        section.metric(f"composition_{tag}_fluid_tv", tv_fluid)
-        section.metric(f"composition_{tag}_states", law.states)
-        variant_rows.append((label, "simulator's rules (the check)", chi.statistic, chi.threshold))
-        variants: list[tuple[str, Any]] = [
-            (
-                "newest completion first",
-                la.continuous_dispatch_law(pmf, eta=eta, completion_order="reverse", **COMPOSITION),
-            ),
-            (
-                "launch at a publication sees the new version",
-                la.continuous_dispatch_law(pmf, eta=eta, launch_version="new", **COMPOSITION),
-            ),
-        ]
-        if eta is not None:
-            variants.append(
-                (
-                    f"mask at η = {eta + 1}",
-                    la.continuous_dispatch_law(pmf, eta=eta + 1, **COMPOSITION),
-                )
-            )
+    return chi
+
+
+def _drop_checks(
+    section: Section, label: str, eta: int, law: Any, cells: Any, reps: int, drop_ax: Any
+) -> None:
+    """X² and mean of the samples dropped per step, and their panel."""
+    tag, n, b = _tag(eta), COMPOSITION["slots"], COMPOSITION["batch"]
+    _chi_square(
+        section,
+        f"composition-{tag}-dropped-chi2",
+        f"X², samples dropped in a step, N = {n}, B = {b}, {label}",
+        la.chi_square_check(cells.dropped, law.dropped, alpha=CHI2_ALPHA),
+        reps,
+    )
+    mu, sd = _law_moments([(float(d), q) for d, q in enumerate(law.dropped)])
+    drawn = cells.dropped.astype(np.float64)
+    section.check(
+        f"composition-{tag}-dropped",
+        f"mean samples dropped per step, N = {n}, B = {b}, {label}",
+        closed_form=mu,
+        simulation=float(np.sum(drawn * np.arange(drawn.size)) / reps),
+        tolerance=Z_TOL * sd / np.sqrt(reps),
+        rule=TOL_RULE + " (SE from the exact law's variance)",
+    )
+    section.metric(f"composition_{tag}_dropped_mean", float(law.dropped_mean))
+    d = np.arange(len(law.dropped))
+    exact_d = np.array([float(q) for q in law.dropped])
+    drop_ax.bar(d, exact_d, width=0.7, color="0.85", label="exact")
+    freq = np.zeros(len(law.dropped))
+    freq[: min(drawn.size, freq.size)] = drawn[: freq.size] / reps
+    drop_ax.errorbar(
+        d,
+        freq,
+        yerr=2 * np.sqrt(exact_d * (1 - exact_d) / reps),
+        fmt="o",
+        color=COLORS[0],
+        ms=4,
+        capsize=2,
+        label=f"simulation ({reps} runs, ±2 SE)",
+    )
+    drop_ax.set_xlabel(f"samples dropped in a step ({label})")
+    drop_ax.set_ylabel("probability")
+    drop_ax.set_title("Drops per step")
+
+
+def _cells_panel(
+    section: Section, ax: Any, label: str, eta: int | None, law: Any, cells: Any, reps: int
+) -> None:
+    """The exact, simulated and fluid-model (length, staleness) cells of one case."""
+    tag, n, b = _tag(eta), COMPOSITION["slots"], COMPOSITION["batch"]
+    pmf, m = list(COMPOSITION_PMF), len(COMPOSITION_PMF)
+    sim = cells.sample.astype(np.float64)
+    # the fluid model of the same case (first order; a labelled model, not a check)
+    delta = float(lrn.fluid_step_time(np.array([float(x) for x in pmf]), slots=n, batch=b, eta=eta))
+    s_cols = len(law.sample[0])
+    reach = max(s_cols - 1, int(np.ceil(m / delta)))
+    fl = lrn.fluid_staleness_pmf(
+        np.arange(1, m + 1, dtype=np.float64), step_time=delta, max_staleness=reach
+    )
+    fluid = np.zeros((m, max(s_cols, reach + 1)))
+    fluid[:, : reach + 1] = np.array([float(x) for x in pmf])[:, None] * fl
+    if eta is not None:
+        fluid[:, eta + 1 :] = 0.0
+    fluid = fluid[:, :s_cols]
+    fluid /= fluid.sum()
+    exact = np.array([[float(q) for q in row] for row in law.sample])
+    freq = np.zeros_like(exact)
+    rows_c = min(sim.shape[1], exact.shape[1])
+    freq[:, :rows_c] = sim[:, :rows_c] / reps
+    xs = np.arange(exact.size)
+    ax.bar(xs, exact.ravel(), width=0.7, color="0.85", label="exact (finite N)")
+    ax.plot(xs, fluid.ravel(), "x", color=COLORS[3], ms=7, label="fluid model")
+    ax.errorbar(
+        xs,
+        freq.ravel(),
+        yerr=2 * np.sqrt(exact.ravel() * (1 - exact.ravel()) / reps),
+        fmt="o",
+        color=COLORS[0],
+        ms=4,
+        capsize=2,
+        label=f"simulation ({reps} runs, ±2 SE)",
+    )
+    ax.set_xticks(
+        xs,
+        [f"{ell},{s}" for ell in range(1, m + 1) for s in range(exact.shape[1])],
+        fontsize=9,
+        rotation=60,
+    )
+    ax.set_xlabel("cell (length ℓ, staleness s)")
+    ax.set_ylabel("probability")
+    ax.set_title(f"Trained (ℓ, s), {label}")
+    tv_fluid = 0.5 * float(np.abs(fluid - exact).sum())
+    section.metric(f"composition_{tag}_fluid_tv", tv_fluid)
+    section.metric(f"composition_{tag}_states", law.states)
+
+
+def _variant_rows(
+    label: str, eta: int | None, law: Any, cells: Any, chi: Any
+) -> list[tuple[Any, ...]]:
+    """The same counts against wrong variants of the rules: X² and threshold of each."""
+    pmf = list(COMPOSITION_PMF)
+    variant_rows: list[tuple[Any, ...]] = []
+    variant_rows.append((label, "simulator's rules (the check)", chi.statistic, chi.threshold))
+    variants: list[tuple[str, Any]] = [
+        (
+            "newest completion first",
+            la.continuous_dispatch_law(pmf, eta=eta, completion_order="reverse", **COMPOSITION),
+        ),
+        (
+            "launch at a publication sees the new version",
+            la.continuous_dispatch_law(pmf, eta=eta, launch_version="new", **COMPOSITION),
+        ),
+    ]
+    if eta is not None:
         variants.append(
             (
-                "staleness one higher",
-                law._replace(sample=tuple((Fraction(0), *r) for r in law.sample)),
+                f"mask at η = {eta + 1}",
+                la.continuous_dispatch_law(pmf, eta=eta + 1, **COMPOSITION),
             )
         )
-        for vname, vlaw in variants:
-            a = la.chi_square_check(cells.sample, vlaw.sample, alpha=CHI2_ALPHA)
-            stat, thr = a.statistic, a.threshold
-            if eta is not None:
-                bd = la.chi_square_check(cells.dropped, vlaw.dropped, alpha=CHI2_ALPHA)
-                if bd.statistic / bd.threshold > stat / thr:
-                    stat, thr = bd.statistic, bd.threshold
-            if a.impossible:
-                stat = float("inf")
-            variant_rows.append((label, vname, stat, thr))
+    variants.append(
+        (
+            "staleness one higher",
+            law._replace(sample=tuple((Fraction(0), *r) for r in law.sample)),
+        )
+    )
+    for vname, vlaw in variants:
+        a = la.chi_square_check(cells.sample, vlaw.sample, alpha=CHI2_ALPHA)
+        stat, thr = a.statistic, a.threshold
+        if eta is not None:
+            bd = la.chi_square_check(cells.dropped, vlaw.dropped, alpha=CHI2_ALPHA)
+            if bd.statistic / bd.threshold > stat / thr:
+                stat, thr = bd.statistic, bd.threshold
+        if a.impossible:
+            stat = float("inf")
+        variant_rows.append((label, vname, stat, thr))
+    return variant_rows
+
+
+def _composition_report(
+    section: Section, fig: Any, axes: Any, variant_rows: list[tuple[Any, ...]], reps: int
+) -> None:
+    """The figure and the variants table."""
+    n, b = COMPOSITION["slots"], COMPOSITION["batch"]
     handles, _ = axes[0].get_legend_handles_labels()
     legend_below(fig, handles, ncol=3)  # in a panel, it covered the tallest cells
     section.figure(

@@ -398,7 +398,6 @@ def _async_checks(
     slots, batch = 32, 16
     steps = 600 if config.quick else 3_000
     warm = steps // 10
-    norm = float(np.linalg.norm(pol.grad))
     out: list[_Pair] = []
     errors: list[_ModelError] = []
     for i, eta in enumerate((None, 0, 1)):
@@ -418,7 +417,6 @@ def _async_checks(
         ell = np.asarray(tr.length[order], dtype=np.int64)
         rng = config.rng(STREAM * 100 + 10 + i)
         adv = (rng.random(ell.size) < q[ell - 1]) - PENALTY * ell - pol.baseline
-        nb = ell.size // batch
         common: dict[str, Any] = {
             "slots": slots,
             "batch": batch,
@@ -427,95 +425,146 @@ def _async_checks(
             "baseline": pol.baseline,
         }
         if eta is None:
-            # no mask: every launched rollout is trained once, so the long-run mean is ∇J itself
-            per = ((adv[:, None] * pol.scores[ell - 1]).reshape(-1, batch, 2)).mean(axis=1)
-            for c in range(2):
-                blocks = per[: (per.shape[0] // 20) * 20, c].reshape(20, -1).mean(axis=1)
-                m, se = float(per[:, c].mean()), float(blocks.std(ddof=1) / np.sqrt(20))
-                section.check(
-                    f"async-nomask-{c}",
-                    f"E ĝ[{c}] ÷ ‖∇J‖, async N = {slots}, B = {batch}, no mask, lag 0",
-                    closed_form=float(pol.grad[c]) / norm,
-                    simulation=m / norm,
-                    tolerance=t_tolerance(19) * se / norm,
-                    rule=T_RULE.format(count="20 batch means")
-                    + " (the long-run limit: every launched rollout is trained once)",
-                )
-                out.append(
-                    _Pair(f"async no mask [{c}]", float(pol.grad[c]) / norm, m / norm, se / norm)
-                )
+            out += _async_nomask(section, pol, ell, adv, slots=slots, batch=batch)
             continue
         step_t = lrn.fluid_step_time(pol.pmf, slots=slots, batch=batch, eta=eta)
-        # unclipped IPW for the mask, closed form against the finite sum over the lengths the
-        # fluid mask keeps (LRN6): Σ_{keep(ℓ) > 0} p(ℓ)(R̄(ℓ) − b) s(ℓ), derived independently
-        support = np.arange(1, M + 1)
-        kept = refimpl.fluid_keep_probability(support, step_time=step_t, eta=eta) > 0
-        adv_l = q - PENALTY * support - pol.baseline
-        partial = ((pol.pmf * adv_l * kept)[:, None] * pol.scores).sum(axis=0)
-        ipw = lrn.async_gradient(
-            THETA_FIXED,
-            pol.phi,
-            q,
-            slots=slots,
-            batch=batch,
-            eta=eta,
-            penalty=PENALTY,
-            baseline=pol.baseline,
-            mask_ipw=True,
-        ).mean
-        for c in range(2):
-            section.check(
-                f"mask-ipw-exact-eta{eta}-{c}",
-                f"E ĝ[{c}] ÷ ‖∇J‖, mask η = {eta} + unclipped IPW (fluid), against "
-                f"Σ over the {int(kept.sum())} kept lengths of p (R̄ − b) s",
-                closed_form=float(ipw[c]) / norm,
-                simulation=float(partial[c]) / norm,
-                tolerance=1e-12,
-                rule="exact finite sum (float64 rounding over 16 terms, 1e-12)",
+        _mask_ipw_exact(section, q, pol, eta, step_t, slots=slots, batch=batch)
+        pairs, errs = _mask_variants(section, q, pol, eta, step_t, ell, adv, common)
+        out += pairs
+        errors += errs
+    return out, errors
+
+
+def _async_nomask(
+    section: Section,
+    pol: _Policy,
+    ell: NDArray[np.int64],
+    adv: NDArray[np.float64],
+    *,
+    slots: int,
+    batch: int,
+) -> list[_Pair]:
+    """Without a mask every launched rollout is trained once: the long-run mean is ∇J itself."""
+    norm = float(np.linalg.norm(pol.grad))
+    out: list[_Pair] = []
+    # no mask: every launched rollout is trained once, so the long-run mean is ∇J itself
+    per = ((adv[:, None] * pol.scores[ell - 1]).reshape(-1, batch, 2)).mean(axis=1)
+    for c in range(2):
+        blocks = per[: (per.shape[0] // 20) * 20, c].reshape(20, -1).mean(axis=1)
+        m, se = float(per[:, c].mean()), float(blocks.std(ddof=1) / np.sqrt(20))
+        section.check(
+            f"async-nomask-{c}",
+            f"E ĝ[{c}] ÷ ‖∇J‖, async N = {slots}, B = {batch}, no mask, lag 0",
+            closed_form=float(pol.grad[c]) / norm,
+            simulation=m / norm,
+            tolerance=t_tolerance(19) * se / norm,
+            rule=T_RULE.format(count="20 batch means")
+            + " (the long-run limit: every launched rollout is trained once)",
+        )
+        out.append(_Pair(f"async no mask [{c}]", float(pol.grad[c]) / norm, m / norm, se / norm))
+    return out
+
+
+def _mask_ipw_exact(
+    section: Section,
+    q: NDArray[np.float64],
+    pol: _Policy,
+    eta: int,
+    step_t: float,
+    *,
+    slots: int,
+    batch: int,
+) -> None:
+    """Unclipped IPW for the mask (fluid) against the finite sum over the kept lengths (LRN6)."""
+    norm = float(np.linalg.norm(pol.grad))
+    # unclipped IPW for the mask, closed form against the finite sum over the lengths the
+    # fluid mask keeps (LRN6): Σ_{keep(ℓ) > 0} p(ℓ)(R̄(ℓ) − b) s(ℓ), derived independently
+    support = np.arange(1, M + 1)
+    kept = refimpl.fluid_keep_probability(support, step_time=step_t, eta=eta) > 0
+    adv_l = q - PENALTY * support - pol.baseline
+    partial = ((pol.pmf * adv_l * kept)[:, None] * pol.scores).sum(axis=0)
+    ipw = lrn.async_gradient(
+        THETA_FIXED,
+        pol.phi,
+        q,
+        slots=slots,
+        batch=batch,
+        eta=eta,
+        penalty=PENALTY,
+        baseline=pol.baseline,
+        mask_ipw=True,
+    ).mean
+    for c in range(2):
+        section.check(
+            f"mask-ipw-exact-eta{eta}-{c}",
+            f"E ĝ[{c}] ÷ ‖∇J‖, mask η = {eta} + unclipped IPW (fluid), against "
+            f"Σ over the {int(kept.sum())} kept lengths of p (R̄ − b) s",
+            closed_form=float(ipw[c]) / norm,
+            simulation=float(partial[c]) / norm,
+            tolerance=1e-12,
+            rule="exact finite sum (float64 rounding over 16 terms, 1e-12)",
+        )
+
+
+def _mask_variants(
+    section: Section,
+    q: NDArray[np.float64],
+    pol: _Policy,
+    eta: int,
+    step_t: float,
+    ell: NDArray[np.int64],
+    adv: NDArray[np.float64],
+    common: dict[str, Any],
+) -> tuple[list[_Pair], list[_ModelError]]:
+    """The mask without weights, with unclipped and with clipped IPW, given the trained samples."""
+    slots, batch = common["slots"], common["batch"]
+    nb = ell.size // batch
+    norm = float(np.linalg.norm(pol.grad))
+    out: list[_Pair] = []
+    errors: list[_ModelError] = []
+    keep = refimpl.fluid_keep_probability(ell, step_time=step_t, eta=eta)
+    kappa = batch * lrn.expected_length(pol.pmf) / (slots * step_t)
+    # unclipped weights κ/keep(ℓ) are finite where the fluid model keeps ℓ; the simulator also
+    # trains a few lengths it never keeps (keep = 0: infinite weight), weighted 0 as in LRN6
+    raw = np.where(keep > 0, kappa / np.maximum(keep, 1e-300), 0.0)
+    never = int(np.sum(keep == 0))
+    section.metric(f"mask_eta{eta}_trained_never_kept", {"count": never, "of": int(ell.size)})
+    label = f"mask η = {eta}"
+    for tag, w, kw in (
+        ("", np.ones(ell.size), {}),
+        (" + IPW", raw, {"mask_ipw": True}),
+        (
+            f" + IPW (C = {fmt(MASK_CLIP)})",
+            np.minimum(raw, MASK_CLIP),
+            {"mask_ipw": True, "ipw_clip": MASK_CLIP},
+        ),
+    ):
+        sc = w[:, None] * pol.scores[ell - 1]
+        cut = nb * batch
+        sim = (adv[:cut, None] * sc[:cut]).sum(axis=0) / cut
+        mean, var = _conditional(ell[:cut], sc[:cut], q, pol.baseline, batch, nb)
+        fluid = lrn.async_gradient(THETA_FIXED, pol.phi, q, **common, **kw).mean
+        key = f"async-eta{eta}" + ("" if not tag else "-ipw" + ("-clip" if "C" in tag else ""))
+        out += _cond_check(
+            section,
+            key,
+            f"async N = {slots}, B = {batch}, {label}{tag}, lag 0",
+            sim,
+            mean,
+            var,
+            norm,
+            fluid,
+            f"async {label}{tag}",
+        )
+        gap = np.asarray(fluid, dtype=np.float64) - sim
+        per = (adv[:cut, None] * sc[:cut]).reshape(nb, batch, 2).mean(axis=1)
+        errors.append(
+            _ModelError(
+                f"fluid model, async {label}{tag}",
+                float(np.linalg.norm(fluid)) / norm,
+                float(np.linalg.norm(sim)) / norm,
+                float(np.linalg.norm(gap)) / norm,
+                _block_se(per) / norm,
             )
-        keep = refimpl.fluid_keep_probability(ell, step_time=step_t, eta=eta)
-        kappa = batch * lrn.expected_length(pol.pmf) / (slots * step_t)
-        # unclipped weights κ/keep(ℓ) are finite where the fluid model keeps ℓ; the simulator also
-        # trains a few lengths it never keeps (keep = 0: infinite weight), weighted 0 as in LRN6
-        raw = np.where(keep > 0, kappa / np.maximum(keep, 1e-300), 0.0)
-        never = int(np.sum(keep == 0))
-        section.metric(f"mask_eta{eta}_trained_never_kept", {"count": never, "of": int(ell.size)})
-        label = f"mask η = {eta}"
-        for tag, w, kw in (
-            ("", np.ones(ell.size), {}),
-            (" + IPW", raw, {"mask_ipw": True}),
-            (
-                f" + IPW (C = {fmt(MASK_CLIP)})",
-                np.minimum(raw, MASK_CLIP),
-                {"mask_ipw": True, "ipw_clip": MASK_CLIP},
-            ),
-        ):
-            sc = w[:, None] * pol.scores[ell - 1]
-            cut = nb * batch
-            sim = (adv[:cut, None] * sc[:cut]).sum(axis=0) / cut
-            mean, var = _conditional(ell[:cut], sc[:cut], q, pol.baseline, batch, nb)
-            fluid = lrn.async_gradient(THETA_FIXED, pol.phi, q, **common, **kw).mean
-            key = f"async-eta{eta}" + ("" if not tag else "-ipw" + ("-clip" if "C" in tag else ""))
-            out += _cond_check(
-                section,
-                key,
-                f"async N = {slots}, B = {batch}, {label}{tag}, lag 0",
-                sim,
-                mean,
-                var,
-                norm,
-                fluid,
-                f"async {label}{tag}",
-            )
-            gap = np.asarray(fluid, dtype=np.float64) - sim
-            per = (adv[:cut, None] * sc[:cut]).reshape(nb, batch, 2).mean(axis=1)
-            errors.append(
-                _ModelError(
-                    f"fluid model, async {label}{tag}",
-                    float(np.linalg.norm(fluid)) / norm,
-                    float(np.linalg.norm(sim)) / norm,
-                    float(np.linalg.norm(gap)) / norm,
-                    _block_se(per) / norm,
-                )
-            )
+        )
     return out, errors

@@ -36,6 +36,10 @@ def _path(pol: _Policy, steps: int) -> NDArray[np.float64]:
 LAG_CORRECTIONS = ("none", "token_tis", "sequence_is")
 
 
+#: The first step of a replayed path that the moving-policy checks use (the rest is warm-up).
+LAG_FIRST = 8
+
+
 def _lag_checks(
     section: Section, config: LabConfig, q: NDArray[np.float64], pol: _Policy
 ) -> tuple[list[_Pair], list[_ModelError]]:
@@ -48,11 +52,10 @@ def _lag_checks(
     apart would show small off-diagonal distances. The fluid model of a moving policy (first order
     in the lag) is shown beside, as a model, with its measured error.
     """
-    slots, batch, steps, first = 32, 16, 24, 8
+    slots, batch, steps, first = 32, 16, 24, LAG_FIRST
     # enough replicates that every off-diagonal distance of the separation table exceeds 4.5
     reps = 10 if config.quick else 16
     path = _path(pol, steps)
-    lag = path[1] - path[0]
     norm = float(np.linalg.norm(pol.grad))
     out: list[_Pair] = []
     errors: list[_ModelError] = []
@@ -66,58 +69,10 @@ def _lag_checks(
             )
         return cache[key]
 
-    fluid_all = {
-        corr: np.asarray(
-            [
-                lrn.async_gradient(
-                    path[j],
-                    pol.phi,
-                    q,
-                    slots=slots,
-                    batch=batch,
-                    lag=lag,
-                    penalty=PENALTY,
-                    baseline=pol.baseline,
-                    correction=corr,
-                    cap=CAP,
-                ).mean
-                for j in range(first, steps)
-            ]
-        ).mean(axis=0)
-        for corr in LAG_CORRECTIONS
-    }
+    fluid_all = _lag_fluid(q, pol, path, slots=slots, batch=batch, first=first)
     separation: list[tuple[Any, ...]] = []
     for corr in LAG_CORRECTIONS:
-        sims: list[NDArray[np.float64]] = []
-        samples: list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]] = []
-        for rep in range(reps):
-            run = lrn.train_policy(
-                path[0],
-                pol.phi,
-                q,
-                slots=slots,
-                batch=batch,
-                steps=steps,
-                learning_rate=1.0,
-                penalty=PENALTY,
-                baseline=pol.baseline,
-                schedule=path,
-                correction=corr,
-                cap=CAP,
-                seed=seed(config, STREAM, 500 + rep),
-                allow_biased=True,  # the biased corrections are what this check tells apart
-            )
-            sims.append(run.gradients[first:])
-            tr = run.trace
-            order = tr.training_order()
-            order = order[np.asarray(tr.step)[order] >= first]
-            samples.append(
-                (
-                    np.asarray(tr.length[order], dtype=np.int64),
-                    np.asarray(tr.step[order], dtype=np.int64),
-                    np.asarray(tr.launch_version[order], dtype=np.int64),
-                )
-            )
+        sims, samples = _lag_runs(config, q, pol, path, corr, slots=slots, batch=batch, reps=reps)
         sim_all = np.concatenate(sims)
         sim = sim_all.mean(axis=0)
         ell = np.concatenate([a for a, _, _ in samples])
@@ -170,6 +125,93 @@ def _lag_checks(
                 se / norm,
             )
         )
+    _lag_separation_table(section, separation)
+    return out, errors
+
+
+def _lag_fluid(
+    q: NDArray[np.float64],
+    pol: _Policy,
+    path: NDArray[np.float64],
+    *,
+    slots: int,
+    batch: int,
+    first: int,
+) -> dict[str, NDArray[np.float64]]:
+    """The fluid model's mean gradient of each correction over the checked steps (a model)."""
+    lag, steps = path[1] - path[0], path.shape[0] - 1
+    return {
+        corr: np.asarray(
+            [
+                lrn.async_gradient(
+                    path[j],
+                    pol.phi,
+                    q,
+                    slots=slots,
+                    batch=batch,
+                    lag=lag,
+                    penalty=PENALTY,
+                    baseline=pol.baseline,
+                    correction=corr,
+                    cap=CAP,
+                ).mean
+                for j in range(first, steps)
+            ]
+        ).mean(axis=0)
+        for corr in LAG_CORRECTIONS
+    }
+
+
+def _lag_runs(
+    config: LabConfig,
+    q: NDArray[np.float64],
+    pol: _Policy,
+    path: NDArray[np.float64],
+    corr: str,
+    *,
+    slots: int,
+    batch: int,
+    reps: int,
+) -> tuple[
+    list[NDArray[np.float64]], list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]]
+]:
+    """Replay ``path`` through the simulator ``reps`` times: the batch gradients of the checked
+    steps and each trained sample's (length, target version, behaviour version)."""
+    steps, first = path.shape[0] - 1, LAG_FIRST
+    sims: list[NDArray[np.float64]] = []
+    samples: list[tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]] = []
+    for rep in range(reps):
+        run = lrn.train_policy(
+            path[0],
+            pol.phi,
+            q,
+            slots=slots,
+            batch=batch,
+            steps=steps,
+            learning_rate=1.0,
+            penalty=PENALTY,
+            baseline=pol.baseline,
+            schedule=path,
+            correction=corr,
+            cap=CAP,
+            seed=seed(config, STREAM, 500 + rep),
+            allow_biased=True,  # the biased corrections are what this check tells apart
+        )
+        sims.append(run.gradients[first:])
+        tr = run.trace
+        order = tr.training_order()
+        order = order[np.asarray(tr.step)[order] >= first]
+        samples.append(
+            (
+                np.asarray(tr.length[order], dtype=np.int64),
+                np.asarray(tr.step[order], dtype=np.int64),
+                np.asarray(tr.launch_version[order], dtype=np.int64),
+            )
+        )
+    return sims, samples
+
+
+def _lag_separation_table(section: Section, separation: list[tuple[Any, ...]]) -> None:
     section.table(
         "lag-separation",
         "Can the moving-policy check tell the corrections apart? Each row: the simulated batch "
@@ -183,7 +225,6 @@ def _lag_checks(
     section.metric("lag_separation", {r[0]: list(r[1:]) for r in separation})
     off = [d for i, r in enumerate(separation) for k_, d in enumerate(r[1:]) if k_ != i]
     section.metric("lag_min_separation", min(off))
-    return out, errors
 
 
 #: Replicate runs (quick, default) of the carried leftovers under a moving policy: enough that a

@@ -159,6 +159,11 @@ def training_runs(
             "outputs (one seeded run: a measurement of this toy, not a law)."
         )
     section.metric("optimum", {"length": l_star, "reward": j_star})
+    _training_figure(section, runs, j_star, l_star)
+
+
+def _training_figure(section: Section, runs: list[_Run], j_star: float, l_star: int) -> None:
+    """Exact E[L] and J of every version against optimizer steps and simulated time."""
     fig, flat = new_figure(2, nrows=2, height=7.6)
     panels = [flat[:2], flat[2:]]
     axes_spec = (("steps", "trainer steps"), ("time", "simulated time (tokens)"))
