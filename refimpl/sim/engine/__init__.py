@@ -1,11 +1,11 @@
 """The simulator's engine mode: an inference engine's continuous batching under a KV-cache budget.
 
 Give :class:`refimpl.sim.SimConfig` an :class:`EngineModel` (``engine_model=``) and the slots become
-an engine's sequences: paged KV blocks (:mod:`~refimpl.sim.engine.kv`), a roofline step time
-(:mod:`~refimpl.sim.engine.roofline`), prefix sharing within a GRPO group and across steps
-(:mod:`~refimpl.sim.engine.prefix`), preemption newest first with recompute or swap
-(:mod:`~refimpl.sim.engine.preemption`), and weight updates that restart, recompute or keep the KV
-of the rollouts in flight (:mod:`~refimpl.sim.engine.interruption`).
+an engine's sequences: paged KV blocks (``kv``), a roofline step time
+(``roofline``), prefix sharing within a GRPO group and across steps
+(``prefix``), preemption newest first with recompute or swap
+(``preemption``), and weight updates that restart, recompute or keep the KV
+of the rollouts in flight (``interruption``).
 :func:`refimpl.sim.simulate_engine` returns the trace and :class:`EngineStats`.
 """
 

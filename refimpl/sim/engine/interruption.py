@@ -24,6 +24,7 @@ from refimpl._validation import as_float_array, as_int, invalid
 
 __all__ = ["INTERRUPTION_CHOICES", "InterruptionBytes", "interruption_bytes"]
 
+#: What a weight update does to the rollouts in flight (``SimConfig.partial``, besides ``none``).
 INTERRUPTION_CHOICES: tuple[str, ...] = ("restart", "recompute", "keep_kv")
 
 

@@ -17,6 +17,7 @@ from refimpl.sim.engine.roofline import Roofline
 
 __all__ = ["ENGINE_PRESETS", "PREEMPTION_MODES", "EngineModel"]
 
+#: What a preempted sequence's KV becomes (``EngineModel.preemption``).
 PREEMPTION_MODES: tuple[str, ...] = ("recompute", "swap")
 
 _H100 = {"bandwidth": 3.35e12, "flops": 989e12}
