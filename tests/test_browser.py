@@ -130,6 +130,23 @@ MEASURE = r"""
 """
 
 
+# Runs on search.html?q=...: waits until Sphinx's search (its own JavaScript over searchindex.js,
+# no server) has listed its results, and returns the pages found.
+SEARCH = r"""
+(async () => {
+  const deadline = Date.now() + 60000;
+  const status = () => document.querySelector("#search-results .search-summary");
+  const done = () => status() && /finished|did not match/.test(status().textContent);
+  while (!done() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  const hits = [...document.querySelectorAll("#search-results ul.search li a")];
+  return JSON.stringify({
+    finished: !!done(),
+    pages: hits.map((a) => a.getAttribute("href")).filter((h) => h && !h.startsWith("#")),
+  });
+})()
+"""
+
+
 class BrowserError(RuntimeError):
     """The browser failed, hung or answered a command with an error."""
 
@@ -442,6 +459,56 @@ def test_every_docs_page_renders_its_math_fits_and_links_only_to_what_exists(
         for width, findings in inspect(browser, page, needs_mathjax=True).items():
             found[f"{page.relative_to(built_docs)} at {width} px"] = findings
     assert not report(found), report(found)
+
+
+@pytest.mark.slow
+def test_search_works_offline_from_the_files(browser: Chromium, built_docs: Path) -> None:
+    """The docs opened from disk (file://, no server, no network) find a function by name and a
+    concept in the prose."""
+    browser.open((built_docs / "search.html").as_uri() + "?q=staleness_mask", WIDTHS[0])
+    result = browser.evaluate(SEARCH)
+    assert result["finished"], result
+    assert "api/staleness.html#refimpl.staleness_mask" in result["pages"], result
+    browser.open((built_docs / "search.html").as_uri() + "?q=admission", WIDTHS[0])
+    result = browser.evaluate(SEARCH)
+    assert "concepts/sim-async-admission.html" in result["pages"], result
+
+
+THEME = r"""
+(() => {
+  const rgb = (c) => c.match(/\d+/g).slice(0, 3).map(Number);
+  const luminance = (c) => rgb(c).reduce((a, b) => a + b, 0) / 765;
+  const style = getComputedStyle(document.body);
+  return JSON.stringify({
+    code_blocks: document.querySelectorAll("div.highlight").length,
+    copy_buttons: document.querySelectorAll("div.highlight button.copybtn").length,
+    background: luminance(style.backgroundColor),
+    text: luminance(style.color),
+  });
+})()
+"""
+
+
+@pytest.mark.slow
+def test_code_blocks_have_copy_buttons_and_the_theme_follows_a_dark_system(
+    browser: Chromium, built_docs: Path
+) -> None:
+    page = (built_docs / "getting-started.html").as_uri()
+    looks = {}
+    for scheme in ("light", "dark"):
+        browser.send(
+            "Emulation.setEmulatedMedia",
+            {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
+            session=browser.session,
+        )
+        browser.open(page, WIDTHS[0])
+        looks[scheme] = browser.evaluate(THEME)
+    browser.send("Emulation.setEmulatedMedia", {"features": []}, session=browser.session)
+    light, dark = looks["light"], looks["dark"]
+    assert light["code_blocks"] > 0, light
+    assert light["copy_buttons"] == light["code_blocks"], light
+    assert light["background"] > 0.9 > 0.3 > light["text"], light
+    assert dark["background"] < 0.2 < 0.6 < dark["text"], dark
 
 
 @pytest.mark.slow
