@@ -242,3 +242,24 @@ def test_the_numpy_view_of_an_arrow_column_needs_no_pandas() -> None:
     assert _traces.to_numpy(arr).tolist() == [2.5, 3.5]
     assert _traces.to_numpy(pa.array([True, False])).tolist() == [True, False]
     assert _traces.to_numpy(pa.array([1, None])).tolist()[0] == 1  # nulls: pyarrow's own path
+
+
+def test_a_parquet_chunk_of_list_rows_holds_about_chunk_rows_values(tmp_path: Path) -> None:
+    """A row of token lists holds ~50 values: a chunk of 1000 rows would hold 50 000 of them."""
+    trace = tmp_path / "t.parquet"
+    rows = [[-0.5] * 50] * 400
+    pq.write_table(
+        pa.table({"logp_target": rows, "logp_behavior": rows, "weight": [1.0] * 400}), trace
+    )
+    chunks = list(
+        read_chunks(
+            trace,
+            "parquet",
+            ["weight"],
+            ["logp_target", "logp_behavior"],
+            chunk_rows=1000,
+            on_progress=lambda _: None,
+        )
+    )
+    assert sum(c.size for c in chunks) == 400
+    assert max(c.columns["logp_target"].values.size for c in chunks) <= 1000

@@ -838,6 +838,22 @@ def _one_line(exc: BaseException) -> str:
     return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
 
 
+def _rows_per_batch(file: Any, chunk_rows: int, lists: Sequence[str]) -> int:
+    """Rows per batch so that a batch holds about ``chunk_rows`` values of each column: a row of
+    list columns holds many (a sequence's tokens), estimated from the first row group."""
+    meta = file.metadata
+    if not lists or meta.num_row_groups == 0 or meta.row_group(0).num_rows == 0:
+        return chunk_rows
+    group = meta.row_group(0)
+    values = [
+        group.column(j).num_values
+        for j in range(group.num_columns)
+        if group.column(j).path_in_schema.split(".")[0] in lists
+    ]
+    per_row = max(1.0, max(values, default=0) / group.num_rows)
+    return max(1, int(chunk_rows / per_row))
+
+
 def _readable_batches(file: Any, path: Path, chunk_rows: int, columns: list[str]) -> Iterator[Any]:
     """The file's record batches; a page that cannot be decoded is a ``TraceError``.
 
@@ -905,7 +921,8 @@ def _parquet_chunks(
                 f"column {name!r} has type {kind}, not a list of numbers. Log e.g. list<int64>."
             )
     row = 0
-    for batch in _readable_batches(file, path, chunk_rows, [*numeric, *lists]):
+    batch_rows = _rows_per_batch(file, chunk_rows, lists)
+    for batch in _readable_batches(file, path, batch_rows, [*numeric, *lists]):
         columns: dict[str, Any] = {}
         for name in [*numeric, *lists]:
             col = batch.column(name)
