@@ -105,15 +105,17 @@ def batches(spec: str, rows: int, tokens: int, seed: int = 0) -> Iterator[pa.Tab
 
 def _csv_lists(table: pa.Table) -> pa.Table:
     """List columns as CSV text, ``[a,b,c]`` (what refimpl, polars and duckdb all parse)."""
-    out = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if pa.types.is_list(col.type):
-            texts = ["[" + ",".join(map(repr, v)) + "]" for v in col.to_pylist()]
-            out[name] = pa.array(texts)
-        else:
-            out[name] = col
-    return pa.table(out)
+    frame: Any = pl.from_arrow(table)
+    exprs = [
+        pl.concat_str(
+            pl.lit("["), pl.col(c).cast(pl.List(pl.String)).list.join(","), pl.lit("]")
+        ).alias(c)
+        if pa.types.is_list(table.schema.field(c).type)
+        else pl.col(c)
+        for c in table.column_names
+    ]
+    out: pa.Table = frame.select(exprs).to_arrow()
+    return out
 
 
 def write_trace(path: Path, spec: str, fmt: str, rows: int, tokens: int) -> int:
