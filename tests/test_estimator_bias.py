@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from proofs.estimator_bias import brute_force_first_k, lrn_inclusion
 from refimpl import learning as lrn
-from refimpl.lab.learning_estimators import SMALL_LAW, estimator_rows
+from refimpl.lab.learning_estimators import SMALL_LAW, estimator_rows, fluid_rows
 
 F = Fraction
 EYE3 = np.eye(3, dtype=int).tolist()
@@ -225,3 +225,25 @@ def test_leave_one_out_is_the_batch_advantage_scaled_by_b_over_b_minus_one() -> 
     a = _train(mode="sync", baseline="batch", slots=3, batch=3)
     b = _train(mode="sync", baseline="leave_one_out", slots=3, batch=3)
     np.testing.assert_allclose(b.gradients[0], a.gradients[0] * 3 / 2, rtol=1e-13, atol=1e-15)
+
+
+def test_fluid_model_statements_keep_the_direction_only_with_the_full_ratio() -> None:
+    rows = {(r[0], r[1]): r for r in fluid_rows()}
+    assert rows["sequence_is", "none"][3]  # parallel: a scaling by the fluid model's ratio
+    assert rows["sequence_is", "none"][2] == F(204977500, 186528477)
+    for corr in ("none", "token_tis", "sequence_tis", "icepop", "decoupled_ppo"):
+        assert not rows[corr, "none"][3], corr
+    # the mask at η = 0 trains only fresh samples: every correction is then the same estimator
+    assert len({rows[c, "η = 0"][2] for c in lrn.EXACT_CORRECTIONS}) == 1
+
+
+def test_gradient_bias_is_exact_and_checks_its_shapes() -> None:
+    b = lrn.gradient_bias([F(3), F(0)], [F(1), F(1)])
+    assert b.scale == F(3, 2)
+    assert not b.parallel
+    assert list(b.bias) == [2, -1]
+    zero = lrn.gradient_bias([0.0, 0.0], [0.0, 0.0])
+    assert zero.scale is None
+    assert zero.relative_bias == 0.0
+    with pytest.raises(ValueError, match="expected must be 1-D with the shape of gradient"):
+        lrn.gradient_bias([1.0, 2.0, 3.0], [1.0, 2.0])

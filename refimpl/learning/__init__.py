@@ -57,6 +57,7 @@ from refimpl.learning.estimators import (
     EstimatorStatus,
     estimator_bias,
     estimator_status,
+    gradient_bias,
 )
 from refimpl.learning.first_k import (
     FIRST_K_CORRECTIONS,
@@ -102,6 +103,7 @@ __all__ = [
     "first_k_gradient",
     "fluid_staleness_pmf",
     "fluid_step_time",
+    "gradient_bias",
     "gradient_moments",
     "hazard_length_pmf",
     "length_features",

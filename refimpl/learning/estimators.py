@@ -36,7 +36,14 @@ from refimpl.learning.first_k import (
 )
 from refimpl.learning.moments import policy_gradient
 
-__all__ = ["BASELINES", "EstimatorBias", "EstimatorStatus", "estimator_bias", "estimator_status"]
+__all__ = [
+    "BASELINES",
+    "EstimatorBias",
+    "EstimatorStatus",
+    "estimator_bias",
+    "estimator_status",
+    "gradient_bias",
+]
 
 #: The baselines of :func:`train_policy` besides a constant number: ``'none'`` (:math:`b = 0`),
 #: ``'batch'`` (the batch's mean reward, the sample itself included) and ``'leave_one_out'`` (the
@@ -349,6 +356,36 @@ def estimator_bias(
         if base == "leave_one_out":
             expected = expected * (Fraction(k, k - 1) if expected.dtype == object else k / (k - 1))
     return _bias(expected, np.asarray(on))
+
+
+def gradient_bias(expected: Any, gradient: Any) -> EstimatorBias:
+    r"""Compare an expected gradient with :math:`\nabla J`: bias, projection scale, parallel or not.
+
+    For the expected gradients the reference computes elsewhere: :func:`async_gradient_exact`
+    (continuous dispatch in the fluid model, every correction, a staleness mask) against
+    :func:`policy_gradient`. Exact when both are ``Fraction`` arrays.
+
+    Examples
+    --------
+    >>> from fractions import Fraction as F
+    >>> b = gradient_bias([F(1), F(2)], [F(2), F(4)])
+    >>> b.scale, b.parallel, b.relative_bias
+    (Fraction(1, 2), True, 0.5)
+    """
+    e = np.asarray(expected, dtype=object if _all_fractions(expected) else np.float64)
+    g = np.asarray(gradient, dtype=object if _all_fractions(gradient) else np.float64)
+    if e.shape != g.shape or e.ndim != 1:
+        raise invalid(
+            "expected",
+            f"be 1-D with the shape of gradient {g.shape}",
+            expected,
+            "Pass E[g] and ∇J as vectors of the same length.",
+        )
+    return _bias(e, g)
+
+
+def _all_fractions(x: Any) -> bool:
+    return all(isinstance(v, (Fraction, int)) and not isinstance(v, bool) for v in np.ravel(x))
 
 
 def _bias(expected: AnyArray, on: AnyArray) -> EstimatorBias:
