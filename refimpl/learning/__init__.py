@@ -33,13 +33,19 @@ rational and no logarithm is needed):
   :math:`\eta` (with inverse propensity for it), and each off-policy correction of
   :mod:`refimpl.staleness`; :func:`async_gradient_exact`: the same in Fractions for rational
   hazards;
+- :func:`estimator_status`, :func:`estimator_bias`, :func:`gradient_bias`: whether an estimator
+  (correction × baseline × leftover policy) is unbiased, scaled or biased, and its exact bias;
 - :func:`train_policy`: the real loop, in which :func:`refimpl.sim.simulate` decides which version
-  launches which rollout, which versions generate its tokens and which batch trains it.
+  launches which rollout, which versions generate its tokens and which batch trains it; a biased
+  estimator runs only with ``allow_biased=True`` and every run is labelled.
+
+One module per quantity: ``policy``, ``moments``, ``first_k``, ``fluid``, ``asynchronous``,
+``estimators``, ``training``; every public name is importable from ``refimpl.learning``.
 
 References
 ----------
 conventions §first-k-of-n, §async-dispatch, §masks-and-weights, §effort-conditioning; the derivation
-page ``derivations/learning`` (claims LRN1–LRN6).
+pages ``derivations/learning`` (claims LRN1–LRN6) and ``derivations/estimator_bias`` (LRN7, LRN8).
 """
 
 from __future__ import annotations
