@@ -5,6 +5,7 @@ One quick run (module-scoped) is shared by the tests; each test reads what that 
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -18,9 +19,20 @@ from typing import Any, NamedTuple
 
 import pytest
 
+import refimpl
 from refimpl.cli import main
 from refimpl.lab.registry import SECTIONS, missing_names
-from refimpl.lab.report import NOISE_BOUND, Check, Section, _inline, fmt, nonnegative
+from refimpl.lab.report import (
+    NOISE_BOUND,
+    Check,
+    Section,
+    _inline,
+    fmt,
+    nonnegative,
+    write_html,
+    write_markdown,
+    write_metrics,
+)
 
 
 class DrawnFigure(NamedTuple):
@@ -365,6 +377,55 @@ def test_an_unusable_out_directory_is_refused_before_the_run_with_the_fix(
     err = capsys.readouterr().err
     assert f"the directory {str(deep.parent)!r} it would be created in does not exist" in err
     assert not (tmp_path / "missing").exists()
+
+
+def test_an_out_that_would_overwrite_what_the_lab_reads_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the documentation build that the report links to: its own index.html would be replaced
+    docs = tmp_path / "html"
+    docs.mkdir()
+    (docs / "index.html").write_text("the docs")
+    assert (
+        main(["lab", "--quick", "--only", "debugging", "--out", str(docs), "--docs-url", "."]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "--out must not name an input" in err
+    assert str(docs) in err
+    assert (docs / "index.html").read_text() == "the docs"
+    assert sorted(p.name for p in docs.iterdir()) == ["index.html"]
+    # the installed package (its code and data)
+    inside = Path(refimpl.__file__).resolve().parent / "lab" / "a-report"
+    assert main(["lab", "--quick", "--only", "debugging", "--out", str(inside)]) == 2
+    assert "--out must not name an input" in capsys.readouterr().err
+    assert not inside.exists()
+
+
+def test_a_failed_write_leaves_the_previous_report_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's files are replaced atomically: a write that fails (here: the disk refuses to
+    flush) leaves the previous file as it was, and no temporary file behind."""
+    old = tmp_path / "metrics.json"
+    old.write_text("the previous run")
+
+    def refuse(fd: int) -> None:
+        raise OSError(errno.EIO, "input/output error")
+
+    monkeypatch.setattr(os, "fsync", refuse)  # refimpl._io flushes through os.fsync
+    meta = {"title": "t", "summary": "s", "settings": {}, "footer": "f"}
+    for write in (write_metrics, write_markdown, write_html):
+        target = tmp_path / f"{write.__name__}.out"
+        target.write_text("the previous run")
+        with pytest.raises(OSError, match="input/output error"):
+            write(target, [], meta)
+        assert target.read_text() == "the previous run", write.__name__
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [
+            "metrics.json",
+            *(f"{w.__name__}.out" for w in (write_metrics, write_markdown, write_html)),
+        ]
+    )
 
 
 def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:

@@ -4,7 +4,9 @@ Writes ``DIR/index.html`` (open it in a browser; no server needed), ``DIR/report
 ``DIR/figures/*.png`` and ``DIR/metrics.json`` (every number of the report). Progress goes to stderr,
 one line per section. The exit code is 0 when every closed form agrees with its simulation within the
 stated tolerance, 1 otherwise (the report shows which pair disagrees), and 2 for a refused call
-(a bad option, an unknown ``--only`` section, an ``--out`` that is not a writable directory).
+(a bad option, an unknown ``--only`` section, an ``--out`` that is not a writable directory or that
+would overwrite what the lab reads: the package, or the documentation build its links open). Every
+file is written atomically: a reader, or an interrupted run, never leaves half a report.
 
 "Explained in" lines link to pages of the built documentation (``concepts/length-bias.html``, …)
 under ``--docs-url``. Without it, a run from a source checkout links to that checkout's
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import refimpl
+from refimpl._io import refuse_output_naming_input
+from refimpl.errors import InvalidArgument
 from refimpl.lab.config import lab_config
 
 __all__ = ["configure", "run"]
@@ -95,6 +99,28 @@ def _unwritable(figures: Path) -> str | None:
         probe.unlink()
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None
+
+
+#: What ``refimpl lab`` writes into ``--out``.
+OUTPUTS = ("index.html", "report.md", "metrics.json", "figures")
+
+
+def _naming_input(out: Path, docs_url: str | None) -> str | None:
+    """Why the report in ``out`` would overwrite something the lab reads, or None.
+
+    The lab's inputs are the installed package (its code and data) and the documentation build that
+    its links open (when that is a local directory): a report written into either would replace
+    one of their files (the docs' own ``index.html``, for one).
+    """
+    inputs = [Path(refimpl.__file__).resolve().parent]
+    if docs_url is not None and "://" not in docs_url:
+        inputs.append(out / docs_url)
+    try:
+        for name in OUTPUTS:
+            refuse_output_naming_input(out / name, inputs, option="--out")
+    except InvalidArgument as exc:
+        return str(exc)
     return None
 
 
@@ -193,6 +219,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
     config = lab_config(quick=bool(args.quick), seed=int(args.seed))
     out: Path = args.out
+    docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
+    refused = _naming_input(out, docs_url)
+    if refused is not None:
+        _say(f"refimpl lab: {refused}")
+        return 2
     figures = out / "figures"
     problem = _unwritable(figures)
     if problem is not None:
@@ -254,7 +285,6 @@ def run(args: argparse.Namespace) -> int:
     )
     if unavailable:
         summary += " Not available in this build: " + "; ".join(unavailable) + "."
-    docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
     meta: dict[str, Any] = {
         "title": "refimpl lab report",
         "summary": summary,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from refimpl._io import atomic_path, atomic_write
 from refimpl._validation import invalid
 
 if TYPE_CHECKING:
@@ -321,7 +322,8 @@ class Section:
         """Save ``fig`` as ``figures/<section>-<name>.png`` and add it to the section."""
         file = f"{self.key}-{name}.png"
         self.figures_dir.mkdir(parents=True, exist_ok=True)
-        fig.savefig(self.figures_dir / file, dpi=self.dpi)
+        with atomic_path(self.figures_dir / file) as tmp:  # a reader never sees half a figure
+            fig.savefig(tmp, dpi=self.dpi)
         width = round(float(fig.get_size_inches()[0]) * PX_PER_INCH)
         self.blocks.append(FigureBlock(file, caption.strip(), width))
 
@@ -426,7 +428,7 @@ def write_metrics(path: Path, sections: Sequence[Section], meta: dict[str, Any])
             for s in sections
         },
     }
-    path.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n")
+    atomic_write(path, json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n")
 
 
 # -- links to the documentation --------------------------------------------------------------------
@@ -512,7 +514,7 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
             out += ["**Closed form vs simulation**", "", _md_table(CHECK_COLUMNS, _check_rows(s))]
             out += ["", "Tolerances: " + "; ".join(sorted({c.rule for c in s.checks})) + ".", ""]
     out += [f"*{meta['footer']} {_times(sections)}*", ""]
-    path.write_text("\n".join(out).rstrip() + "\n")
+    atomic_write(path, "\n".join(out).rstrip() + "\n")
 
 
 def _glance(section: Section) -> list[str]:
@@ -722,4 +724,4 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
         out.append("</section>")
     out.append(f'<footer class="small">{_inline(meta["footer"])} {_times(sections)}</footer>')
     out.append("</body></html>")
-    path.write_text("\n".join(out) + "\n")
+    atomic_write(path, "\n".join(out) + "\n")
