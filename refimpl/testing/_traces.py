@@ -336,6 +336,16 @@ def to_numpy(arr: Any) -> NDArray[Any]:
     return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * size)
 
 
+def float64(arr: Any) -> NDArray[np.float64]:
+    """A numeric Arrow array as float64 numpy: a view when it is float64, converted by numpy from
+    another fixed-width type (the IEEE rounding Arrow's cast applies), by Arrow otherwise."""
+    import pyarrow as pa
+
+    if arr.null_count == 0 and str(arr.type) in _NUMPY_TYPES:
+        return np.asarray(to_numpy(arr), dtype=np.float64)
+    return to_numpy(arr.cast(pa.float64()))
+
+
 def excerpt(value: Any, limit: int = 60) -> str:
     """``repr(value)``, cut to about ``limit`` characters: an error quotes a value, not a page."""
     text = repr(value.tolist() if isinstance(value, np.ndarray) else value)
@@ -378,7 +388,7 @@ def arrow_lists(
             return ListColumn(exact_array(flat.to_pylist()), offsets)
     if exact:
         return ListColumn(exact_array(flat.to_pylist()), offsets)
-    return ListColumn(to_numpy(flat.cast(pa.float64())), offsets)
+    return ListColumn(float64(flat), offsets)
 
 
 def _missing(path: Path, wanted: Sequence[str], present: Sequence[str]) -> None:
@@ -477,11 +487,10 @@ def _csv_chunks(
     # aborted the process ("terminate called without an active exception", exit 134) in about a
     # third of the runs instead of exiting 2.
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
     def to_float(arr: Any) -> Any:
-        return pc.cast(arr, pa.float64())
+        return arr.cast(pa.float64())
 
     with path.open("rb") as handle:
         head = handle.readline()
@@ -941,7 +950,7 @@ def _parquet_chunks(
             elif exact:
                 columns[name] = exact_array(col.to_pylist())
             else:
-                columns[name] = to_numpy(col.cast(pa.float64()))
+                columns[name] = float64(col)
         yield Chunk(columns, row, None)
         row += batch.num_rows
         on_progress(row)

@@ -39,7 +39,9 @@ The table lists the first specs; ``refimpl check --help`` lists all of them (eve
 Exit codes: **0** every row agrees within tolerance; **1** at least one row disagrees (a logged NaN or
 infinity where the reference is finite counts as a mismatch); **2** the input is unusable: unknown
 spec or parameter, missing or invalid parameter, unknown format, a ``--report`` path that cannot
-be written (checked before the trace is read), missing column, a row that cannot be
+be written or that names an input (the trace through any path, symlink or hard link; both checked
+before the trace is read), a missing column, a column named twice (in the trace, or by two
+``--column`` mappings), a row that cannot be
 parsed or whose inputs the reference rejects (NaN log-probability, negative staleness, a version
 newer than its trainer step), with its line number (CSV, JSONL) or row number (Parquet), and an
 **empty trace** (no rows: a gate that checked nothing must not pass).
@@ -48,15 +50,20 @@ The trace may be ``-``, standard input (also a pipe or a device such as ``/dev/n
 to a temporary file first, and its format is ``--format``, else sniffed from its first bytes
 (Parquet's magic ``PAR1``, a JSON object ``{``, else CSV). A file that is not text where text is
 expected (NUL bytes, bytes that are not UTF-8: a binary file given as CSV) is refused as "not a CSV
-text file" without echoing its bytes; a directory is refused as such.
+text file" without echoing its bytes. A directory is a partitioned Parquet dataset: its files are
+read in path order, rows numbered across them; ``--dask`` checks it on Dask, one task per file, with
+the same verdict and report (:mod:`refimpl.testing._trace_run`).
 
 The ``staleness`` spec reads steps and versions as integers and computes ``s = j − min_t v_t`` in
 exact integer arithmetic (int64, or Python integers beyond it in JSONL and CSV): no float64 round
 trip, which would merge versions beyond 2**53. It follows the definition and the domain of
 :func:`refimpl.sample_staleness`.
 
-Large traces are streamed in chunks (CSV blocks cut at row boundaries, each parsed by
-``pyarrow.csv.read_csv``; ``ParquetFile.iter_batches``; blocks of JSONL lines), so memory stays bounded whatever the number of rows; progress goes to stderr.
+Large traces are streamed in chunks, so memory stays bounded whatever the number of rows: CSV and
+JSONL in blocks of at most 8 MiB cut at row boundaries, parsed by pyarrow's CSV and JSON readers;
+Parquet without pre-buffering, in batches of about ``--chunk-rows`` values per column. List
+columns stay columnar (:class:`~refimpl.testing._traces.ListColumn`), and sequence-level specs
+are one reference call per group of sequences of one length. Progress goes to stderr.
 """
 
 from __future__ import annotations
