@@ -194,26 +194,9 @@ def continuous_dispatch_law(
     require_one_of(launch_version, ("old", "new"), name="launch_version")
     m = len(probs)
 
-    # Weights are exact integers over a power of the pmf's common denominator D: (num, e) is
-    # num / D**e (a path with e draws), added by scaling to the larger power: the arithmetic of
-    # Fractions without a gcd at every step.
-    den = 1
-    for q in probs:
-        den = den * q.denominator // gcd(den, q.denominator)
-    support = [(ell, int(q * den)) for ell, q in enumerate(probs, start=1) if q != 0]
+    den, draw_table = _draw_table(probs, n)
     sample: dict[tuple[int, int], _Weight] = {}
     dropped: dict[int, _Weight] = {}
-
-    def draws(count: int) -> list[tuple[tuple[int, ...], int]]:
-        out = []
-        for combo in itertools.product(support, repeat=count):
-            weight = 1
-            for _, a in combo:
-                weight *= a
-            out.append((tuple(ell for ell, _ in combo), weight))
-        return out
-
-    draw_table = {c: draws(c) for c in range(n + 1)}
     pending: dict[tuple[int, _Node], _Weight] = {}
     heap: list[tuple[int, int, int, _Node]] = []
 
@@ -272,14 +255,55 @@ def continuous_dispatch_law(
             launched = tuple((ell, ell, fresh_s) for ell in lengths)
             push(jj, (kept + launched, fill, drops), (num * a, e_next))
 
-    samples = (k - j0) * b
+    return _dispatch_law(
+        sample, dropped, den, m=m, samples=(k - j0) * b, steps=k - j0, visited=visited
+    )
+
+
+def _draw_table(
+    probs: list[Fraction], n: int
+) -> tuple[int, dict[int, list[tuple[tuple[int, ...], int]]]]:
+    """The pmf's common denominator D and, for each count c <= n, every ordered draw of c lengths
+    with its integer weight (its probability times D**c).
+
+    Weights are exact integers over a power of D: (num, e) is num / D**e (a path with e draws),
+    added by scaling to the larger power: the arithmetic of Fractions without a gcd at every step.
+    """
+    den = 1
+    for q in probs:
+        den = den * q.denominator // gcd(den, q.denominator)
+    support = [(ell, int(q * den)) for ell, q in enumerate(probs, start=1) if q != 0]
+
+    def draws(count: int) -> list[tuple[tuple[int, ...], int]]:
+        out = []
+        for combo in itertools.product(support, repeat=count):
+            weight = 1
+            for _, a in combo:
+                weight *= a
+            out.append((tuple(ell for ell, _ in combo), weight))
+        return out
+
+    return den, {c: draws(c) for c in range(n + 1)}
+
+
+def _dispatch_law(
+    sample: dict[tuple[int, int], _Weight],
+    dropped: dict[int, _Weight],
+    den: int,
+    *,
+    m: int,
+    samples: int,
+    steps: int,
+    visited: int,
+) -> DispatchLaw:
+    """The accumulated weights of the window as probabilities, and their means."""
     s_max = max(s for _, s in sample)
     table = tuple(
         tuple(_value(sample.get((ell, s), (0, 0)), den) / samples for s in range(s_max + 1))
         for ell in range(1, m + 1)
     )
     d_max = max(dropped)
-    drop_law = tuple(_value(dropped.get(d, (0, 0)), den) / (k - j0) for d in range(d_max + 1))
+    drop_law = tuple(_value(dropped.get(d, (0, 0)), den) / steps for d in range(d_max + 1))
     length_mean = sum((ell * q for ell, row in enumerate(table, start=1) for q in row), Fraction(0))
     staleness_mean = sum((s * q for row in table for s, q in enumerate(row)), Fraction(0))
     dropped_mean = sum((d * q for d, q in enumerate(drop_law)), Fraction(0))
