@@ -172,7 +172,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "none: the summary and the exit code only)",
     )
     parser.add_argument(
-        "--chunk-rows", type=int, default=1 << 18, help="rows per streamed chunk (default 262144)"
+        "--chunk-rows",
+        type=int,
+        default=1 << 18,
+        help="values per column in a streamed Parquet batch; text blocks are at most 16 bytes "
+        "per chunk row and 8 MiB (default 262144: memory stays bounded whatever the length of "
+        "the trace)",
     )
     parser.add_argument(
         "--dask",
