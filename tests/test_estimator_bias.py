@@ -247,3 +247,30 @@ def test_gradient_bias_is_exact_and_checks_its_shapes() -> None:
     assert zero.relative_bias == 0.0
     with pytest.raises(ValueError, match="expected must be 1-D with the shape of gradient"):
         lrn.gradient_bias([1.0, 2.0, 3.0], [1.0, 2.0])
+
+
+def _biased_runs_need_the_opt_in(train: Any) -> None:
+    for kw in (
+        {"mode": "async", "correction": "none"},
+        {"mode": "first_k", "correction": "horvitz_thompson", "baseline": "batch"},
+        {"mode": "first_k", "correction": "hajek", "baseline": 0.0},
+        {"mode": "async", "eta": 0},
+    ):
+        try:
+            train(**kw)
+        except ValueError as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"a biased estimator ran without the opt-in: {kw}")
+        assert "allow_biased" in message, message
+
+
+def test_no_biased_combination_runs_silently() -> None:
+    _biased_runs_need_the_opt_in(_train)
+
+
+def test_the_opt_in_property_rejects_a_trainer_that_accepts_biased_estimators_silently() -> None:
+    def silent(**kw: Any) -> lrn.TrainingRun:  # wrong variant: the former behaviour
+        return _train(allow_biased=True, **kw)
+
+    rejects(_biased_runs_need_the_opt_in, silent)
