@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from _wrong_variants import rejects
 
 import refimpl
 from refimpl.cli import main
@@ -981,6 +982,34 @@ def test_the_quick_lab_on_an_empty_numba_cache_compiles_nothing(tmp_path: Path) 
     _python(code, cache, codes=(0, 1))  # 1: a check disagreed (other tests say which)
     compiled = sorted(p.name for p in cache.rglob("*.nbi"))
     assert not compiled, f"the quick lab compiled {compiled}"
+
+
+def _titles_fit(fig: Any) -> None:
+    """Every axes title lies within its axes' width, and within the figure."""
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        title, box = ax.title.get_window_extent(), ax.get_window_extent()
+        assert title.width <= box.width + 1, ax.title.get_text()
+        assert title.x0 >= 0, ax.title.get_text()
+        assert title.x1 <= fig.bbox.width, ax.title.get_text()
+
+
+def test_a_title_wider_than_its_panel_is_wrapped_not_cut(tmp_path: Path) -> None:
+    from refimpl.lab._plot import lab_style, new_figure
+
+    long = (
+        "Shortfall below the adaptive frontier at equal cost, for every published penalty setting"
+    )
+    with lab_style():
+        fig, (left, right) = new_figure(2, height=3.0)
+        left.set_title(long)
+        right.set_title("short")
+        rejects(_titles_fit, fig)  # as drawn, the long title runs past its panel
+        section = Section(key="k", number=1, title="t", docs=(), figures_dir=tmp_path, dpi=50)
+        section.figure(fig, "f", "caption")
+    _titles_fit(fig)
+    assert left.get_title().replace("\n", " ") == long  # every word kept
+    assert right.get_title() == "short"
 
 
 # -- the first screen: takeaways before evidence ---------------------------------------------------

@@ -10,6 +10,7 @@ use 9.5 pt (13 px). :func:`lab_style` applies these sizes; every figure is drawn
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -175,6 +176,43 @@ def _place_labels(ax: Axes, data: Any, labels: list[str], texts: list[Any], rend
 
 #: Style of a simulated series (markers, no line); combine with ``color=``.
 SIM: dict[str, Any] = {"marker": "o", "linestyle": "none", "markersize": 4.5, "alpha": 0.85}
+
+
+def _may_overflow(ax: Axes) -> bool:
+    """Whether the title of ``ax`` may be wider than 80% of its axes (a generous estimate: an
+    average glyph is narrower than 0.6 em in the lab's sans-serif font)."""
+    text = ax.title.get_text()
+    if not text:
+        return False
+    em_in = float(ax.title.get_fontsize()) / 72
+    longest = max(len(line) for line in text.split("\n"))
+    fig = ax.get_figure()
+    assert fig is not None
+    axes_in = ax.get_position().width * float(fig.bbox.width) / float(fig.dpi)
+    return longest * 0.6 * em_in > 0.8 * axes_in
+
+
+def fit_titles(fig: Figure) -> None:
+    """Wrap each axes title that is wider than its axes onto more lines, at spaces.
+
+    A title wider than its axes runs over the next panel or past the figure's edge, where the saved
+    image cuts it off; wrapped, it keeps every word and the constrained layout makes room for the
+    extra lines when the figure is saved.
+    """
+    if not any(_may_overflow(ax) for ax in fig.axes):
+        return  # no title near its axes' width: no layout pass needed
+    fig.draw_without_rendering()  # lays the figure out, so that the extents below are final
+    for ax in fig.axes:
+        title = ax.title
+        text = title.get_text()
+        if not text or not title.get_visible():
+            continue
+        room = ax.get_window_extent().width
+        wide = title.get_window_extent().width
+        if wide <= room:
+            continue
+        chars = max(12, int(len(text.replace("\n", " ")) * room / wide * 0.95))
+        title.set_text("\n".join(textwrap.wrap(text.replace("\n", " "), chars)))
 
 
 def new_figure(

@@ -320,6 +320,9 @@ class Section:
 
     def figure(self, fig: MplFigure, name: str, caption: str) -> None:
         """Save ``fig`` as ``figures/<section>-<name>.png`` and add it to the section."""
+        from refimpl.lab._plot import fit_titles  # matplotlib loads only when a figure is drawn
+
+        fit_titles(fig)
         file = f"{self.key}-{name}.png"
         self.figures_dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.figures_dir / file) as tmp:  # a reader never sees half a figure
