@@ -248,7 +248,7 @@ def _simulate_any(
             progress(config.trained_target)
         data_e = raw_e._asdict()
         del raw_e
-        trace_e = SimTrace.from_raw(data_e, config, canonical=False)
+        trace_e = SimTrace.from_raw(data_e, config, canonical=True)
         return trace_e, engine_stats(counters, config)
     use_vector = engine == "vector" or (engine == "auto" and config.vectorizable)
     if use_vector:

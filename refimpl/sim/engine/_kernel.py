@@ -1,7 +1,8 @@
 """The engine loop compiled with numba: the very functions of :mod:`refimpl.sim.engine._loop`.
 
 Each function of the loop is copied with a globals dictionary in which its helpers are the compiled
-ones, then compiled; so the compiled loop runs the reference's code, operation for operation, and
+ones, then compiled, without numba's reference counting (the loop allocates nothing: its arrays,
+heaps included, come from the caller, so a call costs no reference updates); so the compiled loop runs the reference's code, operation for operation, and
 the two agree bit for bit (tests/test_sim_engine_agreement.py). Compiled once per process, on first
 use, and cached on disk by numba beside the module (``__pycache__``) for the next process.
 """
@@ -27,7 +28,9 @@ __all__ = ["AVAILABLE", "compiled_loop"]
 
 _FUNCTIONS = (
     "_cdiv",
-    "_seeded",
+    "_hpush",
+    "_hpop",
+    "_compact_newest",
     "_alloc",
     "_release_prompt",
     "_prompt_plan",
@@ -47,6 +50,8 @@ _FUNCTIONS = (
     "_complete",
     "_step_time",
     "_account",
+    "_advance",
+    "_quiet",
     "_update",
     "run_loop",
 )
@@ -62,6 +67,6 @@ def compiled_loop() -> Callable[..., None]:
         for name in _FUNCTIONS:
             f = getattr(_loop, name)
             copy = types.FunctionType(f.__code__, space, name, f.__defaults__)
-            space[name] = numba.njit(cache=True, error_model="numpy")(copy)
+            space[name] = numba.njit(cache=True, error_model="numpy", _nrt=False)(copy)
         _compiled["run_loop"] = space["run_loop"]
     return _compiled["run_loop"]

@@ -1,7 +1,7 @@
 """The engine mode's loop: continuous batching over discrete decode steps, on preallocated arrays.
 
-Written in the subset of Python that numba compiles (arrays, integers, floats, ``heapq`` on lists of
-integers), so that :mod:`refimpl.sim.engine._kernel` compiles these very functions: the plain
+Written in the subset of Python that numba compiles without its reference counting (arrays,
+integers, floats; the heaps are binary heaps in rows of an array), so that :mod:`refimpl.sim.engine._kernel` compiles these very functions: the plain
 Python run is the reference, the compiled one the fast path, and they agree bit for bit.
 
 One engine step: every running sequence generates one token; the step takes the roofline time of the
@@ -21,7 +21,6 @@ the demand exceeds the free blocks, the newest running sequence is preempted unt
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
@@ -35,8 +34,8 @@ F64 = NDArray[np.float64]
 # integer state IS[...]
 _S, _VERSION, _J, _TRAINING, _RANK, _NL, _BUF_H, _BUF_T, _SEAT_H, _SEAT_N = range(10)
 _FREE, _CACHED, _LRU_H, _LRU_T, _NSEG, _ERR, _ERR_A, _APPLIED, _SWAP, _NSHARE = range(10, 20)
-_NPROMPT, _NRUN, _DONE, _SEQNO = range(20, 24)
-N_I = 24
+_NPROMPT, _NRUN, _DONE, _SEQNO, _HN = range(20, 25)  # _HN.._HN+2: the three H' sizes
+N_I = 27
 # float state F[...]: time, next publication, context tokens of the running batch, prefill tokens
 _T, _NEXT_PUB, _CTX, _PREFILL = range(4)
 N_F = 4
@@ -96,10 +95,58 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _seeded() -> list[int]:
-    h = [0]
-    h.pop()
-    return h
+def _hpush(H: I64, IS: I64, k: int, key: int, r: int) -> None:
+    """Push ``(key, r)`` on the binary min-heap ``H[k]`` (keys in ``H[k, 0]``, rollouts in
+    ``H[k, 1]``; its size in ``IS[_HN + k]``)."""
+    i = int(IS[_HN + k])
+    if i >= H.shape[2]:
+        IS[_ERR] = ERR_SCHEDULE
+        return
+    IS[_HN + k] = i + 1
+    while i > 0:
+        up = (i - 1) >> 1
+        if H[k, 0, up] <= key:
+            break
+        H[k, 0, i] = H[k, 0, up]
+        H[k, 1, i] = H[k, 1, up]
+        i = up
+    H[k, 0, i] = key
+    H[k, 1, i] = r
+
+
+def _hpop(H: I64, IS: I64, k: int) -> tuple[int, int]:
+    """Pop the entry of the smallest key of the heap ``H[k]``: ``(key, rollout)``."""
+    n = int(IS[_HN + k]) - 1
+    top, top_r = int(H[k, 0, 0]), int(H[k, 1, 0])
+    last, last_r = H[k, 0, n], H[k, 1, n]
+    IS[_HN + k] = n
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and H[k, 0, c + 1] < H[k, 0, c]:
+            c += 1
+        if H[k, 0, c] >= last:
+            break
+        H[k, 0, i] = H[k, 0, c]
+        H[k, 1, i] = H[k, 1, c]
+        i = c
+    if n > 0:
+        H[k, 0, i] = last
+        H[k, 1, i] = last_r
+    return top, top_r
+
+
+def _compact_newest(IS: I64, R: I64, H: I64) -> None:
+    """Drop the entries of the newest-running heap whose rollout stopped or was admitted again
+    (only a preemption pops that heap, so they pile up)."""
+    n = int(IS[_HN + 1])
+    IS[_HN + 1] = 0
+    for i in range(n):
+        key, r = H[1, 0, i], H[1, 1, i]
+        if R[_STATE, r] == _RUN and R[_ADM, r] == -key:
+            _hpush(H, IS, 1, key, r)
 
 
 def _alloc(IS: I64, P: I64, PR: I64, LRU: I64, k: int) -> None:
@@ -190,16 +237,12 @@ def _fits(IS: I64, P: I64, cnt: I64, took: int, tokens: int) -> bool:
     return bool(room >= P[_WM])
 
 
-def _schedule(IS: I64, R: I64, SQ: I64, heaps: list[list[int]], r: int, fin: int) -> int:
+def _schedule(IS: I64, R: I64, H: I64, r: int, fin: int) -> int:
     """Give rollout ``r`` a new schedule number and push its completion at step ``fin``."""
     q = int(IS[_SEQNO])
-    if q >= SQ.shape[0]:
-        IS[_ERR] = ERR_SCHEDULE
-        return q
     IS[_SEQNO] = q + 1
-    SQ[q] = r
     R[_SEQ, r] = q
-    heapq.heappush(heaps[0], fin * KEY + q)
+    _hpush(H, IS, 0, fin * KEY + q, r)
     return q
 
 
@@ -209,9 +252,8 @@ def _start(
     F: F64,
     R: I64,
     RF: F64,
-    SQ: I64,
     cnt: I64,
-    heaps: list[list[int]],
+    H: I64,
     r: int,
     g: int,
 ) -> None:
@@ -224,9 +266,12 @@ def _start(
     IS[_NRUN] += 1
     F[_CTX] += P[_PROMPT] + g
     RF[_SINCE, r] = F[_T]
-    q = _schedule(IS, R, SQ, heaps, r, s + R[_LEN, r] - g - 1)
+    q = _schedule(IS, R, H, r, s + R[_LEN, r] - g - 1)
     R[_ADM, r] = q
-    heapq.heappush(heaps[1], -q)
+    if P[_BLOCKS] >= 0:  # preemption needs the newest running sequence
+        if IS[_HN + 1] >= H.shape[2]:
+            _compact_newest(IS, R, H)
+        _hpush(H, IS, 1, -q, r)
 
 
 def _stop(
@@ -245,8 +290,7 @@ def _stop(
 
 
 def _launch(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
-    lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]],
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> bool:  # fmt: skip
     """Launch a new rollout in the next free seat if the blocks allow; whether it did."""
     r = IS[_NL]
@@ -286,13 +330,12 @@ def _launch(
         _alloc(IS, P, PR, LRU, _cdiv(own, P[_BS]))
     F[_PREFILL] += prefill
     ST[ST_PREFILL] += prefill
-    _start(IS, P, F, R, RF, SQ, cnt, heaps, r, 0)
+    _start(IS, P, F, R, RF, cnt, H, r, 0)
     return True
 
 
 def _resume(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
-    cnt: I64, heaps: list[list[int]], r: int,
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, cnt: I64, H: I64, r: int,
 ) -> bool:  # fmt: skip
     """Resume the preempted rollout ``r`` if the blocks allow (its KV swapped in, or recomputed)."""
     g = R[_G0, r]
@@ -314,46 +357,41 @@ def _resume(
         _alloc(IS, P, PR, LRU, _cdiv(own + g, P[_BS]))
     F[_PREFILL] += prefill
     ST[ST_PREFILL] += prefill
-    _start(IS, P, F, R, RF, SQ, cnt, heaps, r, g)
+    _start(IS, P, F, R, RF, cnt, H, r, g)
     return True
 
 
 def _admit(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
-    lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]],
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
     """Fill the engine: preempted rollouts first (oldest first), then new ones in free seats."""
-    paused = heaps[2]
     while IS[_ERR] == 0:
-        if paused:
-            r = paused[0]
+        if IS[_HN + 2] > 0:
+            r = int(H[2, 1, 0])
             if R[_STATE, r] != _PAUSED:
-                heapq.heappop(paused)  # restarted meanwhile
+                _hpop(H, IS, 2)  # restarted meanwhile
                 continue
-            if not _resume(IS, P, F, R, RF, PR, LRU, ST, SQ, cnt, heaps, r):
+            if not _resume(IS, P, F, R, RF, PR, LRU, ST, cnt, H, r):
                 return  # first come, first served: nothing overtakes it
-            heapq.heappop(paused)
+            _hpop(H, IS, 2)
             continue
         if IS[_SEAT_N] == 0:
             return
-        if not _launch(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps):
+        if not _launch(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H):
             return
 
 
 def _make_room(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SQ: I64,
-    cnt: I64, heaps: list[list[int]],
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
     """Blocks for the coming step's new tokens; preempt the newest running rollouts until they fit."""
     if P[_BLOCKS] < 0:
         return
     s, bs = IS[_S], P[_BS]
     need = cnt[s % bs]
-    newest = heaps[1]
     while need > IS[_FREE] + IS[_CACHED]:
-        q = -heapq.heappop(newest)
-        r = SQ[q]
-        if R[_STATE, r] != _RUN or R[_ADM, r] != q:
+        key, r = _hpop(H, IS, 1)
+        if R[_STATE, r] != _RUN or R[_ADM, r] != -key:
             continue  # gone, or admitted again since
         if IS[_NRUN] == 1:  # the last one outgrows the whole budget
             IS[_ERR] = ERR_STUCK
@@ -371,7 +409,7 @@ def _make_room(
             IS[_SWAP] += _cdiv(R[_OWN, r] + g, bs)
         else:
             ST[ST_PREEMPT_KV_TOKENS] += R[_OWN, r] + g
-        heapq.heappush(heaps[2], r)
+        _hpush(H, IS, 2, r, r)
     _alloc(IS, P, PR, LRU, need)
 
 
@@ -396,7 +434,7 @@ def _new_segment(IS: I64, R: I64, RF: F64, SEG: I64, SEGT: F64, r: int, k: int, 
 
 def _interrupt(
     IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
-    SEGT: F64, SQ: I64, seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]],
+    SEGT: F64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
     """A weight update reaches the rollouts in flight: restart, recompute or keep their KV."""
     v, s, policy = IS[_VERSION], IS[_S], P[_PARTIAL]
@@ -430,7 +468,7 @@ def _interrupt(
             if running:  # rescheduled, at the same step: its completion now follows the others'
                 F[_PREFILL] += P[_PROMPT] + g
                 ST[ST_PREFILL] += P[_PROMPT] + g
-                _schedule(IS, R, SQ, heaps, r, s + R[_LEN, r] - g - 1)
+                _schedule(IS, R, H, r, s + R[_LEN, r] - g - 1)
             else:
                 R[_ONCPU, r] = 0  # its swapped KV is stale: recomputed when it resumes
 
@@ -468,15 +506,12 @@ def _publish(IS: I64, P: I64, F: F64, pub: F64) -> None:
 
 
 def _complete(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, buf: I64, SQ: I64,
-    seats: I64, seat_rid: I64, cnt: I64, heaps: list[list[int]], step: int,
+    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, buf: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64, step: int,
 ) -> None:  # fmt: skip
     """The rollouts whose last token came in ``step`` finish, in launch order."""
-    fin = heaps[0]
-    while fin and fin[0] // KEY == step:
-        q = heapq.heappop(fin) % KEY
-        r = SQ[q]
-        if R[_STATE, r] != _RUN or R[_SEQ, r] != q:
+    while IS[_HN] > 0 and H[0, 0, 0] // KEY == step:
+        key, r = _hpop(H, IS, 0)
+        if R[_STATE, r] != _RUN or R[_SEQ, r] != key % KEY:
             continue  # preempted, restarted or rescheduled since this entry
         _stop(IS, P, F, R, RF, PR, LRU, cnt, r, R[_LEN, r])
         R[_STATE, r] = _OFF
@@ -515,23 +550,50 @@ def _account(IS: I64, P: I64, ST: F64) -> None:
         ST[ST_PEAK_BLOCKS] = max(ST[ST_PEAK_BLOCKS], used)
 
 
+def _advance(IS: I64, P: I64, F: F64, C: F64, ST: F64, t: float) -> float:
+    """Run one step from time ``t``: every running sequence generates a token; its end time."""
+    _account(IS, P, ST)
+    t_next = t + _step_time(IS, P, F, C, ST)
+    F[_CTX] += IS[_NRUN]
+    F[_PREFILL] = 0.0
+    IS[_SWAP] = 0
+    IS[_S] += 1
+    return float(t_next)
+
+
+def _quiet(IS: I64, P: I64, F: F64, H: I64, cnt: I64, t: float) -> bool:
+    """Whether the boundary at ``t`` (after step ``S - 1``) changes nothing but the blocks the next
+    step takes: no completion, publication or pending weight update, no seat or preempted rollout
+    waiting (so no admission), and those blocks free. The loop then runs the next step at once,
+    doing exactly what the full boundary would have done."""
+    if IS[_SEAT_N] > 0 or IS[_HN + 2] > 0 or F[_NEXT_PUB] <= t:
+        return False
+    if IS[_HN] > 0 and H[0, 0, 0] // KEY < IS[_S]:
+        return False
+    if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:
+        return False
+    if P[_BLOCKS] < 0:
+        return True
+    return bool(cnt[IS[_S] % P[_BS]] <= IS[_FREE] + IS[_CACHED])
+
+
 def run_loop(
     P: I64, C: F64, taus: F64, lengths: I64, R: I64, RF: F64, PR: I64, LRU: I64,
-    SEG: I64, SEGT: F64, SQ: I64, buf: I64, pub: F64, IS: I64, F: F64, ST: F64,
+    SEG: I64, SEGT: F64, buf: I64, pub: F64, IS: I64, F: F64, ST: F64,
+    H: I64, seats: I64, seat_rid: I64, nxt: I64, cnt: I64,
 ) -> None:  # fmt: skip
-    """Run the engine until the last publication or an error code in ``IS[_ERR]`` (see module)."""
+    """Run the engine until the last publication or an error code in ``IS[_ERR]`` (see module).
+
+    ``seats`` holds ``0 .. slots - 1``, ``seat_rid`` ``-1``, ``nxt`` and ``cnt`` zeros (``cnt`` of
+    length ``block_size``), ``H`` room for the three heaps: completions, newest running (negated
+    schedule numbers), preempted."""
     n = P[_SEATS]
-    seats = np.arange(n, dtype=np.int64)
-    seat_rid = np.full(n, -1, dtype=np.int64)
-    nxt = np.zeros(n, dtype=np.int64)
-    cnt = np.zeros(P[_BS], dtype=np.int64)
-    heaps = [_seeded(), _seeded(), _seeded()]  # completions, newest running, preempted
     IS[_SEAT_N] = n
     IS[_FREE] = P[_BLOCKS]
     F[_NEXT_PUB] = math.inf
     while True:
-        _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
-        _make_room(IS, P, F, R, RF, PR, LRU, ST, SQ, cnt, heaps)
+        _admit(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
+        _make_room(IS, P, F, R, RF, PR, LRU, ST, cnt, H)
         if IS[_ERR]:
             return
         t = F[_T]
@@ -543,12 +605,12 @@ def run_loop(
                 return
             t_next = F[_NEXT_PUB]  # nothing runs: the clock jumps to the trainer's publication
         else:
-            _account(IS, P, ST)
-            t_next = t + _step_time(IS, P, F, C, ST)
-            F[_CTX] += IS[_NRUN]
-            F[_PREFILL] = 0.0
-            IS[_SWAP] = 0
-            IS[_S] += 1
+            t_next = _advance(IS, P, F, C, ST, t)
+            while _quiet(IS, P, F, H, cnt, t_next):  # a boundary where nothing happens
+                F[_T] = t_next
+                if P[_BLOCKS] >= 0:
+                    _alloc(IS, P, PR, LRU, cnt[IS[_S] % P[_BS]])
+                t_next = _advance(IS, P, F, C, ST, t_next)
         while F[_NEXT_PUB] < t_next:  # published during the step: the trainer moves on at once
             t_pub = F[_NEXT_PUB]
             _publish(IS, P, F, pub)
@@ -557,9 +619,9 @@ def run_loop(
             _try_train(IS, P, F, R, buf, taus, t_pub)
         F[_T] = t_next
         if stepped:
-            _complete(IS, P, F, R, RF, PR, LRU, buf, SQ, seats, seat_rid, cnt, heaps, IS[_S] - 1)
+            _complete(IS, P, F, R, RF, PR, LRU, buf, seats, seat_rid, cnt, H, IS[_S] - 1)
         _try_train(IS, P, F, R, buf, taus, t_next)
-        _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
+        _admit(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
         while F[_NEXT_PUB] == t_next:  # published at this boundary: after its completions
             _publish(IS, P, F, pub)
             if IS[_DONE]:
@@ -575,28 +637,25 @@ def run_loop(
                 ST,
                 SEG,
                 SEGT,
-                SQ,
                 lengths,
                 nxt,
                 seats,
                 seat_rid,
                 cnt,
-                heaps,
+                H,
             )
             _try_train(IS, P, F, R, buf, taus, t_next)
-        _update(
-            IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, SQ, lengths, nxt, seats, seat_rid, cnt, heaps
-        )
+        _update(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, lengths, nxt, seats, seat_rid, cnt, H)
 
 
 def _update(
     IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
-    SEGT: F64, SQ: I64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64,
-    heaps: list[list[int]],
+    SEGT: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64,
+    H: I64,
 ) -> None:  # fmt: skip
     """New weights reach the rollouts in flight (once per version); restarted seats relaunch."""
     if P[_PARTIAL] == _NONE or IS[_APPLIED] == IS[_VERSION]:
         return
-    _interrupt(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, SQ, seats, seat_rid, cnt, heaps)
+    _interrupt(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, seats, seat_rid, cnt, H)
     IS[_APPLIED] = IS[_VERSION]
-    _admit(IS, P, F, R, RF, PR, LRU, ST, SQ, lengths, nxt, seats, seat_rid, cnt, heaps)
+    _admit(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)

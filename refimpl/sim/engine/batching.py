@@ -181,11 +181,11 @@ def run_engine(
     loop = _kernel.compiled_loop() if compiled else L.run_loop
     p, c = _params(cfg, model)
     cap, cap_seg = _capacities(cfg)
-    cap_sq = 2 * cap
+    cap_heap = 4 * cfg.slots + 1024  # live entries: about one per seat, and a few stale ones
     while True:
         lengths = np.ceil(supply.matrix).astype(np.int64)
         n_prompts = (model.prompts or cap) if model.prefix_sharing else 1
-        arrays = _arrays(cap, cap_seg, cap_sq, n_prompts, cfg.steps)
+        arrays = _arrays(cap, cap_seg, cap_heap, n_prompts, cfg, model.block_size)
         i_state, f_state, stats = arrays["I"], arrays["F"], arrays["ST"]
         loop(p, c, trainer_times, lengths, *[arrays[k] for k in _ORDER])
         err = int(i_state[L._ERR])
@@ -196,19 +196,36 @@ def run_engine(
         elif err == L.ERR_SEGMENTS:
             cap_seg *= 2
         elif err == L.ERR_SCHEDULE:
-            cap_sq *= 2
+            cap_heap *= 2
         elif err == L.ERR_LENGTHS:
             supply.extend(slot=int(i_state[L._ERR_A]), needed=lengths.shape[1] + 1)
         else:
             raise RuntimeError(_stuck_message(model, int(i_state[L._ERR_A])))
-    return _raw(arrays, lengths, float(f_state[L._T]), trainer_times), stats
+    return _raw(arrays, float(f_state[L._T]), trainer_times, cfg.slots), stats
 
 
-_ORDER = ("R", "RF", "PR", "LRU", "SEG", "SEGT", "SQ", "buf", "pub", "I", "F", "ST")
+_ORDER = (
+    "R",
+    "RF",
+    "PR",
+    "LRU",
+    "SEG",
+    "SEGT",
+    "buf",
+    "pub",
+    "I",
+    "F",
+    "ST",
+    "H",
+    "seats",
+    "seat_rid",
+    "nxt",
+    "cnt",
+)
 
 
 def _arrays(
-    cap: int, cap_seg: int, cap_sq: int, n_prompts: int, steps: int
+    cap: int, cap_seg: int, cap_heap: int, n_prompts: int, cfg: SimConfig, block_size: int
 ) -> dict[str, NDArray[Any]]:
     pr = np.zeros((3, n_prompts), dtype=np.int64)
     pr[L._PVER] = -1
@@ -216,59 +233,94 @@ def _arrays(
         "R": np.zeros((L.N_R, cap), dtype=np.int64),
         "RF": np.zeros((L.N_RF, cap), dtype=np.float64),
         "PR": pr,
-        "LRU": np.zeros((2, 2 * cap), dtype=np.int64),
+        "LRU": np.zeros(
+            (2, 2 * cap if cfg.engine_model and cfg.engine_model.prompts else 1), dtype=np.int64
+        ),
         "SEG": np.zeros((2, cap_seg), dtype=np.int64),
         "SEGT": np.zeros(cap_seg, dtype=np.float64),
-        "SQ": np.zeros(cap_sq, dtype=np.int64),
         "buf": np.zeros(cap, dtype=np.int64),
-        "pub": np.zeros(steps, dtype=np.float64),
+        "pub": np.zeros(cfg.steps, dtype=np.float64),
         "I": np.zeros(L.N_I, dtype=np.int64),
         "F": np.zeros(L.N_F, dtype=np.float64),
         "ST": np.zeros(L.N_STATS, dtype=np.float64),
+        "H": np.zeros((3, 2, cap_heap), dtype=np.int64),
+        "seats": np.arange(cfg.slots, dtype=np.int64),
+        "seat_rid": np.full(cfg.slots, -1, dtype=np.int64),
+        "nxt": np.zeros(cfg.slots, dtype=np.int64),
+        "cnt": np.zeros(block_size, dtype=np.int64),
     }
 
 
+def _canonical(R: NDArray[np.int64], n_slots: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``(order, row)``: rollouts in the trace's canonical order (by slot, then launch within the
+    slot), and each rollout's canonical row. A slot's rollouts used its columns 0, 1, ... in
+    launch order, so the row is the slot's offset plus the column: no sort needed."""
+    slot, col = R[L._SLOT], R[L._COL]
+    offsets = np.zeros(n_slots + 1, dtype=np.int64)
+    np.cumsum(np.bincount(slot, minlength=n_slots), out=offsets[1:])
+    row = offsets[slot] + col
+    order = np.empty(row.size, dtype=np.int64)
+    order[row] = np.arange(row.size)
+    return order, row
+
+
+def _segments(
+    a: dict[str, NDArray[Any]], vmin: NDArray[np.int64], row: NDArray[np.int64]
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int32]] | None:
+    """The version segments in canonical row order (``vmin`` already in that order)."""
+    n_seg = int(a["I"][L._NSEG])
+    if not n_seg:
+        return None
+    n = vmin.size
+    seg_row = row[a["SEG"][0, :n_seg]]
+    order = np.argsort(seg_row, kind="stable")  # a rollout's segments in the order they began
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(seg_row, minlength=n) + 1, out=offsets[1:])
+    tok = np.zeros(int(offsets[-1]), dtype=np.float64)
+    ver = np.empty(int(offsets[-1]), dtype=np.int32)
+    ver[offsets[:-1]] = vmin
+    sorted_rows = seg_row[order]
+    within = np.arange(n_seg) - np.searchsorted(sorted_rows, sorted_rows)
+    at = offsets[sorted_rows] + 1 + within
+    tok[at] = a["SEGT"][:n_seg][order]
+    ver[at] = a["SEG"][1, :n_seg][order]
+    return offsets, tok, ver
+
+
 def _raw(
-    a: dict[str, NDArray[Any]], lengths: NDArray[np.int64], end: float, taus: NDArray[np.float64]
+    a: dict[str, NDArray[Any]], end: float, taus: NDArray[np.float64], n_slots: int
 ) -> RawTrace:
+    """The loop's arrays as the trace's columns, in canonical row order."""
     n = int(a["I"][L._NL])
     R, RF = a["R"][:, :n], a["RF"][:, :n]
     running = R[L._STATE] == L._RUN
     runtime = RF[L._RUNTIME] + np.where(running, end - RF[L._SINCE], 0.0)
-    n_seg = int(a["I"][L._NSEG])
-    segments = None
-    if n_seg:
-        seg_r = a["SEG"][0, :n_seg]
-        order = np.argsort(seg_r, kind="stable")
-        counts = np.bincount(seg_r, minlength=n) + 1
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        tok = np.zeros(int(offsets[-1]), dtype=np.float64)
-        ver = np.empty(int(offsets[-1]), dtype=np.int32)
-        ver[offsets[:-1]] = R[L._VMIN]
-        within = np.arange(n_seg) - np.searchsorted(seg_r[order], seg_r[order])
-        at = offsets[seg_r[order]] + 1 + within
-        tok[at] = a["SEGT"][:n_seg][order]
-        ver[at] = a["SEG"][1, :n_seg][order]
-        segments = (offsets, tok, ver)
+    busy = float(np.sum(runtime))  # in launch order, as the slot mode sums it
+    order, row = _canonical(R, n_slots)
+    vmin = R[L._VMIN][order]
+
+    def col(field: int, dtype: Any, floats: bool = False) -> NDArray[Any]:
+        source: NDArray[Any] = RF[field] if floats else R[field]
+        return np.asarray(source[order], dtype=dtype)
+
     return RawTrace(
-        slot=R[L._SLOT].astype(np.int32),
-        column=R[L._COL].astype(np.int32),
-        launch_time=RF[L._LAUNCH].copy(),
-        finish_time=RF[L._FINISH].copy(),
-        length=R[L._LEN].astype(np.float64),
-        launch_version=R[L._VL].astype(np.int32),
-        min_version=R[L._VMIN].astype(np.int32),
-        step=R[L._STEP].astype(np.int32),
-        staleness=R[L._STALE].astype(np.int32),
-        status=R[L._STATUS].astype(np.int8),
-        rank=R[L._RANKR].copy(),
-        wasted_tokens=RF[L._WASTED].copy(),
-        recomputed_tokens=RF[L._RECOMP].copy(),
-        segments=segments,
+        slot=col(L._SLOT, np.int32),
+        column=col(L._COL, np.int32),
+        launch_time=col(L._LAUNCH, np.float64, True),
+        finish_time=col(L._FINISH, np.float64, True),
+        length=col(L._LEN, np.float64),
+        launch_version=col(L._VL, np.int32),
+        min_version=vmin.astype(np.int32),
+        step=col(L._STEP, np.int32),
+        staleness=col(L._STALE, np.int32),
+        status=col(L._STATUS, np.int8),
+        rank=col(L._RANKR, np.int64),
+        wasted_tokens=col(L._WASTED, np.float64, True),
+        recomputed_tokens=col(L._RECOMP, np.float64, True),
+        segments=_segments(a, vmin, row),
         publish_times=a["pub"].copy(),
         end_time=end,
-        generator_busy=float(np.sum(runtime)),
+        generator_busy=busy,
         trainer_busy=float(np.sum(taus)),
     )
 
