@@ -63,6 +63,10 @@ def wrong_type(name: str, expected: str, value: Any, fix: str) -> InvalidArgumen
     )
 
 
+#: The largest integer parameter accepted: past float64's range no count, step or size is meant,
+#: and a function that computes in floats would fail with OverflowError.
+_MAX_INT_MAGNITUDE = 2**1023
+
 #: Beyond this magnitude a float64 is no longer a trustworthy integer: 2^53 + 1 has no float.
 _EXACT_FLOAT_INT = 2**53
 
@@ -101,6 +105,9 @@ def as_int(
 ) -> int:
     """An exact integer parameter, optionally in ``[minimum, maximum]``; a Python ``int`` out.
 
+    Exact at any size up to ``2^1023`` in magnitude (float64's range: no count, step or size is
+    larger, and a larger one would overflow the functions that compute in floats).
+
     Accepts ``int``, numpy integers, a 0-d integer array, and a ``Fraction`` or ``Decimal`` that
     is a whole number (all exact at any size). Refuses, with a ``TypeError`` naming the reason:
     booleans (``True`` is not a count), floats (even ``3.0``: a float past ``2^53`` is not the
@@ -113,6 +120,13 @@ def as_int(
         _refuse_look_alike(value, name=name)
     result = int(value)
     what = f" ({meaning})" if meaning else ""
+    if abs(result) > _MAX_INT_MAGNITUDE:
+        raise invalid(
+            name,
+            f"be at most 2^1023 in magnitude (beyond float64's range){what}",
+            value,
+            f"No count is that large: pass a smaller {name}.",
+        )
     if minimum is not None and result < minimum:
         raise invalid(name, f"be >= {minimum}{what}", value, f"Pass {name} >= {minimum}.")
     if maximum is not None and result > maximum:
@@ -490,7 +504,7 @@ def as_pmf(pmf: Any, *, name: str = "pmf") -> tuple[NDArray[np.float64] | list[F
     ``Fraction`` or an ``int``, else a float64 array. Rejects an empty pmf, negative or non-finite
     entries, and a pmf that does not sum to one (exactly for Fractions; within ``1e-9`` otherwise).
     """
-    items = list(pmf) if not isinstance(pmf, np.ndarray) else None
+    items = _items(pmf)
     if (
         items is not None
         and items
@@ -512,7 +526,7 @@ def as_pmf(pmf: Any, *, name: str = "pmf") -> tuple[NDArray[np.float64] | list[F
                 f"It sums to {total}; divide every entry by the total.",
             )
         return fracs, True
-    arr = as_float_array(pmf, name=name, ndim=1)
+    arr = as_float_array(pmf if items is None else items, name=name, ndim=1)
     if arr.size == 0:
         raise invalid(name, "be non-empty", arr, "Pass at least one probability (lengths 1..M).")
     if np.any(arr < 0):
@@ -527,6 +541,16 @@ def as_pmf(pmf: Any, *, name: str = "pmf") -> tuple[NDArray[np.float64] | list[F
             f"It sums to {float_total!r}; divide every entry by the total.",
         )
     return arr, False
+
+
+def _items(value: Any) -> list[Any] | None:
+    """The entries of a sequence given as one (``None`` for an array, text or a non-iterable)."""
+    if isinstance(value, (np.ndarray, str, bytes)):
+        return None
+    try:
+        return list(value)
+    except TypeError:  # not iterable (a bool, a number): the float conversion refuses it
+        return None
 
 
 def exact_list(value: Any) -> list[Fraction] | None:

@@ -33,8 +33,8 @@ from numpy.typing import NDArray
 
 import refimpl
 from refimpl import errors
-from refimpl._validation import as_float_array, as_int, as_int_array, as_real
-from refimpl.errors import InvalidArgument, InvalidArgumentType
+from refimpl._validation import as_float_array, as_int, as_int_array, as_pmf, as_real
+from refimpl.errors import InvalidArgument, InvalidArgumentType, RefimplError
 
 TABLES = (
     test_validation_dispatch,
@@ -96,6 +96,21 @@ def test_an_integer_parameter_is_exact_beyond_2_to_53(n: int) -> None:
     if -(2**63) <= n < 2**63:
         assert as_int(np.int64(n), name="eta") == n
         assert as_int(np.array(n, dtype=np.int64), name="eta") == n
+
+
+def test_an_integer_past_float64_s_range_is_refused_not_overflowed() -> None:
+    assert as_int(2**1023, name="n") == 2**1023
+    with pytest.raises(InvalidArgument, match=r"n must be at most 2\^1023 in magnitude"):
+        as_int(2**1023 + 1, name="n")
+
+
+def test_a_pmf_that_is_not_a_sequence_is_refused() -> None:
+    for value in (True, 3, None, 1 + 2j):
+        with pytest.raises(RefimplError, match=r"^pmf must "):
+            as_pmf(value)
+    values, exact = as_pmf(x for x in (Fraction(1, 2), Fraction(1, 2)))
+    assert exact
+    assert values == [Fraction(1, 2), Fraction(1, 2)]
 
 
 def test_the_bounds_of_an_integer_parameter_are_compared_exactly() -> None:
@@ -245,6 +260,9 @@ class _Hostile:
 def test_a_message_shows_a_huge_or_hostile_value_briefly() -> None:
     with pytest.raises(InvalidArgumentType, match=r"got n=<_Hostile object>"):
         as_int(_Hostile(), name="n")
-    with pytest.raises(InvalidArgument, match=r"got n=-an integer of 16610 bits") as info:
+    with pytest.raises(
+        InvalidArgument,
+        match=r"n must be at most 2\^1023 in magnitude .*got n=-an integer of 16610",
+    ) as info:
         as_int(-(10**5000), name="n", minimum=0)
     assert len(str(info.value)) < 200
