@@ -477,13 +477,41 @@ def _check_rows(section: Section) -> list[tuple[str, ...]]:
             fmt(c.simulation, 4),
             fmt(abs(c.closed_form - c.simulation), 2),
             fmt(c.tolerance, 2),
+            fmt(_share_of_tolerance(c), 2),
             "yes" if c.passed else "**NO**",
         )
         for c in section.checks
     ]
 
 
-CHECK_COLUMNS = ("quantity", "closed form", "simulation", "difference", "tolerance", "agree")
+def _tolerance_note(section: Section) -> str:
+    """Where the section's tolerances come from, and their scale."""
+    rules = "; ".join(sorted({c.rule for c in section.checks}))
+    return (
+        f"Tolerances, each in the unit of its quantity: {rules}. *Difference ÷ tolerance* puts "
+        "every pair on that scale: at most 1 when the two agree."
+    )
+
+
+def _share_of_tolerance(check: Check) -> float:
+    """The difference on the tolerance's own scale: at most 1 when the pair agrees."""
+    diff = abs(check.closed_form - check.simulation)
+    if diff == 0.0:
+        return 0.0
+    return diff / check.tolerance if check.tolerance > 0 else math.inf
+
+
+#: The check table's columns; "difference ÷ tolerance" puts every pair on one scale (≤ 1: agree),
+#: whatever the quantity's unit.
+CHECK_COLUMNS = (
+    "quantity",
+    "closed form",
+    "simulation",
+    "difference",
+    "tolerance",
+    "difference ÷ tolerance",
+    "agree",
+)
 
 
 def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
@@ -515,7 +543,7 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
                     out += [f"*{b.note}*", ""]
         if s.checks:
             out += ["**Closed form vs simulation**", "", _md_table(CHECK_COLUMNS, _check_rows(s))]
-            out += ["", "Tolerances: " + "; ".join(sorted({c.rule for c in s.checks})) + ".", ""]
+            out += ["", _tolerance_note(s), ""]
     out += [f"*{meta['footer']} {_times(sections)}*", ""]
     atomic_write(path, "\n".join(out).rstrip() + "\n")
 
@@ -566,6 +594,7 @@ th:first-child,th.l{text-align:left}
 nav ol{columns:2 18em}.small{font-size:.85em;color:#666}
 .takeaway{background:#eef6ff;border-left:4px solid #3b6fd4;padding:.1em 1em;margin:1em 0}
 .takeaway p{margin:.45em 0}.takeaway p:first-child{font-weight:600}
+.meaning{color:#3d4b66;font-style:italic}.glance li{margin-bottom:.5em}
 footer{margin-top:2.5em;border-top:1px solid #d9dde8;padding-top:.6em}
 .glance{background:#eef6ff;border-radius:6px;padding:.2em 1.2em .6em}.glance h2{margin-top:.6em;border:0}
 .reading{background:#f4f5f9;border-radius:6px;padding:.2em 1.2em .6em;margin-top:1em}
@@ -650,8 +679,8 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
     for s in sections:  # each section's takeaway on the first screen, else its headlines
         link = f'<a href="#{s.key}"><strong>{html.escape(s.title)}</strong></a>'
         if s.takeaways:
-            lines = "".join(f"<br>{_inline(line)}" for line in s.takeaways)
-            glance.append(f"<li>{link}{lines}</li>")
+            finding, meaning = (_inline(line) for line in s.takeaways)
+            glance.append(f'<li>{link}<br>{finding}<br><span class="meaning">{meaning}</span></li>')
         else:
             glance += [f"<li>{link}: {_inline(h)}</li>" for h in s.headlines]
     if glance:
@@ -705,7 +734,7 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
             out.append('<p class="caption">Closed form vs simulation</p>')
             rows = [
                 (
-                    *(_inline(c) for c in r[:5]),
+                    *(_inline(c) for c in r[:6]),
                     '<span class="ok">yes</span>' if c.passed else '<span class="bad">NO</span>',
                 )
                 for r, c in zip(_check_rows(s), s.checks, strict=True)
@@ -722,8 +751,7 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
                 f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
                 f"<tbody>{body}</tbody></table></div>"
             )
-            rules = "; ".join(sorted({c.rule for c in s.checks}))
-            out.append(f'<p class="note">Tolerances: {_inline(rules)}.</p>')
+            out.append(f'<p class="note">{_inline(_tolerance_note(s))}</p>')
         out.append("</section>")
     out.append(f'<footer class="small">{_inline(meta["footer"])} {_times(sections)}</footer>')
     out.append("</body></html>")
