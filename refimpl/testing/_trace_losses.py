@@ -46,6 +46,25 @@ from numpy.typing import NDArray
 import refimpl.losses  # noqa: F401  (binds refimpl.losses, the reference the summary names)
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
+from refimpl.testing._trace_loss_rows import (
+    ADV,
+    LOGP,
+    LOSS,
+    MASK,
+    MICRO,
+    OLD,
+    REF,
+    STEP,
+    Batch,
+    batch,
+    check_rows,
+    same_loss,
+    step_rows,
+    units,
+)
+from refimpl.testing._trace_loss_rows import Segment as _Segment
+from refimpl.testing._trace_loss_rows import span as _range
+from refimpl.testing._trace_loss_rows import whole as _int
 from refimpl.testing._traces import Chunk, TraceError
 from refimpl.testing.tolerances import summation_factor
 
@@ -110,8 +129,6 @@ OPTIONS: dict[str, type] = {
     "kl_clamp": float,
 }
 
-STEP, MICRO, LOSS = "step", "micro_batch", "loss"
-LOGP, OLD, MASK, ADV, REF = "logp", "logp_old", "mask", "advantage", "logp_ref"
 #: every column the spec reads (``--column`` may map any of them)
 COLUMNS = (STEP, MICRO, LOGP, OLD, MASK, ADV, REF)
 #: the hidden columns of a unit row: the reference value and its rounding condition
@@ -311,15 +328,6 @@ def policy_loss_columns(
 
 
 @dataclass
-class _Segment:
-    """Rows ``start:stop`` of a chunk, all of one step."""
-
-    chunk: Chunk
-    start: int
-    stop: int
-
-
-@dataclass
 class _Steps:
     """Cuts the stream of rows into steps (runs of equal ``step``), across chunk boundaries."""
 
@@ -370,185 +378,12 @@ def _ids(chunk: Chunk, name: str) -> Array:
     return values
 
 
-def _int(x: float) -> str:
-    return str(int(x))
-
-
 def _span(segments: list[_Segment]) -> str:
     first, last = segments[0], segments[-1]
     return _range(first.chunk.where(first.start), last.chunk.where(last.stop - 1))
 
 
-def _range(a: str, b: str) -> str:
-    """``line 4`` or ``lines 4-9`` (``row``/``rows`` for Parquet)."""
-    if a == b:
-        return a
-    kind, _, start = a.partition(" ")
-    return f"{kind}s {start}-{b.partition(' ')[2]}"
-
-
-# --- one step's rows ------------------------------------------------------------------------
-
-
-@dataclass
-class _Rows:
-    """The rows of one step: per row its place, tokens and logged values."""
-
-    where: list[str]
-    lines: list[int]
-    logp: list[Array]
-    old: list[Array]
-    mask: list[Array]
-    adv: list[Array]  # one value (per sequence) or one per token
-    ref: list[Array] | None
-    micro: Array | None
-    loss: Array
-
-
-def _rows(segments: list[_Segment]) -> _Rows:
-    where: list[str] = []
-    lines: list[int] = []
-    cols: dict[str, list[Any]] = {}
-    for s in segments:
-        c = s.chunk
-        where += [c.where(i) for i in range(s.start, s.stop)]
-        if c.lines is not None:
-            lines += [int(x) for x in c.lines[s.start : s.stop]]
-        for name, values in c.columns.items():
-            cols.setdefault(name, []).extend(values[s.start : s.stop])
-    logp = [np.asarray(v, dtype=np.float64) for v in cols[LOGP]]
-    old = [np.asarray(v, dtype=np.float64) for v in cols[OLD]]
-    mask = (
-        [np.asarray(v, dtype=np.float64) for v in cols[MASK]]
-        if MASK in cols
-        else [np.ones(v.size) for v in logp]
-    )
-    adv = [np.atleast_1d(np.asarray(v, dtype=np.float64)) for v in cols[ADV]]
-    ref = [np.asarray(v, dtype=np.float64) for v in cols[REF]] if REF in cols else None
-    micro = np.asarray(cols[MICRO], dtype=np.float64) if MICRO in cols else None
-    loss = np.asarray(cols[LOSS], dtype=np.float64)
-    return _Rows(where, lines, logp, old, mask, adv, ref, micro, loss)
-
-
-def _check_row(rows: _Rows, i: int) -> None:
-    """One row's lists: one length >= 1, a 0/1 mask, finite values at the tokens counted."""
-    lists = {LOGP: rows.logp[i], OLD: rows.old[i], MASK: rows.mask[i]}
-    if rows.ref is not None:
-        lists[REF] = rows.ref[i]
-    if rows.adv[i].size != 1:
-        lists[ADV] = rows.adv[i]
-    sizes = {k: v.size for k, v in lists.items()}
-    where = rows.where[i]
-    if len(set(sizes.values())) != 1:
-        shown = ", ".join(f"{k} {n}" for k, n in sizes.items())
-        raise TraceError(
-            f"{where}: the token lists differ in length ({shown} values). A row is one sequence: "
-            f"log {', '.join(sizes)} over the same tokens (padding in all of them, or in none)"
-            + ("; an advantage per sequence is one number." if ADV in sizes else ".")
-        )
-    if rows.logp[i].size == 0:
-        raise TraceError(f"{where}: {LOGP} is empty. A row is one sequence with at least 1 token.")
-    m = rows.mask[i]
-    bad = np.flatnonzero((m != 0) & (m != 1))
-    if bad.size:
-        raise TraceError(
-            f"{where}: {MASK} holds {float(m[bad[0]])!r} at token {bad[0]}, not 0 or 1. Log 1 for a "
-            "token the loss counts and 0 for padding."
-        )
-    for name, values in lists.items():
-        if name == MASK:
-            continue
-        broken = np.flatnonzero(~np.isfinite(values) & (m == 1))
-        if broken.size:
-            raise TraceError(
-                f"{where}: {name} holds {float(values[broken[0]])!r} at token {broken[0]}, which the "
-                f"loss counts ({MASK} 1). Values of counted tokens must be finite; a padding "
-                f"token may hold anything if the row's {MASK} marks it 0."
-            )
-    if rows.adv[i].size == 1 and not np.isfinite(rows.adv[i][0]):
-        raise TraceError(f"{where}: {ADV} is {float(rows.adv[i][0])!r}; log a finite advantage.")
-
-
-def _units(rows: _Rows, step: float) -> list[tuple[str, list[int]]]:
-    """The step's units: (name, row indices); one per micro-batch when there is a column."""
-    n = len(rows.where)
-    if rows.micro is None:
-        return [(f"step {_int(step)}", list(range(n)))]
-    mb = rows.micro
-    cuts = [0, *(np.flatnonzero(mb[1:] != mb[:-1]) + 1).tolist(), n]
-    out: list[tuple[str, list[int]]] = []
-    seen: dict[float, str] = {}
-    for a, b in itertools.pairwise(cuts):
-        key = float(mb[a])
-        if key in seen:
-            raise TraceError(
-                f"{rows.where[a]}: micro_batch {_int(key)} of step {_int(step)} appears again "
-                f"after another micro-batch (its rows were at {seen[key]}). The rows of a "
-                "micro-batch must be contiguous within their step."
-            )
-        seen[key] = _range(rows.where[a], rows.where[b - 1])
-        out.append((f"step {_int(step)}, micro_batch {_int(key)}", list(range(a, b))))
-    return out
-
-
-def _same_loss(rows: _Rows, idx: list[int], unit: str) -> float:
-    """The unit's logged loss: the same on each of its rows (NaN counts as the same)."""
-    first = rows.loss[idx[0]]
-    for i in idx[1:]:
-        x = rows.loss[i]
-        if not (x == first or (math.isnan(x) and math.isnan(first))):
-            per = "micro-batch" if rows.micro is not None else "step"
-            hint = (
-                ""
-                if rows.micro is not None
-                else " If each micro-batch logs its own loss, add a micro_batch column."
-            )
-            raise TraceError(
-                f"{rows.where[i]}: {LOSS} is {float(x)!r}, but {rows.where[idx[0]]} of the same {unit} "
-                f"logged {float(first)!r}. The {LOSS} column holds the {per}'s loss, the same on each of "
-                f"its rows.{hint}"
-            )
-    return float(first)
-
-
 # --- the reference value of one unit --------------------------------------------------------
-
-
-@dataclass
-class _Batch:
-    """A unit's rows as (B, T) arrays, padded with mask 0 to the longest row."""
-
-    logp: Array
-    old: Array
-    mask: Array
-    adv: Array  # (B,) or (B, T)
-    ref: Array | None
-
-
-def _batch(rows: _Rows, idx: list[int]) -> _Batch:
-    width = max(rows.logp[i].size for i in idx)
-    shape = (len(idx), width)
-
-    def pad(values: list[Array]) -> Array:
-        out = np.zeros(shape)
-        for k, i in enumerate(idx):
-            out[k, : values[i].size] = values[i]
-        return out
-
-    mask = pad(rows.mask)
-
-    def tokens(values: list[Array]) -> Array:
-        return np.where(mask == 1, pad(values), 0.0)  # padding's values do not matter
-
-    if all(rows.adv[i].size == 1 for i in idx):
-        adv = np.array([rows.adv[i][0] for i in idx])
-    else:
-        per_token = [
-            a if a.size > 1 else np.full(rows.logp[i].size, a[0]) for i, a in enumerate(rows.adv)
-        ]
-        adv = tokens(per_token)
-    ref = tokens(rows.ref) if rows.ref is not None else None
-    return _Batch(tokens(rows.logp), tokens(rows.old), mask, adv, ref)
 
 
 @dataclass
@@ -558,7 +393,7 @@ class _Value:
     token_sum: float
 
 
-def _value(b: _Batch, params: dict[str, Any], counts: dict[str, int]) -> _Value:
+def _value(b: Batch, params: dict[str, Any], counts: dict[str, int]) -> _Value:
     """The reference loss of a unit, its token sum and the rounding condition (see the docs:
     ``Σ |w|·|ℓ|·(|d| + sequence term + log₂ n + 6)`` plus the KL term's)."""
     terms = _surrogate(params)(b.logp, b.old, b.adv, mask=b.mask, **_surrogate_kwargs(params))
@@ -601,22 +436,21 @@ class _Unit:
 
 
 def _step_units(segments: list[_Segment], params: dict[str, Any]) -> list[_Unit]:
-    rows = _rows(segments)
+    rows = step_rows(segments)
     step = float(np.asarray(segments[0].chunk.columns[STEP])[segments[0].start])
-    for i in range(len(rows.where)):
-        _check_row(rows, i)
-    step_tokens = int(sum(float(m.sum()) for m in rows.mask))
-    step_rows = len(rows.where)
-    step_seqs = sum(1 for m in rows.mask if m.sum() > 0)
+    check_rows(rows)
+    row_tokens = np.bincount(rows.row_ids(), weights=rows.mask.values, minlength=rows.size)
+    step_tokens = int(row_tokens.sum())
+    step_seqs = int(np.count_nonzero(row_tokens > 0))
     if params.get("empty_rows") == "counted":
-        step_seqs = step_rows
+        step_seqs = rows.size
     global_counts = rows.micro is not None and params.get("denominator") == "step"
     out = []
-    for name, idx in _units(rows, step):
-        b = _batch(rows, idx)
-        place = f"{name} ({_range(rows.where[idx[0]], rows.where[idx[-1]])})"
-        found = _same_loss(rows, idx, name)
-        tokens = int(b.mask.sum())
+    for name, a, b in units(rows, step):
+        batch_ = batch(rows, a, b)
+        place = f"{name} ({_range(rows.where(a), rows.where(b - 1))})"
+        found = same_loss(rows, a, b, name)
+        tokens = int(batch_.mask.sum())
         counted = step_tokens if global_counts else tokens
         if counted == 0 and params["aggregation"] != "token_sum":
             scope = f"step {_int(step)}" if global_counts else name
@@ -632,7 +466,7 @@ def _step_units(segments: list[_Segment], params: dict[str, Any]) -> list[_Unit]
             else {}
         )
         try:
-            value = _value(b, params, counts)
+            value = _value(batch_, params, counts)
         except (ValueError, TypeError) as exc:
             raise TraceError(
                 f"{place}: the inputs are outside the domain of the reference "
@@ -641,12 +475,12 @@ def _step_units(segments: list[_Segment], params: dict[str, Any]) -> list[_Unit]
         out.append(
             _Unit(
                 place=place,
-                line=rows.lines[idx[0]] if rows.lines else None,
+                line=None if rows.lines is None else int(rows.lines[a]),
                 step=step,
-                micro=None if rows.micro is None else float(rows.micro[idx[0]]),
-                sequences=len(idx),
+                micro=None if rows.micro is None else float(rows.micro[a]),
+                sequences=b - a,
                 tokens=tokens,
-                padded=int(b.mask.size),
+                padded=int(batch_.mask.size),
                 loss=found,
                 value=value,
             )
