@@ -9,8 +9,15 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
    SimPy peer's (``tests/peers/simpy_queue.py``, ``--variant store``, timed once) and against a
    straightforward SimPy model of that same mode (``benchmarks/simpy_modes.py``), each first checked
    sample for sample against ours on the same length matrix. Targets: plain async >= 100x the peer,
-   every other mode >= 20x, agent rollouts >= 10x.
-2. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
+   every other mode >= 20x, agent rollouts >= 10x. The engine mode (an inference engine under a KV
+   budget, ``refimpl.sim.engine``) is held to its own SimPy model (>= 20x) and to plain async's
+   time (within 20x of it).
+2. A user's call: ``refimpl simulate ... --json`` in a fresh process per mode, its whole wall time
+   against the plain peer's whole call (``simpy_queue.py`` in a fresh process), and the rate the
+   command reports against the warmed rate of 1. Targets: >= 10x the peer's wall time in every
+   mode (plain async >= 20x), and a reported rate within 1.5x of the warmed one. The one-time costs
+   the command reports apart (start-up, lengths, kernel loading) are printed beside.
+3. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
    subprocess per size (lengths drawn inside it), after a warm-up run of two trainer steps whose
    time (the fixed cost: loading the compiled kernel, first calls) is printed apart; the time per
    rollout shows how far the cost is from linear. Targets: 10^7 rollouts in 2 GiB, and a cost
@@ -24,7 +31,8 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
    system times are printed beside: see LINEAR_GROWTH for why the system time is not the
    engine's).
 
-Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--modes a,b] [--no-scaling]
+Usage: python benchmarks/bench_sim.py [--quick] [--rollouts R] [--modes a,b] [--no-fresh]
+[--no-scaling]
 """
 
 from __future__ import annotations
@@ -127,6 +135,38 @@ MODES: dict[str, tuple[dict[str, Any], str | None, dict[str, Any], float]] = {
 LENGTHS_FACTOR = {"async, partial restart": 2.0, "first_k, launch 600": 1.5}
 AGENT = "agent rollouts, 2 tool turns"
 AGENT_OPTIONS = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
+# The engine mode: Qwen2.5-7B on an H100's roofline, 64-token prompts held per sequence (the SimPy
+# model shares none), and 8 GiB of KV: 9362 blocks of 16 tokens, fewer than 256 sequences of the
+# mean length need, so the engine preempts (newest first, recompute) as memory runs out.
+ENGINE = "engine mode, 8 GiB KV, Qwen2.5-7B/H100"
+ENGINE_OPTIONS = {"prompt_tokens": 64, "prefix_sharing": False, "kv_memory_bytes": 8 * 2**30}
+ENGINE_PRESET = "qwen2.5-7b-h100"
+ENGINE_TARGET = 20.0  # x its SimPy model; and its time within ENGINE_TARGET x plain async's
+
+
+def engine_model() -> Any:
+    from refimpl.sim.engine import EngineModel
+
+    return EngineModel.preset(ENGINE_PRESET, **ENGINE_OPTIONS)
+
+
+# The same modes as `refimpl simulate` options, for the fresh-process calls.
+CLI_FLAGS: dict[str, list[str]] = {
+    "async": [],
+    "async, eta=1, drop over the bound": ["--eta", "1", "--over-bound", "drop"],
+    "first_k, launch 600": ["--mode", "first_k", "--launch", "600"],
+    "async, partial keep_kv": ["--partial", "keep_kv"],
+    "async, partial recompute": ["--partial", "recompute"],
+    "async, partial restart": ["--partial", "restart"],
+    "async, checkpoint preemption": ["--preempt-rate", "1e-4", "--preempt-duration", "100"],
+    "admission control, eta=1": ["--mode", "admission", "--eta", "1"],
+    "async, integer lengths (ties)": [],  # --lengths-npy added by fresh_calls
+    AGENT: ["--tool-turns", "2", "--tool-latency", "50", "--tool-shards", "4", "--tool-capacity", "64"],
+    ENGINE: [
+        "--engine-model", ENGINE_PRESET, "--prompt-tokens", "64", "--no-prefix-sharing",
+        "--kv-memory-gib", "8",
+    ],
+}  # fmt: skip
 
 
 def load_models() -> ModuleType:
@@ -147,8 +187,14 @@ from refimpl.sim import SimConfig, simulate
 from refimpl.sim.agent import AgentConfig, simulate_agent
 rollouts, mode = int(sys.argv[1]), sys.argv[2]
 options = json.loads(sys.argv[3])
+if mode == "engine":
+    from refimpl.sim.engine import EngineModel
+    engine_model = EngineModel.preset(options["preset"], **options["fields"])
 def run(n):
-    if mode == "agent":
+    if mode == "engine":
+        simulate(SimConfig(slots={slots}, batch={batch}, rollouts=n, seed={seed},
+                           engine_model=engine_model))
+    elif mode == "agent":
         cfg = AgentConfig(slots={slots}, batch={batch}, steps=n // {batch},
                           lengths=scipy.stats.lognorm(s=1.0, scale=403.4287934927351), seed={seed},
                           **options)
@@ -236,6 +282,106 @@ def memory_reference(rollouts: int) -> float:
 LINEAR_GROWTH = 13.0
 
 
+def engine_row(
+    args: Any,
+    models: ModuleType,
+    lengths: Any,
+    steps: int,
+    trained: int,
+    t_peer: float,
+    c_peer: float,
+    warmed: dict[str, float],
+) -> bool:
+    """The engine mode's row: against its SimPy model (>= 20x) and plain async's time (<= 20x)."""
+    from refimpl.sim import SimConfig, simulate
+
+    model = engine_model()
+    rollouts = steps * BATCH
+    cfg = SimConfig(
+        slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=lengths, engine_model=model
+    )
+    plain = SimConfig(slots=SLOTS, batch=BATCH, rollouts=rollouts, lengths=lengths)
+    cost = model.roofline.cost(kv_bytes_per_token=model.kv_bytes_per_token)
+    t_m, c_m, (m_stale, m_len, m_end) = best_of(
+        1,
+        lambda: models.simulate_engine(
+            lengths, BATCH, steps, blocks=model.total_blocks, block_size=model.block_size,
+            watermark_blocks=model.watermark_blocks, prompt_tokens=model.prompt_tokens,
+            roofline=cost,
+        ),
+    )  # fmt: skip
+    t, c, trace = best_of(args.repeats, lambda: simulate(cfg), WARMUP)
+    t_plain, _, _ = best_of(args.repeats, lambda: simulate(plain), WARMUP)  # same run, same load
+    order = trace.training_order()
+    agrees = (
+        np.array_equal(trace.staleness[order], m_stale)
+        and np.array_equal(trace.length[order], m_len)
+        and trace.end_time == m_end
+    )
+    ratio, slower = t_m / t, t / t_plain
+    met = ratio >= ENGINE_TARGET and slower <= ENGINE_TARGET
+    warmed[ENGINE] = trained / t
+    print(
+        f"{ENGINE:36s} {trained / t:11,.0f} {t_peer / t:7.1f} {ratio:8.1f} {trained / t_m:10,.0f} "
+        f"{c_peer / c:10.1f} {c_m / c:11.1f}  {'yes' if agrees else 'NO':6s}  "
+        f">= {ENGINE_TARGET:g}x model {'meets' if ratio >= ENGINE_TARGET else 'MISSES'}; "
+        f"{slower:.1f}x plain async's time ({t:.3f} s vs {t_plain:.3f} s), <= {ENGINE_TARGET:g}x "
+        f"{'meets' if slower <= ENGINE_TARGET else 'MISSES'}"
+    )
+    return bool(agrees and met)
+
+
+def fresh_calls(
+    chosen: list[str], rollouts: int, peer: ModuleType, warmed: dict[str, float]
+) -> bool:
+    """Each mode as a user runs it: ``refimpl simulate ... --json`` in a fresh process, its whole
+    wall time against the plain peer's whole call, and its reported rate against the warmed one."""
+    import tempfile
+
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, peer.__file__, "--rollouts", str(rollouts), "--seed", str(SEED)],
+        check=True, capture_output=True, cwd=ROOT,
+    )  # fmt: skip
+    peer_wall = time.perf_counter() - t0
+    print(
+        f"\n# a user's call: refimpl simulate --rollouts {rollouts:,} --json in a fresh process per "
+        f"mode, against the plain peer's whole call ({peer_wall:.2f} s, a fresh process); "
+        "reported rate against the warmed rate above"
+    )
+    print(
+        f"{'mode':36s} {'wall s':>7s} {'x peer':>7s} {'reported r/s':>12s} {'warmed/rep':>10s} "
+        f"{'startup s':>9s} {'lengths s':>9s} {'kernel s':>8s}  target"
+    )
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in chosen:
+            flags = list(CLI_FLAGS[name])
+            if name == "async, integer lengths (ties)":
+                path = Path(tmp) / "lengths.npy"
+                np.save(path, np.ceil(peer.draw_lengths(SLOTS, rollouts, SEED)))
+                flags += ["--lengths-npy", str(path)]
+            cmd = [sys.executable, "-m", "refimpl", "simulate", "--slots", str(SLOTS), "--batch",
+                   str(BATCH), "--rollouts", str(rollouts), "--seed", str(SEED), *flags, "--json"]  # fmt: skip
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
+            wall = time.perf_counter() - t0
+            got = json.loads(out.stdout)
+            rate = float(got.get("rollouts_per_s", float("nan")))
+            need = 20.0 if name == "async" else 10.0
+            ratio = peer_wall / wall
+            gap = warmed.get(name, float("nan")) / rate
+            met = ratio >= need and gap <= 1.5
+            ok &= met
+            print(
+                f"{name:36s} {wall:7.2f} {ratio:7.1f} {rate:12,.0f} {gap:10.2f} "
+                f"{got.get('startup_s') or float('nan'):9.2f} {got.get('lengths_s', float('nan')):9.3f} "
+                f"{got.get('kernel_s', float('nan')):8.2f}  >= {need:g}x, <= 1.5 "
+                f"{'meets' if met else 'MISSES'}"
+            )  # fmt: skip
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="10^5 rollouts, scaling 10^4..10^6")
@@ -246,6 +392,7 @@ def main() -> int:
         default=None,
         help="comma-separated substrings of the modes to run (a whole name: that mode alone)",
     )
+    ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-process calls")
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10^5..10^7 scaling runs")
     args = ap.parse_args()
     from refimpl.sim import SimConfig, simulate
@@ -257,7 +404,7 @@ def main() -> int:
     rollouts = args.rollouts or (100_000 if args.quick else 1_000_000)
     lengths = peer.draw_lengths(SLOTS, rollouts, SEED)
     steps = rollouts // BATCH
-    every = [*MODES, AGENT]
+    every = [*MODES, AGENT, ENGINE]
     wanted = args.modes.split(",") if args.modes else []
     # a mode's whole name picks that mode alone ("async" is a substring of most names)
     chosen = [
@@ -279,7 +426,11 @@ def main() -> int:
     )
     print(header)
     ok = True
+    warmed: dict[str, float] = {}  # rollouts/s of each mode, warmed, best of the repeats
     for name in chosen:
+        if name == ENGINE:
+            ok &= engine_row(args, models, lengths, steps, trained, t_peer, c_peer, warmed)
+            continue
         if name == AGENT:  # shared inputs: the same length matrix for ours and the model
             cfg_a = AgentConfig(
                 slots=SLOTS, batch=BATCH, steps=steps, lengths=lengths, seed=SEED, **AGENT_OPTIONS
@@ -302,6 +453,7 @@ def main() -> int:
             ratio = t_peer / t
             met = ratio >= 10.0
             ok &= met
+            warmed[name] = trained / t
             print(
                 f"{name:36s} {trained / t:11,.0f} {ratio:7.1f} {t_m / t:8.1f} {trained / t_m:10,.0f} "
                 f"{c_peer / c:10.1f} {c_m / c:11.1f}  {'yes' if agrees else 'NO':6s}  "
@@ -341,11 +493,14 @@ def main() -> int:
         ratio = t_peer / t
         met = ratio >= target
         ok &= met
+        warmed[name] = trained / t
         print(
             f"{name:36s} {trained / t:11,.0f} {ratio:7.1f} {t_m / t:8.1f} {trained / t_m:10,.0f} "
             f"{c_peer / c:10.1f} {c_m / c:11.1f}  {'yes' if agrees else 'NO':6s}  "
             f">= {target:g}x {'meets' if met else 'MISSES'}"
         )
+    if not args.no_fresh:
+        ok &= fresh_calls(chosen, rollouts, peer, warmed)
     if not args.no_scaling:
         sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
         print(
@@ -368,7 +523,12 @@ def main() -> int:
             + f"   (x{ref_growth:.1f} time for the last x10: the machine's caches and first touch)"
         )  # fmt: skip
         for name in chosen:
-            mode, options = ("agent", AGENT_OPTIONS) if name == AGENT else ("sim", MODES[name][0])
+            if name == ENGINE:
+                mode, options = "engine", {"preset": ENGINE_PRESET, "fields": ENGINE_OPTIONS}
+            elif name == AGENT:
+                mode, options = "agent", AGENT_OPTIONS
+            else:
+                mode, options = "sim", MODES[name][0]
             runs = [scaling_run(n, mode, options) for n in sizes]
             peak = runs[-1]["peak_rss"]
             fits = peak <= 2 * GIB or sizes[-1] < 10_000_000

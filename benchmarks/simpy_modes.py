@@ -16,6 +16,7 @@ completion time is the phase start plus the remaining tokens, in the same float 
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -405,6 +406,144 @@ def simulate_agent(
     return run.result()
 
 
+def simulate_engine(
+    lengths: np.ndarray,
+    batch: int,
+    steps: int,
+    *,
+    blocks: int,
+    block_size: int,
+    watermark_blocks: int,
+    prompt_tokens: int,
+    roofline: tuple[float, float, float, float],
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The engine mode (``refimpl.sim.engine``): continuous batching under a paged KV budget.
+
+    One SimPy timeout per decode step, of the roofline time ``over + max(base + per_ctx · C,
+    per_tok · (b + p))``; between steps, in this order: the step's completions (in the order they
+    were scheduled), admissions (preempted sequences first, oldest first, then new ones in the seats
+    freed, in order) while the running sequences' next blocks, the new one's blocks with its next
+    token's and the watermark fit, the trainer (zero time: it publishes at once), then blocks for the
+    next step's tokens, preempting the most recently admitted sequence (its KV recomputed when it
+    resumes) until they fit. Each sequence holds its prompt (no sharing) and ``ceil(own / block)``
+    blocks; lengths are rounded up to whole tokens.
+    """
+    env = simpy.Environment()
+    rows = [np.ceil(row).astype(np.int64).tolist() for row in lengths]
+    col = [0] * len(rows)
+    base, per_ctx, per_tok, over = roofline
+    seats: deque[int] = deque(range(len(rows)))
+    seqs: dict[int, dict[str, Any]] = {}  # running or preempted, by rollout id
+    finishing: list[tuple[int, int, int]] = []  # (step, schedule number, rollout)
+    newest: list[tuple[int, int]] = []  # (-admission number, rollout)
+    paused: list[int] = []
+    state = {"s": 0, "free": blocks, "ctx": 0.0, "prefill": 0.0, "next": 0, "q": 0, "v": 0}
+    phase = [0] * block_size  # running sequences by the step modulo block_size they need a block
+    buffer: deque[tuple[int, int]] = deque()
+    stale: list[int] = []
+    tlen: list[float] = []
+
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def fits(own: int) -> bool:
+        need = phase[state["s"] % block_size] + cdiv(own + 1, block_size)
+        return state["free"] - need >= watermark_blocks
+
+    def start(r: int, g: int) -> None:
+        seq = seqs[r]
+        seq.update(g0=g, s0=state["s"], running=True)
+        phase[(state["s"] - prompt_tokens - g) % block_size] += 1
+        state["ctx"] += prompt_tokens + g
+        state["free"] -= cdiv(prompt_tokens + g, block_size)
+        q = state["q"]
+        state["q"] = q + 1
+        seq["q"] = q
+        heapq.heappush(finishing, (state["s"] + seq["length"] - g - 1, q, r))
+        heapq.heappush(newest, (-q, r))
+
+    def stop(r: int, g: int) -> None:
+        seq = seqs[r]
+        seq["running"] = False
+        phase[(seq["s0"] - prompt_tokens - seq["g0"]) % block_size] -= 1
+        state["ctx"] -= prompt_tokens + g
+        state["free"] += cdiv(prompt_tokens + g, block_size)
+
+    def admit() -> None:
+        while True:
+            if paused:
+                r = paused[0]
+                g = seqs[r]["g0"]
+                if not fits(prompt_tokens + g):
+                    return
+                heapq.heappop(paused)
+                state["prefill"] += prompt_tokens + g
+                start(r, g)
+                continue
+            if not seats or not fits(prompt_tokens):
+                return
+            seat = seats.popleft()
+            r = state["next"]
+            state["next"] = r + 1
+            length = rows[seat][col[seat]]
+            col[seat] += 1
+            seqs[r] = {"seat": seat, "length": length, "version": state["v"]}
+            state["prefill"] += prompt_tokens
+            start(r, 0)
+
+    def make_room() -> None:
+        s = state["s"]
+        need = phase[s % block_size]
+        while need > state["free"]:
+            key, r = heapq.heappop(newest)
+            seq = seqs.get(r)
+            if seq is None or not seq["running"] or seq["q"] != -key:
+                continue
+            g = seq["g0"] + s - seq["s0"]
+            if (seq["s0"] - prompt_tokens - seq["g0"]) % block_size == s % block_size:
+                need -= 1
+            stop(r, g)
+            seq["g0"] = g
+            heapq.heappush(paused, r)
+        state["free"] -= need
+
+    def complete(step: int) -> None:
+        while finishing and finishing[0][0] == step:
+            _, q, r = heapq.heappop(finishing)
+            seq = seqs[r]
+            if not seq["running"] or seq["q"] != q:
+                continue
+            stop(r, seq["length"])
+            del seqs[r]
+            buffer.append((seq["version"], seq["length"]))
+            seats.append(seq["seat"])
+
+    def engine() -> Any:
+        while True:
+            admit()
+            make_room()
+            b = sum(phase)
+            dt = over + max(base + per_ctx * state["ctx"], per_tok * (b + state["prefill"]))
+            yield env.timeout(dt)
+            state["ctx"] += b
+            state["prefill"] = 0.0
+            state["s"] += 1
+            complete(state["s"] - 1)
+            admit()
+            while len(buffer) >= batch:  # the trainer: zero time, it publishes at once
+                j = state["v"]
+                for _ in range(batch):
+                    v, length = buffer.popleft()
+                    stale.append(j - v)
+                    tlen.append(float(length))
+                state["v"] = j + 1
+                if state["v"] == steps:
+                    return
+
+    env.run(until=env.process(engine()))
+    return np.asarray(stale, dtype=np.int64), np.asarray(tlen), env.now
+
+
 MODELS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray, float]]] = {
     "drop": simulate_drop,
     "first_k": simulate_first_k,
@@ -412,4 +551,5 @@ MODELS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray, float]]] = {
     "partial": simulate_partial,
     "preemption": simulate_preemption,
     "agent": simulate_agent,
+    "engine": simulate_engine,
 }
