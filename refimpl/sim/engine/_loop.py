@@ -561,19 +561,29 @@ def _advance(IS: I64, P: I64, F: F64, C: F64, ST: F64, t: float) -> float:
     return float(t_next)
 
 
-def _quiet(IS: I64, P: I64, F: F64, H: I64, cnt: I64, t: float) -> bool:
+def _quiet(IS: I64, P: I64, F: F64, R: I64, H: I64, cnt: I64, t: float) -> bool:
     """Whether the boundary at ``t`` (after step ``S - 1``) changes nothing but the blocks the next
-    step takes: no completion, publication or pending weight update, no seat or preempted rollout
-    waiting (so no admission), and those blocks free. The loop then runs the next step at once,
-    doing exactly what the full boundary would have done."""
-    if IS[_SEAT_N] > 0 or IS[_HN + 2] > 0 or F[_NEXT_PUB] <= t:
+    step takes: no completion, publication or pending weight update, no admission possible (no
+    seat or preempted rollout waiting, or not even its smallest need fits), and those blocks free.
+    The loop then runs the next step at once, doing exactly what the full boundary would have
+    done."""
+    if F[_NEXT_PUB] <= t:
         return False
     if IS[_HN] > 0 and H[0, 0, 0] // KEY < IS[_S]:
         return False
     if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:
         return False
     if P[_BLOCKS] < 0:
-        return True
+        return bool(IS[_SEAT_N] == 0 and IS[_HN + 2] == 0)
+    if IS[_HN + 2] > 0 or IS[_SEAT_N] > 0:  # the head of the queue: does even its least fit?
+        own = P[_PROMPT] % P[_BS] if P[_SHARE] else P[_PROMPT]
+        if IS[_HN + 2] > 0:
+            r = H[2, 1, 0]
+            if R[_STATE, r] != _PAUSED:
+                return False
+            own += R[_G0, r]
+        if _fits(IS, P, cnt, 0, own):
+            return False
     return bool(cnt[IS[_S] % P[_BS]] <= IS[_FREE] + IS[_CACHED])
 
 
@@ -606,7 +616,7 @@ def run_loop(
             t_next = F[_NEXT_PUB]  # nothing runs: the clock jumps to the trainer's publication
         else:
             t_next = _advance(IS, P, F, C, ST, t)
-            while _quiet(IS, P, F, H, cnt, t_next):  # a boundary where nothing happens
+            while _quiet(IS, P, F, R, H, cnt, t_next):  # a boundary where nothing happens
                 F[_T] = t_next
                 if P[_BLOCKS] >= 0:
                     _alloc(IS, P, PR, LRU, cnt[IS[_S] % P[_BS]])
