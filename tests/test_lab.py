@@ -1012,6 +1012,34 @@ def test_a_title_wider_than_its_panel_is_wrapped_not_cut(tmp_path: Path) -> None
     assert right.get_title() == "short"
 
 
+def test_every_table_or_figure_the_text_names_is_there_and_linked(quick: QuickRun) -> None:
+    """A section's text cites its tables and figures by name ("table lag-separation"); each name
+    is shown on its table or figure and links to it, so no reference dangles."""
+    unlinked = re.sub(r"<a [^>]*>.*?</a>", "", quick.html)
+    dangling = re.findall(r"\b(?:table|figure) \w+[-_][\w-]*", _text(unlinked))
+    assert not dangling, dangling
+    cited = re.findall(r'<a href="#([\w-]+-(?:table|figure)-[\w-]+)">', quick.html)
+    assert cited, "the report cites no table or figure by name"
+    anchors = set(re.findall(r'id="([^"]+)"', quick.html))
+    assert set(cited) <= anchors
+    for key, sec in quick.metrics["sections"].items():
+        for figure in sec["figures"]:
+            name = figure.removeprefix(f"{key}-").removesuffix(".png")
+            assert f'id="{key}-figure-{name}"' in quick.html, figure
+            assert f"Figure {name}." in quick.html, figure
+
+
+def test_a_reference_links_only_to_what_the_section_has(tmp_path: Path) -> None:
+    from refimpl.lab.report import _link_references
+
+    section = Section(key="s", number=1, title="t", docs=(), figures_dir=tmp_path)
+    section.table("lag-separation", "caption", ("a",), [(1.0,)])
+    linked = _link_references("see table lag-separation and table nowhere", section)
+    assert linked == (
+        'see <a href="#s-table-lag-separation">table lag-separation</a> and table nowhere'
+    )
+
+
 # -- the first screen: takeaways before evidence ---------------------------------------------------
 def _section_html(html: str, key: str) -> str:
     start = html.index(f'<section id="{key}">')

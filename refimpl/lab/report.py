@@ -536,9 +536,10 @@ def write_markdown(path: Path, sections: Sequence[Section], meta: dict[str, Any]
             if isinstance(b, TextBlock):
                 out += [b.markdown, ""]
             elif isinstance(b, FigureBlock):
-                out += [f"![{b.caption}](figures/{b.file})", "", f"*{b.caption}*", ""]
+                label = f"Figure {figure_name(s, b)}."
+                out += [f"![{b.caption}](figures/{b.file})", "", f"*{label} {b.caption}*", ""]
             else:
-                out += [f"**{b.caption}**", "", _md_table(b.columns, b.rows), ""]
+                out += [f"**Table {b.key}.** {b.caption}", "", _md_table(b.columns, b.rows), ""]
                 if b.note:
                     out += [f"*{b.note}*", ""]
         if s.checks:
@@ -587,7 +588,7 @@ td.num{white-space:nowrap;font-variant-numeric:tabular-nums}
 td.txt{text-align:left}td.txt code{overflow-wrap:normal}
 th .w{display:block;height:0}td.txt::before{content:"";display:block;height:0;width:8em}
 th:first-child,th.l{text-align:left}
-.caption{font-weight:600;margin:1.2em 0 0}.note{font-size:.85em;color:#555;margin:.2em 0 1em}
+.caption{font-weight:600;margin:1.2em 0 0}.tag{color:#55607a;font-weight:600}.note{font-size:.85em;color:#555;margin:.2em 0 1em}
 .docs{color:#555;font-size:.95em}
 .bad{color:#b00020;font-weight:700}.ok{color:#1b7f3b}
 .unavailable{background:#fff4e5;border-left:4px solid #f0a020;padding:.6em 1em}
@@ -664,9 +665,49 @@ def _html_table(
     )
 
 
-def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
-    """Write ``index.html``: one self-contained page (inline CSS, relative figure links, no script)."""
-    base = meta.get("docs_url")
+def figure_name(section: Section, block: FigureBlock) -> str:
+    """The name a figure is cited by in its section's text (``figure composition``)."""
+    return block.file.removeprefix(f"{section.key}-").removesuffix(".png")
+
+
+def _anchor(section: Section, kind: str, name: str) -> str:
+    return f"{section.key}-{kind}-{name}"
+
+
+_REFERENCE = re.compile(r"\b(table|figure) ([\w][\w-]*\w|\w)")
+
+
+def _link_references(text: str, section: Section) -> str:
+    """Turn each "table KEY" / "figure NAME" of a section's rendered text into a link to it."""
+    tables = {b.key for b in section.blocks if isinstance(b, TableBlock)}
+    figures = {figure_name(section, b) for b in section.blocks if isinstance(b, FigureBlock)}
+
+    def link(match: re.Match[str]) -> str:
+        kind, name = match[1], match[2]
+        if name not in (tables if kind == "table" else figures):
+            return match[0]
+        return f'<a href="#{_anchor(section, kind, name)}">{match[0]}</a>'
+
+    return _REFERENCE.sub(link, text)
+
+
+def _html_glance(sections: Sequence[Section]) -> list[str]:
+    """The first screen: each section's takeaway (else its headlines), linked to the section."""
+    glance = []
+    for s in sections:
+        link = f'<a href="#{s.key}"><strong>{html.escape(s.title)}</strong></a>'
+        if s.takeaways:
+            finding, meaning = (_inline(line) for line in s.takeaways)
+            glance.append(f'<li>{link}<br>{finding}<br><span class="meaning">{meaning}</span></li>')
+        else:
+            glance += [f"<li>{link}: {_inline(h)}</li>" for h in s.headlines]
+    if not glance:
+        return []
+    return ['<div class="glance"><h2>At a glance</h2><ul>', *glance, "</ul></div>"]
+
+
+def _html_front(sections: Sequence[Section], meta: dict[str, Any]) -> list[str]:
+    """Everything before the first section: title, summary, glance, reading notes, contents."""
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -674,17 +715,8 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
         f"<title>{html.escape(meta['title'])}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(meta['title'])}</h1>",
         _html_text(meta["summary"]),
+        *_html_glance(sections),
     ]
-    glance = []
-    for s in sections:  # each section's takeaway on the first screen, else its headlines
-        link = f'<a href="#{s.key}"><strong>{html.escape(s.title)}</strong></a>'
-        if s.takeaways:
-            finding, meaning = (_inline(line) for line in s.takeaways)
-            glance.append(f'<li>{link}<br>{finding}<br><span class="meaning">{meaning}</span></li>')
-        else:
-            glance += [f"<li>{link}: {_inline(h)}</li>" for h in s.headlines]
-    if glance:
-        out += ['<div class="glance"><h2>At a glance</h2><ul>', *glance, "</ul></div>"]
     if meta.get("reading") or meta.get("symbols"):
         out.append('<div class="reading" id="reading"><h2>Reading this report</h2>')
         if meta.get("reading"):
@@ -706,53 +738,82 @@ def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) ->
         checks = f" — {n_ok}/{len(s.checks)} checks agree" if s.checks else ""
         out.append(f'<li><a href="#{s.key}">{html.escape(s.title)}</a>{status}{checks}</li>')
     out.append("</ol></nav>")
+    return out
+
+
+def _html_block(section: Section, block: Block) -> list[str]:
+    """One text, figure or table of a section; figures and tables carry the name the text cites."""
+    if isinstance(block, TextBlock):
+        cls = ' class="unavailable"' if not section.available else ""
+        return [f"<div{cls}>{_link_references(_html_text(block.markdown), section)}</div>"]
+    if isinstance(block, FigureBlock):
+        src = html.escape(f"figures/{block.file}")
+        width = f' width="{block.width}"' if block.width else ""
+        name = figure_name(section, block)
+        caption = _link_references(_inline(block.caption), section)
+        return [  # the image links to itself: full resolution on a narrow screen
+            f'<figure id="{_anchor(section, "figure", name)}"><a href="{src}"><img src="{src}"'
+            f'{width} alt="{html.escape(block.caption)}"></a><figcaption>'
+            f'<span class="tag">Figure {html.escape(name)}.</span> {caption}</figcaption></figure>'
+        ]
+    caption = _link_references(_inline(block.caption), section)
+    out = [
+        f'<p class="caption" id="{_anchor(section, "table", block.key)}">'
+        f'<span class="tag">Table {html.escape(block.key)}.</span> {caption}</p>',
+        _html_table(block.columns, block.rows),
+    ]
+    if block.note:
+        out.append(f'<p class="note">{_link_references(_inline(block.note), section)}</p>')
+    return out
+
+
+def _html_checks(section: Section) -> list[str]:
+    """The section's closed-form/simulation pairs and where their tolerances come from."""
+    rows = [
+        (
+            *(_inline(c) for c in r[:6]),
+            '<span class="ok">yes</span>' if c.passed else '<span class="bad">NO</span>',
+        )
+        for r, c in zip(_check_rows(section), section.checks, strict=True)
+    ]
+    head = "".join(_th(c) for c in CHECK_COLUMNS)
+    body = "".join(
+        "<tr>"
+        + f'<td class="txt">{r[0]}</td>'
+        + "".join(f'<td class="num">{c}</td>' for c in r[1:])
+        + "</tr>"
+        for r in rows
+    )
+    return [
+        '<p class="caption">Closed form vs simulation</p>',
+        f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>",
+        f'<p class="note">{_inline(_tolerance_note(section))}</p>',
+    ]
+
+
+def _html_section(section: Section, base: str | None) -> list[str]:
+    """A section: its takeaway first, then its docs, text, figures, tables and checks."""
+    s = section
+    out = [f'<section id="{s.key}"><h2>{s.number}. {html.escape(s.title)}</h2>']
+    if s.takeaways:
+        lines = "".join(f"<p>{_inline(line)}</p>" for line in s.takeaways)
+        out.append(f'<div class="takeaway">{_link_references(lines, s)}</div>')
+    if s.docs:
+        out.append(f'<p class="docs">Explained in: {_doc_links_html(s, base)}</p>')
+    for b in s.blocks:
+        out += _html_block(s, b)
+    if s.checks:
+        out += _html_checks(s)
+    out.append("</section>")
+    return out
+
+
+def write_html(path: Path, sections: Sequence[Section], meta: dict[str, Any]) -> None:
+    """Write ``index.html``: one self-contained page (inline CSS, relative figure links, no script)."""
+    out = _html_front(sections, meta)
     for s in sections:
-        out.append(f'<section id="{s.key}"><h2>{s.number}. {html.escape(s.title)}</h2>')
-        if s.takeaways:
-            lines = "".join(f"<p>{_inline(line)}</p>" for line in s.takeaways)
-            out.append(f'<div class="takeaway">{lines}</div>')
-        if s.docs:
-            out.append(f'<p class="docs">Explained in: {_doc_links_html(s, base)}</p>')
-        for b in s.blocks:
-            if isinstance(b, TextBlock):
-                cls = ' class="unavailable"' if not s.available else ""
-                out.append(f"<div{cls}>{_html_text(b.markdown)}</div>")
-            elif isinstance(b, FigureBlock):
-                src = html.escape(f"figures/{b.file}")
-                width = f' width="{b.width}"' if b.width else ""
-                out.append(  # the image links to itself: full resolution on a narrow screen
-                    f'<figure><a href="{src}"><img src="{src}"{width} '
-                    f'alt="{html.escape(b.caption)}"></a>'
-                    f"<figcaption>{_inline(b.caption)}</figcaption></figure>"
-                )
-            else:
-                out.append(f'<p class="caption">{_inline(b.caption)}</p>')
-                out.append(_html_table(b.columns, b.rows))
-                if b.note:
-                    out.append(f'<p class="note">{_inline(b.note)}</p>')
-        if s.checks:
-            out.append('<p class="caption">Closed form vs simulation</p>')
-            rows = [
-                (
-                    *(_inline(c) for c in r[:6]),
-                    '<span class="ok">yes</span>' if c.passed else '<span class="bad">NO</span>',
-                )
-                for r, c in zip(_check_rows(s), s.checks, strict=True)
-            ]
-            head = "".join(_th(c) for c in CHECK_COLUMNS)
-            body = "".join(
-                "<tr>"
-                + f'<td class="txt">{r[0]}</td>'
-                + "".join(f'<td class="num">{c}</td>' for c in r[1:])
-                + "</tr>"
-                for r in rows
-            )
-            out.append(
-                f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table></div>"
-            )
-            out.append(f'<p class="note">{_inline(_tolerance_note(s))}</p>')
-        out.append("</section>")
+        out += _html_section(s, meta.get("docs_url"))
     out.append(f'<footer class="small">{_inline(meta["footer"])} {_times(sections)}</footer>')
     out.append("</body></html>")
     atomic_write(path, "\n".join(out) + "\n")

@@ -323,7 +323,8 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "Reweighting by the inverse keep probability brings the estimate only to "
         "{tightest_drop_ipw_ratio} × E[L], "
         "since no weight brings back a sample that is never seen; a larger η, admission control "
-        "or partial rollouts keep the long tail (the last tables say at what token cost).",
+        "or partial rollouts keep the long tail (tables alternatives and alternatives-cost: at "
+        "what token cost).",
     )
 
 
