@@ -243,11 +243,19 @@ def atomic_write(path: StrPath, data: str | bytes, *, encoding: str = "utf-8") -
 # --- outputs that name an input ---------------------------------------------------------------
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), or None if absent."""
+def _identity(path: Path, *, strict: bool) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file ``path`` names (links followed), or None if absent.
+
+    With ``strict``, an error other than absence (a symlink loop, permission denied) is raised;
+    without, it counts as absent: an input that cannot be examined is reported when it is read.
+    """
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        if strict:
+            raise
         return None
     return st.st_dev, st.st_ino
 
@@ -300,7 +308,8 @@ def refuse_output_naming_input(
     refimpl.errors.InvalidArgument
         When ``output`` names an input; the message names both and how they are the same.
     OSError
-        When a path cannot be examined (a symlink loop, permission denied).
+        When the output cannot be examined (a symlink loop, permission denied). An input that
+        cannot be is skipped here: reading it reports the error, naming it.
 
     Examples
     --------
@@ -317,12 +326,12 @@ def refuse_output_naming_input(
     if output is None or os.fspath(output) == "-":
         return
     out = Path(output)
-    out_id = _identity(out)
+    out_id = _identity(out, strict=True)
     for entry in inputs:
         if entry is None or os.fspath(entry) == "-":
             continue
         source = Path(entry)
-        src_id = _identity(source)
+        src_id = _identity(source, strict=False)
         if out_id is not None and src_id is not None and out_id == src_id:
             how = _how_same(out, source)
         elif _resolved(out) == _resolved(source):

@@ -331,3 +331,12 @@ def test_the_default_path_is_the_error_s_filename_and_newlines_are_flattened() -
     assert describe_os_error(exc).startswith("'dev/disk': input/output error")
     odd = OSError("a message\nwith no errno")
     assert "\n" not in describe_os_error(odd, "p")
+
+
+def test_an_input_that_cannot_be_examined_is_left_to_its_reader(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    refuse_output_naming_input(tmp_path / "report.json", [a], option="--report")  # no error here
+    with pytest.raises(OSError, match="symbolic links"):
+        refuse_output_naming_input(a, [tmp_path / "trace.csv"], option="--report")

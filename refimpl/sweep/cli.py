@@ -99,13 +99,6 @@ def run(args: argparse.Namespace) -> int:
             f"--workers must be in [1, {MAX_WORKERS}] (processes of the pool); got "
             f"{args.workers}. Pass e.g. --workers 2, or leave it out for one per CPU."
         )
-    if problem is None:
-        try:
-            refuse_outputs_naming_the_grid(args.out, args.grid, option="--out")
-        except InvalidArgument as exc:
-            problem = str(exc)
-        except OSError as exc:
-            problem = describe_os_error(exc, action="examine --out")
     if problem is not None:
         print(f"refimpl sweep: {problem}", file=sys.stderr)
         return 2
@@ -124,6 +117,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except GridError as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
+        return 2
+    try:  # before anything is written: --out or its journal must not be the grid file
+        refuse_outputs_naming_the_grid(args.out, args.grid, option="--out")
+    except InvalidArgument as exc:
+        print(f"refimpl sweep: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"refimpl sweep: {describe_os_error(exc, action='examine --out')}", file=sys.stderr)
         return 2
     if args.scheduler is not None and args.engine != "dask":
         print(
