@@ -3,12 +3,21 @@
 Every page of the docs (built once, into a temporary directory) and the quick lab report are opened
 in headless Chromium (Debian's ``chromium``; ``.ci/run`` installs it) at 1400 and 700 px, and fail on
 
-- a formula that did not render: raw ``\\(``, ``\\[`` or ``$$`` left in the text after MathJax
-  finished, MathJax error nodes, or a docs page that did not load MathJax at all (its sidebar has
-  math);
-- horizontal overflow: the document wider than the viewport;
+- a formula that did not render: TeX left in the text after MathJax finished (``\\(``, ``\\[``,
+  ``$$``, a ``$...$`` pair, a backslash command such as ``\\frac``), MathJax error nodes, or a docs
+  page that did not load MathJax at all (its sidebar has math);
+- a table whose rows have more or fewer cells than its header (a ``|`` inside ``$...$`` splits a
+  Markdown table's cell);
+- typography that changes meaning: an en or em dash where an option's ``--`` was written, curly
+  quotes in code or JSON;
+- horizontal overflow: the document wider than the viewport; at 1400 px, a code block that
+  scrolls sideways;
 - a broken internal link: a link, image, script or style sheet whose file or ``#fragment`` does not
   exist.
+
+Apart from those, the docs' search must work from ``file://`` (Sphinx's own JavaScript over its
+index: no server, no network), every code block must have a copy button, and the theme must turn
+dark when the system asks for it.
 
 The browser is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``): no
 port, no extra package, and every wait is for a condition (the load event, then MathJax's
