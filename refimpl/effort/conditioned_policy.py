@@ -270,6 +270,98 @@ def train_conditioned_policy(
     >>> bool(np.all(policy.regret(np.linspace(0.0, 3.0, 7)) >= 0.0))
     True
     """
+    run = _checked_run(
+        q_max=q_max,
+        lam=lam,
+        weights=weights,
+        k0=k0,
+        b_min=b_min,
+        tau=tau,
+        b_max=b_max,
+        rng=rng,
+        steps=steps,
+        batch=batch,
+        group=group,
+        degree=degree,
+        feature_degree=feature_degree,
+        learning_rate=learning_rate,
+        success=success,
+        initial_spread=initial_spread,
+    )
+    params = _initial_parameters(run)
+    m1 = np.zeros_like(params)
+    m2 = np.zeros_like(params)
+    history = np.empty(run.steps)
+    with np.errstate(over="ignore", under="ignore"):
+        for t in range(1, run.steps + 1):
+            history[t - 1], grad = _policy_gradient(params, run)
+            params, m1, m2 = _adam_step(params, grad, m1, m2, t=t, steps=run.steps, lr=run.lr)
+    if not np.all(np.isfinite(params)):  # pragma: no cover - guarded by the clipping above
+        raise RuntimeError("training diverged; lower learning_rate")
+    n_feat = params.size // 2
+    return ConditionedEffortPolicy(
+        mean_coef=_out(params[:n_feat].copy()),
+        log_spread_coef=_out(params[n_feat:].copy()),
+        b_min=run.b_min,
+        b_max=run.b_max,
+        degrees=run.degrees,
+        q_max=run.q_max,
+        lam=_out(run.lam.copy()),
+        weights=_out(run.weights),
+        k0=run.k0,
+        tau=run.tau,
+        reward_history=_out(history),
+    )
+
+
+class _Run(NamedTuple):
+    """The checked settings of :func:`train_conditioned_policy`."""
+
+    q_max: float
+    lam: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    k0: float
+    b_min: float
+    tau: float
+    b_max: float
+    generator: np.random.Generator
+    steps: int
+    batch: int
+    group: int
+    degrees: tuple[int, int]
+    lr: float
+    spread0: float
+    bernoulli: bool
+
+    @property
+    def log_lam(self) -> NDArray[np.float64]:
+        return np.log(self.lam)
+
+    @property
+    def lam_range(self) -> tuple[float, float]:
+        return float(self.log_lam.min()), float(self.log_lam.max())
+
+
+def _checked_run(
+    *,
+    q_max: Any,
+    lam: Any,
+    weights: Any,
+    k0: Any,
+    b_min: Any,
+    tau: Any,
+    b_max: Any,
+    rng: Any,
+    steps: Any,
+    batch: Any,
+    group: Any,
+    degree: Any,
+    feature_degree: Any,
+    learning_rate: Any,
+    success: Any,
+    initial_spread: Any,
+) -> _Run:
+    """The arguments of :func:`train_conditioned_policy`, checked in its order of refusals."""
     if not isinstance(q_max, numbers.Real) or isinstance(q_max, bool):
         raise wrong_type("q_max", "a real number", q_max, "Pass q_max as a float.")
     q_max_ = as_real(q_max, name="q_max", low=0.0, low_open=True, high=1.0, meaning="a probability")
@@ -297,58 +389,63 @@ def train_conditioned_policy(
             success,
             'Pass success="bernoulli" (sampled outcomes) or "expected".',
         )
-    w = np.asarray([float(x) for x in mix.weights])
-    log_lam = np.log(mix.lam)
-    lam_range = (float(log_lam.min()), float(log_lam.max()))
-    degrees = (degree_, fdeg)
-    n_feat = (degree_ + 1) * (fdeg + 1)
-    params = np.zeros(2 * n_feat)
-    # μ = ln λ at the start: ln λ = centre + half-width·z_λ, i.e. T_0 T_0 and T_0 T_1 coefficients
-    params[0] = 0.5 * (lam_range[0] + lam_range[1])
-    if fdeg >= 1 and lam_range[1] > lam_range[0]:
-        params[1] = 0.5 * (lam_range[1] - lam_range[0])
-    params[n_feat] = math.log(spread0)
-    m1 = np.zeros_like(params)
-    m2 = np.zeros_like(params)
-    history = np.empty(steps_)
-    strata = np.arange(batch_, dtype=np.float64)
-    cumulative = np.cumsum(w)
-    bernoulli = success == "bernoulli"
-    with np.errstate(over="ignore", under="ignore"):
-        for t in range(1, steps_ + 1):
-            b = b_min_ + (b_max_ - b_min_) * (strata + generator.uniform(size=batch_)) / batch_
-            cls = np.minimum(
-                np.searchsorted(cumulative, generator.uniform(size=batch_)), w.size - 1
-            )
-            lam_b = mix.lam[cls]
-            phi = _class_features(b, log_lam[cls], (b_min_, b_max_), lam_range, degrees)
-            mu = phi @ params[:n_feat]
-            sigma = np.exp(phi @ params[n_feat:])
-            eps = generator.standard_normal((batch_, group_))
-            ell = np.exp(np.minimum(mu[:, None] + sigma[:, None] * eps, _MAX_LOG_LENGTH))
-            quality = -q_max_ * np.expm1(-ell / lam_b[:, None])
-            if bernoulli:
-                quality = (generator.uniform(size=(batch_, group_)) < quality).astype(np.float64)
-            k = k0_ * np.exp(-(b - b_min_) / tau_)
-            reward = quality - k[:, None] * ell
-            history[t - 1] = reward.mean()
-            adv = (reward - reward.mean(axis=1, keepdims=True)) * (group_ / (group_ - 1))
-            grad_mu = (adv * eps).mean(axis=1) / sigma
-            grad_log_sigma = (adv * (eps**2 - 1.0)).mean(axis=1)
-            grad = np.concatenate([phi.T @ grad_mu, phi.T @ grad_log_sigma]) / batch_
-            params, m1, m2 = _adam_step(params, grad, m1, m2, t=t, steps=steps_, lr=lr)
-    if not np.all(np.isfinite(params)):  # pragma: no cover - guarded by the clipping above
-        raise RuntimeError("training diverged; lower learning_rate")
-    return ConditionedEffortPolicy(
-        mean_coef=_out(params[:n_feat].copy()),
-        log_spread_coef=_out(params[n_feat:].copy()),
-        b_min=b_min_,
-        b_max=b_max_,
-        degrees=degrees,
+    return _Run(
         q_max=q_max_,
-        lam=_out(mix.lam.copy()),
-        weights=_out(w),
+        lam=mix.lam,
+        weights=np.asarray([float(x) for x in mix.weights]),
         k0=k0_,
+        b_min=b_min_,
         tau=tau_,
-        reward_history=_out(history),
+        b_max=b_max_,
+        generator=generator,
+        steps=steps_,
+        batch=batch_,
+        group=group_,
+        degrees=(degree_, fdeg),
+        lr=lr,
+        spread0=spread0,
+        bernoulli=success == "bernoulli",
     )
+
+
+def _initial_parameters(run: _Run) -> NDArray[np.float64]:
+    """Mean and log-spread coefficients at the start: ``μ = ln λ`` (``ln λ = centre +
+    half-width·z_λ``: the ``T_0 T_0`` and ``T_0 T_1`` coefficients), spread ``initial_spread``."""
+    degree, fdeg = run.degrees
+    n_feat = (degree + 1) * (fdeg + 1)
+    low, high = run.lam_range
+    params = np.zeros(2 * n_feat)
+    params[0] = 0.5 * (low + high)
+    if fdeg >= 1 and high > low:
+        params[1] = 0.5 * (high - low)
+    params[n_feat] = math.log(run.spread0)
+    return params
+
+
+def _policy_gradient(params: NDArray[np.float64], run: _Run) -> tuple[float, NDArray[np.float64]]:
+    """One step's mean reward and REINFORCE gradient (leave-one-out baseline per problem):
+    stratified efforts, classes drawn by weight, ``group`` lengths per problem."""
+    rng, batch, group = run.generator, run.batch, run.group
+    n_feat = params.size // 2
+    log_lam = run.log_lam
+    strata = np.arange(batch, dtype=np.float64)
+    b = run.b_min + (run.b_max - run.b_min) * (strata + rng.uniform(size=batch)) / batch
+    cls = np.minimum(
+        np.searchsorted(np.cumsum(run.weights), rng.uniform(size=batch)), run.weights.size - 1
+    )
+    lam_b = run.lam[cls]
+    phi = _class_features(b, log_lam[cls], (run.b_min, run.b_max), run.lam_range, run.degrees)
+    mu = phi @ params[:n_feat]
+    sigma = np.exp(phi @ params[n_feat:])
+    eps = rng.standard_normal((batch, group))
+    ell = np.exp(np.minimum(mu[:, None] + sigma[:, None] * eps, _MAX_LOG_LENGTH))
+    quality = -run.q_max * np.expm1(-ell / lam_b[:, None])
+    if run.bernoulli:
+        quality = (rng.uniform(size=(batch, group)) < quality).astype(np.float64)
+    k = run.k0 * np.exp(-(b - run.b_min) / run.tau)
+    reward = quality - k[:, None] * ell
+    adv = (reward - reward.mean(axis=1, keepdims=True)) * (group / (group - 1))
+    grad_mu = (adv * eps).mean(axis=1) / sigma
+    grad_log_sigma = (adv * (eps**2 - 1.0)).mean(axis=1)
+    grad = np.concatenate([phi.T @ grad_mu, phi.T @ grad_log_sigma]) / batch
+    return float(reward.mean()), grad
