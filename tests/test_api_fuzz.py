@@ -139,7 +139,7 @@ def _unhashable(x: Any) -> bool:
 
 _PENALTY_CONVERSION = (
     "penalties.py converts with np.asarray(raw, dtype=np.float64): a ComplexWarning for complex "
-    "input, numpy's own ValueError for a ragged list"
+    "input, numpy's own ValueError for a ragged list, an OverflowError for an int past 2**1023"
 )
 
 
@@ -153,9 +153,18 @@ def _ragged(x: Any) -> bool:
     return False
 
 
+def _beyond_float(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and abs(x) > 2**1023
+
+
+def _huge(x: Any) -> bool:
+    return isinstance(x, (float, np.floating)) and abs(float(x)) > 1e300
+
+
 def _penalty_conversion(args: list[Any], kwargs: dict[str, Any]) -> bool:
     values = [*args, *kwargs.values()]
-    return _any_leaf(_complex)(args, kwargs) or any(_ragged(v) for v in values)
+    odd = _any_leaf(lambda x: _complex(x) or _beyond_float(x))
+    return odd(args, kwargs) or any(_ragged(v) for v in values)
 
 
 #: Defects found by this fuzz in modules this change does not own. The fuzz keeps calling these
@@ -173,9 +182,9 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         _penalty_conversion,
     ),
     "l1_exact_reward": Defect(
-        _PENALTY_CONVERSION,
+        _PENALTY_CONVERSION + "; RuntimeWarning: overflow for target_lengths=1e308, alpha=2",
         lambda: refimpl.l1_exact_reward([1.0], [1 + 2j], [1.0]),
-        _penalty_conversion,
+        lambda a, k: _penalty_conversion(a, k) or _any_leaf(_huge)(a, k),
     ),
     "l1_max_reward": Defect(
         _PENALTY_CONVERSION,
@@ -200,6 +209,28 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
         lambda: refimpl.hajek_estimate([0.0, 0.0, 0.0], [1.0, 1.0, 2.22507386e-311]),
         _any_leaf(_tiny),
+    ),
+    "horvitz_thompson_estimate": Defect(
+        "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
+        lambda: refimpl.horvitz_thompson_estimate([[0.0, 1.0]], [[1.0, 5e-324]], n=2, k=2),
+        _any_leaf(_tiny),
+    ),
+    "clipped_ipw_estimate": Defect(
+        "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
+        lambda: refimpl.clipped_ipw_estimate([[0.0, 0.0]], [[1.0, 2.2e-309]], n=2, k=2, clip=1.0),
+        _any_leaf(_tiny),
+    ),
+    "fluid_keep_probability": Defect(
+        "RuntimeWarning: overflow in divide for a subnormal step_time",
+        lambda: refimpl.fluid_keep_probability([[0.0, 2.0]], step_time=1.1125e-308, eta=0),
+        _any_leaf(_tiny),
+    ),
+    "fluid_steady_state": Defect(
+        "ArithmeticError 'could not bracket the fluid fixed point' for eta=14880618571628543",
+        lambda: refimpl.fluid_steady_state(
+            scipy.stats.expon(scale=10.0), slots=1, batch=1, eta=14_880_618_571_628_543
+        ),
+        _kwarg("eta", _big_int(1_000_000)),
     ),
     "ipw_weights": Defect(
         "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
