@@ -267,30 +267,46 @@ def sample_staleness(
     """
     shift = _as_count(staleness_count)
     versions, m = _token_version_rows(token_versions, mask)
+    step = _trained_steps(trained_step, versions)
+    valid = _valid_tokens(versions, m)
+    step_flat = _check_versions(versions, valid, step)
+    token = np.zeros(versions.shape, dtype=np.float64)
+    token[valid] = step_flat - versions[valid] + shift
+    oldest = np.min(np.where(valid, versions, np.inf), axis=1)
+    sample = (step - oldest + shift).astype(np.float64)
+    return Staleness(sample=sample, token=token, mask=m)
+
+
+def _trained_steps(trained_step: Any, versions: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The trainer step of each sample: one int for the batch, or one whole number >= 0 each."""
     batch = versions.shape[0]
     if isinstance(trained_step, numbers.Integral) and not isinstance(trained_step, bool):
-        step = np.full(batch, float(as_int(trained_step, name="trained_step", minimum=0)))
-    elif isinstance(trained_step, (list, tuple, np.ndarray)):
-        step = as_float_array(trained_step, name="trained_step", ndim=1)
-        if step.shape != (batch,):
-            raise mismatch(
-                ("trained_step", "token_versions"),
-                "have one entry per sample",
-                f"trained_step.shape={step.shape} and token_versions.shape={versions.shape}",
-                "Pass one trained step per sample, or a single int.",
-            )
-        _require_integral(step, name="trained_step", meaning="trainer steps are counted")
-        if np.any(step < 0):
-            raise invalid("trained_step", "be >= 0", step, "Trainer steps start at 0.")
-    else:
+        return np.full(batch, float(as_int(trained_step, name="trained_step", minimum=0)))
+    if not isinstance(trained_step, (list, tuple, np.ndarray)):
         raise wrong_type(
             "trained_step",
             "an integer or a 1-D array of integers",
             trained_step,
             "Pass the trainer step j (an int) that consumes the batch.",
         )
+    step = as_float_array(trained_step, name="trained_step", ndim=1)
+    if step.shape != (batch,):
+        raise mismatch(
+            ("trained_step", "token_versions"),
+            "have one entry per sample",
+            f"trained_step.shape={step.shape} and token_versions.shape={versions.shape}",
+            "Pass one trained step per sample, or a single int.",
+        )
+    _require_integral(step, name="trained_step", meaning="trainer steps are counted")
+    if np.any(step < 0):
+        raise invalid("trained_step", "be >= 0", step, "Trainer steps start at 0.")
+    return step
+
+
+def _valid_tokens(versions: NDArray[np.float64], m: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """The real (unpadded) tokens; at least one sample, each with at least one real token."""
     valid = m > 0
-    if batch == 0:
+    if versions.shape[0] == 0:
         raise invalid("token_versions", "hold at least one sample", versions, "Pass B >= 1.")
     empty = ~valid.any(axis=1)
     if np.any(empty):
@@ -300,7 +316,14 @@ def sample_staleness(
             m,
             f"Sample {int(np.flatnonzero(empty)[0])} is all padding; drop it.",
         )
-    # Validate the real tokens only (padding may hold anything finite).
+    return valid
+
+
+def _check_versions(
+    versions: NDArray[np.float64], valid: NDArray[np.bool_], step: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """The real tokens' versions must be whole, >= 0 and <= their sample's trained step
+    (padding may hold anything finite); returns that step per real token."""
     flat = versions[valid]
 
     def _at(k: int) -> str:
@@ -335,11 +358,7 @@ def sample_staleness(
             f"{_at(k)} > trained_step {step_flat[k]:g}: check for an off-by-one (the version "
             "published *after* step j is j + 1).",
         )
-    token = np.zeros(versions.shape, dtype=np.float64)
-    token[valid] = step_flat - flat + shift
-    oldest = np.min(np.where(valid, versions, np.inf), axis=1)
-    sample = (step - oldest + shift).astype(np.float64)
-    return Staleness(sample=sample, token=token, mask=m)
+    return np.asarray(step_flat, dtype=np.float64)
 
 
 def admission_capacity(
