@@ -379,6 +379,7 @@ def _acceptance(
         "constant_not_worth_it_at_every_ratio", all(v == "not worth it" for v in constant)
     )
     section.metric("heavy_tail_many_slots_verdict", heavy.verdict)
+    _takeaway(section, cells)
     section.text(
         f"**Claims, with their conditions.** Constant lengths ({CONSTANT} tokens): "
         + ", ".join(f"N/B = {r}: {v}" for r, v in zip(ratios, constant, strict=True))
@@ -387,6 +388,34 @@ def _acceptance(
         f"{heavy.verdict} ({heavy.reason}; G = {fmt(heavy.geo('gain'))}, "
         f"C = {fmt(heavy.geo('cost'))}). Both under the regime of the measured table: this toy "
         "policy, its learning rate and estimator, no staleness bound, no trainer time."
+    )
+
+
+def _takeaway(section: Section, cells: dict[tuple[str, int, int | None], Cell]) -> None:
+    """The section's two lines: which laws are worth it, and what decides it."""
+    measured = {k: c for k, c in cells.items() if k[2] is None}
+    verdicts = {
+        name: measured_verdict([c.verdict for k, c in measured.items() if k[0] == name])
+        for name, _ in laws()
+    }
+    groups = {
+        key: ", ".join(n for n, v in verdicts.items() if v == verdict) or "none"
+        for key, verdict in (
+            ("worth", "worth it"),
+            ("not_worth", "not worth it"),
+            ("undecided", "undecided"),
+        )
+    }
+    section.metric("verdict_laws", groups)
+    section.metric("max_gain", max(c.geo("gain") for c in measured.values()))
+    section.metric("max_cost", max(c.geo("cost") for c in measured.values()))
+    section.takeaway(
+        "On equal terms (same slots, batch, optimizer steps and estimator), asynchrony is worth it "
+        "for {verdict_laws.worth}; not worth it for {verdict_laws.not_worth}; undecided for "
+        "{verdict_laws.undecided}.",
+        "It pays only through the idle slots a long tail leaves (throughput gain up to "
+        "{max_gain}×), and that gain must beat the per-step cost of staleness and length bias (up "
+        "to {max_cost}× more optimizer steps): measure your length law and N/B before switching.",
     )
 
 

@@ -61,6 +61,16 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     _closed_vs_sim_figure(section, pairs)
     progress("training runs through the simulator")
     training_runs(section, config, q, j_star, l_star)
+    section.metric("first_k_cosine", float(rows[1][1]))
+    section.takeaway(
+        "First-k's uncorrected gradient has cosine {first_k_cosine} to ∇J and pushes towards "
+        "shorter outputs; Horvitz–Thompson weights remove the bias exactly with a constant "
+        "baseline, but with the batch-mean baseline the gradient is scaled by "
+        "{ht_batch_scale} and turned.",
+        "Pair length weights with a baseline that does not depend on the batch, correct stale "
+        "samples with the full sequence ratio, and check an estimator with "
+        "refimpl.learning.estimator_status before training with it.",
+    )
     section.text(
         "**When is asynchrony worth it?** The section *async-worth* answers on equal terms: the "
         "same slots, batch, optimizer steps and estimator for synchronous and asynchronous "

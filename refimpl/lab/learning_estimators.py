@@ -183,6 +183,10 @@ def estimator_table(
         ("estimator", "kind", "why"),
         [(st.label, st.kind, st.statement) for st in statuses],
     )
+    ht_batch = next(
+        h for e, h in zip(exact, here, strict=True) if e[1:3] == ("horvitz_thompson", "batch")
+    )
+    section.metric("ht_batch_scale", float(ht_batch[4]))
     section.metric(
         "estimator_bias",
         [{"estimator": f"{r[0]}: {r[1]} + {r[2]}", "scale": r[7], "bias": r[8]} for r in rows],
