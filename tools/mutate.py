@@ -21,9 +21,9 @@ cannot change any result), which is said with the reason in ``tools/mutation-equ
 
 Usage (from the repository root; outside the CI gate, it takes minutes)::
 
-    .venv/bin/python tools/mutate.py refimpl/dispatch.py --sample 50 --seed 1
-    .venv/bin/python tools/mutate.py refimpl/staleness.py --list          # the sites only
-    .venv/bin/python tools/mutate.py refimpl/effort.py --json out.json    # machine-readable
+    .venv/bin/python tools/mutate.py refimpl/dispatch --sample 50 --seed 1
+    .venv/bin/python tools/mutate.py refimpl/staleness/vtrace.py --list   # the sites only
+    .venv/bin/python tools/mutate.py refimpl/effort --json out.json       # machine-readable
     .venv/bin/python tools/mutate.py refimpl/sim --sample 50 --seed 7     # a whole package
 
 The tests run for a module are ``tests/test_<name>.py`` and the other test modules that import it
@@ -35,7 +35,7 @@ command is first run once unmutated (it must pass).
 
 numba's on-disk cache
 ---------------------
-Three modules of ``refimpl/sim`` (and one function of ``refimpl/staleness.py``) are compiled with
+Three modules of ``refimpl/sim`` (and one function of ``refimpl/staleness/versions.py``) are compiled with
 ``numba.njit(cache=True)``; compiling the two kernels takes minutes on a loaded machine. The copy
 keeps the checkout's numba cache (``__pycache__/*.nbi``, ``*.nbc``; never ``.pyc``), the unmutated
 runs complete it, and that state is kept aside as the *pristine* cache. Before each mutant the
@@ -281,8 +281,11 @@ def apply(source: str, mutant: Mutant) -> str:
 
 def default_tests(path: Path) -> list[str]:
     """``tests/test_<name>*.py``, ``tests/test_validation.py`` and every test module that names the
-    module; a module of a package ``refimpl/<pkg>/...`` also gets ``tests/test_<pkg>*.py`` and
-    ``tests/test_validation_<pkg>*.py``.
+    module; a module of a package ``refimpl/<pkg>/...`` also gets ``tests/test_<pkg>*.py``,
+    ``tests/test_validation_<pkg>*.py`` and every test module that names the package
+    (``refimpl.<pkg>`` followed by a space or a line end, ``import refimpl.<pkg> as``): the
+    formula packages (``refimpl/dispatch``, ``refimpl/staleness``, ``refimpl/effort``) are tested
+    through their flat names, by modules that name the package, not each of its modules.
 
     A module is named by its dotted path (``refimpl.sim._event``) or by ``from <parent> import
     <name>``; the short forms ``refimpl.<name>`` and ``import <name>`` count only for a top-level
@@ -301,6 +304,7 @@ def default_tests(path: Path) -> list[str]:
         package = rel.parts[1]
         for pattern in (f"test_{package}*.py", f"test_validation_{package}*.py"):
             found |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob(pattern)}
+        names += [f"refimpl.{package} ", f"refimpl.{package}\n", f"import refimpl.{package} as"]
     for test in (ROOT / "tests").glob("test_*.py"):
         text = test.read_text()
         if any(s in text for s in names):
@@ -552,7 +556,7 @@ def score(outcomes: list[Outcome]) -> tuple[int, int, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "module", type=Path, help="the module or package to mutate, e.g. refimpl/dispatch.py"
+        "module", type=Path, help="the module or package to mutate, e.g. refimpl/dispatch"
     )
     parser.add_argument(
         "--sample", type=int, default=50, help="mutants to draw (default 50; 0: all)"
