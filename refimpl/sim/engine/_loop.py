@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 __all__ = ["run_loop"]
 
 I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
 F64 = NDArray[np.float64]
 
 # integer state IS[...]
@@ -47,13 +48,17 @@ N_P = 13
 # constant step (step time, 0, per prefilled token, 0); seconds per swapped block
 _BASE, _PER_CTX, _PER_TOK, _OVER, _SWAP_T = range(5)
 N_C = 5
-# per-rollout integer fields R[field, rid]
-_SLOT, _COL, _LEN, _VL, _VMIN, _STEP, _STALE, _RANKR, _STATUS, _STATE = range(10)
-_G0, _S0, _OWN, _PR, _LASTSEG, _ONCPU, _SEQ, _ADM = range(10, 18)
-N_R = 18
-# per-rollout float fields RF[field, rid]
-_LAUNCH, _FINISH, _WASTED, _RECOMP, _SEGSTART, _RUNTIME, _SINCE = range(7)
-N_RF = 7
+# per-rollout fields, the trace's: R[field, rid] (int32) and RF[field, rid] (float64)
+_SLOT, _COL, _VL, _VMIN, _STEP, _STALE, _RANKR, _STATUS = range(8)
+N_R = 8
+_LAUNCH, _FINISH, _WASTED, _RECOMP, _RUNTIME, _LENF = range(6)
+N_RF = 6
+# the state of the rollout in flight in each seat (a rollout keeps its seat while it is preempted):
+# W[field, seat] (int64) and WF[field, seat] (float64)
+_RID, _STATE, _G0, _S0, _OWN, _PR, _LASTSEG, _ONCPU, _SEQ, _ADM, _LEN = range(11)
+N_W = 11
+_SEGSTART, _SINCE = range(2)
+N_WF = 2
 # per-prompt fields PR[field, prompt]: users, version that prefilled it (-1: not in memory), stamp
 _REF, _PVER, _STAMP = range(3)
 # statistics ST[...]
@@ -138,14 +143,14 @@ def _hpop(H: I64, IS: I64, k: int) -> tuple[int, int]:
     return top, top_r
 
 
-def _compact_newest(IS: I64, R: I64, H: I64) -> None:
+def _compact_newest(IS: I64, R: I32, W: I64, WF: F64, H: I64) -> None:
     """Drop the entries of the newest-running heap whose rollout stopped or was admitted again
     (only a preemption pops that heap, so they pile up)."""
     n = int(IS[_HN + 1])
     IS[_HN + 1] = 0
     for i in range(n):
         key, r = H[1, 0, i], H[1, 1, i]
-        if R[_STATE, r] == _RUN and R[_ADM, r] == -key:
+        if W[_STATE, R[_SLOT, r]] == _RUN and W[_ADM, R[_SLOT, r]] == -key:
             _hpush(H, IS, 1, key, r)
 
 
@@ -237,11 +242,11 @@ def _fits(IS: I64, P: I64, cnt: I64, took: int, tokens: int) -> bool:
     return bool(room >= P[_WM])
 
 
-def _schedule(IS: I64, R: I64, H: I64, r: int, fin: int) -> int:
+def _schedule(IS: I64, R: I32, W: I64, WF: F64, H: I64, r: int, fin: int) -> int:
     """Give rollout ``r`` a new schedule number and push its completion at step ``fin``."""
     q = int(IS[_SEQNO])
     IS[_SEQNO] = q + 1
-    R[_SEQ, r] = q
+    W[_SEQ, R[_SLOT, r]] = q
     _hpush(H, IS, 0, fin * KEY + q, r)
     return q
 
@@ -250,7 +255,9 @@ def _start(
     IS: I64,
     P: I64,
     F: F64,
-    R: I64,
+    R: I32,
+    W: I64,
+    WF: F64,
     RF: F64,
     cnt: I64,
     H: I64,
@@ -259,38 +266,49 @@ def _start(
 ) -> None:
     """Rollout ``r`` (``g`` tokens generated) joins the running batch at the coming step."""
     s = IS[_S]
-    R[_STATE, r] = _RUN
-    R[_G0, r] = g
-    R[_S0, r] = s
-    cnt[(s - R[_OWN, r] - g) % P[_BS]] += 1
+    W[_STATE, R[_SLOT, r]] = _RUN
+    W[_G0, R[_SLOT, r]] = g
+    W[_S0, R[_SLOT, r]] = s
+    cnt[(s - W[_OWN, R[_SLOT, r]] - g) % P[_BS]] += 1
     IS[_NRUN] += 1
     F[_CTX] += P[_PROMPT] + g
-    RF[_SINCE, r] = F[_T]
-    q = _schedule(IS, R, H, r, s + R[_LEN, r] - g - 1)
-    R[_ADM, r] = q
+    WF[_SINCE, R[_SLOT, r]] = F[_T]
+    q = _schedule(IS, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
+    W[_ADM, R[_SLOT, r]] = q
     if P[_BLOCKS] >= 0:  # preemption needs the newest running sequence
         if IS[_HN + 1] >= H.shape[2]:
-            _compact_newest(IS, R, H)
+            _compact_newest(IS, R, W, WF, H)
         _hpush(H, IS, 1, -q, r)
 
 
 def _stop(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, cnt: I64, r: int, g: int
+    IS: I64,
+    P: I64,
+    F: F64,
+    R: I32,
+    W: I64,
+    WF: F64,
+    RF: F64,
+    PR: I64,
+    LRU: I64,
+    cnt: I64,
+    r: int,
+    g: int,
 ) -> None:
     """Rollout ``r`` leaves the running batch with ``g`` tokens: its own blocks and prompt freed."""
-    R[_STATE, r] = _PAUSED
-    cnt[(R[_S0, r] - R[_OWN, r] - R[_G0, r]) % P[_BS]] -= 1
+    W[_STATE, R[_SLOT, r]] = _PAUSED
+    cnt[(W[_S0, R[_SLOT, r]] - W[_OWN, R[_SLOT, r]] - W[_G0, R[_SLOT, r]]) % P[_BS]] -= 1
     IS[_NRUN] -= 1
     F[_CTX] -= P[_PROMPT] + g
-    RF[_RUNTIME, r] += F[_T] - RF[_SINCE, r]
+    RF[_RUNTIME, r] += F[_T] - WF[_SINCE, R[_SLOT, r]]
     if P[_BLOCKS] >= 0:
-        IS[_FREE] += _cdiv(R[_OWN, r] + g, P[_BS])
-    if R[_PR, r] >= 0:
-        _release_prompt(IS, P, PR, LRU, R[_PR, r])
+        IS[_FREE] += _cdiv(W[_OWN, R[_SLOT, r]] + g, P[_BS])
+    if W[_PR, R[_SLOT, r]] >= 0:
+        _release_prompt(IS, P, PR, LRU, W[_PR, R[_SLOT, r]])
 
 
 def _launch(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> bool:  # fmt: skip
     """Launch a new rollout in the next free seat if the blocks allow; whether it did."""
     r = IS[_NL]
@@ -313,76 +331,73 @@ def _launch(
     nxt[seat] = col + 1
     seat_rid[seat] = r
     v = IS[_VERSION]
-    R[_SLOT, r], R[_COL, r], R[_LEN, r], R[_VL, r], R[_VMIN, r] = (
-        seat,
-        col,
-        lengths[seat, col],
-        v,
-        v,
-    )
+    length = lengths[seat, col]
+    R[_SLOT, r], R[_COL, r], R[_VL, r], R[_VMIN, r] = seat, col, v, v
     R[_STEP, r], R[_STALE, r], R[_RANKR, r], R[_STATUS, r] = -1, -1, -1, _UNFINISHED
-    R[_OWN, r], R[_PR, r], R[_LASTSEG, r], R[_ONCPU, r] = own, p, -1, 0
+    W[_RID, seat], W[_LEN, seat], W[_OWN, seat], W[_PR, seat] = r, length, own, p
+    W[_LASTSEG, seat], W[_ONCPU, seat] = -1, 0
     RF[_LAUNCH, r], RF[_FINISH, r], RF[_WASTED, r], RF[_RECOMP, r] = F[_T], math.nan, 0.0, 0.0
-    RF[_SEGSTART, r], RF[_RUNTIME, r] = 0.0, 0.0
+    RF[_RUNTIME, r], RF[_LENF, r] = 0.0, float(length)
+    WF[_SEGSTART, seat] = 0.0
     if p >= 0:
         _acquire_prompt(IS, P, PR, LRU, ST, p, hit)
     if P[_BLOCKS] >= 0:
         _alloc(IS, P, PR, LRU, _cdiv(own, P[_BS]))
     F[_PREFILL] += prefill
     ST[ST_PREFILL] += prefill
-    _start(IS, P, F, R, RF, cnt, H, r, 0)
+    _start(IS, P, F, R, W, WF, RF, cnt, H, r, 0)
     return True
 
 
 def _resume(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, cnt: I64, H: I64, r: int,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, cnt: I64, H: I64, r: int,
 ) -> bool:  # fmt: skip
     """Resume the preempted rollout ``r`` if the blocks allow (its KV swapped in, or recomputed)."""
-    g = R[_G0, r]
+    g = W[_G0, R[_SLOT, r]]
     p, took, prefill, hit = _prompt_plan(IS, P, PR, r)
     own = P[_PROMPT] % P[_BS] if p >= 0 else P[_PROMPT]
     if not _fits(IS, P, cnt, took, own + g):
         return False
-    if R[_ONCPU, r]:  # swapped in; a prompt part it no longer shares is prefilled
-        ST[ST_SWAP_IN] += _cdiv(min(own, R[_OWN, r]) + g, P[_BS])
-        IS[_SWAP] += _cdiv(min(own, R[_OWN, r]) + g, P[_BS])
-        prefill = max(prefill - R[_OWN, r], 0)
+    if W[_ONCPU, R[_SLOT, r]]:  # swapped in; a prompt part it no longer shares is prefilled
+        ST[ST_SWAP_IN] += _cdiv(min(own, W[_OWN, R[_SLOT, r]]) + g, P[_BS])
+        IS[_SWAP] += _cdiv(min(own, W[_OWN, R[_SLOT, r]]) + g, P[_BS])
+        prefill = max(prefill - W[_OWN, R[_SLOT, r]], 0)
     else:  # recomputed: the prompt as at launch, and every generated token
         prefill += g
         RF[_RECOMP, r] += g
-    R[_OWN, r], R[_PR, r], R[_ONCPU, r] = own, p, 0
+    W[_OWN, R[_SLOT, r]], W[_PR, R[_SLOT, r]], W[_ONCPU, R[_SLOT, r]] = own, p, 0
     if p >= 0:
         _acquire_prompt(IS, P, PR, LRU, ST, p, hit)
     if P[_BLOCKS] >= 0:
         _alloc(IS, P, PR, LRU, _cdiv(own + g, P[_BS]))
     F[_PREFILL] += prefill
     ST[ST_PREFILL] += prefill
-    _start(IS, P, F, R, RF, cnt, H, r, g)
+    _start(IS, P, F, R, W, WF, RF, cnt, H, r, g)
     return True
 
 
 def _admit(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
     """Fill the engine: preempted rollouts first (oldest first), then new ones in free seats."""
     while IS[_ERR] == 0:
         if IS[_HN + 2] > 0:
             r = int(H[2, 1, 0])
-            if R[_STATE, r] != _PAUSED:
+            if W[_STATE, R[_SLOT, r]] != _PAUSED or W[_RID, R[_SLOT, r]] != r:
                 _hpop(H, IS, 2)  # restarted meanwhile
                 continue
-            if not _resume(IS, P, F, R, RF, PR, LRU, ST, cnt, H, r):
+            if not _resume(IS, P, F, R, W, WF, RF, PR, LRU, ST, cnt, H, r):
                 return  # first come, first served: nothing overtakes it
             _hpop(H, IS, 2)
             continue
         if IS[_SEAT_N] == 0:
             return
-        if not _launch(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H):
+        if not _launch(IS, P, F, R, W, WF, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H):
             return
 
 
 def _make_room(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, cnt: I64, H: I64,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
     """Blocks for the coming step's new tokens; preempt the newest running rollouts until they fit."""
     if P[_BLOCKS] < 0:
@@ -391,32 +406,36 @@ def _make_room(
     need = cnt[s % bs]
     while need > IS[_FREE] + IS[_CACHED]:
         key, r = _hpop(H, IS, 1)
-        if R[_STATE, r] != _RUN or R[_ADM, r] != -key:
+        if W[_STATE, R[_SLOT, r]] != _RUN or W[_ADM, R[_SLOT, r]] != -key:
             continue  # gone, or admitted again since
         if IS[_NRUN] == 1:  # the last one outgrows the whole budget
             IS[_ERR] = ERR_STUCK
             IS[_ERR_A] = r
             return
-        g = R[_G0, r] + s - R[_S0, r]
-        if (R[_S0, r] - R[_OWN, r] - R[_G0, r]) % bs == s % bs:
+        g = W[_G0, R[_SLOT, r]] + s - W[_S0, R[_SLOT, r]]
+        if (W[_S0, R[_SLOT, r]] - W[_OWN, R[_SLOT, r]] - W[_G0, R[_SLOT, r]]) % bs == s % bs:
             need -= 1
-        _stop(IS, P, F, R, RF, PR, LRU, cnt, r, g)
-        R[_G0, r] = g
+        _stop(IS, P, F, R, W, WF, RF, PR, LRU, cnt, r, g)
+        W[_G0, R[_SLOT, r]] = g
         ST[ST_PREEMPTIONS] += 1
         if P[_SWAPPING]:
-            R[_ONCPU, r] = 1
-            ST[ST_SWAP_OUT] += _cdiv(R[_OWN, r] + g, bs)
-            IS[_SWAP] += _cdiv(R[_OWN, r] + g, bs)
+            W[_ONCPU, R[_SLOT, r]] = 1
+            ST[ST_SWAP_OUT] += _cdiv(W[_OWN, R[_SLOT, r]] + g, bs)
+            IS[_SWAP] += _cdiv(W[_OWN, R[_SLOT, r]] + g, bs)
         else:
-            ST[ST_PREEMPT_KV_TOKENS] += R[_OWN, r] + g
+            ST[ST_PREEMPT_KV_TOKENS] += W[_OWN, R[_SLOT, r]] + g
         _hpush(H, IS, 2, r, r)
     _alloc(IS, P, PR, LRU, need)
 
 
-def _new_segment(IS: I64, R: I64, RF: F64, SEG: I64, SEGT: F64, r: int, k: int, v: int) -> None:
+def _new_segment(
+    IS: I64, R: I32, W: I64, WF: F64, RF: F64, SEG: I64, SEGT: F64, r: int, k: int, v: int
+) -> None:
     """From token ``k`` on, rollout ``r``'s tokens come from version ``v``."""
-    last = R[_LASTSEG, r]
-    if k <= RF[_SEGSTART, r]:  # no token under the current segment yet: it changes version
+    last = W[_LASTSEG, R[_SLOT, r]]
+    if (
+        k <= WF[_SEGSTART, R[_SLOT, r]]
+    ):  # no token under the current segment yet: it changes version
         if last >= 0:
             SEG[1, last] = v
         else:
@@ -428,12 +447,12 @@ def _new_segment(IS: I64, R: I64, RF: F64, SEG: I64, SEGT: F64, r: int, k: int, 
         return
     IS[_NSEG] = n + 1
     SEG[0, n], SEG[1, n], SEGT[n] = r, v, float(k)
-    R[_LASTSEG, r] = n
-    RF[_SEGSTART, r] = float(k)
+    W[_LASTSEG, R[_SLOT, r]] = n
+    WF[_SEGSTART, R[_SLOT, r]] = float(k)
 
 
 def _interrupt(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
     SEGT: F64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
     """A weight update reaches the rollouts in flight: restart, recompute or keep their KV."""
@@ -442,11 +461,11 @@ def _interrupt(
         r = seat_rid[seat]
         if r < 0:
             continue
-        last = R[_LASTSEG, r]
+        last = W[_LASTSEG, R[_SLOT, r]]
         if (SEG[1, last] if last >= 0 else R[_VMIN, r]) == v:
             continue  # launched under these weights
-        running = R[_STATE, r] == _RUN
-        g = R[_G0, r] + s - R[_S0, r] if running else R[_G0, r]
+        running = W[_STATE, R[_SLOT, r]] == _RUN
+        g = W[_G0, R[_SLOT, r]] + s - W[_S0, R[_SLOT, r]] if running else W[_G0, R[_SLOT, r]]
         ST[ST_INTERRUPTED] += 1
         ST[ST_INT_GEN_TOKENS] += g
         ST[ST_INT_CTX_TOKENS] += P[_PROMPT] + g
@@ -455,25 +474,27 @@ def _interrupt(
             R[_STATUS, r] = _ABORTED
             RF[_FINISH, r] = F[_T]
             if running:
-                _stop(IS, P, F, R, RF, PR, LRU, cnt, r, g)
-            R[_STATE, r] = _OFF
-            R[_ONCPU, r] = 0
+                _stop(IS, P, F, R, W, WF, RF, PR, LRU, cnt, r, g)
+            W[_STATE, R[_SLOT, r]] = _OFF
+            W[_ONCPU, R[_SLOT, r]] = 0
             seat_rid[seat] = -1
             seats[(IS[_SEAT_H] + IS[_SEAT_N]) % P[_SEATS]] = seat
             IS[_SEAT_N] += 1
             continue
-        _new_segment(IS, R, RF, SEG, SEGT, r, g, v)
+        _new_segment(IS, R, W, WF, RF, SEG, SEGT, r, g, v)
         if policy == _RECOMPUTE:
             RF[_RECOMP, r] += g
             if running:  # rescheduled, at the same step: its completion now follows the others'
                 F[_PREFILL] += P[_PROMPT] + g
                 ST[ST_PREFILL] += P[_PROMPT] + g
-                _schedule(IS, R, H, r, s + R[_LEN, r] - g - 1)
+                _schedule(IS, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
             else:
-                R[_ONCPU, r] = 0  # its swapped KV is stale: recomputed when it resumes
+                W[_ONCPU, R[_SLOT, r]] = 0  # its swapped KV is stale: recomputed when it resumes
 
 
-def _try_train(IS: I64, P: I64, F: F64, R: I64, buf: I64, taus: F64, t: float) -> None:
+def _try_train(
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, buf: I64, taus: F64, t: float
+) -> None:
     """The trainer takes the next ``B`` completed rollouts if it is free and they are there."""
     b = P[_B]
     if IS[_TRAINING] or IS[_J] >= P[_STEPS] or IS[_BUF_T] - IS[_BUF_H] < b:
@@ -506,15 +527,15 @@ def _publish(IS: I64, P: I64, F: F64, pub: F64) -> None:
 
 
 def _complete(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, buf: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64, step: int,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, buf: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64, step: int,
 ) -> None:  # fmt: skip
     """The rollouts whose last token came in ``step`` finish, in launch order."""
     while IS[_HN] > 0 and H[0, 0, 0] // KEY == step:
         key, r = _hpop(H, IS, 0)
-        if R[_STATE, r] != _RUN or R[_SEQ, r] != key % KEY:
+        if W[_STATE, R[_SLOT, r]] != _RUN or W[_SEQ, R[_SLOT, r]] != key % KEY:
             continue  # preempted, restarted or rescheduled since this entry
-        _stop(IS, P, F, R, RF, PR, LRU, cnt, r, R[_LEN, r])
-        R[_STATE, r] = _OFF
+        _stop(IS, P, F, R, W, WF, RF, PR, LRU, cnt, r, W[_LEN, R[_SLOT, r]])
+        W[_STATE, R[_SLOT, r]] = _OFF
         R[_STATUS, r] = _PENDING
         RF[_FINISH, r] = F[_T]
         buf[IS[_BUF_T]] = r
@@ -561,7 +582,7 @@ def _advance(IS: I64, P: I64, F: F64, C: F64, ST: F64, t: float) -> float:
     return float(t_next)
 
 
-def _quiet(IS: I64, P: I64, F: F64, R: I64, H: I64, cnt: I64, t: float) -> bool:
+def _quiet(IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, H: I64, cnt: I64, t: float) -> bool:
     """Whether the boundary at ``t`` (after step ``S - 1``) changes nothing but the blocks the next
     step takes: no completion, publication or pending weight update, no admission possible (no
     seat or preempted rollout waiting, or not even its smallest need fits), and those blocks free.
@@ -579,16 +600,16 @@ def _quiet(IS: I64, P: I64, F: F64, R: I64, H: I64, cnt: I64, t: float) -> bool:
         own = P[_PROMPT] % P[_BS] if P[_SHARE] else P[_PROMPT]
         if IS[_HN + 2] > 0:
             r = H[2, 1, 0]
-            if R[_STATE, r] != _PAUSED:
+            if W[_STATE, R[_SLOT, r]] != _PAUSED or W[_RID, R[_SLOT, r]] != r:
                 return False
-            own += R[_G0, r]
+            own += W[_G0, R[_SLOT, r]]
         if _fits(IS, P, cnt, 0, own):
             return False
     return bool(cnt[IS[_S] % P[_BS]] <= IS[_FREE] + IS[_CACHED])
 
 
 def run_loop(
-    P: I64, C: F64, taus: F64, lengths: I64, R: I64, RF: F64, PR: I64, LRU: I64,
+    P: I64, C: F64, taus: F64, lengths: I64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64,
     SEG: I64, SEGT: F64, buf: I64, pub: F64, IS: I64, F: F64, ST: F64,
     H: I64, seats: I64, seat_rid: I64, nxt: I64, cnt: I64,
 ) -> None:  # fmt: skip
@@ -602,8 +623,8 @@ def run_loop(
     IS[_FREE] = P[_BLOCKS]
     F[_NEXT_PUB] = math.inf
     while True:
-        _admit(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
-        _make_room(IS, P, F, R, RF, PR, LRU, ST, cnt, H)
+        _admit(IS, P, F, R, W, WF, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
+        _make_room(IS, P, F, R, W, WF, RF, PR, LRU, ST, cnt, H)
         if IS[_ERR]:
             return
         t = F[_T]
@@ -616,7 +637,7 @@ def run_loop(
             t_next = F[_NEXT_PUB]  # nothing runs: the clock jumps to the trainer's publication
         else:
             t_next = _advance(IS, P, F, C, ST, t)
-            while _quiet(IS, P, F, R, H, cnt, t_next):  # a boundary where nothing happens
+            while _quiet(IS, P, F, R, W, WF, H, cnt, t_next):  # a boundary where nothing happens
                 F[_T] = t_next
                 if P[_BLOCKS] >= 0:
                     _alloc(IS, P, PR, LRU, cnt[IS[_S] % P[_BS]])
@@ -626,12 +647,12 @@ def run_loop(
             _publish(IS, P, F, pub)
             if IS[_DONE]:
                 return
-            _try_train(IS, P, F, R, buf, taus, t_pub)
+            _try_train(IS, P, F, R, W, WF, buf, taus, t_pub)
         F[_T] = t_next
         if stepped:
-            _complete(IS, P, F, R, RF, PR, LRU, buf, seats, seat_rid, cnt, H, IS[_S] - 1)
-        _try_train(IS, P, F, R, buf, taus, t_next)
-        _admit(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
+            _complete(IS, P, F, R, W, WF, RF, PR, LRU, buf, seats, seat_rid, cnt, H, IS[_S] - 1)
+        _try_train(IS, P, F, R, W, WF, buf, taus, t_next)
+        _admit(IS, P, F, R, W, WF, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
         while F[_NEXT_PUB] == t_next:  # published at this boundary: after its completions
             _publish(IS, P, F, pub)
             if IS[_DONE]:
@@ -641,6 +662,8 @@ def run_loop(
                 P,
                 F,
                 R,
+                W,
+                WF,
                 RF,
                 PR,
                 LRU,
@@ -654,18 +677,20 @@ def run_loop(
                 cnt,
                 H,
             )
-            _try_train(IS, P, F, R, buf, taus, t_next)
-        _update(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, lengths, nxt, seats, seat_rid, cnt, H)
+            _try_train(IS, P, F, R, W, WF, buf, taus, t_next)
+        _update(
+            IS, P, F, R, W, WF, RF, PR, LRU, ST, SEG, SEGT, lengths, nxt, seats, seat_rid, cnt, H
+        )
 
 
 def _update(
-    IS: I64, P: I64, F: F64, R: I64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, SEG: I64,
     SEGT: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64,
     H: I64,
 ) -> None:  # fmt: skip
     """New weights reach the rollouts in flight (once per version); restarted seats relaunch."""
     if P[_PARTIAL] == _NONE or IS[_APPLIED] == IS[_VERSION]:
         return
-    _interrupt(IS, P, F, R, RF, PR, LRU, ST, SEG, SEGT, seats, seat_rid, cnt, H)
+    _interrupt(IS, P, F, R, W, WF, RF, PR, LRU, ST, SEG, SEGT, seats, seat_rid, cnt, H)
     IS[_APPLIED] = IS[_VERSION]
-    _admit(IS, P, F, R, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
+    _admit(IS, P, F, R, W, WF, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)

@@ -206,6 +206,8 @@ def run_engine(
 
 _ORDER = (
     "R",
+    "W",
+    "WF",
     "RF",
     "PR",
     "LRU",
@@ -230,7 +232,9 @@ def _arrays(
     pr = np.zeros((3, n_prompts), dtype=np.int64)
     pr[L._PVER] = -1
     return {
-        "R": np.zeros((L.N_R, cap), dtype=np.int64),
+        "R": np.zeros((L.N_R, cap), dtype=np.int32),
+        "W": np.zeros((L.N_W, cfg.slots), dtype=np.int64),
+        "WF": np.zeros((L.N_WF, cfg.slots), dtype=np.float64),
         "RF": np.zeros((L.N_RF, cap), dtype=np.float64),
         "PR": pr,
         "LRU": np.zeros(
@@ -251,7 +255,7 @@ def _arrays(
     }
 
 
-def _canonical(R: NDArray[np.int64], n_slots: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _canonical(R: NDArray[np.int32], n_slots: int) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """``(order, row)``: rollouts in the trace's canonical order (by slot, then launch within the
     slot), and each rollout's canonical row. A slot's rollouts used its columns 0, 1, ... in
     launch order, so the row is the slot's offset plus the column: no sort needed."""
@@ -293,8 +297,10 @@ def _raw(
     """The loop's arrays as the trace's columns, in canonical row order."""
     n = int(a["I"][L._NL])
     R, RF = a["R"][:, :n], a["RF"][:, :n]
-    running = R[L._STATE] == L._RUN
-    runtime = RF[L._RUNTIME] + np.where(running, end - RF[L._SINCE], 0.0)
+    runtime = RF[L._RUNTIME].copy()
+    running = a["W"][L._STATE] == L._RUN  # seats whose rollout runs at the end
+    rid = a["W"][L._RID][running]
+    runtime[rid] += end - a["WF"][L._SINCE][running]
     busy = float(np.sum(runtime))  # in launch order, as the slot mode sums it
     order, row = _canonical(R, n_slots)
     vmin = R[L._VMIN][order]
@@ -308,7 +314,7 @@ def _raw(
         column=col(L._COL, np.int32),
         launch_time=col(L._LAUNCH, np.float64, True),
         finish_time=col(L._FINISH, np.float64, True),
-        length=col(L._LEN, np.float64),
+        length=col(L._LENF, np.float64, True),
         launch_version=col(L._VL, np.int32),
         min_version=vmin.astype(np.int32),
         step=col(L._STEP, np.int32),
