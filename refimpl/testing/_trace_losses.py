@@ -47,14 +47,30 @@ import refimpl.losses  # noqa: F401  (binds refimpl.losses, the reference the su
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
 from refimpl.testing._trace_loss_rows import (
-    ADV,
-    LOGP,
-    LOSS,
-    MASK,
-    MICRO,
-    OLD,
-    REF,
-    STEP,
+    ADV as ADV,
+)
+from refimpl.testing._trace_loss_rows import (
+    LOGP as LOGP,
+)
+from refimpl.testing._trace_loss_rows import (
+    LOSS as LOSS,
+)
+from refimpl.testing._trace_loss_rows import (
+    MASK as MASK,
+)
+from refimpl.testing._trace_loss_rows import (
+    MICRO as MICRO,
+)
+from refimpl.testing._trace_loss_rows import (
+    OLD as OLD,
+)
+from refimpl.testing._trace_loss_rows import (
+    REF as REF,
+)
+from refimpl.testing._trace_loss_rows import (
+    STEP as STEP,
+)
+from refimpl.testing._trace_loss_rows import (
     Batch,
     batch,
     check_rows,

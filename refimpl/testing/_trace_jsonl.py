@@ -1,0 +1,205 @@
+"""The JSONL reader of ``refimpl check``: blocks of lines parsed by ``pyarrow.json``.
+
+A block (at most 8 MiB of whole lines) is parsed against the columns the spec reads (a JSON array
+becomes an Arrow list column), in 1 MiB pieces on pyarrow's threads; a block that pyarrow cannot
+parse (a string where a number belongs, a key given twice, a line that is not JSON) is parsed again
+line by line, only to name the line and the key.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl.testing._trace_arrow import (
+    _JSONL_BLOCK_BYTES,
+    _PARSE_BLOCK,
+    Chunk,
+    ListColumn,
+    TraceError,
+    _require_text,
+    arrow_lists,
+    exact_array,
+    excerpt,
+    to_numpy,
+)
+
+
+def _jsonl_slow(
+    lines: list[bytes],
+    first_line: int,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    exact: bool = False,
+) -> tuple[dict[str, Any], NDArray[np.int64]]:
+    """Parse line by line with exact error messages (used when the fast path cannot)."""
+    out: dict[str, list[Any]] = {c: [] for c in [*numeric, *lists]}
+    row_lines: list[int] = []
+    for offset, raw in enumerate(lines):
+        where = f"line {first_line + offset}"
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw, object_pairs_hook=_no_duplicate_keys)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise TraceError(
+                f"{where}: not valid JSON ({exc}). Each line must be one JSON object."
+            ) from None
+        except _DuplicateKey as exc:
+            raise TraceError(
+                f"{where}: the key {exc.args[0]!r} appears twice in one object. A column must have "
+                "one name: log each key once."
+            ) from None
+        if not isinstance(obj, dict):
+            raise TraceError(f"{where}: a JSON {type(obj).__name__}, not an object {{...}}.")
+        for name in numeric:
+            if name not in obj:
+                raise TraceError(
+                    f"{where}: no key {name!r} (keys: {', '.join(map(repr, obj)) or 'none'}). "
+                    "Log it in every row."
+                )
+            out[name].append(_json_number(obj[name], where, name, exact))
+        for name in lists:
+            if name not in obj:
+                raise TraceError(
+                    f"{where}: no key {name!r} (keys: {', '.join(map(repr, obj)) or 'none'})."
+                )
+            value = obj[name]
+            if not isinstance(value, list):
+                raise TraceError(
+                    f"{where}: {name!r} is {excerpt(value)}, not a list of numbers. Log e.g. "
+                    "[3, 3, 4]."
+                )
+            numbers = [_json_number(v, where, name, exact) for v in value]
+            out[name].append(
+                exact_array(numbers) if exact else np.asarray(numbers, dtype=np.float64)
+            )
+        row_lines.append(first_line + offset)
+    columns: dict[str, Any] = {
+        c: (
+            (exact_array(v) if exact else np.asarray(v, dtype=np.float64))
+            if c in numeric
+            else ListColumn.from_rows(v, dtype=object if exact else np.float64)
+        )
+        for c, v in out.items()
+    }
+    return columns, np.asarray(row_lines, dtype=np.int64)
+
+
+class _DuplicateKey(Exception):
+    """A JSON object names a key twice (``json`` would keep the last silently)."""
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _json_number(value: Any, where: str, name: str, exact: bool = False) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "null" if value is None else type(value).__name__
+        what = {
+            "bool": "booleans (write 1 or 0, not true or false)",
+            "null": "null",
+            "str": "strings",
+        }.get(kind, f"{kind} values")
+        raise TraceError(
+            f"{where}: {name!r} is {excerpt(value)} ({kind}), not a number. Log numbers, not {what}."
+        )
+    if exact:
+        return value  # int of any size, or float
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float64
+        return math.inf if value > 0 else -math.inf
+
+
+def _jsonl_blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
+    """Blocks of about ``size`` bytes that end at a line boundary."""
+    while True:
+        block = handle.read(size)
+        if not block:
+            return
+        if not block.endswith(b"\n"):
+            block += handle.readline()
+        yield block
+
+
+def _jsonl_fast(
+    data: bytes, line: int, numeric: Sequence[str], lists: Sequence[str], exact: bool
+) -> tuple[dict[str, Any], NDArray[np.int64]] | None:
+    """The block through pyarrow's JSON reader (``None``: it cannot say, the slow path will)."""
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    number = pa.int64() if exact else pa.float64()  # exact: int64, else the slow path
+    schema = pa.schema([(c, number) for c in numeric] + [(c, pa.list_(number)) for c in lists])
+    parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    table = None
+    # In parallel pieces first; a line longer than a piece is parsed with the block whole.
+    for size in (_PARSE_BLOCK, len(data) + 1) if len(data) > _PARSE_BLOCK else (len(data) + 1,):
+        try:
+            options = pajson.ReadOptions(use_threads=True, block_size=size)
+            table = pajson.read_json(io.BytesIO(data), read_options=options, parse_options=parse)
+            break
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            continue
+    if table is None:
+        return None
+    if any(table.column(c).null_count for c in schema.names):
+        return None
+    lines = data.count(b"\n") + (not data.endswith(b"\n"))
+    if table.num_rows == lines:
+        numbers = line + np.arange(lines, dtype=np.int64)
+    else:  # blank lines hold no row
+        blank = [i for i, raw in enumerate(data.splitlines()) if raw.strip()]
+        if len(blank) != table.num_rows:
+            return None
+        numbers = line + np.asarray(blank, dtype=np.int64)
+
+    def where(row: int) -> str:
+        return f"line {int(numbers[row])}"
+
+    columns: dict[str, Any] = {}
+    for c in numeric:
+        columns[c] = to_numpy(table.column(c))
+    for c in lists:
+        columns[c] = arrow_lists(table.column(c).combine_chunks(), c, where, exact=exact)
+    return columns, numbers
+
+
+def _jsonl_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+    exact: bool = False,
+) -> Iterator[Chunk]:
+    line = 1
+    row = 0
+    with path.open("rb") as handle:
+        for data in _jsonl_blocks(handle, min(max(chunk_rows * 64, 1 << 12), _JSONL_BLOCK_BYTES)):
+            _require_text(path, data, "jsonl", line)
+            parsed = _jsonl_fast(data, line, numeric, lists, exact)
+            if parsed is None:
+                parsed = _jsonl_slow(data.split(b"\n"), line, numeric, lists, exact)
+            columns, numbers = parsed
+            line += data.count(b"\n")
+            if numbers.size:
+                yield Chunk(columns, row, numbers)
+                row += int(numbers.size)
+            on_progress(handle.tell())

@@ -1,0 +1,204 @@
+"""The Parquet reader of ``refimpl check``: a file by row groups, a dataset file after file.
+
+A file is opened without pre-buffering (pyarrow then reads the column chunks of one row group at a
+time, not the whole file) and read in batches of about ``--chunk-rows`` values per column. A
+directory is a partitioned dataset: its files in path order, rows numbered across them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl.testing._trace_arrow import (
+    Chunk,
+    TraceError,
+    _duplicates,
+    _missing,
+    arrow_lists,
+    exact_array,
+    float64,
+    to_numpy,
+)
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """The Parquet files of a partitioned dataset (a directory), in the order they are read:
+    sorted by path, skipping hidden and ``_``-prefixed entries (``_SUCCESS``, ``_metadata``)."""
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not any(part[:1] in "._" for part in p.relative_to(path).parts)
+    )
+    if not files:
+        raise TraceError(
+            f"{str(path)!r} is a directory with no data files. Pass a trace file, or a directory "
+            "of Parquet files (a partitioned dataset)."
+        )
+    return files
+
+
+def parquet_rows(path: Path) -> int:
+    """The rows of a Parquet file or dataset, from the footers (0 when unreadable)."""
+    import pyarrow.parquet as pq
+
+    try:
+        files = dataset_files(path) if path.is_dir() else [path]
+        return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
+    except Exception:  # an unreadable trace: the reader names the problem
+        return 0
+
+
+def _dataset_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+    exact: bool,
+) -> Iterator[Chunk]:
+    """The files of a dataset one after the other, rows numbered across them."""
+    row = 0
+    for file in dataset_files(path):
+        done = row
+        for chunk in partition_chunks(path, file, row, numeric, lists, chunk_rows, exact):
+            done = chunk.row_start + chunk.size
+            on_progress(done)
+            yield chunk
+        row = done if done > row else row + parquet_rows(file)
+
+
+def partition_chunks(
+    root: Path,
+    file: Path,
+    row_start: int,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    exact: bool,
+) -> Iterator[Chunk]:
+    """The chunks of one file of a dataset, its rows numbered from ``row_start``; an error names
+    the file."""
+    try:
+        for chunk in _parquet_chunks(file, numeric, lists, chunk_rows, lambda _: None, exact):
+            chunk.row_start += row_start
+            yield chunk
+    except TraceError as exc:
+        name = str(file.relative_to(root))
+        raise TraceError(str(exc) if name in str(exc) else f"{name}: {exc}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+
+
+def _rows_per_batch(file: Any, chunk_rows: int, lists: Sequence[str]) -> int:
+    """Rows per batch so that a batch holds about ``chunk_rows`` values of each column: a row of
+    list columns holds many (a sequence's tokens), estimated from the first row group."""
+    meta = file.metadata
+    if not lists or meta.num_row_groups == 0 or meta.row_group(0).num_rows == 0:
+        return chunk_rows
+    group = meta.row_group(0)
+    values = [
+        group.column(j).num_values
+        for j in range(group.num_columns)
+        if group.column(j).path_in_schema.split(".")[0] in lists
+    ]
+    per_row = max(1.0, max(values, default=0) / group.num_rows)
+    return max(1, int(chunk_rows / per_row))
+
+
+def _readable_batches(file: Any, path: Path, chunk_rows: int, columns: list[str]) -> Iterator[Any]:
+    """The file's record batches; a page that cannot be decoded is a ``TraceError``.
+
+    The footer can be intact while the pages it points at are not (bytes inserted or cut in the
+    middle of the file): pyarrow then fails only while reading, with a multi-line ``OSError``.
+    """
+    import pyarrow as pa
+
+    batches = file.iter_batches(batch_size=chunk_rows, columns=columns)
+    row = 0
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceError(
+                f"{str(path)!r} is not a readable Parquet file: its data from row {row} on cannot "
+                f"be decoded ({_one_line(exc)}). The file is damaged; write it again."
+            ) from None
+        row += batch.num_rows
+        yield batch
+
+
+def _parquet_row(start: int) -> Callable[[int], str]:
+    return lambda i: f"row {start + i}"
+
+
+def _parquet_chunks(
+    path: Path,
+    numeric: Sequence[str],
+    lists: Sequence[str],
+    chunk_rows: int,
+    on_progress: Callable[[int], None],
+    exact: bool = False,
+) -> Iterator[Chunk]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        # Without pre-buffering, pyarrow reads the column chunks of one row group at a time
+        # instead of the whole file's: peak memory follows the row group, not the file.
+        file = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(
+            f"{str(path)!r} is not a readable Parquet file ({_one_line(exc)}). Is it empty or "
+            "truncated?"
+        ) from None
+    schema = file.schema_arrow
+    _duplicates(path, schema.names, "the Parquet schema")
+    _missing(path, [*numeric, *lists], schema.names)
+    for name in numeric:
+        kind = schema.field(name).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise TraceError(
+                f"column {name!r} has type {kind}, not numbers. Log it as a float or integer "
+                "column."
+            )
+    for name in lists:
+        kind = schema.field(name).type
+        if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not (
+            pa.types.is_integer(kind.value_type) or pa.types.is_floating(kind.value_type)
+        ):
+            raise TraceError(
+                f"column {name!r} has type {kind}, not a list of numbers. Log e.g. list<int64>."
+            )
+    row = 0
+    batch_rows = _rows_per_batch(file, chunk_rows, lists)
+    for batch in _readable_batches(file, path, batch_rows, [*numeric, *lists]):
+        columns: dict[str, Any] = {}
+        for name in [*numeric, *lists]:
+            col = batch.column(name)
+            if col.null_count:
+                i = int(np.flatnonzero(to_numpy(col.is_null()))[0])
+                raise TraceError(
+                    f"row {row + i}: column {name!r} is null. Log a value in every row."
+                )
+            if name in lists:
+                columns[name] = arrow_lists(col, name, _parquet_row(row), exact=exact)
+            elif exact and pa.types.is_integer(col.type):
+                try:
+                    columns[name] = to_numpy(col.cast(pa.int64()))
+                except pa.ArrowInvalid:  # uint64 beyond int64
+                    columns[name] = exact_array(col.to_pylist())
+            elif exact:
+                columns[name] = exact_array(col.to_pylist())
+            else:
+                columns[name] = float64(col)
+        yield Chunk(columns, row, None)
+        row += batch.num_rows
+        on_progress(row)
