@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _wrong_variants import rejects
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,6 @@ from refimpl._io import (
     refuse_output_naming_input,
 )
 from refimpl.errors import InvalidArgument
-from tests._wrong_variants import rejects
 
 Writer = Callable[[Path, bytes], None]
 

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _wrong_variants import rejects
 
 from refimpl import cli
 from refimpl._io import atomic_write
-from tests._wrong_variants import rejects
 
 Main = Callable[[list[str]], int]
 

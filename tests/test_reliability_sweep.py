@@ -26,12 +26,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _wrong_variants import rejects
 
 from refimpl import sweep
 from refimpl.cli import main
 from refimpl.sweep import cells, engine, results
 from refimpl.sweep.grid import Cell, Grid
-from tests._wrong_variants import rejects
 
 _HERE = __name__
 
