@@ -1,0 +1,258 @@
+"""The second step of a conformance run: the user's arguments, checked and converted once.
+
+:func:`prepare_run` turns the arguments of :func:`~refimpl.testing.check_conformance` into a
+:class:`Run`: the candidate resolved (a callable, an import string, or a name that ``setup``
+defines), the array bridge, the conventions, the tolerance override, the declared expected
+failures, the checks selected, the Hypothesis settings and the explicit examples. Every refusal
+happens here, before a check runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from hypothesis import Phase, settings
+
+from refimpl._imports import import_object, split_reference
+from refimpl._validation import invalid, wrong_type
+from refimpl.errors import InvalidArgument, InvalidArgumentType
+from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._conformance_runner import _search
+from refimpl.testing._engine import Call, Spec
+from refimpl.testing.tolerances import Tolerance
+
+__all__ = ["Run", "prepare_run"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """Everything a conformance run needs, checked: what the checks and the report read."""
+
+    spec: Spec
+    candidate: Callable[..., Any]
+    label: str
+    import_line: str
+    setup: str | None
+    bridge: ArrayBridge
+    xp_name: str
+    conventions: dict[str, Any]
+    given: dict[str, Any]
+    override: Tolerance | None
+    assume: Callable[[dict[str, Any]], bool] | None
+    declared: dict[str, str]
+    checks: tuple[str, ...]
+    settings: settings
+    examples: list[list[Call]]
+
+
+def prepare_run(
+    the_spec: Spec,
+    candidate: Callable[..., Any] | str,
+    *,
+    xp: Any,
+    dtype: str | None,
+    conventions: Mapping[str, Any] | None,
+    setup: str | None,
+    rtol: float | None,
+    atol: float | None,
+    assume: Callable[[dict[str, Any]], bool] | None,
+    expected_failures: Mapping[str, str] | Iterable[str] | None,
+    max_examples: int,
+    checks: Iterable[str] | None,
+    derandomize: bool,
+    shrink: bool,
+    examples: Iterable[Sequence[Call]] | None,
+) -> Run:
+    """Check and convert the arguments of ``check_conformance`` (same names, same refusals)."""
+    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
+        raise invalid("max_examples", "be an int >= 1", max_examples, "Pass e.g. max_examples=100.")
+    if not isinstance(shrink, bool):
+        raise wrong_type("shrink", "a bool", shrink, "Pass shrink=True or shrink=False.")
+    func, label, import_line = _candidate(candidate, _run_setup(setup))
+    bridge = ArrayBridge(xp, dtype)
+    resolved = the_spec.resolve(conventions)
+    override = _override(rtol, atol)
+    declared = _expected(the_spec, expected_failures)
+    selected = _selected(the_spec, checks)
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    return Run(
+        spec=the_spec,
+        candidate=func,
+        label=label,
+        import_line=import_line,
+        setup=setup,
+        bridge=bridge,
+        xp_name=_xp_name(xp),
+        conventions=resolved,
+        given=dict((conventions or {}).items()),
+        override=override,
+        assume=assume,
+        declared=declared,
+        checks=selected,
+        settings=_search(max_examples, derandomize=derandomize, phases=phases),
+        examples=_explicit(examples),
+    )
+
+
+def _candidate(
+    candidate: Callable[..., Any] | str, namespace: dict[str, Any]
+) -> tuple[Callable[..., Any], str, str]:
+    """The callable, its label and its import line; a bare name may be one that setup defined."""
+    if isinstance(candidate, str) and ":" not in candidate and candidate in namespace:
+        return (
+            namespace[candidate],
+            candidate,
+            f"candidate = {candidate}  # defined by the setup above",
+        )
+    return _resolve(candidate)
+
+
+def _selected(spec: Spec, checks: Iterable[str] | None) -> tuple[str, ...]:
+    """The checks to run, short names, in the order given (default: all of the spec's)."""
+    known = [c.name for c in spec.checks]
+    selected = known if checks is None else [str(c).removeprefix(f"{spec.name}.") for c in checks]
+    for name in selected:
+        if name not in known:
+            raise invalid(
+                "checks",
+                f"name only checks that spec {spec.name!r} has",
+                name,
+                f"spec {spec.name!r} does not have; got {name!r}. Use one of: {', '.join(known)}.",
+            )
+    return tuple(selected)
+
+
+def _resolve(candidate: Any) -> tuple[Callable[..., Any], str, str]:
+    """The callable, its label, and the source line that imports it as ``candidate``."""
+    if isinstance(candidate, str):
+        module_name, qualname = split_reference(candidate, what="candidate")
+        obj = import_object(candidate, what="candidate")
+        return obj, candidate, _import_line(module_name, qualname)
+    if not callable(candidate):
+        raise InvalidArgumentType(
+            f"candidate must be a callable or 'package.module:function'; got {candidate!r} of "
+            f"type {type(candidate).__name__}. Pass your function itself."
+        )
+    home = getattr(candidate, "__module__", None)
+    where = getattr(candidate, "__qualname__", None)
+    if isinstance(home, str) and isinstance(where, str) and "<" not in where and home != "__main__":
+        return candidate, f"{home}:{where}", _import_line(home, where)
+    label = repr(candidate)
+    line = f"candidate = ...  # your function ({label} cannot be imported by name: define it here)"
+    return candidate, label, line
+
+
+def _import_line(module_name: str, qualname: str) -> str:
+    if "." not in qualname:
+        return f"from {module_name} import {qualname} as candidate"
+    return f"import {module_name}\ncandidate = {module_name}.{qualname}"
+
+
+def _override(rtol: Any, atol: Any) -> Tolerance | None:
+    if rtol is None and atol is None:
+        return None
+    values = []
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is None:
+            values.append(0.0)
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and value >= 0)
+        ):
+            raise invalid(
+                name,
+                "be a finite number >= 0 (a tolerance)",
+                value,
+                f"Pass e.g. {name}=1e-6, or leave it out for the tolerance derived from the dtype.",
+            )
+        values.append(float(value))
+    return Tolerance(rtol=values[0], atol=values[1])
+
+
+def _xp_name(xp: Any) -> str:
+    if xp is None:
+        return "numpy"
+    if isinstance(xp, ModuleType):
+        return xp.__name__
+    return str(xp)
+
+
+def _run_setup(setup: Any) -> dict[str, Any]:
+    if setup is None:
+        return {}
+    if not isinstance(setup, str):
+        raise wrong_type(
+            "setup", "a string of Python code", setup, "Pass e.g. setup='import mypkg'."
+        )
+    namespace: dict[str, Any] = {"__name__": "__refimpl_setup__"}
+    exec(compile(setup, "<refimpl setup>", "exec"), namespace)
+    return namespace
+
+
+def _explicit(examples: Iterable[Sequence[Call]] | None) -> list[list[Call]]:
+    """The ``examples=`` of :func:`check_conformance`, validated: lists of ``(args, kwargs)``."""
+    if examples is None:
+        return []
+    fix = "Pass examples=[[((array, ...), {'name': value}), ...], ...]: lists of calls."
+    if isinstance(examples, (str, bytes)) or not isinstance(examples, Iterable):
+        raise wrong_type("examples", "an iterable of lists of calls", examples, fix)
+    out = []
+    for example in examples:
+        calls = list(example) if isinstance(example, (list, tuple)) else None
+        if not calls or not all(
+            isinstance(c, tuple)
+            and len(c) == 2
+            and isinstance(c[0], tuple)
+            and isinstance(c[1], Mapping)
+            for c in calls
+        ):
+            raise invalid(
+                "examples", "hold non-empty lists of (args tuple, kwargs dict)", example, fix
+            )
+        out.append([(tuple(a), dict(k)) for a, k in calls])
+    return out
+
+
+def _describe(assume: Callable[..., Any] | None) -> str:
+    if assume is None:
+        return ""
+    try:
+        return textwrap.dedent(inspect.getsource(assume)).strip()
+    except (OSError, TypeError):
+        return repr(assume)
+
+
+def _expected(
+    spec: Spec, expected_failures: Mapping[str, str] | Iterable[str] | None
+) -> dict[str, str]:
+    if expected_failures is None:
+        return {}
+    if isinstance(expected_failures, str):
+        raise InvalidArgumentType(
+            f"expected_failures must be a mapping {{check name: reason}} or an iterable of check "
+            f"names; got the string {expected_failures!r}. Wrap it in a list: "
+            f"[{expected_failures!r}]."
+        )
+    if isinstance(expected_failures, Mapping):
+        declared = {str(k): str(v) for k, v in expected_failures.items()}
+    else:
+        declared = {str(k): "declared expected failure" for k in expected_failures}
+    known = [c.name for c in spec.checks]
+    out: dict[str, str] = {}
+    for name, reason in declared.items():
+        short = name.removeprefix(f"{spec.name}.")
+        if short not in known:
+            raise InvalidArgument(
+                f"expected_failures names a check that spec {spec.name!r} does not have; got "
+                f"{name!r}. Use one of: {', '.join(known)}."
+            )
+        out[short] = reason
+    return out

@@ -1,0 +1,332 @@
+"""Evaluating one check of a spec against a candidate, and explaining a failure.
+
+A :class:`_Runner` calls the candidate on a list of calls (through
+:func:`~refimpl.testing._conformance_guard.call_candidate`, so that a candidate that exits,
+interrupts, floods the terminal or edits its inputs is reported instead of taking the suite down),
+reads its outputs, refuses outputs of the wrong kind or shape, and runs the check's property.
+:meth:`_Runner.explain` names the conventions under which a counterexample would pass.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.errors import NoSuchExample
+
+from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._conformance_guard import (
+    CandidateMisbehaved,
+    call_candidate,
+    found_problem,
+    fresh_copy,
+    output_kind_problem,
+)
+from refimpl.testing._engine import Call, Case, Check, Spec
+from refimpl.testing._search import find
+from refimpl.testing.tolerances import Tolerance, unit_roundoff
+
+__all__: list[str] = []
+
+
+class _InvalidExample(Exception):
+    """The reference rejects the inputs as the candidate saw them (e.g. rounded below a bound)."""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    kind: Literal["failed", "raised", "invalid"]
+    message: str
+
+
+class _Runner:
+    """Evaluates one check of one spec against one candidate in one array library and dtype."""
+
+    def __init__(
+        self,
+        candidate: Callable[..., Any],
+        spec: Spec,
+        check: Check,
+        bridge: ArrayBridge,
+        conventions: dict[str, Any],
+        override: Tolerance | None,
+        assume: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        self.assume = assume
+        self.candidate = candidate
+        self.spec = spec
+        self.check = check
+        self.bridge = bridge
+        self.conventions = conventions
+        self.override = override
+        self.kind: str | None = None  # the first kind of failure found; shrinking keeps it
+
+    def _dtype(self, conventions: Mapping[str, Any]) -> str:
+        compute = conventions.get("compute_dtype")
+        own = self.bridge.dtype_name
+        if compute is not None and unit_roundoff(compute) > unit_roundoff(own):
+            return str(compute)
+        return own
+
+    def outputs(
+        self, calls: list[Call], *, conventions: Mapping[str, Any] | None = None
+    ) -> tuple[list[Call], list[Any]]:
+        """The calls as the candidate saw them (numpy) and its raw output on each."""
+        conv = self.conventions if conventions is None else conventions
+        seen: list[Call] = []
+        raw: list[Any] = []
+        for args, kwargs in calls:
+            seen.append((self.bridge.seen(args), self.bridge.seen(kwargs)))
+            raw.append(self._call(args, kwargs, conv))
+        return seen, raw
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any], conv: Mapping[str, Any]) -> Any:
+        """The candidate's raw output on one call; for a differentiated spec (``spec.vjp``) the
+        pair (output, vector–Jacobian product) from the bridge's autodiff.
+
+        The candidate gets its own copies of the inputs and runs under
+        :func:`~refimpl.testing._conformance_guard.call_candidate`: whatever it does to them, the
+        calls of the search stay as drawn."""
+        seen = (self.bridge.seen(args), self.bridge.seen(kwargs))
+
+        def kind(out: Any) -> str | None:
+            return output_kind_problem(out, lambda: self.spec.expected(seen, conv))
+
+        if self.spec.vjp is not None:
+            (args, kwargs), cotangent = self.spec.vjp((args, kwargs), conv)
+        a = self.bridge.to_candidate(fresh_copy(args))
+        k = self.bridge.to_candidate(fresh_copy(kwargs))
+        if self.spec.vjp is None or cotangent is None:  # None: it returns its own gradient
+            return call_candidate(self.candidate, a, k, kind=kind)
+
+        def guarded(*x: Any, **y: Any) -> Any:  # traced by the autodiff: inputs not compared
+            return call_candidate(self.candidate, x, y, watch_inputs=False, kind=kind)
+
+        return self.bridge.value_and_vjp(guarded, a, k, wrt=0, cotangent=cotangent)
+
+    def _reference_rejects(self, calls: list[Call], conv: Mapping[str, Any]) -> bool:
+        """True when the reference refuses the inputs as the candidate saw them (a candidate
+        that raises there is not wrong: e.g. an overflow that refimpl refuses as well)."""
+        for args, kwargs in calls:
+            try:
+                self.spec.expected((self.bridge.seen(args), self.bridge.seen(kwargs)), conv)
+            except (ValueError, TypeError):
+                return True
+        return False
+
+    def evaluate(
+        self,
+        calls: list[Call],
+        conventions: Mapping[str, Any] | None = None,
+        *,
+        printer: Callable[..., None] | None = None,
+        reraise: bool = False,
+    ) -> _Outcome | None:
+        conv = dict(self.conventions if conventions is None else conventions)
+        if self.assume is not None and not all(self.assume(dict(kw)) for _, kw in calls):
+            return _Outcome("invalid", "outside the domain declared by assume=")
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            try:
+                seen, raw = self.outputs(calls, conventions=conv)
+            except CandidateMisbehaved as exc:  # exited, interrupted, flooded, edited its inputs
+                return _Outcome(exc.kind, exc.message)
+            except Exception as exc:
+                if reraise:
+                    raise
+                if self._reference_rejects(calls, conv):
+                    return _Outcome("invalid", "the reference rejects these inputs too")
+                return _Outcome("raised", f"the candidate raised {type(exc).__name__}: {exc}")
+            return self._inspect(seen, raw, conv, printer)
+
+    def _reference(self) -> Callable[[Call, Mapping[str, Any]], Any]:
+        """The spec's reference, raising :class:`_InvalidExample` where it refuses the inputs."""
+        spec = self.spec
+
+        def reference(call: Call, c: Mapping[str, Any]) -> Any:
+            try:
+                return spec.expected(call, c)
+            except (ValueError, TypeError) as exc:
+                raise _InvalidExample(str(exc)) from None
+
+        return reference
+
+    def _inspect(
+        self,
+        seen: list[Call],
+        raw: list[Any],
+        conv: dict[str, Any],
+        printer: Callable[..., None] | None,
+    ) -> _Outcome | None:
+        """Read the outputs, run the check's property on them, then compare their shapes."""
+        reference = self._reference()
+        try:
+            found = [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]
+        except AssertionError as exc:
+            return _Outcome("failed", str(exc).strip() or "wrong output layout")
+        except Exception as exc:
+            return _Outcome(
+                "failed", f"the candidate's output could not be read: {type(exc).__name__}: {exc}"
+            )
+        case = Case(
+            spec=Spec(**{**self.spec.__dict__, "expected": reference}),
+            calls=seen,
+            found=found,
+            conventions=conv,
+            dtype=self._dtype(conv),
+            override=self.override,
+            printer=printer,
+        )
+        try:
+            self.check.function(case)
+        except _InvalidExample as exc:
+            return _Outcome("invalid", str(exc))
+        except AssertionError as exc:
+            return _Outcome("failed", str(exc).strip() or "assertion failed")
+        except Exception as exc:  # the check could not index the output: its shape says why
+            return self._shapes(case) or _Outcome(
+                "failed",
+                f"the candidate's output could not be checked: {type(exc).__name__}: {exc}",
+            )
+        return self._shapes(case)
+
+    def _shapes(self, case: Case) -> _Outcome | None:
+        """After the property held: an output whose shape is not the reference's still fails
+        (a property of some entries can hold on an output that merely broadcasts)."""
+        for i, found in enumerate(case.found):
+            expected = case._expected.get(i)
+            if expected is None:
+                try:
+                    expected = self.spec.expected(case.calls[i], case.conventions)
+                except (ValueError, TypeError):
+                    continue
+            wrong = found_problem(found, expected)
+            if wrong is not None:
+                return _Outcome("failed", wrong)
+        return None
+
+    def fails(self, calls: list[Call]) -> bool:
+        outcome = self.evaluate(calls)
+        if outcome is None or outcome.kind == "invalid":
+            return False
+        if self.kind is None:
+            self.kind = outcome.kind
+        return outcome.kind == self.kind
+
+    def explain(self, calls: list[Call], raised: bool = False) -> str:
+        """The conventions under which this counterexample passes, as a hint (or "").
+
+        Every single-key alternative that explains the counterexample is named, not only the
+        first found: one counterexample can be explained by two conventions (a ratio of ``e^30``
+        kept by a band on the reciprocal also sits on a guessed clamp at 30), and which one a
+        reader needs depends on their implementation, not on the order the keys are tried in.
+        A candidate that raises is also explained by an alternative under which refimpl refuses
+        the counterexample too, provided the candidate passes the check on inputs drawn under
+        that alternative (:meth:`_rejected_under`).
+        """
+        guesses = self._guesses(calls) if self.spec.guesses is not None else {}
+        found: list[str] = []
+        rejected: list[str] = []
+        for convention in self.spec.conventions:
+            key = convention.key
+            if key in ("inputs", "layout") and self.spec.recast is None:
+                continue
+            if key == "compute_dtype":
+                values: list[Any] = _coarser(self._dtype(self.conventions))
+            else:
+                values = [v for v in convention.choices if v != self.conventions[key]]
+            if convention.number:
+                values += [v for v in (20.0, *guesses.get(key, ())) if v != self.conventions[key]]
+            for value in dict.fromkeys(values):
+                alt = {**self.conventions, key: value}
+                if self._passes(calls, alt, recast=key in ("inputs", "layout")):
+                    found.append(f"conventions={{{key!r}: {value!r}}}")
+                elif raised and self._rejected_under(calls, alt):
+                    rejected.append(f"conventions={{{key!r}: {value!r}}}")
+        if found or rejected:
+            intends = (
+                "pass it if that is what your implementation intends"
+                if len(found) + len(rejected) == 1
+                else "pass the one that your implementation intends"
+            )
+            passes = f"this counterexample passes under {' or '.join(found)}" if found else ""
+            refused = (
+                f"refimpl refuses this input too under {' or '.join(rejected)}" if rejected else ""
+            )
+            return f"{'; '.join(p for p in (passes, refused) if p)}: {intends}"
+        if raised and self.spec.raised_hint is not None:
+            return self.spec.raised_hint(calls, self.conventions) or ""
+        return ""
+
+    def _passes(self, calls: list[Call], alt: dict[str, Any], *, recast: bool) -> bool:
+        """True when the check, and agreement with the reference, pass under ``alt``."""
+        try:
+            if recast and self.spec.recast is not None:
+                calls = [self.spec.recast(c, self.conventions, alt) for c in calls]
+            if self.check.applies(alt) is not None:
+                return False
+            passes = self.evaluate(calls, alt) is None
+            agrees = self.spec.checks[0]
+            if passes and agrees.name != self.check.name:
+                other = _Runner(self.candidate, self.spec, agrees, self.bridge, alt, self.override)
+                passes = other.evaluate(calls) is None
+        except Exception:
+            return False
+        return passes
+
+    def _rejected_under(self, calls: list[Call], alt: dict[str, Any]) -> bool:
+        """True when a raise is explained by ``alt``: the reference rejects the counterexample
+        under ``alt`` (e.g. ``eta = 0`` counting versions spanned), and the candidate passes the
+        check on ``_CONFIRM`` inputs drawn under ``alt`` (so that a candidate that raises on
+        everything is not told it follows ``alt``)."""
+        if self.check.applies(alt) is not None or not self._reference_rejects(calls, alt):
+            return False
+        runner = _Runner(self.candidate, self.spec, self.check, self.bridge, alt, self.override)
+        config = _search(_CONFIRM, derandomize=True, phases=[Phase.generate])
+        try:
+            find(self.check.strategy(alt), runner.fails, settings=config)
+        except NoSuchExample:
+            return True
+        return False
+
+    def _guesses(self, calls: list[Call]) -> dict[str, list[float]]:
+        assert self.spec.guesses is not None
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                seen, raw = self.outputs(calls)
+                found = [
+                    self.spec.read(r, c, self.conventions) for r, c in zip(raw, seen, strict=True)
+                ]
+                return self.spec.guesses(seen, found, self.conventions)
+        except Exception:
+            return {}
+
+
+#: draws under a convention that must pass before a raise is explained by it
+_CONFIRM = 10
+
+
+def _search(max_examples: int, *, derandomize: bool, phases: list[Phase]) -> settings:
+    """Hypothesis settings of a search for a counterexample (quiet, no database, no deadline)."""
+    return settings(
+        max_examples=max_examples,
+        derandomize=derandomize,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        verbosity=Verbosity.quiet,
+        phases=phases,
+    )
+
+
+def _coarser(dtype: str) -> list[str]:
+    """The next coarser dtype that a candidate may compute in (float64 → float32 → float16 →
+    bfloat16): suggested only one step coarser, so that a real error is not explained away."""
+    order = ["float64", "float32", "float16", "bfloat16"]
+    i = order.index(dtype)
+    return order[i + 1 : i + 2]

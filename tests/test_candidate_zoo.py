@@ -1,0 +1,293 @@
+"""A zoo of hostile candidates: each is reported by check_conformance, none escapes it.
+
+A candidate is user code. It may leave by doors other than a return value (``sys.exit``, its own
+``KeyboardInterrupt`` or another ``BaseException``, megabytes of printing, editing its inputs in
+place) or return the wrong kind of thing (complex, strings, objects, booleans, a wrong shape that
+broadcasts, a scalar for an array, NaN where the reference is finite). Each is that check's own
+status with a message and a reproduction: never a pass, never an exception out of
+``check_conformance``, never a changed input of the next check. The clean candidate beside them is
+the control: the same code without the misbehaviour passes every check.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.typing import ArrayLike
+
+from refimpl.testing import CheckResult, ConformanceReport, check_conformance
+
+Candidate = Callable[..., Any]
+
+
+def _mask(s: ArrayLike, eta: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    return (np.asarray(s) <= eta).astype(np.float64)
+
+
+def clean(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta)
+
+
+def _run(candidate: Candidate, **kwargs: Any) -> ConformanceReport:
+    options: dict[str, Any] = {"spec": "staleness_mask", "max_examples": 25, **kwargs}
+    return check_conformance(candidate, **options)
+
+
+def _not_ok(report: ConformanceReport) -> list[CheckResult]:
+    bad = [r for r in report.results if r.status in ("failed", "raised")]
+    assert not report.ok, report.summary()
+    assert bad, report.summary()
+    for r in bad:
+        assert r.message, r.render()
+        assert r.reproduction, r.render()
+        assert r.counterexample, r.render()
+    return bad
+
+
+def test_the_clean_candidate_passes_every_check() -> None:
+    report = _run(clean)
+    assert report.ok, report.summary()
+    assert {r.status for r in report.results} == {"passed"}
+
+
+# --- leaving by another door ------------------------------------------------------------------
+
+
+def exits(s: ArrayLike, *, eta: int) -> Any:
+    if np.size(s) > 2:
+        sys.exit(3)
+    return _mask(s, eta)
+
+
+def raises_keyboard_interrupt(s: ArrayLike, *, eta: int) -> Any:
+    if np.size(s) > 2:
+        raise KeyboardInterrupt
+    return _mask(s, eta)
+
+
+class OwnBaseException(BaseException):
+    """A BaseException of the candidate's own."""
+
+
+def raises_own_base_exception(s: ArrayLike, *, eta: int) -> Any:
+    if np.size(s) > 2:
+        raise OwnBaseException("not an Exception")
+    return _mask(s, eta)
+
+
+def raises_generator_exit(s: ArrayLike, *, eta: int) -> Any:
+    if np.size(s) > 2:
+        raise GeneratorExit
+    return _mask(s, eta)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "said"),
+    [
+        (exits, "called sys.exit(3) (SystemExit"),
+        (raises_keyboard_interrupt, "raised KeyboardInterrupt itself (no Ctrl-C arrived)"),
+        (raises_own_base_exception, "raised (OwnBaseException: not an Exception)"),
+        (raises_generator_exit, "raised (GeneratorExit"),
+    ],
+    ids=["sys_exit", "keyboard_interrupt", "own_base_exception", "generator_exit"],
+)
+def test_a_candidate_that_exits_or_raises_a_base_exception_is_reported_raised(
+    candidate: Candidate, said: str
+) -> None:
+    bad = _not_ok(_run(candidate))  # returns: nothing escapes check_conformance
+    assert all(r.status == "raised" for r in bad)
+    assert said in bad[0].message, bad[0].message
+    assert "check_conformance" not in said  # the message says how to fix the candidate instead
+    assert "ValueError" in bad[0].message
+
+
+def presses_ctrl_c(s: ArrayLike, *, eta: int) -> Any:
+    """Stands for a user pressing Ctrl-C while the candidate runs: a real SIGINT."""
+    if np.size(s) > 2:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10**6):  # the handler runs between bytecodes, here
+            pass
+    return _mask(s, eta)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="no SIGINT on this platform")
+def test_a_real_ctrl_c_during_a_candidate_call_still_stops_the_run() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        _run(presses_ctrl_c)
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is restored
+
+
+def prints_megabytes(s: ArrayLike, *, eta: int) -> Any:
+    print("x" * (3 << 20))
+    return _mask(s, eta)
+
+
+def prints_a_line(s: ArrayLike, *, eta: int) -> Any:
+    print("debugging", eta, file=sys.stderr)
+    print("debugging", eta)
+    return _mask(s, eta)
+
+
+def test_a_candidate_that_prints_megabytes_fails_and_the_terminal_stays_clean(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    bad = _not_ok(_run(prints_megabytes, checks=["agrees_with_reference"]))
+    assert bad[0].status == "failed"
+    assert "wrote more than 1048576 characters to stdout" in bad[0].message
+    assert "'xxxx" in bad[0].message
+    assert len(bad[0].message) < 1000
+    out, err = capfd.readouterr()
+    assert "xxxxxxxxxx" not in out + err
+
+
+def test_a_candidate_that_prints_a_little_passes_and_prints_nothing_to_the_terminal(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    assert _run(prints_a_line).ok
+    out, err = capfd.readouterr()
+    assert "debugging" not in out + err
+
+
+def zeroes_its_input(s: ArrayLike, *, eta: int) -> Any:
+    out = _mask(s, eta)
+    np.asarray(s)[...] = 0  # after computing: the output is right, the caller's array is not
+    return out
+
+
+def test_a_candidate_that_modifies_its_input_in_place_fails_and_corrupts_nothing() -> None:
+    s = np.array([0, 1, 2, 3, 4, 5, 6])
+    example = [((s,), {"eta": 2})]
+    bad = _not_ok(_run(zeroes_its_input, examples=[example]))
+    assert {r.status for r in bad} == {"failed"}
+    assert "modified its input args[0] in place" in bad[0].message, bad[0].message
+    assert s.tolist() == [0, 1, 2, 3, 4, 5, 6]  # the user's example is as it was given
+
+
+def halves_a_float_input(lt: Any, lb: Any, *, cap: float, mask: Any) -> Any:
+    w = np.minimum(np.exp(np.asarray(lt) - np.asarray(lb)), cap) * np.asarray(mask)
+    lt *= 0.5
+    return w
+
+
+def test_a_float_input_modified_in_place_is_named_by_position() -> None:
+    report = check_conformance(
+        halves_a_float_input, spec="tis", max_examples=10, checks=["agrees_with_reference"]
+    )
+    bad = _not_ok(report)
+    assert "modified its input args[0] in place" in bad[0].message, bad[0].message
+
+
+# --- the wrong kind of thing ------------------------------------------------------------------
+
+
+def complex_weights(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta).astype(np.complex128)  # imaginary part 0: the real part is right
+
+
+def string_weights(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta).astype(str)
+
+
+def object_weights(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta).astype(object)
+
+
+def boolean_mask(s: ArrayLike, *, eta: int) -> Any:
+    return np.asarray(s) <= eta
+
+
+def list_of_strings(s: ArrayLike, *, eta: int) -> Any:
+    return [str(x) for x in _mask(s, eta)]
+
+
+def none(s: ArrayLike, *, eta: int) -> Any:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("candidate", "kind"),
+    [
+        (complex_weights, "complex"),
+        (string_weights, "string"),
+        (object_weights, "object"),
+        (none, "None"),
+    ],
+)
+def test_an_output_of_the_wrong_kind_fails_with_a_message(candidate: Candidate, kind: str) -> None:
+    bad = _not_ok(_run(candidate))
+    assert {r.status for r in bad} == {"failed"}
+    assert f"the candidate returned a {kind} value" in bad[0].message, bad[0].message
+
+
+def test_a_boolean_mask_is_the_mask_itself_and_passes() -> None:
+    # the reference's output is all 0 and 1: s <= eta is that mask exactly, in any library
+    assert _run(boolean_mask).ok
+
+
+def boolean_weights(lt: Any, lb: Any, *, cap: float, mask: Any) -> Any:
+    return np.minimum(np.exp(np.asarray(lt) - np.asarray(lb)), cap) * np.asarray(mask) > 0
+
+
+def test_boolean_weights_where_the_reference_has_other_values_fail() -> None:
+    bad = _not_ok(check_conformance(boolean_weights, spec="tis", max_examples=25))
+    assert "the candidate returned a boolean value (bool)" in bad[0].message, bad[0].message
+
+
+def test_a_list_of_strings_fails() -> None:
+    bad = _not_ok(_run(list_of_strings))
+    assert {r.status for r in bad} == {"failed"}
+
+
+def row_for_column(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta)[None, :]  # (1, B): broadcasts against (B,)
+
+
+def first_value_only(s: ArrayLike, *, eta: int) -> Any:
+    return float(_mask(s, eta).reshape(-1)[0])  # a scalar for an array
+
+
+def nan_at_the_bound(s: ArrayLike, *, eta: int) -> Any:
+    out = _mask(s, eta)
+    out[np.asarray(s) == eta] = np.nan
+    return out
+
+
+@pytest.mark.parametrize(
+    ("candidate", "said"),
+    [
+        (row_for_column, "shape (1, "),
+        (first_value_only, "shape ()"),
+        (nan_at_the_bound, "found [nan]"),
+    ],
+    ids=["broadcasting_shape", "scalar_for_array", "nan_where_finite"],
+)
+def test_a_wrong_shape_a_scalar_or_a_nan_fails_the_agreement_check_with_a_message(
+    candidate: Candidate, said: str
+) -> None:
+    bad = _not_ok(_run(candidate))
+    assert {r.status for r in bad} == {"failed"}
+    agree = [r for r in bad if r.name == "agrees_with_reference"]
+    assert agree, [r.name for r in bad]
+    assert said in agree[0].message, agree[0].message
+
+
+@pytest.mark.parametrize(
+    ("candidate", "shape"),
+    [(row_for_column, "(1, "), (first_value_only, "()")],
+    ids=["broadcasting_shape", "scalar_for_array"],
+)
+def test_a_wrong_shape_fails_a_check_whose_property_holds_on_it(
+    candidate: Candidate, shape: str
+) -> None:
+    # "binary" asks only that every value be 0 or 1, which a broadcast row or one scalar is:
+    # only the shape gives the candidate away
+    bad = _not_ok(_run(candidate, checks=["binary"]))
+    said = f"the candidate's output has shape {shape}"
+    assert said in bad[0].message, bad[0].message
