@@ -28,7 +28,7 @@ EXACT = "exact: an accounting identity of the engine (tolerance 1e-9 relative)"
 
 def _sizes(config: LabConfig) -> dict[str, Any]:
     if config.quick:  # the plain-Python engine: no compilation inside the quick lab
-        return {"slots": 16, "batch": 32, "steps": 20, "median": 55.0, "engine": "event"}
+        return {"slots": 16, "batch": 32, "steps": 14, "median": 55.0, "engine": "event"}
     return {"slots": 64, "batch": 128, "steps": 60, "median": 148.0, "engine": "auto"}
 
 
