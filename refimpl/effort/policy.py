@@ -285,6 +285,85 @@ def train_effort_policy(
     >>> bool(np.all(np.abs(policy.mean_length(b) / optimal_length(b, **problem) - 1) < 0.05))
     True
     """
+    run = _checked_run(
+        q_max=q_max,
+        lam=lam,
+        k0=k0,
+        b_min=b_min,
+        tau=tau,
+        b_max=b_max,
+        rng=rng,
+        steps=steps,
+        batch=batch,
+        group=group,
+        degree=degree,
+        learning_rate=learning_rate,
+        noise=noise,
+        initial_spread=initial_spread,
+    )
+    n_feat = run.degree + 1
+    params = np.zeros(2 * n_feat)
+    params[0] = math.log(run.lam)  # μ = ln λ, spread initial_spread at the start
+    params[n_feat] = math.log(run.spread0)
+    m1 = np.zeros_like(params)
+    m2 = np.zeros_like(params)
+    history = np.empty(run.steps)
+    with np.errstate(over="ignore", under="ignore"):
+        for t in range(1, run.steps + 1):
+            history[t - 1], grad = _policy_gradient(params, run)
+            params, m1, m2 = _adam_step(params, grad, m1, m2, t=t, steps=run.steps, lr=run.lr)
+    if not np.all(np.isfinite(params)):  # pragma: no cover - guarded by the clipping above
+        raise RuntimeError("training diverged; lower learning_rate")
+    return EffortPolicy(
+        mean_coef=_out(params[:n_feat].copy()),
+        log_spread_coef=_out(params[n_feat:].copy()),
+        b_min=run.b_min,
+        b_max=run.b_max,
+        q_max=run.q_max,
+        lam=run.lam,
+        k0=run.k0,
+        tau=run.tau,
+        reward_history=_out(history),
+    )
+
+
+class _Run(NamedTuple):
+    """The checked settings of :func:`train_effort_policy`."""
+
+    q_max: float
+    lam: float
+    k0: float
+    b_min: float
+    tau: float
+    b_max: float
+    generator: np.random.Generator
+    steps: int
+    batch: int
+    group: int
+    degree: int
+    lr: float
+    noise: float
+    spread0: float
+
+
+def _checked_run(
+    *,
+    q_max: Any,
+    lam: Any,
+    k0: Any,
+    b_min: Any,
+    tau: Any,
+    b_max: Any,
+    rng: Any,
+    steps: Any,
+    batch: Any,
+    group: Any,
+    degree: Any,
+    learning_rate: Any,
+    noise: Any,
+    initial_spread: Any,
+) -> _Run:
+    """The arguments of :func:`train_effort_policy`, checked in its order of refusals."""
     q_max_, lam_ = _quality_parameters(q_max, lam)
     k0_, b_min_, tau_ = _penalty_parameters(k0, b_min, tau)
     if k0_ == 0.0:
@@ -292,51 +371,42 @@ def train_effort_policy(
     b_max_ = as_real(b_max, name="b_max", meaning="highest training effort")
     if b_max_ <= b_min_:
         raise invalid("b_max", f"be > b_min={b_min_!r}", b_max, "Pass b_max > b_min.")
-    generator = _as_generator(rng)
-    steps_ = as_int(steps, name="steps", minimum=1, meaning="optimiser steps")
-    batch_ = as_int(batch, name="batch", minimum=1, meaning="efforts per step")
-    group_ = as_int(group, name="group", minimum=2, meaning="lengths per effort; RLOO needs >= 2")
-    degree_ = as_int(degree, name="degree", minimum=0, meaning="Chebyshev degree")
-    lr = as_real(learning_rate, name="learning_rate", low=0.0, low_open=True)
-    noise_ = as_real(noise, name="noise", low=0.0, meaning="reward noise standard deviation")
-    spread0 = as_real(initial_spread, name="initial_spread", low=0.0, low_open=True)
-
-    n_feat = degree_ + 1
-    params = np.zeros(2 * n_feat)
-    params[0] = math.log(lam_)
-    params[n_feat] = math.log(spread0)
-    m1 = np.zeros_like(params)
-    m2 = np.zeros_like(params)
-    history = np.empty(steps_)
-    strata = np.arange(batch_, dtype=np.float64)
-    with np.errstate(over="ignore", under="ignore"):
-        for t in range(1, steps_ + 1):
-            b = b_min_ + (b_max_ - b_min_) * (strata + generator.uniform(size=batch_)) / batch_
-            phi = _chebyshev_features(b, b_min_, b_max_, degree_)
-            mu = phi @ params[:n_feat]
-            sigma = np.exp(phi @ params[n_feat:])
-            eps = generator.standard_normal((batch_, group_))
-            ell = np.exp(np.minimum(mu[:, None] + sigma[:, None] * eps, _MAX_LOG_LENGTH))
-            k = k0_ * np.exp(-(b - b_min_) / tau_)
-            reward = -q_max_ * np.expm1(-ell / lam_) - k[:, None] * ell
-            if noise_ > 0.0:
-                reward = reward + noise_ * generator.standard_normal((batch_, group_))
-            history[t - 1] = reward.mean()
-            adv = (reward - reward.mean(axis=1, keepdims=True)) * (group_ / (group_ - 1))
-            grad_mu = (adv * eps).mean(axis=1) / sigma  # d ln p / d mu = eps / sigma
-            grad_log_sigma = (adv * (eps**2 - 1.0)).mean(axis=1)  # d ln p / d ln sigma
-            grad = np.concatenate([phi.T @ grad_mu, phi.T @ grad_log_sigma]) / batch_
-            params, m1, m2 = _adam_step(params, grad, m1, m2, t=t, steps=steps_, lr=lr)
-    if not np.all(np.isfinite(params)):  # pragma: no cover - guarded by the clipping above
-        raise RuntimeError("training diverged; lower learning_rate")
-    return EffortPolicy(
-        mean_coef=_out(params[:n_feat].copy()),
-        log_spread_coef=_out(params[n_feat:].copy()),
-        b_min=b_min_,
-        b_max=b_max_,
+    return _Run(
         q_max=q_max_,
         lam=lam_,
         k0=k0_,
+        b_min=b_min_,
         tau=tau_,
-        reward_history=_out(history),
+        b_max=b_max_,
+        generator=_as_generator(rng),
+        steps=as_int(steps, name="steps", minimum=1, meaning="optimiser steps"),
+        batch=as_int(batch, name="batch", minimum=1, meaning="efforts per step"),
+        group=as_int(group, name="group", minimum=2, meaning="lengths per effort; RLOO needs >= 2"),
+        degree=as_int(degree, name="degree", minimum=0, meaning="Chebyshev degree"),
+        lr=as_real(learning_rate, name="learning_rate", low=0.0, low_open=True),
+        noise=as_real(noise, name="noise", low=0.0, meaning="reward noise standard deviation"),
+        spread0=as_real(initial_spread, name="initial_spread", low=0.0, low_open=True),
     )
+
+
+def _policy_gradient(params: NDArray[np.float64], run: _Run) -> tuple[float, NDArray[np.float64]]:
+    """One step's mean reward and REINFORCE gradient (leave-one-out baseline per effort):
+    stratified efforts, ``group`` lengths per effort, optional reward noise."""
+    rng, batch, group = run.generator, run.batch, run.group
+    n_feat = params.size // 2
+    strata = np.arange(batch, dtype=np.float64)
+    b = run.b_min + (run.b_max - run.b_min) * (strata + rng.uniform(size=batch)) / batch
+    phi = _chebyshev_features(b, run.b_min, run.b_max, run.degree)
+    mu = phi @ params[:n_feat]
+    sigma = np.exp(phi @ params[n_feat:])
+    eps = rng.standard_normal((batch, group))
+    ell = np.exp(np.minimum(mu[:, None] + sigma[:, None] * eps, _MAX_LOG_LENGTH))
+    k = run.k0 * np.exp(-(b - run.b_min) / run.tau)
+    reward = -run.q_max * np.expm1(-ell / run.lam) - k[:, None] * ell
+    if run.noise > 0.0:
+        reward = reward + run.noise * rng.standard_normal((batch, group))
+    adv = (reward - reward.mean(axis=1, keepdims=True)) * (group / (group - 1))
+    grad_mu = (adv * eps).mean(axis=1) / sigma  # d ln p / d mu = eps / sigma
+    grad_log_sigma = (adv * (eps**2 - 1.0)).mean(axis=1)  # d ln p / d ln sigma
+    grad = np.concatenate([phi.T @ grad_mu, phi.T @ grad_log_sigma]) / batch
+    return float(reward.mean()), grad
