@@ -921,11 +921,16 @@ pmf = np.full(50, 1 / 50)
 short = dict(slots=8, batch=8, steps=20, lengths=pmf, seed=1)
 long = dict(short, steps=2_000_000)
 drop = dict(eta=1, over_bound="drop")
+from scipy import stats
+from refimpl.sim.agent import AgentConfig, _compiled as _agent_compiled
+agent = dict(slots=8, batch=8, steps=20, lengths=stats.geom(0.02), turns=3, seed=1)
 print(
     _compiled.worth_compiling(SimConfig(**short, **drop)),
     _compiled.worth_compiling(SimConfig(**long, **drop)),
     _vector_compiled.worth_compiling(SimConfig(**short)),
     _vector_compiled.worth_compiling(SimConfig(**long)),
+    _agent_compiled.worth_compiling(AgentConfig(**agent)),
+    _agent_compiled.worth_compiling(AgentConfig(**dict(agent, steps=200_000))),
 )
 """
 
@@ -934,7 +939,7 @@ def test_a_short_run_on_an_empty_numba_cache_compiles_nothing(tmp_path: Path) ->
     pytest.importorskip("numba")  # without numba nothing is ever compiled
     cache = tmp_path / "numba-cache"
     cache.mkdir()
-    assert _python(_DECIDE, cache) == "False True False True"
+    assert _python(_DECIDE, cache) == "False True False True False True"
     assert not [p for p in cache.rglob("*") if p.is_file()], "deciding compiled something"
 
 
