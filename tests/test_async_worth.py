@@ -23,7 +23,16 @@ from scipy import stats
 from refimpl import learning as lrn
 from refimpl.lab import async_worth as aw
 from refimpl.lab import learning_policy as lab
-from refimpl.lab.worth import CONFIDENCE, MARGIN, Clocks, boundary, clocks, decide, fair_cell
+from refimpl.lab.worth import (
+    CONFIDENCE,
+    MARGIN,
+    Clocks,
+    _log_ratio,
+    boundary,
+    clocks,
+    decide,
+    fair_cell,
+)
 
 LOG_M = math.log(MARGIN)
 
@@ -129,6 +138,15 @@ def test_the_boundary_property_rejects_a_boundary_snapped_to_the_grid() -> None:
         return float(xs[above[0]]) if above.size and above[0] > 0 else None
 
     rejects(_boundary_separates(snapped))
+
+
+def test_a_run_that_misses_the_target_loses_only_if_the_other_reached_it_first() -> None:
+    reached = Clocks(10.0, 80.0, 100.0)
+    assert _log_ratio(reached, None, 500.0, 150.0) == -math.inf  # async ran past 100: lost
+    assert math.isnan(_log_ratio(reached, None, 500.0, 60.0))  # async stopped early: unknown
+    assert _log_ratio(None, reached, 120.0, 500.0) == math.inf
+    assert math.isnan(_log_ratio(None, None, 1.0, 1.0))
+    assert _log_ratio(Clocks(1.0, 1.0, 200.0), reached) == pytest.approx(math.log(2.0))
 
 
 def test_clocks_interpolate_between_versions() -> None:

@@ -113,9 +113,10 @@ WORTH_BATCH = 8
 #: N/B of the verdict table and of the map (quick, default).
 WORTH_RATIOS = ((8,), (1, 2, 4, 8))
 #: Seeds per cell (quick, default): paired runs, common random numbers.
-WORTH_SEEDS = (4, 8)
-#: Optimizer steps of every run, synchronous and asynchronous alike (quick, default).
-WORTH_STEPS = (96, 128)
+WORTH_SEEDS = (4, 12)
+#: Optimizer steps of the (synchronous, asynchronous) runs (quick, default): enough for each side
+#: to reach the targets (the clocks count the cost to the target, not the run).
+WORTH_STEPS = ((96, 96), (128, 256))
 #: Learning rate of the comparison (the toy's batches of 8 are noisy at the learning section's 3).
 WORTH_LEARNING_RATE = 1.0
 #: The targets: these shares of the way from J(θ0) to J*; each seed's statistic averages them.
@@ -124,6 +125,8 @@ TARGET_SHARES = (0.4, 0.5, 0.6, 0.7, 0.8)
 MAP_SIGMAS = (0.0, 0.5, 1.0, 1.5, 2.0)
 #: Staleness bounds of the map (quick, default); ``None``: no bound.
 MAP_ETAS: tuple[tuple[int | None, ...], ...] = ((None,), (None, 1))
+#: N/B of the map's cells with a staleness bound (default run; the quick map has none).
+MAP_ETA_RATIOS = (2, 8)
 
 
 def measured_verdict(verdicts: list[str]) -> str:
@@ -203,7 +206,7 @@ def _cells(
     """Every measured cell: the verdict table's laws and the map's tails, each (law, N/B, η) once."""
     quick = 0 if config.quick else 1
     start = _policy(THETA0, quality())
-    seeds, steps = list(range(WORTH_SEEDS[quick])), WORTH_STEPS[quick]
+    seeds, (steps, a_steps) = list(range(WORTH_SEEDS[quick])), WORTH_STEPS[quick]
     grid = dict(laws())
     grid.update({_tail_name(s): _lognormal_law(s) for s in MAP_SIGMAS})
     out: dict[tuple[str, int, int | None], Cell] = {}
@@ -212,10 +215,10 @@ def _cells(
         train = _trainer(toy_durations(dist, start.pmf), config)
         etas = MAP_ETAS[quick] if name in {_tail_name(s) for s in MAP_SIGMAS} else (None,)
         for eta in etas:
-            for r in WORTH_RATIOS[quick]:
+            for r in WORTH_RATIOS[quick] if eta is None else MAP_ETA_RATIOS:
                 out[name, r, eta] = fair_cell(
                     train, law=name, ratio=r, batch=WORTH_BATCH, eta=eta, seeds=seeds,
-                    steps=steps, targets=_targets(),
+                    steps=steps, async_steps=a_steps, targets=_targets(),
                 )  # fmt: skip
     return out
 
@@ -246,7 +249,7 @@ def _measured(
                     c.staleness, c.verdict, c.reason,
                 )
             )  # fmt: skip
-    seeds, steps = WORTH_SEEDS[quick], WORTH_STEPS[quick]
+    seeds, (steps, a_steps) = WORTH_SEEDS[quick], WORTH_STEPS[quick]
     section.table(
         "measured",
         f"The fair comparison: sync (N slots, N/B minibatch steps of B = {WORTH_BATCH} per round) "
@@ -273,14 +276,17 @@ def _measured(
         note=(
             f"Regime: toy policy of the learning section (M = {M}) with each law's rollout "
             f"times (toy_durations), B = {WORTH_BATCH}, N = B × N/B, no staleness bound, no "
-            f"trainer time, {seeds} paired seeds, {steps} optimizer steps per run. Rule: d = "
+            f"trainer time, {seeds} paired seeds, runs of {steps} (sync) and {a_steps} (async) "
+            "optimizer steps, long enough to reach the targets. Rule: d = "
             "log(sync time ÷ async time), averaged per seed over the targets "
             f"{', '.join(fmt(100 * s) + '%' for s in TARGET_SHARES)}; worth it when mean(d) − t·SE "
             f"> log {MARGIN}, not worth it when mean(d) + t·SE < log {MARGIN}, undecided "
             f"otherwise (t: one-sided Student quantile at {fmt(100 * CONFIDENCE)}%, "
             f"{seeds - 1} degrees of freedom). G: time per optimizer step, sync ÷ async; C: "
             "optimizer steps to the target, async ÷ sync (what staleness and the length bias of "
-            "the order of completion cost per step). nan: a seed did not reach the target."
+            "the order of completion cost per step). nan: a seed did not reach the target; "
+            "it counts as a loss for that side if the other side reached the target before the "
+            "run ended, and leaves the cell undecided otherwise."
         ),
     )
     out = {name: measured_verdict(v) for name, v in per_law.items()}
@@ -309,7 +315,7 @@ def _map(
     rows: list[tuple[Any, ...]] = []
     fig, axes = new_figure(len(etas), height=4.6)
     for ax, eta in zip(axes, etas, strict=True):
-        for i, r in enumerate(ratios):
+        for i, r in enumerate(ratios if eta is None else MAP_ETA_RATIOS):
             cs = [cells[_tail_name(s), r, eta] for s in MAP_SIGMAS]
             means = np.array([_finite_mean(c.log_speedup) for c in cs])
             star = boundary(sigmas, means, margin=MARGIN)

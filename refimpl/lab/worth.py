@@ -28,8 +28,9 @@ idle slots buys, :math:`C` what staleness and length bias cost per optimizer ste
 :math:`n` seeds, mean :math:`\bar d`, standard error :math:`s/\sqrt n` and the one-sided Student
 quantile :math:`t = t_{n-1}(0.95)`: *worth it* when :math:`\bar d - t\,s/\sqrt n > \log m`,
 *not worth it* when :math:`\bar d + t\,s/\sqrt n < \log m` (:math:`m` = :data:`MARGIN`), undecided
-otherwise. A seed on which only one side reaches the target counts as :math:`\pm\infty`; then the
-verdict needs every seed on the same side of :math:`\log m`.
+otherwise. A seed on which only one side reaches the target counts as :math:`\pm\infty` when the
+other side reached it before that run ended (a certain loss), as undecided otherwise; with an
+infinite seed the verdict needs every seed on the same side of :math:`\log m`.
 """
 
 from __future__ import annotations
@@ -165,13 +166,18 @@ class Cell(NamedTuple):
         return float(np.mean([getattr(c, clock) for c in runs if c is not None]))
 
 
-def _log_ratio(s: Clocks | None, a: Clocks | None) -> float:
+def _log_ratio(
+    s: Clocks | None, a: Clocks | None, s_end: float = math.inf, a_end: float = math.inf
+) -> float:
+    """``log(sync time / async time)``; a side that did not reach the target by the end of its run
+    (``*_end``) lost for certain (``±inf``) only if the other reached it no later; else ``nan``."""
     if s is None and a is None:
         return float("nan")
     if a is None:
-        return float("-inf")
+        assert s is not None
+        return float("-inf") if a_end >= s.time else float("nan")
     if s is None:
-        return float("inf")
+        return float("inf") if s_end >= a.time else float("nan")
     if a.time <= 0 or s.time <= 0:
         return 0.0 if a.time == s.time else (float("inf") if a.time < s.time else float("-inf"))
     return math.log(s.time / a.time)
@@ -187,6 +193,7 @@ def fair_cell(
     seeds: list[int],
     steps: int,
     targets: list[float],
+    async_steps: int | None = None,
 ) -> Cell:
     """Paired synchronous and asynchronous runs on ``N = ratio × batch`` slots, one pair per seed.
 
@@ -194,7 +201,8 @@ def fair_cell(
     (the caller fixes the policy, durations, learning rate and estimator). Seed ``i``'s statistic
     :math:`d_i` is the mean over ``targets`` of the log time ratio (several targets on one run
     average out where a single crossing falls between versions); the clocks are those of the last
-    target.
+    target. Each side runs long enough to reach the targets (``async_steps``, default ``steps``:
+    the clocks count the cost *to the target*, not the length of the run).
     """
     n = ratio * batch
     sync: list[Clocks | None] = []
@@ -204,13 +212,14 @@ def fair_cell(
     label = ""
     for seed in seeds:
         s_run = train("sync_minibatch", n, batch, steps, None, seed)
-        a_run = train("async", n, batch, steps, eta, seed)
+        a_run = train("async", n, batch, async_steps or steps, eta, seed)
         label = a_run.estimator
         pairs = [(clocks(s_run, x), clocks(a_run, x)) for x in targets]
         sync.append(pairs[-1][0])
         asyn.append(pairs[-1][1])
         with np.errstate(invalid="ignore"):
-            d.append(float(np.mean([_log_ratio(s, a) for s, a in pairs])))
+            ends = (float(s_run.publish_times[-1]), float(a_run.publish_times[-1]))
+            d.append(float(np.mean([_log_ratio(s, a, *ends) for s, a in pairs])))
         if a_run.staleness is not None and a_run.staleness.size:
             stale.append(float(a_run.staleness.mean()))
     verdict, reason = decide(d)
