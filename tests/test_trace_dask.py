@@ -110,3 +110,20 @@ def test_a_directory_without_data_files_is_refused(
     argv = ["check", str(tmp_path / "empty"), "--spec", "tis", "--param", "cap=2"]
     assert main([*argv, "--no-progress"]) == 2
     assert "is a directory with no data files" in capsys.readouterr().err
+
+
+def test_an_unusable_row_on_dask_is_the_local_one_line_error(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "trace"
+    for part, lt in (("a", [0.0, -1.0]), ("b", [0.0, float("nan")])):
+        (root / part).mkdir(parents=True)
+        table = pa.table({"logp_target": lt, "logp_behavior": [0.0, -1.0], "weight": [1.0, 1.0]})
+        pq.write_table(table, root / part / "p.parquet")
+    argv = ["check", str(root), "--spec", "tis", "--param", "cap=2", "--no-progress"]
+    assert main(argv) == 2
+    local = capfd.readouterr().err
+    assert main([*argv, "--dask", "--workers", "1"]) == 2
+    on_dask = capfd.readouterr().err
+    assert local.startswith("refimpl check: error: row 3: the inputs")
+    assert on_dask == local

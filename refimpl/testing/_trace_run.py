@@ -11,6 +11,7 @@ lists in order: the verdict and the report are the same as the local run's, row 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,6 +142,7 @@ def check_on_dask(
             processes=True,
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0",
+            silence_logs=logging.CRITICAL,  # a failing task is reported once, in one line
         )
         client = distributed.Client(cluster)
     else:
