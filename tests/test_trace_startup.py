@@ -111,3 +111,17 @@ def test_an_unknown_name_of_refimpl_testing_is_an_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         refimpl.testing.nope  # noqa: B018
+
+
+def test_each_reference_is_found_in_its_own_module_as_the_flat_name() -> None:
+    """The check resolves a spec's reference from the module that defines it (not the whole flat
+    API, which loads SciPy); it must be the very object ``refimpl.NAME`` is."""
+    import refimpl
+    from refimpl.testing._trace_spec import References
+    from refimpl.testing._trace_specs import SPECS
+
+    found = References()
+    for spec in SPECS.values():
+        assert getattr(found, spec.reference) is getattr(refimpl, spec.reference), spec.name
+    with pytest.raises(AttributeError, match="no reference named 'nope'"):
+        found.nope  # noqa: B018
