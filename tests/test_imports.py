@@ -285,12 +285,81 @@ def test_the_public_api_is_the_committed_list() -> None:
 
 def test_the_api_check_finds_a_removed_and_an_added_name() -> None:
     # the wrong variants: a list naming what the package lacks, and one missing a name it has
-    listed = read_api_list(_API_LIST)
-    renamed = {m: set(n) for m, n in listed.items()}
-    renamed["refimpl.penalties"] = (renamed["refimpl.penalties"] - {"dapo_overlong_penalty"}) | {
+    live = {m: set(importlib.import_module(m).__all__) for m in read_api_list(_API_LIST)}
+    assert api_differences(live) == []
+    live["refimpl.penalties"] = (live["refimpl.penalties"] - {"dapo_overlong_penalty"}) | {
         "dapo_penalty"
     }
-    assert api_differences(renamed) == [
+    assert api_differences(live) == [
         "removed: refimpl.penalties dapo_penalty",
         "added (list it in tests/data/public_api.txt): refimpl.penalties dapo_overlong_penalty",
+    ]
+
+
+# --- layers: dependencies point one way ---------------------------------------------------------
+
+#: refimpl's layers, lowest first. A module may import modules of its own layer and of the layers
+#: below, never above (at the top of the module or inside a function). ``""`` is the root package
+#: ``refimpl`` itself: the flat API, which flattens only the formula modules.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundation", ("errors", "_imports", "_validation", "_io")),
+    ("formulas", ("", "dispatch", "staleness", "effort", "penalties", "losses")),
+    ("simulator", ("sim",)),
+    ("learning", ("learning", "learning_async")),
+    ("oracle and sweeps", ("testing", "sweep")),
+    ("frameworks", ("frameworks",)),
+    ("lab", ("lab",)),
+    ("command line", ("cli", "__main__")),
+)
+
+
+def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...]) -> int | None:
+    """The index of the layer of ``module`` (``pkg.unit.rest``: its ``unit`` decides)."""
+    unit = module.split(".")[1] if "." in module else ""
+    return next((i for i, (_, units) in enumerate(layers) if unit in units), None)
+
+
+def upward_imports(
+    root: Path, layers: tuple[tuple[str, tuple[str, ...]], ...], flat: tuple[str, ...]
+) -> list[str]:
+    """Every import of a module from a layer above its own, and every module of the package that
+    no layer names; ``flat`` is what the root flattens by name (its ``_FLAT``), read as its imports.
+    """
+    top, inner = import_edges(root)
+    edges = [(a, b, "") for a, targets in top.items() for b in sorted(targets)]
+    edges += [(a, b, f" (line {line}, inside a function)") for a, b, line in inner]
+    edges += [(root.name, f"{root.name}.{sub}", " (flattened by name)") for sub in flat]
+    found = [f"{m} is in no layer: add its unit to LAYERS" for m in sorted(top)
+             if layer_of(m, layers) is None]  # fmt: skip
+    for a, b, where in edges:
+        la, lb = layer_of(a, layers), layer_of(b, layers)
+        if la is not None and lb is not None and lb > la:
+            found.append(f"{a} ({layers[la][0]}) imports {b} ({layers[lb][0]}){where}")
+    return sorted(set(found))
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    assert upward_imports(Path(refimpl.__file__).parent, LAYERS, refimpl._FLAT) == []
+
+
+def test_the_root_flattens_nothing_above_the_formula_layer() -> None:
+    layers = {sub: layer_of(f"refimpl.{sub}", LAYERS) for sub in refimpl._FLAT}
+    assert layers == {"errors": 0} | {sub: 1 for sub in refimpl._FLAT if sub != "errors"}
+
+
+def test_the_layer_check_finds_an_upward_import_and_a_module_in_no_layer(tmp_path: Path) -> None:
+    # the wrong variants: a low module importing a high one (at its top and inside a function),
+    # the root flattening a high module by name, and a module no layer names
+    pkg = tmp_path / "house"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("import house.high\n\ndef f():\n    from house import high\n")
+    (pkg / "high.py").write_text("import house.low\n")
+    (pkg / "stray.py").write_text("")
+    layers = (("bottom", ("", "low")), ("top", ("high",)))
+    assert upward_imports(pkg, layers, ("high",)) == [
+        "house (bottom) imports house.high (top) (flattened by name)",
+        "house.low (bottom) imports house.high (top)",
+        "house.low (bottom) imports house.high (top) (line 4, inside a function)",
+        "house.stray is in no layer: add its unit to LAYERS",
     ]
