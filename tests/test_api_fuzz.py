@@ -187,9 +187,9 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         lambda a, k: _penalty_conversion(a, k) or _any_leaf(_huge)(a, k),
     ),
     "l1_max_reward": Defect(
-        _PENALTY_CONVERSION,
+        _PENALTY_CONVERSION + "; RuntimeWarning: overflow in multiply for alpha=1e308",
         lambda: refimpl.l1_max_reward([1.0], [1 + 2j], [1.0]),
-        _penalty_conversion,
+        lambda a, k: _penalty_conversion(a, k) or _any_leaf(_huge)(a, k),
     ),
     "dapo_overlong_penalty": Defect(
         "RuntimeWarning: overflow in divide for a subnormal cache_length",
@@ -199,10 +199,13 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         _any_leaf(_tiny),
     ),
     "difficulty_mix": Defect(
-        "RuntimeWarning: overflow in exp for a wide sigma; MemoryError for nodes=2**40",
+        "RuntimeWarning: overflow in exp for a wide sigma, in multiply for median=1e308; "
+        "MemoryError for nodes=2**40",
         lambda: refimpl.difficulty_mix(median=1.0, sigma=294.0),
         lambda a, k: (
-            _kwarg("sigma", _above(20.0))(a, k) or _kwarg("nodes", _big_int(100_000))(a, k)
+            _kwarg("sigma", _above(20.0))(a, k)
+            or _kwarg("nodes", _big_int(100_000))(a, k)
+            or _any_leaf(_huge)(a, k)
         ),
     ),
     "hajek_estimate": Defect(
@@ -249,6 +252,11 @@ KNOWN_DEFECTS: dict[str, Defect] = {
             [Fraction(1, 2), Fraction(1, 2)], n=2_815_470_189, k=1
         ),
         lambda a, k: _kwarg("n", _big_int(1000))(a, k),
+    ),
+    "grpo_advantages": Defect(
+        "numpy's own ValueError (inhomogeneous shape) for a ragged group",
+        lambda: refimpl.grpo_advantages([0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])),
+        _kwarg("group", _ragged),
     ),
     "framework_staleness_bound": Defect(
         "TypeError 'unhashable type: list' for framework=[] (a dict lookup before validation)",
