@@ -258,6 +258,11 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         lambda: refimpl.grpo_advantages([0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])),
         _kwarg("group", _ragged),
     ),
+    "rloo_advantages": Defect(
+        "numpy's own ValueError for a ragged group (losses/advantages.py _as_groups: np.asarray)",
+        lambda: refimpl.rloo_advantages([0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])),
+        _kwarg("group", _ragged),
+    ),
     "framework_staleness_bound": Defect(
         "TypeError 'unhashable type: list' for framework=[] (a dict lookup before validation)",
         lambda: refimpl.framework_staleness_bound(framework=_as_any([]), value=1),
