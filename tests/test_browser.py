@@ -538,6 +538,14 @@ def test_the_lab_report_renders_its_math_fits_and_links_only_to_what_exists(
     assert not report(found), report(found)
 
 
+def test_the_docs_css_never_breaks_a_word_mid_word() -> None:
+    """Tables and prose wrap between words; long code wraps at the ``<wbr>`` the build inserts."""
+    css = (ROOT / "docs" / "_static" / "refimpl.css").read_text()
+    rules = re.sub(r"/\*.*?\*/", "", css, flags=re.S)
+    assert "anywhere" not in rules
+    assert "break-all" not in rules
+
+
 BROKEN_PAGES = {
     # Math markup with no renderer: the TeX stays raw.
     "raw.html": '<p><span class="math">\\(x^2\\)</span> and $$y$$</p>',

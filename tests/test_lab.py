@@ -1045,6 +1045,14 @@ def test_a_reference_links_only_to_what_the_section_has(tmp_path: Path) -> None:
     )
 
 
+def test_the_report_never_breaks_a_word_mid_word(quick: QuickRun) -> None:
+    """No CSS that breaks inside a word (``stalenes|s``); long code wraps at its boundaries."""
+    css = quick.html[quick.html.index("<style>") : quick.html.index("</style>")]
+    assert "anywhere" not in css
+    assert "word-break" not in css
+    assert "<wbr>" in quick.html  # long identifiers carry their break points
+
+
 # -- the first screen: takeaways before evidence ---------------------------------------------------
 def _section_html(html: str, key: str) -> str:
     start = html.index(f'<section id="{key}">')

@@ -576,7 +576,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1020px;margin:2em auto;
 padding:0 1.2em;color:#1d2330;line-height:1.5;background:#fbfbfd;overflow-wrap:break-word}
 h1{font-size:1.9em;margin-bottom:.2em}h2{margin-top:2.2em;border-bottom:2px solid #d9dde8;padding-bottom:.2em}
-code{background:#eef0f6;padding:0 .25em;border-radius:3px;font-size:.92em;overflow-wrap:anywhere}
+code{background:#eef0f6;padding:0 .25em;border-radius:3px;font-size:.92em}
 figure{margin:1.2em 0;background:#fff;border:1px solid #e1e4ec;border-radius:6px;padding:.6em}
 figure img{max-width:100%;height:auto;display:block;margin:auto}
 figcaption{font-size:.92em;color:#444;margin-top:.4em}
@@ -605,9 +605,18 @@ footer{margin-top:2.5em;border-top:1px solid #d9dde8;padding-top:.6em}
 _NUMBER = re.compile(r"^[-+−]?(\d[\d,]*\.?\d*|\.\d+)(e[-+]?\d+)?( ?%)?$|^-?inf$|^nan$|^—$")
 
 
+def _code(match: re.Match[str]) -> str:
+    """An inline code span; a long one may wrap after its ``.``, ``_``, ``:`` and ``/`` (``<wbr>``:
+    not text, so a copied name stays whole), never inside a word."""
+    code = match[1]
+    if len(code) > 16:
+        code = re.sub(r"(?<=[._:/])(?=\w)", "<wbr>", code)
+    return f"<code>{code}</code>"
+
+
 def _inline(text: str) -> str:
     t = html.escape(text, quote=False)
-    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
+    t = re.sub(r"`([^`]+)`", _code, t)
     t = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", t)
     t = re.sub(r"(?<![*\w])\*([^*\s][^*]*)\*(?![*\w])", r"<em>\1</em>", t)
     t = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', t)
