@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from numpy.typing import ArrayLike
 
+from refimpl.errors import InvalidArgument
 from refimpl.testing import CheckResult, ConformanceReport, check_conformance
 
 Candidate = Callable[..., Any]
@@ -34,7 +35,7 @@ def clean(s: ArrayLike, *, eta: int) -> Any:
     return _mask(s, eta)
 
 
-def _run(candidate: Candidate, **kwargs: Any) -> ConformanceReport:
+def _run(candidate: Candidate | str, **kwargs: Any) -> ConformanceReport:
     options: dict[str, Any] = {"spec": "staleness_mask", "max_examples": 25, **kwargs}
     return check_conformance(candidate, **options)
 
@@ -291,3 +292,35 @@ def test_a_wrong_shape_fails_a_check_whose_property_holds_on_it(
     bad = _not_ok(_run(candidate, checks=["binary"]))
     said = f"the candidate's output has shape {shape}"
     assert said in bad[0].message, bad[0].message
+
+
+# --- the setup code is user code too -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setup", "said"),
+    [
+        ("import sys\nsys.exit(2)", "It called sys.exit(2): remove that"),
+        ("raise KeyboardInterrupt", "It raised KeyboardInterrupt itself: remove that"),
+        ("print('z' * (2 << 20))", "It wrote more than 1048576 characters to stdout"),
+        ("import refimpl_no_such_module", "It raised ModuleNotFoundError: No module named"),
+        ("def f(:\n", "setup must be Python code"),
+    ],
+    ids=["sys_exit", "keyboard_interrupt", "flood", "import_error", "syntax_error"],
+)
+def test_a_setup_that_leaves_or_fails_is_refused_with_a_message(setup: str, said: str) -> None:
+    spy: list[int] = []
+
+    def candidate(s: ArrayLike, *, eta: int) -> Any:
+        spy.append(1)
+        return _mask(s, eta)
+
+    with pytest.raises(InvalidArgument, match="setup must") as info:
+        _run(candidate, setup=setup)
+    assert said in str(info.value)
+    assert spy == []  # refused before any check ran
+
+
+def test_a_setup_that_runs_defines_the_candidate() -> None:
+    setup = "import numpy as np\ndef mine(s, *, eta):\n    return (np.asarray(s) <= eta) * 1.0\n"
+    assert _run("mine", setup=setup).ok

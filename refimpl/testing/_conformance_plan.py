@@ -23,6 +23,7 @@ from refimpl._imports import import_object, split_reference
 from refimpl._validation import invalid, wrong_type
 from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._conformance_guard import CandidateMisbehaved, call_candidate, user_interrupts
 from refimpl.testing._conformance_runner import _search
 from refimpl.testing._engine import Call, Spec
 from refimpl.testing.tolerances import Tolerance
@@ -193,7 +194,21 @@ def _run_setup(setup: Any) -> dict[str, Any]:
             "setup", "a string of Python code", setup, "Pass e.g. setup='import mypkg'."
         )
     namespace: dict[str, Any] = {"__name__": "__refimpl_setup__"}
-    exec(compile(setup, "<refimpl setup>", "exec"), namespace)
+    try:
+        code = compile(setup, "<refimpl setup>", "exec")
+    except SyntaxError as exc:
+        fix = f"Fix its syntax: {exc.msg} (line {exc.lineno} of the setup code)."
+        raise invalid("setup", "be Python code", setup, fix) from None
+    with user_interrupts():  # user code, guarded as a candidate is
+        try:
+            call_candidate(exec, (code, namespace), {}, watch_inputs=False)
+        except CandidateMisbehaved as exc:
+            what = exc.message.removeprefix("the candidate ").split(" (")[0].split(":")[0]
+            fix = f"It {what}: remove that from the setup code."
+            raise invalid("setup", "run to its end and return", setup, fix) from None
+        except Exception as exc:
+            fix = f"It raised {type(exc).__name__}: {exc}. Fix the setup code."
+            raise invalid("setup", "run without an error", setup, fix) from exc
     return namespace
 
 
