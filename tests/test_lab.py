@@ -851,6 +851,7 @@ def regression_view(metrics: dict[str, Any]) -> dict[str, Any]:
         key: {
             "metrics": s["metrics"],
             "headlines": s["headlines"],
+            "takeaway": s["takeaway"],
             "checks": [
                 {k: c[k] for k in ("name", "closed_form", "simulation", "tolerance", "passed")}
                 for c in s["checks"]
