@@ -311,29 +311,13 @@ def _map(
     """Tail heaviness × N/B × η: the mean log speedup, each cell's verdict, the computed boundary."""
     quick = 0 if config.quick else 1
     etas, ratios = MAP_ETAS[quick], WORTH_RATIOS[quick]
-    sigmas = np.asarray(MAP_SIGMAS, dtype=np.float64)
     rows: list[tuple[Any, ...]] = []
     fig, axes = new_figure(len(etas), height=4.6)
     for ax, eta in zip(axes, etas, strict=True):
-        for i, r in enumerate(ratios if eta is None else MAP_ETA_RATIOS):
-            cs = [cells[_tail_name(s), r, eta] for s in MAP_SIGMAS]
-            means = np.array([_finite_mean(c.log_speedup) for c in cs])
-            star = boundary(sigmas, means, margin=MARGIN)
-            color = COLORS[(i + 3) % len(COLORS)]
-            ax.plot(sigmas, means, "-", color=color, linewidth=1.3, label=f"N/B = {r}")
-            for s, m, c in zip(sigmas, means, cs, strict=True):
-                vc, mk = _VERDICT_STYLE[c.verdict]
-                ax.plot([s], [m], mk, color=vc, markersize=7, markeredgecolor=color)
-            if star is not None:
-                ax.axvline(star, color=color, linestyle=":", linewidth=1.2)
-            rows.append(
-                (
-                    "none" if eta is None else str(eta), float(r),
-                    "beyond the grid" if star is None else star,
-                    ", ".join(f"{s:g}: {c.verdict}" for s, c in zip(MAP_SIGMAS, cs, strict=True)),
-                    cs[0].estimator,
-                )
-            )  # fmt: skip
+        for r in ratios if eta is None else MAP_ETA_RATIOS:
+            color = COLORS[(list(WORTH_RATIOS[1]).index(r) + 3) % len(COLORS)]
+            rows.append(_map_line(ax, [cells[_tail_name(s), r, eta] for s in MAP_SIGMAS], color))
+        _edge_markers(ax, [cells[_tail_name(s), r, e] for (s, r, e) in _grid(quick) if e == eta])
         ax.axhline(math.log(MARGIN), color="0.3", linestyle="--", linewidth=1.1)
         ax.set_xlabel("tail heaviness: lognormal σ (0 = constant lengths)")
         ax.set_ylabel("mean log speedup, sync time ÷ async time")
@@ -346,8 +330,9 @@ def _map(
         "Where asynchrony pays: the mean log speedup (sync time ÷ async time to the targets, "
         "fair comparison) against the tail heaviness of the length law, one line per N/B; "
         f"markers: each cell's verdict (green circle: worth it, red square: not worth it, grey "
-        f"diamond: undecided); dashed: log {MARGIN}; dotted: the computed boundary of each N/B "
-        "(where the interpolated mean crosses log margin).",
+        f"diamond: undecided; triangles on the frame: an infinite mean, a side that never "
+        f"reached the target while the other did); dashed: log {MARGIN}; dotted: the computed "
+        "boundary of each N/B (where the interpolated mean crosses log margin).",
     )
     section.table(
         "map",
@@ -370,8 +355,58 @@ def _map(
     )
 
 
-def _finite_mean(d: NDArray[np.float64]) -> float:
-    return float(d.mean()) if np.all(np.isfinite(d)) else float("nan")
+def _grid(quick: int) -> list[tuple[float, int, int | None]]:
+    """Every (σ, N/B, η) cell of the map."""
+    return [
+        (s, r, eta)
+        for eta in MAP_ETAS[quick]
+        for r in (WORTH_RATIOS[quick] if eta is None else MAP_ETA_RATIOS)
+        for s in MAP_SIGMAS
+    ]
+
+
+def _cell_mean(d: NDArray[np.float64]) -> float:
+    """Mean log speedup of a cell: ``±inf`` if a side never reached while the other did."""
+    if np.any(np.isnan(d)) or (np.any(d == np.inf) and np.any(d == -np.inf)):
+        return float("nan")
+    return float(d.mean())
+
+
+def _map_line(ax: Any, cs: list[Cell], color: str) -> tuple[Any, ...]:
+    """One N/B's line along σ: its cells' means and verdicts, its computed boundary, its row."""
+    sigmas = np.asarray(MAP_SIGMAS, dtype=np.float64)
+    means = np.array([_cell_mean(c.log_speedup) for c in cs])
+    finite = np.isfinite(means)
+    star = boundary(sigmas, np.where(finite, means, np.nan), margin=MARGIN)
+    ax.plot(
+        sigmas[finite], means[finite], "-", color=color, linewidth=1.3, label=f"N/B = {cs[0].ratio}"
+    )
+    for s, m, c, ok in zip(sigmas, means, cs, finite, strict=True):
+        if ok:
+            vc, mk = _VERDICT_STYLE[c.verdict]
+            ax.plot([s], [m], mk, color=vc, markersize=7, markeredgecolor=color)
+    if star is not None:
+        ax.axvline(star, color=color, linestyle=":", linewidth=1.2)
+    return (
+        "none" if cs[0].eta is None else str(cs[0].eta), float(cs[0].ratio),
+        "beyond the grid" if star is None else star,
+        ", ".join(f"{s:g}: {c.verdict}" for s, c in zip(MAP_SIGMAS, cs, strict=True)),
+        cs[0].estimator,
+    )  # fmt: skip
+
+
+def _edge_markers(ax: Any, cs: list[Cell]) -> None:
+    """Cells whose mean is infinite, drawn on the panel's frame (below: async never reached)."""
+    low, high = ax.get_ylim()
+    for c in cs:
+        m = _cell_mean(c.log_speedup)
+        if np.isinf(m):
+            s = float(c.law.split("= ")[-1]) if c.law != CONSTANT else 0.0
+            vc, _ = _VERDICT_STYLE[c.verdict]
+            ax.plot([s], [low if m < 0 else high], "v" if m < 0 else "^", color=vc, markersize=8,
+                    markeredgecolor=COLORS[(list(WORTH_RATIOS[1]).index(c.ratio) + 3) % len(COLORS)],
+                    clip_on=False)  # fmt: skip
+    ax.set_ylim(low, high)
 
 
 def _acceptance(

@@ -116,7 +116,10 @@ def decide(d: Any, *, margin: float = MARGIN, confidence: float = CONFIDENCE) ->
     x = np.asarray(d, dtype=np.float64)
     lm = math.log(margin)
     if np.any(np.isnan(x)):
-        return "undecided", "a seed on which neither side reached the target"
+        return (
+            "undecided",
+            "a seed with no ratio: a side missed the target before the other reached it",
+        )
     if not np.all(np.isfinite(x)) or x.size < 2:
         if np.all(x > lm):
             return "worth it", f"every seed's log speedup > log {margin} (some unbounded)"
