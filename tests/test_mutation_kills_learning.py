@@ -14,9 +14,9 @@ import pytest
 from _validation_table import Case, check_refusal
 
 from refimpl import learning as lrn
+from refimpl import learning_async as lasync
 from refimpl.learning import first_k as lrn_first_k
 from refimpl.learning import training as lrn_training
-from refimpl import learning_async as lasync
 
 F = Fraction
 
