@@ -201,6 +201,9 @@ def run_engine(
             supply.extend(slot=int(i_state[L._ERR_A]), needed=lengths.shape[1] + 1)
         else:
             raise RuntimeError(_stuck_message(model, int(i_state[L._ERR_A])))
+    del lengths
+    for name in ("buf", "H", "LRU", "PR", "seats", "seat_rid", "nxt", "cnt"):
+        del arrays[name]  # the loop's own; the trace's columns come next (peak memory at 10^7)
     return _raw(arrays, float(f_state[L._T]), trainer_times, cfg.slots), stats
 
 
@@ -294,36 +297,45 @@ def _segments(
 def _raw(
     a: dict[str, NDArray[Any]], end: float, taus: NDArray[np.float64], n_slots: int
 ) -> RawTrace:
-    """The loop's arrays as the trace's columns, in canonical row order."""
+    """The loop's arrays as the trace's columns, in canonical row order. It consumes ``a``: the
+    float fields are freed once their columns exist, then the integer ones."""
     n = int(a["I"][L._NL])
-    R, RF = a["R"][:, :n], a["RF"][:, :n]
-    runtime = RF[L._RUNTIME].copy()
+    runtime = a["RF"][L._RUNTIME, :n].copy()
     running = a["W"][L._STATE] == L._RUN  # seats whose rollout runs at the end
-    rid = a["W"][L._RID][running]
-    runtime[rid] += end - a["WF"][L._SINCE][running]
+    runtime[a["W"][L._RID][running]] += end - a["WF"][L._SINCE][running]
     busy = float(np.sum(runtime))  # in launch order, as the slot mode sums it
-    order, row = _canonical(R, n_slots)
-    vmin = R[L._VMIN][order]
+    del runtime
+    order, row = _canonical(a["R"][:, :n], n_slots)
+    vmin = a["R"][L._VMIN, :n][order]
+    segments = _segments(a, vmin, row)
+    del row
 
-    def col(field: int, dtype: Any, floats: bool = False) -> NDArray[Any]:
-        source: NDArray[Any] = RF[field] if floats else R[field]
-        return np.asarray(source[order], dtype=dtype)
+    def col(table: str, field: int, dtype: Any) -> NDArray[Any]:
+        return np.asarray(a[table][field, :n][order], dtype=dtype)
 
+    floats = {
+        "launch_time": col("RF", L._LAUNCH, np.float64),
+        "finish_time": col("RF", L._FINISH, np.float64),
+        "length": col("RF", L._LENF, np.float64),
+        "wasted_tokens": col("RF", L._WASTED, np.float64),
+        "recomputed_tokens": col("RF", L._RECOMP, np.float64),
+    }
+    del a["RF"]
+    ints = {
+        "slot": col("R", L._SLOT, np.int32),
+        "column": col("R", L._COL, np.int32),
+        "launch_version": col("R", L._VL, np.int32),
+        "min_version": vmin.astype(np.int32),
+        "step": col("R", L._STEP, np.int32),
+        "staleness": col("R", L._STALE, np.int32),
+        "status": col("R", L._STATUS, np.int8),
+        "rank": col("R", L._RANKR, np.int64),
+    }
+    del a["R"]
     return RawTrace(
-        slot=col(L._SLOT, np.int32),
-        column=col(L._COL, np.int32),
-        launch_time=col(L._LAUNCH, np.float64, True),
-        finish_time=col(L._FINISH, np.float64, True),
-        length=col(L._LENF, np.float64, True),
-        launch_version=col(L._VL, np.int32),
-        min_version=vmin.astype(np.int32),
-        step=col(L._STEP, np.int32),
-        staleness=col(L._STALE, np.int32),
-        status=col(L._STATUS, np.int8),
-        rank=col(L._RANKR, np.int64),
-        wasted_tokens=col(L._WASTED, np.float64, True),
-        recomputed_tokens=col(L._RECOMP, np.float64, True),
-        segments=_segments(a, vmin, row),
+        **floats,
+        **ints,
+        segments=segments,
         publish_times=a["pub"].copy(),
         end_time=end,
         generator_busy=busy,
