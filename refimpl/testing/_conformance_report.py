@@ -192,3 +192,9 @@ class ConformanceReport:
         """
         if not self.ok:
             raise ConformanceError(self.summary())
+
+
+# Shown as refimpl.testing.NAME in tracebacks and reprs, where users import them from (and where
+# pickle finds them), before refimpl.testing's lazy loader has been asked for them.
+for _cls in (CheckResult, ConformanceError, ConformanceReport):
+    _cls.__module__ = "refimpl.testing"
