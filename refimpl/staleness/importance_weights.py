@@ -8,7 +8,7 @@ computed from log-ratios so that no product of ratios overflows.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -255,18 +255,7 @@ def masked_is_weights(
         names=("logp_target", "logp_behavior"),
         nonfinite=nonfinite,
     )
-    lo = as_real(low, name="low", low=0.0, high=1.0, meaning="lower ratio bound α, 0 <= α <= 1")
-    hi = as_real(high, name="high", meaning="upper ratio bound β >= 1")
-    require_ordered(lo, hi, names=("low", "high"), meaning="the kept band is [low, high]")
-    if hi < 1.0:
-        raise invalid(
-            "high",
-            "be >= 1 (a band [low, high] that excludes ratio 1 drops every on-policy token)",
-            high,
-            "Pass high >= 1, e.g. high=2.0.",
-        )
-    log_lo = -math.inf if lo == 0.0 else math.log(lo)
-    log_hi = math.log(hi)
+    lo, hi = _band(low, high)
     lvl = _as_level(level)
     on = _as_choice(
         band_on,
@@ -285,28 +274,54 @@ def masked_is_weights(
         d, clamp = np.clip(d, -clamp, clamp), math.inf
     z = np.clip(d if lvl == "token" else _sequence_log_ratio(d, m, lvl), -clamp, clamp)
     statistic = z if on == "ratio" else -z
-    keep = (statistic >= log_lo) & (statistic <= log_hi)
-    if kind == "ratio":
-        if on == "ratio":  # exactly inside [α, β], whatever the rounding of exp
-            value = np.maximum(_capped_exp(z, hi), lo)
-        else:
-            value = np.exp(np.minimum(z, _LOG_MAX))
-    elif kind == "indicator":
-        value = np.ones_like(z)
-    elif kind == "token":
-        value = np.exp(np.minimum(np.clip(d, -clamp, clamp), _LOG_MAX))
-    else:
-        value = np.exp(
-            np.minimum(np.clip(_sequence_log_ratio(d, m, "geometric"), -clamp, clamp), _LOG_MAX)
-        )
+    log_lo = -math.inf if lo == 0.0 else math.log(lo)
+    keep = (statistic >= log_lo) & (statistic <= math.log(hi))
+    value = _band_value(kind, on, z, d, m, band=(lo, hi), clamp=clamp)
     if kind in ("token", "geometric") and lvl != "token":
         keep = keep[..., None]
-    if kind == "geometric":
-        value = value[..., None]
     out = np.where(keep, value, 0.0)
     if lvl == "token" or kind in ("token", "geometric"):
         out = np.where(m > 0, np.broadcast_to(out, m.shape), 0.0)
     return np.asarray(out, dtype=np.float64)
+
+
+def _band(low: Any, high: Any) -> tuple[float, float]:
+    """The kept band ``[α, β]``: ``0 <= α <= 1 <= β`` (ratio 1, an on-policy token, is kept)."""
+    lo = as_real(low, name="low", low=0.0, high=1.0, meaning="lower ratio bound α, 0 <= α <= 1")
+    hi = as_real(high, name="high", meaning="upper ratio bound β >= 1")
+    require_ordered(lo, hi, names=("low", "high"), meaning="the kept band is [low, high]")
+    if hi < 1.0:
+        raise invalid(
+            "high",
+            "be >= 1 (a band [low, high] that excludes ratio 1 drops every on-policy token)",
+            high,
+            "Pass high >= 1, e.g. high=2.0.",
+        )
+    return lo, hi
+
+
+def _band_value(
+    kind: str,
+    on: str,
+    z: NDArray[np.float64],
+    d: NDArray[np.float64],
+    m: NDArray[np.float64],
+    *,
+    band: tuple[float, float],
+    clamp: float,
+) -> NDArray[np.float64]:
+    """The weight a kept token or sequence gets: its ratio, 1, its own token ratio, or the
+    geometric mean ratio of its sequence (one value per sequence, as a column)."""
+    if kind == "ratio":
+        if on == "ratio":  # exactly inside [α, β], whatever the rounding of exp
+            return np.maximum(_capped_exp(z, band[1]), band[0])
+        return np.exp(np.minimum(z, _LOG_MAX))
+    if kind == "indicator":
+        return np.ones_like(z)
+    if kind == "token":
+        return np.exp(np.minimum(np.clip(d, -clamp, clamp), _LOG_MAX))
+    geometric = np.clip(_sequence_log_ratio(d, m, "geometric"), -clamp, clamp)
+    return np.exp(np.minimum(geometric, _LOG_MAX))[..., None]
 
 
 def decoupled_ppo_weights(
