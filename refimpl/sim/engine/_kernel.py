@@ -55,6 +55,9 @@ _FUNCTIONS = (
     "_update",
     "run_loop",
 )
+#: Small helpers of every step, inlined where they are called (numba's own inlining; the rest are
+#: calls, which keeps the compilation short).
+_INLINE = frozenset({"_cdiv", "_fits", "_quiet", "_advance", "_account", "_step_time", "_alloc"})
 _compiled: dict[str, Callable[..., None]] = {}
 
 
@@ -67,6 +70,9 @@ def compiled_loop() -> Callable[..., None]:
         for name in _FUNCTIONS:
             f = getattr(_loop, name)
             copy = types.FunctionType(f.__code__, space, name, f.__defaults__)
-            space[name] = numba.njit(cache=True, error_model="numpy", _nrt=False)(copy)
+            inline = "always" if name in _INLINE else "never"
+            space[name] = numba.njit(cache=True, error_model="numpy", _nrt=False, inline=inline)(
+                copy
+            )
         _compiled["run_loop"] = space["run_loop"]
     return _compiled["run_loop"]
