@@ -263,6 +263,15 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         lambda: refimpl.rloo_advantages([0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])),
         _kwarg("group", _ragged),
     ),
+    "selected_pmf": Defect(
+        "exact (Fraction) mode does not end with n=2_341_048 (no bound on n)",
+        lambda: refimpl.selected_pmf(
+            [Fraction(0), Fraction(0), Fraction(0), Fraction(1, 5), Fraction(4, 5)],
+            n=2_341_048,
+            k=1,
+        ),
+        lambda a, k: _kwarg("n", _big_int(1000))(a, k),
+    ),
     "framework_staleness_bound": Defect(
         "TypeError 'unhashable type: list' for framework=[] (a dict lookup before validation)",
         lambda: refimpl.framework_staleness_bound(framework=_as_any([]), value=1),
