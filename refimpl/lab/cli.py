@@ -22,12 +22,16 @@ import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import refimpl
 from refimpl._io import refuse_output_naming_input
 from refimpl.errors import InvalidArgument
-from refimpl.lab.config import lab_config
+from refimpl.lab.config import LabConfig, lab_config
+
+if TYPE_CHECKING:
+    from refimpl.lab.registry import SectionSpec
+    from refimpl.lab.report import Section
 
 __all__ = ["configure", "run"]
 
@@ -200,83 +204,71 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the lab with the parsed ``args``; return 0 if every check agrees, 1 if not, 2 if refused."""
-    # Lazy, for `refimpl --help`'s start-up: matplotlib and the report (numpy) load only when the
-    # lab runs, and matplotlib's backend is chosen before anything imports pyplot.
-    import matplotlib
-
-    matplotlib.use("Agg")
-
-    from refimpl.lab._plot import lab_style
-    from refimpl.lab.registry import SECTIONS, missing_names
-    from refimpl.lab.report import NOISE_NOTE, Section, write_html, write_markdown, write_metrics
-
-    chosen = [s for s in SECTIONS if args.only is None or s.key in args.only]
+def _refusal(args: argparse.Namespace, keys: list[str], docs_url: str | None) -> str | None:
+    """Why the call is refused before anything runs (an unknown ``--only`` key, an ``--out`` that
+    would overwrite an input or cannot be written), or None."""
     if args.only is not None:
-        unknown = sorted(set(args.only) - {s.key for s in SECTIONS})
+        unknown = sorted(set(args.only) - set(keys))
         if unknown:
-            keys = ", ".join(s.key for s in SECTIONS)
-            _say(f"refimpl lab: --only: unknown section {', '.join(unknown)}; choose among {keys}")
-            return 2
-    config = lab_config(quick=bool(args.quick), seed=int(args.seed))
+            return f"--only: unknown section {', '.join(unknown)}; choose among {', '.join(keys)}"
     out: Path = args.out
-    docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
     refused = _naming_input(out, docs_url)
     if refused is not None:
-        _say(f"refimpl lab: {refused}")
-        return 2
-    figures = out / "figures"
-    problem = _unwritable(figures)
+        return refused
+    problem = _unwritable(out / "figures")
     if problem is not None:
-        _say(
-            f"refimpl lab: --out must be a writable directory (the report, metrics.json and "
-            f"figures/ go there); got --out {str(out)!r}: {problem}. Pass --out with a new or "
-            "writable directory path, e.g. --out lab-report."
+        return (
+            f"--out must be a writable directory (the report, metrics.json and figures/ go "
+            f"there); got --out {str(out)!r}: {problem}. Pass --out with a new or writable "
+            "directory path, e.g. --out lab-report."
         )
-        return 2
-    for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
-        old.unlink()
+    return None
 
-    start = time.perf_counter()
-    mode = "quick" if config.quick else "default"
-    _say(f"refimpl lab ({mode} run, seed {config.seed}) -> {out}/index.html")
-    sections = []
-    for number, spec in enumerate(SECTIONS, start=1):
-        if spec not in chosen:
-            continue
-        section = Section(
-            key=spec.key,
-            number=number,
-            title=spec.title,
-            docs=spec.docs,
-            figures_dir=figures,
-            dpi=100 if config.quick else 200,
-        )
-        _say(f"[{number}/{len(SECTIONS)}] {spec.title} ...")
-        t0, c0 = time.perf_counter(), time.process_time()
-        missing = missing_names(spec.requires)
-        if missing:
-            section.unavailable(missing)
-            _say(f"      not available in this build (missing: {', '.join(missing)})")
-        else:
 
-            def progress(message: str, _n: int = number) -> None:
-                _say(f"      {message}")
+def _run_section(spec: SectionSpec, number: int, config: LabConfig, figures: Path) -> Section:
+    """Build one section (or mark it unavailable), timed, with a progress line per step."""
+    from refimpl.lab._plot import lab_style
+    from refimpl.lab.registry import SECTIONS, missing_names
+    from refimpl.lab.report import Section
 
-            with lab_style():
-                spec.build_function()(section, config, progress)
-        section.seconds = time.perf_counter() - t0
-        cpu = time.process_time() - c0
-        bad = [c.name for c in section.checks if not c.passed]
-        _say(
-            f"      done in {section.seconds:.1f} s (CPU {cpu:.1f} s); "
-            f"{len(section.checks) - len(bad)}/{len(section.checks)} checks agree"
-            + (f" (DISAGREE: {', '.join(bad)})" if bad else "")
-        )
-        sections.append(section)
+    section = Section(
+        key=spec.key,
+        number=number,
+        title=spec.title,
+        docs=spec.docs,
+        figures_dir=figures,
+        dpi=100 if config.quick else 200,
+    )
+    _say(f"[{number}/{len(SECTIONS)}] {spec.title} ...")
+    t0, c0 = time.perf_counter(), time.process_time()
+    missing = missing_names(spec.requires)
+    if missing:
+        section.unavailable(missing)
+        _say(f"      not available in this build (missing: {', '.join(missing)})")
+    else:
+        with lab_style():
+            spec.build_function()(section, config, lambda message: _say(f"      {message}"))
+    section.seconds = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    bad = [c.name for c in section.checks if not c.passed]
+    _say(
+        f"      done in {section.seconds:.1f} s (CPU {cpu:.1f} s); "
+        f"{len(section.checks) - len(bad)}/{len(section.checks)} checks agree"
+        + (f" (DISAGREE: {', '.join(bad)})" if bad else "")
+    )
+    return section
 
-    total = time.perf_counter() - start
+
+def _meta(
+    args: argparse.Namespace,
+    sections: list[Section],
+    config: LabConfig,
+    docs_url: str | None,
+    total: float,
+) -> dict[str, Any]:
+    """The report's front matter and settings: the summary of its checks, how to read it, the run."""
+    from refimpl.lab.report import NOISE_NOTE
+
     n_checks = sum(len(s.checks) for s in sections)
     n_ok = sum(c.passed for s in sections for c in s.checks)
     unavailable = [s.title for s in sections if not s.available]
@@ -287,22 +279,19 @@ def run(args: argparse.Namespace) -> int:
     )
     if unavailable:
         summary += " Not available in this build: " + "; ".join(unavailable) + "."
-    meta: dict[str, Any] = {
+    built = docs_url is not None and (args.out / docs_url / "index.html").is_file()
+    return {
         "title": "refimpl lab report",
         "summary": summary,
         "reading": _READING
         + NOISE_NOTE
         + ".\n\n"
-        + _docs_note(
-            docs_url,
-            args.docs_url is not None,
-            docs_url is not None and (out / docs_url / "index.html").is_file(),
-        ),
+        + _docs_note(docs_url, args.docs_url is not None, built),
         "symbols": [list(s) for s in SYMBOLS],
         "docs_url": docs_url,
         "settings": {
             "refimpl": version("refimpl"),
-            "run": mode,
+            "run": "quick" if config.quick else "default",
             "seed": config.seed,
             **{k: v for k, v in config._asdict().items() if k not in ("quick", "seed")},
             "wall time (s)": round(total, 1),
@@ -311,9 +300,46 @@ def run(args: argparse.Namespace) -> int:
         "checks_total": n_checks,
         "checks_agree": n_ok,
     }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the lab with the parsed ``args``; return 0 if every check agrees, 1 if not, 2 if refused."""
+    # Lazy, for `refimpl --help`'s start-up: matplotlib and the report (numpy) load only when the
+    # lab runs, and matplotlib's backend is chosen before anything imports pyplot.
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    from refimpl.lab.registry import SECTIONS
+    from refimpl.lab.report import write_html, write_markdown, write_metrics
+
+    out: Path = args.out
+    docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
+    refused = _refusal(args, [s.key for s in SECTIONS], docs_url)
+    if refused is not None:
+        _say(f"refimpl lab: {refused}")
+        return 2
+    config = lab_config(quick=bool(args.quick), seed=int(args.seed))
+    figures = out / "figures"
+    for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
+        old.unlink()
+
+    start = time.perf_counter()
+    _say(
+        f"refimpl lab ({'quick' if config.quick else 'default'} run, seed {config.seed}) -> "
+        f"{out}/index.html"
+    )
+    sections = [
+        _run_section(spec, number, config, figures)
+        for number, spec in enumerate(SECTIONS, start=1)
+        if args.only is None or spec.key in args.only
+    ]
+    total = time.perf_counter() - start
+    meta = _meta(args, sections, config, docs_url, total)
     write_metrics(out / "metrics.json", sections, meta)
     write_markdown(out / "report.md", sections, meta)
     write_html(out / "index.html", sections, meta)
+    n_ok, n_checks = meta["checks_agree"], meta["checks_total"]
     _say(
         f"wrote {out}/index.html, report.md, metrics.json and {len(list(figures.glob('*.png')))}"
         f" figures in {total:.1f} s; {n_ok}/{n_checks} checks agree"
