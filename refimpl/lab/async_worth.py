@@ -332,7 +332,9 @@ def _map(
         f"markers: each cell's verdict (green circle: worth it, red square: not worth it, grey "
         f"diamond: undecided; triangles on the frame: an infinite mean, a side that never "
         f"reached the target while the other did); dashed: log {MARGIN}; dotted: the computed "
-        "boundary of each N/B (where the interpolated mean crosses log margin).",
+        "boundary of each N/B (where the interpolated mean crosses log margin). A cell with a "
+        "seed that has no ratio (a side missed the target before the other reached it) has no "
+        "mean and is not drawn; table map lists its verdict.",
     )
     section.table(
         "map",
