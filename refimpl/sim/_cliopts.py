@@ -5,17 +5,24 @@ the same. A default here is stored as an instance of a marker subclass (``_Defau
 ``float`` equal to 6.0), which argparse keeps as it is; a value the user typed is converted by the
 option's ``type`` into a plain ``float``/``int``/``str``. :func:`given` tells them apart, so an option
 that the chosen mode does not read can be refused, while the documented defaults stay what ``--help``
-says.
+says. Also what every simulate command shares around a run: :func:`numeric_guard` (float64
+overflow raises instead of warning), :func:`print_result` (one JSON object, or aligned lines) and
+:func:`since_start` (the process's age, for the start-up cost a run reports apart).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
 from typing import Any
+
+import numpy as np
 
 from refimpl.errors import InvalidArgumentType
 
-__all__ = ["HelpFormatter", "default", "given"]
+__all__ = ["HelpFormatter", "default", "given", "numeric_guard", "print_result", "since_start"]
 
 
 class _DefaultFloat(float):
@@ -82,3 +89,52 @@ class HelpFormatter(argparse.HelpFormatter):
         if action.default is False:
             return f"{text} (default: off)"
         return f"{text} (default: %(default)s)"
+
+
+def since_start() -> float | None:
+    """Seconds since this process started (Linux: from /proc; elsewhere ``None``)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rpartition(")")[2].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _jsonable(value: Any) -> Any:
+    """Replace non-finite floats by ``None`` (strict JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def print_result(out: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(_jsonable(out), allow_nan=False))
+        return
+    for key, value in out.items():
+        if key == "staleness_hist":
+            value = " ".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            value = ", ".join(
+                f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
+        print(f"{key:22s} {value}")
+
+
+def numeric_guard() -> Any:
+    """Inside: numpy overflow or invalid arithmetic raises ``FloatingPointError``, warnings raise."""
+    import contextlib
+    import warnings
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(np.errstate(over="raise", invalid="raise", divide="raise"))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.simplefilter("error", RuntimeWarning)
+    return stack

@@ -344,6 +344,28 @@ class SimConfig:
                 self.over_bound,
                 "Pass eta, or over_bound='keep'.",
             )
+        self._check_times()
+        if mode in ("sync", "first_k") and self.partial != "none":
+            raise invalid(
+                "partial",
+                f"be 'none' for mode={mode!r} (no rollout is in flight across a publication there "
+                "unless carried; use mode='async' or 'admission')",
+                self.partial,
+                "Pass partial='none'.",
+            )
+        self._check_trainer_time()
+        s(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
+        self._check_slowdown(n)
+        self._check_engine_model()
+        # lengths
+        self._check_lengths()
+        if self.preempt_rate > 0:
+            self._check_preemption_budget()
+        self._check_run_size()
+
+    def _check_times(self) -> None:
+        """The times and rates: in float64's exact range (``-0.0`` read as ``0.0``)."""
+        s = object.__setattr__
         for name, low_open in (
             ("token_time", True),
             ("prefill_time", False),
@@ -367,15 +389,10 @@ class SimConfig:
                 self.preempt_duration,
                 "Pass a positive preempt_duration, or preempt_rate=0.",
             )
-        if mode in ("sync", "first_k") and self.partial != "none":
-            raise invalid(
-                "partial",
-                f"be 'none' for mode={mode!r} (no rollout is in flight across a publication there "
-                "unless carried; use mode='async' or 'admission')",
-                self.partial,
-                "Pass partial='none'.",
-            )
-        # trainer time
+
+    def _check_trainer_time(self) -> None:
+        """A trainer step time: a duration >= 0, or a law on [0, inf)."""
+        s = object.__setattr__
         tt = self.trainer_time
         if _is_frozen_dist(tt):
             low = float(tt.ppf(0.0))
@@ -390,8 +407,10 @@ class SimConfig:
             value = as_real(tt, name="trainer_time", low=0.0, meaning="a time")
             _check_range("trainer_time", value)
             s(self, "trainer_time", value + 0.0)
-        s(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
-        # slowdown
+
+    def _check_slowdown(self, n: int) -> None:
+        """Tabulate the decode slowdown for every busy count 1..n, each finite and > 0."""
+        s = object.__setattr__
         if self.slowdown is not None:
             if not callable(self.slowdown):
                 raise wrong_type(
@@ -421,12 +440,6 @@ class SimConfig:
                 table[busy] = f
             table.setflags(write=False)
             s(self, "slowdown_table", table)
-        self._check_engine_model()
-        # lengths
-        self._check_lengths()
-        if self.preempt_rate > 0:
-            self._check_preemption_budget()
-        self._check_run_size()
 
     def _check_engine_model(self) -> None:
         """The engine mode models async dispatch with its own timing, preemption and prefill."""

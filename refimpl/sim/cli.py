@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import re
@@ -25,16 +24,27 @@ import tempfile
 import time
 from typing import Any, cast
 
-import numpy as np
-
 from refimpl._io import atomic_path, refuse_output_naming_input
 from refimpl.errors import InvalidArgument
 from refimpl.sim import SimConfig, closed_form, simulate, simulate_engine
-from refimpl.sim._cliopts import HelpFormatter, default, given, plain
+from refimpl.sim._cliopts import (
+    HelpFormatter,
+    default,
+    given,
+    numeric_guard,
+    plain,
+    print_result,
+    since_start,
+)
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
 from refimpl.sim.agent import agent_config_from_args, configure_agent_options, run_agent_cli
-from refimpl.sim.engine import ENGINE_PRESETS, EngineModel
+from refimpl.sim.engine._cli import (
+    ENGINE_ONLY,
+    configure_engine_options,
+    engine_model_from_args,
+    refuse_inert_engine_options,
+)
 
 __all__ = ["configure", "run"]
 
@@ -59,6 +69,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "option given twice takes its last value. Lengths and times must stay within float64's "
         "exact range: mean length and every time at most 2^53 ~ 9.0e15."
     )
+    _run_options(parser)
+    _length_options(parser)
+    _timing_options(parser)
+    _partial_options(parser)
+    configure_engine_options(parser)  # the engine mode, on when --engine-model is given
+    _output_options(parser)
+    configure_agent_options(parser)  # agent rollouts with tool calls, on when --tool-turns is given
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("run")
     g.add_argument("--slots", type=int, default=default(256), help="N generation slots")
     g.add_argument("--batch", type=int, default=default(512), help="B samples per trainer step")
@@ -116,6 +136,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="simulation engine (auto: vector where it applies, else compiled when numba is "
         "installed, else event, the reference; all give the same trace)",
     )
+
+
+def _length_options(parser: argparse.ArgumentParser) -> None:
     lg = parser.add_argument_group(
         "lengths (default: lognormal(mu, sigma), drawn as the SimPy peer draws them)"
     )
@@ -147,6 +170,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
             "(write a value that starts with '-' as --lengths-pmf=-0.1,...) (default: not set)"
         ),
     )
+
+
+def _timing_options(parser: argparse.ArgumentParser) -> None:
     tg = parser.add_argument_group("timing (any time unit; every time at most 2^53)")
     tg.add_argument(
         "--token-time",
@@ -170,6 +196,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="draw each trainer step time from an exponential law with mean --trainer-time",
     )
+
+
+def _partial_options(parser: argparse.ArgumentParser) -> None:
     pg = parser.add_argument_group("partial rollouts (--mode async or admission) and preemption")
     pg.add_argument(
         "--partial",
@@ -206,53 +235,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=default(0.0),
         help="time to reload the saved KV after a preemption (with --preempt-rate)",
     )
-    eg = parser.add_argument_group(
-        "engine mode (--engine-model): continuous batching under a KV-cache budget"
-    )
-    eg.add_argument(
-        "--engine-model",
-        choices=["unbounded", *sorted(ENGINE_PRESETS)],
-        default=None,
-        help=(
-            "run the slots as an inference engine: 'unbounded' (no KV budget, a constant step of "
-            "--token-time) or a named model on an accelerator (its KV budget and roofline step "
-            "time, in seconds) (default: not set, the slot mode)"
-        ),
-    )
-    eg.add_argument(
-        "--kv-memory-gib",
-        type=float,
-        default=None,
-        help="KV-cache budget in GiB (default: the preset's; unbounded for 'unbounded')",
-    )
-    eg.add_argument("--block-size", type=int, default=default(16), help="tokens per KV block")
-    eg.add_argument(
-        "--watermark",
-        type=float,
-        default=default(0.01),
-        help="fraction of the blocks an admission must leave free",
-    )
-    eg.add_argument("--prompt-tokens", type=int, default=default(0), help="tokens per prompt")
-    eg.add_argument(
-        "--group-size", type=int, default=default(1), help="samples per prompt (GRPO's n)"
-    )
-    eg.add_argument(
-        "--prompts",
-        type=int,
-        default=None,
-        help="distinct prompts, cycled (later epochs can hit the prefix cache) (default: all new)",
-    )
-    eg.add_argument(
-        "--no-prefix-sharing",
-        action="store_true",
-        help="each sequence holds and prefills its own prompt",
-    )
-    eg.add_argument(
-        "--preemption",
-        choices=["recompute", "swap"],
-        default=default("recompute"),
-        help="what a preempted sequence's KV becomes",
-    )
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
     og = parser.add_argument_group("output")
     og.add_argument("--json", action="store_true", help="print one JSON object")
     og.add_argument(
@@ -270,7 +255,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="progress bar on stderr (default: only when stderr is a terminal)",
     )
-    configure_agent_options(parser)  # agent rollouts with tool calls, on when --tool-turns is given
 
 
 def _shown(args: argparse.Namespace, dest: str) -> str:
@@ -296,19 +280,9 @@ _PLAIN_ONLY = (
     "no_persist_kv",
     "kv_restore_time",
     "engine_model",
-    *(
-        "kv_memory_gib",
-        "block_size",
-        "watermark",
-        "prompt_tokens",
-        "group_size",
-        "prompts",
-        "no_prefix_sharing",
-        "preemption",
-    ),
+    *ENGINE_ONLY,
 )
 # Options of the engine mode, read only with --engine-model.
-_ENGINE_ONLY = _PLAIN_ONLY[-8:]
 
 
 def _refuse_inert_options(args: argparse.Namespace) -> None:
@@ -352,7 +326,7 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
                 )
         return
     mode = args.mode
-    _refuse_inert_engine_options(args, refuse)
+    refuse_inert_engine_options(args, refuse)
     if given(args, "leftovers") and mode != "first_k":
         refuse(
             "leftovers",
@@ -396,46 +370,6 @@ def _refuse_inert_options(args: argparse.Namespace) -> None:
                     f"Drop --{dest}, or drop {source}.",
                     context=f"with {source}",
                 )
-
-
-def _refuse_inert_engine_options(args: argparse.Namespace, refuse: Any) -> None:
-    """The engine options need --engine-model; the engine prices what some slot options model."""
-    if args.engine_model is None:
-        for dest in _ENGINE_ONLY:
-            if given(args, dest):
-                refuse(
-                    dest,
-                    "to the engine mode, which --engine-model selects",
-                    f"Add --engine-model unbounded (or a preset), or drop "
-                    f"--{dest.replace('_', '-')}.",
-                )
-        return
-    if args.mode != "async":
-        raise InvalidArgument(
-            f"--mode must be async (or not given) with --engine-model (the engine admits "
-            f"sequences continuously); got --mode {args.mode} with --engine-model "
-            f"{args.engine_model}. Drop --mode, or drop --engine-model."
-        )
-    if args.over_bound != "keep":
-        refuse(
-            "over_bound",
-            "to the slot mode (the engine mode trains every sample it completes)",
-            "Drop --over-bound, or drop --engine-model.",
-            context=f"with --engine-model {args.engine_model}",
-        )
-    for dest, why in (
-        ("slowdown_per_slot", "the engine's step time is its roofline (or --token-time)"),
-        ("prefill_time", "the engine prices prefill per token"),
-        ("reprefill_token_time", "the engine prices recomputation per token"),
-        ("preempt_rate", "the engine preempts when its KV blocks run out"),
-    ):
-        if given(args, dest):
-            refuse(
-                dest,
-                f"to the slot mode ({why})",
-                f"Drop --{dest.replace('_', '-')}, or drop --engine-model.",
-                context=f"with --engine-model {args.engine_model}",
-            )
 
 
 def _eta_note(args: argparse.Namespace) -> str | None:
@@ -659,7 +593,7 @@ def _config(args: argparse.Namespace) -> Any:
             )
         trainer_time = scipy.stats.expon(scale=mean)
     return SimConfig(
-        engine_model=_engine_model(args),
+        engine_model=engine_model_from_args(args),
         slots=args.slots,
         batch=args.batch,
         rollouts=rollouts,
@@ -686,58 +620,6 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
-def _engine_model(args: argparse.Namespace) -> EngineModel | None:
-    """The :class:`EngineModel` the engine options describe (``None`` without --engine-model)."""
-    name = args.engine_model
-    if name is None:
-        return None
-    fields: dict[str, Any] = {
-        "block_size": args.block_size,
-        "watermark": args.watermark,
-        "prompt_tokens": args.prompt_tokens,
-        "group_size": args.group_size,
-        "prompts": args.prompts,
-        "prefix_sharing": not args.no_prefix_sharing,
-        "preemption": args.preemption,
-    }
-    if args.kv_memory_gib is not None:
-        gib = float(args.kv_memory_gib)
-        if not (math.isfinite(gib) and 0 < gib <= 2.0**33):
-            raise InvalidArgument(
-                f"--kv-memory-gib must be in (0, 2^33] (a KV-cache budget in GiB); got "
-                f"--kv-memory-gib={gib!r}. Pass e.g. --kv-memory-gib 40."
-            )
-        fields["kv_memory_bytes"] = int(gib * 2**30)
-    if name == "unbounded":
-        return EngineModel(**fields)
-    return EngineModel.preset(name, **fields)
-
-
-def _jsonable(value: Any) -> Any:
-    """Replace non-finite floats by ``None`` (strict JSON has no NaN)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _print(out: dict[str, Any], *, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(_jsonable(out), allow_nan=False))
-        return
-    for key, value in out.items():
-        if key == "staleness_hist":
-            value = " ".join(str(v) for v in value)
-        elif isinstance(value, dict):
-            value = ", ".join(
-                f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
-            )
-        print(f"{key:22s} {value}")
-
-
 def _run_agent(args: argparse.Namespace, agent: Any) -> int:
     """Agent rollouts with tool calls (``refimpl.sim.agent``), when --tool-turns is given."""
     from tqdm import tqdm
@@ -749,7 +631,7 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
         bar.update(n - bar.n)
 
     try:
-        with _numeric_guard():
+        with numeric_guard():
             out = run_agent_cli(agent, trace=args.trace, progress=advance)
     except (FloatingPointError, RuntimeWarning) as err:
         bar.close()
@@ -763,25 +645,13 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
             return _fail(_TOO_BIG.format(why=str(err).split(";")[0]))
         return _fail(str(err))
     bar.close()
-    _print(out, as_json=args.json)
+    print_result(out, as_json=args.json)
     return 0
 
 
 def _fail(message: str) -> int:
     print(f"refimpl simulate: {message}", file=sys.stderr)
     return 2
-
-
-def _numeric_guard() -> Any:
-    """Inside: numpy overflow or invalid arithmetic raises ``FloatingPointError``, warnings raise."""
-    import contextlib
-    import warnings
-
-    stack = contextlib.ExitStack()
-    stack.enter_context(np.errstate(over="raise", invalid="raise", divide="raise"))
-    stack.enter_context(warnings.catch_warnings())
-    warnings.simplefilter("error", RuntimeWarning)
-    return stack
 
 
 _TOO_BIG = (
@@ -799,25 +669,13 @@ def _is_size_error(err: BaseException) -> bool:
     )
 
 
-def _since_start() -> float | None:
-    """Seconds since this process started (Linux: from /proc; elsewhere ``None``)."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rpartition(")")[2].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-
-
 def _warm_up(cfg: SimConfig, engine: str) -> float:
     """Load (or compile) the kernels the run uses, on one step of the same configuration; its
     seconds, reported apart from the run's rate."""
     t0 = time.perf_counter()
     try:
         tiny = dataclasses.replace(cfg, rollouts=None, steps=1)
-        with _numeric_guard():
+        with numeric_guard():
             simulate(tiny, engine=cast(Any, engine))
     except (ValueError, TypeError, RuntimeError, FloatingPointError, RuntimeWarning):
         pass  # the run itself reports what is wrong
@@ -846,7 +704,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail(str(err))
     if agent is not None:
         return _run_agent(args, agent)
-    timings: dict[str, float | None] = {"startup_s": _since_start()}
+    timings: dict[str, float | None] = {"startup_s": since_start()}
     try:
         t_lengths = time.perf_counter()
         cfg = _config(args)
@@ -865,7 +723,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     stats = None
     try:
-        with _numeric_guard():
+        with numeric_guard():
             if cfg.engine_model is not None:
                 trace, stats = simulate_engine(cfg, engine=args.engine, progress=advance)
             else:
@@ -908,7 +766,7 @@ def run(args: argparse.Namespace) -> int:
     if stats is not None:
         out["engine"] = stats.to_json_dict()
     try:
-        with _numeric_guard():
+        with numeric_guard():
             out["closed_form"] = closed_form(cfg)._asdict() if cfg.engine_model is None else None
     except (ValueError, FloatingPointError, RuntimeWarning):
         out["closed_form"] = None
@@ -919,6 +777,6 @@ def run(args: argparse.Namespace) -> int:
         except OSError as err:
             return _fail(f"cannot write --trace={args.trace!r}: {err}")
         out["trace"] = args.trace
-    out["total_wall_s"] = _since_start()
-    _print(out, as_json=args.json)
+    out["total_wall_s"] = since_start()
+    print_result(out, as_json=args.json)
     return 0
