@@ -449,9 +449,22 @@ def test_report_md_tables_have_one_cell_per_column(quick: QuickRun) -> None:
 def test_each_section_requires_exactly_the_library_names_it_calls() -> None:
     # The "not available in this build" switch is only honest if `requires` matches the code.
     root = Path(__file__).resolve().parent.parent
+    shared = {"_common", "_html", "_plot", "config", "registry", "report"}
+    sections = {s.module.removeprefix("refimpl.lab.") for s in SECTIONS}
+
+    def source(module: str, seen: set[str]) -> str:
+        """The module's code and that of the section's own helper modules it imports."""
+        seen.add(module)
+        code = (root / "refimpl" / "lab" / f"{module}.py").read_text()
+        for helper in re.findall(r"^from refimpl\.lab\.(\w+) import", code, flags=re.M):
+            if helper not in shared | sections | seen:
+                code += source(helper, seen)
+        return code
+
     for spec in SECTIONS:
-        path = root / (spec.module.replace(".", "/") + ".py")
-        code = re.sub(r'""".*?"""', "", path.read_text(), flags=re.S)
+        code = re.sub(
+            r'""".*?"""', "", source(spec.module.removeprefix("refimpl.lab."), set()), flags=re.S
+        )
         used = {f"refimpl.{n}" for n in re.findall(r"\brefimpl\.([a-z_][a-z_0-9]*)\(", code)}
         used |= {f"refimpl.sim.{n}" for n in re.findall(r"\brsim\.([A-Za-z_]\w*)\b", code)}
         used |= {f"refimpl.learning.{n}" for n in re.findall(r"\blrn\.([a-z_]\w*)\(", code)}
