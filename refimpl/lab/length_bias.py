@@ -8,6 +8,7 @@ with a staleness drop). Simulations: :func:`refimpl.sim.simulate` in ``first_k``
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,76 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"discretised lognormals with median {fmt(MEDIAN)} tokens on `1..{MAX_LENGTH}`, `n = {N_LAUNCH}`; "
         "the lines are `selected_pmf`, the markers the simulator (`mode='first_k'`)."
     )
+    _first_k(section, config, progress)
+    _transient(section, config, progress)
+    _magnitude(section, config, progress)
+    section.takeaway(
+        "Training on the rollouts that finish first over-represents short ones: keeping the "
+        "first of {setting.n} trains a mean length of {heavy_tail_first_1_ratio} × E[L] on a "
+        "heavy-tailed law (simulated: {heavy_tail_first_1_simulated_ratio}), and continuous "
+        "dispatch from a cold start trains short batches before it settles at "
+        "{steady_state_ratio} × E[L].",
+        "Whenever fewer rollouts are trained than launched, the trained length law is not the "
+        "launched one; `length_bias` gives the shift for your law and settings, and "
+        "inverse-probability weights remove it (next section).",
+    )
+
+
+def _first_k_one(
+    section: Section,
+    config: LabConfig,
+    ax: Any,
+    law: tuple[int, str, float],
+    kth: tuple[int, int],
+) -> tuple[Any, ...]:
+    """One law and one ``k``: the closed form against the simulator, drawn and checked; its row."""
+    t, tail_name, sigma = law
+    i, k = kth
+    steps = config.first_k_batches
+    pmf = discretized_lognormal(median=MEDIAN, sigma=sigma, max_length=MAX_LENGTH)
+    q = np.asarray(refimpl.selected_pmf(pmf, n=N_LAUNCH, k=k), dtype=np.float64)
+    bias = refimpl.length_bias(pmf, n=N_LAUNCH, k=k)
+    mean_p, mean_q = float(bias.true_mean), float(bias.selected_mean)
+    trace = rsim.simulate(
+        rsim.SimConfig(
+            slots=N_LAUNCH,
+            batch=k,
+            mode="first_k",
+            launch=N_LAUNCH,
+            lengths=pmf,
+            steps=steps,
+            seed=seed(config, STREAM, 10 * t + i),
+        )
+    )
+    tr = trained(trace)
+    sim_mean, se = mean_and_se(tr.length.reshape(steps, k).mean(axis=1))
+    closed(ax, support(pmf), np.cumsum(q), color=COLORS[i])
+    grid = np.unique(np.geomspace(1, MAX_LENGTH, 28).round())
+    emp = np.searchsorted(np.sort(tr.length), grid, side="right") / tr.length.size
+    sim(ax, grid, emp, color=COLORS[i])
+    section.check(
+        f"first-k-mean-s{sigma:g}-k{k}",
+        f"E_q[L], {tail_name}, k = {k} of n = {N_LAUNCH} (tokens)",
+        closed_form=mean_q,
+        simulation=sim_mean,
+        tolerance=Z_TOL * se,
+        rule=TOL_RULE,
+    )
+    return (
+        tail_name,
+        N_LAUNCH,
+        k,
+        mean_p,
+        mean_q,
+        sim_mean,
+        float(bias.ratio),
+        nonnegative(float(bias.total_variation), name="TV(q, p)"),
+        nonnegative(float(bias.kl_divergence), name="KL(q‖p)"),
+    )
+
+
+def _first_k(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
+    """First k of n on a light and a heavy tail: the trained law's CDF, its table, its headline."""
     steps = config.first_k_batches
     section.metric(
         "setting",
@@ -69,56 +140,11 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     rows = []
     fig, axes = new_figure(2, height=4.4)
     for t, ((tail_name, sigma), ax) in enumerate(zip(TAILS.items(), axes, strict=True)):
-        pmf = discretized_lognormal(median=MEDIAN, sigma=sigma, max_length=MAX_LENGTH)
-        ell = support(pmf)
         series: list[tuple[str, str]] = []
         for i, k in enumerate(KS):
             progress(f"first {k} of {N_LAUNCH}, {tail_name}: {steps} launches")
-            q = np.asarray(refimpl.selected_pmf(pmf, n=N_LAUNCH, k=k), dtype=np.float64)
-            bias = refimpl.length_bias(pmf, n=N_LAUNCH, k=k)
-            mean_p, mean_q = float(bias.true_mean), float(bias.selected_mean)
-            trace = rsim.simulate(
-                rsim.SimConfig(
-                    slots=N_LAUNCH,
-                    batch=k,
-                    mode="first_k",
-                    launch=N_LAUNCH,
-                    lengths=pmf,
-                    steps=steps,
-                    seed=seed(config, STREAM, 10 * t + i),
-                )
-            )
-            tr = trained(trace)
-            step_means = tr.length.reshape(steps, k).mean(axis=1)
-            sim_mean, se = mean_and_se(step_means)
-            label = "p (k = n: no bias)" if k == N_LAUNCH else f"k = {k}"
-            color = COLORS[i]
-            closed(ax, ell, np.cumsum(q), color=color)
-            grid = np.unique(np.geomspace(1, MAX_LENGTH, 28).round())
-            emp = np.searchsorted(np.sort(tr.length), grid, side="right") / tr.length.size
-            sim(ax, grid, emp, color=color)
-            series.append((label, color))
-            section.check(
-                f"first-k-mean-s{sigma:g}-k{k}",
-                f"E_q[L], {tail_name}, k = {k} of n = {N_LAUNCH} (tokens)",
-                closed_form=mean_q,
-                simulation=sim_mean,
-                tolerance=Z_TOL * se,
-                rule=TOL_RULE,
-            )
-            rows.append(
-                (
-                    tail_name,
-                    N_LAUNCH,
-                    k,
-                    mean_p,
-                    mean_q,
-                    sim_mean,
-                    float(bias.ratio),
-                    nonnegative(float(bias.total_variation), name="TV(q, p)"),
-                    nonnegative(float(bias.kl_divergence), name="KL(q‖p)"),
-                )
-            )
+            rows.append(_first_k_one(section, config, ax, (t, tail_name, sigma), (i, k)))
+            series.append(("p (k = n: no bias)" if k == N_LAUNCH else f"k = {k}", COLORS[i]))
         ax.set_xscale("log")
         ax.set_title(f"Trained length law, first k of {N_LAUNCH}, {tail_name}")
         ax.set_xlabel("rollout length ℓ (tokens, log scale)")
@@ -146,7 +172,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         ),
         rows,
     )
-
     heavy_k1 = next(r for r in rows if r[0].startswith("heavy") and r[2] == 1)
     sim_ratio = section.metric("heavy_tail_first_1_simulated_ratio", heavy_k1[5] / heavy_k1[3])
     section.headline(
@@ -154,18 +179,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"{fmt(heavy_k1[6])} × E[L] on the heavy tail (simulated {fmt(sim_ratio)})."
     )
     section.metric("heavy_tail_first_1_ratio", heavy_k1[6])
-    _transient(section, config, progress)
-    _magnitude(section, config, progress)
-    section.takeaway(
-        "Training on the rollouts that finish first over-represents short ones: keeping the "
-        "first of {setting.n} trains a mean length of {heavy_tail_first_1_ratio} × E[L] on a "
-        "heavy-tailed law (simulated: {heavy_tail_first_1_simulated_ratio}), and continuous "
-        "dispatch from a cold start trains short batches before it settles at "
-        "{steady_state_ratio} × E[L].",
-        "Whenever fewer rollouts are trained than launched, the trained length law is not the "
-        "launched one; `length_bias` gives the shift for your law and settings, and "
-        "inverse-probability weights remove it (next section).",
-    )
 
 
 def _transient(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
