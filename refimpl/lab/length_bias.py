@@ -256,6 +256,12 @@ def _transient(section: Section, config: LabConfig, progress: Callable[[str], No
 
 def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Bias magnitude against tail heaviness and against over-provisioning N/B (or n/k)."""
+    _bias_vs_tail(section, config, progress)
+    _bias_vs_provisioning(section, config, progress)
+
+
+def _bias_vs_tail(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
+    """First 4 and 2 of 8 on lognormals of growing σ: the mean ratio follows the tail."""
     steps = config.first_k_batches // 2
     sigmas = (0.25, 0.5, 1.0, 1.5) if config.quick else (0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
     fig, (ax1,) = new_figure(1, width=6.0, height=4.0)
@@ -336,11 +342,12 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
         "`(n, k)` only (`length_bias`; the rank distortion is the same for every law)."
     )
 
-    # against over-provisioning: first k of n with n/k = N/B, and async with an η = 0 drop
-    progress("bias vs N/B: first-k-of-n and async with η = 0")
-    dist = lognormal(median=MEDIAN, sigma=1.0)
-    ratios = (1, 1.25, 1.5, 2, 4, 8)
-    k = 4
+
+def _first_k_nk(
+    section: Section, config: LabConfig, dist: Any, k: int, ratios: tuple[float, ...]
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """First ``k`` of ``k·r`` for each ratio ``r``: closed form, simulated mean and SE, TV."""
+    steps = config.first_k_batches // 2
     cf, sm, err, tvs = [], [], [], []
     for r_i, r in enumerate(ratios):
         n = round(k * r)
@@ -371,18 +378,14 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
             tolerance=Z_TOL * se,
             rule=TOL_RULE,
         )
-    fig, (ax2, ax3) = new_figure(2)
-    closed(ax2, ratios, cf, color=COLORS[0], label=f"first {k} of n: closed form", marker="")
-    sim_with_error(
-        ax2, ratios, sm, err, color=COLORS[0], label=f"first {k} of n: simulation (±2 SE)"
-    )
-    ax2.set_xscale("log", base=2)
-    ax2.set_title(f"First {k} of n: launching more per trained sample")
-    ax2.set_xlabel("n/k: rollouts launched per trained sample (log scale)")
-    ax2.set_ylabel("trained mean / launched mean")
-    ax2.legend()
+    return cf, sm, err, tvs
+
+
+def _async_nb(
+    config: LabConfig, dist: Any, nb: tuple[float, ...]
+) -> tuple[list[float], list[float], list[float]]:
+    """Continuous dispatch dropping at η = 0 for each N/B: the fluid model and the simulated mean."""
     slots = config.async_slots
-    nb = (0.25, 0.5, 1.0, 2.0)
     fl, am, aerr = [], [], []
     for b_i, x in enumerate(nb):
         batch = round(slots / x)
@@ -407,6 +410,31 @@ def _magnitude(section: Section, config: LabConfig, progress: Callable[[str], No
         m, se = mean_and_se(per_step / float(dist.mean()))
         am.append(m)
         aerr.append(se)
+    return fl, am, aerr
+
+
+def _bias_vs_provisioning(
+    section: Section, config: LabConfig, progress: Callable[[str], None]
+) -> None:
+    """First k of n with n/k = N/B, and async with an η = 0 drop: both fall with provisioning."""
+    progress("bias vs N/B: first-k-of-n and async with η = 0")
+    dist = lognormal(median=MEDIAN, sigma=1.0)
+    ratios = (1, 1.25, 1.5, 2, 4, 8)
+    k = 4
+    cf, sm, err, tvs = _first_k_nk(section, config, dist, k, ratios)
+    nb = (0.25, 0.5, 1.0, 2.0)
+    fl, am, aerr = _async_nb(config, dist, nb)
+    slots = config.async_slots
+    fig, (ax2, ax3) = new_figure(2)
+    closed(ax2, ratios, cf, color=COLORS[0], label=f"first {k} of n: closed form", marker="")
+    sim_with_error(
+        ax2, ratios, sm, err, color=COLORS[0], label=f"first {k} of n: simulation (±2 SE)"
+    )
+    ax2.set_xscale("log", base=2)
+    ax2.set_title(f"First {k} of n: launching more per trained sample")
+    ax2.set_xlabel("n/k: rollouts launched per trained sample (log scale)")
+    ax2.set_ylabel("trained mean / launched mean")
+    ax2.legend()
     closed(ax3, nb, fl, color=COLORS[1], linestyle="--", label="fluid model (approximation)")
     sim_with_error(ax3, nb, am, aerr, color=COLORS[1], label="simulation (±2 SE)", fmt="s")
     ax3.set_xscale("log", base=2)
