@@ -9,7 +9,7 @@ Closed forms: :func:`refimpl.fluid_keep_probability` (what a correct mask keeps,
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,18 +59,21 @@ DIAG_COLUMNS = (
 )
 
 
-def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
-    """Fill the debugging section."""
-    section.text(
-        "Two bugs that silently drop too much, on a batch where the right answer is known. "
-        "**Off-by-one:** the trainer counts staleness against the version it is about to publish "
-        "(`j + 1`) instead of the one it holds (`j`), so every sample looks one step staler and "
-        "`η = 0` drops every on-policy sample. **Too-tight IS mask:** an importance-sampling band "
-        "narrower than the train/inference log-probability mismatch drops on-policy sequences, the "
-        "long ones first. The diagnostic that catches both is `masking_diagnostics(...)."
-        "on_policy_dropped_fraction`: a correct staleness mask never drops an on-policy sample, so "
-        "any positive value is an alarm."
-    )
+class _Run(NamedTuple):
+    """An asynchronous run's trained samples after warm-up: their lengths, correct and off-by-one
+    staleness, steps, and the run's fluid step time."""
+
+    lengths: Any
+    s_ref: Any
+    s_bug: Any
+    steps_col: Any
+    warm: int
+    batch: int
+    delta: float
+
+
+def _off_by_one_run(section: Section, config: LabConfig, progress: Callable[[str], None]) -> _Run:
+    """Simulate one asynchronous run and count each sample's staleness right and off by one."""
     dist = lognormal(median=float(np.exp(6.0)), sigma=1.0)
     n, b = config.async_slots, config.async_batch
     steps = config.async_steps
@@ -96,7 +99,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "setting", {"slots": n, "batch": b, "samples": int(order.size), "step_time": delta}
     )
 
-    fig, (ax1, ax2) = new_figure(2, height=5.0)
+    return _Run(lengths, s_ref, s_bug, steps_col, warm, b, delta)
+
+
+def _off_by_one_panel(section: Section, ax1: Any, run: _Run) -> list[tuple[Any, ...]]:
+    """Correct and off-by-one masks at η = 0 and 1 against the fluid keep(ℓ); their rows."""
+    lengths, s_ref, s_bug, steps_col, warm, b, delta = run
     rows_tab = []
     edges = log_bins(lengths, 20)
     xx = np.geomspace(edges[0], edges[-1], 300)
@@ -174,7 +182,12 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax1.set_ylabel("fraction kept")
     ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
 
-    progress("too-tight IS mask: over_masking_scenarios")
+    return rows_tab
+
+
+def _tight_mask_panel(section: Section, config: LabConfig, ax2: Any) -> list[tuple[Any, ...]]:
+    """The library's two over-masking scenarios; the too-tight IS band's keep rate by length."""
+    rows_tab = []
     off_by_one, tight = refimpl.over_masking_scenarios(config.rng(STREAM * 100 + 1))
     for scen in (off_by_one, tight):
         rows_tab.append(_diag_row(f"{scen.name}: correct (library scenario)", scen.correct))
@@ -209,6 +222,26 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     ax2.set_xlabel("length quartile (tokens); every sample is on-policy")
     ax2.set_ylabel("fraction kept")
     ax2.legend(loc="upper center", ncol=1)
+    return rows_tab
+
+
+def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
+    """Fill the debugging section."""
+    section.text(
+        "Two bugs that silently drop too much, on a batch where the right answer is known. "
+        "**Off-by-one:** the trainer counts staleness against the version it is about to publish "
+        "(`j + 1`) instead of the one it holds (`j`), so every sample looks one step staler and "
+        "`η = 0` drops every on-policy sample. **Too-tight IS mask:** an importance-sampling band "
+        "narrower than the train/inference log-probability mismatch drops on-policy sequences, the "
+        "long ones first. The diagnostic that catches both is `masking_diagnostics(...)."
+        "on_policy_dropped_fraction`: a correct staleness mask never drops an on-policy sample, so "
+        "any positive value is an alarm."
+    )
+    run = _off_by_one_run(section, config, progress)
+    fig, (ax1, ax2) = new_figure(2, height=5.0)
+    rows_tab = _off_by_one_panel(section, ax1, run)
+    progress("too-tight IS mask: over_masking_scenarios")
+    rows_tab += _tight_mask_panel(section, config, ax2)
     section.figure(
         fig,
         "over-masking",
