@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 
 from refimpl._validation import invalid, wrong_type
-from refimpl.sim import _compiled, _config, _trace
+from refimpl.sim import _compiled, _config, _trace, _vector_compiled
 from refimpl.sim._closed import ClosedForm, closed_form
 from refimpl.sim._config import SimConfig
 from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
@@ -108,9 +108,11 @@ def simulate(
         ``event`` is the reference engine (plain Python, every mode); ``compiled`` is the same
         event loop compiled with numba (every mode; needs ``pip install 'refimpl[fast]'``);
         ``vector`` the vectorized numpy engine (``config.vectorizable`` only). ``auto`` uses the
-        vectorized engine where it applies (with its ordering step compiled when numba is
-        installed), else the compiled one when numba is installed, else the reference engine.
-        Every engine gives the same trace, sample for sample.
+        vectorized engine where it applies, else the compiled event loop, else the reference
+        engine; it compiles (the ordering step, or the event loop) only when numba is installed and
+        the kernel is already compiled (in this process or in numba's cache on disk) or the run is
+        long enough to repay a first compilation (``_compiled.COMPILE_ROLLOUTS``). Every engine
+        gives the same trace, sample for sample, so the choice changes only how long a run takes.
     progress : callable, optional
         Called with the number of newly completed rollouts every few thousand completions (event
         engine; the compiled engine about every 1/64 of the run, when it pauses; the vectorized
@@ -253,12 +255,17 @@ def _simulate_any(
     use_vector = engine == "vector" or (engine == "auto" and config.vectorizable)
     if use_vector:
         # auto: the ordering step compiled when numba is installed (the same trace)
-        raw = run_vector(config, supply, taus, compiled=engine == "auto")
+        raw = run_vector(
+            config,
+            supply,
+            taus,
+            compiled=engine == "auto" and _vector_compiled.worth_compiling(config),
+        )
         canonical = True
         if progress is not None:
             progress(config.trained_target)
     else:
-        compiled = engine == "compiled" or (engine == "auto" and _compiled.AVAILABLE)
+        compiled = engine == "compiled" or (engine == "auto" and _compiled.worth_compiling(config))
         try:
             if compiled:
                 run = _compiled.run_compiled

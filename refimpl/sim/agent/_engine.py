@@ -293,7 +293,9 @@ def simulate_agent(
     engine : {'auto', 'compiled', 'event'}
         ``event`` is the reference engine (plain Python); ``compiled`` the same event loop compiled
         with numba (needs ``pip install 'refimpl[fast]'``); ``auto`` the compiled one when numba is
-        installed, else the reference. Both give the same result, bit for bit.
+        installed and its kernel is already compiled (here or in numba's cache on disk) or the run
+        is long enough to repay a first compilation, else the reference. Both give the same result,
+        bit for bit.
     progress : callable, optional
         Called with the number of trainer steps done, once per step and in order (e.g. to set a
         progress bar); it must not touch the simulation. The compiled engine makes the calls in
@@ -358,7 +360,7 @@ def simulate_agent(
             engine,
             "Install it (pip install 'refimpl[fast]'), or pass engine='auto'.",
         )
-    if engine == "compiled" or (engine == "auto" and _compiled.AVAILABLE):
+    if engine == "compiled" or (engine == "auto" and _compiled.worth_compiling(config)):
         run = _compiled.run_agent_compiled(config, progress=progress)
         return assemble(config, compiled_columns(run, config), run.end_time, run.drain)
     eng = _Engine(config)
