@@ -10,7 +10,7 @@ partial rollouts, ``first_k``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -60,8 +60,41 @@ def _consumed(trace: Any, warm: int) -> dict[str, Any]:
     }
 
 
+class _Setup(NamedTuple):
+    """The section's runs: their length law, slots, batch, steps and warm-up."""
+
+    dist: Any
+    mean_l: float
+    n: int
+    b: int
+    steps: int
+    warm: int
+
+
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Fill the staleness-masking section."""
+    setup = _setup(section, config)
+    fig, (ax1, ax2) = new_figure(2)
+    delta0 = _staleness_by_length(section, config, progress, setup, ax1)
+    runs = _drop_runs(section, config, progress, setup, (fig, ax2, delta0))
+    _keep_by_length(section, setup, runs)
+    _corrections(section, config, progress, runs)
+    _alternatives(section, config, progress)
+    section.takeaway(
+        "Dropping samples staler than η = {tightest_drop.eta} trains a mean length of "
+        "{eta0_trained_mean_ratio_simulated} × E[L]: rollouts longer than "
+        "{tightest_drop.never_trained_above} tokens ({tightest_drop.launched_mass_never_trained:%} "
+        "of launches) are never trained.",
+        "Reweighting by the inverse keep probability brings the estimate only to "
+        "{tightest_drop_ipw_ratio} × E[L], "
+        "since no weight brings back a sample that is never seen; a larger η, admission control "
+        "or partial rollouts keep the long tail (tables alternatives and alternatives-cost: at "
+        "what token cost).",
+    )
+
+
+def _setup(section: Section, config: LabConfig) -> _Setup:
+    """The runs' settings, recorded and explained (the two step times the section uses)."""
     dist = _law()
     mean_l = float(dist.mean())
     n, b = config.async_slots, config.async_batch
@@ -93,7 +126,19 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"batch, so more rollouts must finish per step (at `η = 0`, {fmt(delta_eta0)} tokens/step)."
     )
 
-    # -- staleness by length (no bound) -----------------------------------------------------------
+    return _Setup(dist, mean_l, n, b, steps, warm)
+
+
+def _staleness_by_length(
+    section: Section,
+    config: LabConfig,
+    progress: Callable[[str], None],
+    setup: _Setup,
+    ax1: Any,
+) -> float:
+    """One run without a bound: the probability of each staleness by length, against the fluid
+    model, and the mean staleness; returns the run's step time Δ."""
+    dist, _, n, b, steps, warm = setup
     progress(f"staleness by length: async, N = {n}, B = {b}, {steps} steps")
     trace = rsim.simulate(
         rsim.SimConfig(slots=n, batch=b, steps=steps, lengths=dist, seed=seed(config, STREAM, 0))
@@ -112,7 +157,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         rule=FLUID_RULE,
     )
     edges = log_bins(c["length"], 24)
-    fig, (ax1, ax2) = new_figure(2)
     x = np.geomspace(edges[0], edges[-1], 300)
     for m in (1, 2, 3):
         p_line = 1.0 - refimpl.fluid_keep_probability(x, step_time=delta0, eta=m - 1)
@@ -134,82 +178,101 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "mean_staleness",
         {"fluid": float(fluid0.mean_staleness), "simulation": s_mean, "N/B": n / b},
     )
+    return delta0
 
-    # -- trained law under a drop at eta ----------------------------------------------------------
-    rows, keep_rows = [], []
+
+def _drop_run(
+    section: Section, config: LabConfig, setup: _Setup, eta: int, ax2: Any, color: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """One run dropping samples staler than ``eta``: its trained law drawn, checked; its row."""
+    dist, mean_l, n, b, steps, warm = setup
+    lx = np.geomspace(20, 20000, 400)
+    tr = rsim.simulate(
+        rsim.SimConfig(
+            slots=n,
+            batch=b,
+            steps=steps,
+            lengths=dist,
+            eta=eta,
+            over_bound="drop",
+            seed=seed(config, STREAM, 10 + eta),
+        )
+    )
+    ce = _consumed(tr, warm)
+    fl = refimpl.fluid_steady_state(dist, slots=n, batch=b, eta=eta)
+    delta = float(fl.step_time)
+    kept_frac = float(fl.kept_fraction)
+    keep_line = refimpl.fluid_keep_probability(lx, step_time=delta, eta=eta)
+    closed(ax2, lx, lx * dist.pdf(lx) * keep_line / kept_frac, color=color)
+    kept_len = ce["length"][ce["kept"]]
+    h_edges = np.geomspace(20, 20000, 41)
+    counts, _ = np.histogram(kept_len, bins=h_edges)
+    dens = counts / (kept_len.size * np.diff(np.log(h_edges)))
+    centre = np.sqrt(h_edges[:-1] * h_edges[1:])
+    show = counts > 0
+    sim(ax2, centre[show], dens[show], color=color)
+    # per-step statistics for standard errors
+    st_idx = ce["step"] - warm
+    per_mean = np.bincount(st_idx[ce["kept"]], weights=kept_len, minlength=steps - warm) / b
+    consumed_per = np.bincount(st_idx, minlength=steps - warm).astype(np.float64)
+    per_kept = b / consumed_per
+    tm, tm_se = block_mean_and_se(per_mean)
+    kf_sim = float(ce["kept"].mean())
+    _, kf_se = block_mean_and_se(per_kept)
+    section.check(
+        f"trained-mean-eta{eta}",
+        f"trained mean length, drop over η = {eta} (tokens)",
+        closed_form=float(fl.trained_mean_length),
+        simulation=tm,
+        tolerance=FLUID_TOL * float(fl.trained_mean_length) + Z_TOL * tm_se,
+        rule=FLUID_RULE,
+    )
+    section.check(
+        f"kept-fraction-eta{eta}",
+        f"kept fraction, drop over η = {eta}",
+        closed_form=kept_frac,
+        simulation=kf_sim,
+        tolerance=FLUID_TOL * kept_frac + Z_TOL * kf_se,
+        rule=FLUID_RULE,
+    )
+    never = (eta + 1) * delta
+    lost_mass = float(dist.sf(never))
+    trained_beyond = float((kept_len > never).mean())
+    ce["delta"] = delta
+    row = (
+        eta,
+        delta,
+        kept_frac,
+        kf_sim,
+        float(fl.trained_mean_length),
+        tm,
+        float(fl.trained_mean_length) / mean_l,
+        never,
+        lost_mass,
+        trained_beyond,
+    )
+    return row, ce
+
+
+def _drop_runs(
+    section: Section,
+    config: LabConfig,
+    progress: Callable[[str], None],
+    setup: _Setup,
+    figure: tuple[Any, Any, float],
+) -> dict[int, dict[str, Any]]:
+    """Runs dropping at each η: the trained law (the figure's right panel), its tables, what is
+    never trained."""
+    fig, ax2, delta0 = figure
+    dist, mean_l, steps = setup.dist, setup.mean_l, setup.steps
+    rows = []
     runs: dict[int, dict[str, Any]] = {}
     lx = np.geomspace(20, 20000, 400)
     closed(ax2, lx, lx * dist.pdf(lx), color="0.55", linestyle=":")
     for i, eta in enumerate(ETAS):
         progress(f"drop over η = {eta}: async, {steps} steps (event engine)")
-        tr = rsim.simulate(
-            rsim.SimConfig(
-                slots=n,
-                batch=b,
-                steps=steps,
-                lengths=dist,
-                eta=eta,
-                over_bound="drop",
-                seed=seed(config, STREAM, 10 + eta),
-            )
-        )
-        ce = _consumed(tr, warm)
-        runs[eta] = ce
-        fl = refimpl.fluid_steady_state(dist, slots=n, batch=b, eta=eta)
-        delta = float(fl.step_time)
-        kept_frac = float(fl.kept_fraction)
-        keep_line = refimpl.fluid_keep_probability(lx, step_time=delta, eta=eta)
-        closed(ax2, lx, lx * dist.pdf(lx) * keep_line / kept_frac, color=COLORS[i])
-        kept_len = ce["length"][ce["kept"]]
-        h_edges = np.geomspace(20, 20000, 41)
-        counts, _ = np.histogram(kept_len, bins=h_edges)
-        dens = counts / (kept_len.size * np.diff(np.log(h_edges)))
-        centre = np.sqrt(h_edges[:-1] * h_edges[1:])
-        show = counts > 0
-        sim(ax2, centre[show], dens[show], color=COLORS[i])
-        # per-step statistics for standard errors
-        st_idx = ce["step"] - warm
-        per_mean = np.bincount(st_idx[ce["kept"]], weights=kept_len, minlength=steps - warm) / b
-        consumed_per = np.bincount(st_idx, minlength=steps - warm).astype(np.float64)
-        per_kept = b / consumed_per
-        tm, tm_se = block_mean_and_se(per_mean)
-        kf_sim = float(ce["kept"].mean())
-        _, kf_se = block_mean_and_se(per_kept)
-        section.check(
-            f"trained-mean-eta{eta}",
-            f"trained mean length, drop over η = {eta} (tokens)",
-            closed_form=float(fl.trained_mean_length),
-            simulation=tm,
-            tolerance=FLUID_TOL * float(fl.trained_mean_length) + Z_TOL * tm_se,
-            rule=FLUID_RULE,
-        )
-        section.check(
-            f"kept-fraction-eta{eta}",
-            f"kept fraction, drop over η = {eta}",
-            closed_form=kept_frac,
-            simulation=kf_sim,
-            tolerance=FLUID_TOL * kept_frac + Z_TOL * kf_se,
-            rule=FLUID_RULE,
-        )
-        never = (eta + 1) * delta
-        lost_mass = float(dist.sf(never))
-        trained_beyond = float((kept_len > never).mean())
-        rows.append(
-            (
-                eta,
-                delta,
-                kept_frac,
-                kf_sim,
-                float(fl.trained_mean_length),
-                tm,
-                float(fl.trained_mean_length) / mean_l,
-                never,
-                lost_mass,
-                trained_beyond,
-            )
-        )
-        runs[eta]["delta"] = delta
-        keep_rows.append((eta, delta))
+        row, runs[eta] = _drop_run(section, config, setup, eta, ax2, COLORS[i])
+        rows.append(row)
     ax2.set_xscale("log")
     ax2.set_title("Trained length law under a drop at s > η")
     ax2.set_xlabel("rollout length ℓ (tokens, log scale)")
@@ -282,7 +345,11 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "never seen — only a larger η, admission control or partial rollouts can."
     )
 
-    # -- keep rate by length ------------------------------------------------------------------------
+    return runs
+
+
+def _keep_by_length(section: Section, setup: _Setup, runs: dict[int, dict[str, Any]]) -> None:
+    """The probability that a consumed rollout survives each drop, by length."""
     fig, (ax,) = new_figure(1, width=7.0, height=4.2)
     for i, eta in enumerate(ETAS):
         ce = runs[eta]
@@ -311,20 +378,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "keep-by-length",
         "The probability that a consumed rollout survives the staleness drop, by length: "
         "`fluid_keep_probability` (lines) against the simulator (markers).",
-    )
-
-    _corrections(section, config, progress, runs)
-    _alternatives(section, config, progress)
-    section.takeaway(
-        "Dropping samples staler than η = {tightest_drop.eta} trains a mean length of "
-        "{eta0_trained_mean_ratio_simulated} × E[L]: rollouts longer than "
-        "{tightest_drop.never_trained_above} tokens ({tightest_drop.launched_mass_never_trained:%} "
-        "of launches) are never trained.",
-        "Reweighting by the inverse keep probability brings the estimate only to "
-        "{tightest_drop_ipw_ratio} × E[L], "
-        "since no weight brings back a sample that is never seen; a larger η, admission control "
-        "or partial rollouts keep the long tail (tables alternatives and alternatives-cost: at "
-        "what token cost).",
     )
 
 
