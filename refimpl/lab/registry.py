@@ -47,6 +47,8 @@ _LEARNING_REQUIRES = (
     "refimpl.inclusion_probability_pmf",
     "refimpl.learning.async_gradient",
     "refimpl.learning.corrected_scores",
+    "refimpl.learning.estimator_bias",
+    "refimpl.learning.estimator_status",
     "refimpl.learning.expected_length",
     "refimpl.learning.first_k_carry_gradient",
     "refimpl.learning.first_k_gradient",
