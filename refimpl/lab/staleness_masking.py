@@ -381,6 +381,114 @@ def _keep_by_length(section: Section, setup: _Setup, runs: dict[int, dict[str, A
     )
 
 
+#: The corrections' two first-k settings: (label, n, k, support points, geometric ratio).
+_ESTIMATOR_SETTINGS = (
+    ("mild", 4, 2, 4, 1.0),
+    ("tail", 8, 4, 8, 0.8),
+)
+_DESCRIBED = {
+    "mild": "uniform on {100, 200, 300, 400} tokens, first 2 of 4",
+    "tail": "geometric(0.8) on {100, 200, ..., 800} tokens, first 4 of 8",
+}
+#: The clipped estimator's weight cap.
+_CLIP = 5.0
+
+
+def _estimator_setting(
+    section: Section, config: LabConfig, progress: Callable[[str], None], s_i: int
+) -> list[tuple[Any, ...]]:
+    """One setting: each estimator's simulated bias and variance against the exact moments."""
+    label, n, k, points, ratio = _ESTIMATOR_SETTINGS[s_i]
+    reps, clip, described = config.estimator_reps, _CLIP, _DESCRIBED
+    rows: list[tuple[Any, ...]] = []
+    pmf = np.zeros(100 * points)
+    pmf[np.arange(1, points + 1) * 100 - 1] = ratio ** np.arange(points)
+    pmf /= pmf.sum()
+    ell = support(pmf)
+    mean_p = float(ell @ pmf)
+    q = np.asarray(refimpl.selected_pmf(pmf, n=n, k=k), dtype=np.float64)
+    mean_q = float(ell @ q)
+    pi = np.asarray(refimpl.inclusion_probability_pmf(pmf, n=n, k=k), dtype=np.float64)
+    progress(f"corrections: {label}, {reps} batches")
+    trace = rsim.simulate(
+        rsim.SimConfig(
+            slots=n,
+            batch=k,
+            mode="first_k",
+            launch=n,
+            lengths=pmf,
+            steps=reps,
+            seed=seed(config, STREAM, 50 + s_i),
+        )
+    )
+    L = trained(trace).length.reshape(reps, k)
+    pi_b = pi[L.astype(np.int64) - 1]
+    exact = refimpl.ipw_estimator_moments(pmf, ell, n=n, k=k, clip=clip)
+    assert exact.clipped is not None
+    estimates = {
+        "naive (batch mean)": (L.mean(axis=1), None),
+        "IPW (Horvitz–Thompson)": (
+            refimpl.horvitz_thompson_estimate(L, pi_b, n=n, k=k),
+            exact.horvitz_thompson,
+        ),
+        "Hájek (self-normalised)": (refimpl.hajek_estimate(L, pi_b), exact.hajek),
+        f"clipped IPW (w ≤ {fmt(clip)})": (
+            refimpl.clipped_ipw_estimate(L, pi_b, n=n, k=k, clip=clip),
+            exact.clipped,
+        ),
+    }
+    for name, (est, mom) in estimates.items():
+        m, se = mean_and_se(est)
+        var = float(est.var(ddof=1))
+        var_se = float(np.sqrt(max(np.mean((est - est.mean()) ** 4) - var**2, 0.0) / est.size))
+        bias_cf = float(mom.bias) if mom is not None else mean_q - mean_p
+        var_cf = nonnegative(float(mom.variance), name="variance") if mom is not None else 0.0
+        rows.append(
+            (
+                label,
+                name,
+                bias_cf,
+                m - mean_p,
+                se,
+                var_cf if mom is not None else "—",
+                var,
+                float(np.mean((est - mean_p) ** 2)),
+            )
+        )
+        short = name.split(" (")[0]
+        # Bounded estimators (naive, Hájek, clipped) have reliable standard errors everywhere;
+        # HT only where its weights are moderate (the mild setting).
+        if s_i == 0 or mom is None or "Horvitz" not in name:
+            section.check(
+                f"bias-{s_i}-{short}",
+                f"{short} estimate of E_p[L] (tokens), {label}",
+                closed_form=mean_p + bias_cf,
+                simulation=m,
+                tolerance=Z_TOL * se,
+                rule=TOL_RULE,
+            )
+        if s_i == 0 and mom is not None:
+            section.check(
+                f"variance-{s_i}-{short}",
+                f"{short} variance over batches (tokens²), {label}",
+                closed_form=var_cf,
+                simulation=var,
+                tolerance=Z_TOL * var_se,
+                rule=TOL_RULE,
+            )
+    section.metric(
+        f"estimator_setting_{s_i}",
+        {
+            "label": f"{label}: {described[label]}",
+            "E_p[L]": mean_p,
+            "E_q[L]": mean_q,
+            "max_ipw_weight": float((k / (n * pi[pmf > 0])).max()),
+            "per_draw_variance": float(exact.per_draw_variance),
+        },
+    )
+    return rows
+
+
 def _corrections(
     section: Section,
     config: LabConfig,
@@ -389,102 +497,10 @@ def _corrections(
 ) -> None:
     """IPW, Hájek and clipped estimates of E_p[L]: bias and variance."""
     reps = config.estimator_reps
-    clip = 5.0
-    settings = (
-        ("mild", 4, 2, 4, 1.0),
-        ("tail", 8, 4, 8, 0.8),
-    )
-    described = {
-        "mild": "uniform on {100, 200, 300, 400} tokens, first 2 of 4",
-        "tail": "geometric(0.8) on {100, 200, ..., 800} tokens, first 4 of 8",
-    }
+    described = _DESCRIBED
     rows = []
-    for s_i, (label, n, k, points, ratio) in enumerate(settings):
-        pmf = np.zeros(100 * points)
-        pmf[np.arange(1, points + 1) * 100 - 1] = ratio ** np.arange(points)
-        pmf /= pmf.sum()
-        ell = support(pmf)
-        mean_p = float(ell @ pmf)
-        q = np.asarray(refimpl.selected_pmf(pmf, n=n, k=k), dtype=np.float64)
-        mean_q = float(ell @ q)
-        pi = np.asarray(refimpl.inclusion_probability_pmf(pmf, n=n, k=k), dtype=np.float64)
-        progress(f"corrections: {label}, {reps} batches")
-        trace = rsim.simulate(
-            rsim.SimConfig(
-                slots=n,
-                batch=k,
-                mode="first_k",
-                launch=n,
-                lengths=pmf,
-                steps=reps,
-                seed=seed(config, STREAM, 50 + s_i),
-            )
-        )
-        L = trained(trace).length.reshape(reps, k)
-        pi_b = pi[L.astype(np.int64) - 1]
-        exact = refimpl.ipw_estimator_moments(pmf, ell, n=n, k=k, clip=clip)
-        assert exact.clipped is not None
-        estimates = {
-            "naive (batch mean)": (L.mean(axis=1), None),
-            "IPW (Horvitz–Thompson)": (
-                refimpl.horvitz_thompson_estimate(L, pi_b, n=n, k=k),
-                exact.horvitz_thompson,
-            ),
-            "Hájek (self-normalised)": (refimpl.hajek_estimate(L, pi_b), exact.hajek),
-            f"clipped IPW (w ≤ {fmt(clip)})": (
-                refimpl.clipped_ipw_estimate(L, pi_b, n=n, k=k, clip=clip),
-                exact.clipped,
-            ),
-        }
-        for name, (est, mom) in estimates.items():
-            m, se = mean_and_se(est)
-            var = float(est.var(ddof=1))
-            var_se = float(np.sqrt(max(np.mean((est - est.mean()) ** 4) - var**2, 0.0) / est.size))
-            bias_cf = float(mom.bias) if mom is not None else mean_q - mean_p
-            var_cf = nonnegative(float(mom.variance), name="variance") if mom is not None else 0.0
-            rows.append(
-                (
-                    label,
-                    name,
-                    bias_cf,
-                    m - mean_p,
-                    se,
-                    var_cf if mom is not None else "—",
-                    var,
-                    float(np.mean((est - mean_p) ** 2)),
-                )
-            )
-            short = name.split(" (")[0]
-            # Bounded estimators (naive, Hájek, clipped) have reliable standard errors everywhere;
-            # HT only where its weights are moderate (the mild setting).
-            if s_i == 0 or mom is None or "Horvitz" not in name:
-                section.check(
-                    f"bias-{s_i}-{short}",
-                    f"{short} estimate of E_p[L] (tokens), {label}",
-                    closed_form=mean_p + bias_cf,
-                    simulation=m,
-                    tolerance=Z_TOL * se,
-                    rule=TOL_RULE,
-                )
-            if s_i == 0 and mom is not None:
-                section.check(
-                    f"variance-{s_i}-{short}",
-                    f"{short} variance over batches (tokens²), {label}",
-                    closed_form=var_cf,
-                    simulation=var,
-                    tolerance=Z_TOL * var_se,
-                    rule=TOL_RULE,
-                )
-        section.metric(
-            f"estimator_setting_{s_i}",
-            {
-                "label": f"{label}: {described[label]}",
-                "E_p[L]": mean_p,
-                "E_q[L]": mean_q,
-                "max_ipw_weight": float((k / (n * pi[pmf > 0])).max()),
-                "per_draw_variance": float(exact.per_draw_variance),
-            },
-        )
+    for s_i in range(len(_ESTIMATOR_SETTINGS)):
+        rows += _estimator_setting(section, config, progress, s_i)
     section.text(
         "**Corrections.** Two settings: *mild* is "
         + described["mild"]
@@ -519,7 +535,12 @@ def _corrections(
         "naive batch mean has no exact variance in the library (—).",
     )
 
-    # under the staleness drop: weights 1/keep(ℓ) cannot reach the never-kept tail
+    _corrections_under_drop(section, runs)
+
+
+def _corrections_under_drop(section: Section, runs: dict[int, dict[str, Any]]) -> None:
+    """Under the staleness drop, weights 1/keep(ℓ) cannot reach the never-kept tail: the naive,
+    IPW and Hájek estimates of E[L] against the truth."""
     dist = _law()
     mean_l = float(dist.mean())
     mrows = []
