@@ -20,6 +20,7 @@ group's lengths and has no fixed length (EM6), so it is trained instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -58,7 +59,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
     """Fill the effort section."""
     p = PROBLEM
     section.metric("problem", {**p, "b_max": B_MAX})
-    penalty = {k: p[k] for k in ("k0", "b_min", "tau")}
     section.text(
         "The effort penalty prices every generated token at `k(b) = k0·exp(−(b − b_min)/τ)`; the "
         "shaped reward is `Q(ℓ) − k(b)·ℓ`. Under the saturating quality model "
@@ -67,7 +67,35 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"`k0 = {fmt(p['k0'])}`, `τ = {fmt(p['tau'])}`, efforts `b ∈ [{fmt(p['b_min'])}, {fmt(B_MAX)}]`."
     )
 
-    # -- k(b) and L*(b): closed form vs grid argmax vs trained policy -----------------------------
+    _frontier(section, progress, _one_class(section, config, progress))
+    mix_part(section, config, progress)
+    section.takeaway(
+        "The best length grows by {optimal_length_slope} tokens per unit of effort, and one "
+        "policy trained on every effort level stays within "
+        "{policy_max_relative_length_error:%} of it; on a mix of easy, medium and hard problems "
+        "one checkpoint sits at most {conditioned_policy_max_distance} in quality below the "
+        "adaptive frontier.",
+        "Conditioning on the effort (and the problem) buys more quality per token than a fixed "
+        "budget; the published length penalties fall short of the frontier by up to "
+        "{worst_penalty_shortfall} in quality on the mix.",
+    )
+
+
+class _OneClass(NamedTuple):
+    """What the one-class part measured, which the frontier reuses."""
+
+    policy: Any
+    b_line: NDArray[np.float64]
+    b_pts: NDArray[np.float64]
+    l_pts: NDArray[np.float64]
+    argmax: NDArray[np.float64]
+    policy_len: NDArray[np.float64]
+
+
+def _one_class(section: Section, config: LabConfig, progress: Callable[[str], None]) -> _OneClass:
+    """k(b) and L*(b): the closed forms against a grid argmax and a trained toy policy."""
+    p = PROBLEM
+    penalty = {k: p[k] for k in ("k0", "b_min", "tau")}
     progress("k(b), L*(b): closed form vs grid argmax")
     b_line = np.linspace(p["b_min"], B_MAX, 200)
     k_line = refimpl.effort_penalty(b_line, **penalty)
@@ -165,8 +193,14 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             tolerance=0.05 * lc,
             rule="trained policy: 5% of L*(b) (the effort module documents < 2.5% at 600 steps)",
         )
+    return _OneClass(policy, b_line, b_pts, l_pts, argmax, policy_len)
 
-    # -- the frontier ---------------------------------------------------------------------------
+
+def _frontier(section: Section, progress: Callable[[str], None], one: _OneClass) -> None:
+    """The cost/quality frontier: the closed form, the trained policy and the published penalties."""
+    p = PROBLEM
+    penalty = {k: p[k] for k in ("k0", "b_min", "tau")}
+    policy, b_line, b_pts, l_pts, argmax, policy_len = one
     progress("cost/quality frontier")
     front_line = refimpl.effort_frontier(b_line, **p)
     front_pts = refimpl.effort_frontier(b_pts, **p)
@@ -253,17 +287,6 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
             tolerance=0.01 * p["q_max"],
             rule="trained policy quality: 1% of q_max (the effort module documents < 0.5%)",
         )
-    mix_part(section, config, progress)
-    section.takeaway(
-        "The best length grows by {optimal_length_slope} tokens per unit of effort, and one "
-        "policy trained on every effort level stays within "
-        "{policy_max_relative_length_error:%} of it; on a mix of easy, medium and hard problems "
-        "one checkpoint sits at most {conditioned_policy_max_distance} in quality below the "
-        "adaptive frontier.",
-        "Conditioning on the effort (and the problem) buys more quality per token than a fixed "
-        "budget; the published length penalties fall short of the frontier by up to "
-        "{worst_penalty_shortfall} in quality on the mix.",
-    )
 
 
 def _capped(
