@@ -59,26 +59,48 @@ def _lengths(lengths: ArrayLike, *, name: str = "lengths") -> NDArray[np.float64
 
 
 def _correct(correct: ArrayLike, like: NDArray[np.float64]) -> NDArray[np.bool_]:
-    raw = np.asarray(correct)
-    if raw.dtype == np.bool_:
-        flags = raw
-    else:
-        try:
-            values = np.asarray(raw, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise wrong_type(
-                "correct", "a boolean array", correct, "Pass correct as booleans (or 0/1)."
-            ) from None
-        require_entries(
-            values,
-            (values != 0.0) & (values != 1.0),
-            name="correct",
-            rule="contain only booleans or 0/1",
-            fix="; pass True/False per response.",
-        )
-        flags = values == 1.0
+    try:  # as_float_array refuses text, complex, dates and ragged nesting; booleans become 0/1
+        values = as_float_array(correct, name="correct")
+    except TypeError as exc:
+        raise wrong_type(
+            "correct", "a boolean array", correct, f"Pass correct as booleans (or 0/1): {exc}"
+        ) from None
+    require_entries(
+        values,
+        (values != 0.0) & (values != 1.0),
+        name="correct",
+        rule="contain only booleans or 0/1",
+        fix="; pass True/False per response.",
+    )
+    flags = values == 1.0
     require_same_shape(like, flags, names=("lengths", "correct"))
     return np.asarray(flags, dtype=np.bool_)
+
+
+def _labels(groups: ArrayLike, shape: tuple[int, ...]) -> NDArray[np.intp]:
+    """Each response's problem index (0, 1, ...) from its label in ``groups``."""
+    refusal = wrong_type(
+        "groups",
+        "a 1-D array of comparable labels",
+        groups,
+        "Pass one label (an int or a string) per response, all of one kind.",
+    )
+    try:
+        labels = np.asarray(groups)
+    except (TypeError, ValueError):  # ragged nesting
+        raise refusal from None
+    if labels.shape != shape:
+        raise invalid(
+            "groups",
+            f"have the shape of lengths {shape}",
+            labels,
+            "Pass one problem label per response.",
+        )
+    try:
+        _, inverse = np.unique(labels, return_inverse=True)
+    except TypeError:  # labels numpy cannot order (mixed kinds, objects)
+        raise refusal from None
+    return np.asarray(inverse, dtype=np.intp).reshape(-1)
 
 
 def _out(value: Any) -> NDArray[np.float64]:
@@ -183,16 +205,7 @@ def kimi_length_reward(
                 groups,
                 "Pass a 1-D lengths with one label per response, or a 2-D lengths without groups.",
             )
-        labels = np.asarray(groups)
-        if labels.shape != ell.shape:
-            raise invalid(
-                "groups",
-                f"have the shape of lengths {ell.shape}",
-                labels,
-                "Pass one problem label per response.",
-            )
-        _, inverse = np.unique(labels, return_inverse=True)
-        inverse = inverse.reshape(-1)
+        inverse = _labels(groups, ell.shape)
         n_groups = int(inverse.max()) + 1
         lo_g = np.full(n_groups, np.inf)
         hi_g = np.full(n_groups, -np.inf)
@@ -308,11 +321,22 @@ def dapo_overlong_penalty(
     if not isinstance(floor, (bool, np.bool_)):
         raise wrong_type("floor", "a bool", floor, "Pass floor=True (paper) or floor=False (verl).")
     factor = as_real(penalty_factor, name="penalty_factor", low=0.0, meaning="penalty scale")
-    start = l_max - l_cache
-    ramp = np.minimum((start - ell) / l_cache, 0.0)
-    if floor:
-        ramp = np.maximum(ramp, -1.0)
-    return _out(factor * ramp + 0.0)  # + 0.0 turns -0.0 into 0.0
+    over = np.maximum(ell - (l_max - l_cache), 0.0)  # tokens into the interval, and past it
+    if floor:  # clipped before the division: a tiny cache_length cannot overflow
+        return _out(factor * -(np.minimum(over, l_cache) / l_cache) + 0.0)  # + 0.0: no -0.0
+    if factor == 0.0:
+        return _out(np.zeros(ell.shape))
+    with np.errstate(over="ignore"):
+        penalty = factor * -(over / l_cache) + 0.0
+    if not np.all(np.isfinite(penalty)):
+        raise invalid(
+            "cache_length",
+            "be large enough that the unfloored penalty fits in float64",
+            cache_length,
+            "Pass floor=True (the paper's penalty stops at -penalty_factor) or a larger "
+            "cache_length.",
+        )
+    return _out(penalty)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,8 +448,10 @@ def cosine_length_reward(
         )
     exceed = None if exceed_value is None else as_real(exceed_value, name="exceed_value")
     progress = np.minimum(ell, length_cap) / length_cap
-    c = 0.5 * (1.0 + np.cos(np.pi * progress))
-    reward = np.where(ok, lo_c + (hi_c - lo_c) * c, hi_w + (lo_w - hi_w) * c)
+    cosine = np.cos(np.pi * progress)
+    c, rest = 0.5 * (1.0 + cosine), 0.5 * (1.0 - cosine)
+    # convex combinations: no difference of the two ends, which could overflow float64
+    reward = np.where(ok, hi_c * c + lo_c * rest, lo_w * c + hi_w * rest)
     if exceed is not None:
         reward = np.where(ell >= length_cap, exceed, reward)
     return _out(reward)
@@ -503,7 +529,16 @@ def l1_exact_reward(
     ok = _correct(correct, ell)
     target = _targets(target_lengths, ell)
     a = as_real(alpha, name="alpha", low=0.0, meaning="price per token of deviation")
-    return _out(ok.astype(np.float64) - a * np.abs(target - ell))
+    with np.errstate(over="ignore"):
+        reward = ok.astype(np.float64) - a * np.abs(target - ell)
+    if not np.all(np.isfinite(reward)):
+        raise invalid(
+            "alpha",
+            "keep alpha * |target_lengths - lengths| within float64's range",
+            alpha,
+            "Pass a smaller alpha or target_lengths (the reward is below -1.8e308).",
+        )
+    return _out(reward)
 
 
 def l1_max_reward(
@@ -568,4 +603,6 @@ def l1_max_reward(
     target = _targets(target_lengths, ell)
     a = as_real(alpha, name="alpha", low=0.0, meaning="slope per token")
     d = as_real(delta, name="delta", low=0.0, high=1.0, meaning="reward at the budget")
-    return _out(np.where(ok, np.clip(a * (target - ell) + d, 0.0, 1.0), 0.0))
+    with np.errstate(over="ignore"):  # an overflow to +-inf is clipped to 1 or 0: still exact
+        budget = np.clip(a * (target - ell) + d, 0.0, 1.0)
+    return _out(np.where(ok, budget, 0.0))

@@ -171,33 +171,6 @@ def _penalty_conversion(args: list[Any], kwargs: dict[str, Any]) -> bool:
 #: functions, but skips the inputs that ``hits`` recognizes as the known defect; each reproduction
 #: is checked to still fail (an entry that no longer reproduces must be removed).
 KNOWN_DEFECTS: dict[str, Defect] = {
-    "cosine_length_reward": Defect(
-        _PENALTY_CONVERSION,
-        lambda: refimpl.cosine_length_reward([1.0], [1 + 2j], max_length=10.0),
-        _penalty_conversion,
-    ),
-    "kimi_length_reward": Defect(
-        _PENALTY_CONVERSION,
-        lambda: refimpl.kimi_length_reward([1.0], [1 + 2j]),
-        _penalty_conversion,
-    ),
-    "l1_exact_reward": Defect(
-        _PENALTY_CONVERSION + "; RuntimeWarning: overflow for target_lengths=1e308, alpha=2",
-        lambda: refimpl.l1_exact_reward([1.0], [1 + 2j], [1.0]),
-        lambda a, k: _penalty_conversion(a, k) or _any_leaf(_huge)(a, k),
-    ),
-    "l1_max_reward": Defect(
-        _PENALTY_CONVERSION + "; RuntimeWarning: overflow in multiply for alpha=1e308",
-        lambda: refimpl.l1_max_reward([1.0], [1 + 2j], [1.0]),
-        lambda a, k: _penalty_conversion(a, k) or _any_leaf(_huge)(a, k),
-    ),
-    "dapo_overlong_penalty": Defect(
-        "RuntimeWarning: overflow in divide for a subnormal cache_length",
-        lambda: refimpl.dapo_overlong_penalty(
-            [1.0], max_length=269159647051.0, cache_length=1.4972502360355677e-297
-        ),
-        _any_leaf(_tiny),
-    ),
     "difficulty_mix": Defect(
         "RuntimeWarning: overflow in exp for a wide sigma, in multiply for median=1e308; "
         "MemoryError for nodes=2**40",

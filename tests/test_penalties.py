@@ -7,6 +7,7 @@ every property is also shown to reject a deliberately wrong variant.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -24,6 +25,7 @@ from refimpl import (
     l1_exact_reward,
     l1_max_reward,
 )
+from refimpl.errors import RefimplError
 
 lengths_int = st.integers(0, 4000)
 groups_of_responses = st.lists(st.tuples(lengths_int, st.booleans()), min_size=1, max_size=16)
@@ -359,3 +361,46 @@ def test_l1_defaults_are_the_papers() -> None:
     assert l1_exact_reward([2000.0], [True], 1000.0)[0] == pytest.approx(1.0 - 0.3)
     assert l1_max_reward([1000.0], [True], 1000.0)[0] == 0.5
     np.testing.assert_allclose(l1_max_reward([0.0, 3000.0], [True, True], 1000.0), [0.8, 0.0])
+
+
+# --- hostile inputs: a refusal or an exact answer, never a numpy error or a warning ---------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: kimi_length_reward([1.0], [1 + 2j]),
+        lambda: kimi_length_reward([1.0, 2.0], [1, 1], groups=[[1], [1, 2]]),
+        lambda: cosine_length_reward([[1.0], [1.0, 2.0]], [True], max_length=10.0),
+        lambda: cosine_length_reward([2**1100], [True], max_length=10.0),
+        lambda: l1_exact_reward([1.0], [True], [1e308], alpha=2.0),
+        lambda: dapo_overlong_penalty([4e11], max_length=3e11, cache_length=1e-300, floor=False),
+    ],
+)
+def test_hostile_penalty_inputs_are_refused_by_refimpl(call: Callable[[], object]) -> None:
+    with warnings.catch_warnings(), np.errstate(all="raise", under="ignore"):
+        warnings.simplefilter("error")
+        with pytest.raises(RefimplError):
+            call()
+
+
+def test_penalties_near_float64s_range_answer_exactly_without_overflow() -> None:
+    with warnings.catch_warnings(), np.errstate(all="raise", under="ignore"):
+        warnings.simplefilter("error")
+        # the interval is a subnormal 1.5e-297 tokens: 1 token is far below it, 3e11 past it
+        tiny = dapo_overlong_penalty(
+            [1.0, 3e11], max_length=269159647051.0, cache_length=1.4972502360355677e-297
+        )
+        # alpha * (target - length) is +-inf in float64: the clip makes it exactly 1 or 0
+        clipped = l1_max_reward([1.0, 1e308], [True, True], [1e308, 1.0], alpha=1e308)
+        # the ends differ by 2e308: the cosine at length 0 and at max_length is still exact
+        ends = cosine_length_reward(
+            [0.0, 10.0],
+            [True, True],
+            max_length=10.0,
+            min_value_correct=-1e308,
+            max_value_correct=1e308,
+        )
+    np.testing.assert_array_equal(tiny, [0.0, -1.0])
+    np.testing.assert_array_equal(clipped, [1.0, 0.0])
+    np.testing.assert_array_equal(ends, [1e308, -1e308])
