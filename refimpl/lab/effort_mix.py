@@ -404,7 +404,13 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
         "worst_penalty_shortfall", max(float(np.max(short)) for _, _, short in shortfall_rows)
     )
 
-    # -- closed forms behind the grid optima: DAPO (PEN4) and L1-Exact (PEN6), per class ---------
+    _grid_optima_checks(section, config, published)
+    _gap_part(section, config, progress)
+
+
+def _grid_optima_checks(section: Section, config: LabConfig, published: Any) -> None:
+    """The closed forms behind the grid optima: DAPO (PEN4) and L1-Exact (PEN6), per class."""
+    lam, weights = MIX.lam, MIX.weights
     step = 4.0 if config.quick else 1.0
     for p in published:
         value = float(p.setting.split("= ")[1])
@@ -429,7 +435,11 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
             rule="grid argmax: one grid step",
         )
 
-    # -- the gap, for a few mixes ------------------------------------------------------------------
+
+def _gap_part(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
+    """The gap between adaptive effort and a fixed budget, for a few mixes."""
+    pen = MIX_PENALTY
+    b_pts = np.linspace(pen["b_min"], MIX_B_MAX, 9)  # the checkpoint's efforts
     progress("the gap between adaptive effort and a fixed budget, for a few mixes")
     b_gap = np.linspace(-3.0, 6.0, 901)
     fig, (ax_q, ax_c) = new_figure(2)
