@@ -339,7 +339,14 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
         "budget), " + ("above" if above else "not everywhere above") + " the fixed-budget curve."
     )
 
-    # -- where each penalty lands -------------------------------------------------------------------
+    _where_penalties_land(section, published, shortfall_rows)
+    _grid_optima_checks(section, config, published)
+    _gap_part(section, config, progress)
+
+
+def _where_penalties_land(section: Section, published: Any, shortfall_rows: Any) -> None:
+    """Each published penalty's shortfall below the adaptive frontier on the mix, and its verdict."""
+    mix = MIX._asdict()
     rows = []
     for fam, group, short in shortfall_rows:
         c = np.array([p.cost for p in group])
@@ -403,9 +410,6 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
     section.metric(
         "worst_penalty_shortfall", max(float(np.max(short)) for _, _, short in shortfall_rows)
     )
-
-    _grid_optima_checks(section, config, published)
-    _gap_part(section, config, progress)
 
 
 def _grid_optima_checks(section: Section, config: LabConfig, published: Any) -> None:
