@@ -310,7 +310,17 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
         "cost; the dashed line is the fixed budget's shortfall, the whole gap.",
     )
 
-    # -- the checkpoint's distance, with the tolerance derived --------------------------------------
+    _checkpoint_distance(section, b_pts, pts, regret, (on_front, fixed_at_pts))
+    _where_penalties_land(section, published, shortfall_rows)
+    _grid_optima_checks(section, config, published)
+    _gap_part(section, config, progress)
+
+
+def _checkpoint_distance(
+    section: Section, b_pts: Any, pts: Any, regret: Any, curves: tuple[Any, Any]
+) -> None:
+    """How far the checkpoint sits below the adaptive frontier, held to its derived regret bound."""
+    on_front, fixed_at_pts = curves
     distance = on_front - pts.quality
     section.metric("conditioned_policy_max_distance", float(distance.max()))
     section.metric("conditioned_policy_max_regret", float(regret.max()))
@@ -338,10 +348,6 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
         f"({fmt(100 * float((distance / (on_front - fixed_at_pts)).max()), 2)}% of the gap to a fixed "
         "budget), " + ("above" if above else "not everywhere above") + " the fixed-budget curve."
     )
-
-    _where_penalties_land(section, published, shortfall_rows)
-    _grid_optima_checks(section, config, published)
-    _gap_part(section, config, progress)
 
 
 def _where_penalties_land(section: Section, published: Any, shortfall_rows: Any) -> None:
