@@ -38,8 +38,6 @@ def _law_from_text(text: str, *, option: str, integer: bool = False, positive: b
     a discrete law from 1 on), an integer-valued (discrete) law when ``integer``, and a finite mean
     of at most ``2^53``; each failure is a ``ValueError`` naming ``option`` and quoting ``text``.
     """
-    import scipy.stats
-
     shown = text
     text = text.strip()
     if not text:
@@ -52,34 +50,59 @@ def _law_from_text(text: str, *, option: str, integer: bool = False, positive: b
             f"Pass e.g. {option} {example}.",
         )
     if ":" not in text:
-        try:
-            value: Any = int(text) if integer else float(text)
-        except ValueError:
-            kind = "an integer" if integer else "a number"
-            example = "'poisson:mu=2'" if integer else "'expon:scale=2'"
-            raise invalid(
-                option,
-                f"be {kind} or NAME:KEY=VALUE,... naming a scipy.stats law",
-                text,
-                f"Pass e.g. {option} 2 or {option} {example}.",
-            ) from None
-        if integer and not 0 <= value <= 2**20:
-            raise invalid(
-                option,
-                "be an integer in [0, 2^20] (tool calls per rollout)",
-                value,
-                f"Pass {option} 0, 1, 2, ...",
-            )
-        if not integer and not (math.isfinite(value) and 0 <= value <= 2.0**53):
-            raise invalid(
-                option,
-                "be a number in [0, 2^53] (a time; 2^53 ≈ 9.0e15 keeps the clock exact)",
-                value,
-                f"Pass {option} >= 0, e.g. {option} 2.",
-            )
-        return value
+        return _number_from_text(text, option=option, integer=integer)
     name, _, params = text.partition(":")
     name = name.strip()
+    maker = _scipy_maker(name, text=text, option=option)
+    kwargs = _law_parameters(params, text=text, option=option)
+    law, low, mean = _frozen_law(maker, kwargs, name=name, text=text, option=option)
+    _check_law_support(law, low, text=text, option=option, integer=integer, positive=positive)
+    limit = 2.0**20 if integer else 2.0**53
+    if not mean <= limit:
+        raise invalid(
+            option,
+            f"have a finite mean <= {'2^20 tool calls' if integer else '2^53 ≈ 9.0e15'}",
+            text,
+            f"Its mean is {mean:g}; pass smaller parameters.",
+        )
+    return law
+
+
+def _number_from_text(text: str, *, option: str, integer: bool) -> Any:
+    """``"2"`` -> 2 (``integer``: a count in ``[0, 2^20]``) or ``"2.5"`` -> 2.5 (a time in
+    ``[0, 2^53]``), refused naming ``option``."""
+    try:
+        value: Any = int(text) if integer else float(text)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        example = "'poisson:mu=2'" if integer else "'expon:scale=2'"
+        raise invalid(
+            option,
+            f"be {kind} or NAME:KEY=VALUE,... naming a scipy.stats law",
+            text,
+            f"Pass e.g. {option} 2 or {option} {example}.",
+        ) from None
+    if integer and not 0 <= value <= 2**20:
+        raise invalid(
+            option,
+            "be an integer in [0, 2^20] (tool calls per rollout)",
+            value,
+            f"Pass {option} 0, 1, 2, ...",
+        )
+    if not integer and not (math.isfinite(value) and 0 <= value <= 2.0**53):
+        raise invalid(
+            option,
+            "be a number in [0, 2^53] (a time; 2^53 ≈ 9.0e15 keeps the clock exact)",
+            value,
+            f"Pass {option} >= 0, e.g. {option} 2.",
+        )
+    return value
+
+
+def _scipy_maker(name: str, *, text: str, option: str) -> Any:
+    """The ``scipy.stats`` distribution called ``name``, refused unless it can be frozen."""
+    import scipy.stats
+
     maker = getattr(scipy.stats, name, None)
     if maker is None or not callable(getattr(maker, "freeze", None)):
         raise invalid(
@@ -88,6 +111,11 @@ def _law_from_text(text: str, *, option: str, integer: bool = False, positive: b
             text,
             f"{name!r} is not one; use e.g. expon, lognorm, gamma, poisson.",
         )
+    return maker
+
+
+def _law_parameters(params: str, *, text: str, option: str) -> dict[str, float]:
+    """``"s=1,scale=400"`` -> ``{"s": 1.0, "scale": 400.0}``: each key once, finite numbers."""
     kwargs: dict[str, float] = {}
     for item in (p.strip() for p in params.split(",")):
         key, eq, number = item.partition("=")
@@ -115,7 +143,14 @@ def _law_from_text(text: str, *, option: str, integer: bool = False, positive: b
                 f"{key}={number.strip()} is not finite; pass a finite number.",
             )
         kwargs[key] = kwargs_value
-    fix = f"Check each parameter's domain in the scipy.stats.{name} documentation."
+    return kwargs
+
+
+def _frozen_law(
+    maker: Any, kwargs: dict[str, float], *, name: str, text: str, option: str
+) -> tuple[Any, float, float]:
+    """``maker(**kwargs)`` with the low end of its support and its mean, refused when scipy
+    rejects the parameters (or answers NaN for its support)."""
     try:
         law = maker(**kwargs)
         with np.errstate(all="ignore"):
@@ -131,8 +166,16 @@ def _law_from_text(text: str, *, option: str, integer: bool = False, positive: b
             f"give parameters that scipy.stats.{name} accepts (shape and scale parameters are "
             "usually > 0)",
             text,
-            fix,
+            f"Check each parameter's domain in the scipy.stats.{name} documentation.",
         )
+    return law, low, mean
+
+
+def _check_law_support(
+    law: Any, low: float, *, text: str, option: str, integer: bool, positive: bool
+) -> None:
+    """Refuse a continuous law for a count (``integer``), and a support below 0 (``positive``:
+    below 1 for a discrete law)."""
     if integer and not _is_discrete(law):
         raise invalid(
             option,
@@ -156,15 +199,6 @@ def _law_from_text(text: str, *, option: str, integer: bool = False, positive: b
                 else "pick a law of non-negative values, e.g. expon, lognorm or gamma."
             ),
         )
-    limit = 2.0**20 if integer else 2.0**53
-    if not mean <= limit:
-        raise invalid(
-            option,
-            f"have a finite mean <= {'2^20 tool calls' if integer else '2^53 ≈ 9.0e15'}",
-            text,
-            f"Its mean is {mean:g}; pass smaller parameters.",
-        )
-    return law
 
 
 def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool = False) -> None:
@@ -197,35 +231,43 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
     ('2', 4, 'queue')
     """
     if standalone:
-        parser.add_argument("--slots", type=int, default=default(256), help="generation slots N")
-        parser.add_argument(
-            "--batch", type=int, default=default(512), help="rollouts per trainer step B"
-        )
-        parser.add_argument(
-            "--rollouts", type=int, default=None, help="steps = rollouts // B (default: 100000)"
-        )
-        parser.add_argument(
-            "--steps", type=int, default=None, help="trainer steps (default: not set)"
-        )
-        parser.add_argument("--seed", type=int, default=default(0), help="seed")
-        parser.add_argument("--mu", type=float, default=default(6.0), help="lognormal log-mean")
-        parser.add_argument("--sigma", type=float, default=default(1.0), help="lognormal log-sd")
-        parser.add_argument(
-            "--lengths-npy", default=None, help="N × K float64 length matrix (default: not set)"
-        )
-        parser.add_argument(
-            "--lengths-pmf", default=None, help="pmf over lengths 1..M (default: not set)"
-        )
-        parser.add_argument("--token-time", type=float, default=default(1.0), help="time per token")
-        parser.add_argument(
-            "--eta", type=int, default=None, help="staleness bound η (default: none)"
-        )
-        parser.add_argument("--over-bound", choices=["keep", "drop"], default=default("keep"))
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        _add_run_options(parser)
     g = parser.add_argument_group(
         "agent rollouts (tool calls in sandbox pools; on when --tool-turns is given; every --tool-* "
         "option needs it)"
     )
+    _add_pool_options(g)
+    _add_failure_options(g)
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The plain simulator's run options, for an agent parser used without ``refimpl.sim.cli``."""
+    parser.add_argument("--slots", type=int, default=default(256), help="generation slots N")
+    parser.add_argument(
+        "--batch", type=int, default=default(512), help="rollouts per trainer step B"
+    )
+    parser.add_argument(
+        "--rollouts", type=int, default=None, help="steps = rollouts // B (default: 100000)"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="trainer steps (default: not set)")
+    parser.add_argument("--seed", type=int, default=default(0), help="seed")
+    parser.add_argument("--mu", type=float, default=default(6.0), help="lognormal log-mean")
+    parser.add_argument("--sigma", type=float, default=default(1.0), help="lognormal log-sd")
+    parser.add_argument(
+        "--lengths-npy", default=None, help="N × K float64 length matrix (default: not set)"
+    )
+    parser.add_argument(
+        "--lengths-pmf", default=None, help="pmf over lengths 1..M (default: not set)"
+    )
+    parser.add_argument("--token-time", type=float, default=default(1.0), help="time per token")
+    parser.add_argument("--eta", type=int, default=None, help="staleness bound η (default: none)")
+    parser.add_argument("--over-bound", choices=["keep", "drop"], default=default("keep"))
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_pool_options(g: argparse._ArgumentGroup) -> None:
+    """The rollout's tool calls and the sandbox pool that serves them (``--tool-turns`` to
+    ``--tool-keepalive``)."""
     g.add_argument(
         "--tool-turns",
         default=None,
@@ -281,6 +323,11 @@ def configure_agent_options(parser: argparse.ArgumentParser, *, standalone: bool
         default=default(math.inf),
         help="time a released container stays warm, > 0",
     )
+
+
+def _add_failure_options(g: argparse._ArgumentGroup) -> None:
+    """Crashes, timeouts and retries of tool calls (``--tool-crash-rate`` to
+    ``--tool-on-failure``)."""
     g.add_argument(
         "--tool-crash-rate",
         type=float,
@@ -351,15 +398,28 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
     """
     if getattr(args, "tool_turns", None) is None:
         return None
-    import scipy.stats
+    batch, steps = _run_length(args)
+    lengths = _lengths_from_args(args)
+    values = _agent_values(args, batch=batch, steps=steps, lengths=lengths)
+    _check_option_pairs(args, values)
+    _check_time_ranges(values)
+    try:
+        return AgentConfig(**values)
+    except (ValueError, TypeError) as err:
+        raise type(err)(_cli_names(str(err))) from None
 
-    def opt(dest: str, fallback: Any = None) -> Any:
-        return plain(getattr(args, dest, fallback))
 
-    slots = opt("slots", 256)
-    batch = as_int(opt("batch", 512), name="--batch", minimum=1, meaning="rollouts per step")
-    steps = opt("steps")
-    rollouts = opt("rollouts")
+def _opt(args: argparse.Namespace, dest: str, fallback: Any = None) -> Any:
+    """The value of option ``dest`` (``fallback`` when the parser lacks it), unwrapped from its
+    default marker."""
+    return plain(getattr(args, dest, fallback))
+
+
+def _run_length(args: argparse.Namespace) -> tuple[int, int]:
+    """``(batch, steps)``: ``--steps``, or ``--rollouts // --batch`` (default 100000 rollouts)."""
+    batch = as_int(_opt(args, "batch", 512), name="--batch", minimum=1, meaning="rollouts per step")
+    steps = _opt(args, "steps")
+    rollouts = _opt(args, "rollouts")
     if steps is not None and rollouts is not None:
         raise InvalidArgument(
             f"--rollouts and --steps must not both be given (each sets the run length); got "
@@ -372,10 +432,33 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
                 "--rollouts", f"be >= --batch ({batch})", rollouts, "Pass --rollouts >= --batch."
             )
         steps = rollouts // batch
-    lengths: Any
-    path = opt("lengths_npy")
-    pmf = opt("lengths_pmf")
-    text = opt("agent_lengths")
+    return batch, steps
+
+
+def _lengths_from_args(args: argparse.Namespace) -> Any:
+    """The rollout length law or ``N × K`` matrix: ``--lengths-npy``, ``--lengths-pmf``,
+    ``--agent-lengths`` or the default lognormal(``--mu``, ``--sigma``), at most one given."""
+    import scipy.stats
+
+    path = _opt(args, "lengths_npy")
+    pmf = _opt(args, "lengths_pmf")
+    text = _opt(args, "agent_lengths")
+    _check_length_sources(args, path=path, pmf=pmf, text=text)
+    if path is not None:
+        return _lengths_from_npy(str(path))
+    if pmf is not None:
+        return _lengths_from_pmf(str(pmf))
+    if text is not None:
+        return _law_from_text(text, option="--agent-lengths", positive=True)
+    mu, sigma = check_lognormal(
+        _opt(args, "mu", 6.0), _opt(args, "sigma", 1.0), names=("--mu", "--sigma")
+    )
+    return scipy.stats.lognorm(s=sigma, scale=math.exp(mu))
+
+
+def _check_length_sources(args: argparse.Namespace, *, path: Any, pmf: Any, text: Any) -> None:
+    """Refuse two sources of lengths, and ``--mu``/``--sigma`` beside a source that replaces the
+    lognormal they shape."""
     if path is not None and pmf is not None:
         raise invalid(
             "--lengths-npy", "not be combined with --lengths-pmf", path, "Pass one of them."
@@ -391,40 +474,55 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         if other is not None and given(args, dest):
             raise InvalidArgument(
                 f"--{dest} applies only to the default lognormal length law, which {other} "
-                f"replaces; got --{dest} {opt(dest)} with {other}. Drop --{dest}, or drop {other}."
+                f"replaces; got --{dest} {_opt(args, dest)} with {other}. Drop --{dest}, or drop "
+                f"{other}."
             )
-    if path is not None:
-        lengths = load_lengths_npy(str(path))
-        if lengths.size and not np.all(np.isfinite(lengths) & (lengths > 0)):
-            raise invalid(
-                "--lengths-npy",
-                "hold finite lengths > 0 (tokens per rollout)",
-                str(path),
-                "Save positive, finite lengths with numpy.save(path, lengths).",
-            )
-        if lengths.size and float(lengths.max()) > 2.0**53:
-            raise invalid(
-                "--lengths-npy",
-                "hold lengths <= 2^53 ≈ 9.0e15 tokens (float64 counts single tokens only up to "
-                "there)",
-                str(path),
-                f"Its largest entry is {float(lengths.max())!r}; save token counts <= 2^53.",
-            )
-    elif pmf is not None:
-        try:
-            p, _ = as_pmf(parse_pmf(str(pmf)), name="--lengths-pmf")
-        except ValueError as err:
-            raise InvalidArgument(_typed_pmf(str(err), str(pmf))) from None
-        probs = np.asarray(p, dtype=np.float64)
-        lengths = scipy.stats.rv_discrete(values=(np.arange(1, probs.size + 1), probs))
-    elif text is not None:
-        lengths = _law_from_text(text, option="--agent-lengths", positive=True)
-    else:
-        mu, sigma = check_lognormal(opt("mu", 6.0), opt("sigma", 1.0), names=("--mu", "--sigma"))
-        lengths = scipy.stats.lognorm(s=sigma, scale=math.exp(mu))
+
+
+def _lengths_from_npy(path: str) -> Any:
+    """The length matrix saved at ``path``: finite, > 0 and <= 2^53 tokens."""
+    lengths = load_lengths_npy(path)
+    if lengths.size and not np.all(np.isfinite(lengths) & (lengths > 0)):
+        raise invalid(
+            "--lengths-npy",
+            "hold finite lengths > 0 (tokens per rollout)",
+            path,
+            "Save positive, finite lengths with numpy.save(path, lengths).",
+        )
+    if lengths.size and float(lengths.max()) > 2.0**53:
+        raise invalid(
+            "--lengths-npy",
+            "hold lengths <= 2^53 ≈ 9.0e15 tokens (float64 counts single tokens only up to there)",
+            path,
+            f"Its largest entry is {float(lengths.max())!r}; save token counts <= 2^53.",
+        )
+    return lengths
+
+
+def _lengths_from_pmf(pmf: str) -> Any:
+    """The discrete law on ``1..M`` given by ``--lengths-pmf``."""
+    import scipy.stats
+
+    try:
+        p, _ = as_pmf(parse_pmf(pmf), name="--lengths-pmf")
+    except ValueError as err:
+        raise InvalidArgument(_typed_pmf(str(err), pmf)) from None
+    probs = np.asarray(p, dtype=np.float64)
+    return scipy.stats.rv_discrete(values=(np.arange(1, probs.size + 1), probs))
+
+
+def _agent_values(
+    args: argparse.Namespace, *, batch: int, steps: int, lengths: Any
+) -> dict[str, Any]:
+    """:class:`AgentConfig`'s keyword arguments from the options (the laws parsed, the bound
+    only with ``--over-bound drop``)."""
+
+    def opt(dest: str, fallback: Any = None) -> Any:
+        return _opt(args, dest, fallback)
+
     eta = opt("eta") if opt("over_bound", "keep") == "drop" else None
-    values = {
-        "slots": slots,
+    return {
+        "slots": opt("slots", 256),
         "batch": batch,
         "steps": steps,
         "lengths": lengths,
@@ -449,6 +547,11 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
         "eta": eta,
         "seed": opt("seed", 0),
     }
+
+
+def _check_option_pairs(args: argparse.Namespace, values: dict[str, Any]) -> None:
+    """Refuse ``--tool-max-redirects`` without redirect admission and ``--tool-replay-cost``
+    without replay recovery: each would change nothing."""
     if given(args, "tool_max_redirects") and values["admission"] != "redirect":
         raise InvalidArgument(
             f"--tool-max-redirects applies only with --tool-admission redirect (a full shard "
@@ -462,6 +565,10 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
             f"--tool-replay-cost {values['replay_cost']} with --tool-recovery "
             f"{values['recovery']}. Drop one of them."
         )
+
+
+def _check_time_ranges(values: dict[str, Any]) -> None:
+    """Refuse a finite time option past 2^53, where the float64 clock stops being exact."""
     for name in (
         "token_time",
         "refresh",
@@ -482,10 +589,6 @@ def agent_config_from_args(args: argparse.Namespace) -> AgentConfig | None:
                 value,
                 f"Pass {option} <= 2^53.",
             )
-    try:
-        return AgentConfig(**values)
-    except (ValueError, TypeError) as err:
-        raise type(err)(_cli_names(str(err))) from None
 
 
 # AgentConfig fields -> the options of ``refimpl simulate`` that set them.
