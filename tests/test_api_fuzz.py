@@ -245,16 +245,6 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         ),
         lambda a, k: _kwarg("n", _big_int(1000))(a, k),
     ),
-    "framework_staleness_bound": Defect(
-        "TypeError 'unhashable type: list' for framework=[] (a dict lookup before validation)",
-        lambda: refimpl.framework_staleness_bound(framework=_as_any([]), value=1),
-        _kwarg("framework", _unhashable),
-    ),
-    "masking_diagnostics": Defect(
-        "MemoryError: length_bins=2**40 allocates 8 TiB (no bound on length_bins)",
-        lambda: refimpl.masking_diagnostics([0], [0.0], lengths=[0.0], length_bins=2**40),
-        _kwarg("length_bins", _big_int(100_000)),
-    ),
 }
 
 

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from numpy.typing import NDArray
 
+import refimpl
 import refimpl.staleness as S
+from refimpl.staleness._checks import Level
 
 Array = NDArray[np.float64]
 
@@ -57,8 +59,8 @@ def on_policy_batches(draw: st.DrawFn) -> tuple[Array, Array]:
     return a, m
 
 
-LEVELS: tuple[S.Level, ...] = ("token", "sequence", "geometric")
-SEQUENCE_LEVELS: tuple[S.Level, ...] = ("sequence", "geometric")
+LEVELS: tuple[Level, ...] = ("token", "sequence", "geometric")
+SEQUENCE_LEVELS: tuple[Level, ...] = ("sequence", "geometric")
 STALENESS = hnp.arrays(np.float64, st.integers(1, 30), elements=st.integers(0, 12).map(float))
 BOUNDARY_REALS = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.0, 1.0))
 
@@ -775,3 +777,75 @@ def test_a_staleness_result_passed_whole_says_to_pass_its_sample(use: Any) -> No
     with pytest.raises(TypeError, match=r"pass its \.sample for one value per sample"):
         use(result)
     assert use(result.sample).shape == (2,)  # the fix the message gives works
+
+
+# --- exact integers past 2^53: staleness, versions and the bound are compared as integers --------
+
+
+def test_staleness_past_two_to_the_53_is_exact() -> None:
+    big = 2**53  # 2^53 + 1 has no float64: a float computation rounds it to 2^53
+    assert S.sample_staleness(big + 1, [[big]]).sample.tolist() == [1.0]
+    assert S.sample_staleness([big + 1, 3], [[big], [1, 2]]).sample.tolist() == [1.0, 2.0]
+    assert S.sample_staleness(2**70, [[2**70 - 3, 2**70]]).token.tolist() == [[3.0, 0.0]]
+    assert S.staleness_mask([big + 1, big], eta=big).tolist() == [0.0, 1.0]
+    assert S.staleness_mask([big + 1], eta=big + 1, staleness_count="versions_spanned")[0] == 0.0
+    assert S.staleness_mask([2**70], eta=2**64).tolist() == [0.0]
+    assert S.staleness_decay([2**1010], gamma=1.0).tolist() == [1.0]
+    with pytest.raises(
+        ValueError, match=r"version 9007199254740993 > trained_step 9007199254740992"
+    ):
+        S.sample_staleness(big, [[big + 1]])
+    with pytest.raises(TypeError, match=r"a float past 2\^53 is not exact"):
+        S.staleness_mask([2.0**60], eta=1)
+    with pytest.raises(TypeError, match=r"s must be an array of integers.*booleans"):
+        S.staleness_mask([True], eta=1)
+
+
+def _staleness_float_based(trained_step: int, token_versions: list[list[int]]) -> Array:
+    """Wrong: the staleness computed in float64 (what the formula does if it converts first)."""
+    oldest = np.min(np.asarray(token_versions, dtype=np.float64), axis=1)
+    return np.asarray(float(trained_step) - oldest, dtype=np.float64)
+
+
+def _check_staleness_is_exact_far_from_zero(
+    staleness: Callable[[int, list[list[int]]], Array],
+) -> Callable[[], None]:
+    @given(
+        base=st.integers(2**53, 2**80),
+        behind=st.lists(st.integers(0, 5), min_size=1, max_size=4),
+    )
+    def check(base: int, behind: list[int]) -> None:
+        step = base + 5
+        s = staleness(step, [[step - b] for b in behind])
+        assert s.tolist() == [float(b) for b in behind]
+        kept = S.staleness_mask(s.astype(np.int64), eta=2)
+        assert kept.tolist() == [1.0 if b <= 2 else 0.0 for b in behind]
+
+    return check
+
+
+def test_staleness_is_exact_far_from_zero() -> None:
+    run_property(
+        _check_staleness_is_exact_far_from_zero(lambda j, v: S.sample_staleness(j, v).sample)
+    )
+
+
+def test_exactness_property_rejects_a_float_computation() -> None:
+    rejects(_check_staleness_is_exact_far_from_zero(_staleness_float_based))
+
+
+def test_framework_names_and_settings_must_be_strings() -> None:
+    odd: Any = []
+    with pytest.raises(TypeError, match=r"framework must be a framework name \(a string\)"):
+        refimpl.framework_staleness_bound(framework=odd, value=1)
+    with pytest.raises(TypeError, match=r"setting must be a setting name"):
+        refimpl.framework_staleness_bound(framework="verl", value=1, setting=odd)
+
+
+def test_more_length_bins_than_samples_split_nothing_further() -> None:
+    s, w, lengths = [0, 1, 2], [1.0, 0.0, 1.0], [30.0, 10.0, 20.0]
+    few = S.masking_diagnostics(s, w, lengths=lengths, length_bins=3)
+    many = S.masking_diagnostics(s, w, lengths=lengths, length_bins=2**40)  # no 8 TiB array
+    np.testing.assert_array_equal(many.length_edges, few.length_edges)
+    np.testing.assert_array_equal(many.length_edges, [10.0, 10.0, 20.0, 30.0])
+    np.testing.assert_array_equal(many.keep_rate_by_length, [0.0, 1.0, 1.0])

@@ -187,6 +187,7 @@ def _length_bins(
     The interior edges are the ``i/bins`` quantiles (``method="inverted_cdf"``, so each is a data
     point), duplicates and edges equal to the maximum removed; each bin then holds its right edge.
     """
+    bins = min(bins, lengths.size)  # more bins than samples split nothing further
     probs = np.arange(1, bins) / bins
     interior = np.unique(np.quantile(lengths, probs, method="inverted_cdf"))
     top = float(lengths.max())

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
-from refimpl._validation import as_int, as_real, invalid
+from refimpl._validation import as_int, as_real, invalid, wrong_type
 
 __all__ = [
     "FrameworkStalenessBound",
@@ -404,7 +404,18 @@ def framework_staleness_bound(
     >>> framework_staleness_bound(framework="verl", value=8, setting="max_off_policy_threshold").eta
     7
     """
-    key = str(framework).lower() if isinstance(framework, str) else framework
+    if not isinstance(framework, str):  # checked before the lookup: a list is not even hashable
+        raise wrong_type(
+            "framework",
+            "a framework name (a string)",
+            framework,
+            "Pass one of " + ", ".join(repr(f) for f in _FRAMEWORKS) + ".",
+        )
+    if setting is not None and not isinstance(setting, str):
+        raise wrong_type(
+            "setting", "a setting name (a string) or None", setting, "Pass the setting's name."
+        )
+    key = framework.lower()
     settings: dict[str, dict[str, Callable[[Any], FrameworkStalenessBound]]] = {
         "areal": {
             "max_head_offpolicyness": lambda v: areal_staleness_bound(max_head_offpolicyness=v)

@@ -69,7 +69,10 @@ def staleness_mask(
         meaning="staleness bound in versions"
         + (": counting versions spanned, 1 admits only on-policy samples" if shift else ""),
     )
-    return (arr + shift <= e).astype(np.float64)
+    bound = e - shift  # s + shift <= eta, decided on exact integers (s may pass 2^53)
+    if arr.dtype != object and bound >= np.iinfo(np.int64).max:
+        return np.ones(arr.shape, dtype=np.float64)
+    return np.asarray(arr <= bound, dtype=np.float64)
 
 
 def staleness_decay(s: ArrayLike, *, gamma: float) -> NDArray[np.float64]:
@@ -109,4 +112,6 @@ def staleness_decay(s: ArrayLike, *, gamma: float) -> NDArray[np.float64]:
     """
     arr = _as_staleness(s)
     g = as_real(gamma, name="gamma", low=0.0, high=1.0, low_open=True, meaning="decay per version")
-    return np.power(g, arr)
+    # gamma^s for s past 2^1000 is gamma^(2^1000) in float64 (0.0, or 1.0 when gamma = 1)
+    exponent = np.minimum(arr, 2**1000) if arr.dtype == object else arr
+    return np.power(g, np.asarray(exponent, dtype=np.float64))

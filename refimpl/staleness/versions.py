@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import (
     as_float_array,
     as_int,
+    as_int_array,
     invalid,
     mismatch,
     require_in_range,
@@ -46,7 +47,8 @@ class Staleness(NamedTuple):
     mask: NDArray[np.float64]
 
 
-def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
+def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[Any]:
+    """Staleness as exact integers (int64, or Python ints past int64): compared as integers."""
     if isinstance(s, Staleness):  # a tuple of three arrays: numpy would call it "inhomogeneous"
         raise wrong_type(
             name,
@@ -65,7 +67,17 @@ def _as_staleness(s: ArrayLike, *, name: str = "s") -> NDArray[np.float64]:
         "sample_staleness(trained_step, token_versions).",
     )
     _require_integral(arr, name=name, meaning="staleness counts policy versions")
-    return arr
+    return as_int_array(s, name=name)  # exact beyond 2^53, where the floats above round
+
+
+def _exact(arr: NDArray[Any], bound: int) -> NDArray[Any]:
+    """``arr`` as int64 when every value it will be combined with stays below ``bound`` < 2^62,
+    else as an object array of Python ints (exact at any size)."""
+    if arr.dtype != object and bound < 2**62:
+        return arr.astype(np.int64)
+    out = np.empty(arr.size, dtype=object)
+    out[:] = [int(x) for x in arr.ravel()]
+    return out.reshape(arr.shape)
 
 
 def policy_version(times: ArrayLike, *, publish_times: ArrayLike) -> NDArray[np.float64]:
@@ -269,19 +281,46 @@ def sample_staleness(
     versions, m = _token_version_rows(token_versions, mask)
     step = _trained_steps(trained_step, versions)
     valid = _valid_tokens(versions, m)
-    step_flat = _check_versions(versions, valid, step)
-    token = np.zeros(versions.shape, dtype=np.float64)
-    token[valid] = step_flat - versions[valid] + shift
-    oldest = np.min(np.where(valid, versions, np.inf), axis=1)
-    sample = (step - oldest + shift).astype(np.float64)
-    return Staleness(sample=sample, token=token, mask=m)
+    exact = _exact_versions(token_versions, versions, valid)
+    _check_versions(versions, valid, exact, step)
+    top = int(max(step.max(), exact.max()))
+    behind = np.where(valid, _exact(step, top)[:, None] - _exact(exact, top) + shift, 0)
+    # s = max_t s_t over the real tokens (padding holds 0 <= every s_t)
+    return Staleness(
+        sample=np.asarray(behind.max(axis=1), dtype=np.float64),
+        token=np.asarray(behind, dtype=np.float64),
+        mask=m,
+    )
 
 
-def _trained_steps(trained_step: Any, versions: NDArray[np.float64]) -> NDArray[np.float64]:
+def _exact_versions(
+    token_versions: Any, versions: NDArray[np.float64], valid: NDArray[np.bool_]
+) -> NDArray[Any]:
+    """The real tokens' versions as exact integers, padded with 0, shape ``versions.shape``.
+
+    ``versions`` (float64) has passed the checks of whole numbers; this re-reads the input so that
+    an integer past 2^53 is the integer given, not its nearest float."""
+    if np.all(versions[valid] < 2**53):  # below 2^53 the float is the integer that was given
+        return np.where(valid, versions, 0.0).astype(np.int64)
+    if isinstance(token_versions, (list, tuple)) and versions.shape[0] == len(token_versions):
+        rows = [np.asarray(row, dtype=object).reshape(-1) for row in token_versions]
+        if all(row.size <= versions.shape[1] for row in rows):
+            objects = np.zeros(versions.shape, dtype=object)
+            for i, row in enumerate(rows):
+                objects[i, : row.size] = row
+            objects[~valid] = 0
+            return as_int_array(objects, name="token_versions")
+    objects = np.asarray(token_versions, dtype=object).reshape(versions.shape)
+    objects[~valid] = 0
+    return as_int_array(objects, name="token_versions")
+
+
+def _trained_steps(trained_step: Any, versions: NDArray[np.float64]) -> NDArray[Any]:
     """The trainer step of each sample: one int for the batch, or one whole number >= 0 each."""
     batch = versions.shape[0]
     if isinstance(trained_step, numbers.Integral) and not isinstance(trained_step, bool):
-        return np.full(batch, float(as_int(trained_step, name="trained_step", minimum=0)))
+        step_int = as_int(trained_step, name="trained_step", minimum=0)
+        return _exact(np.full(batch, step_int, dtype=object), step_int)
     if not isinstance(trained_step, (list, tuple, np.ndarray)):
         raise wrong_type(
             "trained_step",
@@ -300,7 +339,7 @@ def _trained_steps(trained_step: Any, versions: NDArray[np.float64]) -> NDArray[
     _require_integral(step, name="trained_step", meaning="trainer steps are counted")
     if np.any(step < 0):
         raise invalid("trained_step", "be >= 0", step, "Trainer steps start at 0.")
-    return step
+    return as_int_array(trained_step, name="trained_step", ndim=1)  # exact beyond 2^53
 
 
 def _valid_tokens(versions: NDArray[np.float64], m: NDArray[np.float64]) -> NDArray[np.bool_]:
@@ -320,15 +359,19 @@ def _valid_tokens(versions: NDArray[np.float64], m: NDArray[np.float64]) -> NDAr
 
 
 def _check_versions(
-    versions: NDArray[np.float64], valid: NDArray[np.bool_], step: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    """The real tokens' versions must be whole, >= 0 and <= their sample's trained step
-    (padding may hold anything finite); returns that step per real token."""
+    versions: NDArray[np.float64],
+    valid: NDArray[np.bool_],
+    exact: NDArray[Any],
+    step: NDArray[Any],
+) -> None:
+    """The real tokens' versions must be whole, >= 0 and <= their sample's trained step (padding
+    may hold anything finite); the last rule is decided on the exact integers."""
     flat = versions[valid]
 
     def _at(k: int) -> str:
         i, t = (int(x) for x in np.argwhere(valid)[k])  # (sample, token) of entry k of ``flat``
-        return f"Sample {i}, token {t} has version {flat[k]:g}"
+        shown = f"{flat[k]:g}" if flat[k] != np.floor(flat[k]) else str(exact[i, t])
+        return f"Sample {i}, token {t} has version {shown}"
 
     fractional = flat != np.floor(flat)
     if np.any(fractional):
@@ -347,7 +390,7 @@ def _check_versions(
             "optimizer steps applied).",
         )
     step_flat = np.broadcast_to(step[:, None], versions.shape)[valid]
-    newer = flat > step_flat
+    newer = np.asarray(exact[valid] > step_flat, dtype=bool)
     if np.any(newer):
         k = int(np.flatnonzero(newer)[0])
         raise invalid(
@@ -355,10 +398,9 @@ def _check_versions(
             "be <= trained_step (the trainer at step j holds version j; no token can come from a "
             "newer version)",
             versions,
-            f"{_at(k)} > trained_step {step_flat[k]:g}: check for an off-by-one (the version "
+            f"{_at(k)} > trained_step {step_flat[k]}: check for an off-by-one (the version "
             "published *after* step j is j + 1).",
         )
-    return np.asarray(step_flat, dtype=np.float64)
 
 
 def admission_capacity(
