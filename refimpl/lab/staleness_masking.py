@@ -594,6 +594,60 @@ def _corrections_under_drop(section: Section, runs: dict[int, dict[str, Any]]) -
     )
 
 
+def _alternative_row(
+    name: str, tr: Any, warm: int, mean_l: float
+) -> tuple[tuple[Any, ...], tuple[float, float]]:
+    """One strategy's trained mean, staleness, drops, waste and recomputation; and its rates of
+    trained samples and tokens per token time (the table shows them relative to plain async)."""
+    s = tr.summary()
+    c = _consumed(tr, warm)
+    tm = float(c["length"][c["kept"]].mean())
+    status = np.asarray(tr.status)
+    length = np.asarray(tr.length, dtype=np.float64)
+    tokens_trained = float(length[status == rsim.STATUS["trained"]].sum())
+    # Every token a slot decoded: rollouts that finished (trained, dropped or still waiting in
+    # the buffer) and the partial work of aborted ones (wasted_tokens).
+    finished = np.isin(status, [rsim.STATUS[k] for k in ("trained", "dropped", "pending")])
+    tokens_dropped = float(length[status == rsim.STATUS["dropped"]].sum())
+    decoded = float(length[finished].sum()) + float(s.wasted_tokens)
+    kept_stale = c["staleness"][c["kept"]]
+    row = (
+        name,
+        tm / mean_l,
+        float(kept_stale.mean()),
+        int(kept_stale.max()),
+        1.0 - float(c["kept"].mean()),
+        (float(s.wasted_tokens) + tokens_dropped) / decoded,
+        s.recomputed_tokens / tokens_trained,
+    )
+    # trained samples and trained tokens per token time
+    return row, (s.trained / s.end_time, tokens_trained / s.end_time)
+
+
+def _stalest_recomputed(section: Section, tr: Any, warm: int) -> dict[str, Any]:
+    """The stalest trained sample of the recompute run: how long it generated, what it recomputed."""
+    s = tr.summary()
+    length = np.asarray(tr.length, dtype=np.float64)
+    trained_mask = np.asarray(tr.status) == rsim.STATUS["trained"]
+    ids = np.flatnonzero(trained_mask & (np.asarray(tr.step) >= warm))
+    worst = int(ids[np.argmax(np.asarray(tr.staleness)[ids])])
+    gen_time = float(tr.finish_time[worst] - tr.launch_time[worst])
+    step_time = float(s.end_time) / s.steps
+    stalest: dict[str, Any] = section.metric(
+        "recompute_stalest_sample",
+        {
+            "length": float(length[worst]),
+            "staleness": int(np.asarray(tr.staleness)[worst]),
+            "generation_time": gen_time,
+            "generation_steps": gen_time / step_time,
+            "recomputed_tokens": float(np.asarray(tr.recomputed_tokens)[worst]),
+            "mean_step_time": step_time,
+            "reprefill_token_time": 0.1,
+        },
+    )
+    return stalest
+
+
 def _alternatives(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
     """Admission control and partial rollouts against the drop, with their token costs."""
     dist = _law()
@@ -620,52 +674,12 @@ def _alternatives(section: Section, config: LabConfig, progress: Callable[[str],
                 slots=n, batch=b, steps=steps, lengths=dist, seed=seed(config, STREAM, 70 + i), **kw
             )
         )
-        s = tr.summary()
+        row, rates = _alternative_row(name, tr, warm, mean_l)
+        base = rates if base is None else base
+        rows.append((*row, rates[0] / base[0], rates[1] / base[1]))
         c = _consumed(tr, warm)
-        tm = float(c["length"][c["kept"]].mean())
-        status = np.asarray(tr.status)
-        length = np.asarray(tr.length, dtype=np.float64)
-        trained_mask = status == rsim.STATUS["trained"]
-        tokens_trained = float(length[trained_mask].sum())
-        # Every token a slot decoded: rollouts that finished (trained, dropped or still waiting in
-        # the buffer) and the partial work of aborted ones (wasted_tokens).
-        finished = np.isin(status, [rsim.STATUS[k] for k in ("trained", "dropped", "pending")])
-        tokens_dropped = float(length[status == rsim.STATUS["dropped"]].sum())
-        decoded = float(length[finished].sum()) + float(s.wasted_tokens)
-        samples_rate = s.trained / s.end_time  # trained samples per token time
-        tokens_rate = tokens_trained / s.end_time  # trained tokens per token time
-        base = (samples_rate, tokens_rate) if base is None else base
-        kept_stale = c["staleness"][c["kept"]]
-        rows.append(
-            (
-                name,
-                tm / mean_l,
-                float(kept_stale.mean()),
-                int(kept_stale.max()),
-                1.0 - float(c["kept"].mean()),
-                (float(s.wasted_tokens) + tokens_dropped) / decoded,
-                s.recomputed_tokens / tokens_trained,
-                samples_rate / base[0],
-                tokens_rate / base[1],
-            )
-        )
         if name.startswith("partial: recompute"):
-            ids = np.flatnonzero(trained_mask & (np.asarray(tr.step) >= warm))
-            worst = int(ids[np.argmax(np.asarray(tr.staleness)[ids])])
-            gen_time = float(tr.finish_time[worst] - tr.launch_time[worst])
-            step_time = float(s.end_time) / s.steps
-            stalest = section.metric(
-                "recompute_stalest_sample",
-                {
-                    "length": float(length[worst]),
-                    "staleness": int(np.asarray(tr.staleness)[worst]),
-                    "generation_time": gen_time,
-                    "generation_steps": gen_time / step_time,
-                    "recomputed_tokens": float(np.asarray(tr.recomputed_tokens)[worst]),
-                    "mean_step_time": step_time,
-                    "reprefill_token_time": 0.1,
-                },
-            )
+            stalest = _stalest_recomputed(section, tr, warm)
         if name.startswith("admission"):
             per = np.bincount(c["step"][c["kept"]] - warm, weights=c["length"][c["kept"]]) / b
             m, se = block_mean_and_se(per)
