@@ -53,6 +53,8 @@ __all__ = [
 #: The quality model and penalty of the section (the effort module's documented example problem).
 PROBLEM = {"q_max": 1.0, "lam": 100.0, "k0": 0.005, "b_min": 0.0, "tau": 1.0}
 B_MAX = 4.0
+#: Policy-gradient steps of the effort-conditioned toy policy.
+POLICY_STEPS = 600
 
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
@@ -110,19 +112,7 @@ def _one_class(section: Section, config: LabConfig, progress: Callable[[str], No
             for b in b_pts
         ]
     )
-    progress("training the effort-conditioned toy policy (policy gradient)")
-    rng = config.rng(3)
-    steps = 600
-    policy = refimpl.train_effort_policy(
-        q_max=p["q_max"],
-        lam=p["lam"],
-        k0=p["k0"],
-        b_min=p["b_min"],
-        tau=p["tau"],
-        b_max=B_MAX,
-        rng=rng,
-        steps=steps,
-    )
+    policy = _trained_policy(config, progress)
     policy_len = policy.mean_length(b_pts)
     l_pts = refimpl.optimal_length(b_pts, **p)
 
@@ -151,7 +141,7 @@ def _one_class(section: Section, config: LabConfig, progress: Callable[[str], No
         b_pts,
         policy_len,
         color=COLORS[1],
-        label=f"trained toy policy E[ℓ | b] ({steps} steps)",
+        label=f"trained toy policy E[ℓ | b] ({POLICY_STEPS} steps)",
     )
     ax2.set_title("Optimal length L*(b): linear, slope λ/τ")
     ax2.set_xlabel("effort b")
@@ -194,6 +184,23 @@ def _one_class(section: Section, config: LabConfig, progress: Callable[[str], No
             rule="trained policy: 5% of L*(b) (the effort module documents < 2.5% at 600 steps)",
         )
     return _OneClass(policy, b_line, b_pts, l_pts, argmax, policy_len)
+
+
+def _trained_policy(config: LabConfig, progress: Callable[[str], None]) -> Any:
+    """The effort-conditioned toy policy, trained by policy gradient on the section's problem."""
+    p = PROBLEM
+    progress("training the effort-conditioned toy policy (policy gradient)")
+    policy = refimpl.train_effort_policy(
+        q_max=p["q_max"],
+        lam=p["lam"],
+        k0=p["k0"],
+        b_min=p["b_min"],
+        tau=p["tau"],
+        b_max=B_MAX,
+        rng=config.rng(3),
+        steps=POLICY_STEPS,
+    )
+    return policy
 
 
 def _frontier(section: Section, progress: Callable[[str], None], one: _OneClass) -> None:

@@ -222,25 +222,7 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
         "classes' optima differ (proved: EM3)."
     )
 
-    # -- the one trained checkpoint, conditioned on b and on the problem ---------------------------
-    progress("training one checkpoint on the mix (conditioned on b and λ, Bernoulli successes)")
-    steps = 1500 if config.quick else 4000
-    policy = refimpl.train_conditioned_policy(
-        q_max=1.0,
-        lam=lam,
-        weights=weights,
-        k0=pen["k0"],
-        b_min=pen["b_min"],
-        tau=pen["tau"],
-        b_max=MIX_B_MAX,
-        rng=config.rng(31),
-        steps=steps,
-    )
-    b_pts = np.linspace(pen["b_min"], MIX_B_MAX, 9)
-    pts = policy.evaluate(b_pts)
-    regret = policy.regret(b_pts)
-    on_front = refimpl.frontier_quality(pts.cost, **mix)
-    fixed_at_pts = refimpl.budget_frontier(pts.cost, **mix).quality
+    b_pts, pts, regret, on_front, fixed_at_pts = _checkpoint(config, progress)
 
     # -- every published penalty on the mix ------------------------------------------------------
     progress("published penalties on the mix: per-class optima, Kimi trained")
@@ -314,6 +296,33 @@ def mix_part(section: Section, config: LabConfig, progress: Callable[[str], None
     _where_penalties_land(section, published, shortfall_rows)
     _grid_optima_checks(section, config, published)
     _gap_part(section, config, progress)
+
+
+def _checkpoint(config: LabConfig, progress: Callable[[str], None]) -> tuple[Any, ...]:
+    """One checkpoint trained on the mix, conditioned on b and on the problem: its efforts, points,
+    regret, and the adaptive frontier and fixed budget at its costs."""
+    law, pen = MIX, MIX_PENALTY
+    mix = law._asdict()
+    lam, weights = law.lam, law.weights
+    progress("training one checkpoint on the mix (conditioned on b and λ, Bernoulli successes)")
+    steps = 1500 if config.quick else 4000
+    policy = refimpl.train_conditioned_policy(
+        q_max=1.0,
+        lam=lam,
+        weights=weights,
+        k0=pen["k0"],
+        b_min=pen["b_min"],
+        tau=pen["tau"],
+        b_max=MIX_B_MAX,
+        rng=config.rng(31),
+        steps=steps,
+    )
+    b_pts = np.linspace(pen["b_min"], MIX_B_MAX, 9)
+    pts = policy.evaluate(b_pts)
+    regret = policy.regret(b_pts)
+    on_front = refimpl.frontier_quality(pts.cost, **mix)
+    fixed_at_pts = refimpl.budget_frontier(pts.cost, **mix).quality
+    return b_pts, pts, regret, on_front, fixed_at_pts
 
 
 def _checkpoint_distance(
