@@ -226,16 +226,6 @@ KNOWN_DEFECTS: dict[str, Defect] = {
         ),
         lambda a, k: _kwarg("n", _big_int(1000))(a, k),
     ),
-    "grpo_advantages": Defect(
-        "numpy's own ValueError (inhomogeneous shape) for a ragged group",
-        lambda: refimpl.grpo_advantages([0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])),
-        _kwarg("group", _ragged),
-    ),
-    "rloo_advantages": Defect(
-        "numpy's own ValueError for a ragged group (losses/advantages.py _as_groups: np.asarray)",
-        lambda: refimpl.rloo_advantages([0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])),
-        _kwarg("group", _ragged),
-    ),
     "selected_pmf": Defect(
         "exact (Fraction) mode does not end with n=2_341_048 (no bound on n)",
         lambda: refimpl.selected_pmf(

@@ -554,3 +554,18 @@ def test_reinforce_pp_mask_validation() -> None:
         ValueError, match=r"rewards must hold at least two rewards for a batch std='sample'"
     ):
         A.reinforce_pp_advantages([1.0])
+
+
+@pytest.mark.parametrize("advantages", [A.grpo_advantages, A.rloo_advantages])
+def test_a_ragged_group_is_refused_by_refimpl(advantages: Callable[..., Any]) -> None:
+    ragged: Any = [[1.0], [1.0, 2.0]]
+    with pytest.raises(TypeError, match=r"group must be a 1-D array of integer prompt ids"):
+        advantages([0.0, 0.0, 0.0], group=ragged)
+
+
+def test_prompt_ids_past_two_to_the_53_stay_distinct() -> None:
+    # ids past int64 are Python ints: as floats 2^64 and 2^64 + 1 are one number, and the two
+    # prompts would be merged into one group
+    big = 2**64
+    out = A.rloo_advantages([0.0, 1.0, 3.0, 5.0], group=[big, big, big + 1, big + 1])
+    np.testing.assert_array_equal(out, [-1.0, 1.0, -2.0, 2.0])

@@ -35,11 +35,13 @@ from numpy.typing import ArrayLike, NDArray
 
 from refimpl._validation import (
     as_float_array,
+    as_int_array,
     as_real,
     exact_list,
     invalid,
     mismatch,
     require_entries,
+    wrong_type,
 )
 from refimpl.losses._common import as_choice
 
@@ -79,7 +81,15 @@ def _as_rewards(rewards: Any) -> tuple[FloatArray, list[Fraction] | None]:
 
 def _as_groups(group: ArrayLike, size: int) -> tuple[IntArray, IntArray]:
     """``(inverse, counts)``: each sequence's group index 0..G-1 and each group's size."""
-    raw = np.asarray(group)
+    try:
+        raw = np.asarray(group)
+    except (TypeError, ValueError):  # ragged nesting: numpy refuses it in its own words
+        raise wrong_type(
+            "group",
+            "a 1-D array of integer prompt ids",
+            group,
+            "Pass one integer prompt id per sequence (a flat list, not nested lists).",
+        ) from None
     if raw.dtype.kind == "b":
         raise invalid(
             "group",
@@ -98,6 +108,7 @@ def _as_groups(group: ArrayLike, size: int) -> tuple[IntArray, IntArray]:
             rule="hold integer prompt ids",
             fix="; pass one integer id per sequence (equal ids = same prompt).",
         )
+        ids = as_int_array(group, name="group", ndim=1)  # ids past 2^53 stay distinct
     if ids.shape != (size,):
         raise mismatch(
             ("group", "rewards"),
