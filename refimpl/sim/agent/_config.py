@@ -239,45 +239,7 @@ class AgentConfig:
         put(self, "slots", as_int(self.slots, name="slots", minimum=1, meaning="generation slots"))
         put(self, "batch", as_int(self.batch, name="batch", minimum=1, meaning="rollouts per step"))
         put(self, "steps", as_int(self.steps, name="steps", minimum=1, meaning="trainer steps"))
-        if _is_frozen_law(self.lengths):
-            law = _as_law(self.lengths, name="lengths", meaning="decoded tokens")
-            if _is_discrete(law) and float(law.support()[0]) < 1.0:
-                raise invalid(
-                    "lengths",
-                    "put no mass on 0 tokens (a discrete law must be supported on 1, 2, ...)",
-                    law,
-                    "Shift the law, e.g. scipy.stats.poisson(mu, loc=1), or use a continuous law.",
-                )
-            put(self, "lengths", law)
-        elif self.lengths is None:
-            raise invalid(
-                "lengths",
-                "be given (a frozen scipy.stats law or an N × K array of tokens per rollout)",
-                None,
-                "Pass e.g. lengths=scipy.stats.lognorm(s=1.0, scale=np.exp(6.0)).",
-            )
-        else:
-            mat = as_float_array(self.lengths, name="lengths", ndim=2)
-            if mat.shape[0] != self.slots:
-                raise invalid(
-                    "lengths",
-                    f"have one row per slot (slots={self.slots})",
-                    mat,
-                    f"Pass an array of shape ({self.slots}, K); got shape {mat.shape}.",
-                )
-            if np.any(mat <= 0):
-                raise invalid("lengths", "be > 0 (tokens)", mat, "Pass positive lengths.")
-            need = -(-self.steps * self.batch // self.slots)
-            if mat.shape[1] < need:
-                raise invalid(
-                    "lengths",
-                    f"have at least ceil(steps·batch/slots) = {need} columns",
-                    mat,
-                    f"Pass more lengths per slot (got {mat.shape[1]} columns), or fewer steps.",
-                )
-            mat = mat.copy()
-            mat.flags.writeable = False
-            put(self, "lengths", mat)
+        self._check_lengths()
         put(self, "turns", _as_law(self.turns, name="turns", meaning="tool calls", integer=True))
         self._check_run_size()
         put(
@@ -292,6 +254,60 @@ class AgentConfig:
             "tool_latency",
             _as_law(self.tool_latency, name="tool_latency", meaning="call service time"),
         )
+        self._check_pool()
+        self._check_times()
+        self._check_failures()
+        if self.eta is not None:
+            put(self, "eta", as_int(self.eta, name="eta", minimum=0, meaning="staleness bound"))
+        put(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
+
+    def _check_lengths(self) -> None:
+        """``lengths``: a frozen law of positive tokens (a discrete one from 1 on), or an
+        ``N × K`` array, one row per slot and enough columns for the run; stored read-only."""
+        put = object.__setattr__
+        if _is_frozen_law(self.lengths):
+            law = _as_law(self.lengths, name="lengths", meaning="decoded tokens")
+            if _is_discrete(law) and float(law.support()[0]) < 1.0:
+                raise invalid(
+                    "lengths",
+                    "put no mass on 0 tokens (a discrete law must be supported on 1, 2, ...)",
+                    law,
+                    "Shift the law, e.g. scipy.stats.poisson(mu, loc=1), or use a continuous law.",
+                )
+            put(self, "lengths", law)
+            return
+        if self.lengths is None:
+            raise invalid(
+                "lengths",
+                "be given (a frozen scipy.stats law or an N × K array of tokens per rollout)",
+                None,
+                "Pass e.g. lengths=scipy.stats.lognorm(s=1.0, scale=np.exp(6.0)).",
+            )
+        mat = as_float_array(self.lengths, name="lengths", ndim=2)
+        if mat.shape[0] != self.slots:
+            raise invalid(
+                "lengths",
+                f"have one row per slot (slots={self.slots})",
+                mat,
+                f"Pass an array of shape ({self.slots}, K); got shape {mat.shape}.",
+            )
+        if np.any(mat <= 0):
+            raise invalid("lengths", "be > 0 (tokens)", mat, "Pass positive lengths.")
+        need = -(-self.steps * self.batch // self.slots)
+        if mat.shape[1] < need:
+            raise invalid(
+                "lengths",
+                f"have at least ceil(steps·batch/slots) = {need} columns",
+                mat,
+                f"Pass more lengths per slot (got {mat.shape[1]} columns), or fewer steps.",
+            )
+        mat = mat.copy()
+        mat.flags.writeable = False
+        put(self, "lengths", mat)
+
+    def _check_pool(self) -> None:
+        """The sandbox pool: ``shards``, ``capacity``, ``admission`` and ``max_redirects``."""
+        put = object.__setattr__
         put(self, "shards", as_int(self.shards, name="shards", minimum=1, meaning="pool shards"))
         if self.capacity is not None:
             put(
@@ -308,6 +324,10 @@ class AgentConfig:
                 "max_redirects",
                 as_int(self.max_redirects, name="max_redirects", minimum=0, meaning="per attempt"),
             )
+
+    def _check_times(self) -> None:
+        """The pool's times and rates (each >= 0) and ``keepalive`` (> 0, ``inf`` allowed)."""
+        put = object.__setattr__
         for name, meaning in (
             ("refresh", "router view refresh period δ; 0 = consistent view"),
             ("cold_start", "start time of a cold container"),
@@ -321,6 +341,10 @@ class AgentConfig:
         if not (isinstance(keep, numbers.Real) and not isinstance(keep, bool) and keep == math.inf):
             keep = as_real(keep, name="keepalive", low=0.0, low_open=True, meaning="warm period")
         put(self, "keepalive", float(keep))
+
+    def _check_failures(self) -> None:
+        """What a failed call does: ``timeout``, ``max_attempts``, ``recovery``, ``on_failure``."""
+        put = object.__setattr__
         if self.timeout is not None:
             put(
                 self,
@@ -342,9 +366,6 @@ class AgentConfig:
         put(
             self, "on_failure", _choice(self.on_failure, name="on_failure", allowed=FAILURE_ACTIONS)
         )
-        if self.eta is not None:
-            put(self, "eta", as_int(self.eta, name="eta", minimum=0, meaning="staleness bound"))
-        put(self, "seed", as_int(self.seed, name="seed", minimum=0, meaning="random seed"))
 
 
 #: Largest row count of one trace: ids and ranks are stored as int32.
