@@ -229,7 +229,12 @@ def _processing_order(
     return order, lo
 
 
-def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
+def _finish_times(
+    cfg: SimConfig, supply: LengthSupply
+) -> tuple[NDArray[np.float64], NDArray[np.float64], float, NDArray[np.int64]]:
+    """``(lengths, fin, t_end, n_done)``: the length matrix, each slot's cumulative finish times
+    over the columns accumulated, the end (the ``steps × B``-th smallest finish time) and each
+    slot's completions by then; the supply is extended until every slot's last launch is known."""
     n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
     target = steps * b
     c_hi, c_lo = -(-target // n_slots), target // n_slots
@@ -262,11 +267,17 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
         n_done = _counts(fin, t_end, "right")
         short = np.flatnonzero(n_done >= fin.shape[1])
         if short.size == 0:
-            break
+            return lengths, fin, t_end, n_done
         if fin.shape[1] < k_cols:  # accumulate more of the rows
             width = 2 * width
             continue
         supply.extend(slot=int(short[0]), needed=k_cols + 1)
+
+
+def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
+    n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
+    target = steps * b
+    lengths, fin, t_end, n_done = _finish_times(cfg, supply)
     n_launched = n_done + 1
     counts = n_launched.tolist()
     # rows: every launched rollout, slot-major (slot, column); each slot's last row is in flight
@@ -332,18 +343,8 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
         del lo_sorted
     quotient = np.empty(n_rows, dtype=np.int32)  # crank // B: the step of a trained row
     np.floor_divide(crank, b, out=quotient, casting="unsafe")
-    version = np.empty(n_rows, dtype=np.int32)
-    if lo is None:
-        np.minimum(quotient[:-1], steps, out=version[1:])
-    else:
-        np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
-        del lo
-        np.minimum(version, steps, out=version)
-    if straddle is not None:
-        for start, end in straddle.tolist():  # a run's successors all see its first position's
-            version[order[start + 1 : end] + 1] = min(start // b, steps)
-    del order
-    version[first_row] = 0
+    version = _launch_versions(quotient, lo, order, straddle, first_row, b=b, steps=steps)
+    del lo, order
     untrained = quotient >= steps  # crank >= target: pending, and (from n_comp on) in flight
     step = quotient
     np.copyto(step, -1, where=untrained)
@@ -376,6 +377,32 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
         generator_busy=busy,
         trainer_busy=0.0,
     )
+
+
+def _launch_versions(
+    quotient: NDArray[np.int32],
+    lo: NDArray[np.int64] | None,
+    order: NDArray[np.int64],
+    straddle: NDArray[np.int64] | None,
+    first_row: NDArray[np.int64],
+    *,
+    b: int,
+    steps: int,
+) -> NDArray[np.int32]:
+    """Each row's version at launch: ``lo // B`` of its predecessor, capped at ``steps`` (``lo``
+    is ``None`` where it is ``crank``, whose quotient is given; ``straddle`` holds the compiled
+    ordering's runs where it is not), 0 for a slot's first row."""
+    version = np.empty(quotient.size, dtype=np.int32)
+    if lo is None:
+        np.minimum(quotient[:-1], steps, out=version[1:])
+    else:
+        np.floor_divide(lo[:-1], b, out=version[1:], casting="unsafe")
+        np.minimum(version, steps, out=version)
+    if straddle is not None:
+        for start, end in straddle.tolist():  # a run's successors all see its first position's
+            version[order[start + 1 : end] + 1] = min(start // b, steps)
+    version[first_row] = 0
+    return version
 
 
 def _stepwise(cfg: SimConfig, supply: LengthSupply, trainer_times: NDArray[np.float64]) -> RawTrace:
