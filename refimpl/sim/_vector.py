@@ -345,16 +345,8 @@ def _async(cfg: SimConfig, supply: LengthSupply, compiled: bool) -> RawTrace:
     np.floor_divide(crank, b, out=quotient, casting="unsafe")
     version = _launch_versions(quotient, lo, order, straddle, first_row, b=b, steps=steps)
     del lo, order
-    untrained = quotient >= steps  # crank >= target: pending, and (from n_comp on) in flight
-    step = quotient
-    np.copyto(step, -1, where=untrained)
-    stale = np.subtract(step, version)
-    np.copyto(stale, -1, where=untrained)
-    status = np.where(untrained, np.int8(STATUS["pending"]), np.int8(STATUS["trained"]))
-    status[last_row] = STATUS["unfinished"]
+    step, stale, status = _step_columns(quotient, version, crank, last_row, steps=steps)
     finish[last_row] = np.nan
-    np.copyto(crank, -1, where=untrained)
-    del untrained
     columns = np.arange(max(counts), dtype=np.int32)
     index = np.concatenate([columns[:k] for k in counts])
     return RawTrace(
@@ -403,6 +395,28 @@ def _launch_versions(
             version[order[start + 1 : end] + 1] = min(start // b, steps)
     version[first_row] = 0
     return version
+
+
+def _step_columns(
+    quotient: NDArray[np.int32],
+    version: NDArray[np.int32],
+    crank: NDArray[np.int64],
+    last_row: NDArray[np.int64],
+    *,
+    steps: int,
+) -> tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int8]]:
+    """``(step, staleness, status)`` from ``crank // B`` (``quotient``, which becomes ``step``);
+    a row past the last step is pending (in flight if it is its slot's last), with step,
+    staleness and ``crank`` set to -1 in place."""
+    untrained = quotient >= steps  # crank >= target: pending, and (from n_comp on) in flight
+    step = quotient
+    np.copyto(step, -1, where=untrained)
+    stale = np.subtract(step, version)
+    np.copyto(stale, -1, where=untrained)
+    status = np.where(untrained, np.int8(STATUS["pending"]), np.int8(STATUS["trained"]))
+    status[last_row] = STATUS["unfinished"]
+    np.copyto(crank, -1, where=untrained)
+    return step, stale, status
 
 
 def _stepwise(cfg: SimConfig, supply: LengthSupply, trainer_times: NDArray[np.float64]) -> RawTrace:
