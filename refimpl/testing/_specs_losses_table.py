@@ -518,9 +518,23 @@ _SIG = "candidate(logp, logp_old, advantages, *, {}, mask)"
 
 
 def _descs() -> list[tuple[LossDesc, Any]]:
-    fixed_dual = lambda conv: ("dual_clip",) if conv["dual_clip"] != "drawn" else ()  # noqa: E731
-    none = lambda conv: ()  # noqa: E731
-    ratio_conv = (LOG_RATIO_CLAMP,)
+    """Every loss of the table with the parameters that a convention fixes, in the registry's
+    order: the clipped ratio losses, the policy gradients, the sequence-level losses."""
+    return [*_clipped_descs(), *_policy_gradient_descs(), *_sequence_descs()]
+
+
+def _nothing_fixed(conv: Conventions) -> tuple[str, ...]:
+    """No parameter is fixed by a convention."""
+    return ()
+
+
+def _fixed_dual(conv: Conventions) -> tuple[str, ...]:
+    """``dual_clip`` is fixed unless the ``dual_clip`` convention says it is drawn."""
+    return ("dual_clip",) if conv["dual_clip"] != "drawn" else ()
+
+
+def _clipped_descs() -> list[tuple[LossDesc, Any]]:
+    """The clipped ratio losses: PPO-clip, CISPO, SAPO, DPPO."""
     return [
         (
             LossDesc(
@@ -539,7 +553,7 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 unclipped=_ppo_open,
                 branches=_ppo_branches,
             ),
-            fixed_dual,
+            _fixed_dual,
         ),
         (
             LossDesc(
@@ -550,7 +564,7 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 _cispo_terms,
                 _cispo_condition,
                 _cispo_params,
-                conventions=(*ratio_conv, CISPO_LOWER),
+                conventions=(LOG_RATIO_CLAMP, CISPO_LOWER),
                 edges=_cispo_edges,
                 shifted=shift_ratio,
                 guesses={"log_ratio_clamp": [20.0]},
@@ -566,11 +580,11 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 _sapo_terms,
                 _sapo_condition,
                 _sapo_params,
-                conventions=ratio_conv,
+                conventions=(LOG_RATIO_CLAMP,),
                 boundaries=False,
                 guesses={"log_ratio_clamp": [20.0]},
             ),
-            none,
+            _nothing_fixed,
         ),
         (
             LossDesc(
@@ -587,8 +601,14 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 shifted=shift_ratio,
                 guesses={"log_ratio_clamp": [20.0]},
             ),
-            none,
+            _nothing_fixed,
         ),
+    ]
+
+
+def _policy_gradient_descs() -> list[tuple[LossDesc, Any]]:
+    """The policy gradients: importance-weighted, with a log-ratio penalty, REINFORCE."""
+    return [
         (
             LossDesc(
                 "importance_weighted_pg",
@@ -598,13 +618,13 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 _iwpg_terms,
                 _iwpg_condition,
                 _iwpg_params,
-                conventions=ratio_conv,
+                conventions=(LOG_RATIO_CLAMP,),
                 edges=lambda p, c: [math.log(p["cap"])] if p.get("cap") else [0.0],
                 clips=_clamp_only,
                 shifted=shift_ratio,
                 guesses={"log_ratio_clamp": [20.0]},
             ),
-            none,
+            _nothing_fixed,
         ),
         (
             LossDesc(
@@ -619,7 +639,7 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 ),
                 boundaries=False,
             ),
-            none,
+            _nothing_fixed,
         ),
         (
             LossDesc(
@@ -632,8 +652,14 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 _no_params,
                 boundaries=False,
             ),
-            none,
+            _nothing_fixed,
         ),
+    ]
+
+
+def _sequence_descs() -> list[tuple[LossDesc, Any]]:
+    """The sequence-level losses: GSPO, GSPO-token, GMPO."""
+    return [
         (
             LossDesc(
                 "gspo",
@@ -654,7 +680,7 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 unclipped=_seq_open("gspo_loss"),
                 branches=_seq_branches,
             ),
-            none,
+            _nothing_fixed,
         ),
         (
             LossDesc(
@@ -674,7 +700,7 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 unclipped=_seq_open("gspo_token_loss"),
                 branches=_seq_branches,
             ),
-            none,
+            _nothing_fixed,
         ),
         (
             LossDesc(
@@ -692,7 +718,7 @@ def _descs() -> list[tuple[LossDesc, Any]]:
                 sequence_advantages=True,
                 shifted=shift_ratio,
             ),
-            none,
+            _nothing_fixed,
         ),
     ]
 
