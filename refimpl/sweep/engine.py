@@ -471,6 +471,49 @@ def run(
     ['ok', 'ok', 'ok', 'ok']
     """
     g = _as_grid(grid)
+    _check_engine(engine, workers, scheduler)
+    out_path = None if out is None else Path(out)
+    if out_path is not None:
+        grid_file = grid if isinstance(grid, (str, os.PathLike)) else None
+        refuse_outputs_naming_the_grid(out_path, grid_file, option="out")
+    records, journal = _resume(g, out_path)
+
+    def finished(rec: Mapping[str, Any]) -> bool:
+        return rec["status"] == "ok" or not retry_failed
+
+    # The cells are expanded lazily: a grid of millions starts its first cell at once, and its
+    # list of cells is never held (the journal's records are all of this grid: its fingerprint).
+    todo = (c for c in expand(g) if not (c.cell_id in records and finished(records[c.cell_id])))
+    skipped = sum(1 for rec in records.values() if finished(rec))
+    failed = sum(1 for rec in records.values() if rec["status"] != "ok" and finished(rec))
+    to_run = g.n_cells - skipped
+    bar = _progress_bar(g.n_cells, skipped, failed, to_run, progress)
+    interrupts = _Interrupts()
+    stream = _start(todo, to_run, engine, workers, scheduler, bar if progress else None, interrupts)
+    remaining = to_run
+
+    def keep(record: dict[str, Any]) -> None:
+        nonlocal remaining, failed
+        with interrupts.held():  # a record is journaled whole, or not at all
+            if journal is not None:
+                journal.append(record)
+            records[record["cell_id"]] = record
+        remaining -= 1
+        failed += record["status"] != "ok"
+        bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
+        bar.update(1)
+
+    try:
+        with interrupts:
+            _consume(stream, keep, on_record)
+    finally:
+        table = _close(stream, bar, journal, g, records, out_path)
+    return table
+
+
+def _check_engine(engine: str, workers: int | None, scheduler: str | None) -> None:
+    """Refuse an unknown ``engine``, a bad ``workers``, a ``scheduler`` without Dask, and Dask
+    when ``dask.distributed`` is missing: before anything is written."""
     if engine not in ENGINES:
         raise invalid(
             "engine",
@@ -494,10 +537,11 @@ def run(
         )
     if engine == "dask":
         _import_distributed()  # fail before anything is written when it is missing
-    out_path = None if out is None else Path(out)
-    if out_path is not None:
-        grid_file = grid if isinstance(grid, (str, os.PathLike)) else None
-        refuse_outputs_naming_the_grid(out_path, grid_file, option="out")
+
+
+def _resume(g: Grid, out_path: Path | None) -> tuple[dict[str, dict[str, Any]], _Journal | None]:
+    """The records already finished for ``out_path`` (none without it), and the journal that new
+    records are appended to (rebuilt from the results table when it was lost)."""
     records: dict[str, dict[str, Any]] = {}
     journal: _Journal | None = None
     if out_path is not None:
@@ -507,21 +551,15 @@ def run(
         if records and not had_journal:
             for rec in records.values():  # the journal was lost: rebuild it from the table
                 journal.append(rec)
+    return records, journal
 
-    def finished(rec: Mapping[str, Any]) -> bool:
-        return rec["status"] == "ok" or not retry_failed
 
-    # The cells are expanded lazily: a grid of millions starts its first cell at once, and its
-    # list of cells is never held (the journal's records are all of this grid: its fingerprint).
-    todo = (c for c in expand(g) if not (c.cell_id in records and finished(records[c.cell_id])))
-    skipped = sum(1 for rec in records.values() if finished(rec))
-    failed = sum(1 for rec in records.values() if rec["status"] != "ok" and finished(rec))
-    to_run = g.n_cells - skipped
-
+def _progress_bar(total: int, skipped: int, failed: int, to_run: int, progress: bool) -> Any:
+    """The progress bar on stderr (disabled unless ``progress``): cells done, failed, remaining."""
     from tqdm import tqdm  # lazy: only when a progress bar is shown
 
     bar = tqdm(
-        total=g.n_cells,
+        total=total,
         initial=skipped,
         desc="sweep",
         unit="cell",
@@ -530,56 +568,72 @@ def run(
         dynamic_ncols=True,
     )
     bar.set_postfix_str(f"failed={failed} remaining={to_run}", refresh=False)
-    interrupts = _Interrupts()
+    return bar
+
+
+def _start(
+    todo: Iterator[Cell],
+    to_run: int,
+    engine: str,
+    workers: int | None,
+    scheduler: str | None,
+    bar: Any,
+    interrupts: _Interrupts,
+) -> Generator[dict[str, Any], None, None]:
+    """The records of the cells of ``todo`` as the engine finishes them (``bar``: where the local
+    pool's messages are written, or None to keep them quiet)."""
     if engine == "serial" or not to_run:  # nothing to run: start no pool and no cluster
-        stream = _run_serial(todo)
-    elif engine == "local":
+        return _run_serial(todo)
+    if engine == "local":
 
         def say(message: str) -> None:
-            if progress:
+            if bar is not None:
                 bar.write(message, file=sys.stderr)
 
-        stream = _run_local(todo, workers or os.cpu_count() or 1, say, interrupts)
-    else:
-        stream = _run_dask(todo, workers, scheduler)
-    remaining = to_run
+        return _run_local(todo, workers or os.cpu_count() or 1, say, interrupts)
+    return _run_dask(todo, workers, scheduler)
 
-    def keep(record: dict[str, Any]) -> None:
-        nonlocal remaining, failed
-        with interrupts.held():  # a record is journaled whole, or not at all
-            if journal is not None:
-                journal.append(record)
-            records[record["cell_id"]] = record
-        remaining -= 1
-        failed += record["status"] != "ok"
-        bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
-        bar.update(1)
 
+def _consume(
+    stream: Generator[dict[str, Any], None, None],
+    keep: Callable[[dict[str, Any]], None],
+    on_record: Callable[[Mapping[str, Any]], None] | None,
+) -> None:
+    """Keep every record of ``stream``, calling ``on_record`` after each. On an interrupt, let the
+    engine finish the running cells and keep them too (``on_record`` is not called), then re-raise.
+    """
     try:
-        with interrupts:
-            try:
-                for record in stream:
-                    keep(record)
-                    if on_record is not None:
-                        on_record(record)
-            except KeyboardInterrupt:
-                # Let the engine finish the running cells and journal them (on_record is not
-                # called). A stream that has ended already re-raises the interrupt at once.
-                try:
-                    keep(stream.throw(KeyboardInterrupt()))
-                    for record in stream:
-                        keep(record)
-                except StopIteration:
-                    pass
-                raise
-    finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()
-        bar.close()
-        if journal is not None:
-            journal.close()
-        table = _table(g, records)
-        if out_path is not None:
-            _write_parquet(table, out_path)
+        for record in stream:
+            keep(record)
+            if on_record is not None:
+                on_record(record)
+    except KeyboardInterrupt:
+        # A stream that has ended already re-raises the interrupt at once.
+        try:
+            keep(stream.throw(KeyboardInterrupt()))
+            for record in stream:
+                keep(record)
+        except StopIteration:
+            pass
+        raise
+
+
+def _close(
+    stream: Generator[dict[str, Any], None, None],
+    bar: Any,
+    journal: _Journal | None,
+    g: Grid,
+    records: dict[str, dict[str, Any]],
+    out_path: Path | None,
+) -> pa.Table:
+    """Stop the engine, the bar and the journal, and write the results table to ``out_path``."""
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()
+    bar.close()
+    if journal is not None:
+        journal.close()
+    table = _table(g, records)
+    if out_path is not None:
+        _write_parquet(table, out_path)
     return table
