@@ -454,7 +454,7 @@ def test_without_numba_compiled_is_refused_and_auto_falls_back_to_the_same_trace
     _equal_exactly(simulate(cfg), fast)
 
 
-def test_auto_orders_a_vectorizable_run_with_the_compiled_kernels_and_numpy_without_numba(
+def test_auto_orders_a_vectorizable_run_with_the_compiled_kernels_when_worth_it_else_numpy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cfg = SimConfig(slots=5, batch=4, steps=30, lengths=_integer_lengths(3, 5, 200, 3))
@@ -466,13 +466,39 @@ def test_auto_orders_a_vectorizable_run_with_the_compiled_kernels_and_numpy_with
         return kernel(*args)
 
     monkeypatch.setattr(_vector_compiled, "processing_order", counted)
+    monkeypatch.setattr(_vector_compiled, "worth_compiling", lambda config: True)
     fast = simulate(cfg)
     assert calls == [1]
     _equal_traces(simulate(cfg, engine="vector"), fast)  # engine="vector": numpy only
     assert calls == [1]
-    monkeypatch.setattr(_vector_compiled, "AVAILABLE", False)
-    _equal_traces(simulate(cfg), fast)
+    monkeypatch.setattr(_vector_compiled, "worth_compiling", lambda config: False)
+    _equal_traces(simulate(cfg), fast)  # a cold kernel and a short run: numpy, the same trace
     assert calls == [1]
+
+
+def test_auto_compiles_only_a_ready_kernel_or_a_run_long_enough_to_repay_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Cold:  # a numba dispatcher compiled neither here nor on disk
+        signatures: tuple[Any, ...] = ()
+
+    class Warm:
+        signatures: tuple[Any, ...] = (("float64",),)
+
+    monkeypatch.setattr(_compiled, "cached_on_disk", lambda dispatcher: False)
+    assert not _compiled.kernel_ready(Cold())
+    assert _compiled.kernel_ready(Warm())
+    assert _compiled.kernel_ready(lambda: None)  # NUMBA_DISABLE_JIT: a plain function
+    short = SimConfig(slots=4, batch=4, steps=20)
+    long = SimConfig(slots=4, batch=4, steps=_compiled.COMPILE_ROLLOUTS // 4)
+    monkeypatch.setattr(_compiled, "AVAILABLE", True)  # the rule, whether numba is here or not
+    monkeypatch.setattr(_compiled, "_compile", Cold)
+    assert not _compiled.worth_compiling(short)
+    assert _compiled.worth_compiling(long)
+    monkeypatch.setattr(_compiled, "_compile", Warm)
+    assert _compiled.worth_compiling(short)
+    monkeypatch.setattr(_compiled, "AVAILABLE", False)
+    assert not _compiled.worth_compiling(long)
 
 
 def test_the_compiled_engine_reports_progress_in_chunks_that_add_up() -> None:

@@ -725,6 +725,16 @@ def cached_on_disk(dispatcher: Any) -> bool:
         return False
 
 
+def kernel_ready(dispatcher: Any) -> bool:
+    """Whether running ``dispatcher`` costs no compilation: it is compiled in this process, held
+    by numba's cache on disk, or a plain function (numba's JIT switched off, ``NUMBA_DISABLE_JIT=1``).
+    """
+    signatures = getattr(dispatcher, "signatures", None)
+    if signatures is None:
+        return True
+    return bool(signatures) or cached_on_disk(dispatcher)
+
+
 def worth_compiling(cfg: SimConfig) -> bool:
     """Whether ``simulate(engine="auto")`` should run this engine rather than the reference one.
 
@@ -739,7 +749,7 @@ def worth_compiling(cfg: SimConfig) -> bool:
     if _rows_estimate(cfg) >= COMPILE_ROLLOUTS:
         return True
     kernel: Any = _compile()  # a numba dispatcher
-    return bool(kernel.signatures) or cached_on_disk(kernel)
+    return kernel_ready(kernel)
 
 
 #: Room for heap entries, version segments and preemption delays beyond the first guess.

@@ -353,7 +353,7 @@ def worth_compiling(cfg: SimConfig) -> bool:
     if rows >= COMPILE_ROWS:
         return True
     kernels = [_compiled(name) for name in _ORDER_KERNELS]
-    return all(k.signatures or _sim_compiled.cached_on_disk(k) for k in kernels)
+    return all(_sim_compiled.kernel_ready(k) for k in kernels)
 
 
 def _scale(hi: float, buckets: int) -> float | None:

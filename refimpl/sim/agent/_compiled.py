@@ -692,7 +692,7 @@ def worth_compiling(cfg: AgentConfig) -> bool:
     if cfg.steps * cfg.batch >= COMPILE_ROLLOUTS:
         return True
     kernel: Any = _compile()  # a numba dispatcher
-    return bool(kernel.signatures) or _sim_compiled.cached_on_disk(kernel)
+    return _sim_compiled.kernel_ready(kernel)
 
 
 class _Draws:
