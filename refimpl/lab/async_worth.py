@@ -367,17 +367,10 @@ def _grid(quick: int) -> list[tuple[float, int, int | None]]:
     ]
 
 
-def _cell_mean(d: NDArray[np.float64]) -> float:
-    """Mean log speedup of a cell: ``±inf`` if a side never reached while the other did."""
-    if np.any(np.isnan(d)) or (np.any(d == np.inf) and np.any(d == -np.inf)):
-        return float("nan")
-    return float(d.mean())
-
-
 def _map_line(ax: Any, cs: list[Cell], color: str) -> tuple[Any, ...]:
     """One N/B's line along σ: its cells' means and verdicts, its computed boundary, its row."""
     sigmas = np.asarray(MAP_SIGMAS, dtype=np.float64)
-    means = np.array([_cell_mean(c.log_speedup) for c in cs])
+    means = np.array([c.mean_log_speedup() for c in cs])
     finite = np.isfinite(means)
     star = boundary(sigmas, np.where(finite, means, np.nan), margin=MARGIN)
     ax.plot(
@@ -401,7 +394,7 @@ def _edge_markers(ax: Any, cs: list[Cell]) -> None:
     """Cells whose mean is infinite, drawn on the panel's frame (below: async never reached)."""
     low, high = ax.get_ylim()
     for c in cs:
-        m = _cell_mean(c.log_speedup)
+        m = c.mean_log_speedup()
         if np.isinf(m):
             s = float(c.law.split("= ")[-1]) if c.law != CONSTANT else 0.0
             vc, _ = _VERDICT_STYLE[c.verdict]

@@ -47,41 +47,12 @@ def _row(name: str, mean: Any, trace: float, pol: _Policy) -> tuple[Any, ...]:
     )
 
 
-def _gradient_table(
-    section: Section, q: NDArray[np.float64]
-) -> tuple[list[tuple[Any, ...]], _Policy]:
-    pol = _policy(THETA_FIXED, q)
-    n, k, slots, batch = 8, 4, 8, 4
+def _async_rows(
+    pol: _Policy, q: NDArray[np.float64], *, slots: int, batch: int
+) -> list[tuple[Any, ...]]:
+    """The fluid model's rows of the gradient table: every correction at N/B = 2, the staleness
+    masks, and the masks with inverse-propensity weights."""
     rows: list[tuple[Any, ...]] = []
-    on = lrn.policy_gradient(pol.pmf, pol.scores, q, penalty=PENALTY, baseline=pol.baseline)
-    rows.append(_row("on-policy (B = 4)", on.mean, float(on.trace_variance) / batch, pol))
-    for corr, label in (
-        ("none", "uncorrected"),
-        ("horvitz_thompson", "IPW (HT)"),
-        ("hajek", "IPW (Hájek)"),
-        ("clipped_ht", f"IPW clipped at C = {fmt(IPW_CLIP)}"),
-    ):
-        fk = lrn.first_k_gradient(
-            pol.pmf,
-            pol.scores,
-            q,
-            n=n,
-            k=k,
-            correction=corr,
-            penalty=PENALTY,
-            baseline=pol.baseline,
-            clip=IPW_CLIP if corr == "clipped_ht" else None,
-        )
-        rows.append(_row(f"first {k} of {n}: {label}", fk.mean, float(fk.trace_variance), pol))
-    carry = _carry(pol, q)
-    rows.append(
-        _row(
-            f"first {CARRY[1]} of {CARRY[0]}: leftovers carried",
-            carry.mean,
-            float(carry.trace_variance),
-            pol,
-        )
-    )
     lag = LAG * pol.grad / np.linalg.norm(pol.grad)
     names = {
         "none": "uncorrected",
@@ -122,6 +93,45 @@ def _gradient_table(
                 pol,
             )
         )
+    return rows
+
+
+def _gradient_table(
+    section: Section, q: NDArray[np.float64]
+) -> tuple[list[tuple[Any, ...]], _Policy]:
+    pol = _policy(THETA_FIXED, q)
+    n, k, slots, batch = 8, 4, 8, 4
+    rows: list[tuple[Any, ...]] = []
+    on = lrn.policy_gradient(pol.pmf, pol.scores, q, penalty=PENALTY, baseline=pol.baseline)
+    rows.append(_row("on-policy (B = 4)", on.mean, float(on.trace_variance) / batch, pol))
+    for corr, label in (
+        ("none", "uncorrected"),
+        ("horvitz_thompson", "IPW (HT)"),
+        ("hajek", "IPW (Hájek)"),
+        ("clipped_ht", f"IPW clipped at C = {fmt(IPW_CLIP)}"),
+    ):
+        fk = lrn.first_k_gradient(
+            pol.pmf,
+            pol.scores,
+            q,
+            n=n,
+            k=k,
+            correction=corr,
+            penalty=PENALTY,
+            baseline=pol.baseline,
+            clip=IPW_CLIP if corr == "clipped_ht" else None,
+        )
+        rows.append(_row(f"first {k} of {n}: {label}", fk.mean, float(fk.trace_variance), pol))
+    carry = _carry(pol, q)
+    rows.append(
+        _row(
+            f"first {CARRY[1]} of {CARRY[0]}: leftovers carried",
+            carry.mean,
+            float(carry.trace_variance),
+            pol,
+        )
+    )
+    rows += _async_rows(pol, q, slots=slots, batch=batch)
     section.table(
         "gradient-bias",
         f"The expected gradient at a fixed policy (E[L] = {fmt(lrn.expected_length(pol.pmf))} "

@@ -161,6 +161,15 @@ class Cell(NamedTuple):
             vals.append({"gain": gain, "cost": cost, "speedup": gain / cost}[which])
         return float(np.exp(np.mean(np.log(vals)))) if vals else float("nan")
 
+    def mean_log_speedup(self) -> float:
+        """Mean log speedup over the seeds: ``±inf`` if a side never reached the target while the
+        other did; ``nan`` if a seed's ratio is undefined or the seeds disagree on which side
+        never reached."""
+        d = self.log_speedup
+        if np.any(np.isnan(d)) or (np.any(d == np.inf) and np.any(d == -np.inf)):
+            return float("nan")
+        return float(d.mean())
+
     def mean(self, side: str, clock: str) -> float:
         """Mean over the seeds of one side's clock (``nan`` if a seed did not reach the target)."""
         runs = self.sync if side == "sync" else self.asyn

@@ -11,7 +11,7 @@ from numpy.typing import ArrayLike
 
 from refimpl._validation import as_float_array, invalid
 from refimpl.dispatch import fluid_keep_probability
-from refimpl.learning._common import _LOG_MAX, FloatArray, _as_array
+from refimpl.learning._common import _LOG_MAX, AnyArray, FloatArray, _as_array
 from refimpl.learning.fluid import _exact_keep, fluid_staleness_pmf, fluid_step_time
 from refimpl.learning.moments import GradientMoments, expected_length, gradient_moments
 from refimpl.learning.policy import (
@@ -292,6 +292,53 @@ def _exact_ratio_weights(
 EXACT_CORRECTIONS: tuple[str, ...] = tuple(c for c in CORRECTIONS if c != "geometric")
 
 
+def _exact_inputs(
+    hazard: Any,
+    behaviours: Any,
+    features: Any,
+    quality: Any,
+    params: tuple[Any, ...],
+    *,
+    slots: int,
+    batch: int,
+    eta: int | None,
+) -> tuple[AnyArray, AnyArray, AnyArray, list[tuple[AnyArray, bool]], Any, Fraction, int]:
+    """:func:`async_gradient_exact`'s inputs checked rational and consistent: the hazards, features,
+    quality, behaviour rows, the length pmf, the exact step time and the largest staleness the rows
+    must cover."""
+    h, exact_h = _as_array(hazard, name="hazard", ndim=1)
+    phi, exact_phi = _as_array(features, name="features", ndim=2)
+    q, exact_q = _as_array(quality, name="quality", ndim=1)
+    exact_params = all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in params)
+    rows = [_as_array(b, name="behaviours", ndim=1) for b in behaviours]
+    if not (exact_h and exact_phi and exact_q and exact_params and all(e for _, e in rows)):
+        raise invalid(
+            "hazard",
+            "be rational, with every behaviour, feature, quality and parameter (exact mode)",
+            hazard,
+            "Pass Fractions or ints everywhere, or use async_gradient (float64).",
+        )
+    m = h.size
+    if any(b.size != m for b, _ in rows) or not rows or list(rows[0][0]) != list(h):
+        raise invalid(
+            "behaviours",
+            f"be a list of hazard vectors of length {m}, the first equal to hazard",
+            behaviours,
+            "Pass behaviours[0] = hazard and one row per staleness.",
+        )
+    pmf = hazard_length_pmf(list(h))
+    step = fluid_step_time(pmf, slots=slots, batch=batch, eta=eta)
+    s_need = math.ceil(Fraction(m) / step)
+    if len(rows) < s_need + 1:
+        raise invalid(
+            "behaviours",
+            f"cover every staleness up to ceil(M/Δ) = {s_need}",
+            len(rows),
+            f"Pass {s_need + 1} behaviour rows (s = 0..{s_need}).",
+        )
+    return h, phi, q, rows, pmf, step, s_need
+
+
 def async_gradient_exact(
     hazard: Any,
     behaviours: Any,
@@ -368,37 +415,11 @@ def async_gradient_exact(
             "Use async_gradient (float64) for geometric.",
         )
     _check_mask_ipw(mask_ipw, ipw_clip, eta)
-    h, exact_h = _as_array(hazard, name="hazard", ndim=1)
-    phi, exact_phi = _as_array(features, name="features", ndim=2)
-    q, exact_q = _as_array(quality, name="quality", ndim=1)
     params = (penalty, baseline, cap, low, high) + (() if ipw_clip is None else (ipw_clip,))
-    exact_params = all(isinstance(x, (Fraction, int)) and not isinstance(x, bool) for x in params)
-    rows = [_as_array(b, name="behaviours", ndim=1) for b in behaviours]
-    if not (exact_h and exact_phi and exact_q and exact_params and all(e for _, e in rows)):
-        raise invalid(
-            "hazard",
-            "be rational, with every behaviour, feature, quality and parameter (exact mode)",
-            hazard,
-            "Pass Fractions or ints everywhere, or use async_gradient (float64).",
-        )
+    h, phi, q, rows, pmf, step, s_need = _exact_inputs(
+        hazard, behaviours, features, quality, params, slots=slots, batch=batch, eta=eta
+    )
     m = h.size
-    if any(b.size != m for b, _ in rows) or not rows or list(rows[0][0]) != list(h):
-        raise invalid(
-            "behaviours",
-            f"be a list of hazard vectors of length {m}, the first equal to hazard",
-            behaviours,
-            "Pass behaviours[0] = hazard and one row per staleness.",
-        )
-    pmf = hazard_length_pmf(list(h))
-    step = fluid_step_time(pmf, slots=slots, batch=batch, eta=eta)
-    s_need = math.ceil(Fraction(m) / step)
-    if len(rows) < s_need + 1:
-        raise invalid(
-            "behaviours",
-            f"cover every staleness up to ceil(M/Δ) = {s_need}",
-            len(rows),
-            f"Pass {s_need + 1} behaviour rows (s = 0..{s_need}).",
-        )
     cap_, low_, high_ = Fraction(cap), Fraction(low), Fraction(high)
     tok = token_scores(list(h), phi)  # (M, M, d) exact
     d = phi.shape[1]

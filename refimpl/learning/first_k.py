@@ -336,6 +336,39 @@ def _solve_stationary(matrix: list[list[Any]], exact: bool) -> list[Any]:
 _MAX_CARRY_STATES = 5_000
 
 
+def _carry_distribution(
+    trans: dict[tuple[_CarryItem, ...], list[tuple[Any, list[tuple[int, int]], int, Any]]],
+    *,
+    j_stop: int | None,
+    carried: bool,
+    exact: bool,
+) -> dict[tuple[_CarryItem, ...], Any]:
+    """The law of the carried leftovers: after ``j_stop`` steps from the cold start (the empty
+    state), or the stationary law of the chain ``trans`` (``j_stop=None``)."""
+    cold: tuple[_CarryItem, ...] = ()
+    zero: Any = Fraction(0) if exact else 0.0
+    if j_stop is not None:
+        dist: dict[tuple[_CarryItem, ...], Any] = {cold: Fraction(1) if exact else 1.0}
+        for _ in range(j_stop):
+            new: dict[tuple[_CarryItem, ...], Any] = {}
+            for st, w in dist.items():
+                for prob, _, _, nxt in trans[st]:
+                    new[nxt] = new.get(nxt, zero) + w * prob
+            dist = new
+    elif not carried:  # nothing is carried: every step is the cold start's
+        dist = {cold: Fraction(1) if exact else 1.0}
+    else:
+        states = [st for st in trans if st != cold]
+        index = {st: i for i, st in enumerate(states)}
+        matrix = [[zero] * len(states) for _ in states]
+        for st in states:
+            row = matrix[index[st]]
+            for prob, _, _, nxt in trans[st]:
+                row[index[nxt]] += prob
+        dist = dict(zip(states, _solve_stationary(matrix, exact), strict=True))
+    return dist
+
+
 def first_k_carry_gradient(
     pmf: Any,
     scores: Any,
@@ -457,25 +490,7 @@ def first_k_carry_gradient(
                 n_,
                 "Use a smaller M or n - k.",
             )
-    if j_stop is not None:
-        dist: dict[tuple[_CarryItem, ...], Any] = {cold: Fraction(1) if exact else 1.0}
-        for _ in range(j_stop):
-            new: dict[tuple[_CarryItem, ...], Any] = {}
-            for st, w in dist.items():
-                for prob, _, _, nxt in trans[st]:
-                    new[nxt] = new.get(nxt, zero) + w * prob
-            dist = new
-    elif n_ == k_:  # nothing is carried: every step is the cold start's
-        dist = {cold: Fraction(1) if exact else 1.0}
-    else:
-        states = [st for st in trans if st != cold]
-        index = {st: i for i, st in enumerate(states)}
-        matrix = [[zero] * len(states) for _ in states]
-        for st in states:
-            row = matrix[index[st]]
-            for prob, _, _, nxt in trans[st]:
-                row[index[nxt]] += prob
-        dist = dict(zip(states, _solve_stationary(matrix, exact), strict=True))
+    dist = _carry_distribution(trans, j_stop=j_stop, carried=n_ > k_, exact=exact)
     s_max = max((a for st in dist for _, batch, _, _ in trans[st] for _, a in batch), default=0)
     law = np.empty((s_max + 1, m), dtype=object if exact else np.float64)
     law[...] = zero
