@@ -181,60 +181,6 @@ KNOWN_DEFECTS: dict[str, Defect] = {
             or _any_leaf(_huge)(a, k)
         ),
     ),
-    "hajek_estimate": Defect(
-        "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
-        lambda: refimpl.hajek_estimate([0.0, 0.0, 0.0], [1.0, 1.0, 2.22507386e-311]),
-        _any_leaf(_tiny),
-    ),
-    "horvitz_thompson_estimate": Defect(
-        "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
-        lambda: refimpl.horvitz_thompson_estimate([[0.0, 1.0]], [[1.0, 5e-324]], n=2, k=2),
-        _any_leaf(_tiny),
-    ),
-    "clipped_ipw_estimate": Defect(
-        "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
-        lambda: refimpl.clipped_ipw_estimate([[0.0, 0.0]], [[1.0, 2.2e-309]], n=2, k=2, clip=1.0),
-        _any_leaf(_tiny),
-    ),
-    "fluid_keep_probability": Defect(
-        "RuntimeWarning: overflow in divide for a subnormal step_time",
-        lambda: refimpl.fluid_keep_probability([[0.0, 2.0]], step_time=1.1125e-308, eta=0),
-        _any_leaf(_tiny),
-    ),
-    "fluid_steady_state": Defect(
-        "ArithmeticError 'could not bracket the fluid fixed point' for eta=14880618571628543",
-        lambda: refimpl.fluid_steady_state(
-            scipy.stats.expon(scale=10.0), slots=1, batch=1, eta=14_880_618_571_628_543
-        ),
-        _kwarg("eta", _big_int(1_000_000)),
-    ),
-    "ipw_weights": Defect(
-        "RuntimeWarning: overflow in divide for a subnormal inclusion probability",
-        lambda: refimpl.ipw_weights([5e-324], n=1, k=1),
-        _any_leaf(_tiny),
-    ),
-    "ipw_estimator_moments": Defect(
-        "RuntimeWarning: divide by zero for n=2**62; exact (Fraction) mode runs for minutes "
-        "with n=10**5 (no bound on n)",
-        lambda: refimpl.ipw_estimator_moments([0.5, 0.5], [1.0, 2.0], n=2**62, k=2),
-        lambda a, k: _kwarg("n", _big_int(1000))(a, k) or _kwarg("k", _big_int(1000))(a, k),
-    ),
-    "inclusion_probability_pmf": Defect(
-        "exact (Fraction) mode does not end with n=2_815_470_189 (no bound on n)",
-        lambda: refimpl.inclusion_probability_pmf(
-            [Fraction(1, 2), Fraction(1, 2)], n=2_815_470_189, k=1
-        ),
-        lambda a, k: _kwarg("n", _big_int(1000))(a, k),
-    ),
-    "selected_pmf": Defect(
-        "exact (Fraction) mode does not end with n=2_341_048 (no bound on n)",
-        lambda: refimpl.selected_pmf(
-            [Fraction(0), Fraction(0), Fraction(0), Fraction(1, 5), Fraction(4, 5)],
-            n=2_341_048,
-            k=1,
-        ),
-        lambda a, k: _kwarg("n", _big_int(1000))(a, k),
-    ),
 }
 
 

@@ -622,3 +622,73 @@ def test_kaplan_meier_with_no_event_is_survival_one_everywhere() -> None:
     one_event = refimpl.kaplan_meier([3.0, 5.0, 5.0], [1, 0, 0])  # and the first event drops it
     assert one_event.times.tolist() == [3.0]
     assert one_event.survival.tolist() == pytest.approx([2 / 3])
+
+
+# --- hostile sizes: an exact answer or a refusal, never a warning, an overflow or a hang ---------
+
+
+@pytest.fixture
+def loud() -> Any:
+    """Every floating-point warning an error (underflow to 0 stays silent, numpy's default)."""
+    with np.errstate(all="raise", under="ignore"):
+        yield
+
+
+@pytest.mark.usefixtures("loud")
+def test_subnormal_inclusion_probabilities_answer_exactly_or_are_refused() -> None:
+    tiny = 5e-324  # 1/tiny overflows float64
+    with pytest.raises(ValueError, match=r"pi must be large enough for the weights"):
+        refimpl.ipw_weights([tiny], n=1, k=1)
+    assert refimpl.ipw_weights([tiny, 0.5], n=1, k=1, clip=3.0).tolist() == [3.0, 2.0]
+    # Hájek is a weighted mean of the values: the tiny π member gets all the weight
+    assert float(refimpl.hajek_estimate([0.0, 0.0, 0.0], [1.0, 1.0, 2.22507386e-311])) == 0.0
+    assert float(refimpl.hajek_estimate([1.0, 5.0], [1.0, tiny])) == 5.0
+    assert float(refimpl.hajek_estimate([1e308, 1e308], [1.0, 0.5])) == 1e308
+    assert float(refimpl.hajek_estimate([1.0, 3.0], [1.0, 0.5])) == 7 / 3
+    with pytest.raises(ValueError, match=r"values and pi must give an estimate within float64"):
+        refimpl.horvitz_thompson_estimate([[0.0, 1.0]], [[1.0, tiny]], n=2, k=2)
+    assert refimpl.horvitz_thompson_estimate([[0.0, 0.0]], [[1.0, tiny]], n=2, k=2).tolist() == [
+        0.0
+    ]
+    clipped = refimpl.clipped_ipw_estimate([[0.0, 2.0]], [[1.0, 2.2e-309]], n=2, k=2, clip=1.0)
+    assert clipped.tolist() == [1.0]
+    assert refimpl.fluid_keep_probability([[0.0, 2.0]], step_time=1.1125e-308, eta=0).tolist() == [
+        [1.0, 0.0]
+    ]
+
+
+def test_exact_mode_bounds_n_and_names_the_float_mode() -> None:
+    half = [Fraction(1, 2), Fraction(1, 2)]
+    for call in (refimpl.inclusion_probability_pmf, refimpl.selected_pmf):
+        with pytest.raises(ValueError, match=r"n must be <= 2000 with an exact.*pmf as floats"):
+            call(half, n=2_815_470_189, k=1)
+        with pytest.raises(ValueError, match=r"n must be <= 2\^53"):
+            call([0.5, 0.5], n=2**64, k=2)
+    with pytest.raises(ValueError, match=r"n must be <= 2000 with an exact"):
+        refimpl.ipw_estimator_moments(half, [1, 2], n=10**5, k=1)
+    with pytest.raises(ValueError, match=r"n must keep the float enumeration within"):
+        refimpl.ipw_estimator_moments([0.5, 0.5], [1.0, 2.0], n=2**62, k=2)
+
+
+@pytest.mark.usefixtures("loud")
+def test_float_estimator_moments_past_170_factorial_match_the_exact_ones() -> None:
+    # n! overflows float64 past n = 170: the float mode works in log space
+    pmf, g = [Fraction(1, 100), Fraction(1, 2), Fraction(49, 100)], [1, 2, 5]
+    exact = refimpl.ipw_estimator_moments(pmf, g, n=200, k=3, clip=Fraction(3, 2))
+    approx = refimpl.ipw_estimator_moments(
+        [float(p) for p in pmf], [float(x) for x in g], n=200, k=3, clip=1.5
+    )
+    for name in ("horvitz_thompson", "hajek", "clipped"):
+        want, got = getattr(exact, name), getattr(approx, name)
+        assert want is not None
+        assert got is not None
+        assert float(got.mean) == pytest.approx(float(want.mean), rel=1e-11, abs=1e-300)
+        assert float(got.variance) == pytest.approx(float(want.variance), rel=1e-9, abs=1e-300)
+
+
+def test_a_staleness_bound_past_the_law_drops_nothing() -> None:
+    law = scipy.stats.expon(scale=10.0)
+    far = refimpl.fluid_steady_state(law, slots=1, batch=1, eta=14_880_618_571_628_543)
+    assert far == refimpl.fluid_steady_state(law, slots=1, batch=1, eta=None)
+    with pytest.raises(ValueError, match=r"eta must be <= 1048576 unless the law has no mass"):
+        refimpl.fluid_steady_state(scipy.stats.pareto(b=1.5), slots=1, batch=1, eta=2**30)

@@ -85,7 +85,14 @@ def fluid_keep_probability(lengths: ArrayLike, *, step_time: float, eta: int) ->
         meaning="time between versions",
     )
     eta_ = _as_eta(eta)
-    return np.asarray(np.clip(eta_ + 1.0 - arr / delta, 0.0, 1.0), dtype=np.float64)
+    with np.errstate(over="ignore"):  # l/Δ past float64's range is far past η + 1: keep 0
+        ramp = eta_ + 1.0 - arr / delta
+    return np.asarray(np.clip(ramp, 0.0, 1.0), dtype=np.float64)
+
+
+#: The largest staleness bound of :func:`fluid_steady_state` when the mask drops anything: float64
+#: places the window's ends ηΔ and (η+1)Δ to about η·1e-16 of its width Δ (1e-10 at 2^20).
+_MAX_FLUID_ETA = 2**20
 
 
 def _as_eta(eta: Any) -> int:
@@ -177,6 +184,16 @@ def fluid_steady_state(
     if eta is None:
         return FluidSteadyState(base, 1.0, n_slots / b, mean)
     eta_ = _as_eta(eta)
+    if float(dist.sf(eta_ * base)) == 0.0:  # no length reaches ηΔ: the mask drops nothing
+        return FluidSteadyState(base, 1.0, n_slots / b, mean)
+    if eta_ > _MAX_FLUID_ETA:
+        raise invalid(
+            "eta",
+            f"be <= {_MAX_FLUID_ETA} unless the law has no mass past eta * step_time (the "
+            "window [ηΔ, (η+1)Δ] is resolved to η·1e-16 of its width in float64)",
+            eta,
+            "Pass a smaller eta; a law with mass that far out is better served by the simulator.",
+        )
 
     # Quantiles of the law split every window, so that its mass is resolved however narrow it is.
     breaks = np.asarray(dist.ppf(_FLUID_BREAK_QUANTILES), dtype=np.float64)

@@ -22,7 +22,7 @@ from refimpl._validation import (
     as_pmf,
     require_in_unit_interval,
 )
-from refimpl.dispatch._numerics import FloatArray, _check_n_k
+from refimpl.dispatch._numerics import FloatArray, _check_exact_n, _check_float_n, _check_n_k
 
 __all__ = ["inclusion_probability", "inclusion_probability_pmf"]
 
@@ -112,6 +112,7 @@ def _tie_antiderivative_exact(u: Fraction, n: int, k: int) -> Fraction:
 def _pi_exact(p: list[Fraction], n: int, k: int) -> list[Fraction]:
     if k == n:
         return [Fraction(1)] * len(p)
+    _check_exact_n(n)
     out: list[Fraction] = []
     low = Fraction(0)
     g_low = Fraction(0)
@@ -241,6 +242,7 @@ def _pi_float(p: FloatArray, n: int, k: int) -> FloatArray:
     size = p.size
     if k == n:
         return np.ones(size)
+    _check_float_n(n)
     af, kf = float(n - k), float(k)
     # The M+1 interval ends, in both coordinates: t = F (forward sums), s = 1 - F (backward sums),
     # each to within a few ulps. A plain cumsum would not do: its rounding errors accumulate to

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy import special
 
 from refimpl._validation import (
     as_float_array,
@@ -22,6 +23,7 @@ from refimpl._validation import (
     as_real,
     exact_list,
     invalid,
+    mismatch,
     require_in_unit_interval,
     require_same_shape,
 )
@@ -104,10 +106,12 @@ def ipw_weights(pi: ArrayLike, *, n: int, k: int, clip: float | None = None) -> 
     """
     n_, k_ = _check_n_k(n, k)
     arr = _as_pi(pi)
-    w = k_ / (n_ * arr)
-    if clip is not None:
-        w = np.minimum(w, _as_clip(clip))
-    return np.asarray(w, dtype=np.float64)
+    c = None if clip is None else _as_clip(clip)
+    with np.errstate(over="ignore", divide="ignore"):  # past float64's range: clipped or refused
+        w = (k_ / n_) / arr
+    if c is not None:
+        w = np.minimum(w, c)
+    return _representable(w, arr)
 
 
 def _batch_arrays(values: ArrayLike, pi: ArrayLike) -> tuple[FloatArray, FloatArray]:
@@ -173,7 +177,9 @@ def horvitz_thompson_estimate(values: ArrayLike, pi: ArrayLike, *, n: int, k: in
     n_, k_ = _check_n_k(n, k)
     g, p = _batch_arrays(values, pi)
     _require_batch_axis(g, k_)
-    return np.asarray(np.sum(g / p, axis=-1) / n_, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # past float64's range: refused below
+        estimate = np.sum(g / p, axis=-1) / n_
+    return _representable(estimate, p, g)
 
 
 def hajek_estimate(values: ArrayLike, pi: ArrayLike) -> FloatArray:
@@ -209,11 +215,14 @@ def hajek_estimate(values: ArrayLike, pi: ArrayLike) -> FloatArray:
     --------
     >>> import refimpl
     >>> float(refimpl.hajek_estimate([1.0, 3.0], [1.0, 0.5]))
-    2.333333333333333
+    2.3333333333333335
     """
     g, p = _batch_arrays(values, pi)
-    inv = 1.0 / p
-    return np.asarray(np.sum(g * inv, axis=-1) / np.sum(inv, axis=-1), dtype=np.float64)
+    # weights p_min / p in (0, 1], normalised: no 1/p that overflows, and a convex combination of
+    # the values cannot leave their range
+    inv = np.min(p, axis=-1, keepdims=True) / p
+    share = inv / np.sum(inv, axis=-1, keepdims=True)
+    return np.asarray(np.sum(share * g, axis=-1), dtype=np.float64)
 
 
 def clipped_ipw_estimate(
@@ -263,8 +272,32 @@ def clipped_ipw_estimate(
     g, p = _batch_arrays(values, pi)
     _require_batch_axis(g, k_)
     c = _as_clip(clip)
-    w = np.minimum(k_ / (n_ * p), c)
-    return np.asarray(np.sum(w * g, axis=-1) / k_, dtype=np.float64)
+    with np.errstate(over="ignore", divide="ignore"):  # an infinite weight is clipped to c
+        w = np.minimum((k_ / n_) / p, c)
+    with np.errstate(over="ignore", invalid="ignore"):  # past float64's range: refused below
+        estimate = np.sum(w * g, axis=-1) / k_
+    return _representable(estimate, p, g)
+
+
+def _representable(result: FloatArray, p: FloatArray, g: FloatArray | None = None) -> FloatArray:
+    """``result`` as float64, refused when it left float64's range (a tiny ``π`` weighs 1/π)."""
+    if np.all(np.isfinite(result)):
+        return np.asarray(result, dtype=np.float64)
+    smallest = f"the smallest pi is {float(np.min(p))!r}"
+    if g is None:
+        raise invalid(
+            "pi",
+            "be large enough for the weights k/(n π) to fit in float64",
+            p,
+            f"{smallest}; drop lengths that are practically never trained, or pass clip.",
+        )
+    raise mismatch(
+        ("values", "pi"),
+        "give an estimate within float64's range",
+        f"{smallest} and the largest |value| {float(np.max(np.abs(g)))!r}",
+        "Rescale values, drop lengths that are practically never trained, or use "
+        "hajek_estimate (bounded by the values).",
+    )
 
 
 def _require_batch_axis(g: FloatArray, k: int) -> None:
@@ -414,6 +447,8 @@ def _moments(
             k,
             f"(k={k} over {len(support)} support points gives {count}); use a smaller k or support.",
         )
+    exact = isinstance(zero, Fraction)
+    _check_terms(n, count * (n - k + 1), exact)
     if isinstance(zero, Fraction):
         pi: list[Any] = _pi_exact(p, n, k)
     else:
@@ -428,25 +463,17 @@ def _moments(
     for j in range(len(p) - 1, -1, -1):
         surv[j] = acc
         acc = acc + p[j]
-    fact = [math.factorial(i) for i in range(n + 1)]
+    fact = [math.factorial(i) for i in range(n + 1)] if exact else []
     outcomes: list[tuple[Any, Any, Any, Any]] = []
     for comp in _compositions(k, len(support)):
+        chosen = [(p[j], c) for j, c in zip(support, comp, strict=True)]
         last = max(i for i, c in enumerate(comp) if c > 0)
         m = support[last]
-        coef = num(fact[n])
-        prob_below = num(1)
-        for i in range(last):
-            c = comp[i]
-            if c:
-                coef = coef / fact[c]
-                prob_below = prob_below * p[support[i]] ** c
-        bm = comp[last]
-        rest = n - k + bm
-        tail = sum(
-            (p[m] ** c * surv[m] ** (rest - c) / (fact[c] * fact[rest - c]))
-            for c in range(bm, rest + 1)
-        )
-        prob = coef * prob_below * tail
+        prob: Any
+        if exact:
+            prob = _batch_probability_exact(chosen, last, surv[m], n - k, fact)
+        else:
+            prob = _batch_probability_float(chosen, last, surv[m], n - k)
         ht = (
             sum(
                 (comp[i] * w[support[i]] * g[support[i]] for i in range(len(comp))),
@@ -477,6 +504,70 @@ def _moments(
     return IPWMoments(
         target, moments(1), moments(2), None if clip is None else moments(3), per_draw
     )
+
+
+#: Work budgets of :func:`ipw_estimator_moments`, in tail terms (compositions x (n - k + 1)):
+#: an exact term is a Fraction of up to n digits, a float term one entry of a numpy vector.
+_MAX_EXACT_TERMS = 200_000
+_MAX_FLOAT_TERMS = 20_000_000
+
+
+def _check_terms(n: int, terms: int, exact: bool) -> None:
+    budget = _MAX_EXACT_TERMS if exact else _MAX_FLOAT_TERMS
+    if terms > budget:
+        mode = "exact (Fraction)" if exact else "float"
+        raise invalid(
+            "n",
+            f"keep the {mode} enumeration within {budget} terms (batch compositions times "
+            "n - k + 1)",
+            n,
+            f"This call needs {terms}; pass a smaller n or k"
+            + (", or the pmf as floats." if exact else "."),
+        )
+
+
+def _batch_probability_exact(
+    chosen: list[tuple[Fraction, int]], last: int, survival: Fraction, spare: int, fact: list[int]
+) -> Fraction:
+    """``P(b)`` of the docstring: ``chosen`` holds ``(p_j, b_j)`` per support point, ``last`` is the
+    index of the longest length in the batch, ``spare = n - k``."""
+    n = spare + sum(c for _, c in chosen)
+    coef = Fraction(fact[n])
+    for p_j, c in chosen[:last]:
+        if c:
+            coef = coef * p_j**c / fact[c]
+    p_m, b_m = chosen[last]
+    rest = spare + b_m
+    tail = sum(
+        (
+            p_m**c * survival ** (rest - c) / (fact[c] * fact[rest - c])
+            for c in range(b_m, rest + 1)
+        ),
+        Fraction(0),
+    )
+    return coef * tail
+
+
+def _batch_probability_float(
+    chosen: list[tuple[float, int]], last: int, survival: float, spare: int
+) -> float:
+    """:func:`_batch_probability_exact` in log space: ``n!`` overflows float64 past n = 170."""
+    n = spare + sum(c for _, c in chosen)
+    log_coef = math.lgamma(n + 1) + sum(
+        c * math.log(p_j) - math.lgamma(c + 1) for p_j, c in chosen[:last] if c
+    )
+    p_m, b_m = chosen[last]
+    rest = spare + b_m
+    c = np.arange(b_m, rest + 1, dtype=np.float64)
+    # xlogy: at the longest length of the support S = 0, and only c = rest (0^0 = 1) counts
+    log_terms = (
+        c * math.log(p_m)
+        + special.xlogy(rest - c, survival)
+        - special.gammaln(c + 1.0)
+        - special.gammaln(rest - c + 1.0)
+    )
+    with np.errstate(under="ignore"):
+        return float(np.sum(np.exp(log_coef + log_terms)))
 
 
 def _compositions(total: int, parts: int) -> itertools.chain[tuple[int, ...]]:
