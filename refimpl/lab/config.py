@@ -1,4 +1,4 @@
-"""Run sizes of the lab: the default run (about 105 s of CPU) and ``--quick`` (about 14 s of CPU)."""
+"""Run sizes of the lab: the default run (about 3 minutes of CPU) and ``--quick`` (about 14 s)."""
 
 from __future__ import annotations
 
