@@ -43,7 +43,7 @@ import math
 import os
 import signal
 import warnings
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from fractions import Fraction
 from types import FrameType
@@ -90,98 +90,11 @@ class Defect(NamedTuple):
     hits: Callable[[list[Any], dict[str, Any]], bool]
 
 
-def _leaves(value: Any, depth: int = 0) -> Iterator[Any]:
-    """The scalars inside an argument (arrays, lists and tuples opened, a few levels deep)."""
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biufc":
-        yield from value.ravel()[:64].tolist()
-    elif isinstance(value, (list, tuple)) and depth < 3:
-        for item in value[:64]:
-            yield from _leaves(item, depth + 1)
-    else:
-        yield value
-
-
-def _any_leaf(test: Callable[[Any], bool]) -> Callable[[list[Any], dict[str, Any]], bool]:
-    def hits(args: list[Any], kwargs: dict[str, Any]) -> bool:
-        return any(test(x) for v in [*args, *kwargs.values()] for x in _leaves(v))
-
-    return hits
-
-
-def _kwarg(name: str, test: Callable[[Any], bool]) -> Callable[[list[Any], dict[str, Any]], bool]:
-    def hits(args: list[Any], kwargs: dict[str, Any]) -> bool:
-        return name in kwargs and test(kwargs[name])
-
-    return hits
-
-
-def _tiny(x: Any) -> bool:
-    return isinstance(x, (float, np.floating)) and 0.0 < abs(float(x)) < 1e-290
-
-
-def _complex(x: Any) -> bool:
-    return isinstance(x, (complex, np.complexfloating))
-
-
-def _big_int(limit: int) -> Callable[[Any], bool]:
-    return lambda x: (
-        isinstance(x, (int, np.integer)) and not isinstance(x, bool) and bool(x > limit)
-    )
-
-
-def _above(limit: float) -> Callable[[Any], bool]:
-    return lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > limit
-
-
-def _unhashable(x: Any) -> bool:
-    return not isinstance(x, Hashable)
-
-
-_PENALTY_CONVERSION = (
-    "penalties.py converts with np.asarray(raw, dtype=np.float64): a ComplexWarning for complex "
-    "input, numpy's own ValueError for a ragged list, an OverflowError for an int past 2**1023"
-)
-
-
-def _ragged(x: Any) -> bool:
-    if not isinstance(x, (list, tuple)):
-        return False
-    try:
-        np.asarray(x)
-    except ValueError:  # numpy refuses a ragged nesting (an object array needs dtype=object)
-        return True
-    return False
-
-
-def _beyond_float(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and abs(x) > 2**1023
-
-
-def _huge(x: Any) -> bool:
-    return isinstance(x, (float, np.floating)) and abs(float(x)) > 1e300
-
-
-def _penalty_conversion(args: list[Any], kwargs: dict[str, Any]) -> bool:
-    values = [*args, *kwargs.values()]
-    odd = _any_leaf(lambda x: _complex(x) or _beyond_float(x))
-    return odd(args, kwargs) or any(_ragged(v) for v in values)
-
-
 #: Defects found by this fuzz in modules this change does not own. The fuzz keeps calling these
 #: functions, but skips the inputs that ``hits`` recognizes as the known defect; each reproduction
-#: is checked to still fail (an entry that no longer reproduces must be removed).
-KNOWN_DEFECTS: dict[str, Defect] = {
-    "difficulty_mix": Defect(
-        "RuntimeWarning: overflow in exp for a wide sigma, in multiply for median=1e308; "
-        "MemoryError for nodes=2**40",
-        lambda: refimpl.difficulty_mix(median=1.0, sigma=294.0),
-        lambda a, k: (
-            _kwarg("sigma", _above(20.0))(a, k)
-            or _kwarg("nodes", _big_int(100_000))(a, k)
-            or _any_leaf(_huge)(a, k)
-        ),
-    ),
-}
+#: is checked to still fail (an entry that no longer reproduces must be removed). Empty: every
+#: defect found so far is fixed, and its reproduction kept in ``FIXED_DEFECTS`` below.
+KNOWN_DEFECTS: dict[str, Defect] = {}
 
 
 def _as_any(value: Any) -> Any:
@@ -590,8 +503,77 @@ def test_the_contract_accepts_a_refusal_and_an_answer() -> None:
     call_keeps_the_contract(refimpl.staleness_mask, [[0, 1, 2]], {"eta": True})
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_DEFECTS))
-def test_known_defects_still_reproduce(name: str) -> None:
-    defect = KNOWN_DEFECTS[name]
-    with pytest.raises(AssertionError):
-        call_keeps_the_contract(defect.reproduce, [], {}, guard_seconds=1)
+def test_known_defects_still_reproduce() -> None:
+    for name, defect in KNOWN_DEFECTS.items():
+        with pytest.raises(AssertionError):
+            call_keeps_the_contract(defect.reproduce, [], {}, guard_seconds=1)
+        assert name in FUNCTIONS
+
+
+_TINY_PI = [[1.0, 5e-324]]
+
+#: The reproductions of defects this fuzz found and that were fixed: each must keep the contract
+#: (each broke it before its fix: a warning, a foreign exception or a hang).
+FIXED_DEFECTS: dict[str, Callable[[], Any]] = {
+    "cosine_length_reward": lambda: refimpl.cosine_length_reward([1.0], [1 + 2j], max_length=10.0),
+    "kimi_length_reward": lambda: refimpl.kimi_length_reward([1.0], [1 + 2j]),
+    "kimi_length_reward ragged": lambda: refimpl.kimi_length_reward([[1.0], [1.0, 2.0]], [1]),
+    "l1_exact_reward": lambda: refimpl.l1_exact_reward([1.0], [1], [1e308], alpha=2.0),
+    "l1_max_reward": lambda: refimpl.l1_max_reward([1.0], [1], [1.0], alpha=1e308),
+    "l1_max_reward huge int": lambda: refimpl.l1_max_reward([1.0], [2**1100], [1.0]),
+    "dapo_overlong_penalty": lambda: refimpl.dapo_overlong_penalty(
+        [1.0], max_length=269159647051.0, cache_length=1.4972502360355677e-297
+    ),
+    "difficulty_mix": lambda: refimpl.difficulty_mix(median=1.0, sigma=294.0),
+    "difficulty_mix median": lambda: refimpl.difficulty_mix(median=1e308, sigma=1.0),
+    "difficulty_mix nodes": lambda: refimpl.difficulty_mix(median=1.0, sigma=1.0, nodes=2**40),
+    "hajek_estimate": lambda: refimpl.hajek_estimate([0.0, 0.0, 0.0], [1.0, 1.0, 2.22507386e-311]),
+    "horvitz_thompson_estimate": lambda: refimpl.horvitz_thompson_estimate(
+        [[0.0, 1.0]], _TINY_PI, n=2, k=2
+    ),
+    "clipped_ipw_estimate": lambda: refimpl.clipped_ipw_estimate(
+        [[0.0, 0.0]], [[1.0, 2.2e-309]], n=2, k=2, clip=1.0
+    ),
+    "fluid_keep_probability": lambda: refimpl.fluid_keep_probability(
+        [[0.0, 2.0]], step_time=1.1125e-308, eta=0
+    ),
+    "fluid_steady_state": lambda: refimpl.fluid_steady_state(
+        scipy.stats.expon(scale=10.0), slots=1, batch=1, eta=14_880_618_571_628_543
+    ),
+    "ipw_weights": lambda: refimpl.ipw_weights([5e-324], n=1, k=1),
+    "ipw_estimator_moments": lambda: refimpl.ipw_estimator_moments(
+        [0.5, 0.5], [1.0, 2.0], n=2**62, k=2
+    ),
+    "ipw_estimator_moments exact": lambda: refimpl.ipw_estimator_moments(
+        [Fraction(1, 2), Fraction(1, 2)], [1, 2], n=10**5, k=1
+    ),
+    "ipw_estimator_moments n=200": lambda: refimpl.ipw_estimator_moments(
+        [0.5, 0.5], [1.0, 2.0], n=200, k=2
+    ),
+    "inclusion_probability_pmf": lambda: refimpl.inclusion_probability_pmf(
+        [Fraction(1, 2), Fraction(1, 2)], n=2_815_470_189, k=1
+    ),
+    "inclusion_probability_pmf float": lambda: refimpl.inclusion_probability_pmf(
+        [0.5, 0.5], n=2**64, k=2
+    ),
+    "selected_pmf": lambda: refimpl.selected_pmf(
+        [Fraction(0), Fraction(0), Fraction(0), Fraction(1, 5), Fraction(4, 5)], n=2_341_048, k=1
+    ),
+    "grpo_advantages": lambda: refimpl.grpo_advantages(
+        [0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])
+    ),
+    "rloo_advantages": lambda: refimpl.rloo_advantages(
+        [0.0, 0.0, 0.0], group=_as_any([[1.0], [1.0, 2.0]])
+    ),
+    "framework_staleness_bound": lambda: refimpl.framework_staleness_bound(
+        framework=_as_any([]), value=1
+    ),
+    "masking_diagnostics": lambda: refimpl.masking_diagnostics(
+        [0], [0.0], lengths=[0.0], length_bins=2**40
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIXED_DEFECTS))
+def test_fixed_defects_keep_the_contract(name: str) -> None:
+    call_keeps_the_contract(FIXED_DEFECTS[name], [], {}, guard_seconds=HANG_GUARD_CPU_S)

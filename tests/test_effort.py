@@ -961,3 +961,21 @@ def test_conditioned_policy_arguments_are_refused_with_the_fix() -> None:
         policy.evaluate([5.0])
     with pytest.raises(ValueError, match=r"weights must be given"):
         frontier_quality([1.0], q_max=1.0, lam=1.0, weights=None)  # type: ignore[arg-type]
+
+
+def test_difficulty_mix_refuses_scales_beyond_float64_and_unbounded_nodes() -> None:
+    with pytest.raises(ValueError, match=r"median and sigma must keep every class's λ.*overflows"):
+        difficulty_mix(median=1.0, sigma=294.0)
+    with pytest.raises(ValueError, match=r"λ overflows"):
+        difficulty_mix(median=1e308, sigma=1.0)
+    with pytest.raises(ValueError, match=r"λ underflows to 0"):
+        difficulty_mix(median=1e-300, sigma=100.0, nodes=3)
+    with pytest.raises(ValueError, match=r"nodes must be <= 1000000"):
+        difficulty_mix(median=1.0, sigma=1.0, nodes=2**40)
+    # at the edge of float64 the classes are still exact: no spread, or e^{σz} past 700 in log form
+    assert difficulty_mix(median=1e308, sigma=0.0, nodes=3).lam.tolist() == [1e308] * 3
+    # sigma * z = +-701.5: e^{σz} alone overflows, the class scales (e^{678.5}, e^{-724.5}) do not
+    wide = difficulty_mix(median=1e-10, sigma=1040.0, nodes=2).lam
+    z = 0.6744897501960817
+    assert wide[1] == pytest.approx(math.exp(math.log(1e-10) + 1040.0 * z), rel=1e-12)
+    assert 0.0 < wide[0] < 1e-300  # subnormal, positive
