@@ -273,7 +273,8 @@ def dapo_overlong_penalty(
         If an input is not numeric or ``floor`` is not a bool.
     ValueError
         If a length is negative or non-finite, ``max_length <= 0``, ``cache_length <= 0``,
-        ``cache_length > max_length`` or ``penalty_factor < 0``.
+        ``cache_length > max_length`` or ``penalty_factor < 0``; with ``floor=False``, if the
+        unfloored penalty is beyond float64's range (a tiny ``cache_length``).
 
     Notes
     -----
@@ -504,7 +505,8 @@ def l1_exact_reward(
     TypeError
         If an input is not numeric.
     ValueError
-        On shape mismatch, negative or non-finite input, or ``alpha < 0``.
+        On shape mismatch, negative or non-finite input, or ``alpha < 0``; or if the reward is
+        beyond float64's range (``alpha * |target - length|`` past 1.8e308).
 
     Notes
     -----

@@ -153,7 +153,10 @@ def fluid_steady_state(
     TypeError
         If ``dist`` is not a frozen distribution or ``slots``, ``batch``, ``eta`` are not integers.
     ValueError
-        If ``slots < 1``, ``batch < 1``, ``eta < 0`` or the law has no finite positive mean.
+        If ``slots < 1``, ``batch < 1``, ``eta < 0`` or the law has no finite positive mean; if
+        ``eta > 2^20`` while the law has mass past ``eta`` unmasked step times (float64 places the
+        window :math:`[\eta\Delta, (\eta+1)\Delta]` to about :math:`\eta\cdot 10^{-16}` of its
+        width). A bound past all the law's mass drops nothing: the unmasked state is returned.
     ArithmeticError
         If a quadrature does not converge.
 

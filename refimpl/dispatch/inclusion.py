@@ -358,7 +358,8 @@ def inclusion_probability_pmf(pmf: Any, *, n: int, k: int) -> FloatArray | list[
         If ``n`` or ``k`` is not an integer or ``pmf`` is not numeric.
     ValueError
         If ``n < 1``, ``k < 1``, ``k > n``, or ``pmf`` is empty, negative, non-finite or does not
-        sum to one.
+        sum to one; if ``n > 2000`` for a pmf of ``Fraction`` (exact terms grow to ``n`` digits:
+        pass the pmf as floats) or ``n > 2^53`` for a float pmf (scipy takes ``n`` as a float64).
 
     Notes
     -----

@@ -88,7 +88,8 @@ def ipw_weights(pi: ArrayLike, *, n: int, k: int, clip: float | None = None) -> 
     TypeError
         If ``pi`` is not numeric or ``n``, ``k``, ``clip`` have the wrong type.
     ValueError
-        If ``pi`` has entries outside :math:`(0, 1]`, NaN or infinity, or ``clip <= 0``.
+        If ``pi`` has entries outside :math:`(0, 1]`, NaN or infinity, or ``clip <= 0``; or, with
+        no ``clip``, a weight beyond float64's range (``π`` below about ``k/(n·1.8e308)``).
 
     Notes
     -----
@@ -161,7 +162,8 @@ def horvitz_thompson_estimate(values: ArrayLike, pi: ArrayLike, *, n: int, k: in
     Raises
     ------
     ValueError
-        If shapes differ, the last axis is not ``k`` long, or ``pi`` is outside :math:`(0, 1]`.
+        If shapes differ, the last axis is not ``k`` long, ``pi`` is outside :math:`(0, 1]`, or
+        the estimate is beyond float64's range (a subnormal ``π`` weighs its value by ``1/π``).
 
     Notes
     -----
@@ -209,7 +211,8 @@ def hajek_estimate(values: ArrayLike, pi: ArrayLike) -> FloatArray:
     Notes
     -----
     Biased (a ratio estimate) but bounded by the batch's range of ``g``; the weight scale
-    :math:`k/n` cancels. Bias and variance: :func:`ipw_estimator_moments`.
+    :math:`k/n` cancels, and so does any common factor: the weights are computed as
+    :math:`\pi_\text{min}/\pi_i \le 1` and normalised, so a subnormal :math:`\pi` cannot overflow. Bias and variance: :func:`ipw_estimator_moments`.
 
     Examples
     --------
@@ -377,13 +380,15 @@ def ipw_estimator_moments(
     Raises
     ------
     ValueError
-        Bad ``pmf``, ``n``, ``k``, ``clip``; ``g`` of another length than ``pmf``; or more than
-        200 000 batch compositions (cost below).
+        Bad ``pmf``, ``n``, ``k``, ``clip``; ``g`` of another length than ``pmf``; more than
+        200 000 batch compositions, or more terms (compositions times ``n - k + 1``) than
+        200 000 in exact mode (where also ``n <= 2000``) or 2e7 in float mode (cost below).
 
     Notes
     -----
     Cost: :math:`\binom{k+M'-1}{M'-1}` compositions (:math:`M'` support points with
-    :math:`p > 0`), :math:`O(n)` work each. HT is unbiased (claim :ref:`LB4 <lb4>`).
+    :math:`p > 0`), :math:`O(n)` work each. The float mode sums each composition's terms in log
+    space (:math:`n!` alone overflows float64 past 170). HT is unbiased (claim :ref:`LB4 <lb4>`).
 
     Examples
     --------

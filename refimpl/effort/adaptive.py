@@ -259,7 +259,7 @@ def difficulty_mix(
     q_max : float, default 1.0
         Saturation quality of every class, ``> 0``.
     nodes : int, default 64
-        Number of classes, ``>= 1``.
+        Number of classes, ``1 <= nodes <= 10^6`` (the rule errs by about ``1/nodes``).
 
     Returns
     -------
@@ -271,7 +271,8 @@ def difficulty_mix(
     TypeError
         If a parameter has the wrong type.
     ValueError
-        If a parameter is outside its domain.
+        If a parameter is outside its domain, or a class's ``λ`` leaves float64's range (it
+        overflows, or underflows to 0).
 
     Notes
     -----

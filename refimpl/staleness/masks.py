@@ -45,10 +45,14 @@ def staleness_mask(
     ValueError
         If ``s`` is negative, non-integral or non-finite, or ``eta < 0``.
     TypeError
-        If ``eta`` is not an integer.
+        If ``eta`` is not an integer, or ``s`` holds booleans or a float past ``2^53`` (which
+        integer was meant is lost: pass ints).
 
     Notes
     -----
+    Compared on exact integers: ``s`` and ``eta`` may be any size (``s = 2^53 + 1`` is above
+    ``eta = 2^53``, though both are the same float64).
+
     Non-increasing in ``s``; never drops an on-policy sample (``s = 0``), whatever ``η``. The
     comparison is ``<=``: TRL's ``max_staleness`` keeps a sample whose staleness equals the bound
     (so does prime-rl's ``max_off_policy_steps``, read from its repository and not checked in CI). Dropping by staleness drops long rollouts more often
