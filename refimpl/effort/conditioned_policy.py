@@ -73,7 +73,7 @@ class ConditionedEffortPolicy(NamedTuple):
         The training mix (:math:`\lambda_d`, :math:`w_d`).
     k0, tau : float
         The penalty ``k(b) = k0 e^{−(b − b_min)/τ}``.
-    reward_history : ndarray of float64, shape (steps,)
+    reward_history : ndarray of float64, one entry per optimiser step
         Mean shaped reward of each training batch (Bernoulli outcomes included).
 
     Notes

@@ -57,7 +57,7 @@ class EffortPolicy(NamedTuple):
     q_max, lam, k0, tau : float
         The training problem: quality model ``Q(ℓ) = q_max (1 − e^{−ℓ/λ})`` and penalty
         ``k(b) = k0 e^{−(b − b_min)/τ}``.
-    reward_history : ndarray of float64, shape (steps,)
+    reward_history : ndarray of float64, one entry per optimiser step
         Mean shaped reward of each training batch (noise included).
 
     Notes

@@ -107,8 +107,8 @@ def _memory(section: Section, config: LabConfig, progress: Callable[[str], None]
     ax.set_xlabel("length quartile (tokens)")
     ax.set_ylabel("fraction of trained rollouts")
     ax.set_title("Memory pressure preempts the long")
-    ax.legend(loc="upper left", fontsize=8)
-    ax2.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left")
+    ax2.legend(loc="lower right")
 
 
 def _prefix(section: Section, config: LabConfig, progress: Callable[[str], None], ax: Any) -> None:
@@ -153,7 +153,7 @@ def _prefix(section: Section, config: LabConfig, progress: Callable[[str], None]
     ax.set_xlabel("length quartile (tokens)")
     ax.set_ylabel("launch to finish (steps)")
     ax.set_title("Prefix sharing: the long finish sooner")
-    ax.legend(fontsize=8)
+    ax.legend()
 
 
 def _interruption(section: Section, config: LabConfig, progress: Callable[[str], None], ax: Any) -> None:  # fmt: skip
@@ -218,10 +218,11 @@ def _interruption(section: Section, config: LabConfig, progress: Callable[[str],
     seq = [r[2] for r in rows]
     ax.bar(x - 0.2, seq, width=0.4, color=COLORS[0], label="sequence staleness, per token")
     ax.bar(x + 0.2, [r[3] for r in rows], width=0.4, color=COLORS[2], label="token staleness")
-    ax.set_xticks(x, [r[0] for r in rows])
+    # two rows of tick labels: "recompute" and "keep_kv" run together on one at this width
+    ax.set_xticks(x, [f"{r[0]}" if i % 2 == 0 else f"\n{r[0]}" for i, r in enumerate(rows)])
     ax.set_ylabel("mean staleness (steps)")
     ax.set_title("Interruption: sequence to token staleness")
-    ax.legend(fontsize=8)
+    ax.legend()
 
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
@@ -244,7 +245,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         f"{100 * m['preempted_shortest']:.0f}%."
     )
     section.takeaway(
-        "a tight KV budget preempts {memory.preempted_longest:%} of the longest quarter of the "
+        "A tight KV budget preempts {memory.preempted_longest:%} of the longest quarter of the "
         "rollouts and {memory.preempted_shortest:%} of the shortest; sharing a group's prompt "
         "saves {prefix.blocks_saved_mean} blocks on average; keeping the KV at a weight update "
         "gives a token staleness of {keep_kv.token} where the sequences' staleness charges each "

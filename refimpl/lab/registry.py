@@ -41,12 +41,28 @@ def missing_names(requires: tuple[str, ...]) -> list[str]:
     return [dotted for dotted in requires if find_object(dotted) is None]
 
 
-# the names the learning section calls; async-worth's measured verdict trains through it too
+# the names that train the toy policy on the simulator's batches: async-worth's fair verdict
+# calls these, and the learning section calls them with the rest of _LEARNING_REQUIRES
+_TRAINING_REQUIRES = (
+    "refimpl.learning.hazard_length_pmf",
+    "refimpl.learning.length_features",
+    "refimpl.learning.length_gradient",
+    "refimpl.learning.mean_reward",
+    "refimpl.learning.policy_gradient",
+    "refimpl.learning.stop_hazard",
+    "refimpl.learning.token_scores",
+    "refimpl.learning.train_policy",
+    "refimpl.sim.STATUS",
+    "refimpl.sim.SimConfig",
+    "refimpl.sim.simulate",
+)
+# the names the learning section calls
 _LEARNING_REQUIRES = (
     "refimpl.fluid_keep_probability",
     "refimpl.inclusion_probability_pmf",
     "refimpl.learning.async_gradient",
     "refimpl.learning.corrected_scores",
+    "refimpl.learning.async_gradient_exact",
     "refimpl.learning.estimator_bias",
     "refimpl.learning.estimator_status",
     "refimpl.learning.expected_length",
@@ -54,6 +70,7 @@ _LEARNING_REQUIRES = (
     "refimpl.learning.first_k_gradient",
     "refimpl.learning.fluid_staleness_pmf",
     "refimpl.learning.fluid_step_time",
+    "refimpl.learning.gradient_bias",
     "refimpl.learning.hazard_length_pmf",
     "refimpl.learning.length_features",
     "refimpl.learning.length_gradient",
@@ -194,10 +211,7 @@ SECTIONS: tuple[SectionSpec, ...] = (
                     "refimpl.async_speedup",
                     "refimpl.fluid_steady_state",
                     "refimpl.staleness_decay",
-                    "refimpl.sim.STATUS",
-                    "refimpl.sim.SimConfig",
-                    "refimpl.sim.simulate",
-                    *_LEARNING_REQUIRES,
+                    *_TRAINING_REQUIRES,
                 }
             )
         ),
