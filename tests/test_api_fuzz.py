@@ -571,6 +571,10 @@ FIXED_DEFECTS: dict[str, Callable[[], Any]] = {
     "masking_diagnostics": lambda: refimpl.masking_diagnostics(
         [0], [0.0], lengths=[0.0], length_bins=2**40
     ),
+    "length_bias": lambda: refimpl.length_bias(scipy.stats.expon(), n=6_291_587_969, k=2),
+    "effort_frontier": lambda: refimpl.effort_frontier(
+        [1.0], q_max=1.0, lam=_as_any([[1.0], [1.0, 2.0]]), k0=0.0, b_min=0.0, tau=1.0
+    ),
 }
 
 

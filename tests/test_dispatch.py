@@ -692,3 +692,11 @@ def test_a_staleness_bound_past_the_law_drops_nothing() -> None:
     assert far == refimpl.fluid_steady_state(law, slots=1, batch=1, eta=None)
     with pytest.raises(ValueError, match=r"eta must be <= 1048576 unless the law has no mass"):
         refimpl.fluid_steady_state(scipy.stats.pareto(b=1.5), slots=1, batch=1, eta=2**30)
+
+
+def test_continuous_quadrature_refuses_an_n_too_large_to_resolve() -> None:
+    # 1.5e-7 = E[mean of the first two of n] for unit exponentials, to 3e-11 at the bound
+    at_bound = refimpl.selected_mean(scipy.stats.expon(), n=10**7, k=2)
+    assert at_bound == pytest.approx((2 / 10**7 + 1 / (10**7 - 1)) / 2, rel=1e-10)
+    with pytest.raises(ValueError, match=r"n must be <= 10000000 for a continuous law"):
+        refimpl.length_bias(scipy.stats.expon(), n=6_291_587_969, k=2)

@@ -979,3 +979,9 @@ def test_difficulty_mix_refuses_scales_beyond_float64_and_unbounded_nodes() -> N
     z = 0.6744897501960817
     assert wide[1] == pytest.approx(math.exp(math.log(1e-10) + 1040.0 * z), rel=1e-12)
     assert 0.0 < wide[0] < 1e-300  # subnormal, positive
+
+
+def test_a_ragged_class_parameter_is_refused_by_refimpl() -> None:
+    ragged: Any = [[1.0], [1.0, 2.0]]
+    with pytest.raises(TypeError, match=r"lam must be an array of real numbers"):
+        effort_frontier([1.0], q_max=1.0, lam=ragged, k0=0.0, b_min=0.0, tau=1.0)

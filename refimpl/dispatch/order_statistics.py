@@ -25,6 +25,7 @@ from refimpl.dispatch._numerics import (
     _beta_breaks,
     _check_dist,
     _check_n_k,
+    _check_quadrature_n,
     _has_own_inverse,
     _length_integral,
     _survival_integral,
@@ -117,7 +118,9 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
     TypeError
         If ``dist`` is not a frozen distribution or ``n``, ``k`` are not integers.
     ValueError
-        If ``n``, ``k`` are out of range or the law has no finite positive mean.
+        If ``n``, ``k`` are out of range (``n <= 10^7`` when ``k < n``: the first-k-of-n weight is
+        about ``1/n`` wide, too narrow for the quadrature beyond) or the law has no finite
+        positive mean.
     ArithmeticError
         If the quadrature does not reach a relative error estimate of ``1e-9``.
 
@@ -143,6 +146,7 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
     mean = _check_dist(dist)
     if k_ == n_:
         return mean
+    _check_quadrature_n(n_)
     a = float(n_ - k_)
     if not _has_own_inverse(dist):
         # S_q(x) = (n/k) ∫_0^s I_t(n-k, k) dt with s = S(x), integrated in the length coordinate.

@@ -53,7 +53,12 @@ def _class_parameter(value: Any, *, name: str, meaning: str) -> NDArray[np.float
 
 
 def _is_scalar(value: Any) -> bool:
-    return np.ndim(value) == 0 if not isinstance(value, (str, bytes)) else True
+    if isinstance(value, (str, bytes)):
+        return True
+    try:
+        return bool(np.ndim(value) == 0)
+    except (TypeError, ValueError):  # ragged nesting: not a scalar, refused as an array later
+        return False
 
 
 def _mix(q_max: Any, lam: Any, weights: Any) -> _Mix | None:
