@@ -299,8 +299,9 @@ def _exact_versions(
 ) -> NDArray[Any]:
     """The real tokens' versions as exact integers, padded with 0, shape ``versions.shape``.
 
-    ``versions`` (float64) has passed the checks of whole numbers; this re-reads the input so that
-    an integer past 2^53 is the integer given, not its nearest float."""
+    ``versions`` is the float64 reading of the input (its checks follow in
+    :func:`_check_versions`); past 2^53 this re-reads the input, so that an integer there is the
+    integer given, not its nearest float (a float past 2^53 is refused: which one was meant is lost)."""
     if np.all(versions[valid] < 2**53):  # below 2^53 the float is the integer that was given
         return np.where(valid, versions, 0.0).astype(np.int64)
     if isinstance(token_versions, (list, tuple)) and versions.shape[0] == len(token_versions):
