@@ -29,10 +29,101 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.sim._compiled_heap import _hpop, _hpush
+from refimpl.sim._compiled_layout import (
+    _ABORTED,
+    _ADMITTED,
+    _BUF_HEAD,
+    _BUF_TAIL,
+    _BUSY,
+    _COLUMNS_PER_EVENT,
+    _COMPLETE,
+    _COMPLETED,
+    _DROPPED,
+    _ERR,
+    _ERR_A,
+    _ERR_B,
+    _EXP_USED,
+    _F_KVRESTORE,
+    _F_PDUR,
+    _F_PRE,
+    _F_PSCALE,
+    _F_RP,
+    _F_TT,
+    _GEN_BUSY,
+    _HEAP_PER_EVENT,
+    _IDLE_HEAD,
+    _IDLE_LEN,
+    _J,
+    _KCOLS,
+    _MAXCOL,
+    _NBATCH,
+    _NEED_EXPS,
+    _NEED_HEAP,
+    _NEED_LENGTHS,
+    _NEED_ROOM,
+    _NEED_ROWS,
+    _NEED_SEGMENTS,
+    _NR,
+    _NSEG,
+    _OK,
+    _P_ADMISSION,
+    _P_BATCH,
+    _P_CONTINUOUS,
+    _P_DROP_LEFTOVERS,
+    _P_DROP_OVER,
+    _P_ETA,
+    _P_FIXED_LENGTHS,
+    _P_LAUNCH,
+    _P_PARTIAL,
+    _P_PERSIST_KV,
+    _P_PREEMPT,
+    _P_SLOTS,
+    _P_SLOW,
+    _P_STEP_MODE,
+    _P_STEPS,
+    _PAUSE_AT,
+    _PENDING,
+    _PENDING_LAUNCH,
+    _PREEMPT,
+    _PUBLISH,
+    _R_BUF,
+    _R_GEN,
+    _R_IDX,
+    _R_RANK,
+    _R_SLOT,
+    _R_STEP,
+    _R_VL,
+    _R_VMIN,
+    _RANK,
+    _RESUME,
+    _ROWS_PER_EVENT,
+    _RUNNING,
+    _S_BUSY_SINCE,
+    _S_DECK,
+    _S_DECPRE,
+    _S_DECV,
+    _S_LASTSEG,
+    _S_NXT,
+    _S_PAUSED,
+    _S_REMAINING,
+    _S_RID,
+    _SEGMENTS_PER_EVENT,
+    _SEQ,
+    _STARTED,
+    _STUCK,
+    _T,
+    _TRAINED,
+    _TRAINER_BUSY,
+    _TRAINING,
+    _UNFINISHED,
+    _VCLOCK,
+    _VERSION,
+)
+from refimpl.sim._compiled_run import run_kernel
 from refimpl.sim._config import SimConfig
-from refimpl.sim._event import _Stuck
 from refimpl.sim._lengths import LengthSupply
-from refimpl.sim._trace import STATUS, RawTrace
+from refimpl.sim._trace import RawTrace
 from refimpl.staleness import _admission_capacity
 
 numba: Any
@@ -45,118 +136,6 @@ except ImportError:
     AVAILABLE = False
 
 __all__ = ["AVAILABLE", "COMPILE_ROLLOUTS", "run_compiled", "worth_compiling"]
-
-_TRAINED = STATUS["trained"]
-_DROPPED = STATUS["dropped"]
-_ABORTED = STATUS["aborted"]
-_UNFINISHED = STATUS["unfinished"]
-_PENDING = STATUS["pending"]
-_COMPLETE, _PUBLISH, _PREEMPT, _RESUME = 0, 1, 2, 3
-_PARTIAL_CODES = {"none": 0, "restart": 1, "recompute": 2, "keep_kv": 3}
-
-# integer state S[...]
-_SEQ, _BUSY, _VERSION, _J, _TRAINING, _RANK, _ADMITTED, _RUNNING, _PENDING_LAUNCH = range(9)
-_NR, _BUF_HEAD, _BUF_TAIL, _NBATCH, _IDLE_HEAD, _IDLE_LEN, _ERR, _ERR_A, _ERR_B = range(9, 18)
-_COMPLETED, _NSEG, _EXP_USED, _KCOLS, _STARTED, _MAXCOL, _PAUSE_AT = range(18, 25)
-_N_STATE = 25
-# float state SF[...]
-_T, _VCLOCK, _GEN_BUSY, _TRAINER_BUSY = range(4)
-# errors: what the kernel needs from Python
-_OK, _STUCK, _NEED_LENGTHS, _NEED_ROWS, _NEED_HEAP, _NEED_SEGMENTS, _NEED_EXPS = range(7)
-# between two events: the arrays are nearly full; grow them and resume (state is consistent)
-_NEED_ROOM = 7
-# room one event may need at most: a publication can launch (restart, admission, a new step) and
-# reschedule (recompute) on every slot, twice over for restart under admission
-_ROWS_PER_EVENT, _HEAP_PER_EVENT, _SEGMENTS_PER_EVENT, _COLUMNS_PER_EVENT = 2, 4, 2, 3
-# integer parameters P[...]
-(
-    _P_SLOTS,
-    _P_BATCH,
-    _P_STEPS,
-    _P_CONTINUOUS,
-    _P_STEP_MODE,
-    _P_ADMISSION,
-    _P_LAUNCH,
-    _P_DROP_LEFTOVERS,
-    _P_ETA,
-    _P_DROP_OVER,
-    _P_PARTIAL,
-    _P_SLOW,
-    _P_PREEMPT,
-    _P_PERSIST_KV,
-    _P_FIXED_LENGTHS,
-) = range(15)
-# float parameters PF[...]
-_F_TT, _F_PRE, _F_RP, _F_PSCALE, _F_PDUR, _F_KVRESTORE = range(6)
-# rollout int32 rows R[...]
-_R_SLOT, _R_IDX, _R_VL, _R_VMIN, _R_STEP, _R_RANK, _R_GEN, _R_BUF = range(8)
-# slot int64 rows SL[...] and float rows SLF[...]
-_S_NXT, _S_RID, _S_PAUSED, _S_LASTSEG = range(4)
-_S_REMAINING, _S_BUSY_SINCE, _S_DECV, _S_DECPRE, _S_DECK = range(5)
-
-
-def _siftup(ht: Any, hk: Any, hp: Any, w: int, i: int, t: float, key: int, payload: int) -> None:
-    """Put ``(t, key, payload)`` into the hole at ``i`` of heap ``w``, moving it up past every
-    parent that orders after it (the end of both a push and a pop)."""
-    while i > 0:
-        p = (i - 1) >> 1
-        tp = ht[w, p]
-        if tp < t or (tp == t and hk[w, p] < key):
-            break
-        ht[w, i] = tp
-        hk[w, i] = hk[w, p]
-        hp[w, i] = hp[w, p]
-        i = p
-    ht[w, i] = t
-    hk[w, i] = key
-    hp[w, i] = payload
-
-
-if numba is not None:  # compiled lazily, inlined where it is called (both heaps' kernels)
-    _siftup = numba.njit(cache=True, error_model="numpy", _nrt=False, inline="always")(_siftup)
-
-
-def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, payload: int) -> bool:
-    """Push ``(t, key)`` with its payload onto heap ``w``; ``False`` when it is full."""
-    i = hn[w]
-    if i >= ht.shape[1]:
-        return False
-    hn[w] = i + 1
-    _siftup(ht, hk, hp, w, i, t, key, payload)
-    return True
-
-
-def _hpop(ht: Any, hk: Any, hp: Any, w: int, hn: Any, out: Any) -> float:
-    """Pop the least ``(time, key)`` of heap ``w``; its kind, ref, gen go to ``out[0:3]``.
-
-    Floyd's variant: the hole left at the root moves down to a leaf along the smaller children
-    (chosen without a branch), and the last entry is sifted up from there: about half the
-    comparisons of the textbook sift-down, and none that the processor must guess.
-    """
-    t0 = ht[w, 0]
-    payload = hp[w, 0]
-    out[0] = payload & 3
-    out[1] = payload >> 34
-    out[2] = (payload >> 2) & 0xFFFFFFFF
-    n = hn[w] - 1
-    hn[w] = n
-    if n == 0:
-        return float(t0)
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c + 1 < n:
-            tc = ht[w, c]
-            tr = ht[w, c + 1]
-            c += (tr < tc) | ((tr == tc) & (hk[w, c + 1] < hk[w, c]))
-        elif c >= n:
-            break
-        ht[w, i] = ht[w, c]
-        hk[w, i] = hk[w, c]
-        hp[w, i] = hp[w, c]
-        i = c
-    _siftup(ht, hk, hp, w, i, ht[w, n], hk[w, n], hp[w, n])
-    return float(t0)
 
 
 def _push(
@@ -767,31 +746,6 @@ def _rows_estimate(cfg: SimConfig) -> int:
     return int(n * 1.02) + extra + 2 * cfg.slots + 1024
 
 
-def _grown(a: NDArray[Any], size: int, used: int | None = None) -> NDArray[Any]:
-    """``a`` with its last axis grown to ``size``; its first ``used`` entries (all by default)
-    kept, the rest zero (W accumulates). The kernel reads no row it has not written, so only the
-    used rows need copying: a copy of the whole allocation would touch pages never used."""
-    out = np.zeros((*a.shape[:-1], size), dtype=a.dtype)
-    keep = a.shape[-1] if used is None else used
-    out[..., :keep] = a[..., :keep]
-    return out
-
-
-def _exponentials(cfg: SimConfig, n: int) -> NDArray[np.float64]:
-    """The first ``n`` standard exponentials of the preemption stream (the reference engine
-    draws ``exponential(1 / rate)`` one at a time from the same generator: the same numbers)."""
-    if n == 0:
-        return np.zeros(0)
-    return np.random.default_rng([cfg.seed, 2]).standard_exponential(n)
-
-
-def _readonly(a: NDArray[Any]) -> NDArray[Any]:
-    """A read-only view: inputs always have one numba type, so the kernel compiles once."""
-    v = a.view()
-    v.setflags(write=False)
-    return v
-
-
 def run_compiled(
     cfg: SimConfig,
     supply: LengthSupply,
@@ -799,244 +753,19 @@ def run_compiled(
     *,
     progress: Callable[[int], None] | None = None,
 ) -> RawTrace:
-    """Run the compiled engine (``AVAILABLE`` must be true); the trace is in canonical row order."""
+    """Run the compiled engine (``AVAILABLE`` must be true); the trace is in canonical row order.
+
+    The driver around the kernel (sizes, growth, reruns, progress, row order) is
+    :func:`refimpl.sim._compiled_run.run_kernel`.
+    """
     kernel = _compile()
-    n_slots, steps = cfg.slots, cfg.steps
-    params = np.array(
-        [
-            n_slots,
-            cfg.batch,
-            steps,
-            cfg.mode == "async",
-            cfg.mode in ("sync", "first_k"),
-            cfg.mode == "admission",
-            cfg.batch if cfg.mode == "sync" else int(cfg.launch or n_slots),
-            cfg.mode in ("sync", "first_k") and not (cfg.mode == "first_k" and cfg.leftovers == "carry"),
-            cfg.eta if cfg.eta is not None else 0,
-            cfg.over_bound == "drop",
-            _PARTIAL_CODES[cfg.partial],
-            cfg.slowdown_table is not None,
-            cfg.preempt_rate > 0,
-            cfg.persist_kv,
-            supply.fixed,
-        ],
-        dtype=np.int64,
-    )  # fmt: skip
-    fparams = np.array(
-        [
-            cfg.token_time,
-            cfg.prefill_time,
-            cfg.reprefill_token_time,
-            1.0 / cfg.preempt_rate if cfg.preempt_rate > 0 else 0.0,
-            cfg.preempt_duration,
-            cfg.kv_restore_time,
-        ],
-        dtype=np.float64,
-    )
-    slow = (
-        np.ascontiguousarray(cfg.slowdown_table, dtype=np.float64)
-        if cfg.slowdown_table is not None
-        else np.ones(1, dtype=np.float64)
-    )
-    taus = np.ascontiguousarray(trainer_times, dtype=np.float64)
-    # first sizes; the kernel asks for more when they do not suffice
-    n_exp = 4 * n_slots + _INITIAL_ROOM if cfg.preempt_rate > 0 else 0
-    rows = _rows_estimate(cfg)
-    heap = (_HEAP_PER_EVENT + 2) * n_slots + 4 + _INITIAL_ROOM
-    n_seg = _INITIAL_ROOM if cfg.partial != "none" else 0
-    need_w = cfg.partial != "none" or cfg.preempt_rate > 0 or cfg.mode in ("sync", "first_k")
-    # progress: the kernel pauses every ``chunk`` completions (about 1/64 of the run) to report
-    chunk = max(cfg.trained_target // 64, 1) if progress is not None else 2**62
-    # Where the rows a run launches are not known beforehand (a drop at η, aborted rollouts), the
-    # first guess can fall short near the end, and growing then copies nearly the whole trace
-    # (about 1 s at 10^7 rollouts). So the kernel pauses once early, after about 1/32 of the run,
-    # and the sizes are extrapolated from that part while there is little to copy.
-    probe = max(cfg.trained_target // 32, 1)
-    reported = 0
-    while True:  # a run from the start (again only when an event overran its room)
-        exps = _exponentials(cfg, n_exp)
-        S = np.zeros(_N_STATE, dtype=np.int64)
-        S[_PAUSE_AT] = min(chunk, probe)
-        SF = np.zeros(4, dtype=np.float64)
-        R = np.empty((8, rows), dtype=np.int32)
-        RF = np.empty((2, rows), dtype=np.float64)
-        W = np.zeros((2, rows if need_w else 1), dtype=np.float64)  # wasted, recomputed
-        status = np.empty(rows, dtype=np.int8)
-        ht = np.empty((2, heap), dtype=np.float64)
-        hk = np.empty((2, heap), dtype=np.int64)  # keys
-        hp = np.empty((2, heap), dtype=np.int64)  # payloads
-        seg_r = np.empty(n_seg, dtype=np.int64)
-        seg_k = np.empty(n_seg, dtype=np.float64)
-        seg_v = np.empty(n_seg, dtype=np.int32)
-        publish = np.zeros(steps, dtype=np.float64)
-        SL = np.full((4, n_slots), -1, dtype=np.int64)  # next column, rollout, paused, segment
-        SL[_S_NXT] = 0
-        SLF = np.zeros((5, n_slots), dtype=np.float64)
-        idle = np.empty(2 * n_slots, dtype=np.int64)  # a ring of idle slots, and scratch
-        ev = np.empty(3, dtype=np.int64)  # the popped event's kind, ref, generation
-        batch = np.empty(cfg.batch, dtype=np.int64)
-        hn = np.zeros(2, dtype=np.int64)
-        while True:  # resume after growing
-            kernel(
-                _readonly(params), _readonly(fparams), _readonly(supply.matrix),
-                _readonly(taus), _readonly(slow), _readonly(exps), S, SF, R, RF, W, status, ht,
-                hk, hp, seg_r, seg_k, seg_v, publish, SL, SLF, idle, batch, hn, ev,
-            )  # fmt: skip
-            err = int(S[_ERR])
-            if progress is not None and S[_COMPLETED] > reported:
-                progress(int(S[_COMPLETED]) - reported)  # a rerun from the start reports no twice
-                reported = int(S[_COMPLETED])
-            if err != _NEED_ROOM:
-                break
-            S[_ERR] = _OK
-            S[_PAUSE_AT] = S[_COMPLETED] + chunk
-            done = max(int(S[_J]), 1)
-            scale = steps / done * 1.05  # the whole run, extrapolated from the part done
-            n_r = int(S[_NR])
-            probing = probe > 0 and S[_COMPLETED] >= probe
-            if probing:  # the early pause, once: size the rows for the whole run
-                probe = 0
-            if rows - n_r < _ROWS_PER_EVENT * n_slots + 1 or (
-                probing and rows < n_r * scale and done >= 4
-            ):
-                grown = int(n_r * scale) if probing else max(int(rows * 1.5), int(n_r * scale))
-                rows = grown + _ROWS_PER_EVENT * n_slots + 1
-                # one array at a time: only one old copy is alive beside its grown one
-                R = _grown(R, rows, n_r)
-                RF = _grown(RF, rows, n_r)
-                status = _grown(status, rows, n_r)
-                if need_w:
-                    W = _grown(W, rows, n_r)
-            if heap - int(hn.max()) < _HEAP_PER_EVENT * n_slots + 4:
-                heap = 2 * heap + _HEAP_PER_EVENT * n_slots + 4
-                ht, hk, hp = _grown(ht, heap), _grown(hk, heap), _grown(hp, heap)
-            if cfg.partial != "none" and n_seg - int(S[_NSEG]) < _SEGMENTS_PER_EVENT * n_slots:
-                n_seg = max(2 * n_seg, int(S[_NSEG] * scale)) + _SEGMENTS_PER_EVENT * n_slots
-                used = int(S[_NSEG])
-                seg_r, seg_k, seg_v = (
-                    _grown(seg_r, n_seg, used),
-                    _grown(seg_k, n_seg, used),
-                    _grown(seg_v, n_seg, used),
-                )
-            if cfg.preempt_rate > 0 and int(S[_EXP_USED]) >= n_exp:
-                n_exp = max(2 * n_exp, int(n_exp * scale))
-                exps = _exponentials(cfg, n_exp)  # a longer prefix of the same stream
-            # a drawn supply grows ahead of the launches; an explicit matrix is never extended
-            # here (the kernel stops with _NEED_LENGTHS, naming the slot, only when a launch
-            # needs a column it lacks; a pause for progress or room is not such a need)
-            while (
-                not supply.fixed and supply.matrix.shape[1] - int(S[_MAXCOL]) < _COLUMNS_PER_EVENT
-            ):
-                supply.extend(slot=0, needed=int(S[_MAXCOL]) + _COLUMNS_PER_EVENT)
-        if err == _OK:
-            break
-        if err == _STUCK:
-            raise _Stuck
-        done = max(int(S[_J]), 1)
-        if err == _NEED_LENGTHS:  # an explicit matrix: raises OutOfLengths as the reference does
-            need = int(S[_ERR_B])
-            supply.extend(slot=int(S[_ERR_A]), needed=need)
-            want = need * steps / done * 1.05
-            while supply.matrix.shape[1] < want:
-                supply.extend(slot=int(S[_ERR_A]), needed=need)
-        elif err == _NEED_ROWS:
-            rows = max(2 * rows, int(rows * steps / done * 1.05))
-        elif err == _NEED_HEAP:
-            heap *= 4
-        elif err == _NEED_SEGMENTS:
-            n_seg = max(4 * n_seg, int(n_seg * steps / done * 1.05))
-        else:  # _NEED_EXPS
-            n_exp = max(4 * n_exp, int(n_exp * steps / done * 1.05))
-        del R, RF, W, status
-    n = int(S[_NR])
-    del ht, hk, hp
-    # canonical row order: by slot, then launch order within the slot (index 0, 1, ... per slot)
-    slot = R[_R_SLOT, :n]
-    index = R[_R_IDX, :n]
-    counts = np.bincount(slot, minlength=n_slots)
-    start = np.zeros(n_slots, dtype=np.int64)
-    np.cumsum(counts[:-1], out=start[1:])
-    dest = start[slot] + index  # each kernel row's canonical row
-    del start
-    # Reorder by scattering (reading the kernel's rows in order, writing one stream per slot: it
-    # stays in cache where a gather by slot would not) into rows of the kernel's arrays that are no
-    # longer needed, so that the trace costs no copy of the kernel's arrays: each column lands in
-    # the row freed by the previous one (the rank, int64, in the two scratch rows of int32).
-
-    def scatter(src: NDArray[Any], into: NDArray[Any]) -> NDArray[Any]:
-        _scatter(src, dest, into)  # into[dest] = src
-        into.setflags(write=False)  # the trace keeps it as it is (no copy)
-        return into
-
-    out: dict[str, Any] = {}
-    scratch = R[_R_GEN : _R_BUF + 1].reshape(-1).view(np.int64)  # rows GEN, BUF: free now
-    out["rank"] = scatter(R[_R_RANK, :n], scratch[:n])
-    out["slot"] = scatter(slot, R[_R_RANK, :n])
-    out["column"] = scatter(index, R[_R_SLOT, :n])
-    out["launch_version"] = scatter(R[_R_VL, :n], R[_R_IDX, :n])
-    vmin = scatter(R[_R_VMIN, :n], R[_R_VL, :n])
-    out["min_version"] = vmin
-    step = scatter(R[_R_STEP, :n], R[_R_VMIN, :n])
-    out["step"] = step
-    stale = R[_R_STEP, :n]
-    np.subtract(step, vmin, out=stale)
-    stale[step < 0] = -1
-    stale.setflags(write=False)
-    out["staleness"] = stale
-    # canonical rows of slot s are its launches 0, 1, ...: a prefix of its row of lengths
-    out["length"] = np.concatenate(
-        [row[:k] for row, k in zip(supply.matrix, counts.tolist(), strict=True)]
-    )
-    del counts
-    out["status"] = scatter(status[:n], np.empty(n, dtype=np.int8))
-    launch = RF[0, :n].copy()  # one column's copy frees a float row to start the chain
-    out["finish_time"] = scatter(RF[1, :n], RF[0, :n])
-    if need_w:
-        out["wasted_tokens"] = scatter(W[0, :n], RF[1, :n])
-        out["recomputed_tokens"] = scatter(W[1, :n], W[0, :n])
-        out["launch_time"] = scatter(launch, W[1, :n])
-    else:
-        out["wasted_tokens"] = out["recomputed_tokens"] = None
-        out["launch_time"] = scatter(launch, RF[1, :n])
-    del launch, scratch
-    del slot, index, R, RF, W, status
-    n_s = int(S[_NSEG])
-    if n_s:
-        rows_of = dest[seg_r[:n_s]]  # canonical row of each extra segment
-        order = np.argsort(rows_of, kind="stable")  # per row, in the order they were appended
-        counts = np.bincount(rows_of, minlength=n) + 1
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        tok = np.zeros(int(offsets[-1]), dtype=np.float64)
-        ver = np.empty(int(offsets[-1]), dtype=np.int32)
-        ver[offsets[:-1]] = vmin
-        ro = rows_of[order]
-        # The i-th segment in sorted order is the w-th extra one of its row r, w = i - (extra
-        # segments of rows before r); it lands at offsets[r] + 1 + w, and offsets[r] is r plus
-        # those extra segments: so at r + 1 + i.
-        at = ro + np.arange(1, n_s + 1)
-        tok[at] = seg_k[:n_s][order]
-        ver[at] = seg_v[:n_s][order]
-        out["segments"] = (offsets, tok, ver)
-    else:
-        out["segments"] = None
-    return RawTrace(
-        slot=out["slot"],
-        column=out["column"],
-        launch_time=out["launch_time"],
-        finish_time=out["finish_time"],
-        length=out["length"],
-        launch_version=out["launch_version"],
-        min_version=out["min_version"],
-        step=out["step"],
-        staleness=out["staleness"],
-        status=out["status"],
-        rank=out["rank"],
-        wasted_tokens=out["wasted_tokens"],
-        recomputed_tokens=out["recomputed_tokens"],
-        segments=out["segments"],
-        publish_times=publish,
-        end_time=float(SF[_T]),
-        generator_busy=float(SF[_GEN_BUSY]),
-        trainer_busy=float(SF[_TRAINER_BUSY]),
+    return run_kernel(
+        kernel,
+        _scatter,
+        cfg,
+        supply,
+        trainer_times,
+        rows=_rows_estimate(cfg),
+        room=_INITIAL_ROOM,
+        progress=progress,
     )
