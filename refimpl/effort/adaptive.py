@@ -296,13 +296,14 @@ def difficulty_mix(
     m = as_real(median, name="median", low=0.0, low_open=True, meaning="median of λ")
     s = as_real(sigma, name="sigma", low=0.0, meaning="standard deviation of ln λ")
     q = as_real(q_max, name="q_max", low=0.0, low_open=True, meaning="saturation quality")
-    n = as_int(
-        nodes,
-        name="nodes",
-        minimum=1,
-        maximum=_MAX_NODES,
-        meaning="quadrature classes; the rule's error is about 1/nodes, so a million is plenty",
-    )
+    n = as_int(nodes, name="nodes", minimum=1, meaning="quadrature classes")
+    if n > _MAX_NODES:
+        raise invalid(
+            "nodes",
+            f"be <= {_MAX_NODES} (the rule errs by about 1/nodes: a million classes is plenty)",
+            nodes,
+            f"Pass nodes <= {_MAX_NODES}.",
+        )
     z = _normal_quantile((np.arange(n) + 0.5) / n)
     return DifficultyMix(
         q_max=_out(np.full(n, q)), lam=_class_scales(m, s, z), weights=_out(np.full(n, 1.0 / n))
