@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.sim._compiled_heap import _hpop, _hpush
+from refimpl.sim._compiled_heap import _hpop as _hpop
+from refimpl.sim._compiled_heap import _hpush as _hpush
 from refimpl.sim._compiled_layout import (
     _ABORTED,
     _ADMITTED,

@@ -20,14 +20,146 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
-from refimpl._validation import invalid
-from refimpl.errors import InvalidArgument
 from refimpl.sim import _compiled as _sim_compiled
+from refimpl.sim.agent._compiled_layout import _A_ADMIT as _A_ADMIT
+from refimpl.sim.agent._compiled_layout import _A_ARRIVE as _A_ARRIVE
+from refimpl.sim.agent._compiled_layout import (
+    _A_BOX,
+    _A_NEXT,
+    _A_STATE,
+    _ABORTED_N,
+    _B_ALIVE,
+    _B_NEXT,
+    _BAD_LENGTH,
+    _BAD_TURNS,
+    _COMPLETED_N,
+    _CRASH_USED,
+    _END_TIME,
+    _ERR,
+    _ERR_A,
+    _ERR_B,
+    _F_CAP,
+    _F_COLD,
+    _F_KEEPALIVE,
+    _F_REFRESH,
+    _F_REPLAY,
+    _F_RETRY,
+    _F_SVC,
+    _F_TIMEOUT,
+    _F_TOKEN,
+    _F_WARM,
+    _HEAP_ROOM,
+    _LAST,
+    _LAUNCHING,
+    _LEN_USED,
+    _NA,
+    _NBOX,
+    _NC,
+    _NEED_ROOM,
+    _NO_COLUMN,
+    _NR,
+    _OK,
+    _P_ABORT,
+    _P_BATCH,
+    _P_CONSISTENT,
+    _P_CRASH_ON,
+    _P_ETA,
+    _P_LEN_LAW,
+    _P_MAX_ATTEMPTS,
+    _P_MAX_REDIRECTS,
+    _P_ONE_ATTEMPT,
+    _P_REDIRECT,
+    _P_REEXECUTE,
+    _P_REFRESH_ON,
+    _P_SHARDS,
+    _P_SLOTS,
+    _P_STOP_VERSION,
+    _P_SVC_LAW,
+    _P_TARGET,
+    _P_TIMEOUT_ON,
+    _P_TURNS,
+    _P_TURNS_LAW,
+    _PAUSE,
+    _PRIO_SHIFT,
+    _R_DONE_SVC,
+    _R_ISSUED,
+    _ROOM,
+    _S_BUSY,
+    _S_FREE,
+    _S_LAST,
+    _S_NQ,
+    _S_QHEAD,
+    _S_QTAIL,
+    _S_VIEW,
+    _S_VISITED,
+    _SEQ,
+    _STALLED,
+    _STARTED,
+    _SVC_USED,
+    _TOO_MANY_ABORTS,
+    _TRAINED_N,
+    _TURN_USED,
+    _VERSION,
+)
+from refimpl.sim.agent._compiled_layout import _A_CALL as _A_CALL
+from refimpl.sim.agent._compiled_layout import _A_COLD as _A_COLD
+from refimpl.sim.agent._compiled_layout import _A_DEPART as _A_DEPART
+from refimpl.sim.agent._compiled_layout import _A_NUMBER as _A_NUMBER
+from refimpl.sim.agent._compiled_layout import _A_OUTCOME as _A_OUTCOME
+from refimpl.sim.agent._compiled_layout import _A_RECOVERY as _A_RECOVERY
+from refimpl.sim.agent._compiled_layout import _A_REDIRECTS as _A_REDIRECTS
+from refimpl.sim.agent._compiled_layout import _A_ROUTE as _A_ROUTE
+from refimpl.sim.agent._compiled_layout import _A_SHARD as _A_SHARD
+from refimpl.sim.agent._compiled_layout import _C_ATTEMPTS as _C_ATTEMPTS
+from refimpl.sim.agent._compiled_layout import _C_END as _C_END
+from refimpl.sim.agent._compiled_layout import _C_EXEC as _C_EXEC
+from refimpl.sim.agent._compiled_layout import _C_INDEX as _C_INDEX
+from refimpl.sim.agent._compiled_layout import _C_ISSUE as _C_ISSUE
+from refimpl.sim.agent._compiled_layout import _C_ROLLOUT as _C_ROLLOUT
+from refimpl.sim.agent._compiled_layout import _C_SERVICE as _C_SERVICE
+from refimpl.sim.agent._compiled_layout import _C_STATUS as _C_STATUS
+from refimpl.sim.agent._compiled_layout import _R_CALLS as _R_CALLS
+from refimpl.sim.agent._compiled_layout import _R_EXEC as _R_EXEC
+from refimpl.sim.agent._compiled_layout import _R_FINISH as _R_FINISH
+from refimpl.sim.agent._compiled_layout import _R_K as _R_K
+from refimpl.sim.agent._compiled_layout import _R_LAUNCH as _R_LAUNCH
+from refimpl.sim.agent._compiled_layout import _R_LEN as _R_LEN
+from refimpl.sim.agent._compiled_layout import _R_RANK as _R_RANK
+from refimpl.sim.agent._compiled_layout import _R_SLOT as _R_SLOT
+from refimpl.sim.agent._compiled_layout import _R_STATUS as _R_STATUS
+from refimpl.sim.agent._compiled_layout import _R_STEP as _R_STEP
+from refimpl.sim.agent._compiled_layout import _R_TOOL as _R_TOOL
+from refimpl.sim.agent._compiled_layout import _R_VERSION as _R_VERSION
+from refimpl.sim.agent._compiled_layout import _S_AREA as _S_AREA
+from refimpl.sim.agent._compiled_layout import _S_ARRIVALS as _S_ARRIVALS
+from refimpl.sim.agent._compiled_layout import _S_BUSY_AREA as _S_BUSY_AREA
+from refimpl.sim.agent._compiled_layout import _S_COLD as _S_COLD
+from refimpl.sim.agent._compiled_layout import _S_COMPLETED as _S_COMPLETED
+from refimpl.sim.agent._compiled_layout import _S_CONTAINERS as _S_CONTAINERS
+from refimpl.sim.agent._compiled_layout import _S_CRASHED as _S_CRASHED
+from refimpl.sim.agent._compiled_layout import _S_QUEUED as _S_QUEUED
+from refimpl.sim.agent._compiled_layout import _S_REDIRECTED as _S_REDIRECTED
+from refimpl.sim.agent._compiled_layout import _S_TIMED_OUT as _S_TIMED_OUT
+from refimpl.sim.agent._compiled_run import (
+    _ONE_VALUES as _ONE_VALUES,
+)
+from refimpl.sim.agent._compiled_run import (
+    _PLACEHOLDER as _PLACEHOLDER,
+)
+from refimpl.sim.agent._compiled_run import (
+    _PLACEHOLDER_CALL as _PLACEHOLDER_CALL,
+)
+from refimpl.sim.agent._compiled_run import (
+    _PLACEHOLDERS_BY_TYPE as _PLACEHOLDERS_BY_TYPE,
+)
+from refimpl.sim.agent._compiled_run import (
+    CompiledRun,
+    run_kernel,
+)
 from refimpl.sim.agent._config import (
     _A_ENDED,
     _A_QUEUED,
@@ -51,97 +183,14 @@ from refimpl.sim.agent._config import (
     _TIMEOUT,
     _TRAINED,
     _UNTRAINED,
-    MAX_TRACE_ROWS,
     MAX_TURNS,
     AgentConfig,
-    _int_dtypes,
     _is_frozen_law,
 )
 
 AVAILABLE = _sim_compiled.AVAILABLE
 
 __all__ = ["AVAILABLE", "COMPILE_ROLLOUTS", "CompiledRun", "run_agent_compiled", "worth_compiling"]
-
-# integer state S[...]
-_SEQ, _VERSION, _COMPLETED_N, _TRAINED_N, _ABORTED_N, _LAUNCHING, _NR, _NC, _NA, _NBOX = range(10)
-_ERR, _ERR_A, _ERR_B, _LEN_USED, _TURN_USED, _SVC_USED, _CRASH_USED, _STARTED = range(10, 18)
-_N_STATE = 18
-# float state SF[...]
-_END_TIME, _LAST, _ERR_X = range(3)
-# what the kernel stopped for
-_OK, _NEED_ROOM, _PAUSE, _NO_COLUMN, _BAD_LENGTH, _BAD_TURNS, _TOO_MANY_ABORTS, _STALLED = range(8)
-# integer parameters P[...]
-(
-    _P_SLOTS,
-    _P_BATCH,
-    _P_TARGET,
-    _P_SHARDS,
-    _P_MAX_REDIRECTS,
-    _P_ETA,
-    _P_REDIRECT,
-    _P_CONSISTENT,
-    _P_REFRESH_ON,
-    _P_TIMEOUT_ON,
-    _P_MAX_ATTEMPTS,
-    _P_REEXECUTE,
-    _P_ABORT,
-    _P_LEN_LAW,
-    _P_TURNS_LAW,
-    _P_TURNS,
-    _P_SVC_LAW,
-    _P_CRASH_ON,
-    _P_STOP_VERSION,
-    _P_ONE_ATTEMPT,
-) = range(20)
-# float parameters PF[...]
-(
-    _F_TOKEN,
-    _F_SVC,
-    _F_CAP,
-    _F_KEEPALIVE,
-    _F_COLD,
-    _F_WARM,
-    _F_TIMEOUT,
-    _F_RETRY,
-    _F_REPLAY,
-    _F_REFRESH,
-) = range(10)
-# rollout columns RI[...] (integers, each of its own width: _columns) and RF[...] (float64)
-_R_SLOT, _R_K, _R_CALLS, _R_ISSUED, _R_VERSION, _R_STEP, _R_RANK, _R_STATUS = range(8)
-_R_LAUNCH, _R_FINISH, _R_LEN, _R_TOOL, _R_EXEC, _R_DONE_SVC = range(6)
-# call columns CI[...] and CF[...]
-_C_ROLLOUT, _C_INDEX, _C_ATTEMPTS, _C_STATUS = range(4)
-_C_ISSUE, _C_END, _C_SERVICE, _C_EXEC = range(4)
-# attempt columns AI[...] and AF[...]
-_A_CALL, _A_NUMBER, _A_REDIRECTS, _A_SHARD, _A_OUTCOME, _A_BOX, _A_STATE, _A_NEXT, _A_COLD = range(
-    9
-)
-_A_ROUTE, _A_ARRIVE, _A_ADMIT, _A_DEPART, _A_RECOVERY = range(5)
-# shard rows SH[...] (int64) and SHF[...] (float64)
-(
-    _S_NQ,
-    _S_BUSY,
-    _S_ARRIVALS,
-    _S_COMPLETED,
-    _S_CRASHED,
-    _S_TIMED_OUT,
-    _S_REDIRECTED,
-    _S_QUEUED,
-    _S_COLD,
-    _S_VIEW,
-    _S_QHEAD,
-    _S_QTAIL,
-    _S_FREE,
-    _S_VISITED,
-    _S_CONTAINERS,
-) = range(15)
-_S_AREA, _S_BUSY_AREA, _S_LAST = range(3)
-# container rows BX[...] (int64: alive, next free) and BXF (float64: release time)
-_B_ALIVE, _B_NEXT = range(2)
-# room one event may need at most (a launch, a call, an attempt, a container, a few pushes, one draw
-# of each stream)
-_ROOM, _HEAP_ROOM = 4, 8
-_PRIO_SHIFT = 61  # heap key (priority << 61) | sequence: priorities 0..2 stay below 2^63
 
 _hpush = _sim_compiled._hpush
 _hpop = _sim_compiled._hpop
@@ -695,105 +744,6 @@ def worth_compiling(cfg: AgentConfig) -> bool:
     return _sim_compiled.kernel_ready(kernel)
 
 
-class _Draws:
-    """One random stream drawn ahead: a constant, or a frozen law drawn ``rvs(size=512)`` at a time
-    from its own generator, exactly the reference's ``_Stream`` chunks."""
-
-    def __init__(self, law: Any, gen: np.random.Generator, dtype: type) -> None:
-        self.law, self.gen, self.dtype = law, gen, dtype
-
-    def more(self, n: int) -> NDArray[Any]:
-        chunks = -(-n // 512)
-        return np.concatenate(
-            [
-                np.asarray(self.law.rvs(size=512, random_state=self.gen)).astype(self.dtype)
-                for _ in range(chunks)
-            ]
-        )
-
-
-def _refill(buf: NDArray[Any], used: int, more: NDArray[Any]) -> NDArray[Any]:
-    """The unused tail of ``buf`` followed by ``more`` (the kernel's pointer restarts at 0)."""
-    return np.concatenate([buf[..., used:], more], axis=-1)
-
-
-def _grown(a: NDArray[Any], size: int) -> NDArray[Any]:
-    out = np.empty((*a.shape[:-1], size), dtype=a.dtype)
-    out[..., : a.shape[-1]] = a
-    return out
-
-
-#: Names (the reference engine's) of the integer columns, in the order of their indices.
-_RI_NAMES = ("r_slot", "r_k", "r_calls", "r_issued", "r_version", "r_step", "r_rank", "r_status")
-_CI_NAMES = ("c_rollout", "c_index", "c_attempts", "c_status")
-_AI_NAMES = (
-    "a_call", "a_number", "a_redirects", "a_shard", "a_outcome", "a_box", "a_state", "a_next",
-    "a_cold",
-)  # fmt: skip
-#: What stands for a column the kernel does not use (see :class:`CompiledRun`).
-_PLACEHOLDER = np.zeros(1, dtype=np.float64)
-_PLACEHOLDER_I = np.zeros(1, dtype=np.int8)
-_PLACEHOLDER_CALL = np.zeros(1, dtype=np.int32)  # attempt a is call a
-#: With one attempt per call: every attempt is number 1 and completes, every call completes after
-#: one attempt (placeholders of the columns' own types, whatever those are).
-_ONE_VALUES = {"a_number": 1, "a_outcome": _COMPLETED, "c_attempts": 1, "c_status": _COMPLETED}
-_PLACEHOLDER_ONE: dict[str, NDArray[Any]] = {}
-
-
-def _placeholders(dtypes: dict[str, Any]) -> None:
-    """The placeholders of :data:`_ONE_VALUES`, one per column type (the kernel's types must not
-    change between runs with the same column types, so they are made once per type)."""
-    for name in _ONE_VALUES:
-        key = f"{name}:{np.dtype(dtypes[name]).name}"
-        if key not in _PLACEHOLDERS_BY_TYPE:
-            _PLACEHOLDERS_BY_TYPE[key] = np.zeros(1, dtype=dtypes[name])
-        _PLACEHOLDER_ONE[name] = _PLACEHOLDERS_BY_TYPE[key]
-
-
-_PLACEHOLDERS_BY_TYPE: dict[str, NDArray[Any]] = {}
-
-
-def _attempt_floats(
-    CF: tuple[NDArray[Any], ...],
-    admit: NDArray[np.float64],
-    own: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]] | None,
-) -> tuple[NDArray[np.float64], ...]:
-    """The attempt float columns: arrival is routing (the same array; routing and redirects are
-    instantaneous); ``own`` is (route, depart, recovery), or None when every call takes one
-    attempt: then attempt ``a`` is call ``a`` and routes and departs when it is issued and ends."""
-    if own is None:
-        return (CF[_C_ISSUE], CF[_C_ISSUE], admit, CF[_C_END], _PLACEHOLDER)
-    route, depart, recovery = own
-    return (route, route, admit, depart, recovery)
-
-
-def _grown_columns(cols: tuple[NDArray[Any], ...], size: int) -> tuple[NDArray[Any], ...]:
-    """Each column grown to ``size`` (its first values kept); placeholders stay."""
-    return tuple(x if _is_placeholder(x) else _grown(x, size) for x in cols)
-
-
-def _trimmed(cols: tuple[NDArray[Any], ...], n: int) -> tuple[NDArray[Any], ...]:
-    return tuple(x if _is_placeholder(x) else x[:n] for x in cols)
-
-
-def _is_placeholder(x: NDArray[Any]) -> bool:
-    keep = (_PLACEHOLDER, _PLACEHOLDER_I, _PLACEHOLDER_CALL, *_PLACEHOLDERS_BY_TYPE.values())
-    return any(x is k for k in keep)
-
-
-def _more_rows(size: int, used: int, scale: float, what: str) -> int:
-    """The next room for a trace: 1.5 times, or the whole run extrapolated from the part done."""
-    new = max(int(size * 1.5), int(used * scale)) + _ROOM
-    if used + _ROOM > MAX_TRACE_ROWS:
-        raise invalid(
-            "the run",
-            f"keep each trace to at most {MAX_TRACE_ROWS} rows (int32 ids)",
-            used,
-            f"it needed more {what}; run fewer steps, or several runs with other seeds.",
-        )
-    return min(new, MAX_TRACE_ROWS)
-
-
 def _first_sizes(cfg: AgentConfig) -> tuple[int, int, int, int, int, int]:
     """First room for rollouts, calls, attempts, containers and heap entries, and the draws of each
     stream to take ahead (the kernel asks for more when they do not suffice).
@@ -816,254 +766,13 @@ def _first_sizes(cfg: AgentConfig) -> tuple[int, int, int, int, int, int]:
     return rows, n_calls, n_att, 4 * cfg.slots + 64, 4 * cfg.slots + 64, first
 
 
-class CompiledRun(NamedTuple):
-    """The columns of one compiled run, as the reference engine leaves them, trimmed to what was
-    used (column names: the ``_R_``, ``_C_``, ``_A_`` and ``_S_`` indices of this module). Columns
-    the configuration makes constant are length-1 placeholders the kernel never touches: a constant
-    service time (``CF[_C_SERVICE]``), the recovery cost when every call takes one attempt
-    (``AF[_A_RECOVERY]``, 0) and the re-executed service without ``recovery='reexecute'``. The
-    arrival time is the routing time (the same array); with one attempt per call the attempt ids
-    are the call ids and its routing and departure times are the call's issue and end times (the
-    same arrays)."""
-
-    RI: tuple[NDArray[Any], ...]
-    """Rollout integer columns."""
-    RF: tuple[NDArray[Any], ...]
-    """Rollout float columns."""
-    CI: tuple[NDArray[Any], ...]
-    """Call integer columns."""
-    CF: tuple[NDArray[Any], ...]
-    """Call float columns."""
-    AI: tuple[NDArray[Any], ...]
-    """Attempt integer columns."""
-    AF: tuple[NDArray[Any], ...]
-    """Attempt float columns."""
-    SH: NDArray[np.int64]
-    """Shard integer rows."""
-    SHF: NDArray[np.float64]
-    """Shard float rows (the load integrals)."""
-    end_time: float
-    """When the last trained rollout finished."""
-    drain: float
-    """When the last event that changed anything happened (the run drained)."""
-
-
 def run_agent_compiled(
     cfg: AgentConfig, *, progress: Callable[[int], None] | None = None
 ) -> CompiledRun:
-    """Run the compiled engine (``AVAILABLE`` must be true); raises what the reference raises."""
+    """Run the compiled engine (``AVAILABLE`` must be true); raises what the reference raises.
+
+    The driver around the kernel (parameters, draws, room, progress, errors) is
+    :func:`refimpl.sim.agent._compiled_run.run_kernel`.
+    """
     kernel = _compile()
-    gens = np.random.default_rng(cfg.seed).spawn(4)  # the reference's four streams, in its order
-    n_slots, n_shards, batch = cfg.slots, cfg.shards, cfg.batch
-    target = cfg.steps * batch
-    len_law = _is_frozen_law(cfg.lengths)
-    turns_law = _is_frozen_law(cfg.turns)
-    svc_law = _is_frozen_law(cfg.tool_latency)
-    crash_on = cfg.crash_rate > 0.0
-    one = not crash_on and cfg.timeout is None  # every call takes exactly one attempt
-    steps_chunk = max(1, cfg.steps // 64) if progress is not None else cfg.steps + 2
-    P = np.array(
-        [
-            n_slots,
-            batch,
-            target,
-            n_shards,
-            n_shards - 1 if cfg.max_redirects is None else cfg.max_redirects,
-            -1 if cfg.eta is None else cfg.eta,
-            cfg.admission == "redirect",
-            cfg.refresh == 0.0,
-            cfg.refresh > 0.0 and n_shards > 1,
-            cfg.timeout is not None,
-            cfg.max_attempts,
-            cfg.recovery == "reexecute",
-            cfg.on_failure == "abort",
-            len_law,
-            turns_law,
-            0 if turns_law else cfg.turns,
-            svc_law,
-            crash_on,
-            steps_chunk,
-            one,
-        ],
-        dtype=np.int64,
-    )
-    PF = np.array(
-        [
-            cfg.token_time,
-            0.0 if svc_law else float(cfg.tool_latency),
-            math.inf if cfg.capacity is None else float(cfg.capacity),
-            cfg.keepalive,
-            cfg.cold_start,
-            cfg.warm_start,
-            0.0 if cfg.timeout is None else cfg.timeout,
-            cfg.retry_delay,
-            cfg.replay_cost,
-            cfg.refresh,
-        ],
-        dtype=np.float64,
-    )
-    len_draws = _Draws(cfg.lengths, gens[0], np.float64) if len_law else None
-    turn_draws = _Draws(cfg.turns, gens[1], np.int64) if turns_law else None
-    svc_draws = _Draws(cfg.tool_latency, gens[2], np.float64) if svc_law else None
-    crash_scale = 1.0 / cfg.crash_rate if crash_on else 0.0
-    rows, n_calls, n_att, n_box, heap, first = _first_sizes(cfg)
-    empty_f, empty_i = np.zeros(1, dtype=np.float64), np.zeros(1, dtype=np.int64)
-    if len_draws is not None:
-        lengths = len_draws.more(max(first, n_slots) + _ROOM)[None, :]
-    else:
-        lengths = np.array(cfg.lengths, dtype=np.float64)  # a writable copy: one numba type
-    turns_buf = turn_draws.more(max(first, n_slots) + _ROOM) if turn_draws is not None else empty_i
-    svc = svc_draws.more(first + _ROOM) if svc_draws is not None else empty_f
-    crash = gens[3].exponential(crash_scale, size=first + _ROOM) if crash_on else empty_f
-    S = np.zeros(_N_STATE, dtype=np.int64)
-    SF = np.zeros(3, dtype=np.float64)
-    SF[_END_TIME] = math.nan
-    slot_k = np.zeros(n_slots, dtype=np.int64)
-    SH = np.zeros((15, n_shards), dtype=np.int64)
-    SH[_S_QHEAD] = SH[_S_QTAIL] = SH[_S_FREE] = SH[_S_VISITED] = -1
-    SHF = np.zeros((3, n_shards), dtype=np.float64)
-    BX = np.empty((2, n_box), dtype=np.int64)
-    BXF = np.empty(n_box, dtype=np.float64)
-    rows = max(rows, n_slots + _ROOM)  # the first launches happen before any check
-    heap = max(heap, n_slots + _HEAP_ROOM)
-    if one:
-        n_att = n_calls = max(n_att, n_calls)
-    dtypes = _int_dtypes(cfg)
-    _placeholders(dtypes)
-    reexec = bool(cfg.recovery == "reexecute")
-    RI = tuple(np.empty(rows, dtype=dtypes[name]) for name in _RI_NAMES)
-    RF = tuple(np.empty(rows) if j != _R_DONE_SVC or reexec else _PLACEHOLDER for j in range(6))
-    CI = tuple(
-        _PLACEHOLDER_ONE[name]
-        if one and name in _PLACEHOLDER_ONE
-        else np.empty(n_calls, dtype=dtypes[name])
-        for name in _CI_NAMES
-    )
-    CF = tuple(np.empty(n_calls) if j != _C_SERVICE or svc_law else _PLACEHOLDER for j in range(4))
-    AI = tuple(
-        _PLACEHOLDER_CALL
-        if one and name == "a_call"
-        else _PLACEHOLDER_ONE[name]
-        if one and name in _PLACEHOLDER_ONE
-        else np.empty(n_att, dtype=dtypes[name])
-        for name in _AI_NAMES
-    )
-    own = None if one else (np.empty(n_att), np.empty(n_att), np.empty(n_att))
-    AF = _attempt_floats(CF, np.empty(n_att), own)
-    ht = np.empty((1, heap), dtype=np.float64)
-    hk = np.empty((1, heap), dtype=np.int64)
-    hp = np.empty((1, heap), dtype=np.int64)
-    hn = np.zeros(1, dtype=np.int64)
-    ev = np.zeros(3, dtype=np.int64)
-    reported = 0
-    while True:
-        kernel(
-            P, PF, S, SF, slot_k, lengths, turns_buf, svc, crash, SH, SHF, BX, BXF, RI, RF, CI, CF,
-            AI, AF, ht, hk, hp, hn, ev,
-        )  # fmt: skip
-        err = int(S[_ERR])
-        S[_ERR] = _OK
-        if progress is not None and S[_VERSION] > reported:
-            for v in range(reported + 1, int(S[_VERSION]) + 1):
-                progress(v)
-            reported = int(S[_VERSION])
-        if err == _OK:
-            break
-        if err == _PAUSE:
-            P[_P_STOP_VERSION] = S[_VERSION] + steps_chunk
-            continue
-        if err == _NEED_ROOM:
-            done = max(int(S[_TRAINED_N]), 1)
-            scale = target / done * 1.05  # the whole run, extrapolated from the part done
-            if rows - S[_NR] < _ROOM:
-                rows = _more_rows(rows, int(S[_NR]), scale, "rollouts")
-                RI, RF = _grown_columns(RI, rows), _grown_columns(RF, rows)
-            if n_calls - S[_NC] < _ROOM or (one and n_att - S[_NA] < _ROOM):
-                n_calls = _more_rows(n_calls, int(S[_NC]), scale, "tool calls")
-                CI, CF = _grown_columns(CI, n_calls), _grown_columns(CF, n_calls)
-                if one:  # the attempts are the calls
-                    n_att = n_calls
-                    AI = _grown_columns(AI, n_att)
-                    AF = _attempt_floats(CF, _grown(AF[_A_ADMIT], n_att), None)
-            if not one and n_att - S[_NA] < _ROOM:
-                n_att = _more_rows(n_att, int(S[_NA]), scale, "attempts")
-                AI = _grown_columns(AI, n_att)
-                route, admit, depart, recovery = (
-                    _grown(AF[j], n_att) for j in (_A_ROUTE, _A_ADMIT, _A_DEPART, _A_RECOVERY)
-                )
-                AF = _attempt_floats(CF, admit, (route, depart, recovery))
-            if n_box - S[_NBOX] < _ROOM:
-                n_box = 2 * n_box + _ROOM
-                BX, BXF = _grown(BX, n_box), _grown(BXF, n_box)
-            if heap - hn[0] < _HEAP_ROOM:
-                heap = 2 * heap + _HEAP_ROOM
-                ht, hk, hp = _grown(ht, heap), _grown(hk, heap), _grown(hp, heap)
-            if len_draws is not None and lengths.shape[1] - S[_LEN_USED] < _ROOM:
-                lengths = _refill(
-                    lengths, int(S[_LEN_USED]), len_draws.more(lengths.shape[1])[None, :]
-                )
-                S[_LEN_USED] = 0
-            if turn_draws is not None and turns_buf.shape[0] - S[_TURN_USED] < _ROOM:
-                turns_buf = _refill(
-                    turns_buf, int(S[_TURN_USED]), turn_draws.more(turns_buf.shape[0])
-                )
-                S[_TURN_USED] = 0
-            if svc_draws is not None and svc.shape[0] - S[_SVC_USED] < _ROOM:
-                svc = _refill(svc, int(S[_SVC_USED]), svc_draws.more(svc.shape[0]))
-                S[_SVC_USED] = 0
-            if crash_on and crash.shape[0] - S[_CRASH_USED] < _ROOM:
-                more = np.asarray(gens[3].exponential(crash_scale, size=crash.shape[0]))
-                crash = _refill(crash, int(S[_CRASH_USED]), more)
-                S[_CRASH_USED] = 0
-            continue
-        _raise(err, cfg, S, lengths)
-    n_r, n_c, n_a = int(S[_NR]), int(S[_NC]), int(S[_NA])
-    del ht, hk, hp  # the heap and the attempts' bookkeeping are not results
-    scratch = (_A_BOX, _A_STATE, _A_NEXT)
-    AI = tuple(_PLACEHOLDER_I if j in scratch else x for j, x in enumerate(AI))
-    return CompiledRun(
-        RI=_trimmed(RI, n_r),
-        RF=_trimmed(RF, n_r),
-        CI=_trimmed(CI, n_c),
-        CF=_trimmed(CF, n_c),
-        AI=_trimmed(AI, n_a),
-        AF=_trimmed(AF, n_a),
-        SH=SH,
-        SHF=SHF,
-        end_time=float(SF[_END_TIME]),
-        drain=float(SF[_LAST]),
-    )
-
-
-def _raise(err: int, cfg: AgentConfig, S: NDArray[np.int64], lengths: NDArray[Any]) -> None:
-    """The reference engine's error for what stopped the kernel."""
-    slot, k = int(S[_ERR_A]), int(S[_ERR_B])
-    if err == _NO_COLUMN:
-        raise InvalidArgument(
-            f"lengths must have a column for every launch; slot {slot} needed launch {k + 1} "
-            f"but lengths has {lengths.shape[1]} columns. Pass a longer N × K matrix (the "
-            "SimPy peer's margin, ceil(1.25·rollouts/slots) + 64 columns, is ample when "
-            "tool latency is small)."
-        )
-    if err == _BAD_LENGTH:
-        length = float(lengths[0, int(S[_LEN_USED]) - 1])
-        raise InvalidArgument(
-            f"lengths must draw positive token counts; got {length!r} at launch {k} of slot "
-            f"{slot}. Pass a law supported on (0, inf)."
-        )
-    if err == _BAD_TURNS:
-        raise InvalidArgument(
-            f"turns must draw counts in [0, {MAX_TURNS}]; got {slot}. Pass a law on "
-            f"{{0, 1, ..., {MAX_TURNS}}}."
-        )
-    if err == _TOO_MANY_ABORTS:
-        raise InvalidArgument(
-            f"on_failure='abort' must leave some rollouts to train; {int(S[_ABORTED_N])} "
-            f"rollouts were aborted while only {int(S[_TRAINED_N])} of {cfg.steps * cfg.batch} "
-            "trained. Calls fail far more often than they succeed: raise timeout or max_attempts, "
-            "lower crash_rate, or pass on_failure='continue'."
-        )
-    raise RuntimeError(
-        f"internal error: the run stalled after {int(S[_TRAINED_N])} of {cfg.steps * cfg.batch} "
-        "rollouts (a rollout never finished); please report it with the config."
-    )
+    return run_kernel(kernel, cfg, _first_sizes(cfg), progress=progress)
