@@ -4,6 +4,10 @@ Heap ``w`` is row ``w`` of three arrays: ``ht`` the times, ``hk`` the keys (``(p
 sequence)`` packed in one integer, so ties break as the reference engine's tuples do) and ``hp``
 the payloads; ``hn[w]`` is its size. :mod:`refimpl.sim._compiled` and
 :mod:`refimpl.sim.agent._compiled` compile :func:`_hpush` and :func:`_hpop` into their kernels.
+
+numba keys a kernel's on-disk cache by its own file alone, yet each kernel inlines these
+functions: after a change here, clear numba's cache (or touch both kernels' files) so that
+the kernels are compiled again.
 """
 
 from __future__ import annotations

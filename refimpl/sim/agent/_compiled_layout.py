@@ -3,6 +3,10 @@
 :mod:`refimpl.sim.agent._compiled` (the numba kernel) and :mod:`refimpl.sim.agent._compiled_run`
 (the Python driver that sizes, grows and reads the kernel's arrays) share these numbers; numba
 reads them as compile-time constants.
+
+numba keys a kernel's on-disk cache by its own file alone, yet the compiled kernel freezes what
+it reads from here: after a change here, clear numba's cache (or touch
+``refimpl/sim/agent/_compiled.py``) so that the kernel is compiled again.
 """
 
 from __future__ import annotations
