@@ -289,6 +289,48 @@ def _dispatch_cases() -> list[Case]:
             TypeError,
             r"dist must be a frozen scipy.stats continuous distribution \(parameters given\)",
         ),
+        Case(
+            "dispatch-exact-n-too-large",
+            lambda: r.inclusion_probability_pmf([Fraction(1, 2), Fraction(1, 2)], n=2001, k=1),
+            ValueError,
+            r"n must be <= 2000 with an exact \(Fraction\) pmf.*Pass the pmf as floats",
+        ),
+        Case(
+            "dispatch-float-n-past-2-53",
+            lambda: r.selected_pmf([0.5, 0.5], n=2**53 + 1, k=1),
+            ValueError,
+            r"n must be <= 2\^53",
+        ),
+        Case(
+            "dispatch-ipw-weight-beyond-float64",
+            lambda: r.ipw_weights([5e-324], n=1, k=1),
+            ValueError,
+            r"pi must be large enough for the weights k/\(n π\) to fit in float64.*pass clip",
+        ),
+        Case(
+            "dispatch-ht-estimate-beyond-float64",
+            lambda: r.horvitz_thompson_estimate([1.0], [5e-324], n=1, k=1),
+            ValueError,
+            r"values and pi must give an estimate within float64's range.*hajek_estimate",
+        ),
+        Case(
+            "dispatch-moments-float-budget",
+            lambda: r.ipw_estimator_moments([0.5, 0.5], [1.0, 2.0], n=2**40, k=2),
+            ValueError,
+            r"n must keep the float enumeration within 20000000 terms",
+        ),
+        Case(
+            "dispatch-fluid-eta-huge",
+            lambda: r.fluid_steady_state(scipy.stats.pareto(b=1.5), slots=1, batch=1, eta=2**21),
+            ValueError,
+            r"eta must be <= 1048576 unless the law has no mass past eta \* step_time",
+        ),
+        Case(
+            "dispatch-quadrature-n-too-large",
+            lambda: r.selected_mean(scipy.stats.expon(), n=10**8, k=2),
+            ValueError,
+            r"n must be <= 10000000 for a continuous law",
+        ),
     ]
 
 

@@ -232,6 +232,19 @@ def _effort_cases() -> list[Case]:
             ValueError,
             r"weights must sum to 1 \(within 1e-9\).*It sums to 1\.4",
         ),
+        Case(
+            "difficulty_mix-scale-overflows",
+            lambda: r.difficulty_mix(median=1.0, sigma=294.0),
+            ValueError,
+            r"median and sigma must keep every class's λ = median·exp\(sigma·z\) a positive, "
+            r"finite float64.*Pass a smaller sigma",
+        ),
+        Case(
+            "difficulty_mix-nodes-too-many",
+            lambda: r.difficulty_mix(median=1.0, sigma=1.0, nodes=2**40),
+            ValueError,
+            r"nodes must be <= 1000000 \(the rule errs by about 1/nodes",
+        ),
     ]
 
 

@@ -137,6 +137,32 @@ def _penalties_cases() -> list[Case]:
             ValueError,
             r"target_lengths must be >= 0",
         ),
+        Case(
+            "kimi-complex-correct",
+            lambda: r.kimi_length_reward([1.0], [1 + 2j]),
+            TypeError,
+            r"correct must be a boolean array.*imaginary part",
+        ),
+        Case(
+            "kimi-ragged-groups",
+            lambda: r.kimi_length_reward([1.0, 2.0], [1, 1], groups=as_any([[1], [1, 2]])),
+            TypeError,
+            r"groups must be a 1-D array of comparable labels",
+        ),
+        Case(
+            "l1-exact-reward-beyond-float64",
+            lambda: r.l1_exact_reward([1.0], [True], 1e308, alpha=2.0),
+            ValueError,
+            r"alpha must keep alpha \* \|target_lengths - lengths\| within float64's range",
+        ),
+        Case(
+            "dapo-unfloored-beyond-float64",
+            lambda: r.dapo_overlong_penalty(
+                [4e11], max_length=3e11, cache_length=1e-300, floor=False
+            ),
+            ValueError,
+            r"cache_length must be large enough that the unfloored penalty fits in float64.*floor=True",
+        ),
         # the toy policy
     ]
 

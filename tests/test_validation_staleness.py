@@ -91,6 +91,24 @@ def _staleness_cases() -> list[Case]:
             r"trained_step must be an integer",
         ),
         Case(
+            "st-version-newer-than-step-past-2-53",  # equal as floats, one apart as integers
+            lambda: st.sample_staleness(2**53, [[2**53 + 1]]),
+            ValueError,
+            r"version 9007199254740993 > trained_step 9007199254740992",
+        ),
+        Case(
+            "st-staleness-float-past-2-53",
+            lambda: st.staleness_mask([2.0**60], eta=1),
+            TypeError,
+            r"s must be an array of integers.*a float past 2\^53 is not exact",
+        ),
+        Case(
+            "st-staleness-booleans",
+            lambda: st.staleness_mask([True, False], eta=1),
+            TypeError,
+            r"s must be an array of integers.*not booleans",
+        ),
+        Case(
             "st-empty-sample",
             lambda: st.sample_staleness(3, z23, mask=np.zeros((2, 3))),
             ValueError,
