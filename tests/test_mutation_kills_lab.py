@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from refimpl.lab._common import Z_TOL, block_mean_and_se
+from refimpl.lab._html import th as _th
 from refimpl.lab.effort import MIX, kimi_points
 from refimpl.lab.learning import _cond_check
-from refimpl.lab.report import NOISE_NOTE, Section, _jsonable, _md_table, _th
+from refimpl.lab.report import NOISE_NOTE, Section, _jsonable, _md_table
 
 
 def _section(tmp_path: Path) -> Section:
