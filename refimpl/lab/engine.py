@@ -107,8 +107,13 @@ def _memory(section: Section, config: LabConfig, progress: Callable[[str], None]
     ax.set_xlabel("length quartile (tokens)")
     ax.set_ylabel("fraction of trained rollouts")
     ax.set_title("Memory pressure preempts the long")
-    ax.legend(loc="upper left")
-    ax2.legend(loc="lower right")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    _legend_under(ax, handles)
+
+
+def _legend_under(ax: Any, handles: list[Any]) -> None:
+    """The panel's legend under its axis label, where it cannot cover bars or lines."""
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
 
 
 def _prefix(section: Section, config: LabConfig, progress: Callable[[str], None], ax: Any) -> None:
@@ -153,7 +158,7 @@ def _prefix(section: Section, config: LabConfig, progress: Callable[[str], None]
     ax.set_xlabel("length quartile (tokens)")
     ax.set_ylabel("launch to finish (steps)")
     ax.set_title("Prefix sharing: the long finish sooner")
-    ax.legend()
+    _legend_under(ax, ax.get_legend_handles_labels()[0])
 
 
 def _interruption(section: Section, config: LabConfig, progress: Callable[[str], None], ax: Any) -> None:  # fmt: skip
@@ -222,7 +227,7 @@ def _interruption(section: Section, config: LabConfig, progress: Callable[[str],
     ax.set_xticks(x, [f"{r[0]}" if i % 2 == 0 else f"\n{r[0]}" for i, r in enumerate(rows)])
     ax.set_ylabel("mean staleness (steps)")
     ax.set_title("Interruption: sequence to token staleness")
-    ax.legend()
+    _legend_under(ax, ax.get_legend_handles_labels()[0])
 
 
 def build(section: Section, config: LabConfig, progress: Callable[[str], None]) -> None:
@@ -234,7 +239,7 @@ def build(section: Section, config: LabConfig, progress: Callable[[str], None]) 
         "Each panel runs the same asynchronous setting in the engine mode "
         "(`refimpl.sim.simulate_engine`)."
     )
-    fig, (a1, a2, a3) = new_figure(3, height=4.4)
+    fig, (a1, a2, a3) = new_figure(3, height=5.2)
     _memory(section, config, progress, a1)
     _prefix(section, config, progress, a2)
     _interruption(section, config, progress, a3)
