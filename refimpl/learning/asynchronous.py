@@ -105,6 +105,25 @@ def corrected_scores(
         return np.asarray(seq, dtype=np.float64)
     lt, mask = _token_log_probs_from_logits(theta, phi)
     lb, _ = _token_log_probs_from_logits(behaviour, phi)
+    return _weighted_scores(tok, lt, lb, mask, correction=correction, cap=cap, low=low, high=high)
+
+
+def _weighted_scores(
+    tok: FloatArray,
+    lt: FloatArray,
+    lb: FloatArray,
+    mask: FloatArray,
+    *,
+    correction: str,
+    cap: float,
+    low: float,
+    high: float,
+) -> FloatArray:
+    """Each sample's score under an importance-weighting ``correction`` (not ``none``): ``tok``
+    (samples, tokens, d) the token scores, ``lt``/``lb`` the target's and behaviour's token
+    log-probabilities, ``mask`` the valid tokens. Sequence-level weights scale the summed score;
+    token-level ones weight each token's score."""
+    seq = tok.sum(axis=1)
     if correction == "sequence_is":
         w = np.exp(np.minimum(((lt - lb) * mask).sum(axis=1), _LOG_MAX))
         return np.asarray(w[:, None] * seq, dtype=np.float64)

@@ -10,17 +10,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from refimpl._validation import as_float_array, as_int, as_real, invalid
 from refimpl.dispatch import inclusion_probability_pmf
-from refimpl.learning._common import _LOG_MAX, FloatArray
-from refimpl.learning.asynchronous import CORRECTIONS
+from refimpl.learning._common import FloatArray
+from refimpl.learning.asynchronous import CORRECTIONS, _weighted_scores
 from refimpl.learning.estimators import estimator_status
 from refimpl.learning.first_k import FIRST_K_CORRECTIONS
 from refimpl.learning.moments import expected_length
 from refimpl.learning.policy import _log_hazards, hazard_length_pmf, stop_hazard
-from refimpl.staleness import (
-    decoupled_ppo_weights,
-    masked_is_weights,
-    truncated_is_weights,
-)
 
 
 class TrainingRun(NamedTuple):
@@ -544,18 +539,4 @@ def _sample_scores(
     lb = np.where(is_stop, log_stop[versions, t[None, :]], log_cont[versions, t[None, :]])
     lt = np.where(valid > 0, lt, 0.0)
     lb = np.where(valid > 0, lb, 0.0)
-    seq = tok.sum(axis=1)
-    if correction == "sequence_is":
-        w = np.exp(np.minimum(((lt - lb) * valid).sum(axis=1), _LOG_MAX))
-        return np.asarray(w[:, None] * seq, dtype=np.float64)
-    if correction in ("sequence_tis", "geometric"):
-        level: Any = "sequence" if correction == "sequence_tis" else "geometric"
-        w = truncated_is_weights(lt, lb, cap=cap, level=level, mask=valid)
-        return np.asarray(w[:, None] * seq, dtype=np.float64)
-    if correction == "token_tis":
-        wt = truncated_is_weights(lt, lb, cap=cap, level="token", mask=valid)
-    elif correction == "icepop":
-        wt = masked_is_weights(lt, lb, low=low, high=high, level="token", mask=valid)
-    else:
-        wt = decoupled_ppo_weights(lt, lb, cap=cap, mask=valid)
-    return np.asarray((wt[:, :, None] * tok).sum(axis=1), dtype=np.float64)
+    return _weighted_scores(tok, lt, lb, valid, correction=correction, cap=cap, low=low, high=high)
