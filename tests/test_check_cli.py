@@ -592,6 +592,24 @@ def test_missing_file_is_unusable(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["loop.csv", "loop"])
+def test_a_symlink_loop_is_named_as_one(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace path that is a symlink to itself is not "no such file": the error says what it
+    is, and how to fix it (with or without a suffix that tells the format)."""
+    loop = tmp_path / name
+    loop.symlink_to(loop)
+    report = tmp_path / "r.json"
+    code = check(loop, "staleness_mask", "--param", "eta=0", "--report", str(report))
+    assert code == EXIT_UNUSABLE
+    err = capsys.readouterr().err
+    assert "a symlink loop" in err
+    assert "fix or remove it" in err
+    assert "no such file" not in err
+    assert "a symlink loop" in json.loads(report.read_text())["error"]
+
+
 @pytest.mark.parametrize(
     ("columns", "status", "code"),
     [

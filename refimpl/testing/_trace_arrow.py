@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl._io import describe_os_error
 from refimpl.errors import InvalidArgument
 
 FORMATS = ("csv", "jsonl", "parquet")
@@ -71,6 +72,20 @@ def _require_text(path: Path, data: bytes, fmt: str, first_line: int) -> None:
         f"{str(path)!r} is not a {fmt.upper()} text file (line {line} holds {why}). "
         f"{ACCEPTED}; pass the trace itself, or the right --format."
     )
+
+
+def require_file(path: Path) -> None:
+    """Refuse a trace path that is not a readable file, naming the real cause: a missing file, a
+    symlink loop, a directory of the path that cannot be searched."""
+    if path.is_file():
+        return
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise TraceError(f"no such file: {str(path)!r}. Pass the path of a logged trace.") from None
+    except OSError as exc:
+        raise TraceError(describe_os_error(exc, path, action="read the trace") + ".") from None
+    raise TraceError(f"{str(path)!r} is not a regular file. Pass the path of a logged trace.")
 
 
 def sniff_format(path: Path) -> str | None:

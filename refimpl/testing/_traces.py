@@ -23,6 +23,7 @@ from refimpl.testing._trace_arrow import (
     exact_array,
     excerpt,
     float64,
+    require_file,
     sniff_format,
     to_numpy,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "parquet_rows",
     "partition_chunks",
     "read_chunks",
+    "require_file",
     "sniff_format",
     "to_numpy",
 ]
@@ -84,8 +86,7 @@ def read_chunks(
                 "trace, or a directory of Parquet files (a partitioned dataset)."
             )
         return _dataset_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
-    if not path.is_file():
-        raise TraceError(f"no such file: {str(path)!r}. Pass the path of a logged trace.")
+    require_file(path)
     if fmt == "csv":
         return _csv_chunks(path, numeric, lists, chunk_rows, on_progress, exact)
     if fmt == "jsonl":

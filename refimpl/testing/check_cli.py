@@ -92,6 +92,7 @@ from refimpl.testing._traces import (
     dataset_files,
     detect_format,
     parquet_rows,
+    require_file,
     sniff_format,
 )
 from refimpl.testing.tolerances import TRACE, Tolerance
@@ -376,8 +377,10 @@ def _shown(trace: Path) -> str:
 def _readable(trace: Path, spool: Path) -> Path:
     """A regular file with the trace: the path itself, or a copy of standard input (``-``), of a
     pipe or of a device (``/dev/null``, ``<(...)``), which cannot be read twice or seeked."""
-    if str(trace) != "-" and (trace.is_file() or not trace.exists() or trace.is_dir()):
-        return trace  # read_chunks names a missing file or a directory
+    if str(trace) != "-" and not trace.exists():
+        require_file(trace)  # a missing file, a symlink loop: named before the format is guessed
+    if str(trace) != "-" and (trace.is_file() or trace.is_dir()):
+        return trace  # read_chunks names a directory that is not a dataset
     copy = spool / "trace"
     try:
         with copy.open("wb") as out:
