@@ -80,18 +80,31 @@ import functools
 import json
 import os
 import random
+import re
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENTS = ROOT / "tools" / "mutation-equivalents.toml"
+
+#: The formula modules (globs relative to the repository root): pure reference functions whose
+#: tests run in seconds. ``--changed`` samples only these; a change elsewhere (the simulator, whose
+#: kernels recompile per mutant, the lab, the command line) passes with a line saying so.
+FORMULA_MODULES = (
+    "refimpl/dispatch/*.py",
+    "refimpl/staleness/*.py",
+    "refimpl/effort/*.py",
+    "refimpl/penalties.py",
+    "refimpl/losses/*.py",
+)
 
 _SWAP_BINOP: dict[type[ast.operator], type[ast.operator]] = {
     ast.Add: ast.Sub,
@@ -443,6 +456,42 @@ def _reset_numba_cache(work: Path, pristine: Path, drop: set[Path]) -> int:
     return dropped
 
 
+def split_sample(sizes: list[int], sample: int) -> list[int]:
+    """How many of ``sample`` mutants each module draws, given its number of sites ``sizes``:
+    as even a split as the sites allow (a module with fewer sites than its share gives the rest to
+    the others, in order), so that every module a change touched gets at least one mutant when
+    ``sample`` >= the number of modules."""
+    quota = [0] * len(sizes)
+    left = min(sample, sum(sizes))
+    while left > 0:
+        open_ = [i for i, size in enumerate(sizes) if quota[i] < size]
+        share, extra = divmod(left, len(open_))
+        for rank, i in enumerate(open_):
+            take = min(share + (rank < extra), sizes[i] - quota[i])
+            quota[i] += take
+            left -= take
+    return quota
+
+
+def draw(paths: list[Path], sample: int | None, seed: int, split: bool = False) -> list[Mutant]:
+    """The seeded sample: ``sample`` mutants drawn from the sites of all of ``paths`` together
+    (every site when ``sample`` is None), or, with ``split``, :func:`split_sample` of them from
+    each module; sorted by module and place."""
+    per_module = [mutants(path) for path in paths]
+    everything = [m for found in per_module for m in found]
+    if sample is None or sample >= len(everything):
+        return everything
+    rng = random.Random(seed)
+    if split:
+        quota = split_sample([len(found) for found in per_module], sample)
+        chosen = [
+            m for found, k in zip(per_module, quota, strict=True) for m in rng.sample(found, k)
+        ]
+    else:
+        chosen = rng.sample(everything, sample)
+    return sorted(chosen, key=lambda m: (m.module, m.line, m.col))
+
+
 def run(
     paths: list[Path],
     sample: int | None,
@@ -451,17 +500,11 @@ def run(
     timeout: float,
     no_jit: bool = False,
     only: set[str] | None = None,
+    split: bool = False,
 ) -> list[Outcome]:
-    """Mutate a seeded sample of the sites of ``paths`` (all of them when ``sample`` is None) and
-    run, for each, ``tests`` or the default tests of the module it mutates."""
-    everything = [m for path in paths for m in mutants(path)]
-    chosen = (
-        everything
-        if sample is None or sample >= len(everything)
-        else sorted(
-            random.Random(seed).sample(everything, sample), key=lambda m: (m.module, m.line, m.col)
-        )
-    )
+    """Mutate a seeded sample of the sites of ``paths`` (all of them when ``sample`` is None;
+    :func:`draw`) and run, for each, ``tests`` or the default tests of the module it mutates."""
+    chosen = draw(paths, sample, seed, split)
     if only is not None:  # re-run some mutants of the sample (its survivors, say) alone
         chosen = [m for m in chosen if m.key in only or m.key.replace("\n", "\\n") in only]
     known = _equivalents()
@@ -553,15 +596,164 @@ def score(outcomes: list[Outcome]) -> tuple[int, int, float]:
     return killed, survived, (100.0 * killed / total if total else 100.0)
 
 
-def main(argv: list[str] | None = None) -> int:
+def fresh_seed() -> int:
+    """A seed no one has seen: 32 bits of the operating system's entropy (``secrets``)."""
+    return secrets.randbits(32)
+
+
+def commit_seed(commit: str) -> int:
+    """The seed of a change's sample: the commit hash's first 8 hex digits read as an integer.
+
+    A new commit gives a new sample (the suite cannot have been tuned on it before the commit
+    existed), and the same commit always gives the same one, so a failure in CI is repeated
+    exactly with ``--seed`` (the tool prints it).
+    """
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        raise ValueError(
+            f"commit must be a full hexadecimal commit hash (40 or 64 lower-case digits, as "
+            f"`git rev-parse HEAD` prints it); got commit={commit!r}"
+        )
+    return int(commit[:8], 16)
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)} failed in {root}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def changed_files(rev: str | None, root: Path | None = None) -> list[str]:
+    """The files a change touched, relative to the repository root: ``git diff --name-only
+    REV...HEAD`` (what HEAD changed since it left ``rev``), or, with ``rev`` None, the files of
+    the last commit alone (a fresh clone of depth 1 has nothing else)."""
+    root = ROOT if root is None else root
+    if rev is None:
+        out = _git(root, "diff-tree", "--root", "--no-commit-id", "--name-only", "-r", "HEAD")
+    else:
+        out = _git(root, "diff", "--name-only", f"{rev}...HEAD")
+    return sorted({line for line in out.splitlines() if line})
+
+
+def changed_modules(
+    names: Iterable[str], patterns: Iterable[str] | None = None, root: Path | None = None
+) -> list[Path]:
+    """The modules among ``names`` (repository-relative paths) that match one of ``patterns``
+    (default :data:`FORMULA_MODULES`) and still exist (a deleted module has nothing to mutate),
+    sorted."""
+    root = ROOT if root is None else root
+    globs = list(FORMULA_MODULES if patterns is None else patterns)
+    found = {
+        (root / name).resolve()
+        for name in names
+        if name.endswith(".py")
+        and any(fnmatch.fnmatch(name, g) for g in globs)
+        and (root / name).is_file()
+    }
+    return sorted(found)
+
+
+def equivalent_entry(mutant: Mutant) -> str:
+    """A survivor judged equivalent, as the entry to append to ``tools/mutation-equivalents.toml``
+    (the key as a TOML string; the reason is the reader's to write: why no input can tell)."""
+    return (
+        f"[[equivalent]]\nkey = {json.dumps(mutant.key)}\n"
+        'reason = "<why no input can tell the mutant from the module>"'
+    )
+
+
+def report(outcomes: list[Outcome], label: str, seed: int) -> str:
+    """The before-score of a sample and every mutant a reader must look at: each survivor as a
+    diff line with its key, each timeout (counted as killed), each known equivalent with its
+    reason."""
+    killed, survived, pct = score(outcomes)
+    equivalent = [o for o in outcomes if o.status == "equivalent"]
+    lines = [
+        f"{label}: score {pct:.1f} % ({killed} killed, {survived} survived, "
+        f"{len(equivalent)} equivalent of {len(outcomes)} sampled; seed {seed})"
+    ]
+    for o in outcomes:
+        m = o.mutant
+        if o.status == "survived":
+            lines += [f"  SURVIVED {m.key}", f"    {m.module}:{m.line}: {m.old!r} -> {m.new!r}"]
+        elif o.status == "timeout":
+            lines += [
+                f"  timeout  {m.key}",
+                f"    {m.module}:{m.line}: {m.old!r} -> {m.new!r} (counted as killed: check it "
+                "is not a slow equivalent)",
+            ]
+    lines += [
+        f"  equivalent {o.mutant.module}:{o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}: "
+        f"{o.reason}"
+        for o in equivalent
+    ]
+    return "\n".join(lines)
+
+
+def verdict(outcomes: list[Outcome], threshold: float | None) -> tuple[int, str]:
+    """The exit status and its line: 1 when the score (killed / not equivalent) is below
+    ``threshold`` (a fraction), else 0. Each survivor is either a missing test or an equivalent
+    mutant: the failing line says how to list the latter."""
+    if threshold is None:
+        return 0, ""
+    killed, survived, _ = score(outcomes)
+    total = killed + survived
+    if total == 0 or killed >= threshold * total:
+        return (
+            0,
+            f"passed: {killed} of {total} not-equivalent mutants killed (threshold {threshold})",
+        )
+    entries = "\n\n".join(equivalent_entry(o.mutant) for o in outcomes if o.status == "survived")
+    return 1, (
+        f"FAILED: {killed} of {total} not-equivalent mutants killed, below the threshold "
+        f"{threshold}. Each survivor above is a test missing (write one that fails on it), or "
+        "a mutant no input can tell from the module: then append its entry, with the reason, to "
+        f"tools/mutation-equivalents.toml:\n\n{entries}"
+    )
+
+
+def _threshold(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"--threshold must be a fraction in [0, 1] (0.97 means 97 %); got {text}"
+        )
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "module", type=Path, help="the module or package to mutate, e.g. refimpl/dispatch"
+        "module",
+        type=Path,
+        nargs="?",
+        help="the module or package to mutate, e.g. refimpl/dispatch (not with --changed)",
     )
     parser.add_argument(
         "--sample", type=int, default=50, help="mutants to draw (default 50; 0: all)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sample (default 0)")
+    parser.add_argument(
+        "--seed", type=int, help="seed of the sample (default 0; with --changed: HEAD's hash)"
+    )
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="draw a new seed from the operating system's entropy and print it first (a sample "
+        "no test was tuned on: its score is a before-score); repeat the run with --seed",
+    )
+    parser.add_argument(
+        "--changed",
+        nargs="?",
+        const="",
+        metavar="REV",
+        help="mutate the formula modules the change touched (git diff --name-only REV...HEAD; "
+        "no REV: the last commit), --sample split evenly over them, seeded by HEAD's hash",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=_threshold,
+        help="exit 1 when the score (killed / not equivalent) is below this fraction, e.g. 0.97",
+    )
     parser.add_argument("--tests", nargs="+", help="test files to run (default: see the docstring)")
     parser.add_argument(
         "--exclude", nargs="+", default=[], help="globs of modules of a package to leave out"
@@ -582,45 +774,71 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the mutation sites and exit")
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON here")
+    return parser
+
+
+def _targets(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[str, list[Path]]:
+    """The label and the modules to mutate; for ``--changed``, also sets the seed from HEAD."""
+    if args.changed is None:
+        if args.module is None:
+            parser.error("give a module or package to mutate (e.g. refimpl/dispatch), or --changed")
+        path = args.module.resolve()
+        return path.relative_to(ROOT).as_posix(), modules(path, args.exclude)
+    if args.module is not None or args.fresh:
+        parser.error("--changed picks its modules and its seed itself: give no module, no --fresh")
+    rev = args.changed or None
+    head = _git(ROOT, "rev-parse", "HEAD").strip()
+    if args.seed is None:
+        args.seed = commit_seed(head)
+    since = f"since {rev}" if rev else "in the last commit"
+    touched = changed_modules(changed_files(rev))
+    return f"formula modules changed {since} (HEAD {head[:12]})", touched
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
-    path = args.module.resolve()
-    paths = modules(path, args.exclude)
+    if args.fresh:
+        if args.seed is not None:
+            parser.error("--fresh draws its own seed: give --fresh or --seed, not both")
+        args.seed = fresh_seed()
+        print(f"fresh seed {args.seed} (repeat this sample with --seed {args.seed})", flush=True)
+    label, paths = _targets(args, parser)
+    if args.seed is None:
+        args.seed = 0
+    if args.changed is not None:
+        print(f"{label}: seed {args.seed}", flush=True)
+        if not paths:
+            print("no formula module changed: nothing to mutate (passed)")
+            return 0
+        for file in paths:
+            print(f"  {file.relative_to(ROOT).as_posix()}", flush=True)
     if args.list:
         for file in paths:
             for m in mutants(file):
                 print(f"{m.module}:{m.line}:{m.col} {m.kind:9} {m.old!r} -> {m.new!r}")
         return 0
     sites = sum(len(mutants(file)) for file in paths)
-    print(f"{path.relative_to(ROOT)}: {sites} sites in {len(paths)} module(s)", file=sys.stderr)
+    print(f"{label}: {sites} sites in {len(paths)} module(s)", file=sys.stderr)
     only = None if args.only is None else set(args.only.read_text().splitlines()) - {""}
     outcomes = run(
-        paths, args.sample or None, args.seed, args.tests, args.timeout, args.no_jit, only
+        paths,
+        args.sample or None,
+        args.seed,
+        args.tests,
+        args.timeout,
+        args.no_jit,
+        only,
+        split=args.changed is not None,
     )
-    killed, survived, pct = score(outcomes)
-    equivalent = [o for o in outcomes if o.status == "equivalent"]
-    print(f"\n{path.relative_to(ROOT)}: score {pct:.1f} % ({killed} killed, {survived} survived, "
-          f"{len(equivalent)} equivalent of {len(outcomes)} sampled; seed {args.seed})")  # fmt: skip
-    for o in outcomes:
-        if o.status == "survived":
-            print(
-                f"  SURVIVED {o.mutant.key}\n    {o.mutant.module}:{o.mutant.line}: "
-                f"{o.mutant.old!r} -> {o.mutant.new!r}"
-            )
-        elif o.status == "timeout":
-            print(
-                f"  timeout  {o.mutant.key}\n    {o.mutant.module}:{o.mutant.line}: "
-                f"{o.mutant.old!r} -> {o.mutant.new!r} (counted as killed: check it is not a "
-                "slow equivalent)"
-            )
-    for o in equivalent:
-        print(
-            f"  equivalent {o.mutant.module}:{o.mutant.line}: {o.mutant.old!r} -> {o.mutant.new!r}: "
-            f"{o.reason}"
-        )
+    print("\n" + report(outcomes, label, args.seed))
     if args.json is not None:
         args.json.write_text(json.dumps([{**asdict(o.mutant), "status": o.status, "seconds": o.seconds,
                                           "reason": o.reason} for o in outcomes], indent=1))  # fmt: skip
-    return 0
+    status, line = verdict(outcomes, args.threshold)
+    if line:
+        print(line)
+    return status
 
 
 if __name__ == "__main__":
