@@ -13,6 +13,8 @@ One module per family; this package re-exports their public names, and so does t
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
+  :mod:`refimpl.losses.advantages_baselines`: GPG, OPO, ReMax, MaxRL, Pass@k;
+  :mod:`refimpl.losses.advantages_tokens`: GDPO (several rewards) and the optimal token baseline;
   :mod:`refimpl.losses.gae`: GAE advantages and returns from per-token rewards and a critic.
 - :mod:`refimpl.losses.rejection`: per-sequence divergences, the any-token veto, IS batch
   normalisation, the off-policy sequence mask and M2PO's mask.
@@ -33,6 +35,14 @@ from refimpl.losses.advantages import (
     reinforce_pp_advantages,
     rloo_advantages,
 )
+from refimpl.losses.advantages_baselines import (
+    gpg_advantages,
+    maxrl_advantages,
+    opo_advantages,
+    passk_advantages,
+    remax_advantages,
+)
+from refimpl.losses.advantages_tokens import gdpo_advantages, optimal_token_baseline_advantages
 from refimpl.losses.aggregation import (
     AGGREGATION_MODES,
     aggregate_loss,
@@ -103,7 +113,9 @@ __all__ = [
     "cispo_loss",
     "dppo_loss",
     "gae_advantages",
+    "gdpo_advantages",
     "gmpo_loss",
+    "gpg_advantages",
     "grpo_advantages",
     "gspo_loss",
     "gspo_token_loss",
@@ -115,11 +127,16 @@ __all__ = [
     "log_ratio_penalty_loss",
     "logprob_mismatch",
     "m2po_mask",
+    "maxrl_advantages",
     "off_policy_sequence_mask",
+    "opo_advantages",
+    "optimal_token_baseline_advantages",
     "partition_gap",
+    "passk_advantages",
     "ppo_clip_loss",
     "reinforce_loss",
     "reinforce_pp_advantages",
+    "remax_advantages",
     "rloo_advantages",
     "sapo_loss",
     "sequence_divergence",
