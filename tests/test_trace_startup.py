@@ -19,6 +19,7 @@ HEAVY = ("hypothesis", "scipy.stats", "pandas", "refimpl.testing._conformance")
 
 _PROBE = """
 import json, sys
+{preload}
 from refimpl.cli import main
 code = main(sys.argv[1:])
 heavy = [m for m in {heavy!r} if m in sys.modules]
@@ -26,9 +27,12 @@ print(json.dumps({{"code": code, "heavy": heavy}}))
 """
 
 
-def run_isolated(*argv: str) -> dict[str, object]:
+def run_isolated(*argv: str, preload: str = "") -> dict[str, object]:
+    """``refimpl`` run with ``argv`` in a fresh interpreter (after ``import preload``, if given):
+    its exit code and the heavy modules loaded by the end."""
+    code = _PROBE.format(heavy=HEAVY, preload=f"import {preload}" if preload else "")
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), *argv],
+        [sys.executable, "-c", code, *argv],
         capture_output=True,
         text=True,
         check=False,
@@ -40,16 +44,39 @@ def run_isolated(*argv: str) -> dict[str, object]:
 
 
 TRACES = {
-    "tis": ("logp_target,logp_behavior,weight\n-1,-1,1.0\n", ["--param", "cap=2"]),
-    "staleness_mask": ("staleness,weight\n0,1\n", ["--param", "eta=1"]),
-    "staleness": ("trained_step,versions,staleness\n3,2 3,1\n", []),
+    "tis": ("csv", "logp_target,logp_behavior,weight\n-1,-1,1.0\n", ["--param", "cap=2"]),
+    "staleness_mask": ("csv", "staleness,weight\n0,1\n", ["--param", "eta=1"]),
+    "staleness": ("csv", "trained_step,versions,staleness\n3,2 3,1\n", []),
     "tis_sequence": (
+        "csv",
         'logp_target,logp_behavior,weight\n"[-1,-2]","[-1,-2]",1.0\n',
         ["--param", "cap=2"],
     ),
     "masked_is_geometric": (
+        "csv",
         "logp_target,logp_behavior,weight\n-1 -2,-1 -2,1.0\n",
         ["--param", "low=0.5", "--param", "high=2"],
+    ),
+    "effective_sample_size": (
+        "jsonl",
+        '{"weight": [1.0, 1.0], "ess": 1.0}\n',
+        ["--param", "ess=fraction", "--dtype", "float32"],
+    ),
+    "masking_diagnostics": (
+        "jsonl",
+        '{"staleness": [0, 1], "weight": [1.0, 0.0], "effective_sample_size": 1.0}\n',
+        ["--param", "statistic=effective_sample_size"],
+    ),
+    "kimi_length_reward": (
+        "jsonl",
+        '{"length": [10, 30], "correct": [1, 0], "reward": [0.5, -0.5]}\n',
+        ["--param", "scope=batch", "--dtype", "float32"],
+    ),
+    "vtrace": (
+        "jsonl",
+        '{"v_tm1": [0.0], "v_t": [0.0], "r_t": [1.0], "discount_t": [0.9], "rho_tm1": [1.0], '
+        '"pg_advantage": [1.0]}\n',
+        ["--param", "output=pg_advantage", "--param", "lambda_=0.9"],
     ),
 }
 
@@ -58,8 +85,8 @@ TRACES = {
 def test_a_one_row_check_imports_neither_hypothesis_nor_scipy_stats(
     spec: str, tmp_path: Path
 ) -> None:
-    text, params = TRACES[spec]
-    trace = tmp_path / "t.csv"
+    suffix, text, params = TRACES[spec]
+    trace = tmp_path / f"t.{suffix}"
     trace.write_text(text)
     got = run_isolated("check", str(trace), "--spec", spec, "--no-progress", *params)
     assert got == {"code": 0, "heavy": []}
@@ -83,11 +110,12 @@ def test_help_imports_nothing_heavy() -> None:
 
 
 def test_the_probe_sees_an_import_of_the_conformance_machinery(tmp_path: Path) -> None:
-    """The check above can fail: a list spec whose reference is a conformance spec (ESS) loads
-    the conformance machinery, and the probe reports it."""
+    """The check above can fail: a check whose specs loaded the conformance spec of ESS (as the
+    batch specs once did) would bring Hypothesis, and the probe reports it."""
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"weight": [1.0, 1.0], "ess": 2.0}\n')
-    got = run_isolated("check", str(trace), "--spec", "effective_sample_size", "--no-progress")
+    argv = ("check", str(trace), "--spec", "effective_sample_size", "--no-progress")
+    got = run_isolated(*argv, preload="refimpl.testing._specs_more")
     assert got["code"] == 0
     assert "hypothesis" in got["heavy"]  # type: ignore[operator]
 
