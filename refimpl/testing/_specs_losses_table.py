@@ -38,6 +38,7 @@ from refimpl.testing._specs_losses import (
     row_error,
     shift_ratio,
 )
+from refimpl.testing._specs_losses_advantages_more import more_advantage_specs
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_gae import gae_spec
@@ -730,6 +731,7 @@ def specs() -> tuple[Spec, ...]:
         logprobs_spec(),
         aggregation_spec(),
         *advantage_specs(),
+        *more_advantage_specs(),
         *rejection_specs(),
         entropy_spec(),
         gae_spec(),

@@ -1,0 +1,724 @@
+r"""Specs of the advantages with other baselines and scales: GPG, OPO, ReMax, MaxRL, Pass@k (one
+advantage per sequence), GDPO (several reward components) and the optimal token baseline (one per
+token), against :mod:`refimpl.losses.advantages_baselines` and
+:mod:`refimpl.losses.advantages_tokens`.
+
+Value only: every framework computes advantages from rewards under ``torch.no_grad()``; none is
+differentiated, so there is no gradient to compare.
+
+Derived tolerances (per entry, in units of :math:`u`, before the engine's safety factor): a
+baseline that is a (weighted) mean of :math:`n` rewards is off by at most
+:math:`(f_n + 2)\,\overline{|r|}` with :math:`f_n` the pairwise sum's ``summation_factor``; the
+centred reward :math:`r_i - b` adds :math:`|r_i|`; a scale :math:`s` multiplies both, and a scale
+that itself depends on the rewards (MaxRL's :math:`1/(p + \varepsilon)`, Pass@k's
+:math:`1/D(\sigma)`, GDPO's whitening) adds :math:`|A|` times the relative error of the scale.
+The optimal token baseline is a :math:`W`-weighted mean of the returns: its error is
+:math:`\sum_i \delta W_i |G_i - B| / \sum_i W_i` plus the sums', with :math:`\delta W_i` the
+rounding of the cumulative path variance (a running sum of :math:`1 + 2\pi + \Sigma\pi^2` terms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+
+from refimpl.losses.advantages import grpo_advantages
+from refimpl.losses.advantages_baselines import (
+    gpg_advantages,
+    maxrl_advantages,
+    opo_advantages,
+    passk_advantages,
+    remax_advantages,
+)
+from refimpl.losses.advantages_tokens import gdpo_advantages, optimal_token_baseline_advantages
+from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._engine import Call, Case, Check, Convention, Conventions, Spec
+from refimpl.testing._specs_losses_stats import Array, Strategy, padding_mask
+from refimpl.testing._specs_losses_stats_advantages import (
+    EPS_GRPO,
+    GROUPS,
+    SINGLETON,
+    STD,
+    _adv_condition,
+    _rewards_draw,
+)
+from refimpl.testing.tolerances import summation_factor
+
+__all__ = ["more_advantage_specs"]
+
+Ints = NDArray[np.intp]
+
+# ---------------------------------------------------------------------------------------------
+# conventions
+# ---------------------------------------------------------------------------------------------
+
+F_NORM = Convention(
+    "f_norm",
+    1.0,
+    (1.0,),
+    "F > 0: GPG divides the centred reward by this constant",
+    number=True,
+    who="1.0: verl 0.9.1 compute_gpg_outcome_advantage (f_norm default)",
+)
+EPS_MAXRL = Convention(
+    "eps",
+    0.0,
+    (0.0, 1e-6),
+    "ε >= 0 added to the group mean before dividing by it",
+    number=True,
+    who="1e-6: SkyRL 0.3.0 compute_maxrl_advantage",
+)
+EPS_OTB = Convention(
+    "eps",
+    0.0,
+    (0.0, 1e-8),
+    "ε >= 0 added to the baseline's denominator Σ W",
+    number=True,
+    who="1e-8: verl 0.9.1 compute_optimal_token_baseline_advantage and its multi-turn variant",
+)
+ZERO_TAIL = Convention(
+    "zero_tail",
+    True,
+    (True, False),
+    "the unique longest response's baseline is 0 past the second-longest length",
+    who="True: verl 0.9.1 (handle_zero_tail default)",
+)
+WHITEN_EPS = Convention(
+    "whiten_eps",
+    1e-8,
+    (1e-8, 0.0),
+    "ε >= 0 under GDPO's batch variance, √(s² + ε)",
+    number=True,
+    who="1e-8: verl 0.9.1 masked_whiten",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# draws
+# ---------------------------------------------------------------------------------------------
+
+
+def _lengths(draw: st.DrawFn, size: int) -> Array:
+    time = draw(st.integers(1, 5))
+    lengths = draw(st.lists(st.integers(1, time), min_size=size, max_size=size))
+    return padding_mask(np.asarray(lengths, dtype=np.int64), time)
+
+
+@st.composite
+def _sequence_calls(
+    draw: st.DrawFn,
+    conv: Conventions,
+    *,
+    family: str,
+    constant: bool = False,
+    singles: bool = False,
+    shift: bool = False,
+) -> list[Call]:
+    """``(rewards,), {group[, mask | baselines]}``; a second call with shifted rewards if asked."""
+    rewards, group = draw(_rewards_draw(conv, constant=constant, singles=singles))
+    if family == "maxrl":
+        rewards = np.abs(rewards)
+    kwargs: dict[str, Any] = {"group": group}
+    if family == "opo":
+        kwargs["mask"] = _lengths(draw, rewards.size)
+        if constant:  # equal lengths: OPO's baseline is the group mean
+            kwargs["mask"] = np.ones((rewards.size, int(kwargs["mask"].shape[1])))
+    if family == "remax":
+        kwargs = {"baselines": np.asarray(draw(_floats_like(rewards.size)))}
+    call: Call = ((rewards,), kwargs)
+    if not shift:
+        return [call]
+    c = float(draw(st.sampled_from([1.0, -5.0, 3.0, 0.5])))
+    moved = dict(kwargs)
+    if family == "remax":
+        moved["baselines"] = np.asarray(kwargs["baselines"]) + c
+    return [call, ((rewards + c,), moved)]
+
+
+def _floats_like(size: int) -> st.SearchStrategy[list[float]]:
+    one = st.floats(-4.0, 4.0, allow_subnormal=False)
+    return st.lists(one, min_size=size, max_size=size)
+
+
+def _calls(family: str, **flags: bool) -> Strategy:
+    return lambda conv: _sequence_calls(conv, family=family, **flags)
+
+
+@st.composite
+def _gdpo_calls(draw: st.DrawFn, conv: Conventions, *, shift: bool = False) -> list[Call]:
+    first, group = draw(_rewards_draw(conv))
+    k = draw(st.integers(1, 3))
+    cols = [first]
+    for _ in range(k - 1):
+        kind = draw(st.sampled_from([(0.0, 1.0), (0.0, 0.5, 1.0), (-1.0, 2.0, 3.5)]))
+        cols.append(
+            np.asarray(
+                draw(st.lists(st.sampled_from(kind), min_size=first.size, max_size=first.size))
+            )
+        )
+    rewards = np.stack(cols, axis=1)
+    weights = np.asarray(draw(st.lists(st.sampled_from([1.0, 0.5, 2.0]), min_size=k, max_size=k)))
+    kwargs = {"group": group, "weights": weights, "mask": _lengths(draw, first.size)}
+    call: Call = ((rewards,), kwargs)
+    if not shift:
+        return [call]
+    column = draw(st.integers(0, k - 1))
+    moved = rewards.copy()
+    moved[:, column] += float(draw(st.sampled_from([1.0, -5.0, 3.0])))
+    return [call, ((moved,), dict(kwargs))]
+
+
+@st.composite
+def _otb_calls(draw: st.DrawFn, conv: Conventions, *, equal_weights: bool = False) -> list[Call]:
+    rewards, group = draw(_rewards_draw(conv))
+    mask = _lengths(draw, rewards.size)
+    b, t = mask.shape
+    last = mask.sum(axis=1).astype(np.intp) - 1
+    token_rewards = np.zeros((b, t))
+    token_rewards[np.arange(b), last] = rewards
+    if draw(st.booleans()):  # dense per-token rewards as well
+        dense = draw(st.lists(st.sampled_from([0.0, 0.25, -1.0]), min_size=b * t, max_size=b * t))
+        token_rewards += np.asarray(dense).reshape(b, t) * mask
+    # π <= 0.9 keeps w = 1 − 2π + Σπ² >= (1 − π)² >= 0.01: no cancellation in the weights
+    pi = np.asarray(draw(st.lists(st.floats(0.01, 0.9), min_size=b * t, max_size=b * t)))
+    if equal_weights:
+        pi = np.full(b * t, pi[0])
+    frac = np.asarray(draw(st.lists(st.floats(0.0, 1.0), min_size=b * t, max_size=b * t)))
+    if equal_weights:
+        frac = np.full(b * t, frac[0])
+    s2 = pi * pi + frac * (1.0 - pi) ** 2
+    logp = np.log(pi)
+    kwargs = {"group": group, "mask": mask}
+    return [((token_rewards, logp.reshape(b, t), s2.reshape(b, t)), kwargs)]
+
+
+# ---------------------------------------------------------------------------------------------
+# references
+# ---------------------------------------------------------------------------------------------
+
+
+def _singleton(conv: Conventions) -> Any:
+    alone = conv.get("singleton", "zero")
+    return "zero" if alone == "excluded" else alone
+
+
+def _expected(family: str) -> Callable[[Call, Conventions], Array]:
+    def expected(call: Call, conv: Conventions) -> Array:
+        args, kw = call
+        if family == "otb":
+            return optimal_token_baseline_advantages(
+                *args,
+                group=kw["group"],
+                mask=kw["mask"],
+                zero_tail=conv["zero_tail"],
+                eps=conv["eps"],
+            )
+        if family == "gdpo":
+            return gdpo_advantages(
+                args[0],
+                group=kw["group"],
+                weights=kw["weights"],
+                mask=kw["mask"],
+                std=conv["std"],
+                eps=conv["eps"],
+                singleton=_singleton(conv),
+                whiten_eps=conv["whiten_eps"],
+            )
+        r = np.asarray(args[0], dtype=np.float64)
+        if family == "remax":
+            out = remax_advantages(r, baselines=kw["baselines"])
+        elif family == "gpg":
+            out = gpg_advantages(
+                r, group=kw["group"], f_norm=conv["f_norm"], singleton=_singleton(conv)
+            )
+        elif family == "opo":
+            lengths = np.asarray(kw["mask"]).sum(axis=1)
+            out = opo_advantages(r, group=kw["group"], lengths=lengths, singleton=_singleton(conv))
+        elif family == "maxrl":
+            out = maxrl_advantages(
+                r, group=kw["group"], eps=conv["eps"], singleton=_singleton(conv)
+            )
+        else:
+            out = passk_advantages(r, group=kw["group"], std=conv["std"], eps=conv["eps"])
+        return np.asarray(out, dtype=np.float64)
+
+    return expected
+
+
+# ---------------------------------------------------------------------------------------------
+# conditions (see the module docstring)
+# ---------------------------------------------------------------------------------------------
+
+
+def _groups(kw: dict[str, Any], size: int) -> tuple[Ints, NDArray[np.int64]]:
+    _, inverse = np.unique(np.asarray(kw["group"]), return_inverse=True)
+    inv = np.asarray(inverse, dtype=np.intp).reshape(-1)
+    return inv, np.bincount(inv, minlength=int(inv.max(initial=-1)) + 1)
+
+
+def _centred_terms(r: Array, kw: dict[str, Any]) -> tuple[Array, Array, Ints]:
+    """Per entry: ``|r_i| + (f_n + 2)·mean_g |r|`` (the centred reward's error), ``f_n``, groups."""
+    a = np.abs(r)
+    inverse, counts = _groups(kw, r.size)
+    f = np.asarray([summation_factor(int(c)) for c in counts])[inverse]
+    mean_abs = (np.bincount(inverse, weights=a) / counts)[inverse]
+    return a + (f + 2.0) * mean_abs, f, inverse
+
+
+def _sequence_condition(family: str) -> Callable[[Call, Conventions, Any], Array]:
+    def condition(call: Call, conv: Conventions, expected: Any) -> Array:
+        (rewards,), kw = call
+        r = np.asarray(rewards, dtype=np.float64)
+        a = np.abs(np.asarray(expected, dtype=np.float64))
+        if family == "remax":
+            return np.asarray(np.abs(r) + np.abs(np.asarray(kw["baselines"])) + a, dtype=np.float64)
+        if family == "passk":
+            return _passk_condition(call, conv, expected)
+        centring, f, inverse = _centred_terms(r, kw)
+        if family == "gpg":
+            counts_scale = r.size / max(int(np.count_nonzero(r)), 1) / float(conv["f_norm"])
+            return np.asarray(centring * counts_scale + 3.0 * a, dtype=np.float64)
+        if family == "opo":
+            return np.asarray(centring + a, dtype=np.float64)
+        counts = np.bincount(inverse)
+        p = (np.bincount(inverse, weights=r) / counts)[inverse] + float(conv["eps"])
+        scale = np.divide(1.0, p, out=np.zeros_like(p), where=p > 0)
+        mean_err = (f + 2.0) * (np.bincount(inverse, weights=np.abs(r)) / counts)[inverse]
+        return np.asarray((centring + mean_err * a) * scale + 3.0 * a, dtype=np.float64)
+
+    return condition
+
+
+def _passk_condition(call: Call, conv: Conventions, expected: Any) -> Array:
+    """The gap's rounding over D, and (std) GRPO's z-score condition of the scale."""
+    (rewards,), kw = call
+    r = np.abs(np.asarray(rewards, dtype=np.float64))
+    a = np.abs(np.asarray(expected, dtype=np.float64))
+    inverse, _ = _groups(kw, r.size)
+    top = np.zeros(int(inverse.max()) + 1)
+    np.maximum.at(top, inverse, r)
+    if conv["std"] == "none":
+        return np.asarray(np.where(a > 0, 2.0 * top[inverse] + a, 0.0), dtype=np.float64)
+    z = _adv_condition("grpo")(
+        call, {**conv, "eps_placement": "std", "std_scope": "group"}, expected
+    )
+    return np.asarray(np.where(a > 0, 2.0 * z + a, 0.0), dtype=np.float64)
+
+
+def _gdpo_condition(call: Call, conv: Conventions, expected: Any) -> Array:
+    """Each component's GRPO condition, weighted and summed, then the whitening's terms."""
+    (rewards,), kw = call
+    r = np.asarray(rewards, dtype=np.float64)
+    w = np.abs(np.asarray(kw["weights"], dtype=np.float64))
+    grpo_conv = {**conv, "eps_placement": "std", "std_scope": "group"}
+    cond_s = np.zeros(r.shape[0])
+    total = np.zeros(r.shape[0])
+    for k in range(r.shape[1]):
+        col: Call = ((r[:, k],), {"group": kw["group"]})
+        a_k = np.asarray(
+            grpo_advantages(
+                r[:, k],
+                group=kw["group"],
+                std=conv["std"],
+                eps=conv["eps"],
+                singleton=_singleton(conv),
+            ),
+            dtype=np.float64,
+        )
+        cond_s += w[k] * (_adv_condition("grpo")(col, grpo_conv, a_k) + 2.0 * np.abs(a_k))
+        total += w[k] * a_k
+    tokens = np.asarray(kw["mask"]).sum(axis=1)
+    fb = summation_factor(max(int(tokens.sum()), 1)) + 2.0
+    m = float(np.sum(tokens * total) / tokens.sum())
+    var = float(np.sum(tokens * (total - m) ** 2) / max(tokens.sum() - 1.0, 1.0))
+    d = float(np.sqrt(var + float(conv["whiten_eps"])))
+    a = np.abs(np.asarray(expected, dtype=np.float64))
+    if d == 0.0:
+        return np.asarray(a, dtype=np.float64)
+    worst = float(np.max(cond_s + fb * np.abs(total), initial=0.0))
+    return np.asarray(
+        (cond_s + fb * np.max(np.abs(total))) / d + a * (fb + 4.0) + 2.0 * a * worst / d,
+        dtype=np.float64,
+    )
+
+
+def _otb_condition(call: Call, conv: Conventions, expected: Any) -> Array:
+    """``|G| + δG + δB`` per token: δB = Σ_i δW_i |G_i − B| / Σ_i W_i + the sums' rounding."""
+    (rewards, logp, s2), kw = call
+    m = np.asarray(kw["mask"], dtype=np.float64)
+    r = np.asarray(rewards, dtype=np.float64) * m
+    t = r.shape[1]
+    g = np.cumsum(r[:, ::-1], axis=1)[:, ::-1]
+    dg = (t + 1.0) * np.cumsum(np.abs(r)[:, ::-1], axis=1)[:, ::-1]
+    pi = np.exp(np.asarray(logp, dtype=np.float64))
+    w = (1.0 - 2.0 * pi + np.asarray(s2)) * m
+    big_w = np.cumsum(w, axis=1)
+    dw = (t + 4.0) * np.cumsum((1.0 + 2.0 * pi + np.asarray(s2)) * m, axis=1)
+    inverse, counts = _groups(kw, r.shape[0])
+    cond = np.abs(g) + dg
+    a = np.abs(np.asarray(expected, dtype=np.float64))
+    for grp in np.flatnonzero(counts >= 2):
+        rows = np.flatnonzero(inverse == grp)
+        den = np.sum(big_w[rows] * m[rows], axis=0) + float(conv["eps"])
+        b = np.divide(
+            np.sum(g[rows] * big_w[rows] * m[rows], axis=0), den, out=np.zeros(t), where=den > 0
+        )
+        f = summation_factor(int(rows.size)) + 3.0
+        spread = np.sum(m[rows] * (dw[rows] * np.abs(g[rows] - b) + big_w[rows] * dg[rows]), axis=0)
+        err_b = np.divide(spread, den, out=np.zeros(t), where=den > 0)
+        err_b += f * np.max(np.abs(g[rows]) + dg[rows], axis=0)
+        cond[rows] += err_b
+    return np.asarray(np.where(m > 0, cond + a, 0.0), dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _found(case: Case, i: int = 0) -> Array:
+    found = np.asarray(case.found[i], dtype=np.float64)
+    want = np.asarray(case.expected(i)).shape
+    assert found.shape == want, f"advantages of shape {found.shape}, expected {want}"
+    return found
+
+
+def _agrees(case: Case) -> None:
+    for i in range(len(case.calls)):
+        found = _found(case, i)
+        case.show("found:   ", found)
+        case.show("expected:", case.expected(i))
+        case.assert_close(found, case.expected(i), case.condition(i), "the advantages")
+
+
+def _group_sums_zero(weighted: bool) -> Callable[[Case], None]:
+    """Each group's advantages sum to 0 (OPO: weighted by the response lengths)."""
+
+    def check(case: Case) -> None:
+        found = _found(case)
+        _, kw = case.calls[0]
+        inverse, counts = _groups(kw, found.size)
+        w = np.asarray(kw["mask"]).sum(axis=1) if weighted else np.ones(found.size)
+        err = case.allowed(case.expected(), case.condition())
+        sums = np.bincount(inverse, weights=w * found)
+        f = np.asarray([summation_factor(int(c)) for c in counts])
+        allowed = np.bincount(inverse, weights=w * err) + f * case.u * np.bincount(
+            inverse, weights=w * np.abs(found)
+        )
+        raw_single = (counts == 1) & (case.conventions.get("singleton") == "raw")
+        bad = (np.abs(sums) > allowed) & ~raw_single
+        case.show("group sums:", sums, "allowed:", allowed)
+        assert not bad.any(), f"group sums {sums[bad].tolist()} are not 0 (allowed {allowed[bad]})"
+
+    return check
+
+
+def _singletons_as_declared(scale: Callable[[Case], float]) -> Callable[[Case], None]:
+    def check(case: Case) -> None:
+        found = _found(case)
+        (rewards,), kw = case.calls[0]
+        inverse, counts = _groups(kw, found.size)
+        alone = counts[inverse] == 1
+        r = np.asarray(rewards, dtype=np.float64)
+        want = r * scale(case) if case.conventions["singleton"] == "raw" else np.zeros_like(r)
+        ok = case.close(found, want, np.abs(want) * 4.0)
+        bad = alone & ~ok
+        assert not bad.any(), (
+            f"singleton groups got {found[bad].tolist()}, expected {want[bad].tolist()} "
+            f"(singleton={case.conventions['singleton']!r})"
+        )
+
+    return check
+
+
+def _gpg_scale(case: Case) -> float:
+    (rewards,), _ = case.calls[0]
+    r = np.asarray(rewards)
+    return r.size / max(int(np.count_nonzero(r)), 1) / float(case.conventions["f_norm"])
+
+
+def _unchanged(case: Case) -> None:
+    """Two calls whose rewards differ by a shift (GDPO: one column): the same advantages."""
+    a, b = _found(case, 0), _found(case, 1)
+    allowed = (
+        case.allowed(case.expected(0), case.condition(0))
+        + case.allowed(case.expected(1), case.condition(1))
+        + np.abs(case.expected(1) - case.expected(0))
+    )
+    case.show("A(r):", a, "A(r + c):", b)
+    bad = np.abs(a - b) > allowed
+    assert not bad.any(), f"shifting the rewards changed {a[bad].tolist()} to {b[bad].tolist()}"
+
+
+def _one_best(case: Case) -> None:
+    """Pass@k: at most one non-zero advantage per group, at a best reward, and never negative."""
+    found = _found(case)
+    (rewards,), kw = case.calls[0]
+    r = np.asarray(rewards, dtype=np.float64)
+    inverse, counts = _groups(kw, found.size)
+    top = np.full(counts.size, -np.inf)
+    np.maximum.at(top, inverse, r)
+    allowed = case.allowed(case.expected(), case.condition())
+    nonzero = np.abs(found) > allowed
+    per_group = np.bincount(inverse, weights=nonzero.astype(np.float64), minlength=counts.size)
+    assert np.all(per_group <= 1), f"groups with several non-zero advantages: {found.tolist()}"
+    assert not np.any(nonzero & (r < top[inverse])), (
+        f"a response below its group's best reward got a non-zero advantage: {found.tolist()}"
+    )
+    assert np.all(found >= -allowed), f"a negative Pass@k advantage: {found.tolist()}"
+
+
+def _padding_zero(case: Case) -> None:
+    found = _found(case)
+    m = np.asarray(case.calls[0][1]["mask"])
+    assert np.all(found[m == 0] == 0.0), f"padding carries advantages {found[m == 0].tolist()}"
+
+
+def _otb_singletons_return(case: Case) -> None:
+    found = _found(case)
+    (rewards, _, _), kw = case.calls[0]
+    m = np.asarray(kw["mask"], dtype=np.float64)
+    g = np.cumsum((np.asarray(rewards) * m)[:, ::-1], axis=1)[:, ::-1] * m
+    inverse, counts = _groups(kw, found.shape[0])
+    alone = (counts[inverse] == 1)[:, None] & np.ones_like(m, dtype=bool)
+    ok = case.close(found, g, case.condition())
+    assert not np.any(alone & ~ok), (
+        f"a group of one did not get its return-to-go as advantage: {found.tolist()} vs "
+        f"{g.tolist()}"
+    )
+
+
+def _otb_equal_weights(case: Case) -> None:
+    """Equal per-token weights, equal lengths (no tail): the baseline is the group's mean return."""
+    found = _found(case)
+    (rewards, _, _), kw = case.calls[0]
+    m = np.asarray(kw["mask"], dtype=np.float64)
+    g = np.cumsum((np.asarray(rewards) * m)[:, ::-1], axis=1)[:, ::-1]
+    inverse, counts = _groups(kw, found.shape[0])
+    want = np.array(g)
+    for grp in np.flatnonzero(counts >= 2):
+        rows = np.flatnonzero(inverse == grp)
+        live = m[rows].sum(axis=0)
+        mean = np.divide(
+            np.sum(g[rows] * m[rows], axis=0), live, out=np.zeros(g.shape[1]), where=live > 0
+        )
+        want[rows] = g[rows] - mean
+    want *= m
+    uniform = np.all(m == m[:1], axis=None)
+    if not uniform or case.conventions["eps"] != 0.0:
+        return  # unequal lengths weigh W_t by how many tokens each row has
+    case.assert_close(found, want, case.condition(), "the advantages (group mean return)")
+
+
+def _otb_uniform_calls(conv: Conventions) -> st.SearchStrategy[list[Call]]:
+    def rectangular(calls: list[Call]) -> list[Call]:
+        (r, logp, s2), kw = calls[0]
+        mask = np.ones_like(np.asarray(kw["mask"]))
+        return [((r, logp, s2), {**kw, "mask": mask})]
+
+    return _otb_calls(conv, equal_weights=True).map(rectangular)
+
+
+def _eps_zero(conv: Conventions) -> str | None:
+    return None if conv["eps"] == 0.0 else "ε > 0 shrinks the baseline by ΣW/(ΣW + ε)"
+
+
+def _singles_apply(conv: Conventions) -> str | None:
+    if conv["singleton"] == "excluded":
+        return "singleton='excluded' is declared"
+    if conv.get("groups") == "contiguous":
+        return "groups='contiguous' has equal sizes"
+    return None
+
+
+def _values(family: str, strategy: Strategy) -> Check:
+    return Check(
+        "values",
+        f"the advantages agree with refimpl.{family}_advantages under the declared conventions",
+        strategy,
+        _agrees,
+    )
+
+
+def _singles(scale: Callable[[Case], float], family: str) -> Check:
+    return Check(
+        "singleton_groups",
+        "a group of one sequence gets 0 (singleton='zero') or its raw reward, scaled ('raw')",
+        _calls(family, singles=True),
+        _singletons_as_declared(scale),
+        applies=_singles_apply,
+    )
+
+
+def _zero_sum(family: str, weighted: bool = False) -> Check:
+    what = "length-weighted advantages" if weighted else "advantages"
+    return Check(
+        "zero_group_sum",
+        f"the {what} of each group sum to 0",
+        _calls(family),
+        _group_sums_zero(weighted),
+    )
+
+
+def _shift(family: str, what: str) -> Check:
+    return Check("shift_invariance", what, _calls(family, shift=True), _unchanged)
+
+
+def _spec(
+    name: str,
+    ref: str,
+    signature: str,
+    family: str,
+    checks: list[Check],
+    conventions: tuple[Convention, ...],
+    condition: Any = None,
+) -> Spec:
+    return Spec(
+        name=name,
+        reference=ref,
+        signature=signature,
+        read=lambda raw, call, conv: ArrayBridge.to_numpy(raw),
+        expected=_expected(family),
+        condition=condition or _sequence_condition(family),
+        checks=tuple(checks),
+        conventions=conventions,
+    )
+
+
+def more_advantage_specs() -> list[Spec]:
+    """GPG, OPO, ReMax, MaxRL, Pass@k, GDPO and the optimal token baseline (value only)."""
+    one = lambda case: 1.0  # noqa: E731
+    return [
+        _spec(
+            "gpg_advantages",
+            "losses.advantages_baselines.gpg_advantages",
+            "candidate(rewards, *, group) -> (B,) (α = B/max(#nonzero, 1))",
+            "gpg",
+            [_values("gpg", _calls("gpg")), _zero_sum("gpg"), _singles(_gpg_scale, "gpg")],
+            (F_NORM, SINGLETON, GROUPS),
+        ),
+        _spec(
+            "opo_advantages",
+            "losses.advantages_baselines.opo_advantages",
+            "candidate(rewards, *, group, mask) -> (B,) (lengths = mask row sums)",
+            "opo",
+            [
+                _values("opo", _calls("opo")),
+                _zero_sum("opo", weighted=True),
+                Check(
+                    "equal_lengths_is_group_mean",
+                    "with equal lengths the baseline is the group mean (Dr GRPO)",
+                    _calls("opo", constant=True),
+                    _agrees,
+                ),
+                _shift(
+                    "opo", "adding one constant to every reward leaves the advantages unchanged"
+                ),
+                _singles(one, "opo"),
+            ],
+            (SINGLETON, GROUPS),
+        ),
+        _spec(
+            "remax_advantages",
+            "losses.advantages_baselines.remax_advantages",
+            "candidate(rewards, *, baselines) -> (B,)",
+            "remax",
+            [
+                _values("remax", _calls("remax")),
+                _shift(
+                    "remax",
+                    "adding one constant to the rewards and the greedy baselines "
+                    "leaves the advantages unchanged",
+                ),
+            ],
+            (),
+        ),
+        _spec(
+            "maxrl_advantages",
+            "losses.advantages_baselines.maxrl_advantages",
+            "candidate(rewards, *, group) -> (B,) (rewards >= 0)",
+            "maxrl",
+            [_values("maxrl", _calls("maxrl")), _zero_sum("maxrl"), _singles(one, "maxrl")],
+            (EPS_MAXRL, SINGLETON, GROUPS),
+        ),
+        _spec(
+            "passk_advantages",
+            "losses.advantages_baselines.passk_advantages",
+            "candidate(rewards, *, group) -> (B,) (groups of two or more)",
+            "passk",
+            [
+                _values("passk", _calls("passk")),
+                Check(
+                    "one_best_per_group",
+                    "at most one advantage per group is non-zero, at a best reward, and >= 0",
+                    _calls("passk"),
+                    _one_best,
+                ),
+                _shift(
+                    "passk", "adding one constant to every reward leaves the advantages unchanged"
+                ),
+            ],
+            (
+                STD,
+                EPS_GRPO,
+                Convention(
+                    "singleton",
+                    "excluded",
+                    ("excluded",),
+                    "groups of one are never drawn (Pass@k needs two)",
+                ),
+                GROUPS,
+            ),
+        ),
+        _spec(
+            "gdpo_advantages",
+            "losses.advantages_tokens.gdpo_advantages",
+            "candidate(rewards, *, group, weights, mask) -> (B,) (rewards (B, K))",
+            "gdpo",
+            [
+                _values("gdpo", lambda conv: _gdpo_calls(conv)),
+                Check(
+                    "shift_invariance",
+                    "adding one constant to one reward component leaves the advantages unchanged",
+                    lambda conv: _gdpo_calls(conv, shift=True),
+                    _unchanged,
+                ),
+            ],
+            (STD, EPS_GRPO, SINGLETON, GROUPS, WHITEN_EPS),
+            condition=_gdpo_condition,
+        ),
+        _spec(
+            "optimal_token_baseline_advantages",
+            "losses.advantages_tokens.optimal_token_baseline_advantages",
+            "candidate(token_rewards, logp_old, sum_pi_squared, *, group, mask) -> (B, T)",
+            "otb",
+            [
+                _values("optimal_token_baseline", lambda conv: _otb_calls(conv)),
+                Check(
+                    "padding_is_zero",
+                    "padding tokens get advantage 0",
+                    lambda conv: _otb_calls(conv),
+                    _padding_zero,
+                ),
+                Check(
+                    "singleton_gets_return",
+                    "a group of one gets its reward-to-go",
+                    lambda conv: _otb_calls(conv),
+                    _otb_singletons_return,
+                ),
+                Check(
+                    "equal_weights_is_group_mean",
+                    "equal per-token weights and lengths: the baseline is the group's mean return",
+                    _otb_uniform_calls,
+                    _otb_equal_weights,
+                    applies=_eps_zero,
+                ),
+            ],
+            (EPS_OTB, ZERO_TAIL, GROUPS),
+            condition=_otb_condition,
+        ),
+    ]
