@@ -44,6 +44,7 @@ from refimpl.testing._specs_losses_stats_advantages import (
     SINGLETON,
     STD,
     _adv_condition,
+    _constant_zero,
     _rewards_draw,
 )
 from refimpl.testing.tolerances import summation_factor
@@ -117,8 +118,11 @@ def _sequence_calls(
     constant: bool = False,
     singles: bool = False,
     shift: bool = False,
+    scale: bool = False,
+    swap: bool = False,
 ) -> list[Call]:
-    """``(rewards,), {group[, mask | baselines]}``; a second call with shifted rewards if asked."""
+    """``(rewards,), {group[, mask | baselines]}``; a second call with the rewards shifted, scaled,
+    or (ReMax) swapped with the baselines if asked; ReMax with ``constant``: baselines = rewards."""
     rewards, group = draw(_rewards_draw(conv, constant=constant, singles=singles))
     if family == "maxrl":
         rewards = np.abs(rewards)
@@ -128,8 +132,14 @@ def _sequence_calls(
         if constant:  # equal lengths: OPO's baseline is the group mean
             kwargs["mask"] = np.ones((rewards.size, int(kwargs["mask"].shape[1])))
     if family == "remax":
-        kwargs = {"baselines": np.asarray(draw(_floats_like(rewards.size)))}
+        drawn = np.asarray(draw(_floats_like(rewards.size)))
+        kwargs = {"baselines": rewards.copy() if constant else drawn}
     call: Call = ((rewards,), kwargs)
+    if swap:
+        return [call, ((np.asarray(kwargs["baselines"]),), {"baselines": rewards})]
+    if scale:
+        c = float(draw(st.sampled_from([2.0, 0.5, 4.0, 3.0])))
+        return [call, ((rewards * c,), dict(kwargs))]
     if not shift:
         return [call]
     c = float(draw(st.sampled_from([1.0, -5.0, 3.0, 0.5])))
@@ -523,8 +533,46 @@ def _otb_uniform_calls(conv: Conventions) -> st.SearchStrategy[list[Call]]:
     return _otb_calls(conv, equal_weights=True).map(rectangular)
 
 
+def _remax_zero(case: Case) -> None:
+    found = _found(case)
+    allowed = case.allowed(case.expected(), case.condition())
+    case.show("found:", found)
+    assert np.all(np.abs(found) <= allowed), (
+        f"a reward equal to its greedy baseline got advantage {found.tolist()}, not 0"
+    )
+
+
+def _antisymmetric(case: Case) -> None:
+    """ReMax: swapping rewards and baselines negates the advantages."""
+    a, b = _found(case, 0), _found(case, 1)
+    allowed = case.allowed(case.expected(0), case.condition(0)) + case.allowed(
+        case.expected(1), case.condition(1)
+    )
+    case.show("A(r, b):", a, "A(b, r):", b)
+    bad = np.abs(a + b) > allowed
+    assert not bad.any(), f"A(b, r) = {b[bad].tolist()} is not −A(r, b) = {(-a[bad]).tolist()}"
+
+
+def _batch_mean_zero(case: Case) -> None:
+    """GDPO: the token-weighted batch mean of the advantages is 0."""
+    found = _found(case)
+    w = np.asarray(case.calls[0][1]["mask"]).sum(axis=1)
+    err = case.allowed(case.expected(), case.condition())
+    mean = float(np.sum(w * found) / w.sum())
+    n = int(w.sum())
+    allowed = float(np.sum(w * err) / w.sum()) + summation_factor(n) * case.u * float(
+        np.sum(w * np.abs(found)) / w.sum()
+    )
+    case.show("token-weighted mean:", mean, "allowed:", allowed)
+    assert abs(mean) <= allowed, f"the token-weighted mean {mean} is not 0 (allowed {allowed})"
+
+
 def _eps_zero(conv: Conventions) -> str | None:
     return None if conv["eps"] == 0.0 else "ε > 0 shrinks the baseline by ΣW/(ΣW + ε)"
+
+
+def _eps_zero_maxrl(conv: Conventions) -> str | None:
+    return None if conv["eps"] == 0.0 else "ε > 0 is not scaled with the rewards"
 
 
 def _singles_apply(conv: Conventions) -> str | None:
@@ -564,6 +612,15 @@ def _zero_sum(family: str, weighted: bool = False) -> Check:
     )
 
 
+def _constant(family: str) -> Check:
+    return Check(
+        "constant_group_is_zero",
+        "a group whose rewards are all equal gets advantage 0",
+        _calls(family, constant=True),
+        _constant_zero,
+    )
+
+
 def _shift(family: str, what: str) -> Check:
     return Check("shift_invariance", what, _calls(family, shift=True), _unchanged)
 
@@ -598,7 +655,12 @@ def more_advantage_specs() -> list[Spec]:
             "losses.advantages_baselines.gpg_advantages",
             "candidate(rewards, *, group) -> (B,) (α = B/max(#nonzero, 1))",
             "gpg",
-            [_values("gpg", _calls("gpg")), _zero_sum("gpg"), _singles(_gpg_scale, "gpg")],
+            [
+                _values("gpg", _calls("gpg")),
+                _zero_sum("gpg"),
+                _constant("gpg"),
+                _singles(_gpg_scale, "gpg"),
+            ],
             (F_NORM, SINGLETON, GROUPS),
         ),
         _spec(
@@ -634,6 +696,18 @@ def more_advantage_specs() -> list[Spec]:
                     "adding one constant to the rewards and the greedy baselines "
                     "leaves the advantages unchanged",
                 ),
+                Check(
+                    "reward_equal_to_baseline_is_zero",
+                    "a reward equal to its greedy baseline gets advantage 0",
+                    _calls("remax", constant=True),
+                    _remax_zero,
+                ),
+                Check(
+                    "antisymmetry",
+                    "swapping rewards and baselines negates the advantages",
+                    _calls("remax", swap=True),
+                    _antisymmetric,
+                ),
             ],
             (),
         ),
@@ -642,7 +716,19 @@ def more_advantage_specs() -> list[Spec]:
             "losses.advantages_baselines.maxrl_advantages",
             "candidate(rewards, *, group) -> (B,) (rewards >= 0)",
             "maxrl",
-            [_values("maxrl", _calls("maxrl")), _zero_sum("maxrl"), _singles(one, "maxrl")],
+            [
+                _values("maxrl", _calls("maxrl")),
+                _zero_sum("maxrl"),
+                _constant("maxrl"),
+                Check(
+                    "scale_invariance",
+                    "multiplying every reward by c > 0 leaves the advantages unchanged (ε = 0)",
+                    _calls("maxrl", scale=True),
+                    _unchanged,
+                    applies=_eps_zero_maxrl,
+                ),
+                _singles(one, "maxrl"),
+            ],
             (EPS_MAXRL, SINGLETON, GROUPS),
         ),
         _spec(
@@ -661,6 +747,7 @@ def more_advantage_specs() -> list[Spec]:
                 _shift(
                     "passk", "adding one constant to every reward leaves the advantages unchanged"
                 ),
+                _constant("passk"),
             ],
             (
                 STD,
@@ -686,6 +773,12 @@ def more_advantage_specs() -> list[Spec]:
                     "adding one constant to one reward component leaves the advantages unchanged",
                     lambda conv: _gdpo_calls(conv, shift=True),
                     _unchanged,
+                ),
+                Check(
+                    "zero_batch_mean",
+                    "the token-weighted batch mean of the advantages is 0",
+                    lambda conv: _gdpo_calls(conv),
+                    _batch_mean_zero,
                 ),
             ],
             (STD, EPS_GRPO, SINGLETON, GROUPS, WHITEN_EPS),
