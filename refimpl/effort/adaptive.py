@@ -402,13 +402,17 @@ def frontier_quality(
     c = as_float_array(cost, name="cost")
     _require_nonnegative(c, name="cost", meaning="a mean length")
     w = np.asarray([float(x) for x in mix.weights])
-    threshold = np.log(mix.lam / mix.q_max)  # class d spends iff u > threshold_d
+    # class d spends iff u > threshold_d; in log form, as λ/q_max can leave float64
+    threshold = np.log(mix.lam) - np.log(mix.q_max)
     lo = np.full(c.shape, float(threshold.min()))
     total = float(np.dot(w, mix.lam))
-    hi = np.maximum((c + float(np.dot(w, mix.lam * threshold))) / total, float(threshold.max()))
+    share = w * mix.lam / total  # a weighted mean of the thresholds needs no λ·threshold product
+    with np.errstate(over="ignore"):  # C/Σwλ beyond float64: the root is too (every class spends)
+        hi = np.maximum(c / total + float(np.dot(share, threshold)), float(threshold.max()))
 
     def mean_cost(u: NDArray[np.float64]) -> Any:
-        return np.maximum(u[..., None] - threshold, 0.0) * mix.lam @ w
+        with np.errstate(over="ignore"):  # a cost beyond float64 is inf: above every finite C
+            return np.maximum(u[..., None] - threshold, 0.0) @ (w * mix.lam)
 
     for _ in range(1100):
         mid = 0.5 * (lo + hi)
@@ -419,8 +423,8 @@ def frontier_quality(
         hi = np.where(short, hi, mid)
     u = hi
     spends = u[..., None] > threshold
-    with np.errstate(under="ignore"):
+    with np.errstate(over="ignore", under="ignore"):  # λ e^{−u} = q_max e^{threshold − u}
         quality = np.where(
-            spends, np.maximum(mix.q_max - mix.lam * np.exp(-u[..., None]), 0.0), 0.0
+            spends, np.maximum(-mix.q_max * np.expm1(threshold - u[..., None]), 0.0), 0.0
         )
     return _out(np.where(c > 0.0, quality @ w, 0.0))
