@@ -81,7 +81,7 @@ from refimpl.testing._trace_loss_rows import (
 from refimpl.testing._trace_loss_rows import Segment as _Segment
 from refimpl.testing._trace_loss_rows import span as _range
 from refimpl.testing._trace_loss_rows import whole as _int
-from refimpl.testing._traces import Chunk, TraceError
+from refimpl.testing._traces import Chunk, TraceError, dataset_columns, dataset_files
 from refimpl.testing.tolerances import summation_factor
 
 __all__ = [
@@ -272,9 +272,13 @@ def _kl_kwargs(params: dict[str, Any]) -> dict[str, Any]:
 
 def _fields(path: Path, fmt: str) -> dict[str, bool | None] | None:
     """The trace's column names, each with whether it holds lists (None: unknown, in CSV)."""
-    if path.is_dir() and fmt == "parquet":  # a partitioned dataset: its first file's schema
-        files = sorted(p for p in path.rglob("*.parquet") if p.is_file())
-        path = files[0] if files else path
+    if path.is_dir() and fmt == "parquet":  # a dataset: its first file's, and partition keys
+        names, keys = dataset_columns(path)
+        if not names:
+            return None
+        path = dataset_files(path)[0]
+        found = _fields(path, fmt)
+        return None if found is None else {**found, **dict.fromkeys(keys, False)}
     if not path.is_file():
         return None
     try:
@@ -363,12 +367,7 @@ class _Steps:
             if self.pending:
                 done.append(self._close())
             if float(step[a]) in self.seen:
-                raise TraceError(
-                    f"{chunk.where(a)}: step {_int(step[a])} appears again after other steps (its "
-                    f"rows were at {self.seen[float(step[a])]}). The rows of a step must be "
-                    "contiguous: write each step's rows together, or sort the trace by step (a "
-                    "stable sort keeps their order)."
-                )
+                raise repeated_step(chunk.where(a), float(step[a]), self.seen[float(step[a])])
             self.pending, self.value = [_Segment(chunk, a, b)], float(step[a])
         return done
 
@@ -379,6 +378,20 @@ class _Steps:
 
     def finish(self) -> list[list[_Segment]]:
         return [self._close()] if self.pending else []
+
+
+def repeated_step(where: str, value: float, earlier: str) -> TraceError:
+    """The refusal of a step whose rows start again at ``where`` after other steps' rows."""
+    return TraceError(
+        f"{where}: step {_int(value)} appears again after other steps (its rows were at "
+        f"{earlier}). The rows of a step must be contiguous: write each step's rows together, or "
+        "sort the trace by step (a stable sort keeps their order)."
+    )
+
+
+def step_span(first: str, last: str) -> str:
+    """How a step's rows are named: ``row 4`` or ``rows 4-9``."""
+    return _range(first, last)
 
 
 def _ids(chunk: Chunk, name: str) -> Array:

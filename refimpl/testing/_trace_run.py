@@ -5,7 +5,9 @@ checked locally as its files one after the other, rows numbered across them; on 
 one task that checks its rows, numbered from the file's first row (known from the footers), and
 returns its tally; the tallies are merged in file order. Counts add up, the largest error is the
 largest of the files', and the first mismatching rows are the first ``--max-show`` of the files'
-lists in order: the verdict and the report are the same as the local run's, row for row.
+lists in order: the verdict and the report are the same as the local run's, row for row. A spec
+that groups rows into steps (``policy_loss``) has one task per file too, each checking the steps
+that begin in its file (:mod:`refimpl.testing._trace_steps`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from refimpl.testing._trace_compare import _check_chunk, _Tally
+from refimpl.testing._trace_losses import STEP
 from refimpl.testing._trace_spec import _EDGE_DTYPE, References, _TraceSpec
 from refimpl.testing._trace_specs import SPECS
+from refimpl.testing._trace_steps import StepsResult, _Runs, merge_steps, step_before, step_stream
 from refimpl.testing._traces import (
     Chunk,
     TraceError,
@@ -100,6 +104,30 @@ def check_partition(plan: Plan, root: Path, file: Path, row_start: int) -> _Tall
     return check_chunks(plan, spec, plan.renamed(spec, raw))
 
 
+def check_steps(
+    plan: Plan, root: Path, files: Sequence[Path], starts: Sequence[int], index: int
+) -> StepsResult:
+    """The steps that begin in ``files[index]`` (a Dask task of a spec that groups rows into
+    steps), their units numbered from 0; an unusable row is returned, not raised, so that the
+    driver reports the first problem of the trace in its order."""
+    spec = plan.trace_spec()
+    numeric, lists = plan.columns(spec)
+
+    def read(j: int) -> Iterator[Chunk]:
+        raw = partition_chunks(
+            root, files[j], starts[j], numeric, lists, plan.chunk_rows, spec.exact
+        )
+        return plan.renamed(spec, raw)
+
+    before = step_before(root, files, starts, index, plan.mapping.get(STEP, STEP))
+    runs = _Runs()
+    try:
+        tally = check_chunks(plan, spec, step_stream(read, len(files), index, before, runs))
+    except TraceError as exc:
+        return StepsResult(_Tally(), runs.steps, str(exc))
+    return StepsResult(tally, runs.steps)
+
+
 def merge(tallies: Sequence[_Tally], max_show: int) -> _Tally:
     """The tallies of consecutive parts of a trace as the tally of the whole."""
     out = _Tally()
@@ -119,15 +147,10 @@ def check_on_dask(
     ``scheduler`` is the address of a running Dask scheduler (``tcp://HOST:8786``); without it a
     loopback ``LocalCluster`` of ``workers`` processes is started for the run.
     """
-    if spec.regroup is not None:
-        raise TraceError(
-            f"spec {spec.name!r} groups rows into units ({spec.unit}) that may span the files of "
-            "a dataset, so it is checked on one machine: drop --dask."
-        )
     files = dataset_files(trace) if trace.is_dir() else [trace]
     root = trace if trace.is_dir() else trace.parent
     starts = [0]
-    for f in files[:-1]:
+    for f in files:
         starts.append(starts[-1] + parquet_rows(f))
     try:
         distributed: Any = importlib.import_module("distributed")
@@ -155,9 +178,15 @@ def check_on_dask(
                 "scheduler` and workers with `dask worker ADDRESS`, and pass its address."
             ) from None
     try:
+        if spec.regroup is not None:  # steps may run across files: see _trace_steps
+            tasks = [
+                client.submit(check_steps, plan, root, files, starts, i, pure=False)
+                for i in range(len(files))
+            ]
+            return merge_steps(client.gather(tasks), plan.max_show)
         futures = [
             client.submit(check_partition, plan, root, f, s, pure=False)
-            for f, s in zip(files, starts, strict=True)
+            for f, s in zip(files, starts, strict=False)
         ]
         tallies: list[_Tally] = client.gather(futures)
     finally:

@@ -35,7 +35,9 @@ from refimpl.testing._trace_jsonl import _jsonl_chunks
 from refimpl.testing._trace_parquet import (
     _dataset_chunks,
     _parquet_chunks,
+    dataset_columns,
     dataset_files,
+    last_value,
     parquet_rows,
     partition_chunks,
 )
@@ -47,11 +49,13 @@ __all__ = [
     "ListColumn",
     "TraceError",
     "arrow_lists",
+    "dataset_columns",
     "dataset_files",
     "detect_format",
     "exact_array",
     "excerpt",
     "float64",
+    "last_value",
     "parquet_rows",
     "partition_chunks",
     "read_chunks",

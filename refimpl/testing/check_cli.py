@@ -51,8 +51,10 @@ to a temporary file first, and its format is ``--format``, else sniffed from its
 (Parquet's magic ``PAR1``, a JSON object ``{``, else CSV). A file that is not text where text is
 expected (NUL bytes, bytes that are not UTF-8: a binary file given as CSV) is refused as "not a CSV
 text file" without echoing its bytes. A directory is a partitioned Parquet dataset: its files are
-read in path order, rows numbered across them; ``--dask`` checks it on Dask, one task per file, with
-the same verdict and report (:mod:`refimpl.testing._trace_run`).
+read in path order, rows numbered across them, and a directory ``key=value`` on a file's path (hive
+partitioning, e.g. ``step=3/``) is a column of its rows; ``--dask`` checks it on Dask, one task per
+file, with the same verdict and report, ``policy_loss`` included (its steps may run across files:
+:mod:`refimpl.testing._trace_run`).
 
 The ``staleness`` spec reads steps and versions as integers and computes ``s = j − min_t v_t`` in
 exact integer arithmetic (int64, or Python integers beyond it in JSONL and CSV): no float64 round
@@ -89,7 +91,7 @@ from refimpl.testing._traces import _SUFFIXES as _SUFFIX_FORMAT
 from refimpl.testing._traces import (
     FORMATS,
     TraceError,
-    dataset_files,
+    dataset_columns,
     detect_format,
     parquet_rows,
     require_file,
@@ -507,11 +509,9 @@ def _staleness_columns(
 
 
 def _column_names(path: Path, fmt: str) -> list[str] | None:
-    if path.is_dir() and fmt == "parquet":
-        try:
-            path = dataset_files(path)[0]
-        except TraceError:
-            return None
+    if path.is_dir() and fmt == "parquet":  # a dataset: its first file's, and partition keys
+        found, keys = dataset_columns(path)
+        return [*found, *keys] if found else None
     if not path.is_file():
         return None
     if fmt == "csv":
