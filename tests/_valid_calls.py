@@ -1,0 +1,354 @@
+"""One valid call of every public function of the formula modules: the table the rule tests start from.
+
+``tests/test_validation_rules.py`` runs each call with the validation builders recorded
+(``tests/_rules.py``), so that every rule a function applies to a user argument is found, then
+moves that argument to each side of the rule's boundary. A call therefore sets the optional
+parameters that carry rules (a cap, a clamp, a lower bound) to valid values: a rule that the
+valid call never reaches is a rule that no generated test checks. Most calls are the function's
+doctest Example, with its optional parameters added.
+
+Keys are ``"<module> <name>"`` as in ``tests/data/public_api.txt``; a function may have several
+calls (each one reaches rules the others do not). A public function of the formula modules with
+no call here fails ``test_every_public_function_has_a_valid_call``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+import scipy.stats
+
+from refimpl.losses import LogprobSemantics
+
+__all__ = ["FORMULA_MODULES", "VALID_CALLS", "Call"]
+
+#: The packages whose public functions must each have a valid call.
+FORMULA_MODULES = (
+    "refimpl.dispatch",
+    "refimpl.staleness",
+    "refimpl.effort",
+    "refimpl.penalties",
+    "refimpl.losses",
+)
+
+
+class Call(NamedTuple):
+    """Positional arrays and keyword parameters of one valid call (copied before each use)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def _c(*args: Any, **kwargs: Any) -> Call:
+    return Call(args, kwargs)
+
+
+_LP = np.log([[0.5, 0.6, 0.9], [0.4, 0.3, 0.2]])
+_LQ = np.log([[0.5, 0.3, 0.1], [0.3, 0.4, 0.2]])
+_MASK = [[1, 1, 1], [1, 1, 0]]
+_ADV = [1.0, -0.5]
+_Z = np.log([[[4.0, 2.0, 1.0, 1.0], [1.0, 3.0, 2.0, 2.0]]])
+_HALF = Fraction(1, 2)
+_EFFORT = {"q_max": 1.0, "lam": 100.0, "k0": 0.005, "b_min": 0.0, "tau": 1.0}
+_MIX = {"q_max": 1.0, "lam": [20.0, 200.0], "weights": [0.25, 0.75]}
+
+VALID_CALLS: dict[str, tuple[Call, ...]] = {
+    # dispatch
+    "refimpl.dispatch async_speedup": (_c(scipy.stats.uniform(loc=0.0, scale=1.0), n=3),),
+    "refimpl.dispatch clipped_ipw_estimate": (_c([1.0, 3.0], [1.0, 0.5], n=4, k=2, clip=0.75),),
+    "refimpl.dispatch expected_max": (_c(scipy.stats.expon(), n=3),),
+    "refimpl.dispatch exponential_rate_mle": (
+        _c([1.0, 2.0, 3.0, 3.0], [1, 1, 1, 0]),
+        _c([1.0, 2.0, 3.0, 3.0], [1, 1, 1, 0], unbiased=True),
+    ),
+    "refimpl.dispatch fluid_keep_probability": (
+        _c([0.0, 50.0, 100.0, 150.0], step_time=100.0, eta=1),
+    ),
+    "refimpl.dispatch fluid_steady_state": (
+        _c(scipy.stats.expon(scale=100.0), slots=8, batch=4, eta=1),
+    ),
+    "refimpl.dispatch hajek_estimate": (_c([1.0, 3.0], [1.0, 0.5]),),
+    "refimpl.dispatch horvitz_thompson_estimate": (_c([1.0, 3.0], [1.0, 0.5], n=4, k=2),),
+    "refimpl.dispatch inclusion_probability": (_c([0.0, 0.5, 1.0], n=8, k=4),),
+    "refimpl.dispatch inclusion_probability_pmf": (
+        _c([Fraction(1, 4), Fraction(3, 4)], n=3, k=2),
+        _c([0.25, 0.75], n=3, k=2),
+    ),
+    "refimpl.dispatch ipw_estimator_moments": (
+        _c([Fraction(1, 4), Fraction(3, 4)], [1, 2], n=3, k=2, clip=Fraction(3, 2)),
+        _c([0.25, 0.75], [1.0, 2.0], n=3, k=2, clip=1.5),
+    ),
+    "refimpl.dispatch ipw_weights": (_c([0.5, 1.0, 0.25], n=8, k=4, clip=1.5),),
+    "refimpl.dispatch kaplan_meier": (_c([1, 2, 2, 3, 4], [1, 1, 0, 1, 0]),),
+    "refimpl.dispatch length_bias": (
+        _c([Fraction(1, 4), Fraction(3, 4)], n=3, k=2),
+        _c(scipy.stats.expon(), n=3, k=2),
+    ),
+    "refimpl.dispatch selected_mean": (_c(scipy.stats.expon(), n=3, k=2),),
+    "refimpl.dispatch selected_pmf": (
+        _c([Fraction(1, 4), Fraction(3, 4)], n=3, k=2),
+        _c([0.25, 0.75], n=3, k=2),
+    ),
+    # staleness
+    "refimpl.staleness admission_capacity": (
+        _c(eta=1, version=2, batch=4, accepted=5, running=3, max_concurrent=8),
+    ),
+    "refimpl.staleness decoupled_ppo_weights": (
+        _c(_LP, _LQ, cap=5.0, mask=_MASK, lower=0.1, log_ratio_clamp=20.0),
+        _c(_LP, _LQ, cap=1.5, above_cap="clip", nonfinite="one"),
+    ),
+    "refimpl.staleness effective_sample_size": (_c([1.0, 0.5, 0.0, 3.0]),),
+    "refimpl.staleness masked_is_weights": (
+        _c(_LP, _LQ, low=0.5, high=2.0, mask=_MASK, log_ratio_clamp=20.0),
+    ),
+    "refimpl.staleness masking_diagnostics": (
+        _c([0, 0, 1, 2, 3], [1, 1, 1, 0, 0], lengths=[10, 20, 30, 40, 50], length_bins=2),
+    ),
+    "refimpl.staleness over_masking_scenarios": (
+        _c(np.random.default_rng(0), batch=16, trained_step=3, mismatch_std=0.01, tight_band=0.05),
+    ),
+    "refimpl.staleness policy_version": (_c([0.0, 1.0, 1.5, 2.0, 3.0], publish_times=[1.0, 2.0]),),
+    "refimpl.staleness sample_staleness": (
+        _c(5, np.array([[3, 3, 4, 4], [5, 5, 4, 4]]), mask=[[1, 1, 1, 0], [1, 1, 0, 0]]),
+        _c(5, [[3, 3, 4, 4], [5, 5]], staleness_count="versions_spanned"),
+    ),
+    "refimpl.staleness staleness_decay": (_c([0, 1, 2], gamma=0.5),),
+    "refimpl.staleness staleness_mask": (_c([0, 1, 2, 3], eta=1),),
+    "refimpl.staleness truncated_is_weights": (
+        _c(_LP, _LQ, cap=2.0, mask=_MASK, lower=0.1, log_ratio_clamp=20.0),
+    ),
+    "refimpl.staleness vtrace": (
+        _c(
+            [0.5, 0.25],
+            [0.25, 0.0],
+            [1.0, 0.5],
+            [0.9, 0.8],
+            [1.5, 0.5],
+            lambda_=0.9,
+            clip_rho_threshold=1.2,
+            clip_pg_rho_threshold=1.1,
+        ),
+    ),
+    "refimpl.staleness vtrace_td_error_and_advantage": (
+        _c(
+            [0.5, 0.25],
+            [0.25, 0.0],
+            [1.0, 0.5],
+            [0.9, 0.8],
+            [1.5, 0.5],
+            lambda_=0.9,
+            clip_rho_threshold=1.2,
+            clip_pg_rho_threshold=1.1,
+        ),
+    ),
+    # effort
+    "refimpl.effort adaptive_gap": (_c([0.5, 1.0], k0=0.005, b_min=0.0, tau=1.0, **_MIX),),
+    "refimpl.effort budget_frontier": (_c([50.0, 150.0], **_MIX),),
+    "refimpl.effort difficulty_mix": (_c(median=100.0, sigma=1.0, q_max=0.9, nodes=3),),
+    "refimpl.effort effort_frontier": (
+        _c([0.0, 1.0, 2.0], **_EFFORT),
+        _c([1.0, 2.0], k0=0.005, b_min=0.0, tau=1.0, **_MIX),
+    ),
+    "refimpl.effort effort_penalty": (_c([0.5, 1.0, 2.0], k0=0.5, b_min=0.5, tau=1.0),),
+    "refimpl.effort frontier_quality": (_c([0.0, 133.0], **_MIX),),
+    "refimpl.effort optimal_length": (_c([0.0, 1.0, 2.0], **_EFFORT),),
+    "refimpl.effort pareto_front": (_c([3.0, 1.0, 2.0, 2.0, 1.0], [0.9, 0.5, 0.5, 0.7, 0.5]),),
+    "refimpl.effort saturating_quality": (_c([0.0, 100.0, 1e9], q_max=1.0, lam=100.0),),
+    "refimpl.effort shaped_reward": (
+        _c([1.0, 0.5], [100.0, 200.0], [0.0, 1.0], k0=0.002, b_min=0.0, tau=1.0, length_scale=2.0),
+    ),
+    "refimpl.effort train_conditioned_policy": (
+        _c(
+            q_max=1.0,
+            lam=[25.0, 400.0],
+            weights=[0.5, 0.5],
+            k0=0.002,
+            b_min=0.0,
+            tau=1.0,
+            b_max=3.0,
+            rng=0,
+            steps=2,
+            batch=4,
+            group=2,
+            degree=2,
+            feature_degree=1,
+            learning_rate=0.01,
+            success="expected",
+            initial_spread=0.5,
+        ),
+    ),
+    "refimpl.effort train_effort_policy": (
+        _c(
+            **_EFFORT,
+            b_max=4.0,
+            rng=0,
+            steps=2,
+            batch=4,
+            group=2,
+            degree=2,
+            learning_rate=0.05,
+            noise=0.1,
+            initial_spread=0.5,
+        ),
+    ),
+    # penalties
+    "refimpl.penalties cosine_length_reward": (
+        _c(
+            [0, 500, 1000, 0, 1200],
+            [True, True, True, False, False],
+            max_length=1000,
+            exceed_value=-2.0,
+        ),
+    ),
+    "refimpl.penalties dapo_overlong_penalty": (
+        _c([100, 800, 900, 1000, 1200], max_length=1000, cache_length=200, penalty_factor=0.5),
+        _c([1200], max_length=1000, cache_length=200, floor=False),
+    ),
+    "refimpl.penalties kimi_length_reward": (
+        _c([100, 200, 300, 150], [True, True, False, False], groups=[0, 0, 1, 1]),
+        _c([100, 200, 300, 150], [True, True, False, False], scope="batch"),
+    ),
+    "refimpl.penalties l1_exact_reward": (
+        _c([1000, 2000, 1000], [True, True, False], 1000, alpha=0.001),
+    ),
+    "refimpl.penalties l1_max_reward": (
+        _c([1000, 2000, 3000, 500], [True, True, True, False], 2000, alpha=0.001, delta=0.25),
+    ),
+    # losses
+    "refimpl.losses aggregate_loss": (
+        _c([[1.0, 3.0, 2.0], [5.0, 99.0, 7.0]], _MASK, mode="seq_mean_token_mean"),
+    ),
+    "refimpl.losses aggregation_weights": (
+        _c(np.array(_MASK), mode="token_sum_norm", constant=4),
+        _c(np.array(_MASK), mode="token_mean", token_count=5),
+    ),
+    "refimpl.losses any_token_veto": (_c(_LP, _LQ, threshold=0.1, mask=_MASK, upper=10.0),),
+    "refimpl.losses cispo_loss": (
+        _c(_LP, _LQ, _ADV, eps_high=0.28, eps_low=0.2, log_ratio_clamp=20.0, mask=_MASK),
+    ),
+    "refimpl.losses dppo_loss": (
+        _c(_LP, _LQ, _ADV, delta_low=0.2, delta_high=0.3, cap=5.0, log_ratio_clamp=20.0),
+    ),
+    "refimpl.losses gae_advantages": (
+        _c([[0.0, 0.5, 1.0]], [[0.5, 0.25, 0.5]], gamma=0.9, lam=0.8, mask=[[1, 1, 0]]),
+        _c([[0, 0, 1]], [[_HALF] * 3], gamma=1, lam=_HALF),
+    ),
+    "refimpl.losses gdpo_advantages": (
+        _c(
+            [[1.0, 0.0], [0.0, 0.5], [1.0, 1.0], [0.0, 1.0]],
+            group=[0, 0, 1, 1],
+            weights=[0.25, 0.75],
+            eps=1e-6,
+            whiten_eps=1e-8,
+        ),
+    ),
+    "refimpl.losses gpg_advantages": (
+        _c([1.0, 0.0, 0.5, 0.0], group=[0, 0, 1, 1], f_norm=2.0),
+        _c([1.0, 0.0, 0.5, 0.0], group=[0, 0, 1, 1], alpha=0.5),
+    ),
+    "refimpl.losses maxrl_advantages": (_c([1.0, 0.0, 0.5, 0.0], group=[0, 0, 0, 0], eps=1e-6),),
+    "refimpl.losses opo_advantages": (_c([1.0, 0.0, 0.5], group=[0, 0, 0], lengths=[1, 3, 2]),),
+    "refimpl.losses optimal_token_baseline_advantages": (
+        _c(
+            [[0.0, 1.0], [0.5, 0.0]],
+            [[-1.0, -2.0], [-0.5, -1.5]],
+            [[0.25, 0.5], [0.75, 0.125]],
+            group=[0, 0],
+            mask=[[1, 1], [1, 0]],
+            is_weights=[[1.0, 0.5], [2.0, 1.0]],
+            eps=1e-6,
+        ),
+    ),
+    "refimpl.losses passk_advantages": (_c([1.0, 0.0, 0.5, 2.0], group=[0, 0, 1, 1], eps=1e-6),),
+    "refimpl.losses remax_advantages": (_c([1.0, 0.0], baselines=[0.5, 0.25]),),
+    "refimpl.losses gmpo_loss": (_c(_LP, _LQ, _ADV, eps_low=0.4, eps_high=0.3, mask=_MASK),),
+    "refimpl.losses grpo_advantages": (_c([1.0, 0.0, 0.5, 1.0], group=[0, 0, 1, 1], eps=1e-6),),
+    "refimpl.losses gspo_loss": (
+        _c(_LP, _LQ, _ADV, eps_low=0.2, eps_high=0.3, log_ratio_cap=10.0, mask=_MASK),
+    ),
+    "refimpl.losses gspo_token_loss": (
+        _c(
+            _LP,
+            _LQ,
+            [[1.0, -1.0, 0.5], [0.5, 0.5, 0.5]],
+            eps_low=0.2,
+            eps_high=0.3,
+            log_ratio_cap=10.0,
+            mask=_MASK,
+        ),
+    ),
+    "refimpl.losses importance_weighted_kl": (
+        _c(_LP, _LQ, _LQ, estimator="k3", weight_cap=5.0, clamp=10.0, log_ratio_clamp=20.0),
+    ),
+    "refimpl.losses importance_weighted_pg_loss": (
+        _c(_LP, _LQ, _ADV, cap=1.5, log_ratio_clamp=20.0, mask=_MASK),
+    ),
+    "refimpl.losses is_batch_normalize": (
+        _c([[1.0, 3.0, 9.0], [2.0, 2.0, 9.0]], mask=[[1, 1, 0], [1, 1, 0]]),
+    ),
+    "refimpl.losses kl_penalty": (
+        _c(_LP, _LQ, estimator="k3", clamp=10.0, log_ratio_clamp=20.0, mask=_MASK),
+    ),
+    "refimpl.losses length_weight": (
+        _c([1, 4], mode="token_mean", sequence_count=2, token_count=5),
+        _c([1, 4], mode="token_sum_norm", sequence_count=2, constant=4.0),
+    ),
+    "refimpl.losses log_ratio_penalty_loss": (_c(_LP, _LQ, _ADV, tau=0.5, mask=_MASK),),
+    "refimpl.losses logprob_mismatch": (
+        _c(
+            _Z,
+            [[0, 1]],
+            sampler=LogprobSemantics(top_k=2),
+            trainer=LogprobSemantics(),
+            tolerance=1e-3,
+        ),
+    ),
+    "refimpl.losses m2po_mask": (_c(_LP, _LQ, tau=0.02, mask=_MASK),),
+    "refimpl.losses off_policy_sequence_mask": (_c(_LP, _LQ, _ADV, delta=0.5, mask=_MASK),),
+    "refimpl.losses partition_gap": (
+        _c(np.array(_MASK), splits=[[[0], [1]]], mode="token_mean", rule="trl_bnpo"),
+    ),
+    "refimpl.losses ppo_clip_loss": (
+        _c(
+            _LP,
+            _LQ,
+            _ADV,
+            eps_low=0.2,
+            eps_high=0.28,
+            dual_clip=3.0,
+            log_ratio_clamp=20.0,
+            mask=_MASK,
+        ),
+    ),
+    "refimpl.losses reinforce_loss": (_c(_LP, _ADV, mask=_MASK),),
+    "refimpl.losses reinforce_pp_advantages": (
+        _c([1.0, 0.0, 0.5, 1.0], group=[0, 0, 1, 1], eps=1e-6),
+    ),
+    "refimpl.losses rloo_advantages": (_c([1.0, 0.0, 0.5, 5.0], group=[0, 0, 0, 1]),),
+    "refimpl.losses sapo_loss": (
+        _c(_LP, _LQ, _ADV, tau_pos=1.0, tau_neg=1.05, log_ratio_clamp=20.0, mask=_MASK),
+    ),
+    "refimpl.losses sequence_divergence": (
+        _c(_LP, _LQ, estimator="k3", reduce="max", mask=_MASK, log_ratio_clamp=20.0),
+    ),
+    "refimpl.losses split_weights": (
+        _c(np.array(_MASK), splits=[[[0], [1]]], mode="token_mean", rule="verl"),
+    ),
+    "refimpl.losses token_entropy": (_c(_Z, temperature=0.9, top_k=3, top_p=0.95, mask=[[1, 1]]),),
+    "refimpl.losses token_logprobs": (
+        _c(_Z, [[0, 1]], temperature=0.9, top_k=3, top_p=0.95, mask=[[1, 1]]),
+    ),
+    "refimpl.losses token_logprobs_grad": (
+        _c(
+            _Z,
+            [[0, 1]],
+            temperature=0.9,
+            top_k=3,
+            top_p=0.95,
+            cotangent=[[1.0, 0.5]],
+            mask=[[1, 1]],
+        ),
+    ),
+}
