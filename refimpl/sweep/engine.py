@@ -22,7 +22,9 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from numpy.typing import NDArray
 
 from refimpl._validation import invalid, wrong_type
 from refimpl.errors import InvalidArgument
@@ -30,11 +32,11 @@ from refimpl.sweep.cells import SweepInterrupt, execute_cell
 from refimpl.sweep.grid import Cell, Grid, expand, load_grid, parse_grid
 from refimpl.sweep.results import (
     _Journal,
-    _load_previous,
-    _table,
+    _Rows,
     _write_parquet,
     journal_path,
     refuse_outputs_naming_the_grid,
+    resume,
 )
 
 __all__ = ["ENGINES", "MAX_WORKERS", "journal_path", "run"]
@@ -460,6 +462,11 @@ def run(
     whose worker process dies is recorded the same way (the local pool then reruns the other cells
     that were handed out with it, each alone, to find the one that killed it).
 
+    The Python memory of a sweep does not grow with its number of cells: the cells are expanded
+    as they are handed out, a finished record is kept as a row of an Arrow batch (about 100
+    bytes a cell), and the journal is read back a line at a time. Building the table and writing
+    the Parquet file take, at their peak, about three times the table itself.
+
     Examples
     --------
     >>> from refimpl import sweep
@@ -476,17 +483,16 @@ def run(
     if out_path is not None:
         grid_file = grid if isinstance(grid, (str, os.PathLike)) else None
         refuse_outputs_naming_the_grid(out_path, grid_file, option="out")
-    records, journal = _resume(g, out_path)
-
-    def finished(rec: Mapping[str, Any]) -> bool:
-        return rec["status"] == "ok" or not retry_failed
-
-    # The cells are expanded lazily: a grid of millions starts its first cell at once, and its
-    # list of cells is never held (the journal's records are all of this grid: its fingerprint).
-    todo = (c for c in expand(g) if not (c.cell_id in records and finished(records[c.cell_id])))
-    skipped = sum(1 for rec in records.values() if finished(rec))
-    failed = sum(1 for rec in records.values() if rec["status"] != "ok" and finished(rec))
+    rows = _Rows(g)
+    journal = None if out_path is None else resume(out_path, g, rows)
+    # The cells are expanded lazily, and finished records are kept as Arrow rows: a grid of
+    # millions starts its first cell at once, and neither its cells nor its records are held
+    # as Python objects.
+    done = rows.finished(failed_too=not retry_failed)
+    skipped = len(done)
+    failed = 0 if retry_failed else rows.failed()
     to_run = g.n_cells - skipped
+    todo = _unfinished(expand(g), done)
     bar = _progress_bar(g.n_cells, skipped, failed, to_run, progress)
     interrupts = _Interrupts()
     stream = _start(todo, to_run, engine, workers, scheduler, bar if progress else None, interrupts)
@@ -497,7 +503,7 @@ def run(
         with interrupts.held():  # a record is journaled whole, or not at all
             if journal is not None:
                 journal.append(record)
-            records[record["cell_id"]] = record
+            rows.add(record)
         remaining -= 1
         failed += record["status"] != "ok"
         bar.set_postfix_str(f"failed={failed} remaining={remaining}", refresh=False)
@@ -507,8 +513,19 @@ def run(
         with interrupts:
             _consume(stream, keep, on_record)
     finally:
-        table = _close(stream, bar, journal, g, records, out_path)
+        table = _close(stream, bar, journal, rows, out_path)
     return table
+
+
+def _unfinished(cells: Iterator[Cell], done: NDArray[np.int64]) -> Iterator[Cell]:
+    """The cells whose grid position is not in ``done`` (sorted): a walk beside the expansion."""
+    i = 0
+    for cell in cells:
+        while i < len(done) and done[i] < cell.position:
+            i += 1
+        if i < len(done) and done[i] == cell.position:
+            continue
+        yield cell
 
 
 def _check_engine(engine: str, workers: int | None, scheduler: str | None) -> None:
@@ -537,21 +554,6 @@ def _check_engine(engine: str, workers: int | None, scheduler: str | None) -> No
         )
     if engine == "dask":
         _import_distributed()  # fail before anything is written when it is missing
-
-
-def _resume(g: Grid, out_path: Path | None) -> tuple[dict[str, dict[str, Any]], _Journal | None]:
-    """The records already finished for ``out_path`` (none without it), and the journal that new
-    records are appended to (rebuilt from the results table when it was lost)."""
-    records: dict[str, dict[str, Any]] = {}
-    journal: _Journal | None = None
-    if out_path is not None:
-        had_journal = journal_path(out_path).exists()
-        records = _load_previous(out_path, g)
-        journal = _Journal(journal_path(out_path), g)
-        if records and not had_journal:
-            for rec in records.values():  # the journal was lost: rebuild it from the table
-                journal.append(rec)
-    return records, journal
 
 
 def _progress_bar(total: int, skipped: int, failed: int, to_run: int, progress: bool) -> Any:
@@ -622,8 +624,7 @@ def _close(
     stream: Generator[dict[str, Any], None, None],
     bar: Any,
     journal: _Journal | None,
-    g: Grid,
-    records: dict[str, dict[str, Any]],
+    rows: _Rows,
     out_path: Path | None,
 ) -> pa.Table:
     """Stop the engine, the bar and the journal, and write the results table to ``out_path``."""
@@ -633,7 +634,7 @@ def _close(
     bar.close()
     if journal is not None:
         journal.close()
-    table = _table(g, records)
+    table = rows.table()
     if out_path is not None:
         _write_parquet(table, out_path)
     return table
