@@ -21,8 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from tests._wrong_variants import rejects
+from _wrong_variants import rejects
 
 ROOT = Path(__file__).resolve().parent.parent
 

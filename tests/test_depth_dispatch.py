@@ -1,0 +1,257 @@
+"""refimpl.dispatch tested by class of hole, not by survivor.
+
+Written after a fresh mutation sample of ``refimpl/dispatch`` (seed 4031890827, drawn before any
+of these tests existed) survived at 7 of 30 mutants. Five of the seven changed a term of the
+midpoint expansion of ``_pi_float`` (the float path of ``inclusion_probability_pmf`` on narrow tie
+intervals): its results moved by 4e-11 relative at most, so no test at a looser accuracy than the
+function reaches could see them. The classes, each covered across the module:
+
+- **accuracy as a test**: the float path against the 360-digit reference of
+  ``tests/test_dispatch_accuracy.py`` on laws where each branch of ``_pi_float`` is taken (the
+  midpoint expansion in the lower and the upper half, the antiderivative differences), at the
+  accuracy it reaches there, so that a wrong correction term fails;
+- **data without symmetry**: the estimators of ``ipw.py`` against their formulas evaluated in
+  ``Fraction`` on propensities that are pairwise distinct and values of both signs (with every
+  ``π`` equal, ``v/π`` and ``v·π`` agree up to a common factor that the Hájek ratio cancels), and
+  the float path of ``inclusion_probability_pmf`` against its exact path on pmfs whose masses are
+  pairwise distinct;
+- **outputs of degenerate branches**: shape, dtype and value where a shortcut returns early
+  (``k == n``, an empty sample, a single support point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import mpmath as mp
+import numpy as np
+import pytest
+from _wrong_variants import rejects, run_property
+from hypothesis import given
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from strategies_asymmetric import asymmetric_pmfs, distinct_values, propensities
+from test_dispatch_accuracy import reference_pi
+
+import refimpl
+
+Array = NDArray[np.float64]
+
+# --- accuracy as a test -----------------------------------------------------------------------
+
+#: Laws on which the midpoint expansion of ``_pi_float`` (``S_Y(m) - h²/24 f' - h⁴/1920 f'''``) is
+#: taken, with the indices around where its fourth-order term is largest. Measured error of refimpl
+#: against the reference there (5 December 2026): at most 5.1e-14 relative. A wrong sign or power
+#: inside the h⁴ term moves these values by 5e-13 to 4e-11.
+EXPANSION_CASES = [
+    ("lower-k", 10_000, 3_000, 150, [531, 551, 571, 591, 611]),
+    ("middle-k", 10_000, 1_000, 300, [3_072, 3_092, 3_112, 3_132, 3_152]),
+    ("upper-k", 3_000, 3_000, 2_100, [1_945, 1_965, 1_985, 2_005, 2_025]),
+]
+#: Four times the worst error measured on these cases: below it, every correction term must be right.
+REACHED = 2e-13
+
+
+@pytest.mark.parametrize(
+    ("support", "n", "k", "indices"),
+    [c[1:] for c in EXPANSION_CASES],
+    ids=[c[0] for c in EXPANSION_CASES],
+)
+def test_the_midpoint_expansion_reaches_its_measured_accuracy(
+    support: int, n: int, k: int, indices: list[int]
+) -> None:
+    pmf = np.full(support, 1.0 / support)
+    found = refimpl.inclusion_probability_pmf(pmf, n=n, k=k)
+    for i, want in zip(indices, reference_pi(pmf, n, k, indices), strict=True):
+        rel = abs((mp.mpf(float(found[i])) - want) / want)
+        assert rel <= REACHED, f"index {i}: refimpl {found[i]!r}, reference {mp.nstr(want, 20)}"
+
+
+def test_the_accuracy_bound_rejects_a_dropped_fourth_order_term() -> None:
+    """The same check fails on the expansion without its h⁴ term (a deliberately wrong variant:
+    the second-order expansion alone, evaluated here)."""
+    from scipy import special
+
+    support, n, k, indices = EXPANSION_CASES[0][1:]
+    af, kf = float(n - k), float(k)
+    h = 1.0 / support
+    ref = reference_pi(np.full(support, h), n, k, indices)
+
+    def second_order(i: int) -> float:
+        mt, ms = (i + 0.5) * h, 1.0 - (i + 0.5) * h
+        dens = np.exp(
+            special.xlogy(kf - 1, mt) + special.xlogy(af - 1, ms) - special.betaln(kf, af)
+        )
+        g1 = (kf - 1.0) / mt - (af - 1.0) / ms
+        return float(special.betainc(af, kf, ms) - h**2 / 24.0 * dens * g1)
+
+    worst = max(abs((mp.mpf(second_order(i)) - w) / w) for i, w in zip(indices, ref, strict=True))
+    assert worst > REACHED
+
+
+# --- data without symmetry: the estimators in Fraction ----------------------------------------
+
+
+def _exact_ht(values: list[Fraction], pi: list[Fraction], n: int) -> Fraction:
+    return sum((v / p for v, p in zip(values, pi, strict=True)), Fraction(0)) / n
+
+
+def _exact_hajek(values: list[Fraction], pi: list[Fraction]) -> Fraction:
+    num = sum((v / p for v, p in zip(values, pi, strict=True)), Fraction(0))
+    return num / sum((1 / p for p in pi), Fraction(0))
+
+
+def _exact_clipped(
+    values: list[Fraction], pi: list[Fraction], n: int, k: int, clip: Fraction
+) -> Fraction:
+    weights = [min(Fraction(k, n) / p, clip) for p in pi]
+    return sum((w * v for w, v in zip(weights, values, strict=True)), Fraction(0)) / k
+
+
+def _close(found: float, want: Fraction, scale: Fraction, *, ulps: int = 8) -> bool:
+    """``found`` within ``ulps`` float64 ulps of ``scale`` (the sum of the terms' magnitudes)."""
+    return abs(Fraction(found) - want) <= ulps * Fraction(2.0**-52) * scale
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[list[Fraction], list[Fraction], int, int]:
+    k = draw(st.integers(2, 6))
+    n = draw(st.integers(k, 3 * k))
+    return draw(distinct_values(size=k)), draw(propensities(size=k)), n, k
+
+
+Estimator = Callable[..., Any]
+
+
+def _check_estimators(ht: Estimator, hajek: Estimator, clipped: Estimator) -> None:
+    @given(batches(), st.integers(1, 4096))
+    def prop(batch: tuple[list[Fraction], list[Fraction], int, int], c: int) -> None:
+        values, pi, n, k = batch
+        clip = Fraction(c, 256)
+        v, p = np.array(values, dtype=np.float64), np.array(pi, dtype=np.float64)
+        scale = sum((abs(x) / q for x, q in zip(values, pi, strict=True)), Fraction(0))
+        found = float(ht(v, p, n=n, k=k))
+        assert _close(found, _exact_ht(values, pi, n), scale / n), (found, values, pi)
+        found = float(hajek(v, p))
+        assert _close(found, _exact_hajek(values, pi), Fraction(max(abs(x) for x in values)))
+        found = float(clipped(v, p, n=n, k=k, clip=float(clip)))
+        assert _close(found, _exact_clipped(values, pi, n, k, clip), scale * clip)
+
+    run_property(prop)
+
+
+def test_the_estimators_equal_their_formulas_on_unequal_propensities() -> None:
+    _check_estimators(
+        refimpl.horvitz_thompson_estimate, refimpl.hajek_estimate, refimpl.clipped_ipw_estimate
+    )
+
+
+def _hajek_times_pi(values: Array, pi: Array) -> Array:
+    """Weights by π instead of 1/π: the same as Hájek whenever every π is equal."""
+    v, p = np.asarray(values), np.asarray(pi)
+    return np.asarray(np.sum(v * p, axis=-1) / np.sum(p, axis=-1))
+
+
+def _ht_by_k(values: Array, pi: Array, *, n: int, k: int) -> Array:
+    """Divides by k instead of n: the same whenever the whole population is the batch."""
+    return np.asarray(np.sum(np.asarray(values) / np.asarray(pi), axis=-1) / k)
+
+
+def _clipped_after_scaling(values: Array, pi: Array, *, n: int, k: int, clip: float) -> Array:
+    """Clips 1/π before the k/n scale: the same whenever k = n."""
+    w = np.minimum(1.0 / np.asarray(pi), clip) * (k / n)
+    return np.asarray(np.sum(w * np.asarray(values), axis=-1) / k)
+
+
+@pytest.mark.parametrize("wrong", ["hajek", "ht", "clipped"])
+def test_the_estimator_property_rejects_wrong_variants(wrong: str) -> None:
+    ht, hajek, clipped = (
+        refimpl.horvitz_thompson_estimate,
+        refimpl.hajek_estimate,
+        refimpl.clipped_ipw_estimate,
+    )
+    variants = {
+        "hajek": (ht, _hajek_times_pi, clipped),
+        "ht": (_ht_by_k, hajek, clipped),
+        "clipped": (ht, hajek, _clipped_after_scaling),
+    }
+    rejects(_check_estimators, *variants[wrong])
+
+
+# --- data without symmetry: the float path against the exact path ------------------------------
+
+
+def _check_float_path(pi_of: Callable[..., Any]) -> None:
+    @given(asymmetric_pmfs(min_size=2, max_size=7), st.data())
+    def prop(pmf: list[Fraction], data: st.DataObject) -> None:
+        n = data.draw(st.integers(1, 12))
+        k = data.draw(st.integers(1, n))
+        exact = refimpl.inclusion_probability_pmf(pmf, n=n, k=k)
+        found = pi_of(np.array(pmf, dtype=np.float64), n=n, k=k)
+        assert found.dtype == np.float64
+        assert found.shape == (len(pmf),)
+        for f, e in zip(found, exact, strict=True):
+            assert abs(Fraction(float(f)) - e) <= Fraction(2e-11) * e + Fraction(1e-300), (
+                pmf,
+                n,
+                k,
+            )
+
+    run_property(prop)
+
+
+def test_the_float_path_equals_the_exact_one_on_unequal_masses() -> None:
+    _check_float_path(refimpl.inclusion_probability_pmf)
+
+
+def _pi_mirrored(pmf: Array, *, n: int, k: int) -> Array:
+    """Reads the pmf from the long end: right only for a pmf that is its own mirror image."""
+    return np.asarray(refimpl.inclusion_probability_pmf(pmf[::-1], n=n, k=k)[::-1])
+
+
+def test_the_float_path_property_rejects_a_mirrored_law() -> None:
+    rejects(_check_float_path, _pi_mirrored)
+
+
+# --- outputs of degenerate branches ------------------------------------------------------------
+
+
+def test_k_equal_to_n_includes_every_length_in_both_paths() -> None:
+    pmf = [Fraction(1, 7), Fraction(2, 7), Fraction(4, 7)]
+    assert refimpl.inclusion_probability_pmf(pmf, n=5, k=5) == [Fraction(1)] * 3
+    found = refimpl.inclusion_probability_pmf(np.array([0.25, 0.5, 0.25]), n=5, k=5)
+    assert found.dtype == np.float64
+    assert found.shape == (3,)
+    assert np.array_equal(found, np.ones(3))
+
+
+def test_a_single_support_point_is_included_with_probability_k_over_n() -> None:
+    # every rollout ties: a uniform tie-break keeps each with probability k/n
+    assert refimpl.inclusion_probability_pmf([Fraction(1)], n=7, k=3) == [Fraction(3, 7)]
+    found = refimpl.inclusion_probability_pmf(np.array([1.0]), n=7, k=3)
+    assert found.shape == (1,)
+    assert found.dtype == np.float64
+    assert abs(found[0] - 3 / 7) <= 4e-16
+
+
+def test_an_empty_censored_sample_gives_empty_float_arrays() -> None:
+    km = refimpl.kaplan_meier(np.empty(0), np.empty(0))
+    for part in km:
+        assert isinstance(part, np.ndarray)
+        assert part.dtype == np.float64
+        assert part.shape == (0,)
+
+
+def test_kaplan_meier_on_unequal_steps() -> None:
+    """Events at 2, 3 (twice) and 7, censored at 3 and 5: S = 5/6, then 5/6·(3/5)... by hand.
+
+    At t=2: 6 at risk, 1 event: S = 5/6. At t=3: 5 at risk (the censored 3 counts as at risk at 3),
+    2 events: S = 5/6 · 3/5 = 1/2. At t=7: 1 at risk, 1 event: S = 0.
+    """
+    durations = np.array([2.0, 3.0, 3.0, 3.0, 5.0, 7.0])
+    observed = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    km = refimpl.kaplan_meier(durations, observed)
+    assert km[0].tolist() == [2.0, 3.0, 7.0]
+    assert np.allclose(km[1], [5 / 6, 1 / 2, 0.0], rtol=0, atol=1e-15)
