@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._skyrl_losses_adv import ADAPTERS as _ADV
 from refimpl.frameworks._skyrl_losses_stats import ADAPTERS as _STATS
 from refimpl.frameworks._stubs import SOURCE_LOADS
 
@@ -434,7 +435,9 @@ ADAPTERS: tuple[Adapter, ...] = (
 PPO_UTILS_LOADED = any(e.source == _PPO for e in SOURCE_LOADS)
 
 ADAPTERS = tuple(
-    a for a in (*ADAPTERS, *_STATS) if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
+    a
+    for a in (*ADAPTERS, *_STATS, *_ADV)
+    if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
 )
 
 __all__ = ["ADAPTERS", "PPO_UTILS_LOADED"]

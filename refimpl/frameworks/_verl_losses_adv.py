@@ -1,4 +1,4 @@
-"""verl (verl 0.9.1): the outcome advantage estimators and the log-probability helpers.
+"""verl (verl 0.9.1): the advantage estimators and the log-probability helpers.
 
 ``verl/trainer/ppo/core_algos.py``: each ``@register_adv_est`` estimator takes
 ``token_level_rewards`` ``(B, T)`` (the outcome reward on one token), ``response_mask`` and, for
@@ -16,6 +16,18 @@ group labels as strings, and return the advantage of each row's first token.
 ``compute_reinforce_plus_plus_outcome_advantage`` (γ from ``AlgoConfig``) and
 ``_baseline_outcome_advantage`` (group-centred first, singletons raw) whiten over the batch's
 tokens with ``verl/utils/torch_functional.py:masked_whiten``.
+
+The estimators with other baselines (``core_algos.py``, each read there): ``gpg`` multiplies the
+group-centred reward by ``α = B / max(count_nonzero(scores), 1)`` (a float32 tensor) over
+``f_norm``, a singleton keeping ``α·r``; ``opo`` subtracts the length-weighted group mean
+(``response_mask`` row sums), a singleton keeping ``r``; ``remax`` subtracts
+``reward_baselines`` from the reward-to-go at every valid token; ``grpo_passk`` gives only each
+group's best response ``(r_max − r_second)/(torch.std + ε)`` (``torch.topk``; raises on a group of
+one); ``gdpo`` reads each reward component of ``gdpo_reward_keys`` from ``non_tensor_batch`` as
+float32 onto the last valid token, runs ``compute_grpo_outcome_advantage`` on each, sums them with
+``gdpo_reward_weights`` and whitens with ``masked_whiten``; ``optimal_token_baseline`` and
+``tir_optimal_token_baseline`` subtract ``Σ G·W / (Σ W + 1e-8)`` per group and position, ``W`` the
+cumulative ``1 − 2π + Σπ²``.
 
 ``verl/utils/torch_functional.py``: ``logprobs_from_logits`` uses flash-attn's cross-entropy or
 NPU's when available, else (CPU) ``logprobs_from_logits_v2`` (gather − logsumexp per row);
@@ -439,5 +451,260 @@ ADAPTERS = (
         note="GAE with masked positions skipped (values and advantages carried across them), "
         "advantages whitened over the batch's valid tokens by masked_whiten, returns A + V "
         "before whitening.",
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimators with other baselines: GPG, OPO, ReMax, Pass@k, GDPO, the optimal token baseline
+# ---------------------------------------------------------------------------------------------
+
+
+def verl_gpg_advantages(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="gpg"``: ``compute_gpg_outcome_advantage`` (``f_norm=1.0``), one
+    reward per row as a one-token response."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_gpg_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_gpg_outcome_advantage(
+        token_level_rewards=r, response_mask=torch.ones_like(r), index=index
+    )
+    return advantages[:, 0]
+
+
+def verl_opo_advantages(rewards: Any, *, group: Any, mask: Any) -> Any:
+    """verl ``adv_estimator="opo"``: the outcome reward on each row's last valid token, the
+    spec's mask as ``response_mask``; the advantage of each row's first token."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_opo_outcome_advantage
+
+    m = torch.as_tensor(mask)
+    r = torch.as_tensor(rewards).reshape(-1)
+    token_rewards = torch.zeros_like(m, dtype=r.dtype)
+    token_rewards[torch.arange(m.shape[0]), m.sum(dim=-1).long() - 1] = r
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_opo_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=m.to(r.dtype), index=index
+    )
+    return advantages[:, 0]
+
+
+def verl_remax_advantages(rewards: Any, *, baselines: Any) -> Any:
+    """verl ``adv_estimator="remax"``: ``compute_remax_outcome_advantage`` with the greedy
+    rewards as ``reward_baselines``, one reward per row as a one-token response."""
+    import torch
+    from verl.trainer.ppo.core_algos import compute_remax_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    advantages, _ = compute_remax_outcome_advantage(
+        token_level_rewards=r,
+        reward_baselines=torch.as_tensor(baselines).reshape(-1),
+        response_mask=torch.ones_like(r),
+    )
+    return advantages[:, 0]
+
+
+def _verl_passk(rewards: Any, group: Any, *, norm: bool) -> Any:
+    import numpy as np
+    import torch
+    from verl.trainer.config import AlgoConfig
+    from verl.trainer.ppo.core_algos import compute_grpo_passk_outcome_advantage
+
+    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_grpo_passk_outcome_advantage(
+        token_level_rewards=r,
+        response_mask=torch.ones_like(r),
+        index=index,
+        config=AlgoConfig(norm_adv_by_std_in_grpo=norm),
+    )
+    return advantages[:, 0]
+
+
+def verl_grpo_passk_advantages(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="grpo_passk"``, ``norm_adv_by_std_in_grpo=True``: the real
+    ``compute_grpo_passk_outcome_advantage`` (read in ``_verl_passk``)."""
+    return _verl_passk(rewards, group, norm=True)
+
+
+def verl_grpo_passk_advantages_no_std(rewards: Any, *, group: Any) -> Any:
+    """verl ``adv_estimator="grpo_passk"``, ``norm_adv_by_std_in_grpo=False``: the real
+    ``compute_grpo_passk_outcome_advantage`` (read in ``_verl_passk``)."""
+    return _verl_passk(rewards, group, norm=False)
+
+
+def verl_gdpo_advantages(rewards: Any, *, group: Any, weights: Any, mask: Any) -> Any:
+    """verl ``adv_estimator="gdpo"`` on its multi-reward path: each component passed as
+    ``non_tensor_batch[key]`` with ``gdpo_reward_keys``/``gdpo_reward_weights`` in the config and
+    a one-token prompt in ``batch`` (its ``attention_mask`` places each score on the row's last
+    valid token); the advantage of each row's first token."""
+    import numpy as np
+    import torch
+    from verl.trainer.ppo.core_algos import compute_gdpo_outcome_advantage
+
+    m = torch.as_tensor(mask)
+    r = torch.as_tensor(rewards)
+    keys = [f"reward_{k}" for k in range(r.shape[1])]
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    prompts = torch.zeros((m.shape[0], 1), dtype=torch.long)
+    advantages, _ = compute_gdpo_outcome_advantage(
+        token_level_rewards=torch.zeros_like(m, dtype=r.dtype),
+        response_mask=m.to(torch.float32),
+        index=index,
+        config={"gdpo_reward_keys": keys, "gdpo_reward_weights": torch.as_tensor(weights).tolist()},
+        non_tensor_batch={key: r[:, k].numpy() for k, key in enumerate(keys)},
+        batch={
+            "prompts": prompts,
+            "attention_mask": torch.cat([torch.ones_like(prompts), m.long()], 1),
+        },
+    )
+    return advantages[:, 0]
+
+
+def verl_optimal_token_baseline_advantages(
+    token_rewards: Any, logp_old: Any, sum_pi_squared: Any, *, group: Any, mask: Any
+) -> Any:
+    """verl ``adv_estimator="optimal_token_baseline"``: ``compute_optimal_token_baseline_advantage``
+    (no rollout importance weights, ``handle_zero_tail=True``, ``epsilon=1e-8``)."""
+    import numpy as np
+    from verl.trainer.ppo.core_algos import compute_optimal_token_baseline_advantage
+
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_optimal_token_baseline_advantage(
+        token_level_rewards=token_rewards,
+        response_mask=mask,
+        index=index,
+        old_log_probs=logp_old,
+        sum_pi_squared=sum_pi_squared,
+    )
+    return advantages
+
+
+def verl_tir_optimal_token_baseline_advantages(
+    token_rewards: Any, logp_old: Any, sum_pi_squared: Any, *, group: Any, mask: Any
+) -> Any:
+    """verl ``adv_estimator="tir_optimal_token_baseline"``:
+    ``compute_multi_turn_optimal_token_baseline_advantage`` (the valid tokens of each row aligned;
+    no rollout importance weights, ``handle_zero_tail=True``, ``epsilon=1e-8``)."""
+    import numpy as np
+    from verl.trainer.ppo.core_algos import compute_multi_turn_optimal_token_baseline_advantage
+
+    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    advantages, _ = compute_multi_turn_optimal_token_baseline_advantage(
+        token_level_rewards=token_rewards,
+        response_mask=mask,
+        index=index,
+        old_log_probs=logp_old,
+        sum_pi_squared=sum_pi_squared,
+    )
+    return advantages
+
+
+_OTB = {"eps": 1e-8, "zero_tail": True}
+_GPG_ALPHA_FLOAT32 = Divergence(
+    "numerical limit",
+    "compute_gpg_outcome_advantage computes alpha = bsz / m.clamp(min=1) with m = "
+    "torch.count_nonzero(scores), an int64 tensor: the true division of a Python int by it is a "
+    "float32 tensor (torch's default dtype), so α is rounded to float32 (4/3 → 1.3333333730697632) "
+    "whatever the rewards' dtype, and every advantage of a float64 batch is off by up to a "
+    "relative 6e-8 when B/M is not a dyadic fraction.",
+)
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.adv_gpg",
+        framework="verl",
+        function=f"{_CORE}:compute_gpg_outcome_advantage",
+        settings={"adv_estimator": "gpg"},
+        spec="gpg_advantages",
+        conventions={"f_norm": 1.0, "singleton": "raw"},
+        candidate=verl_gpg_advantages,
+        divergences={"values": _GPG_ALPHA_FLOAT32, "singleton_groups": _GPG_ALPHA_FLOAT32},
+        note="α·(r − group mean)/f_norm with α = B/max(#nonzero rewards, 1); a group of one "
+        "keeps α·r.",
+    ),
+    Adapter(
+        key="verl.adv_opo",
+        framework="verl",
+        function=f"{_CORE}:compute_opo_outcome_advantage",
+        settings={"adv_estimator": "opo"},
+        spec="opo_advantages",
+        conventions={"singleton": "raw"},
+        candidate=verl_opo_advantages,
+        note="r − Σ len·r / Σ len per uid group (lengths = response_mask row sums); a group of "
+        "one keeps r.",
+    ),
+    Adapter(
+        key="verl.adv_remax",
+        framework="verl",
+        function=f"{_CORE}:compute_remax_outcome_advantage",
+        settings={"adv_estimator": "remax"},
+        spec="remax_advantages",
+        conventions={},
+        candidate=verl_remax_advantages,
+        note="The reward-to-go minus the greedy response's reward at every valid token.",
+    ),
+    Adapter(
+        key="verl.adv_grpo_passk",
+        framework="verl",
+        function=f"{_CORE}:compute_grpo_passk_outcome_advantage",
+        settings={"adv_estimator": "grpo_passk", "norm_adv_by_std_in_grpo": True},
+        spec="passk_advantages",
+        conventions={"std": "sample", "eps": 1e-6},
+        candidate=verl_grpo_passk_advantages,
+        note="(r_max − r_second)/(torch.std + 1e-6) on the group's best response, 0 elsewhere.",
+    ),
+    Adapter(
+        key="verl.adv_grpo_passk_no_std",
+        framework="verl",
+        function=f"{_CORE}:compute_grpo_passk_outcome_advantage",
+        settings={"adv_estimator": "grpo_passk", "norm_adv_by_std_in_grpo": False},
+        spec="passk_advantages",
+        conventions={"std": "none"},
+        candidate=verl_grpo_passk_advantages_no_std,
+        note="r_max − r_second on the group's best response, 0 elsewhere.",
+    ),
+    Adapter(
+        key="verl.adv_gdpo",
+        framework="verl",
+        function=f"{_CORE}:compute_gdpo_outcome_advantage",
+        settings={
+            "adv_estimator": "gdpo",
+            "gdpo_reward_keys": "K keys",
+            "gdpo_reward_weights": "w",
+        },
+        spec="gdpo_advantages",
+        conventions={"std": "sample", "eps": 1e-6, "singleton": "raw", "whiten_eps": 1e-8},
+        candidate=verl_gdpo_advantages,
+        dtype="float32",
+        note="Each reward component (read as float32) through compute_grpo_outcome_advantage, "
+        "weighted and summed, whitened over the batch's tokens by masked_whiten.",
+    ),
+    Adapter(
+        key="verl.adv_optimal_token_baseline",
+        framework="verl",
+        function=f"{_CORE}:compute_optimal_token_baseline_advantage",
+        settings={"adv_estimator": "optimal_token_baseline", "rollout_is_weights": None},
+        spec="optimal_token_baseline_advantages",
+        conventions=_OTB,
+        candidate=verl_optimal_token_baseline_advantages,
+        note="G_t − Σ G·W / (Σ W + 1e-8) per group and column, W the cumulative 1 − 2π + Σπ²; "
+        "the unique longest response's baseline zeroed past the second-longest length.",
+    ),
+    Adapter(
+        key="verl.adv_tir_optimal_token_baseline",
+        framework="verl",
+        function=f"{_CORE}:compute_multi_turn_optimal_token_baseline_advantage",
+        settings={"adv_estimator": "tir_optimal_token_baseline", "rollout_is_weights": None},
+        spec="optimal_token_baseline_advantages",
+        conventions=_OTB,
+        candidate=verl_tir_optimal_token_baseline_advantages,
+        note="The same baseline over each row's valid tokens aligned (right-padded masks: the "
+        "same columns).",
     ),
 )
