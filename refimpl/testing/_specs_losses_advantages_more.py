@@ -159,7 +159,9 @@ def _calls(family: str, **flags: bool) -> Strategy:
 
 
 @st.composite
-def _gdpo_calls(draw: st.DrawFn, conv: Conventions, *, shift: bool = False) -> list[Call]:
+def _gdpo_calls(
+    draw: st.DrawFn, conv: Conventions, *, shift: bool = False, scale: bool = False
+) -> list[Call]:
     first, group = draw(_rewards_draw(conv))
     k = draw(st.integers(1, 3))
     cols = [first]
@@ -174,6 +176,9 @@ def _gdpo_calls(draw: st.DrawFn, conv: Conventions, *, shift: bool = False) -> l
     weights = np.asarray(draw(st.lists(st.sampled_from([1.0, 0.5, 2.0]), min_size=k, max_size=k)))
     kwargs = {"group": group, "weights": weights, "mask": _lengths(draw, first.size)}
     call: Call = ((rewards,), kwargs)
+    if scale:
+        c = float(draw(st.sampled_from([2.0, 0.5, 4.0])))
+        return [call, ((rewards,), {**kwargs, "weights": weights * c})]
     if not shift:
         return [call]
     column = draw(st.integers(0, k - 1))
@@ -772,6 +777,13 @@ def more_advantage_specs() -> list[Spec]:
                     "shift_invariance",
                     "adding one constant to one reward component leaves the advantages unchanged",
                     lambda conv: _gdpo_calls(conv, shift=True),
+                    _unchanged,
+                ),
+                Check(
+                    "weight_scale_invariance",
+                    "multiplying every component weight by c > 0 leaves the advantages "
+                    "unchanged (up to the whitening ε)",
+                    lambda conv: _gdpo_calls(conv, scale=True),
                     _unchanged,
                 ),
                 Check(
