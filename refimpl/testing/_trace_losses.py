@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-import refimpl.losses  # noqa: F401  (binds refimpl.losses, the reference the summary names)
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
 from refimpl.testing._trace_loss_rows import (
