@@ -1,0 +1,189 @@
+"""refimpl.staleness tested by class of hole, not by survivor.
+
+Written after a fresh mutation sample of ``refimpl/staleness`` (seed 3138912810, drawn before any
+of these tests existed). Its survivors that were not equivalent fell in these classes, each
+covered here across the module:
+
+- **a refusal's boundary**: the largest value a rule accepts must be accepted and give the right
+  output, the next float refused (``decoupled_ppo_weights`` without a cap accepted a log-ratio of
+  exactly ``log(float64 max)`` and the mutant ``>=`` refusing it survived);
+- **data without symmetry**: versions past 2^53 (the exact integer path) on ragged rows whose
+  count differs from their longest length (a square batch hid a ``shape[0]`` read as
+  ``shape[-1]``), compared with Python integers; masked-IS bands that are not symmetric, so that
+  swapping ``low`` and ``high`` or reading the band on the reciprocal shows;
+- **outputs of degenerate branches**: shape, dtype and value of what each function returns on a
+  single token, an all-on-policy batch and ``cap`` equal to the ratio.
+
+Validation rules generated from the builders' table (a ``raise`` removed, a bound moved by one) are
+another file's class (``tests/test_validation_*``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from _wrong_variants import rejects, run_property
+from hypothesis import given
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from strategies_asymmetric import asymmetric_bands, unequal_classes
+
+import refimpl
+
+Array = NDArray[np.float64]
+LOG_MAX = math.log(np.finfo(np.float64).max)
+
+# --- a refusal's boundary ---------------------------------------------------------------------
+
+
+def test_the_largest_log_ratio_without_a_cap_is_accepted() -> None:
+    """``exp(x)`` is finite exactly when ``x <= log(float64 max)``: that value is the last one a
+    weight without a cap can take, and the next float is refused with the fix (pass ``cap=``)."""
+    assert math.isfinite(math.exp(LOG_MAX))
+    found = refimpl.decoupled_ppo_weights(np.array([LOG_MAX, 0.0]), np.array([0.0, 0.0]))
+    assert found.dtype == np.float64
+    assert found.tolist() == [math.exp(LOG_MAX), 1.0]
+    beyond = math.nextafter(LOG_MAX, math.inf)
+    with pytest.raises(ValueError, match=r"without a cap .*pass cap="):
+        refimpl.decoupled_ppo_weights(np.array([beyond]), np.array([0.0]))
+
+
+def test_a_weight_equal_to_the_cap_is_kept_and_one_above_is_masked() -> None:
+    """The docstring's invariant at its boundary, in both actions above the cap."""
+    lp = np.log(np.array([0.5, 0.5, 0.5]))
+    lq = np.log(np.array([0.25, 0.125, 0.5]))  # ratios 2, 4 and 1
+    assert refimpl.decoupled_ppo_weights(lp, lq, cap=2.0).tolist() == [2.0, 0.0, 1.0]
+    clipped = refimpl.decoupled_ppo_weights(lp, lq, cap=2.0, above_cap="clip")
+    assert clipped.tolist() == [2.0, 2.0, 1.0]
+    # the lower bound at its boundary: a ratio equal to it is kept, below it masked
+    lower = refimpl.decoupled_ppo_weights(lq, lp, cap=4.0, lower=0.5)  # ratios 1/2, 1/4, 1
+    assert lower.tolist() == [0.5, 0.0, 1.0]
+
+
+# --- data without symmetry: exact versions past 2^53 ------------------------------------------
+
+BIG = 2**60
+
+
+@st.composite
+def ragged_huge_versions(draw: st.DrawFn) -> tuple[int, list[list[int]]]:
+    """A trained step past 2^53 and ragged rows of versions at most that step, with a row count
+    that differs from the longest row (no square batch)."""
+    sizes = draw(unequal_classes(classes=draw(st.integers(2, 4)), min_size=1, max_size=6))
+    if len(sizes) == max(sizes):
+        sizes = [*sizes, 1]
+    step = BIG + draw(st.integers(0, 2**20))
+    rows = [[step - draw(st.integers(0, 2**12)) for _ in range(size)] for size in sizes]
+    return step, rows
+
+
+def _check_exact_staleness(staleness_of: Callable[..., Any]) -> None:
+    @given(ragged_huge_versions())
+    def prop(case: tuple[int, list[list[int]]]) -> None:
+        step, rows = case
+        found = staleness_of(step, rows)
+        want = [step - min(row) for row in rows]  # Python integers: exact at any size
+        assert found.sample.dtype == np.float64
+        assert found.sample.tolist() == [float(w) for w in want]
+        width = max(len(row) for row in rows)
+        assert found.token.shape == (len(rows), width)
+        for i, row in enumerate(rows):
+            assert found.token[i, : len(row)].tolist() == [float(step - v) for v in row]
+            assert found.mask[i].tolist() == [1.0] * len(row) + [0.0] * (width - len(row))
+
+    run_property(prop)
+
+
+def test_staleness_past_2_53_is_exact_on_ragged_rows() -> None:
+    _check_exact_staleness(refimpl.sample_staleness)
+
+
+def _staleness_via_floats(step: int, rows: list[list[int]]) -> Any:
+    """Passes the values through float64 first: rounds them past 2^53 (by up to 128 near 2^60)."""
+    return refimpl.sample_staleness(
+        int(float(step)), [[int(float(v)) for v in row] for row in rows]
+    )
+
+
+def test_the_exact_staleness_property_rejects_reading_floats() -> None:
+    rejects(_check_exact_staleness, _staleness_via_floats)
+
+
+# --- data without symmetry: asymmetric masked-IS bands ----------------------------------------
+
+
+def _check_band(weights_of: Callable[..., Any]) -> None:
+    @given(
+        asymmetric_bands(max_eps=Fraction(1, 2)),
+        st.lists(st.integers(-400, 400), min_size=1, max_size=12),
+    )
+    def prop(band: tuple[Fraction, Fraction], steps: list[int]) -> None:
+        low, high = 1 - band[0], 1 + band[1]
+        ratios = [math.exp(s / 512) for s in steps]  # log-ratios in [-0.78, 0.78]
+        d = np.log(np.array(ratios))
+        found = weights_of(d, np.zeros_like(d), low=float(low), high=float(high))
+        assert found.dtype == np.float64
+        assert found.shape == d.shape
+        for r, w, dd in zip(ratios, found, d, strict=True):
+            rho = math.exp(dd)
+            if abs(rho - float(low)) < 1e-12 or abs(rho - float(high)) < 1e-12:
+                continue  # on an edge: decided by the last bit of exp
+            inside = float(low) <= rho <= float(high)
+            assert w == (pytest.approx(rho, rel=1e-15) if inside else 0.0), (r, low, high)
+
+    run_property(prop)
+
+
+def test_masked_is_weights_keep_exactly_the_band_when_it_is_not_symmetric() -> None:
+    _check_band(refimpl.masked_is_weights)
+
+
+def _band_swapped(target: Array, behavior: Array, *, low: float, high: float) -> Array:
+    """Reads the band mirrored about 1 (``[2 - high, 2 - low]``): right only for a symmetric band."""
+    return refimpl.masked_is_weights(target, behavior, low=2.0 - high, high=2.0 - low)
+
+
+def _band_on_reciprocal(target: Array, behavior: Array, *, low: float, high: float) -> Array:
+    """Tests 1/ρ against the band: right only for a band symmetric in log space."""
+    return refimpl.masked_is_weights(target, behavior, low=low, high=high, band_on="reciprocal")
+
+
+@pytest.mark.parametrize("wrong", [_band_swapped, _band_on_reciprocal])
+def test_the_band_property_rejects_symmetric_readings(wrong: Callable[..., Array]) -> None:
+    rejects(_check_band, wrong)
+
+
+# --- outputs of degenerate branches ------------------------------------------------------------
+
+
+def test_one_token_on_policy_gives_weight_one_of_float64_in_every_weighting() -> None:
+    """Token level: the inputs' shape; sequence level: one weight per sample (the docstrings)."""
+    zero = np.zeros((1, 1))
+    token = (
+        refimpl.truncated_is_weights(zero, zero, cap=2.0),
+        refimpl.masked_is_weights(zero, zero, low=0.5, high=2.0),
+        refimpl.masked_is_weights(zero, zero, low=0.5, high=2.0, weight="token", level="sequence"),
+        refimpl.decoupled_ppo_weights(zero, zero, cap=1.0),
+        refimpl.decoupled_ppo_weights(zero, zero),
+    )
+    sequence = (
+        refimpl.truncated_is_weights(zero, zero, cap=2.0, level="sequence"),
+        refimpl.masked_is_weights(zero, zero, low=0.5, high=2.0, level="sequence"),
+    )
+    for found, shape in [(t, (1, 1)) for t in token] + [(q, (1,)) for q in sequence]:
+        assert found.dtype == np.float64
+        assert found.shape == shape
+        assert found.ravel().tolist() == [1.0]
+
+
+def test_an_on_policy_batch_has_staleness_zero_everywhere() -> None:
+    st_ = refimpl.sample_staleness(3, [[3, 3, 3], [3]])
+    assert st_.sample.dtype == np.float64
+    assert st_.sample.tolist() == [0.0, 0.0]
+    assert st_.token.tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    assert st_.mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
