@@ -18,14 +18,14 @@ engine for every mode; they agree sample for sample where both apply, and with t
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from refimpl._validation import invalid, wrong_type
 from refimpl.sim import _compiled, _config, _trace, _vector_compiled
-from refimpl.sim._closed import ClosedForm, closed_form
 from refimpl.sim._config import SimConfig
 from refimpl.sim._event import _Stuck, fast_path_applies, run_async_fast, run_events
 from refimpl.sim._lengths import LengthSupply, OutOfLengths
@@ -34,6 +34,9 @@ from refimpl.sim._vector import run_vector
 from refimpl.sim.engine import EngineModel, EngineRun, EngineStats
 from refimpl.sim.engine import _kernel as _engine_kernel
 from refimpl.sim.engine.batching import engine_stats, run_engine
+
+if TYPE_CHECKING:  # loaded on first use (__getattr__): the closed forms need scipy.stats
+    from refimpl.sim._closed import ClosedForm, closed_form
 
 __all__ = [
     "MODES",
@@ -67,6 +70,16 @@ PARTIAL_POLICIES: tuple[str, ...] = _config.PARTIAL_POLICIES
 STATUS_NAMES: tuple[str, ...] = _trace.STATUS_NAMES
 #: Status code by name (``trace.status == STATUS["trained"]``).
 STATUS: dict[str, int] = _trace.STATUS
+
+
+def __getattr__(name: str) -> Any:
+    """:func:`closed_form` and :class:`ClosedForm`, imported on first use: they evaluate
+    scipy.stats laws, which a simulation alone does not need (``refimpl simulate`` starts faster)."""
+    if name in ("closed_form", "ClosedForm"):
+        value = getattr(importlib.import_module("refimpl.sim._closed"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'refimpl.sim' has no attribute {name!r}")
 
 
 def _trainer_times(cfg: SimConfig) -> np.ndarray:
@@ -237,11 +250,22 @@ def _check_engine(config: SimConfig, engine: str) -> None:
 
 
 def _simulate_any(
-    config: SimConfig, *, engine: str, progress: Callable[[int], None] | None
+    config: SimConfig,
+    *,
+    engine: str,
+    progress: Callable[[int], None] | None,
+    like: SimConfig | None = None,
+    supply: LengthSupply | None = None,
 ) -> tuple[SimTrace, EngineStats | None]:
-    """Run any mode; the engine mode's figures beside its trace (``None`` in the other modes)."""
+    """Run any mode; the engine mode's figures beside its trace (``None`` in the other modes).
+
+    ``like``: the configuration whose size decides what ``engine="auto"`` compiles (default
+    ``config``). ``refimpl simulate`` runs one step of its configuration first, with the choices of
+    the whole run, so that compiling or loading the kernels is timed apart from the run; and it
+    draws the lengths (``supply``, ``LengthSupply(config)`` by default) apart too."""
     _check_engine(config, engine)
-    supply = LengthSupply(config)
+    decide = config if like is None else like
+    supply = LengthSupply(config) if supply is None else supply
     taus = _trainer_times(config)
     if config.engine_model is not None:
         compiled = engine == "compiled" or (engine == "auto" and _engine_kernel.AVAILABLE)
@@ -252,20 +276,20 @@ def _simulate_any(
         del raw_e
         trace_e = SimTrace.from_raw(data_e, config, canonical=True)
         return trace_e, engine_stats(counters, config)
-    use_vector = engine == "vector" or (engine == "auto" and config.vectorizable)
+    use_vector = engine == "vector" or (engine == "auto" and decide.vectorizable)
     if use_vector:
         # auto: the ordering step compiled when numba is installed (the same trace)
         raw = run_vector(
             config,
             supply,
             taus,
-            compiled=engine == "auto" and _vector_compiled.worth_compiling(config),
+            compiled=engine == "auto" and _vector_compiled.worth_compiling(decide),
         )
         canonical = True
         if progress is not None:
             progress(config.trained_target)
     else:
-        compiled = engine == "compiled" or (engine == "auto" and _compiled.worth_compiling(config))
+        compiled = engine == "compiled" or (engine == "auto" and _compiled.worth_compiling(decide))
         try:
             if compiled:
                 run = _compiled.run_compiled

@@ -3,8 +3,11 @@
 ``refimpl simulate --slots N --batch B --rollouts R --seed S --json`` prints one JSON object with the
 SimPy peer's keys (``rollouts_per_s``, ``staleness_mean``, ``staleness_hist``, ``length_mean``, ...)
 and the simulator's own (``throughput``, idle fractions, ``length_bias``, tokens wasted and
-recomputed, and ``closed_form``: what the closed forms of conventions §dispatch predict,
-where one applies). ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix (written by
+recomputed, and, with ``--closed-form``, ``closed_form``: what the closed forms of conventions
+§dispatch predict, where one applies). The one-time costs of the call (``startup_s``,
+``lengths_s``, ``kernel_s``, ``total_wall_s``) are reported apart from the run's rate. The command
+imports what the run needs and no more: scipy.stats only for ``--closed-form`` or
+``--trainer-time-random``. ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix (written by
 ``numpy.save``), so a run can be compared sample for sample with the SimPy peer on the same lengths.
 
 Every input gets an answer: a bad value, an option the chosen mode does not read, or a value that
@@ -22,11 +25,11 @@ import re
 import sys
 import tempfile
 import time
-from typing import Any, cast
+from typing import Any
 
 from refimpl._io import atomic_path, refuse_output_naming_input
 from refimpl.errors import InvalidArgument
-from refimpl.sim import SimConfig, closed_form, simulate, simulate_engine
+from refimpl.sim import SimConfig, _simulate_any
 from refimpl.sim._cliopts import (
     HelpFormatter,
     default,
@@ -38,7 +41,9 @@ from refimpl.sim._cliopts import (
 )
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
+from refimpl.sim._lengths import LengthSupply
 from refimpl.sim.agent import agent_config_from_args, configure_agent_options, run_agent_cli
+from refimpl.sim.agent._cli import agent_kernel_s
 from refimpl.sim.engine._cli import (
     ENGINE_ONLY,
     configure_engine_options,
@@ -241,6 +246,15 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     og = parser.add_argument_group("output")
     og.add_argument("--json", action="store_true", help="print one JSON object")
     og.add_argument(
+        "--closed-form",
+        action="store_true",
+        help=(
+            "also print what the closed forms of refimpl.sim.closed_form predict for the run "
+            "(null where none applies; loads scipy.stats, about half a second) (default: "
+            "closed_form is null)"
+        ),
+    )
+    og.add_argument(
         "--trace",
         metavar="FILE.parquet",
         default=None,
@@ -280,6 +294,7 @@ _PLAIN_ONLY = (
     "no_persist_kv",
     "kv_restore_time",
     "engine_model",
+    "closed_form",
     *ENGINE_ONLY,
 )
 # Options of the engine mode, read only with --engine-model.
@@ -550,8 +565,6 @@ def _option_names(message: str, args: argparse.Namespace) -> str:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    import scipy.stats
-
     lengths: Any = None
     if args.lengths_npy is not None and args.lengths_pmf is not None:
         raise InvalidArgument(
@@ -591,6 +604,8 @@ def _config(args: argparse.Namespace) -> Any:
                 f"the exponential step time); got --trainer-time={mean!r}. Pass e.g. --trainer-time "
                 "5 --trainer-time-random, or drop --trainer-time-random for a fixed step time."
             )
+        import scipy.stats  # only here: the simulation alone does not need scipy
+
         trainer_time = scipy.stats.expon(scale=mean)
     return SimConfig(
         engine_model=engine_model_from_args(args),
@@ -620,10 +635,12 @@ def _config(args: argparse.Namespace) -> Any:
     )
 
 
-def _run_agent(args: argparse.Namespace, agent: Any) -> int:
-    """Agent rollouts with tool calls (``refimpl.sim.agent``), when --tool-turns is given."""
+def _run_agent(args: argparse.Namespace, agent: Any, timings: dict[str, float | None]) -> int:
+    """Agent rollouts with tool calls (``refimpl.sim.agent``), when --tool-turns is given; the
+    one-time costs (``timings``: start-up, the length law; then the kernel) apart from the rate."""
     from tqdm import tqdm
 
+    kernel_s = agent_kernel_s(agent)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     bar = tqdm(total=agent.steps, file=sys.stderr, disable=not show, unit="step", leave=False)
 
@@ -645,6 +662,7 @@ def _run_agent(args: argparse.Namespace, agent: Any) -> int:
             return _fail(_TOO_BIG.format(why=str(err).split(";")[0]))
         return _fail(str(err))
     bar.close()
+    out.update(timings, kernel_s=kernel_s, total_wall_s=since_start())
     print_result(out, as_json=args.json)
     return 0
 
@@ -676,19 +694,35 @@ def _warm_up(cfg: SimConfig, engine: str) -> float:
     try:
         tiny = dataclasses.replace(cfg, rollouts=None, steps=1)
         with numeric_guard():
-            simulate(tiny, engine=cast(Any, engine))
+            _simulate_any(tiny, engine=engine, progress=None, like=cfg)
     except (ValueError, TypeError, RuntimeError, FloatingPointError, RuntimeWarning):
         pass  # the run itself reports what is wrong
     return time.perf_counter() - t0
+
+
+def _closed_form(cfg: SimConfig) -> dict[str, Any] | None:
+    """The closed-form predictions for the run, or ``None`` where none applies."""
+    if cfg.engine_model is not None:
+        return None
+    from refimpl.sim import closed_form  # loads scipy.stats, which only this needs
+
+    try:
+        with numeric_guard():
+            return closed_form(cfg)._asdict()
+    except (ValueError, FloatingPointError, RuntimeWarning):
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
     from tqdm import tqdm
 
+    timings: dict[str, float | None] = {"startup_s": since_start()}
     try:
         _refuse_inert_options(args)
+        t_lengths = time.perf_counter()
         agent = agent_config_from_args(args)
+        timings["lengths_s"] = time.perf_counter() - t_lengths  # the agent's length law
     except (ValueError, TypeError) as err:
         return _fail(str(err))
     for name, value in vars(args).items():
@@ -703,12 +737,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             return _fail(str(err))
     if agent is not None:
-        return _run_agent(args, agent)
-    timings: dict[str, float | None] = {"startup_s": since_start()}
+        return _run_agent(args, agent, timings)
     try:
         t_lengths = time.perf_counter()
         cfg = _config(args)
-        timings["lengths_s"] = time.perf_counter() - t_lengths
+        lengths_s = time.perf_counter() - t_lengths  # a --lengths-npy file read and checked
     except (ValueError, TypeError) as err:
         return _fail(_option_names(str(err), args))
     show = args.progress if args.progress is not None else sys.stderr.isatty()
@@ -720,14 +753,14 @@ def run(args: argparse.Namespace) -> int:
         bar.update(n)
 
     kernel_s = _warm_up(cfg, args.engine)
-    t0 = time.perf_counter()
-    stats = None
     try:
         with numeric_guard():
-            if cfg.engine_model is not None:
-                trace, stats = simulate_engine(cfg, engine=args.engine, progress=advance)
-            else:
-                trace = simulate(cfg, engine=args.engine, progress=advance)
+            t_lengths = time.perf_counter()
+            supply = LengthSupply(cfg)  # drawn apart from the run's rate, as a file is read
+            timings["lengths_s"] = lengths_s + time.perf_counter() - t_lengths
+            t0 = time.perf_counter()
+            trace, stats = _simulate_any(cfg, engine=args.engine, progress=advance, supply=supply)
+            del supply
             wall = time.perf_counter() - t0
             summary = trace.summary()
     except (FloatingPointError, RuntimeWarning) as err:
@@ -757,7 +790,7 @@ def run(args: argparse.Namespace) -> int:
         "sim_wall_s": wall,
         "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
         # one-time costs, apart from the rate above: the interpreter and imports up to the
-        # command's start, reading the lengths, loading (or compiling) the kernels
+        # command's start, reading or drawing the lengths, loading (or compiling) the kernels
         "startup_s": timings.get("startup_s"),
         "lengths_s": timings.get("lengths_s", 0.0),
         "kernel_s": kernel_s,
@@ -765,11 +798,7 @@ def run(args: argparse.Namespace) -> int:
     out.update(summary.to_json_dict())
     if stats is not None:
         out["engine"] = stats.to_json_dict()
-    try:
-        with numeric_guard():
-            out["closed_form"] = closed_form(cfg)._asdict() if cfg.engine_model is None else None
-    except (ValueError, FloatingPointError, RuntimeWarning):
-        out["closed_form"] = None
+    out["closed_form"] = _closed_form(cfg) if args.closed_form else None
     if args.trace is not None:
         try:
             with atomic_path(args.trace) as tmp:

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import math
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -16,6 +19,7 @@ from refimpl.sim._cliopts import default, given, plain
 from refimpl.sim._config import check_lognormal
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf
 from refimpl.sim._lengthfiles import typed_pmf as _typed_pmf
+from refimpl.sim.agent import _compiled
 from refimpl.sim.agent._config import (
     ADMISSION_POLICIES,
     FAILURE_ACTIONS,
@@ -670,8 +674,6 @@ def run_agent_cli(
     >>> out["calls_issued"] == out["calls_completed"] + out["calls_failed"]
     True
     """
-    import time
-
     start = time.perf_counter()
     result = simulate_agent(config, progress=progress)
     wall = time.perf_counter() - start
@@ -681,3 +683,25 @@ def run_agent_cli(
     out["wall_s"] = wall
     out["rollouts_per_s"] = result.summary.rollouts_trained / wall if wall > 0 else None
     return out
+
+
+def agent_kernel_s(config: AgentConfig) -> float:
+    """Seconds to make ready the kernel a run of ``config`` uses (compile it, or load it from
+    numba's cache), by running one trainer step with the engine the whole run chooses; the
+    ``kernel_s`` that ``refimpl simulate`` reports apart from the run's rate. A step that fails
+    is left to the run itself to report.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cfg = AgentConfig(slots=2, batch=2, steps=3, lengths=np.ones((2, 16)), turns=0)
+    >>> agent_kernel_s(cfg) >= 0.0
+    True
+    """
+    start = time.perf_counter()
+    engine: Literal["compiled", "event"] = (
+        "compiled" if _compiled.worth_compiling(config) else "event"
+    )
+    with contextlib.suppress(ValueError, TypeError, RuntimeError, FloatingPointError):
+        simulate_agent(dataclasses.replace(config, steps=1), engine=engine)
+    return time.perf_counter() - start

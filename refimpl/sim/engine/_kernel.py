@@ -2,8 +2,9 @@
 
 Each function of the loop is copied with a globals dictionary in which its helpers are the compiled
 ones, then compiled, without numba's reference counting (the loop allocates nothing: its arrays,
-heaps included, come from the caller, so a call costs no reference updates); so the compiled loop runs the reference's code, operation for operation, and
-the two agree bit for bit (tests/test_sim_engine_agreement.py). Compiled once per process, on first
+heaps included, come from the caller, so a call costs no reference updates); so the compiled loop
+runs the reference's code, operation for operation (inlining changes where code sits, not what it
+computes), and the two agree bit for bit (tests/test_sim_engine_limits.py). Compiled once per process, on first
 use, and cached on disk by numba beside the module (``__pycache__``) for the next process.
 """
 
@@ -55,9 +56,20 @@ _FUNCTIONS = (
     "_update",
     "run_loop",
 )
-#: Small helpers of every step, inlined where they are called (numba's own inlining; the rest are
-#: calls, which keeps the compilation short).
-_INLINE = frozenset({"_cdiv", "_fits", "_quiet", "_advance", "_account", "_step_time", "_alloc"})
+#: Inlined where they are called (numba's own inlining): the helpers of every step, and the
+#: functions a boundary calls, whose many array arguments made each call cost more than its work
+#: (inlining these took the engine's time at 10^6 rollouts from 0.49 to 0.21 s of CPU with the
+#: Qwen2.5-7B/H100 preset, and from 1.06 to 0.54 s under memory pressure, and its first
+#: compilation from 53 s to 26 s: fewer functions to compile). The rest stay calls: a weight
+#: update's (rare), and admission's launch and resumption (inlined too, at each of ``_admit``'s
+#: sites, they took the compilation past a minute for 15% more speed).
+_INLINE = frozenset(
+    {
+        "_cdiv", "_fits", "_quiet", "_advance", "_account", "_step_time", "_alloc",
+        "_hpush", "_hpop", "_schedule", "_prompt_plan", "_start", "_stop",
+        "_complete", "_try_train", "_publish", "_make_room", "_admit",
+    }
+)  # fmt: skip
 _compiled: dict[str, Callable[..., None]] = {}
 
 

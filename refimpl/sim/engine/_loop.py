@@ -657,30 +657,17 @@ def run_loop(
             _publish(IS, P, F, pub)
             if IS[_DONE]:
                 return
-            _update(
-                IS,
-                P,
-                F,
-                R,
-                W,
-                WF,
-                RF,
-                PR,
-                LRU,
-                ST,
-                SEG,
-                SEGT,
-                lengths,
-                nxt,
-                seats,
-                seat_rid,
-                cnt,
-                H,
-            )
+            if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:
+                _update(
+                    IS, P, F, R, W, WF, RF, PR, LRU, ST, SEG, SEGT, lengths, nxt, seats,
+                    seat_rid, cnt, H,
+                )  # fmt: skip
             _try_train(IS, P, F, R, W, WF, buf, taus, t_next)
-        _update(
-            IS, P, F, R, W, WF, RF, PR, LRU, ST, SEG, SEGT, lengths, nxt, seats, seat_rid, cnt, H
-        )
+        if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:  # checked here: a call costs
+            _update(
+                IS, P, F, R, W, WF, RF, PR, LRU, ST, SEG, SEGT, lengths, nxt, seats, seat_rid,
+                cnt, H,
+            )  # fmt: skip
 
 
 def _update(
