@@ -193,6 +193,19 @@ def test_a_split_draw_takes_its_quota_from_each_module(repo: Path) -> None:
     assert mutate.draw(paths, 3, seed=5) == want
 
 
+def test_the_tests_of_a_package_module_include_its_class_tests(repo: Path) -> None:
+    """A formula module is scored by the tests written per class of hole too
+    (``tests/test_depth_<pkg>*.py``), which call it through the flat ``refimpl`` names."""
+    (repo / "refimpl" / "pkg").mkdir()
+    (repo / "refimpl" / "pkg" / "mod.py").write_text("X = 1\n")
+    for name in ("test_pkg.py", "test_depth_pkg.py", "test_depth_other.py", "test_unrelated.py"):
+        (repo / "tests" / name).write_text("import refimpl\n")
+    got = mutate.default_tests(repo / "refimpl" / "pkg" / "mod.py")
+    assert got == ["tests/test_depth_pkg.py", "tests/test_pkg.py", "tests/test_validation.py"]
+    (repo / "tests" / "test_depth_tiny.py").write_text("import refimpl\n")
+    assert "tests/test_depth_tiny.py" in mutate.default_tests(repo / "refimpl" / "tiny.py")
+
+
 # --- the threshold and the exit status --------------------------------------------------------
 
 

@@ -293,8 +293,9 @@ def apply(source: str, mutant: Mutant) -> str:
 
 
 def default_tests(path: Path) -> list[str]:
-    """``tests/test_<name>*.py``, ``tests/test_validation.py`` and every test module that names the
-    module; a module of a package ``refimpl/<pkg>/...`` also gets ``tests/test_<pkg>*.py``,
+    """``tests/test_<name>*.py``, ``tests/test_depth_<name>*.py``, ``tests/test_validation.py`` and
+    every test module that names the module; a module of a package ``refimpl/<pkg>/...`` also gets
+    ``tests/test_<pkg>*.py``, ``tests/test_depth_<pkg>*.py`` (the tests written per class of hole),
     ``tests/test_validation_<pkg>*.py`` and every test module that names the package
     (``refimpl.<pkg>`` followed by a space or a line end, ``import refimpl.<pkg> as``): the
     formula packages (``refimpl/dispatch``, ``refimpl/staleness``, ``refimpl/effort``) are tested
@@ -308,14 +309,22 @@ def default_tests(path: Path) -> list[str]:
     rel = path.resolve().relative_to(ROOT)
     dotted = rel.with_suffix("").as_posix().replace("/", ".")
     parent, _, leaf = dotted.rpartition(".")
-    found = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob(f"test_{name}*.py")}
+    found = {
+        p.relative_to(ROOT).as_posix()
+        for pattern in (f"test_{name}*.py", f"test_depth_{name}*.py")
+        for p in (ROOT / "tests").glob(pattern)
+    }
     found.add("tests/test_validation.py")
     names = [f"{dotted} ", f"{dotted}\n", f"{dotted}.", f"from {parent} import {leaf}"]
     if len(rel.parts) == 2:  # refimpl/<name>.py
         names += [f"refimpl.{name} ", f"import {name}\n"]
     else:
         package = rel.parts[1]
-        for pattern in (f"test_{package}*.py", f"test_validation_{package}*.py"):
+        for pattern in (
+            f"test_{package}*.py",
+            f"test_depth_{package}*.py",
+            f"test_validation_{package}*.py",
+        ):
             found |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").glob(pattern)}
         names += [f"refimpl.{package} ", f"refimpl.{package}\n", f"import refimpl.{package} as"]
     for test in (ROOT / "tests").glob("test_*.py"):
