@@ -394,10 +394,13 @@ def maxrl_advantages(
         p_g = \frac{1}{n_g}\sum_{j \in g} r_j,
 
     with :math:`0/0 := 0` when :math:`\varepsilon = 0` (a group with no success). For binary
-    rewards :math:`p_g` is the group's pass rate, and :math:`\sum_{i \in g} A_i\nabla\log\pi(y_i)
-    / n_g = \frac{1}{n_g p_g}\sum_{i \in g,\ r_i = 1}\nabla\log\pi(y_i) - \dots` estimates the
-    gradient of :math:`\log p` (maximum likelihood of a correct answer) instead of that of
-    :math:`p` (the RL objective): a prompt solved rarely weighs :math:`1/p_g` times more.
+    rewards :math:`p_g` is the group's pass rate, and with :math:`K = n_g p_g` successes
+    :math:`\frac{1}{n_g}\sum_i A_i\nabla\log\pi(y_i) = \frac1K\sum_{i:\,r_i = 1}
+    \nabla\log\pi(y_i) - \frac{1}{n_g}\sum_i\nabla\log\pi(y_i)` (0 for a group with no
+    success), whose expectation is the gradient of the maximum-likelihood objective
+    :math:`\log p_\theta = -\sum_k (1 - p_\theta)^k/k` truncated at :math:`n_g - 1` terms,
+    where REINFORCE's is :math:`\nabla p_\theta` (the first term): a prompt solved rarely
+    weighs about :math:`1/p_\theta` times more.
 
     .. warning::
 
@@ -429,8 +432,10 @@ def maxrl_advantages(
 
     Notes
     -----
-    Each group's advantages sum to 0 (claim AB3); multiplying every reward by :math:`c > 0`
-    leaves them unchanged when :math:`\varepsilon = 0` (claim AB4).
+    Each group's advantages sum to 0, and multiplying every reward by :math:`c > 0` leaves them
+    unchanged when :math:`\varepsilon = 0` (claim AB3). For binary rewards the expected update
+    :math:`\mathbb{E}[\frac1n\sum_i A_i\nabla\log\pi(y_i)]` is
+    :math:`\nabla(-\sum_{k=1}^{n-1}(1 - p_\theta)^k/k)` (claim AB4).
 
     References
     ----------
