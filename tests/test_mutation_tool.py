@@ -312,3 +312,17 @@ def test_fresh_prints_its_seed_first(repo: Path, capsys: pytest.CaptureFixture[s
     seed = int(first.split()[2])
     assert 0 <= seed < 2**32
     assert first.endswith(f"(repeat this sample with --seed {seed})")
+
+
+def test_only_runs_the_listed_mutants_whatever_the_sample(
+    repo: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.txt"
+    keys.write_text("refimpl/tiny.py::unchecked: not x -> (x) #1\n")
+    tiny = str(repo / "refimpl" / "tiny.py")
+    assert mutate.main([tiny, "--sample", "1", "--seed", "3", "--only", str(keys)]) == 0
+    out = capsys.readouterr().out
+    assert "score 0.0 % (0 killed, 1 survived, 0 equivalent of 1 sampled; seed 3)" in out
+    keys.write_text("refimpl/tiny.py::inc: x + 1 -> (x * 1) #1\n")
+    with pytest.raises(SystemExit, match="no such mutant"):
+        mutate.main([tiny, "--only", str(keys)])

@@ -513,9 +513,16 @@ def run(
 ) -> list[Outcome]:
     """Mutate a seeded sample of the sites of ``paths`` (all of them when ``sample`` is None;
     :func:`draw`) and run, for each, ``tests`` or the default tests of the module it mutates."""
-    chosen = draw(paths, sample, seed, split)
-    if only is not None:  # re-run some mutants of the sample (its survivors, say) alone
-        chosen = [m for m in chosen if m.key in only or m.key.replace("\n", "\\n") in only]
+    if only is None:
+        chosen = draw(paths, sample, seed, split)
+    else:  # some mutants alone (a sample's survivors, say), found by key among all the sites:
+        # keys carry no line numbers, so they still name the mutant after edits elsewhere, when
+        # the same seed would draw another sample
+        everything = draw(paths, None, seed)
+        chosen = [m for m in everything if m.key in only or m.key.replace("\n", "\\n") in only]
+        missing = only - {m.key for m in chosen} - {m.key.replace("\n", "\\n") for m in chosen}
+        if missing:
+            raise SystemExit("--only: no such mutant (the code changed?):\n" + "\n".join(missing))
     known = _equivalents()
     outcomes: list[Outcome] = []
 
@@ -779,7 +786,7 @@ def _parser() -> argparse.ArgumentParser:
         "--only",
         type=Path,
         help="a file of mutant keys, one a line (a newline in a key written \\n): run only those "
-        "of the sample (e.g. its survivors)",
+        "(e.g. a sample's survivors; found among all the sites, so --seed and --sample do not matter)",
     )
     parser.add_argument("--list", action="store_true", help="list the mutation sites and exit")
     parser.add_argument("--json", type=Path, help="also write the outcomes as JSON here")
