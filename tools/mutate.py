@@ -25,6 +25,24 @@ Usage (from the repository root; outside the CI gate, it takes minutes)::
     .venv/bin/python tools/mutate.py refimpl/staleness/vtrace.py --list   # the sites only
     .venv/bin/python tools/mutate.py refimpl/effort --json out.json       # machine-readable
     .venv/bin/python tools/mutate.py refimpl/sim --sample 50 --seed 7     # a whole package
+    .venv/bin/python tools/mutate.py refimpl/dispatch --fresh --sample 30  # a before-score
+    .venv/bin/python tools/mutate.py --changed origin/main --sample 8 --threshold 0.97  # CI
+
+Before-score and fresh samples
+------------------------------
+A score measures the suite only on a sample no test was written for: ``--fresh`` draws the seed
+from the operating system's entropy and prints it first (``--seed`` repeats the sample), and the
+score printed is that sample's *before-score*. Tests then written for its survivors raise its
+*after-score*, which says little about the next sample; write them per class of hole instead
+(``tests/test_depth_<package>.py``) and judge them on another fresh sample.
+
+``--changed [REV]`` is the CI mode (``.ci/mutation``): the formula modules (:data:`FORMULA_MODULES`)
+that ``git diff --name-only REV...HEAD`` lists (no REV: the files of the last commit, all a
+fresh clone of depth 1 has), a sample of ``--sample`` split evenly over them, and a seed derived
+from HEAD's commit hash (:func:`commit_seed`: its first 8 hex digits), so each change is scored on
+a new sample, yet the same commit always draws the same one and a failure is repeated exactly.
+``--threshold P`` exits 1 when killed / (killed + survived) is below ``P`` and prints, for each
+survivor, the ``[[equivalent]]`` entry to append if no input can tell it apart.
 
 The tests run for a module are ``tests/test_<name>.py`` and the other test modules that import it
 by name (``--tests`` overrides), plus the module's own doctests. Given a package (a directory), the
