@@ -16,6 +16,7 @@ import pytest
 
 from refimpl.cli import main
 from refimpl.sim import SimConfig
+from tests._wrong_variants import rejects
 
 _RUN = ["simulate", "--no-progress", "--slots", "8", "--batch", "8"]
 
@@ -228,6 +229,7 @@ def test_the_help_says_what_eta_does_with_keep(
         ("--tool-turns 1 --agent-lengths expon --lengths-pmf 1", "must not be combined with"),
         ("--tool-turns 1 --agent-lengths expon --mu 3", "which --agent-lengths replaces"),
         ("--tool-turns 1 --rollouts 16 --steps 2", "--rollouts and --steps must not both"),
+        ("--tool-turns 1 --closed-form", "--closed-form applies only to the plain simulator"),
     ],
 )
 def test_an_option_the_mode_does_not_read_is_refused(
@@ -256,6 +258,62 @@ def test_options_that_apply_still_run(capsys: pytest.CaptureFixture[str], option
     out, err = _ran(capsys, options)
     assert err == ""
     assert out["length_mean"] is not None
+
+
+#: The one-time costs every mode reports apart from its rate (seconds).
+ONE_TIME = ("startup_s", "lengths_s", "kernel_s", "total_wall_s")
+
+
+def check_one_time_costs(out: dict[str, object]) -> None:
+    """Each one-time cost is reported, as seconds (a finite float >= 0), and the call's whole wall
+    time covers its start-up and its run."""
+    for key in ONE_TIME:
+        value = out.get(key)
+        assert isinstance(value, float), (key, value)
+        assert 0.0 <= value < 3600.0, (key, value)
+    total, startup = out["total_wall_s"], out["startup_s"]
+    assert isinstance(total, float)
+    assert isinstance(startup, float)
+    assert total >= startup, out
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "",
+        "--partial recompute",
+        "--engine-model qwen2.5-7b-h100 --prompt-tokens 16 --engine event",
+        "--tool-turns 1",
+    ],
+    ids=["async", "partial", "engine-mode", "agent"],
+)
+def test_every_mode_reports_its_one_time_costs_apart(
+    capsys: pytest.CaptureFixture[str], options: str
+) -> None:
+    out, _ = _ran(capsys, options)
+    check_one_time_costs(out)
+    rate = out["rollouts_per_s"]
+    assert isinstance(rate, float)
+    assert rate > 0.0
+
+
+def test_the_one_time_cost_check_rejects_a_mode_that_omits_them() -> None:
+    # the agent path's JSON before it reported them: the rate alone
+    rejects(check_one_time_costs, {"rollouts_per_s": 1.0, "wall_s": 0.1})
+    rejects(check_one_time_costs, dict.fromkeys(ONE_TIME, 1.0) | {"startup_s": 2.0})
+
+
+def test_the_closed_form_is_printed_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    # without --closed-form the command loads no scipy.stats (tests/test_sim_startup.py)
+    out, _ = _ran(capsys, "--rollouts 64")
+    assert out["closed_form"] is None
+    out, _ = _ran(capsys, "--rollouts 64 --closed-form")
+    closed = out["closed_form"]
+    assert isinstance(closed, dict)
+    assert closed["formula"] == "D2 fluid"
+    assert closed["staleness_mean"] == 1.0  # N / B without a mask: 8 / 8
+    out, _ = _ran(capsys, "--rollouts 64 --closed-form --mode admission --eta 1")
+    assert out["closed_form"] is None  # no closed form for admission control
 
 
 # ---------------------------------------------------------------------------------------------

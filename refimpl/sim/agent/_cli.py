@@ -442,8 +442,6 @@ def _run_length(args: argparse.Namespace) -> tuple[int, int]:
 def _lengths_from_args(args: argparse.Namespace) -> Any:
     """The rollout length law or ``N × K`` matrix: ``--lengths-npy``, ``--lengths-pmf``,
     ``--agent-lengths`` or the default lognormal(``--mu``, ``--sigma``), at most one given."""
-    import scipy.stats
-
     path = _opt(args, "lengths_npy")
     pmf = _opt(args, "lengths_pmf")
     text = _opt(args, "agent_lengths")
@@ -457,6 +455,8 @@ def _lengths_from_args(args: argparse.Namespace) -> Any:
     mu, sigma = check_lognormal(
         _opt(args, "mu", 6.0), _opt(args, "sigma", 1.0), names=("--mu", "--sigma")
     )
+    import scipy.stats  # a law for the agent engine; a matrix or pmf needs none
+
     return scipy.stats.lognorm(s=sigma, scale=math.exp(mu))
 
 
