@@ -1,7 +1,6 @@
-r"""Specs of the advantages with other baselines and scales: GPG, OPO, ReMax, MaxRL, Pass@k (one
-advantage per sequence), GDPO (several reward components) and the optimal token baseline (one per
-token), against :mod:`refimpl.losses.advantages_baselines` and
-:mod:`refimpl.losses.advantages_tokens`.
+r"""Specs of the advantages with other baselines and scales: GPG, OPO, ReMax, MaxRL and Pass@k (one
+advantage per sequence), against :mod:`refimpl.losses.advantages_baselines`, and the helpers that
+:mod:`refimpl.testing._specs_losses_advantages_tokens` (GDPO, the optimal token baseline) shares.
 
 Value only: every framework computes advantages from rewards under ``torch.no_grad()``; none is
 differentiated, so there is no gradient to compare.
@@ -26,7 +25,6 @@ import numpy as np
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from refimpl.losses.advantages import grpo_advantages
 from refimpl.losses.advantages_baselines import (
     gpg_advantages,
     maxrl_advantages,
@@ -34,7 +32,6 @@ from refimpl.losses.advantages_baselines import (
     passk_advantages,
     remax_advantages,
 )
-from refimpl.losses.advantages_tokens import gdpo_advantages, optimal_token_baseline_advantages
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Conventions, Spec
 from refimpl.testing._specs_losses_stats import Array, Strategy, padding_mask
@@ -73,31 +70,6 @@ EPS_MAXRL = Convention(
     number=True,
     who="1e-6: SkyRL 0.3.0 compute_maxrl_advantage",
 )
-EPS_OTB = Convention(
-    "eps",
-    0.0,
-    (0.0, 1e-8),
-    "ε >= 0 added to the baseline's denominator Σ W",
-    number=True,
-    who="1e-8: verl 0.9.1 compute_optimal_token_baseline_advantage and its multi-turn variant",
-)
-ZERO_TAIL = Convention(
-    "zero_tail",
-    True,
-    (True, False),
-    "the unique longest response's baseline is 0 past the second-longest length",
-    who="True: verl 0.9.1 (handle_zero_tail default)",
-)
-WHITEN_EPS = Convention(
-    "whiten_eps",
-    1e-8,
-    (1e-8, 0.0),
-    "ε >= 0 under GDPO's batch variance, √(s² + ε)",
-    number=True,
-    who="1e-8: verl 0.9.1 masked_whiten",
-)
-
-
 # ---------------------------------------------------------------------------------------------
 # draws
 # ---------------------------------------------------------------------------------------------
@@ -158,59 +130,6 @@ def _calls(family: str, **flags: bool) -> Strategy:
     return lambda conv: _sequence_calls(conv, family=family, **flags)
 
 
-@st.composite
-def _gdpo_calls(
-    draw: st.DrawFn, conv: Conventions, *, shift: bool = False, scale: bool = False
-) -> list[Call]:
-    first, group = draw(_rewards_draw(conv))
-    k = draw(st.integers(1, 3))
-    cols = [first]
-    for _ in range(k - 1):
-        kind = draw(st.sampled_from([(0.0, 1.0), (0.0, 0.5, 1.0), (-1.0, 2.0, 3.5)]))
-        cols.append(
-            np.asarray(
-                draw(st.lists(st.sampled_from(kind), min_size=first.size, max_size=first.size))
-            )
-        )
-    rewards = np.stack(cols, axis=1)
-    weights = np.asarray(draw(st.lists(st.sampled_from([1.0, 0.5, 2.0]), min_size=k, max_size=k)))
-    kwargs = {"group": group, "weights": weights, "mask": _lengths(draw, first.size)}
-    call: Call = ((rewards,), kwargs)
-    if scale:
-        c = float(draw(st.sampled_from([2.0, 0.5, 4.0])))
-        return [call, ((rewards,), {**kwargs, "weights": weights * c})]
-    if not shift:
-        return [call]
-    column = draw(st.integers(0, k - 1))
-    moved = rewards.copy()
-    moved[:, column] += float(draw(st.sampled_from([1.0, -5.0, 3.0])))
-    return [call, ((moved,), dict(kwargs))]
-
-
-@st.composite
-def _otb_calls(draw: st.DrawFn, conv: Conventions, *, equal_weights: bool = False) -> list[Call]:
-    rewards, group = draw(_rewards_draw(conv))
-    mask = _lengths(draw, rewards.size)
-    b, t = mask.shape
-    last = mask.sum(axis=1).astype(np.intp) - 1
-    token_rewards = np.zeros((b, t))
-    token_rewards[np.arange(b), last] = rewards
-    if draw(st.booleans()):  # dense per-token rewards as well
-        dense = draw(st.lists(st.sampled_from([0.0, 0.25, -1.0]), min_size=b * t, max_size=b * t))
-        token_rewards += np.asarray(dense).reshape(b, t) * mask
-    # π <= 0.9 keeps w = 1 − 2π + Σπ² >= (1 − π)² >= 0.01: no cancellation in the weights
-    pi = np.asarray(draw(st.lists(st.floats(0.01, 0.9), min_size=b * t, max_size=b * t)))
-    if equal_weights:
-        pi = np.full(b * t, pi[0])
-    frac = np.asarray(draw(st.lists(st.floats(0.0, 1.0), min_size=b * t, max_size=b * t)))
-    if equal_weights:
-        frac = np.full(b * t, frac[0])
-    s2 = pi * pi + frac * (1.0 - pi) ** 2
-    logp = np.log(pi)
-    kwargs = {"group": group, "mask": mask}
-    return [((token_rewards, logp.reshape(b, t), s2.reshape(b, t)), kwargs)]
-
-
 # ---------------------------------------------------------------------------------------------
 # references
 # ---------------------------------------------------------------------------------------------
@@ -224,25 +143,6 @@ def _singleton(conv: Conventions) -> Any:
 def _expected(family: str) -> Callable[[Call, Conventions], Array]:
     def expected(call: Call, conv: Conventions) -> Array:
         args, kw = call
-        if family == "otb":
-            return optimal_token_baseline_advantages(
-                *args,
-                group=kw["group"],
-                mask=kw["mask"],
-                zero_tail=conv["zero_tail"],
-                eps=conv["eps"],
-            )
-        if family == "gdpo":
-            return gdpo_advantages(
-                args[0],
-                group=kw["group"],
-                weights=kw["weights"],
-                mask=kw["mask"],
-                std=conv["std"],
-                eps=conv["eps"],
-                singleton=_singleton(conv),
-                whiten_eps=conv["whiten_eps"],
-            )
         r = np.asarray(args[0], dtype=np.float64)
         if family == "remax":
             out = remax_advantages(r, baselines=kw["baselines"])
@@ -322,72 +222,6 @@ def _passk_condition(call: Call, conv: Conventions, expected: Any) -> Array:
         call, {**conv, "eps_placement": "std", "std_scope": "group"}, expected
     )
     return np.asarray(np.where(a > 0, 2.0 * z + a, 0.0), dtype=np.float64)
-
-
-def _gdpo_condition(call: Call, conv: Conventions, expected: Any) -> Array:
-    """Each component's GRPO condition, weighted and summed, then the whitening's terms."""
-    (rewards,), kw = call
-    r = np.asarray(rewards, dtype=np.float64)
-    w = np.abs(np.asarray(kw["weights"], dtype=np.float64))
-    grpo_conv = {**conv, "eps_placement": "std", "std_scope": "group"}
-    cond_s = np.zeros(r.shape[0])
-    total = np.zeros(r.shape[0])
-    for k in range(r.shape[1]):
-        col: Call = ((r[:, k],), {"group": kw["group"]})
-        a_k = np.asarray(
-            grpo_advantages(
-                r[:, k],
-                group=kw["group"],
-                std=conv["std"],
-                eps=conv["eps"],
-                singleton=_singleton(conv),
-            ),
-            dtype=np.float64,
-        )
-        cond_s += w[k] * (_adv_condition("grpo")(col, grpo_conv, a_k) + 2.0 * np.abs(a_k))
-        total += w[k] * a_k
-    tokens = np.asarray(kw["mask"]).sum(axis=1)
-    fb = summation_factor(max(int(tokens.sum()), 1)) + 2.0
-    m = float(np.sum(tokens * total) / tokens.sum())
-    var = float(np.sum(tokens * (total - m) ** 2) / max(tokens.sum() - 1.0, 1.0))
-    d = float(np.sqrt(var + float(conv["whiten_eps"])))
-    a = np.abs(np.asarray(expected, dtype=np.float64))
-    if d == 0.0:
-        return np.asarray(a, dtype=np.float64)
-    worst = float(np.max(cond_s + fb * np.abs(total), initial=0.0))
-    return np.asarray(
-        (cond_s + fb * np.max(np.abs(total))) / d + a * (fb + 4.0) + 2.0 * a * worst / d,
-        dtype=np.float64,
-    )
-
-
-def _otb_condition(call: Call, conv: Conventions, expected: Any) -> Array:
-    """``|G| + δG + δB`` per token: δB = Σ_i δW_i |G_i − B| / Σ_i W_i + the sums' rounding."""
-    (rewards, logp, s2), kw = call
-    m = np.asarray(kw["mask"], dtype=np.float64)
-    r = np.asarray(rewards, dtype=np.float64) * m
-    t = r.shape[1]
-    g = np.cumsum(r[:, ::-1], axis=1)[:, ::-1]
-    dg = (t + 1.0) * np.cumsum(np.abs(r)[:, ::-1], axis=1)[:, ::-1]
-    pi = np.exp(np.asarray(logp, dtype=np.float64))
-    w = (1.0 - 2.0 * pi + np.asarray(s2)) * m
-    big_w = np.cumsum(w, axis=1)
-    dw = (t + 4.0) * np.cumsum((1.0 + 2.0 * pi + np.asarray(s2)) * m, axis=1)
-    inverse, counts = _groups(kw, r.shape[0])
-    cond = np.abs(g) + dg
-    a = np.abs(np.asarray(expected, dtype=np.float64))
-    for grp in np.flatnonzero(counts >= 2):
-        rows = np.flatnonzero(inverse == grp)
-        den = np.sum(big_w[rows] * m[rows], axis=0) + float(conv["eps"])
-        b = np.divide(
-            np.sum(g[rows] * big_w[rows] * m[rows], axis=0), den, out=np.zeros(t), where=den > 0
-        )
-        f = summation_factor(int(rows.size)) + 3.0
-        spread = np.sum(m[rows] * (dw[rows] * np.abs(g[rows] - b) + big_w[rows] * dg[rows]), axis=0)
-        err_b = np.divide(spread, den, out=np.zeros(t), where=den > 0)
-        err_b += f * np.max(np.abs(g[rows]) + dg[rows], axis=0)
-        cond[rows] += err_b
-    return np.asarray(np.where(m > 0, cond + a, 0.0), dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,57 +321,6 @@ def _one_best(case: Case) -> None:
     assert np.all(found >= -allowed), f"a negative Pass@k advantage: {found.tolist()}"
 
 
-def _padding_zero(case: Case) -> None:
-    found = _found(case)
-    m = np.asarray(case.calls[0][1]["mask"])
-    assert np.all(found[m == 0] == 0.0), f"padding carries advantages {found[m == 0].tolist()}"
-
-
-def _otb_singletons_return(case: Case) -> None:
-    found = _found(case)
-    (rewards, _, _), kw = case.calls[0]
-    m = np.asarray(kw["mask"], dtype=np.float64)
-    g = np.cumsum((np.asarray(rewards) * m)[:, ::-1], axis=1)[:, ::-1] * m
-    inverse, counts = _groups(kw, found.shape[0])
-    alone = (counts[inverse] == 1)[:, None] & np.ones_like(m, dtype=bool)
-    ok = case.close(found, g, case.condition())
-    assert not np.any(alone & ~ok), (
-        f"a group of one did not get its return-to-go as advantage: {found.tolist()} vs "
-        f"{g.tolist()}"
-    )
-
-
-def _otb_equal_weights(case: Case) -> None:
-    """Equal per-token weights, equal lengths (no tail): the baseline is the group's mean return."""
-    found = _found(case)
-    (rewards, _, _), kw = case.calls[0]
-    m = np.asarray(kw["mask"], dtype=np.float64)
-    g = np.cumsum((np.asarray(rewards) * m)[:, ::-1], axis=1)[:, ::-1]
-    inverse, counts = _groups(kw, found.shape[0])
-    want = np.array(g)
-    for grp in np.flatnonzero(counts >= 2):
-        rows = np.flatnonzero(inverse == grp)
-        live = m[rows].sum(axis=0)
-        mean = np.divide(
-            np.sum(g[rows] * m[rows], axis=0), live, out=np.zeros(g.shape[1]), where=live > 0
-        )
-        want[rows] = g[rows] - mean
-    want *= m
-    uniform = np.all(m == m[:1], axis=None)
-    if not uniform or case.conventions["eps"] != 0.0:
-        return  # unequal lengths weigh W_t by how many tokens each row has
-    case.assert_close(found, want, case.condition(), "the advantages (group mean return)")
-
-
-def _otb_uniform_calls(conv: Conventions) -> st.SearchStrategy[list[Call]]:
-    def rectangular(calls: list[Call]) -> list[Call]:
-        (r, logp, s2), kw = calls[0]
-        mask = np.ones_like(np.asarray(kw["mask"]))
-        return [((r, logp, s2), {**kw, "mask": mask})]
-
-    return _otb_calls(conv, equal_weights=True).map(rectangular)
-
-
 def _remax_zero(case: Case) -> None:
     found = _found(case)
     allowed = case.allowed(case.expected(), case.condition())
@@ -556,24 +339,6 @@ def _antisymmetric(case: Case) -> None:
     case.show("A(r, b):", a, "A(b, r):", b)
     bad = np.abs(a + b) > allowed
     assert not bad.any(), f"A(b, r) = {b[bad].tolist()} is not −A(r, b) = {(-a[bad]).tolist()}"
-
-
-def _batch_mean_zero(case: Case) -> None:
-    """GDPO: the token-weighted batch mean of the advantages is 0."""
-    found = _found(case)
-    w = np.asarray(case.calls[0][1]["mask"]).sum(axis=1)
-    err = case.allowed(case.expected(), case.condition())
-    mean = float(np.sum(w * found) / w.sum())
-    n = int(w.sum())
-    allowed = float(np.sum(w * err) / w.sum()) + summation_factor(n) * case.u * float(
-        np.sum(w * np.abs(found)) / w.sum()
-    )
-    case.show("token-weighted mean:", mean, "allowed:", allowed)
-    assert abs(mean) <= allowed, f"the token-weighted mean {mean} is not 0 (allowed {allowed})"
-
-
-def _eps_zero(conv: Conventions) -> str | None:
-    return None if conv["eps"] == 0.0 else "ε > 0 shrinks the baseline by ΣW/(ΣW + ε)"
 
 
 def _eps_zero_maxrl(conv: Conventions) -> str | None:
@@ -652,7 +417,8 @@ def _spec(
 
 
 def more_advantage_specs() -> list[Spec]:
-    """GPG, OPO, ReMax, MaxRL, Pass@k, GDPO and the optimal token baseline (value only)."""
+    """GPG, OPO, ReMax, MaxRL and Pass@k (value only); GDPO and the optimal token baseline are in
+    :mod:`refimpl.testing._specs_losses_advantages_tokens`."""
     one = lambda case: 1.0  # noqa: E731
     return [
         _spec(
@@ -765,65 +531,5 @@ def more_advantage_specs() -> list[Spec]:
                 ),
                 GROUPS,
             ),
-        ),
-        _spec(
-            "gdpo_advantages",
-            "losses.advantages_tokens.gdpo_advantages",
-            "candidate(rewards, *, group, weights, mask) -> (B,) (rewards (B, K))",
-            "gdpo",
-            [
-                _values("gdpo", lambda conv: _gdpo_calls(conv)),
-                Check(
-                    "shift_invariance",
-                    "adding one constant to one reward component leaves the advantages unchanged",
-                    lambda conv: _gdpo_calls(conv, shift=True),
-                    _unchanged,
-                ),
-                Check(
-                    "weight_scale_invariance",
-                    "multiplying every component weight by c > 0 leaves the advantages "
-                    "unchanged (up to the whitening ε)",
-                    lambda conv: _gdpo_calls(conv, scale=True),
-                    _unchanged,
-                ),
-                Check(
-                    "zero_batch_mean",
-                    "the token-weighted batch mean of the advantages is 0",
-                    lambda conv: _gdpo_calls(conv),
-                    _batch_mean_zero,
-                ),
-            ],
-            (STD, EPS_GRPO, SINGLETON, GROUPS, WHITEN_EPS),
-            condition=_gdpo_condition,
-        ),
-        _spec(
-            "optimal_token_baseline_advantages",
-            "losses.advantages_tokens.optimal_token_baseline_advantages",
-            "candidate(token_rewards, logp_old, sum_pi_squared, *, group, mask) -> (B, T)",
-            "otb",
-            [
-                _values("optimal_token_baseline", lambda conv: _otb_calls(conv)),
-                Check(
-                    "padding_is_zero",
-                    "padding tokens get advantage 0",
-                    lambda conv: _otb_calls(conv),
-                    _padding_zero,
-                ),
-                Check(
-                    "singleton_gets_return",
-                    "a group of one gets its reward-to-go",
-                    lambda conv: _otb_calls(conv),
-                    _otb_singletons_return,
-                ),
-                Check(
-                    "equal_weights_is_group_mean",
-                    "equal per-token weights and lengths: the baseline is the group's mean return",
-                    _otb_uniform_calls,
-                    _otb_equal_weights,
-                    applies=_eps_zero,
-                ),
-            ],
-            (EPS_OTB, ZERO_TAIL, GROUPS),
-            condition=_otb_condition,
         ),
     ]

@@ -39,6 +39,7 @@ from refimpl.testing._specs_losses import (
     shift_ratio,
 )
 from refimpl.testing._specs_losses_advantages_more import more_advantage_specs
+from refimpl.testing._specs_losses_advantages_tokens import token_advantage_specs
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_gae import gae_spec
@@ -732,6 +733,7 @@ def specs() -> tuple[Spec, ...]:
         aggregation_spec(),
         *advantage_specs(),
         *more_advantage_specs(),
+        *token_advantage_specs(),
         *rejection_specs(),
         entropy_spec(),
         gae_spec(),
