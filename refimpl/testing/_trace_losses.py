@@ -45,6 +45,14 @@ from numpy.typing import NDArray
 
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
+from refimpl.testing._trace_loss_params import (
+    _AGGREGATIONS,
+    _DENOMINATORS,
+    _EMPTY_ROWS,
+    _NUMERIC,
+)
+from refimpl.testing._trace_loss_params import OPTIONS as OPTIONS
+from refimpl.testing._trace_loss_params import PARAMS as PARAMS
 from refimpl.testing._trace_loss_rows import (
     ADV as ADV,
 )
@@ -108,40 +116,6 @@ SURROGATES: dict[str, tuple[str, str, bool]] = {
     "gspo": ("refimpl.losses.sequence", "gspo_loss", True),
     "gspo_token": ("refimpl.losses.sequence", "gspo_token_loss", True),
     "gmpo": ("refimpl.losses.sequence", "gmpo_loss", True),
-}
-
-#: the surrogates' numeric parameters (each applies to the surrogates whose function has it)
-_NUMERIC = (
-    "eps_low",
-    "eps_high",
-    "dual_clip",
-    "log_ratio_clamp",
-    "log_ratio_cap",
-    "tau_pos",
-    "tau_neg",
-    "cap",
-)
-_AGGREGATIONS = (
-    "token_mean",
-    "seq_mean_token_mean",
-    "seq_mean_token_sum",
-    "token_sum_norm",
-    "token_sum",
-)
-_DENOMINATORS = ("micro_batch", "step")
-_EMPTY_ROWS = ("excluded", "counted")
-
-#: required ``--param`` keys and their kinds
-PARAMS: dict[str, type] = {"surrogate": str, "aggregation": str}
-#: optional ``--param`` keys and their kinds
-OPTIONS: dict[str, type] = {
-    **dict.fromkeys(_NUMERIC, float),
-    "constant": float,
-    "empty_rows": str,
-    "denominator": str,
-    "kl_coef": float,
-    "kl_estimator": str,
-    "kl_clamp": float,
 }
 
 #: every column the spec reads (``--column`` may map any of them)

@@ -13,17 +13,15 @@ that begin in its file (:mod:`refimpl.testing._trace_steps`).
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from refimpl.testing._trace_compare import _check_chunk, _Tally
-from refimpl.testing._trace_losses import STEP
+from refimpl.testing._trace_loss_rows import STEP
 from refimpl.testing._trace_spec import _EDGE_DTYPE, References, _TraceSpec
 from refimpl.testing._trace_specs import SPECS
-from refimpl.testing._trace_steps import StepsResult, _Runs, merge_steps, step_before, step_stream
 from refimpl.testing._traces import (
     Chunk,
     TraceError,
@@ -33,6 +31,9 @@ from refimpl.testing._traces import (
     read_chunks,
 )
 from refimpl.testing.tolerances import Tolerance
+
+if TYPE_CHECKING:
+    from refimpl.testing._trace_steps import StepsResult
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,15 @@ def check_steps(
         )
         return plan.renamed(spec, raw)
 
-    before = step_before(root, files, starts, index, plan.mapping.get(STEP, STEP))
-    runs = _Runs()
+    from refimpl.testing import _trace_steps as steps  # the Dask route of policy_loss only
+
+    before = steps.step_before(root, files, starts, index, plan.mapping.get(STEP, STEP))
+    runs = steps._Runs()
     try:
-        tally = check_chunks(plan, spec, step_stream(read, len(files), index, before, runs))
+        tally = check_chunks(plan, spec, steps.step_stream(read, len(files), index, before, runs))
     except TraceError as exc:
-        return StepsResult(_Tally(), runs.steps, str(exc))
-    return StepsResult(tally, runs.steps)
+        return steps.StepsResult(_Tally(), runs.steps, str(exc))
+    return steps.StepsResult(tally, runs.steps)
 
 
 def merge(tallies: Sequence[_Tally], max_show: int) -> _Tally:
@@ -152,6 +155,10 @@ def check_on_dask(
     starts = [0]
     for f in files:
         starts.append(starts[-1] + parquet_rows(f))
+    import logging
+
+    from refimpl.testing._trace_steps import merge_steps
+
     try:
         distributed: Any = importlib.import_module("distributed")
     except ModuleNotFoundError:

@@ -3,12 +3,15 @@ tolerance rule (see :mod:`refimpl.testing.check_cli` for the command)."""
 
 from __future__ import annotations
 
+import importlib
 import math
+from types import ModuleType
 
 import numpy as np
 
 from refimpl.testing import _trace_batches as batches
-from refimpl.testing import _trace_losses as losses
+from refimpl.testing import _trace_loss_params as loss_params
+from refimpl.testing import _trace_loss_rows as loss_rows
 from refimpl.testing._trace_lists import sequence_condition, sequence_weights
 from refimpl.testing._trace_spec import (
     _correct,
@@ -21,6 +24,13 @@ from refimpl.testing._trace_spec import (
     _staleness_expected,
     _TraceSpec,
 )
+
+
+def _losses() -> ModuleType:
+    """:mod:`refimpl.testing._trace_losses`, loaded when a ``policy_loss`` trace is checked (the
+    other specs' checks start faster without it)."""
+    return importlib.import_module("refimpl.testing._trace_losses")
+
 
 SPECS: dict[str, _TraceSpec] = {
     s.name: s
@@ -324,17 +334,17 @@ SPECS: dict[str, _TraceSpec] = {
         _TraceSpec(
             name="policy_loss",
             reference="losses",
-            inputs=(losses.STEP, losses.ADV),
-            lists=(losses.LOGP, losses.OLD),
-            optional=(losses.MASK, losses.MICRO, losses.REF),
-            found=losses.LOSS,
-            params=losses.PARAMS,
-            options=losses.OPTIONS,
-            expected=losses.policy_loss_expected,
-            probe=losses.policy_loss_probe,
-            condition=losses.policy_loss_condition,
-            layout=losses.policy_loss_columns,
-            regroup=losses.policy_loss_units,
+            inputs=(loss_rows.STEP, loss_rows.ADV),
+            lists=(loss_rows.LOGP, loss_rows.OLD),
+            optional=(loss_rows.MASK, loss_rows.MICRO, loss_rows.REF),
+            found=loss_rows.LOSS,
+            params=loss_params.PARAMS,
+            options=loss_params.OPTIONS,
+            expected=lambda r, c, p: _losses().policy_loss_expected(r, c, p),
+            probe=lambda r, p: _losses().policy_loss_probe(r, p),
+            condition=lambda c, p, e: _losses().policy_loss_condition(c, p, e),
+            layout=lambda t, f, m, p: _losses().policy_loss_columns(t, f, m, p),
+            regroup=lambda chunks, r, p: _losses().policy_loss_units(chunks, r, p),
             unit="logged losses",
             notes="one row per sequence (token lists); the loss of each step (or micro-batch) "
             "is recomputed with refimpl.losses and compared",
