@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the type checker and readers see; at run time __getattr__ loads them
     from refimpl.dispatch._numerics import _has_own_inverse as _has_own_inverse  # the tests' hook
+    from refimpl.dispatch._records import LengthBias
     from refimpl.dispatch.censoring import KaplanMeier, exponential_rate_mle, kaplan_meier
     from refimpl.dispatch.fluid import (
         FluidSteadyState,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # what the type checker and readers see; at run time __getatt
         ipw_estimator_moments,
         ipw_weights,
     )
-    from refimpl.dispatch.length_bias import LengthBias, length_bias
+    from refimpl.dispatch.length_bias import length_bias
     from refimpl.dispatch.order_statistics import (
         async_speedup,
         expected_max,
@@ -79,7 +80,7 @@ _WHERE: dict[str, str] = {
     "horvitz_thompson_estimate": "ipw",
     "ipw_estimator_moments": "ipw",
     "ipw_weights": "ipw",
-    "LengthBias": "length_bias",
+    "LengthBias": "_records",
     "length_bias": "length_bias",
     "async_speedup": "order_statistics",
     "expected_max": "order_statistics",
@@ -87,7 +88,9 @@ _WHERE: dict[str, str] = {
     "selected_pmf": "order_statistics",
 }
 #: The submodules, reachable as attributes (``refimpl.dispatch.fluid``) before anything loaded them.
-_SUBMODULES = frozenset({"_numerics", "censoring", "fluid", "inclusion", "ipw", "order_statistics"})
+_SUBMODULES = frozenset(
+    {"_numerics", "_records", "censoring", "fluid", "inclusion", "ipw", "order_statistics"}
+)
 
 __all__ = [
     "EstimatorMoments",

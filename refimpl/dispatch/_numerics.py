@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -23,11 +22,11 @@ from refimpl._validation import (
     invalid,
     require_frozen_distribution,
 )
+from refimpl.dispatch._records import Real as Real
 
 __all__: list[str] = []
 
 FloatArray = NDArray[np.float64]
-Real = float | Fraction
 
 
 def _check_n_k(n: Any, k: Any) -> tuple[int, int]:

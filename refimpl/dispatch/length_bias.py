@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -19,30 +19,15 @@ from refimpl._validation import (
     wrong_type,
 )
 from refimpl.dispatch._numerics import (
-    Real,
     _beta_breaks,
     _check_dist,
     _check_n_k,
     _quad,
 )
+from refimpl.dispatch._records import LengthBias as LengthBias
 from refimpl.dispatch.order_statistics import selected_mean, selected_pmf
 
 __all__ = ["LengthBias", "length_bias"]
-
-
-class LengthBias(NamedTuple):
-    """Summary of the length bias of first-``k``-of-``n`` dispatch (see :func:`length_bias`)."""
-
-    true_mean: Real
-    """:math:`E_p[L]`."""
-    selected_mean: Real
-    """:math:`E_q[L]`."""
-    ratio: Real
-    """:math:`E_q[L] / E_p[L]` (at most 1)."""
-    total_variation: Real
-    r""":math:`\mathrm{TV}(q, p) = \frac12 \sum |q - p|`."""
-    kl_divergence: float
-    r""":math:`\mathrm{KL}(q \,\|\, p) = E_q[\log(q/p)]` in nats (always a float)."""
 
 
 def length_bias(law: Any, *, n: int, k: int) -> LengthBias:
