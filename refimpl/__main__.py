@@ -1,8 +1,6 @@
 """``python -m refimpl``: the same as the ``refimpl`` command."""
 
-import sys
-
-from refimpl.cli import main
+from refimpl.cli import console
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -227,3 +227,52 @@ def test_a_usage_error_is_a_short_usage_line_and_the_error(
     assert f"({prog} --help lists them)" in lines[0], lines
     assert lines[1].startswith(f"{prog}: error: "), lines
     assert says in lines[1], lines
+
+
+def _console_run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_the_console_command_flushes_runs_atexit_and_keeps_the_exit_status() -> None:
+    # The fast exit skips the interpreter's teardown, not what a command left to do: the buffered
+    # output, the atexit handlers and the status all arrive (the wrong variant, a bare os._exit,
+    # loses the unflushed line and the handler's output).
+    result = _console_run(
+        "import atexit, sys\n"
+        "from refimpl import cli\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "def fake() -> int:\n"
+        "    sys.stdout.write('buffered, no newline')\n"
+        "    return 4\n"
+        "cli.main = fake\n"
+        "cli.console()\n"
+    )
+    assert result.returncode == 4
+    assert result.stdout == "buffered, no newlineatexit ran\n"
+
+
+def test_the_console_command_waits_for_a_thread_the_command_left_running() -> None:
+    result = _console_run(
+        "import threading, time\n"
+        "from refimpl import cli\n"
+        "def work() -> None:\n"
+        "    time.sleep(0.2)\n"
+        "    print('thread finished', flush=True)\n"
+        "def fake() -> int:\n"
+        "    threading.Thread(target=work).start()\n"
+        "    return 0\n"
+        "cli.main = fake\n"
+        "cli.console()\n"
+    )
+    assert (result.returncode, result.stdout) == (0, "thread finished\n")
+
+
+def test_version_is_printed_to_standard_output() -> None:
+    result = _console_run(
+        "import sys; sys.argv = ['refimpl', '--version']\nfrom refimpl import cli\ncli.console()"
+    )
+    assert result.returncode == 0
+    assert result.stdout.startswith("refimpl ")
+    assert result.stderr == ""
