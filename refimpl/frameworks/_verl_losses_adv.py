@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from refimpl.frameworks._registry import Adapter, Divergence
 
 _CORE = "verl.trainer.ppo.core_algos"
@@ -605,6 +607,8 @@ def verl_tir_optimal_token_baseline_advantages(
 
 
 _OTB = {"eps": 1e-8, "zero_tail": True}
+#: α = 4/3 (three non-zero rewards in four), two singletons: the float32 α shows in every entry
+_GPG_THIRDS = [((np.array([1.0, 1.0, 0.0, 1.0]),), {"group": np.array([0, 1, 1, 2])})]
 _GPG_ALPHA_FLOAT32 = Divergence(
     "numerical limit",
     "compute_gpg_outcome_advantage computes alpha = bsz / m.clamp(min=1) with m = "
@@ -625,6 +629,7 @@ ADAPTERS = (
         conventions={"f_norm": 1.0, "singleton": "raw"},
         candidate=verl_gpg_advantages,
         divergences={"values": _GPG_ALPHA_FLOAT32, "singleton_groups": _GPG_ALPHA_FLOAT32},
+        examples=(_GPG_THIRDS,),
         note="α·(r − group mean)/f_norm with α = B/max(#nonzero rewards, 1); a group of one "
         "keeps α·r.",
     ),
