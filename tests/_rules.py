@@ -19,6 +19,7 @@ by moving one argument.
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import inspect
 import pkgutil
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ __all__ = [
     "load_formula_modules",
     "public_function",
     "recording",
+    "spying",
     "table_lines",
 ]
 
@@ -176,6 +179,7 @@ def _wrapper(builder: str, original: Callable[..., Any], rec: Recorder) -> Calla
 def recording() -> Iterator[Recorder]:
     """Wrap every builder in every loaded ``refimpl`` module; put the originals back on exit."""
     rec = Recorder()
+    before = set(sys.modules)
     originals = {
         id(getattr(importlib.import_module(mod), attr)): (
             attr,
@@ -197,6 +201,34 @@ def recording() -> Iterator[Recorder]:
     finally:
         for module, attr, value in patched:
             setattr(module, attr, value)
+        back = {id(wrappers[key]): fn for key, (_, fn) in originals.items()}
+        _unbind(wrappers.values(), back, before)
+
+
+def _repo_modules() -> list[Any]:
+    """The loaded modules of this repository (refimpl, the tests): where a stand-in can be bound."""
+    root = str(Path(__file__).resolve().parent.parent)
+    out = []
+    for m in list(sys.modules.values()):
+        path = getattr(m, "__file__", None)
+        if isinstance(path, str) and path.startswith(root):
+            out.append(m)
+    return out
+
+
+def _unbind(stand_ins: Any, originals: dict[int, Any], before: set[str]) -> None:
+    """Put the original back wherever a module imported during the block (one not in ``before``)
+    bound a stand-in with ``from ... import``."""
+    ids = {id(s) for s in stand_ins}
+    for name in set(sys.modules) - before:
+        module = sys.modules[name]
+        try:
+            items = list(vars(module).items())
+        except TypeError:
+            continue
+        for attr, value in items:
+            if id(value) in ids:
+                setattr(module, attr, originals[id(value)])
 
 
 def public_function(key: str) -> Callable[..., Any]:
@@ -501,3 +533,48 @@ TABLE_HEADER = """\
 
 if __name__ == "__main__":
     main()
+
+
+# --- which calls a piece of code makes --------------------------------------------------------
+
+
+@contextmanager
+def spying(keys: list[str]) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Record every call of the public functions ``keys`` (by any name any module holds them
+    under, tests included) as ``(key, arguments by name with defaults)``; originals put back."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    before = set(sys.modules)
+    targets = {id(public_function(k)): (k, public_function(k)) for k in keys}
+
+    def spy(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def spied(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                arguments = dict(bound.arguments)
+                for name, p in signature.parameters.items():
+                    if p.kind is p.VAR_KEYWORD:
+                        arguments.update(arguments.pop(name))
+                calls.append((key, arguments))
+            except TypeError:
+                pass  # a wrong call: the function itself says so
+            return fn(*args, **kwargs)
+
+        return spied
+
+    spies = {i: spy(k, fn) for i, (k, fn) in targets.items()}
+    patched: list[tuple[Any, str, Any]] = []
+    try:
+        for module in _repo_modules():
+            for attr, value in list(vars(module).items()):
+                if id(value) in targets and targets[id(value)][1] is value:
+                    patched.append((module, attr, value))
+                    setattr(module, attr, spies[id(value)])
+        yield calls
+    finally:
+        for module, attr, value in patched:
+            setattr(module, attr, value)
+        _unbind(spies.values(), {id(spies[i]): fn for i, (_, fn) in targets.items()}, before)
