@@ -318,10 +318,23 @@ class SimSummary(NamedTuple):
 _BINS = 64
 
 
+def _bin_counts(sorted_x: NDArray[np.float64], edges: NDArray[np.float64]) -> NDArray[np.float64]:
+    """How many of ``sorted_x`` fall in each bin ``(edges[i-1], edges[i]]`` (the first from
+    -inf, the last to +inf): ``np.bincount(np.searchsorted(edges, x))``, counted on the sorted
+    values (sorting a million floats is 3-5x faster than placing each in its bin)."""
+    at = np.searchsorted(sorted_x, edges, side="right")
+    return np.diff(at, prepend=0, append=sorted_x.size).astype(np.float64)
+
+
 def empirical_length_bias(
-    trained: NDArray[np.float64], launched: NDArray[np.float64]
+    trained: NDArray[np.float64],
+    launched: NDArray[np.float64],
+    *,
+    trained_sorted: NDArray[np.float64] | None = None,
 ) -> LengthBias:
-    """:class:`refimpl.LengthBias` measures between the empirical trained and launched laws."""
+    """:class:`refimpl.LengthBias` measures between the empirical trained and launched laws.
+
+    ``trained_sorted``: ``np.sort(trained)``, when the caller has it already."""
     if trained.size == 0 or launched.size == 0:
         nan = float("nan")
         return LengthBias(nan, nan, nan, nan, nan)
@@ -339,8 +352,8 @@ def empirical_length_bias(
     else:
         step = max(1, launched.size // 200_000)  # edges from a systematic subsample
         edges = np.quantile(launched[::step], np.linspace(0.0, 1.0, _BINS + 1)[1:-1])
-        p = np.bincount(np.searchsorted(edges, launched), minlength=_BINS).astype(np.float64)
-        q = np.bincount(np.searchsorted(edges, trained), minlength=_BINS).astype(np.float64)
+        p = _bin_counts(np.sort(launched), edges)
+        q = _bin_counts(np.sort(trained) if trained_sorted is None else trained_sorted, edges)
     p /= p.sum()
     q /= q.sum()
     tv = 0.5 * float(np.abs(q - p).sum())
@@ -404,6 +417,7 @@ def summarize(trace: SimTrace) -> SimSummary:
     order = trace.training_order()  # statistics in training order, as the peer sums them
     stale = trace.staleness[order].astype(np.int64)
     lens = trace.length[order]
+    lens_sorted = np.sort(lens)
     end = trace.end_time
     hist = np.bincount(stale) if n_tr else np.zeros(0, dtype=np.int64)
     # per-token staleness over trained samples, weighted by tokens
@@ -437,13 +451,16 @@ def summarize(trace: SimTrace) -> SimSummary:
         staleness_mean=float(stale.mean()) if n_tr else float("nan"),
         staleness_max=int(stale.max()) if n_tr else 0,
         staleness_hist=hist,
-        staleness_quantiles=np.percentile(stale, [50, 90, 99]) if n_tr else np.full(3, np.nan),
+        # percentiles of the sorted values: the same order statistics, found without a partition
+        staleness_quantiles=np.percentile(np.sort(stale), [50, 90, 99])
+        if n_tr
+        else np.full(3, np.nan),
         token_staleness_mean=tok_stale,
         length_mean=mean,
         length_std=float(lens.std()) if n_tr else float("nan"),
-        length_quantiles=np.percentile(lens, [50, 90, 99]) if n_tr else np.full(3, np.nan),
+        length_quantiles=np.percentile(lens_sorted, [50, 90, 99]) if n_tr else np.full(3, np.nan),
         launched_length_mean=launched_mean,
-        length_bias=empirical_length_bias(lens, trace.length),
+        length_bias=empirical_length_bias(lens, trace.length, trained_sorted=lens_sorted),
         dropped=int(np.sum(trace.status == STATUS["dropped"])),
         aborted=int(np.sum(trace.status == STATUS["aborted"])),
         wasted_tokens=float(trace.wasted_tokens.sum()),
