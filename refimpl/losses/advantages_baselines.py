@@ -66,12 +66,6 @@ _SINGLETONS = ("zero", "raw", "error")
 _STDS = ("sample", "population", "none")
 
 
-def _exact_or_float(values: list[Fraction], exact: bool) -> FloatArray | list[Fraction]:
-    if exact:
-        return values
-    return np.array([float(x) for x in values], dtype=np.float64)
-
-
 # ---------------------------------------------------------------------------------------------
 # GPG
 # ---------------------------------------------------------------------------------------------
@@ -163,13 +157,12 @@ def gpg_advantages(
     rule = as_choice(singleton, name="singleton", choices=_SINGLETONS)
     _refuse_singletons(counts, inverse, rule, group)
     alone = counts[inverse] == 1
-    values = exact if exact is not None else None
-    if values is not None:
+    if exact is not None:
         factor = Fraction(a) / Fraction(norm)
-        centred = _exact_centred(values, inverse, counts)
+        centred = _exact_centred(exact, inverse, counts)
         return [
             factor * ((x if rule == "raw" else Fraction(0)) if s else c)
-            for x, s, c in zip(values, alone, centred, strict=True)
+            for x, s, c in zip(exact, alone, centred, strict=True)
         ]
     centred_f = r - _group_means(r, inverse, counts)[inverse]
     base = np.where(alone, r if rule == "raw" else 0.0, centred_f)
@@ -577,7 +570,15 @@ def passk_advantages(
     inverse, counts = _as_groups(group, r.size)
     kind = as_choice(std, name="std", choices=_STDS)
     e = _as_eps(eps)
-    _refuse_singletons(counts, inverse, "error", group)
+    if np.any(counts == 1):
+        first = int(np.flatnonzero(counts[inverse] == 1)[0])
+        raise invalid(
+            "group",
+            "put at least two sequences in every group (Pass@k compares the best response of a "
+            "group with its second best)",
+            group,
+            f"Sequence {first} is alone in its group; sample k >= 2 responses per prompt.",
+        )
     best, gap = _best_and_gap(r, inverse, counts)
     is_best = np.zeros(r.size, dtype=bool)
     is_best[best] = True
