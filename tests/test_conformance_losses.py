@@ -23,6 +23,8 @@ import pytest
 import torch
 
 import refimpl.losses.advantages as adv
+import refimpl.losses.advantages_baselines as ab
+import refimpl.losses.advantages_tokens as at
 import refimpl.losses.aggregation as agg
 import refimpl.losses.clipped as cl
 import refimpl.losses.gae as gae_mod
@@ -502,6 +504,11 @@ def _aggregate_terms(loss: Any, mask: Any, **kwargs: Any) -> tuple[float, Any]:
     return value, agg.aggregation_weights(mask, mode="token_mean", **kwargs)
 
 
+def _opo_advantages(r: Any, *, group: Any, mask: Any) -> Any:
+    """OPO's spec gives the token mask; the reference takes each response's length."""
+    return ab.opo_advantages(r, group=group, lengths=np.asarray(mask).sum(axis=1))
+
+
 REFERENCE: dict[str, Callable[..., Any]] = {
     "ppo_clip": cl.ppo_clip_loss,
     "cispo": cl.cispo_loss,
@@ -528,6 +535,13 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "m2po_mask": rj.m2po_mask,
     "token_entropy": _entropy_terms,
     "gae_advantages": _gae_advantages,
+    "gpg_advantages": ab.gpg_advantages,
+    "opo_advantages": _opo_advantages,
+    "remax_advantages": ab.remax_advantages,
+    "maxrl_advantages": functools.partial(ab.maxrl_advantages, eps=0.0),
+    "passk_advantages": ab.passk_advantages,
+    "gdpo_advantages": at.gdpo_advantages,
+    "optimal_token_baseline_advantages": at.optimal_token_baseline_advantages,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)
@@ -541,6 +555,13 @@ VALUE_ONLY = (
     "off_policy_sequence_mask",
     "m2po_mask",
     "gae_advantages",
+    "gpg_advantages",
+    "opo_advantages",
+    "remax_advantages",
+    "maxrl_advantages",
+    "passk_advantages",
+    "gdpo_advantages",
+    "optimal_token_baseline_advantages",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms
