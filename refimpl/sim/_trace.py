@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.dispatch import LengthBias
+from refimpl.dispatch._records import LengthBias
 
 if TYPE_CHECKING:
     from refimpl.sim._config import SimConfig

@@ -1,0 +1,75 @@
+"""What ``refimpl simulate`` imports: what the run needs, and not scipy.stats or Hypothesis.
+
+A fresh call pays for every module it imports before the run starts (scipy.stats and
+scipy.integrate alone took 0.5-0.8 s, more than a run of 10^6 rollouts). These tests run the
+command in a fresh interpreter and read ``sys.modules`` when it is done; they never time anything.
+The one place the command needs scipy.stats, ``--closed-form``, is the wrong variant the check
+must catch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._wrong_variants import rejects
+
+#: Modules the plain run must not load: scipy's statistics (and with it scipy.integrate and
+#: scipy.optimize), and the property-testing library, which only the tests use.
+HEAVY = ("scipy.stats", "scipy.integrate", "scipy.optimize", "hypothesis")
+
+_CHILD = """
+import json, sys
+from refimpl.cli import main
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, f)
+"""
+
+_SMALL = ["--slots", "4", "--batch", "4", "--rollouts", "64", "--json", "--no-progress"]
+
+
+def modules_after(argv: list[str], tmp_path: Path) -> set[str]:
+    """The modules loaded once ``refimpl simulate ARGV`` has run in a fresh interpreter."""
+    out = tmp_path / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(out), "simulate", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(out.read_text())
+    assert got["code"] == 0, done.stderr
+    return set(got["modules"])
+
+
+def check_loads_nothing_heavy(argv: list[str], tmp_path: Path) -> None:
+    """The property: none of :data:`HEAVY` is loaded by the call."""
+    loaded = modules_after(argv, tmp_path)
+    assert [m for m in HEAVY if m in loaded] == [], argv
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # plain async: the vectorized engine
+        ["--partial", "recompute", "--engine", "event"],  # the event engine
+        ["--engine-model", "qwen2.5-7b-h100", "--prompt-tokens", "16", "--engine", "event"],
+        ["--mode", "first_k", "--launch", "6", "--lengths-pmf", "0.5,0.5"],
+    ],
+    ids=["async", "partial", "engine-mode", "first_k-pmf"],
+)
+def test_simulate_loads_neither_scipy_stats_nor_hypothesis(
+    extra: list[str], tmp_path: Path
+) -> None:
+    check_loads_nothing_heavy([*_SMALL, *extra], tmp_path)
+
+
+def test_the_check_catches_a_call_that_loads_scipy_stats(tmp_path: Path) -> None:
+    # --closed-form evaluates scipy.stats laws: the check must see them loaded
+    rejects(check_loads_nothing_heavy, [*_SMALL, "--closed-form"], tmp_path)
