@@ -215,6 +215,22 @@ def test_the_optimal_token_baseline_on_a_hand_worked_group() -> None:
     np.testing.assert_array_equal(single, [[2.0, 2.0]])
 
 
+def test_the_optimal_token_baseline_aligns_valid_tokens_or_columns() -> None:
+    # row 0 has a gap at column 1: its second valid token is in column 2
+    r = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    mask = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    logp, s2 = np.full((2, 3), -800.0), np.zeros((2, 3))
+    valid = at.optimal_token_baseline_advantages(
+        r, logp, s2, group=[0, 0], mask=mask, positions="valid"
+    )
+    # by rank: returns (1, 0) at both ranks with W = (1, 1) then (2, 2): B = 1/2 at each
+    np.testing.assert_array_equal(valid, [[0.5, 0.0, 0.5], [-0.5, -0.5, 0.0]])
+    column = at.optimal_token_baseline_advantages(r, logp, s2, group=[0, 0], mask=mask)
+    # by column: column 1 holds row 1 alone (B = its own return 0), column 2 row 0 alone, whose
+    # baseline the zero tail does not touch (the lengths are equal)
+    np.testing.assert_array_equal(column, [[0.5, 0.0, 0.0], [-0.5, 0.0, 0.0]])
+
+
 # ---------------------------------------------------------------------------------------------
 # independent loop implementations
 # ---------------------------------------------------------------------------------------------
@@ -523,6 +539,57 @@ def test_otb_property_rejects_a_per_token_weight() -> None:
     rejects(_check_w_weighted_cancel(otb_per_token_weight))
 
 
+@st.composite
+def gapped_batch(draw: st.DrawFn) -> dict[str, Any]:
+    """A token batch whose mask has gaps (multi-turn), every row non-empty."""
+    inputs = draw(token_batch())
+    b, t = inputs["mask"].shape
+    bits = np.array(draw(st.lists(st.booleans(), min_size=b * t, max_size=b * t))).reshape(b, t)
+    bits[np.arange(b), draw(st.lists(st.integers(0, t - 1), min_size=b, max_size=b))] = True
+    return {**inputs, "mask": bits.astype(np.float64)}
+
+
+def _front(x: Array, mask: Array) -> Array:
+    out = np.zeros_like(x)
+    for i, row in enumerate(mask):
+        idx = np.flatnonzero(row)
+        out[i, : idx.size] = x[i, idx]
+    return out
+
+
+def _check_valid_is_packed_columns(impl: Otb) -> Callable[[], None]:
+    """Aligning valid tokens is the column baseline of the rows packed to the front."""
+
+    @given(gapped_batch())
+    def check(inputs: dict[str, Any]) -> None:
+        m = inputs["mask"]
+        packed = {k: _front(v, m) if k != "group" else v for k, v in inputs.items()}
+        expected = _front(_otb(packed), np.ones_like(m))
+        np.testing.assert_allclose(_front(impl(inputs), m), expected, rtol=1e-13, atol=1e-13)
+
+    return check
+
+
+def _otb_valid(inputs: dict[str, Any]) -> Array:
+    return at.optimal_token_baseline_advantages(
+        inputs["token_rewards"],
+        inputs["logp_old"],
+        inputs["sum_pi_squared"],
+        group=inputs["group"],
+        mask=inputs["mask"],
+        zero_tail=False,
+        positions="valid",
+    )
+
+
+def test_otb_valid_positions_are_the_packed_columns() -> None:
+    run_property(_check_valid_is_packed_columns(_otb_valid))
+
+
+def test_otb_valid_positions_property_rejects_columns() -> None:
+    rejects(_check_valid_is_packed_columns(_otb))
+
+
 def _check_antisymmetric(impl: Callable[[Array, Array], Array]) -> Callable[[], None]:
     @given(st.lists(st.tuples(REWARD, REWARD), min_size=1, max_size=6))
     def check(pairs: list[tuple[float, float]]) -> None:
@@ -589,6 +656,17 @@ def test_remax_property_rejects_an_added_baseline() -> None:
                 [[1.0]], [[-0.5]], [[0.5]], group=[0], mask=[[1]], eps=-1.0
             ),
             ["eps", ">= 0"],
+        ),
+        (
+            lambda: at.optimal_token_baseline_advantages(
+                [[1.0]],
+                [[-0.5]],
+                [[0.5]],
+                group=[0],
+                mask=[[1]],
+                positions="rank",  # type: ignore[arg-type]
+            ),
+            ["positions", "column"],
         ),
     ],
 )

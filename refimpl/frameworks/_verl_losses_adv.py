@@ -707,9 +707,9 @@ ADAPTERS = (
         function=f"{_CORE}:compute_multi_turn_optimal_token_baseline_advantage",
         settings={"adv_estimator": "tir_optimal_token_baseline", "rollout_is_weights": None},
         spec="optimal_token_baseline_advantages",
-        conventions=_OTB,
+        conventions={**_OTB, "positions": "valid"},
         candidate=verl_tir_optimal_token_baseline_advantages,
-        note="The same baseline over each row's valid tokens aligned (right-padded masks: the "
-        "same columns).",
+        note="The same baseline with the k-th valid tokens of the rows aligned (a multi-turn "
+        "mask's gaps skipped); rows with no valid token left out of their group.",
     ),
 )

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from refimpl._validation import as_float_array, as_real, invalid, mismatch, require_entries
+from refimpl.losses._common import as_choice
 from refimpl.losses.advantages import (
     _as_groups,
     _as_sequence_weights,
@@ -241,6 +242,7 @@ def optimal_token_baseline_advantages(
     is_weights: ArrayLike | None = None,
     zero_tail: bool = True,
     eps: float = 0.0,
+    positions: Literal["column", "valid"] = "column",
 ) -> FloatArray:
     r"""Per-token advantages with the optimal token baseline (OTB) of each group and position.
 
@@ -266,13 +268,18 @@ def optimal_token_baseline_advantages(
     baseline is 0 from column :math:`L_{(2)}` (the second-longest length) on: there it is alone,
     and its own return as baseline would cancel its advantage.
 
+    ``positions`` says which tokens of different rows share a baseline: ``"column"`` (default)
+    the same column :math:`t`; ``"valid"`` the :math:`k`-th valid token of each row (a multi-turn
+    mask with gaps is compacted first; a row with no valid token is left out of its group). The
+    two agree on right-padded masks.
+
     .. warning::
 
         verl 0.9.1 (``core_algos.compute_optimal_token_baseline_advantage``,
         ``adv_estimator="optimal_token_baseline"``) adds ``epsilon = 1e-8`` to the denominator;
         its multi-turn variant ``compute_multi_turn_optimal_token_baseline_advantage`` aligns the
-        valid tokens of each row (the same for right-padded masks) and leaves rows with no token
-        out of their group.
+        valid tokens of each row and leaves rows with no token out of their group
+        (``positions="valid"``).
 
     Parameters
     ----------
@@ -293,6 +300,8 @@ def optimal_token_baseline_advantages(
         Zero the unique longest response's baseline past the second-longest length.
     eps : float
         ``ε >= 0`` added to the denominator.
+    positions : {"column", "valid"}
+        Share a baseline by column, or by the rank of the token among its row's valid tokens.
 
     Returns
     -------
@@ -304,7 +313,7 @@ def optimal_token_baseline_advantages(
     ValueError
         If an array is not finite or not of the rewards' ``(B, T)`` shape, ``logp_old > 0``,
         ``sum_pi_squared`` outside [0, 1], ``mask`` not 0/1, ``group`` not one integer per row,
-        or ``eps < 0``.
+        ``eps < 0``, or ``positions`` is unknown.
 
     Notes
     -----
@@ -334,15 +343,66 @@ def optimal_token_baseline_advantages(
     e = as_real(eps, name="eps", low=0.0, meaning="added to the baseline's denominator")
     if not isinstance(zero_tail, bool | np.bool_):
         raise invalid("zero_tail", "be a bool", zero_tail, "Pass zero_tail=True or False.")
+    where = as_choice(positions, name="positions", choices=("column", "valid"))
     returns = np.cumsum((r * m)[:, ::-1], axis=1)[:, ::-1]
     big_w = np.cumsum(w * m, axis=1)
+    if where == "column":
+        baselines = _baselines(returns, big_w, m, inverse, counts, lengths, e, zero_tail)
+        return np.asarray((returns - baselines) * m, dtype=np.float64)
+    return _valid_positions(returns, big_w, m, inverse, lengths, e, zero_tail)
+
+
+def _baselines(
+    returns: FloatArray,
+    big_w: FloatArray,
+    m: FloatArray,
+    inverse: NDArray[np.intp],
+    counts: NDArray[np.intp],
+    lengths: FloatArray,
+    eps: float,
+    zero_tail: bool,
+) -> FloatArray:
+    """``B_{g,t}`` per row and column (0 for a group of one), the zero tail applied."""
     baselines = np.zeros_like(returns)
     for g in np.flatnonzero(counts >= 2):
         members = np.flatnonzero(inverse == g)
         num = np.sum(returns[members] * big_w[members] * m[members], axis=0)
-        den = np.sum(big_w[members] * m[members], axis=0) + e
-        b = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
-        baselines[members] = b
+        den = np.sum(big_w[members] * m[members], axis=0) + eps
+        baselines[members] = np.divide(num, den, out=np.zeros_like(num), where=den > 0)
         if zero_tail:
             _zero_tail(baselines, members, lengths)
-    return np.asarray((returns - baselines) * m, dtype=np.float64)
+    return baselines
+
+
+def _valid_positions(
+    returns: FloatArray,
+    big_w: FloatArray,
+    m: FloatArray,
+    inverse: NDArray[np.intp],
+    lengths: FloatArray,
+    eps: float,
+    zero_tail: bool,
+) -> FloatArray:
+    """The baseline over each row's valid tokens aligned (the k-th valid token of every row share
+    a position); rows with no valid token are left out of their group."""
+    out = np.zeros_like(returns)
+    keep = np.flatnonzero(lengths > 0)
+    if keep.size == 0:
+        return out
+    width = int(lengths.max())
+    g_c = np.zeros((keep.size, width))
+    w_c = np.zeros((keep.size, width))
+    for row, i in enumerate(keep):
+        idx = np.flatnonzero(m[i])
+        g_c[row, : idx.size] = returns[i, idx]
+        w_c[row, : idx.size] = big_w[i, idx]
+    lens = lengths[keep]
+    m_c = (np.arange(width)[None, :] < lens[:, None]).astype(np.float64)
+    _, sub, counts = np.unique(inverse[keep], return_inverse=True, return_counts=True)
+    b_c = _baselines(
+        g_c, w_c, m_c, sub.astype(np.intp), counts.astype(np.intp), lens, eps, zero_tail
+    )
+    for row, i in enumerate(keep):
+        idx = np.flatnonzero(m[i])
+        out[i, idx] = g_c[row, : idx.size] - b_c[row, : idx.size]
+    return out

@@ -61,6 +61,15 @@ ZERO_TAIL = Convention(
     "the unique longest response's baseline is 0 past the second-longest length",
     who="True: verl 0.9.1 (handle_zero_tail default)",
 )
+POSITIONS = Convention(
+    "positions",
+    "column",
+    ("column", "valid"),
+    "which tokens of different rows share a baseline: the same column, or the k-th valid token "
+    "of each row (a multi-turn mask's gaps skipped)",
+    who="column: verl 0.9.1 compute_optimal_token_baseline_advantage; valid: "
+    "compute_multi_turn_optimal_token_baseline_advantage",
+)
 WHITEN_EPS = Convention(
     "whiten_eps",
     1e-8,
@@ -110,7 +119,13 @@ def _otb_calls(draw: st.DrawFn, conv: Conventions, *, equal_weights: bool = Fals
     rewards, group = draw(_rewards_draw(conv))
     mask = _lengths(draw, rewards.size)
     b, t = mask.shape
-    last = mask.sum(axis=1).astype(np.intp) - 1
+    if not equal_weights and draw(st.booleans()):  # a multi-turn mask: gaps between the turns
+        bits = np.asarray(draw(st.lists(st.booleans(), min_size=b * t, max_size=b * t)))
+        mask = bits.reshape(b, t).astype(np.float64)
+        mask[
+            np.arange(b), np.asarray(draw(st.lists(st.integers(0, t - 1), min_size=b, max_size=b)))
+        ] = 1.0
+    last = np.asarray([np.flatnonzero(row)[-1] for row in mask], dtype=np.intp)
     token_rewards = np.zeros((b, t))
     token_rewards[np.arange(b), last] = rewards
     if draw(st.booleans()):  # dense per-token rewards as well
@@ -151,7 +166,12 @@ def _gdpo_expected(call: Call, conv: Conventions) -> Array:
 def _otb_expected(call: Call, conv: Conventions) -> Array:
     args, kw = call
     return optimal_token_baseline_advantages(
-        *args, group=kw["group"], mask=kw["mask"], zero_tail=conv["zero_tail"], eps=conv["eps"]
+        *args,
+        group=kw["group"],
+        mask=kw["mask"],
+        zero_tail=conv["zero_tail"],
+        eps=conv["eps"],
+        positions=conv["positions"],
     )
 
 
@@ -193,7 +213,33 @@ def _gdpo_condition(call: Call, conv: Conventions, expected: Any) -> Array:
 
 
 def _otb_condition(call: Call, conv: Conventions, expected: Any) -> Array:
-    """``|G| + δG + δB`` per token: δB = Σ_i δW_i |G_i − B| / Σ_i W_i + the sums' rounding."""
+    """``|G| + δG + δB`` per token: δB = Σ_i δW_i |G_i − B| / Σ_i W_i + the sums' rounding; for
+    ``positions="valid"`` on each row's valid tokens moved to the front."""
+    if conv["positions"] == "column":
+        return _otb_column_condition(call, conv, expected)
+    (rewards, logp, s2), kw = call
+    m = np.asarray(kw["mask"], dtype=np.float64)
+    width = int(m.sum(axis=1).max())
+    rows = [np.flatnonzero(row) for row in m]
+
+    def front(x: Any, fill: float) -> Array:
+        out = np.full((m.shape[0], width), fill)
+        for i, idx in enumerate(rows):
+            out[i, : idx.size] = np.asarray(x, dtype=np.float64)[i, idx]
+        return out
+
+    packed: Call = (
+        (front(rewards, 0.0), front(logp, 0.0), front(s2, 0.0)),
+        {**kw, "mask": front(m, 0.0)},
+    )
+    cond_c = _otb_column_condition(packed, conv, front(expected, 0.0))
+    cond = np.zeros_like(m)
+    for i, idx in enumerate(rows):
+        cond[i, idx] = cond_c[i, : idx.size]
+    return cond
+
+
+def _otb_column_condition(call: Call, conv: Conventions, expected: Any) -> Array:
     (rewards, logp, s2), kw = call
     m = np.asarray(kw["mask"], dtype=np.float64)
     r = np.asarray(rewards, dtype=np.float64) * m
@@ -376,7 +422,7 @@ def token_advantage_specs() -> list[Spec]:
                     applies=_eps_zero,
                 ),
             ],
-            (EPS_OTB, ZERO_TAIL, GROUPS),
+            (EPS_OTB, ZERO_TAIL, POSITIONS, GROUPS),
             _otb_condition,
         ),
     ]
