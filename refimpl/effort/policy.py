@@ -249,7 +249,8 @@ def train_effort_policy(
     noise : float, default 0.0
         Standard deviation of zero-mean Gaussian reward noise, ``>= 0`` (does not move the optimum).
     initial_spread : float, default 0.5
-        Initial ``σ`` of ``ln ℓ``, ``> 0``; the initial median length is ``λ``.
+        Initial ``σ`` of ``ln ℓ``, ``> 0`` with ``σ²`` a normal float64 (``σ >= 1.5e-154``);
+        the initial median length is ``λ``.
 
     Returns
     -------
@@ -385,8 +386,21 @@ def _checked_run(
         degree=as_int(degree, name="degree", minimum=0, meaning="Chebyshev degree"),
         lr=as_real(learning_rate, name="learning_rate", low=0.0, low_open=True),
         noise=as_real(noise, name="noise", low=0.0, meaning="reward noise standard deviation"),
-        spread0=as_real(initial_spread, name="initial_spread", low=0.0, low_open=True),
+        spread0=_as_spread(initial_spread),
     )
+
+
+def _as_spread(initial_spread: Any) -> float:
+    """The initial spread σ > 0, with σ² a normal float64: the score (x − μ)/σ² is 0/0 below."""
+    spread = as_real(initial_spread, name="initial_spread", low=0.0, low_open=True)
+    if spread * spread < np.finfo(np.float64).tiny:
+        raise invalid(
+            "initial_spread",
+            "be large enough that initial_spread² is a normal float64 (>= 1.5e-154)",
+            initial_spread,
+            "Pass a larger initial_spread (the default is 0.5).",
+        )
+    return spread
 
 
 def _policy_gradient(params: NDArray[np.float64], run: _Run) -> tuple[float, NDArray[np.float64]]:

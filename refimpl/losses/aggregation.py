@@ -151,7 +151,15 @@ def _constant(constant: Any, mode: str) -> float:
             constant,
             "Pass constant=H, the fixed generation budget in tokens.",
         )
-    return as_real(constant, name="constant", low=0.0, low_open=True, meaning="tokens H")
+    h = as_real(constant, name="constant", low=0.0, low_open=True, meaning="tokens H")
+    if h < 1.0 / np.finfo(np.float64).max:  # the weights 1/(S·H) would overflow to infinity
+        raise invalid(
+            "constant",
+            "be large enough that the weight 1/(sequences·constant) is finite in float64",
+            constant,
+            "Pass constant=H, the fixed generation budget in tokens.",
+        )
+    return h
 
 
 def _row_weights(
@@ -286,8 +294,8 @@ def aggregation_weights(
     ValueError
         If ``mask`` or ``rejection`` is not 0/1 or has the wrong shape, ``mode`` /
         ``empty_rows`` / ``denominator`` is unknown, a declared count is below this batch's own
-        count, ``constant`` is missing for ``token_sum_norm`` (or given for another mode), or
-        ``group`` is missing for ``group_mean``.
+        count, ``constant`` is missing for ``token_sum_norm`` (or given for another mode, or so
+        small that ``1/(S·H)`` leaves float64), or ``group`` is missing for ``group_mean``.
 
     Notes
     -----
@@ -423,7 +431,8 @@ def length_weight(
     ------
     ValueError
         If a length is negative or not an integer, ``mode`` is unknown or ``group_mean``,
-        ``sequence_count < 1``, or a mode's required count or constant is missing.
+        ``sequence_count < 1``, or a mode's required count or constant is missing (or the
+        constant so small that ``1/(S·H)`` leaves float64).
 
     Examples
     --------

@@ -406,7 +406,8 @@ def token_logprobs_grad(
     Raises
     ------
     TypeError, ValueError
-        As :func:`token_logprobs`, and if ``cotangent`` is not a finite (B, T) array.
+        As :func:`token_logprobs`, and if ``cotangent`` is not a finite (B, T) array or
+        ``cotangent/temperature`` leaves float64.
 
     Notes
     -----
@@ -438,7 +439,16 @@ def token_logprobs_grad(
     probs = np.where(keep, np.exp((y - shift) - log_s), 0.0)
     onehot = np.zeros_like(probs)
     np.put_along_axis(onehot, ids[..., None], _gather(keep, ids)[..., None].astype(float), axis=-1)
-    return np.asarray((c / t)[..., None] * (onehot - probs), dtype=np.float64)
+    with np.errstate(over="ignore"):
+        scale = c / t
+    if not np.all(np.isfinite(scale)):  # the gradient itself is beyond float64
+        raise invalid(
+            "temperature",
+            "be large enough that the gradient cotangent/temperature stays finite in float64",
+            temperature,
+            "Pass a larger temperature (or a smaller cotangent).",
+        )
+    return np.asarray(scale[..., None] * (onehot - probs), dtype=np.float64)
 
 
 def token_entropy(
