@@ -229,6 +229,16 @@ def test_the_optimal_token_baseline_aligns_valid_tokens_or_columns() -> None:
     # by column: column 1 holds row 1 alone (B = its own return 0), column 2 row 0 alone, whose
     # baseline the zero tail does not touch (the lengths are equal)
     np.testing.assert_array_equal(column, [[0.5, 0.0, 0.0], [-0.5, 0.0, 0.0]])
+    # a row with no valid token: left out of its group by valid token (its partner is alone, A =
+    # G); by column it stays in, and without the zero tail its partner is its own baseline
+    r1, m1 = np.array([[1.0], [0.0]]), np.array([[1.0], [0.0]])
+    kw: dict[str, Any] = {"group": [0, 0], "mask": m1, "zero_tail": False}
+    alone = at.optimal_token_baseline_advantages(
+        r1, logp[:, :1], s2[:, :1], positions="valid", **kw
+    )
+    np.testing.assert_array_equal(alone, [[1.0], [0.0]])
+    paired = at.optimal_token_baseline_advantages(r1, logp[:, :1], s2[:, :1], **kw)
+    np.testing.assert_array_equal(paired, [[0.0], [0.0]])
 
 
 # ---------------------------------------------------------------------------------------------

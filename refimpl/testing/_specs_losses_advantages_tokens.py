@@ -122,12 +122,14 @@ def _otb_calls(draw: st.DrawFn, conv: Conventions, *, equal_weights: bool = Fals
     if not equal_weights and draw(st.booleans()):  # a multi-turn mask: gaps between the turns
         bits = np.asarray(draw(st.lists(st.booleans(), min_size=b * t, max_size=b * t)))
         mask = bits.reshape(b, t).astype(np.float64)
-        mask[
-            np.arange(b), np.asarray(draw(st.lists(st.integers(0, t - 1), min_size=b, max_size=b)))
-        ] = 1.0
-    last = np.asarray([np.flatnonzero(row)[-1] for row in mask], dtype=np.intp)
+        keep = np.asarray(draw(st.lists(st.integers(0, t - 1), min_size=b, max_size=b)))
+        mask[np.arange(b), keep] = 1.0
+        if b > 1 and draw(st.booleans()):  # a response with no valid token (an empty turn)
+            mask[draw(st.integers(0, b - 1))] = 0.0
     token_rewards = np.zeros((b, t))
-    token_rewards[np.arange(b), last] = rewards
+    for i, row in enumerate(mask):  # the outcome reward on the last valid token
+        if row.any():
+            token_rewards[i, np.flatnonzero(row)[-1]] = rewards[i]
     if draw(st.booleans()):  # dense per-token rewards as well
         dense = draw(st.lists(st.sampled_from([0.0, 0.25, -1.0]), min_size=b * t, max_size=b * t))
         token_rewards += np.asarray(dense).reshape(b, t) * mask
