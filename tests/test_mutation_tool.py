@@ -326,3 +326,15 @@ def test_only_runs_the_listed_mutants_whatever_the_sample(
     keys.write_text("refimpl/tiny.py::inc: x + 1 -> (x * 1) #1\n")
     with pytest.raises(SystemExit, match="no such mutant"):
         mutate.main([tiny, "--only", str(keys)])
+
+
+def test_a_depth_1_clone_is_refused_with_the_fix(tmp_path: Path) -> None:
+    origin = _fixture_repo(tmp_path / "origin")
+    (origin / "refimpl" / "tiny.py").write_text(TINY + "\nZ = 3\n")
+    _git(origin, "commit", "-q", "-am", "second")
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{origin}", str(clone))
+    with pytest.raises(SystemExit, match=r"depth 1\).*--deepen 1"):
+        mutate.changed_files(None, root=clone)
+    _git(clone, "fetch", "-q", "--deepen", "1")
+    assert mutate.changed_files(None, root=clone) == ["refimpl/tiny.py"]

@@ -37,8 +37,8 @@ score printed is that sample's *before-score*. Tests then written for its surviv
 (``tests/test_depth_<package>.py``) and judge them on another fresh sample.
 
 ``--changed [REV]`` is the CI mode (``.ci/mutation``): the formula modules (:data:`FORMULA_MODULES`)
-that ``git diff --name-only REV...HEAD`` lists (no REV: the files of the last commit, all a
-fresh clone of depth 1 has), a sample of ``--sample`` split evenly over them, and a seed derived
+that ``git diff --name-only REV...HEAD`` lists (no REV: the files of the last commit; a clone
+needs depth 2 for that), a sample of ``--sample`` split evenly over them, and a seed derived
 from HEAD's commit hash (:func:`commit_seed`: its first 8 hex digits), so each change is scored on
 a new sample, yet the same commit always draws the same one and a failure is repeated exactly.
 ``--threshold P`` exits 1 when killed / (killed + survived) is below ``P`` and prints, for each
@@ -660,9 +660,18 @@ def _git(root: Path, *args: str) -> str:
 def changed_files(rev: str | None, root: Path | None = None) -> list[str]:
     """The files a change touched, relative to the repository root: ``git diff --name-only
     REV...HEAD`` (what HEAD changed since it left ``rev``), or, with ``rev`` None, the files of
-    the last commit alone (a fresh clone of depth 1 has nothing else)."""
+    the last commit alone (every file for a root commit). A clone of depth 1 cannot tell them
+    (HEAD's parent is missing, so HEAD looks like a root commit): refused, with the fix."""
     root = ROOT if root is None else root
     if rev is None:
+        parents = _git(root, "rev-list", "--parents", "-n", "1", "HEAD").split()[1:]
+        shallow = _git(root, "rev-parse", "--is-shallow-repository").strip() == "true"
+        if not parents and shallow:  # a depth-1 clone: HEAD looks like a root commit
+            raise SystemExit(
+                "--changed: HEAD's parent is not in this clone (a shallow clone of depth 1), so "
+                "the last commit's files cannot be told; fetch one more commit (git fetch "
+                "--deepen 1, or clone with --depth 2) or pass the base, e.g. --changed origin/main"
+            )
         out = _git(root, "diff-tree", "--root", "--no-commit-id", "--name-only", "-r", "HEAD")
     else:
         out = _git(root, "diff", "--name-only", f"{rev}...HEAD")
