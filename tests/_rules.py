@@ -23,10 +23,11 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ __all__ = [
     "Rule",
     "bind",
     "call_with",
+    "declared",
     "discover",
+    "hand_rule",
     "load_formula_modules",
     "public_function",
     "recording",
@@ -73,7 +76,11 @@ class Rule:
     value2: Any = field(default=None, compare=False, hash=False)
 
     def describe(self) -> str:
-        """A short human reading of the rule, for failure messages."""
+        """A short human reading of the rule, for failure messages (``by hand`` when declared)."""
+        text = self._describe()
+        return f"{text} (by hand)" if self.builder == "hand" else text
+
+    def _describe(self) -> str:
         if self.kind == "choice":
             return f"{self.name} in {self.choices!r}"
         if self.kind == "ordered":
@@ -306,6 +313,40 @@ def discover(fn: Callable[..., Any], arguments: dict[str, Any]) -> list[Found]:
     return list(found.values())
 
 
+# --- rules written by hand, declared ----------------------------------------------------------
+
+
+def hand_rule(
+    kind: str,
+    name: str,
+    *,
+    low: Any = None,
+    high: Any = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    names: tuple[str, str] | tuple[()] = (),
+    strict: bool = False,
+) -> Rule:
+    """A rule a function checks with its own ``if ...: raise invalid(name, ...)``.
+
+    The builders cannot record it, so it is declared (``tests/_valid_calls.py``). ``name`` is the
+    parameter the refusal opens with; an ordered rule says ``names[0] <= names[1]``.
+    """
+    return Rule("hand", kind, name, low, high, low_open, high_open, (), tuple(names), strict)
+
+
+def declared(rule: Rule, arguments: dict[str, Any]) -> Found | None:
+    """The declared ``rule`` on a valid call (``None`` when the call does not pass its argument)."""
+    params = rule.names if rule.kind == "ordered" else (rule.name,)
+    if any(arguments.get(p) is None for p in params):
+        return None
+    if rule.kind == "ordered":
+        rule = replace(rule, value=arguments[params[0]], value2=arguments[params[1]])
+    else:
+        rule = replace(rule, value=arguments[params[0]])
+    return Found(rule, tuple(params), direct=True)
+
+
 # --- boundary cases generated from a rule ---------------------------------------------------
 
 
@@ -484,6 +525,24 @@ def _names_the_fix(message: str, rule: Rule) -> str | None:
     return None
 
 
+def _hand_outcome(case: Case, error: RefimplError, *, by_builder: bool) -> str | None:
+    """The outcome of a refused case of a declared rule: its refusal opens with the parameter's
+    name, comes from no builder, states the value received and then a fix."""
+    message = str(error)
+    mine = not by_builder and message.startswith(f"{case.rule.name} must ")
+    if case.expect == "accepted":
+        return f"refused: {message}"
+    if case.expect == "refused_any":
+        return None if case.param in message else f"message misses the name: {message}"
+    if case.expect == "refused_by_other":
+        return f"refused by this rule itself: {message}" if mine else None
+    if not mine:
+        return f"refused by another check, not this rule: {message}"
+    if not re.search(r"; got .+\. \S", message, flags=re.S):
+        return f"message shows no value received and fix: {message}"
+    return None
+
+
 def run_case(fn: Callable[..., Any], arguments: dict[str, Any], case: Case) -> str | None:
     """Run one case; ``None`` when it behaves as ``case.expect`` says, else why not."""
     moved = {**arguments, **case.changes}
@@ -491,6 +550,8 @@ def run_case(fn: Callable[..., Any], arguments: dict[str, Any], case: Case) -> s
         try:
             call_with(fn, moved)
         except RefimplError as error:
+            if case.rule.builder == "hand":
+                return _hand_outcome(case, error, by_builder=bool(rec.raised_by(error)))
             mine = [r for r in rec.raised_by(error) if r == case.rule]
             if case.expect == "accepted":
                 return f"refused: {error}"

@@ -19,10 +19,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.stats
+from _rules import Rule, hand_rule
 
 from refimpl.losses import LogprobSemantics
 
-__all__ = ["FORMULA_MODULES", "VALID_CALLS", "Call"]
+__all__ = ["FORMULA_MODULES", "HAND_RULES", "VALID_CALLS", "Call"]
 
 #: The packages whose public functions must each have a valid call.
 FORMULA_MODULES = (
@@ -350,5 +351,45 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
             cotangent=[[1.0, 0.5]],
             mask=[[1, 1]],
         ),
+    ),
+}
+
+
+#: Rules the functions check by hand (``if ...: raise invalid(name, ...)``), which the builders
+#: cannot record: declared here, by function, and tested at their boundaries like the recorded
+#: ones (on every valid call that passes their arguments).
+_K_LE_N = hand_rule("ordered", "k", names=("k", "n"))
+_TOP = (
+    hand_rule("int", "top_k", low=1),
+    hand_rule("int", "top_k", high=4),  # the vocabulary of the valid calls' logits
+    hand_rule("real", "top_p", low=0.0, low_open=True, high=1.0),
+)
+HAND_RULES: dict[str, tuple[Rule, ...]] = {
+    **{
+        f"refimpl.dispatch {name}": (_K_LE_N,)
+        for name in (
+            "clipped_ipw_estimate",
+            "horvitz_thompson_estimate",
+            "inclusion_probability",
+            "inclusion_probability_pmf",
+            "ipw_estimator_moments",
+            "ipw_weights",
+            "length_bias",
+            "selected_mean",
+            "selected_pmf",
+        )
+    },
+    "refimpl.staleness masked_is_weights": (hand_rule("real", "high", low=1.0),),
+    "refimpl.effort effort_penalty": (hand_rule("range", "b", low=0.5),),  # b >= b_min = 0.5
+    "refimpl.losses aggregation_weights": (hand_rule("int", "token_count", low=5),),  # 5 tokens
+    "refimpl.losses token_entropy": _TOP,
+    "refimpl.losses token_logprobs": _TOP,
+    "refimpl.losses token_logprobs_grad": _TOP,
+    "refimpl.penalties dapo_overlong_penalty": (
+        hand_rule("ordered", "cache_length", names=("cache_length", "max_length")),
+    ),
+    "refimpl.penalties cosine_length_reward": (
+        hand_rule("ordered", "min_value_wrong", names=("min_value_wrong", "max_value_wrong")),
+        hand_rule("ordered", "min_value_correct", names=("min_value_correct", "max_value_correct")),
     ),
 }

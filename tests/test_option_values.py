@@ -474,6 +474,31 @@ def _masked_geometric() -> None:
     _close(got, [math.sqrt(0.5), 2.0], rtol=1e-15)
 
 
+def _token_baseline(positions: Any) -> Check:
+    # pi = 0 and sum pi^2 = 0: w = 1, W counts the valid tokens so far. Row 0 (mask 1 0 1, reward 1
+    # at the end) has returns (1, ., 1), row 1 (mask 1 1 0, reward 1/2 in the middle) (1/2, 1/2, .)
+    # By column: t = 0 pairs them (baseline 3/4), t = 1 and t = 2 hold one row each (advantage 0).
+    # By valid token: the second valid tokens (columns 2 and 1) pair too, W = 2 each: baseline 3/4.
+    want = {
+        "column": [[0.25, 0.0, 0.0], [-0.25, 0.0, 0.0]],
+        "valid": [[0.25, 0.0, 0.25], [-0.25, -0.25, 0.0]],
+    }[positions]
+
+    def check() -> None:
+        got = L.optimal_token_baseline_advantages(
+            [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]],
+            [[-1e9] * 3] * 2,
+            [[0.0] * 3] * 2,
+            group=[0, 0],
+            mask=[[1, 0, 1], [1, 1, 0]],
+            zero_tail=False,
+            positions=positions,
+        )
+        _close(got, want)
+
+    return check
+
+
 # --- the table --------------------------------------------------------------------------------
 
 _AGG = "test_losses_aggregation"
@@ -723,6 +748,10 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
     **{
         ("refimpl.losses gdpo_advantages", "singleton", s): _gdpo("singleton", s)
         for s in ("zero", "raw", "error")
+    },
+    **{
+        ("refimpl.losses optimal_token_baseline_advantages", "positions", p): _token_baseline(p)
+        for p in ("column", "valid")
     },
     # penalties
     ("refimpl.penalties kimi_length_reward", "scope", "problem"): Ref(

@@ -35,15 +35,18 @@ import pytest
 from _rules import (
     Case,
     Found,
+    Rule,
     bind,
     cases,
+    declared,
     discover,
+    hand_rule,
     load_formula_modules,
     public_function,
     run_case,
     table_lines,
 )
-from _valid_calls import FORMULA_MODULES, VALID_CALLS, Call
+from _valid_calls import FORMULA_MODULES, HAND_RULES, VALID_CALLS, Call
 from _wrong_variants import rejects
 
 import refimpl._validation as v
@@ -300,12 +303,17 @@ def discover_calls(fn: Callable[..., Any], calls: tuple[Call, ...]) -> Discovere
 
 
 def generated_cases(
-    key: str, found: Discovered, coupled: Mapping[tuple[str, int | None, str], Coupling]
+    key: str,
+    found: Discovered,
+    coupled: Mapping[tuple[str, int | None, str], Coupling],
+    hand_rules: tuple[Rule, ...] | None = None,
 ) -> list[tuple[int, dict[str, Any], Case]]:
-    """Every boundary case of every rule found, with the couplings applied."""
+    """Every boundary case of every rule found or declared, with the couplings applied."""
     out = []
+    declared_rules = HAND_RULES.get(key, ()) if hand_rules is None else hand_rules
     for i, arguments, rules in found:
-        for f in rules:
+        hand = [declared(rule, arguments) for rule in declared_rules]
+        for f in [*rules, *(h for h in hand if h is not None)]:
             for case in cases(f, arguments):
                 coupling = coupled.get((key, i, case.label), coupled.get((key, None, case.label)))
                 if coupling is not None and coupling.also is None:
@@ -324,6 +332,7 @@ def rule_failures(
     table: list[str],
     coupled: Mapping[tuple[str, int | None, str], Coupling] = {},
     defects: Mapping[tuple[str, int | None, str], str] = {},
+    hand_rules: tuple[Rule, ...] | None = None,
 ) -> list[str]:
     """Why ``fn``'s rules are not as ``table`` says, or not enforced at their boundaries."""
     found = discover_calls(fn, calls)
@@ -334,7 +343,7 @@ def rule_failures(
     failures += [
         f"in the rule table but not applied: {line}" for line in table if line not in applied
     ]
-    for i, arguments, case in generated_cases(key, found, coupled):
+    for i, arguments, case in generated_cases(key, found, coupled, hand_rules):
         why = run_case(fn, arguments, case)
         defect = defects.get((key, i, case.label), defects.get((key, None, case.label)))
         if defect is not None and (why is None or not why.startswith("raised ")):
@@ -399,6 +408,8 @@ def _right(x: Any, *, n: Any, tau: Any, mode: Any = "mean") -> float:
     The builders are called through their module, which :func:`_rules.recording` wraps.
     """
     count = v.as_int(n, name="n", minimum=2)
+    if count > 10:  # a rule written by hand, declared in _HAND
+        raise v.invalid("n", "be <= 10", n, "Pass n <= 10.")
     scale = v.as_real(tau, name="tau", low=0.0, low_open=True)
     v.require_one_of(mode, ("mean", "sum"), name="mode")
     return float(np.sum(x)) * scale / (count if mode == "mean" else 1)
@@ -411,6 +422,19 @@ _TABLE = [
     f"{_KEY} #0 direct real: tau > 0.0",
     f"{_KEY} #0 direct mode in ('mean', 'sum')",
 ]
+
+
+_HAND = (hand_rule("int", "n", high=10),)
+
+
+def _hand_raise_removed(x: Any, *, n: Any, tau: Any, mode: Any = "mean") -> float:
+    return _right(x, n=min(int(n), 10), tau=tau, mode=mode)  # n > 10 goes through
+
+
+def _hand_bound_moved(x: Any, *, n: Any, tau: Any, mode: Any = "mean") -> float:
+    if isinstance(n, int) and n > 9:  # n <= 10 made n <= 9
+        raise v.invalid("n", "be <= 9", n, "Pass n <= 9.")
+    return _right(x, n=n, tau=tau, mode=mode)
 
 
 def _raise_removed(x: Any, *, n: Any, tau: Any, mode: Any = "mean") -> float:
@@ -450,7 +474,7 @@ def _option_unchecked(x: Any, *, n: Any, tau: Any, mode: Any = "mean") -> float:
 
 
 def _assert_rules_hold(fn: Callable[..., Any]) -> None:
-    failures = rule_failures(_KEY, fn, _CALLS, table=_TABLE)
+    failures = rule_failures(_KEY, fn, _CALLS, table=_TABLE, hand_rules=_HAND)
     assert not failures, "\n".join(failures)
 
 
@@ -467,6 +491,8 @@ def test_the_checker_passes_the_right_function() -> None:
         _stricter_by_hand,
         _message_without_fix,
         _option_unchecked,
+        _hand_raise_removed,
+        _hand_bound_moved,
     ],
 )
 def test_the_checker_rejects_a_wrong_variant(wrong: Callable[..., Any]) -> None:
