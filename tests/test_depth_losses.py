@@ -15,26 +15,38 @@ Each property is also run against a deliberately wrong variant, which it must re
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
-from _wrong_variants import rejects
+from _wrong_variants import rejects, run_property
+from hypothesis import given
+from hypothesis import strategies as st
 from numpy.typing import NDArray
-from strategies_losses import TokenBatch
+from strategies_losses import (
+    TokenBatch,
+    asymmetric_bands,
+    non_unit_weights,
+    token_batches,
+    unequal_groups,
+)
 
 from refimpl.losses import (
     LossTerms,
     cispo_loss,
     dppo_loss,
     gmpo_loss,
+    grpo_advantages,
     gspo_loss,
     importance_weighted_kl,
     importance_weighted_pg_loss,
+    is_batch_normalize,
     kl_penalty,
     log_ratio_penalty_loss,
     ppo_clip_loss,
     reinforce_loss,
+    rloo_advantages,
     sapo_loss,
 )
 
@@ -242,3 +254,150 @@ def test_gradient_only_weighting_has_the_value_of_k_and_the_detached_gradient(
     np.testing.assert_allclose(only.grad, detached.grad, rtol=1e-15, atol=0)
     w = np.minimum(np.exp(b.logp - b.logp_old), np.inf if cap is None else cap)
     np.testing.assert_allclose(detached.loss, w * plain.loss, rtol=1e-14, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# values on data without accidental symmetry: unequal groups, asymmetric bands, non-unit weights
+# ---------------------------------------------------------------------------------------------
+
+
+def grpo_reference(
+    rewards: Array, group: NDArray[np.int64], *, std: str, eps: float, placement: str, scope: str
+) -> Array:
+    out = np.zeros(rewards.size)
+    ddof = {"sample": 1, "population": 0, "none": 0}[std]
+    for i, g in enumerate(group):
+        members = rewards[group == g]
+        centred = rewards[i] - members.mean()
+        pool = members if scope == "group" else rewards
+        var = float(np.sum((pool - pool.mean()) ** 2) / (pool.size - ddof))
+        if std == "none":
+            out[i] = centred
+        elif placement == "std":
+            out[i] = centred / (np.sqrt(var) + eps)
+        elif placement == "variance":
+            out[i] = centred / np.sqrt(var + eps)
+        else:
+            out[i] = centred / np.sqrt(max(var, eps))
+    return out
+
+
+GrpoFn = Callable[..., Any]
+
+
+def check_grpo_on_unequal_groups(grpo: GrpoFn) -> Any:
+    @given(
+        unequal_groups(),
+        st.sampled_from(["sample", "population", "none"]),
+        st.sampled_from(["std", "variance", "floor"]),
+        st.sampled_from(["group", "batch"]),
+        st.sampled_from([1e-6, 0.3]),
+    )
+    def prop(
+        data: tuple[Array, NDArray[np.int64]], std: str, placement: str, scope: str, eps: float
+    ) -> None:
+        rewards, group = data
+        got = grpo(rewards, group=group, std=std, eps=eps, eps_placement=placement, std_scope=scope)
+        want = grpo_reference(rewards, group, std=std, eps=eps, placement=placement, scope=scope)
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+
+    return prop
+
+
+def test_grpo_every_option_on_unequal_groups() -> None:
+    run_property(check_grpo_on_unequal_groups(grpo_advantages))
+
+
+def test_grpo_property_rejects_a_mean_over_the_average_group_size() -> None:
+    # a group's sum divided by the batch's average group size: right only when every group has
+    # the same size, which the strategy never draws
+    def wrong(rewards: Array, *, group: NDArray[np.int64], **kw: Any) -> Array:
+        size = rewards.size / len(set(group.tolist()))
+        means = np.array([rewards[group == g].sum() / size for g in group])
+        shift = np.asarray(grpo_advantages(rewards - means, group=group, **kw))
+        return shift if kw["std"] != "none" else rewards - means
+
+    rejects(check_grpo_on_unequal_groups(wrong))
+
+
+def check_rloo_exact(rloo: GrpoFn) -> Any:
+    @given(unequal_groups())
+    def prop(data: tuple[Array, NDArray[np.int64]]) -> None:
+        rewards, group = data
+        exact = [Fraction(float(r)).limit_denominator(64) for r in rewards]
+        got = rloo(exact, group=group)
+        for i, g in enumerate(group):
+            others = [exact[j] for j in range(len(exact)) if group[j] == g and j != i]
+            assert got[i] == exact[i] - sum(others, Fraction(0)) / len(others)
+
+    return prop
+
+
+def test_rloo_is_exact_leave_one_out_on_unequal_groups() -> None:
+    run_property(check_rloo_exact(rloo_advantages))
+
+
+def test_rloo_property_rejects_a_baseline_that_keeps_the_sample() -> None:
+    def wrong(rewards: list[Fraction], *, group: Any) -> list[Fraction]:
+        return [
+            r
+            - sum((x for x, g in zip(rewards, group, strict=True) if g == gi), Fraction(0))
+            / sum(1 for g in group if g == gi)
+            for r, gi in zip(rewards, group, strict=True)
+        ]
+
+    rejects(check_rloo_exact(wrong))
+
+
+def check_ppo_values(ppo: Callable[..., LossTerms]) -> Any:
+    @given(token_batches(), asymmetric_bands(), st.sampled_from([None, 1.7]))
+    def prop(b: TokenBatch, band: tuple[float, float], dual: float | None) -> None:
+        low, high = band
+        got = ppo(b.logp, b.logp_old, b.advantages, eps_low=low, eps_high=high, dual_clip=dual,
+                  mask=b.mask).loss  # fmt: skip
+        rho = np.exp(b.logp - b.logp_old)
+        a = b.advantages
+        want = np.maximum(-a * rho, -a * np.clip(rho, 1.0 - low, 1.0 + high))
+        if dual is not None:
+            want = np.where(a < 0, np.minimum(want, -dual * a), want)
+        np.testing.assert_allclose(got, np.where(b.mask > 0, want, 0.0), rtol=1e-13, atol=1e-14)
+
+    return prop
+
+
+def test_ppo_values_with_asymmetric_bands() -> None:
+    run_property(check_ppo_values(ppo_clip_loss))
+
+
+def test_ppo_value_property_rejects_swapped_bands() -> None:
+    def swapped(lp: Array, lq: Array, a: Array, *, eps_low: float, eps_high: float,
+                **kw: Any) -> LossTerms:  # fmt: skip
+        return ppo_clip_loss(lp, lq, a, eps_low=min(eps_high, 0.9), eps_high=eps_low, **kw)
+
+    rejects(check_ppo_values(swapped))
+
+
+def check_batch_normalize(normalize: Callable[..., Array]) -> Any:
+    @given(non_unit_weights(size=6), st.sampled_from(["token", "sequence"]))
+    def prop(w: Array, level: str) -> None:
+        weights = w.reshape(2, 3)
+        mask = np.array([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+        got = normalize(weights, mask=mask, level=level)
+        if level == "token":
+            mean = float(np.sum(weights * mask) / 4.0)
+        else:
+            mean = float((weights[0].mean() + weights[1, 0]) / 2.0)
+        np.testing.assert_allclose(got, weights * mask / mean, rtol=1e-14, atol=0)
+
+    return prop
+
+
+def test_batch_normalisation_on_non_unit_weights() -> None:
+    run_property(check_batch_normalize(is_batch_normalize))
+
+
+def test_batch_normalisation_property_rejects_the_padded_mean() -> None:
+    def padded(w: Array, *, mask: Array, level: str) -> Array:
+        return np.asarray(w * mask / np.mean(w), dtype=np.float64)
+
+    rejects(check_batch_normalize(padded))
