@@ -14,6 +14,7 @@ Each property is also run against a deliberately wrong variant, which it must re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _wrong_variants import rejects, run_property
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 from strategies_losses import (
@@ -33,7 +34,9 @@ from strategies_losses import (
 )
 
 from refimpl.losses import (
+    AGGREGATION_MODES,
     LossTerms,
+    aggregation_weights,
     cispo_loss,
     dppo_loss,
     gmpo_loss,
@@ -401,3 +404,130 @@ def test_batch_normalisation_property_rejects_the_padded_mean() -> None:
         return np.asarray(w * mask / np.mean(w), dtype=np.float64)
 
     rejects(check_batch_normalize(padded))
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation: every mode and option in exact arithmetic, on unequal rows and groups
+# ---------------------------------------------------------------------------------------------
+
+
+def aggregation_reference(
+    mask: Array, *, mode: str, group: list[int], empty_rows: str, rejection: Array,
+    denominator: str, extra_tokens: int, extra_sequences: int, constant: int,
+) -> list[list[Fraction]]:  # fmt: skip
+    kept = mask * rejection
+    counts = kept if denominator == "after_rejection" else mask
+    lengths = [int(row.sum()) for row in counts]
+    rows = len(lengths)
+    n = sum(lengths) + extra_tokens
+    if mode == "group_mean":
+        tokens = {g: sum(L for L, h in zip(lengths, group, strict=True) if h == g) for g in group}
+        counted = [g for g in tokens if tokens[g] > 0 or empty_rows == "counted"]
+        s = len(counted) + extra_sequences
+    else:
+        s = sum(1 for L in lengths if L > 0 or empty_rows == "counted") + extra_sequences
+    out = []
+    for b in range(rows):
+        row = []
+        for t in range(mask.shape[1]):
+            if kept[b, t] == 0 or lengths[b] == 0:
+                row.append(Fraction(0))
+                continue
+            weight = {
+                "token_sum": Fraction(1),
+                "token_mean": Fraction(1, n),
+                "seq_mean_token_mean": Fraction(1, s * lengths[b]),
+                "seq_mean_token_sum": Fraction(1, s),
+                "token_sum_norm": Fraction(1, s * constant),
+                "group_mean": Fraction(1, s * tokens.get(group[b], 1)) if mode == "group_mean"
+                else Fraction(0),
+            }[mode]  # fmt: skip
+            row.append(weight)
+        out.append(row)
+    return out
+
+
+@st.composite
+def aggregation_cases(draw: st.DrawFn) -> dict[str, Any]:
+    rows = draw(st.integers(3, 5))
+    width = draw(st.integers(2, 4))
+    lengths = draw(st.lists(st.integers(0, width), min_size=rows, max_size=rows))
+    assume(len(set(lengths)) > 1)
+    mask = (np.arange(width)[None, :] < np.asarray(lengths)[:, None]).astype(np.float64)
+    rejection = np.asarray(
+        draw(
+            st.lists(st.sampled_from([0.0, 1.0, 1.0]), min_size=rows * width, max_size=rows * width)
+        )
+    ).reshape(rows, width)
+    return {
+        "mask": mask,
+        "group": draw(st.lists(st.sampled_from([4, 9, 2]), min_size=rows, max_size=rows)),
+        "empty_rows": draw(st.sampled_from(["excluded", "counted"])),
+        "rejection": rejection,
+        "denominator": draw(st.sampled_from(["before_rejection", "after_rejection"])),
+        "extra_tokens": draw(st.sampled_from([0, 3])),
+        "extra_sequences": draw(st.sampled_from([0, 2])),
+        "constant": draw(st.sampled_from([3, 7])),
+    }
+
+
+def check_aggregation(weights_of: Callable[..., Array]) -> Any:
+    @given(aggregation_cases(), st.sampled_from(AGGREGATION_MODES))
+    def prop(case: dict[str, Any], mode: str) -> None:
+        kw: dict[str, Any] = {
+            "mode": mode,
+            "empty_rows": case["empty_rows"],
+            "rejection": case["rejection"],
+            "denominator": case["denominator"],
+        }
+        extra_tokens = case["extra_tokens"] if mode == "token_mean" else 0
+        extra_sequences = case["extra_sequences"] if mode in SEQUENCE_MODES else 0
+        if mode == "group_mean":
+            kw["group"] = case["group"]
+        if mode == "token_sum_norm":
+            kw["constant"] = case["constant"]
+        if extra_tokens:
+            kw["token_count"] = int(_counts(case).sum()) + extra_tokens
+        if extra_sequences:
+            kw["sequence_count"] = _own_count(case, mode) + extra_sequences
+        want = aggregation_reference(
+            mode=mode, **{**case, "extra_tokens": extra_tokens, "extra_sequences": extra_sequences}
+        )
+        got = weights_of(case["mask"], **kw)
+        assert got.shape == case["mask"].shape
+        assert got.dtype == np.float64
+        for b, row in enumerate(want):
+            for t, w in enumerate(row):
+                assert abs(Fraction(float(got[b, t])) - w) <= Fraction(math.ulp(float(w) or 1.0))
+
+    return prop
+
+
+SEQUENCE_MODES = ("seq_mean_token_mean", "seq_mean_token_sum", "token_sum_norm", "group_mean")
+
+
+def _counts(case: dict[str, Any]) -> Array:
+    kept = case["mask"] * case["rejection"]
+    return np.asarray(kept if case["denominator"] == "after_rejection" else case["mask"])
+
+
+def _own_count(case: dict[str, Any], mode: str) -> int:
+    lengths = _counts(case).sum(axis=1)
+    if mode == "group_mean":
+        groups = dict.fromkeys(case["group"], 0.0)
+        for g, length in zip(case["group"], lengths, strict=True):
+            groups[g] += length
+        return sum(1 for v in groups.values() if v > 0 or case["empty_rows"] == "counted")
+    return int(sum(1 for v in lengths if v > 0 or case["empty_rows"] == "counted"))
+
+
+def test_aggregation_every_mode_and_option_in_exact_arithmetic() -> None:
+    run_property(check_aggregation(aggregation_weights))
+
+
+def test_aggregation_property_rejects_counting_padded_tokens_after_rejection() -> None:
+    def wrong(mask: Array, **kw: Any) -> Array:
+        kw["denominator"] = "before_rejection"  # the option ignored
+        return aggregation_weights(mask, **kw)
+
+    rejects(check_aggregation(wrong))
