@@ -213,6 +213,13 @@ COUPLED: dict[tuple[str, int | None, str], Coupling] = {
         "the weight 1/(S H) leaves float64 for the smallest H: the weight's finiteness rule "
         "refuses it"
     ),
+    **{
+        ("refimpl.losses gpg_advantages", call, "real: f_norm > 0.0: low inside 5e-324"): Coupling(
+            "alpha (r - mean) / f_norm leaves float64 for the smallest f_norm: the advantages' "
+            "finiteness rule refuses it"
+        )
+        for call in (0, 1)
+    },
     ("refimpl.losses dppo_loss", 0, "surrogate='ratio'"): Coupling(
         "SkyRL's ratio surrogate has no truncation: cap must be None", {"cap": None}
     ),
@@ -269,14 +276,7 @@ COUPLED: dict[tuple[str, int | None, str], Coupling] = {
 #: Cases that fail today: a RuntimeWarning (or another non-refimpl error) at a valid argument.
 #: Listed, not skipped: each must still fail as described (a fix makes the test say to remove
 #: the entry), and each is a defect to fix at its call site.
-DEFECTS: dict[tuple[str, int | None, str], str] = {
-    **{
-        ("refimpl.losses gpg_advantages", call, "real: f_norm > 0.0: low inside 5e-324"): (
-            "RuntimeWarning: the advantage divided by the smallest f_norm overflows"
-        )
-        for call in (0, 1)
-    },
-}
+DEFECTS: dict[tuple[str, int | None, str], str] = {}
 
 
 def _public_functions() -> list[str]:
@@ -507,3 +507,24 @@ def test_the_checker_rejects_a_builder_message_without_the_fix(
 
     monkeypatch.setattr(v, "invalid", no_fix)
     rejects(_assert_rules_hold, _right)
+
+
+def _overflows(x: Any, *, n: Any, tau: Any, mode: Any = "mean") -> float:
+    """Wrong: the smallest valid tau overflows with a RuntimeWarning instead of a result."""
+    value = _right(x, n=n, tau=tau, mode=mode)
+    return float(np.float64(1.0) / np.float64(tau)) * value
+
+
+_TINY_TAU: tuple[str, int | None, str] = (_KEY, 0, "real: tau > 0.0: low inside 5e-324")
+
+
+def test_a_listed_defect_must_keep_failing_with_a_foreign_error() -> None:
+    failures = rule_failures(_KEY, _overflows, _CALLS, table=_TABLE, hand_rules=_HAND)
+    assert any("RuntimeWarning" in f for f in failures), failures  # unlisted: a failure
+    listed: dict[tuple[str, int | None, str], str] = {_TINY_TAU: "RuntimeWarning: 1/tau overflows"}
+    failures = rule_failures(
+        _KEY, _overflows, _CALLS, table=_TABLE, hand_rules=_HAND, defects=listed
+    )
+    assert not failures, failures
+    fixed = rule_failures(_KEY, _right, _CALLS, table=_TABLE, hand_rules=_HAND, defects=listed)
+    assert any("no longer fails" in f for f in fixed), fixed  # fixed: the entry must go

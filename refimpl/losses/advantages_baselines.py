@@ -129,8 +129,8 @@ def gpg_advantages(
     ------
     ValueError
         If ``rewards`` is empty or not finite, ``group`` is not one integer per reward,
-        ``f_norm <= 0``, ``alpha`` is neither ``"nonzero"`` nor positive, or a group is a
-        singleton with ``singleton="error"``.
+        ``f_norm <= 0`` (or so small that an advantage leaves float64), ``alpha`` is neither
+        ``"nonzero"`` nor positive, or a group is a singleton with ``singleton="error"``.
 
     Notes
     -----
@@ -166,7 +166,16 @@ def gpg_advantages(
         ]
     centred_f = r - _group_means(r, inverse, counts)[inverse]
     base = np.where(alone, r if rule == "raw" else 0.0, centred_f)
-    return np.asarray(float(a) * base / norm, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        out = float(a) * base / norm
+    if not np.all(np.isfinite(out)):  # a tiny f_norm (or huge rewards): α(r − r̄)/F leaves float64
+        raise mismatch(
+            ("rewards", "f_norm"),
+            "keep every advantage alpha·(r − mean)/f_norm finite in float64",
+            f"f_norm={norm!r} and alpha={float(a)!r}",
+            "Pass a larger f_norm (the paper's is 1), or rescale the rewards.",
+        )
+    return np.asarray(out, dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
