@@ -611,3 +611,22 @@ def test_scalar_efforts_give_zero_dimensional_results_with_the_values() -> None:
     lengths = [lam * max(0.0, math.log(q / (lam * 0.005)) + 2.0) for q, lam in zip(
         MIX3["q_max"], MIX3["lam"], strict=True)]  # fmt: skip
     assert float(mixed.cost) == pytest.approx(float(np.dot(W3, lengths)), rel=1e-14)
+
+
+def test_a_one_entry_class_parameter_is_one_for_all_and_other_sizes_are_refused() -> None:
+    # "q_max and lam may also have one for all": a one-entry array is broadcast over the classes
+    # (as a scalar is), any other size than the class count is refused in refimpl's words
+    lam = [20.0, 90.0, 300.0]
+    as_array = optimal_length([0.5, 2.0], q_max=[0.8], lam=lam, **PEN)
+    as_scalar = optimal_length([0.5, 2.0], q_max=0.8, lam=lam, **PEN)
+    assert as_array.shape == (2, 3)
+    assert as_array.tolist() == as_scalar.tolist()
+    one_lam = effort_frontier(1.0, q_max=[0.8, 1.0, 1.2], lam=[70.0], weights=W3, **PEN)
+    per_class = effort_frontier(1.0, q_max=[0.8, 1.0, 1.2], lam=[70.0] * 3, weights=W3, **PEN)
+    assert float(one_lam.cost) == float(per_class.cost)
+    assert float(one_lam.quality) == float(per_class.quality)
+    for q_max, lam_, name in (([0.8, 0.9], lam, "q_max"), (0.8, [20.0, 90.0], "lam")):
+        with pytest.raises(ValueError, match=rf"{name} must have one entry per class"):
+            optimal_length(1.0, q_max=q_max, lam=lam_, weights=W3, **PEN)
+    with pytest.raises(ValueError, match=r"weights must have one entry per class"):
+        optimal_length(1.0, q_max=0.8, lam=lam, weights=[1.0], **PEN)
