@@ -630,3 +630,26 @@ def test_a_one_entry_class_parameter_is_one_for_all_and_other_sizes_are_refused(
             optimal_length(1.0, q_max=q_max, lam=lam_, weights=W3, **PEN)
     with pytest.raises(ValueError, match=r"weights must have one entry per class"):
         optimal_length(1.0, q_max=0.8, lam=lam, weights=[1.0], **PEN)
+
+
+def test_an_optimal_length_past_float64_is_refused_on_every_path() -> None:
+    # λ·(b − b_min)/τ beyond 1.8e308: the one-class path and the per-class path of a mix (optimal
+    # length, frontier, gap) refuse it naming b, never return inf
+    huge: dict[str, Any] = {"k0": 0.005, "b_min": 0.0, "tau": 1e-300}
+    calls: list[Callable[[], Any]] = [
+        lambda: optimal_length([1.0, 1e10], q_max=1.0, lam=50.0, **huge),
+        lambda: optimal_length([1.0, 1e10], **MIX3, **huge),
+        lambda: optimal_length([1e10], **MIX3, weights=W3, **huge),
+        lambda: effort_frontier([1e10], **MIX3, **huge),
+        lambda: adaptive_gap([1e10], **MIX3, weights=W3, **huge),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"b must give a finite optimal length"):
+            call()
+    # just inside: finite and exact to the formula
+    inside = optimal_length([1e-290], **MIX3, **huge)
+    want = [
+        lam * (math.log(q / (lam * 0.005)) + 1e10)
+        for q, lam in zip(MIX3["q_max"], MIX3["lam"], strict=True)
+    ]
+    np.testing.assert_allclose(inside[0], want, rtol=1e-15)
