@@ -531,3 +531,121 @@ def test_aggregation_property_rejects_counting_padded_tokens_after_rejection() -
         return aggregation_weights(mask, **kw)
 
     rejects(check_aggregation(wrong))
+
+
+# ---------------------------------------------------------------------------------------------
+# exact rewards through every GRPO option; all-empty masks; gradients exactly at a bound
+# ---------------------------------------------------------------------------------------------
+
+
+@given(
+    unequal_groups(),
+    st.sampled_from(["sample", "population"]),
+    st.sampled_from(["std", "variance", "floor"]),
+    st.sampled_from(["group", "batch"]),
+)
+def test_grpo_on_fraction_rewards_is_the_float_formula_for_every_option(
+    data: tuple[Array, NDArray[np.int64]], std: str, placement: str, scope: str
+) -> None:
+    rewards, group = data
+    exact = [Fraction(float(r)).limit_denominator(16) for r in rewards]
+    floats = np.array([float(x) for x in exact])
+    got = grpo_advantages(exact, group=group, std=std, eps_placement=placement, std_scope=scope)  # type: ignore[call-overload]
+    want = grpo_reference(floats, group, std=std, eps=1e-6, placement=placement, scope=scope)
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("mode", AGGREGATION_MODES)
+def test_an_all_padding_batch_gets_zero_weights_in_every_mode(mode: str) -> None:
+    kw: dict[str, Any] = {"mode": mode}
+    if mode == "group_mean":
+        kw["group"] = [1, 2, 1]
+    if mode == "token_sum_norm":
+        kw["constant"] = 5
+    for empty_rows in ("excluded", "counted"):
+        got = aggregation_weights(np.zeros((3, 4)), empty_rows=empty_rows, **kw)
+        assert got.shape == (3, 4)
+        assert got.dtype == np.float64
+        assert np.all(got == 0.0)
+        assert not np.any(np.signbit(got))
+    rejected = aggregation_weights(
+        np.ones((3, 4)), rejection=np.zeros((3, 4)), denominator="after_rejection", **kw
+    )
+    assert np.all(rejected == 0.0)
+
+
+def _bound_and_inside(bound: float) -> tuple[Array, Array, Array]:
+    """logp_old, and logp with the log-ratio exactly at ``±bound`` and ``2^-30`` inside it."""
+    lq = np.full((1, 4), -2.0)
+    step = bound - 2.0**-30
+    at = lq + np.array([[bound, -bound, 0.0, 0.0]])
+    inside = lq + np.array([[step, -step, 0.0, 0.0]])
+    assert (at - lq)[0, :2].tolist() == [bound, -bound]  # exact in float64
+    assert (inside - lq)[0, :2].tolist() == [step, -step]
+    return lq, at, inside
+
+
+BOUND_CASES: list[tuple[str, Callable[[Array, Array, Array], Array]]] = [
+    ("gmpo", lambda lp, lq, a: gmpo_loss(lp, lq, a, eps_low=0.25, eps_high=0.25).grad),
+    (
+        "iw clamp",
+        lambda lp, lq, a: importance_weighted_pg_loss(lp, lq, a, log_ratio_clamp=0.25).grad,
+    ),
+    (
+        "ppo clamp",
+        lambda lp, lq, a: (
+            ppo_clip_loss(lp, lq, a, eps_low=0.9, eps_high=5.0, log_ratio_clamp=0.25).grad
+        ),
+    ),
+    (
+        "sapo clamp",
+        lambda lp, lq, a: sapo_loss(lp, lq, a, tau_pos=1.0, tau_neg=1.0, log_ratio_clamp=0.25).grad,
+    ),
+    (
+        "kl log-ratio clamp",
+        lambda lp, lq, a: kl_penalty(lp, lq, estimator="k2", log_ratio_clamp=0.25).grad,
+    ),
+    ("kl value clamp", lambda lp, lq, a: kl_penalty(lp, lq, estimator="k1", clamp=0.25).grad),
+]
+
+
+@pytest.mark.parametrize("case", BOUND_CASES, ids=[c[0] for c in BOUND_CASES])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_bound_passes_the_gradient_as_torch_clamp_does(
+    case: tuple[str, Callable[[Array, Array, Array], Array]], sign: float
+) -> None:
+    # torch.clamp passes the gradient at its bounds: exactly at a bound the gradient is the one
+    # just inside it (up to the 2^-30 move of the ratio), never half of it or 0
+    _, grad_of = case
+    lq, at, inside = _bound_and_inside(0.25)
+    a = np.full((1, 4), 1.5 * sign)
+    on_bound, near = grad_of(at, lq, a), grad_of(inside, lq, a)
+    np.testing.assert_allclose(on_bound, near, rtol=1e-8, atol=0)
+    assert np.all(on_bound[0, :2] != 0.0)
+
+
+def test_bound_check_rejects_a_half_gradient_at_the_bound() -> None:
+    def halved(lp: Array, lq: Array, a: Array) -> Array:  # a tie split although clamp passes
+        grad = gmpo_loss(lp, lq, a, eps_low=0.25, eps_high=0.25).grad
+        return np.where(np.abs(lp - lq) == 0.25, 0.5, 1.0) * grad
+
+    rejects(test_a_bound_passes_the_gradient_as_torch_clamp_does, ("halved", halved), 1.0)
+
+
+def test_fraction_grpo_check_rejects_a_batch_variance_about_the_wrong_centre() -> None:
+    def wrong(rewards: list[Fraction], **kw: Any) -> Array:
+        right = np.asarray(grpo_advantages(rewards, **kw), dtype=np.float64)
+        if kw["std_scope"] != "batch":
+            return right
+        return right * 1.5  # any other variance, e.g. about −mean instead of the mean
+
+    def check(data: tuple[Array, NDArray[np.int64]]) -> None:
+        rewards, group = data
+        exact = [Fraction(float(r)).limit_denominator(16) for r in rewards]
+        floats = np.array([float(x) for x in exact])
+        got = wrong(exact, group=group, std="sample", eps_placement="std", std_scope="batch")
+        want = grpo_reference(floats, group, std="sample", eps=1e-6, placement="std", scope="batch")
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+    rewards = np.array([0.5, 2.0, -1.0, 0.25, 3.0])
+    rejects(check, (rewards, np.array([7, 7, 3, 3, 3], dtype=np.int64)))
