@@ -49,6 +49,7 @@ from refimpl.losses import (
     log_ratio_penalty_loss,
     ppo_clip_loss,
     reinforce_loss,
+    reinforce_pp_advantages,
     rloo_advantages,
     sapo_loss,
 )
@@ -649,3 +650,61 @@ def test_fraction_grpo_check_rejects_a_batch_variance_about_the_wrong_centre() -
 
     rewards = np.array([0.5, 2.0, -1.0, 0.25, 3.0])
     rejects(check, (rewards, np.array([7, 7, 3, 3, 3], dtype=np.int64)))
+
+
+def reinforce_pp_reference(
+    rewards: Array, group: NDArray[np.int64] | None, lengths: Array, *, std: str, eps: float,
+    placement: str,
+) -> Array:  # fmt: skip
+    x = rewards.copy()
+    if group is not None:
+        x = np.array([r - rewards[group == g].mean() for r, g in zip(rewards, group, strict=True)])
+    total = float(lengths.sum())
+    mean = float(np.sum(lengths * x) / total)
+    centred = x - mean
+    if std == "none":
+        return np.where(lengths > 0, centred, 0.0)
+    ddof = 1 if std == "sample" else 0
+    var = float(np.sum(lengths * centred**2) / (total - ddof))
+    scale = {"std": np.sqrt(var) + eps, "variance": np.sqrt(var + eps),
+             "floor": np.sqrt(max(var, eps))}[placement]  # fmt: skip
+    return np.where(lengths > 0, centred / scale, 0.0)
+
+
+def check_reinforce_pp(fn: Callable[..., Array]) -> Any:
+    @given(
+        unequal_groups(),
+        st.booleans(),
+        st.sampled_from(["sample", "population", "none"]),
+        st.sampled_from(["std", "variance", "floor"]),
+        st.data(),
+    )
+    def prop(
+        data: tuple[Array, NDArray[np.int64]], grouped: bool, std: str, placement: str,
+        more: st.DataObject,
+    ) -> None:  # fmt: skip
+        rewards, group = data
+        lengths = np.asarray(more.draw(st.lists(st.integers(0, 4), min_size=rewards.size,
+                                                max_size=rewards.size)), dtype=np.float64)  # fmt: skip
+        assume(lengths.sum() >= 3 and len(set(lengths.tolist())) > 1)
+        mask = (np.arange(4)[None, :] < lengths[:, None]).astype(np.float64)
+        got = fn(rewards, group=group if grouped else None, mask=mask, std=std, eps=0.01,
+                 eps_placement=placement)  # fmt: skip
+        want = reinforce_pp_reference(rewards, group if grouped else None, lengths, std=std,
+                                      eps=0.01, placement=placement)  # fmt: skip
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+
+    return prop
+
+
+def test_reinforce_pp_every_option_with_token_weights() -> None:
+    run_property(check_reinforce_pp(reinforce_pp_advantages))
+
+
+def test_reinforce_pp_property_rejects_sequence_weights() -> None:
+    def per_sequence(rewards: Array, *, mask: Array, **kw: Any) -> Array:
+        out = reinforce_pp_advantages(rewards, mask=(mask.sum(axis=1, keepdims=True) > 0)
+                                      * np.ones((1, 1)), **kw)  # fmt: skip
+        return np.where(mask.sum(axis=1) > 0, out, 0.0)
+
+    rejects(check_reinforce_pp(per_sequence))
