@@ -7,7 +7,8 @@ option's ``type`` into a plain ``float``/``int``/``str``. :func:`given` tells th
 that the chosen mode does not read can be refused, while the documented defaults stay what ``--help``
 says. Also what every simulate command shares around a run: :func:`numeric_guard` (float64
 overflow raises instead of warning), :func:`print_result` (one JSON object, or aligned lines) and
-:func:`since_start` (the process's age, for the start-up cost a run reports apart).
+:func:`since_start` (the process's age, for the start-up cost a run reports apart), and
+:func:`check_trace_path` (``--trace`` refused before the run when it cannot be written).
 """
 
 from __future__ import annotations
@@ -16,13 +17,22 @@ import argparse
 import json
 import math
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
 
-from refimpl.errors import InvalidArgumentType
+from refimpl.errors import InvalidArgument, InvalidArgumentType
 
-__all__ = ["HelpFormatter", "default", "given", "numeric_guard", "print_result", "since_start"]
+__all__ = [
+    "HelpFormatter",
+    "check_trace_path",
+    "default",
+    "given",
+    "numeric_guard",
+    "print_result",
+    "since_start",
+]
 
 
 class _DefaultFloat(float):
@@ -138,3 +148,82 @@ def numeric_guard() -> Any:
     stack.enter_context(warnings.catch_warnings())
     warnings.simplefilter("error", RuntimeWarning)
     return stack
+
+
+_FILE_SUFFIXES = (
+    ".parquet",
+    ".pq",
+    ".csv",
+    ".tsv",
+    ".json",
+    ".jsonl",
+    ".arrow",
+    ".feather",
+    ".txt",
+)
+
+
+def check_trace_path(path: str, *, directory: bool) -> None:
+    """Fail before the run if ``--trace`` cannot be written (a ``ValueError`` naming the option).
+
+    ``directory``: the agent simulator writes a directory of Parquet files (created with its
+    parents); the plain simulator writes one Parquet file into an existing directory.
+    """
+    what = "a directory it can create or write" if directory else "a file in a writable directory"
+    fix = (
+        "Pass a path you can write, e.g. --trace ./trace" + ("" if directory else ".parquet") + "."
+    )
+    if not path.strip():
+        raise InvalidArgument(f"--trace must name {what}; got an empty --trace={path!r}. {fix}")
+    suffix = os.path.splitext(path.rstrip(os.sep))[1].lower()
+    target = os.path.abspath(path)
+    if directory:
+        if os.path.exists(target) and not os.path.isdir(target):
+            raise InvalidArgument(
+                f"--trace must name {what} (agent runs write one Parquet file per table); got "
+                f"--trace={path!r}, an existing file. {fix}"
+            )
+        if not os.path.isdir(target) and suffix in _FILE_SUFFIXES:
+            raise InvalidArgument(
+                f"--trace must name a directory for agent runs (they write rollouts.parquet, "
+                f"calls.parquet, attempts.parquet and shards.parquet into it); got --trace={path!r}, "
+                f"a file name ending in {suffix}. Pass a directory name without a suffix, e.g. "
+                f"--trace {os.path.splitext(path)[0] or 'trace'}."
+            )
+        probe = target
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+    else:
+        if os.path.isdir(target):
+            raise InvalidArgument(
+                f"--trace must name {what}; got --trace={path!r}, an existing directory. "
+                f"Name the file, e.g. --trace {os.path.join(path, 'trace.parquet')}."
+            )
+        if suffix != ".parquet":
+            raise InvalidArgument(
+                f"--trace must name a .parquet file (the trace is written as Parquet only: its "
+                f"per-rollout segment columns are lists, which CSV and JSON lines cannot hold); got "
+                f"--trace={path!r}"
+                + (f", ending in {suffix}" if suffix else ", without the .parquet suffix")
+                + f". Pass e.g. --trace {os.path.splitext(path)[0] or 'trace'}.parquet, and convert "
+                "with pyarrow or pandas if you need another format."
+            )
+        probe = os.path.dirname(target)
+        if not os.path.isdir(probe):
+            raise InvalidArgument(
+                f"--trace must name {what}; got --trace={path!r}, whose directory {probe!r} does "
+                f"not exist. Create it first, or {fix[0].lower()}{fix[1:]}"
+            )
+    if not os.path.isdir(probe):
+        raise InvalidArgument(
+            f"--trace must name {what}; got --trace={path!r}, but {probe!r} is not a directory. "
+            f"{fix}"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as err:
+        raise InvalidArgument(
+            f"--trace must name {what}; got --trace={path!r}, but no file can be created in "
+            f"{probe!r} ({err.strerror or err}). {fix}"
+        ) from None

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import re
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -32,6 +30,7 @@ from refimpl.errors import InvalidArgument
 from refimpl.sim import SimConfig, _simulate_any
 from refimpl.sim._cliopts import (
     HelpFormatter,
+    check_trace_path,
     default,
     given,
     numeric_guard,
@@ -402,85 +401,6 @@ def _eta_note(args: argparse.Namespace) -> str | None:
     )
 
 
-_FILE_SUFFIXES = (
-    ".parquet",
-    ".pq",
-    ".csv",
-    ".tsv",
-    ".json",
-    ".jsonl",
-    ".arrow",
-    ".feather",
-    ".txt",
-)
-
-
-def _check_trace_path(path: str, *, directory: bool) -> None:
-    """Fail before the run if ``--trace`` cannot be written (a ``ValueError`` naming the option).
-
-    ``directory``: the agent simulator writes a directory of Parquet files (created with its
-    parents); the plain simulator writes one Parquet file into an existing directory.
-    """
-    what = "a directory it can create or write" if directory else "a file in a writable directory"
-    fix = (
-        "Pass a path you can write, e.g. --trace ./trace" + ("" if directory else ".parquet") + "."
-    )
-    if not path.strip():
-        raise InvalidArgument(f"--trace must name {what}; got an empty --trace={path!r}. {fix}")
-    suffix = os.path.splitext(path.rstrip(os.sep))[1].lower()
-    target = os.path.abspath(path)
-    if directory:
-        if os.path.exists(target) and not os.path.isdir(target):
-            raise InvalidArgument(
-                f"--trace must name {what} (agent runs write one Parquet file per table); got "
-                f"--trace={path!r}, an existing file. {fix}"
-            )
-        if not os.path.isdir(target) and suffix in _FILE_SUFFIXES:
-            raise InvalidArgument(
-                f"--trace must name a directory for agent runs (they write rollouts.parquet, "
-                f"calls.parquet, attempts.parquet and shards.parquet into it); got --trace={path!r}, "
-                f"a file name ending in {suffix}. Pass a directory name without a suffix, e.g. "
-                f"--trace {os.path.splitext(path)[0] or 'trace'}."
-            )
-        probe = target
-        while not os.path.exists(probe):
-            probe = os.path.dirname(probe)
-    else:
-        if os.path.isdir(target):
-            raise InvalidArgument(
-                f"--trace must name {what}; got --trace={path!r}, an existing directory. "
-                f"Name the file, e.g. --trace {os.path.join(path, 'trace.parquet')}."
-            )
-        if suffix != ".parquet":
-            raise InvalidArgument(
-                f"--trace must name a .parquet file (the trace is written as Parquet only: its "
-                f"per-rollout segment columns are lists, which CSV and JSON lines cannot hold); got "
-                f"--trace={path!r}"
-                + (f", ending in {suffix}" if suffix else ", without the .parquet suffix")
-                + f". Pass e.g. --trace {os.path.splitext(path)[0] or 'trace'}.parquet, and convert "
-                "with pyarrow or pandas if you need another format."
-            )
-        probe = os.path.dirname(target)
-        if not os.path.isdir(probe):
-            raise InvalidArgument(
-                f"--trace must name {what}; got --trace={path!r}, whose directory {probe!r} does "
-                f"not exist. Create it first, or {fix[0].lower()}{fix[1:]}"
-            )
-    if not os.path.isdir(probe):
-        raise InvalidArgument(
-            f"--trace must name {what}; got --trace={path!r}, but {probe!r} is not a directory. "
-            f"{fix}"
-        )
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as err:
-        raise InvalidArgument(
-            f"--trace must name {what}; got --trace={path!r}, but no file can be created in "
-            f"{probe!r} ({err.strerror or err}). {fix}"
-        ) from None
-
-
 # SimConfig fields whose command-line option is not simply ``--field-with-dashes``.
 _OPTION_OF_FIELD = {
     "lognormal_mu": "--mu",
@@ -732,7 +652,7 @@ def run(args: argparse.Namespace) -> int:
         print(note, file=sys.stderr)
     if args.trace is not None:
         try:
-            _check_trace_path(args.trace, directory=agent is not None)
+            check_trace_path(args.trace, directory=agent is not None)
             refuse_output_naming_input(args.trace, [args.lengths_npy], option="--trace")
         except ValueError as err:
             return _fail(str(err))
