@@ -477,3 +477,45 @@ def test_the_help_shows_the_default_of_every_option() -> None:
         assert "default: False" not in text, (action.option_strings, text)
         seen += 1
     assert seen > 40
+
+
+# ---------------------------------------------------------------------------------------------
+# the warm-up step makes ready the kernels of the whole run
+# ---------------------------------------------------------------------------------------------
+
+
+def _warm_up_compiles(monkeypatch: pytest.MonkeyPatch, *, like_the_run: bool) -> bool:
+    """Whether a one-step warm-up of a run that ``auto`` compiles runs the compiled loop.
+
+    ``worth_compiling`` is made to answer yes for the whole run only (as for a long run with no
+    kernel cached yet), and the compiled loop is replaced by a recorder of its calls."""
+    import refimpl.sim as sim
+    from refimpl.sim import _compiled
+    from refimpl.sim._event import run_events
+
+    run = SimConfig(slots=4, batch=4, steps=5, partial="recompute")
+    one_step = SimConfig(slots=4, batch=4, steps=1, partial="recompute")
+    calls: list[int] = []
+
+    def compiled_stand_in(cfg: SimConfig, *args: object, **kw: object) -> object:
+        calls.append(cfg.steps)
+        return run_events(cfg, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_compiled, "worth_compiling", lambda cfg: cfg.steps > 1)
+    monkeypatch.setattr(_compiled, "run_compiled", compiled_stand_in)
+    sim._simulate_any(one_step, engine="auto", progress=None, like=run if like_the_run else None)
+    return calls == [1]
+
+
+def check_warm_up_compiles(monkeypatch: pytest.MonkeyPatch, like_the_run: bool) -> None:
+    """The property: the warm-up step ran the compiled loop the whole run will run."""
+    assert _warm_up_compiles(monkeypatch, like_the_run=like_the_run)
+
+
+def test_the_warm_up_step_runs_the_engine_of_the_whole_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    check_warm_up_compiles(monkeypatch, True)
+    # the wrong variant: the one step decides for itself (short: the reference engine), and the
+    # whole run then compiles inside its timed part
+    rejects(check_warm_up_compiles, monkeypatch, False)
