@@ -47,11 +47,15 @@ from refimpl.losses import (
     is_batch_normalize,
     kl_penalty,
     log_ratio_penalty_loss,
+    partition_gap,
     ppo_clip_loss,
     reinforce_loss,
     reinforce_pp_advantages,
     rloo_advantages,
     sapo_loss,
+    token_entropy,
+    token_logprobs,
+    token_logprobs_grad,
 )
 
 Array = NDArray[np.float64]
@@ -708,3 +712,49 @@ def test_reinforce_pp_property_rejects_sequence_weights() -> None:
         return np.where(mask.sum(axis=1) > 0, out, 0.0)
 
     rejects(check_reinforce_pp(per_sequence))
+
+
+def test_every_law_of_a_split_dependence_is_stated_for_its_own_case() -> None:
+    # each branch of the stated dependence, checked on the case it describes (and only there)
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    splits = [[[0, 1], [2], [3]]]  # one rank, three micro-batches of unequal sizes
+    expected = {
+        ("token_sum", "trl_bnpo", None): "scaled by the same factor",
+        ("token_mean", "trl_bnpo", None): "own token count",
+        ("group_mean", "trl_bnpo", (5, 5, 8, 8)): "its own groups",
+        ("seq_mean_token_mean", "trl_grpo", None): "same number of counted sequences",
+    }
+    for (mode, rule, group), words in expected.items():
+        kw: dict[str, Any] = {} if group is None else {"group": list(group)}
+        gap = partition_gap(mask, splits=splits, mode=mode, rule=rule, **kw)
+        assert not gap.invariant
+        assert gap.dependence.startswith(f"{mode} under ")
+        assert words in gap.dependence
+        others = [w for w in expected.values() if w != words]
+        assert not any(w in gap.dependence for w in others)
+        assert "Weight ratios: rank 0 micro-batch 0: x" in gap.dependence
+    same = partition_gap(mask, splits=splits, mode="token_mean", rule="verl")
+    assert same.invariant
+    assert same.dependence == ""
+
+
+def test_padding_may_hold_any_logits_and_any_token_id() -> None:
+    # padding positions (mask 0) hold logits that would overflow at the temperature and ids
+    # outside the vocabulary: never read, never refused; a vocabulary of one token included
+    logits = np.array([[[2.0, 0.5, -1.0], [1e308, -1e308, 3.0]]])
+    tokens = np.array([[2, -100]])
+    mask = np.array([[1.0, 0.0]])
+    for kw in ({}, {"top_k": 2}, {"top_p": 0.7}):
+        lp = token_logprobs(logits, tokens, temperature=0.5, mask=mask, **kw)
+        assert lp.shape == (1, 2)
+        assert lp[0, 1] == 0.0
+        grad = token_logprobs_grad(logits, tokens, temperature=0.5, mask=mask, **kw)
+        assert np.all(grad[0, 1] == 0.0)
+        entropy = token_entropy(logits, temperature=0.5, mask=mask, **kw)
+        assert entropy[0, 1] == 0.0
+    y = logits[0, 0] / 0.5
+    want = y[2] - np.log(np.sum(np.exp(y)))
+    full = token_logprobs(logits, tokens, temperature=0.5, mask=mask)
+    assert float(full[0, 0]) == pytest.approx(float(want), rel=1e-14)
+    one = token_logprobs(np.array([[[4.0], [7.0]]]), np.array([[0, 3]]), mask=np.array([[1, 0]]))
+    assert one.tolist() == [[0.0, 0.0]]
