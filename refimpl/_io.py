@@ -14,27 +14,40 @@ destroy that input, so it is refused with a message that names both.
 :func:`describe_os_error` turns an ``OSError`` into the one line a command prints before it exits
 with status 2: the path and the real cause (a symlink loop is not "no such file").
 
+:func:`captured_descriptors` points file descriptors 1 and 2 at temporary files while user code
+runs (a sweep cell, a candidate under test), so that what compiled code or a child process writes
+there is measured and capped like what Python prints.
+
 Nothing here is public API; the messages are (tests/test_io.py pins them).
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import ctypes
 import errno
+import io
 import os
 import secrets
 import stat
-from collections.abc import Iterable, Iterator
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Literal, cast, overload
+from typing import IO, Any, Literal, cast, overload
 
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
 
 __all__ = [
+    "BinaryView",
+    "DescriptorOutput",
     "atomic_path",
     "atomic_write",
     "atomic_writer",
+    "captured_descriptors",
     "describe_os_error",
     "refuse_output_naming_input",
 ]
@@ -448,3 +461,172 @@ def describe_os_error(
     subject = " ".join(part for part in (head, shown) if part)
     line = (f"{subject}: " if subject else "") + cause + (f"; {fix}" if fix else "")
     return line.replace("\n", " ").replace("\r", " ")  # one line, whatever the cause says
+
+
+# --- what user code writes ------------------------------------------------------------------
+
+
+class BinaryView(io.RawIOBase):
+    """The ``.buffer`` of a text stand-in for ``sys.stdout``: bytes written here are decoded
+    (UTF-8, a character split across writes kept whole, invalid bytes replaced) and written to
+    the text stream, so code that writes bytes to ``sys.stdout.buffer`` is captured and capped
+    like code that prints."""
+
+    def __init__(self, text: io.TextIOBase | IO[str]) -> None:
+        super().__init__()
+        self._text = text
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"a bytes-like object is required, not {type(data).__name__!r}")
+        size = memoryview(data).nbytes
+        self._text.write(self._decoder.decode(bytes(data)))
+        return size
+
+
+# --- what user code writes to the file descriptors -------------------------------------------
+
+#: The first bytes of each descriptor's output kept for a message.
+_HEAD = 200
+
+_LIBC: Any = None
+
+
+def _flush_c_stdio() -> None:
+    """Flush C's ``stdout``/``stderr`` buffers (``fflush(NULL)``), so that what compiled code
+    printed lands on the descriptor it was printed to, not on the next one fd 1 points at."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(None)
+            _LIBC.fflush(None)
+        except (OSError, AttributeError, TypeError):  # no C library to flush (not on this system)
+            _LIBC = False
+            return
+    if _LIBC:
+        _LIBC.fflush(None)
+
+
+def _flush_all() -> None:
+    """Flush Python's streams (the current ones and the original ``sys.__stdout__``) and C's."""
+    for stream in {
+        id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    }.values():
+        with contextlib.suppress(Exception):  # None, closed, or an odd stream: nothing to flush
+            stream.flush()  # type: ignore[union-attr]
+    _flush_c_stdio()
+
+
+class DescriptorOutput:
+    """What file descriptors 1 and 2 received during :func:`captured_descriptors`: ``sizes`` in
+    bytes by descriptor, and the first bytes of each (``head``)."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[int, int] = {1: 0, 2: 0}
+        self.heads: dict[int, bytes] = {1: b"", 2: b""}
+
+    @property
+    def total(self) -> int:
+        """Bytes written to both descriptors."""
+        return self.sizes[1] + self.sizes[2]
+
+    def head(self) -> str:
+        """The first bytes written (fd 1's, else fd 2's), decoded for a message."""
+        return (self.heads[1] or self.heads[2]).decode("utf-8", errors="replace")
+
+
+@contextlib.contextmanager
+def captured_descriptors(
+    *, replay: Callable[[DescriptorOutput], bool] | None = None
+) -> Iterator[DescriptorOutput]:
+    """Point file descriptors 1 and 2 at temporary files while the block runs.
+
+    Output written below Python's ``sys.stdout`` (``os.write(1, ...)``, C's ``printf``, a
+    subprocess that inherits the descriptors) then lands in those files instead of the terminal;
+    when the block ends the descriptors are restored and the output is measured (its size and
+    first bytes, never read whole). When ``replay(output)`` is true, the output is passed on to
+    the restored descriptors, in order per descriptor (else it is dropped: the caller reports it). Temporary files, not a pipe: nothing depends on a pipe's buffer or a
+    reader thread, and a child process that keeps writing after the block cannot block it.
+
+    Only the main thread redirects (the descriptors belong to the whole process; another thread
+    gets an empty :class:`DescriptorOutput`). Python's and C's buffers are flushed at both ends.
+    """
+    seen = DescriptorOutput()
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+    _flush_all()
+    saved: dict[int, int | None] = {}
+    files: dict[int, int] = {}
+    with contextlib.ExitStack() as stack:
+        try:
+            for fd in (1, 2):
+                files[fd] = stack.enter_context(_spare_file())
+                try:
+                    saved[fd] = os.dup(fd)
+                except OSError:  # the descriptor was closed: it is closed again afterwards
+                    saved[fd] = None
+                os.dup2(files[fd], fd)
+            yield seen
+        finally:
+            _flush_all()
+            _restore(saved)
+            for fd, tmp in files.items():
+                seen.sizes[fd] = os.fstat(tmp).st_size
+                seen.heads[fd] = os.pread(tmp, _HEAD, 0)
+            if seen.total and replay is not None and replay(seen):
+                for fd, tmp in files.items():
+                    if seen.sizes[fd] and saved.get(fd) is not None:
+                        _copy_to(tmp, fd)
+
+
+#: Emptied temporary files kept for the next capture (one is created in about 0.1 ms, and a
+#: conformance run captures every call of its candidate).
+_SPARE: list[int] = []
+
+
+@contextlib.contextmanager
+def _spare_file() -> Iterator[int]:
+    """The descriptor of an empty, unnamed temporary file with its offset at 0, returned to
+    :data:`_SPARE` afterwards (a bare descriptor: one left open at exit warns nobody)."""
+    if _SPARE:
+        tmp = _SPARE.pop()
+        if os.lseek(tmp, 0, os.SEEK_END):  # written to last time
+            os.ftruncate(tmp, 0)
+            os.lseek(tmp, 0, os.SEEK_SET)
+    else:
+        tmp, name = tempfile.mkstemp(prefix="refimpl-output-")
+        os.unlink(name)  # unnamed: gone with its last descriptor, whatever happens
+    try:
+        yield tmp
+    finally:
+        if len(_SPARE) < 2:
+            _SPARE.append(tmp)
+        else:
+            os.close(tmp)
+
+
+def _restore(saved: dict[int, int | None]) -> None:
+    """Point each descriptor back where it pointed (or close it, if it was closed)."""
+    for fd, old in saved.items():
+        if old is None:
+            os.close(fd)
+        else:
+            os.dup2(old, fd)
+            os.close(old)
+
+
+def _copy_to(source: int, fd: int) -> None:
+    """Write the whole of file ``source`` to descriptor ``fd`` (a write error is the terminal's
+    own business: a closed pipe drops the output, as it would have dropped it directly)."""
+    offset = 0
+    with contextlib.suppress(OSError):
+        while chunk := os.pread(source, 1 << 16, offset):
+            offset += len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]

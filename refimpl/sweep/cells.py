@@ -23,13 +23,15 @@ from typing import Any
 
 import numpy as np
 
+from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
 from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.sweep.kinds import resolve_kind
 
 __all__ = ["OUTPUT_LIMIT", "SweepInterrupt", "execute_cell"]
 
-#: The most a cell may print (standard output and error together, in characters): beyond, the
-#: cell fails (a cell returns its metrics; megabytes of output would flood the terminal or a CI log).
+#: The most a cell may print (standard output and error together, in characters; what it writes
+#: straight to file descriptors 1 and 2, from compiled code or a child process, in bytes): beyond,
+#: the cell fails (a cell returns its metrics; megabytes of output would flood the terminal or a CI log).
 OUTPUT_LIMIT = 1 << 20
 
 #: The longest reproduction a failure message quotes (parameters beyond are shortened).
@@ -80,15 +82,29 @@ def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, fl
 
 
 class _Capture(io.TextIOBase):
-    """A stand-in for stdout or stderr during a cell: keeps up to the limit, counts the rest."""
+    """A stand-in for stdout or stderr during a cell: keeps up to the limit, counts the rest.
 
-    def __init__(self, budget: list[int]) -> None:
+    Bytes written to its ``buffer`` are decoded and counted the same way; its ``fileno()`` is
+    the descriptor it stands for, which :func:`~refimpl._io.captured_descriptors` captures.
+    """
+
+    def __init__(self, budget: list[int], fd: int) -> None:
         self._parts: list[str] = []
         self._budget = budget  # shared by stdout and stderr: [characters left]
+        self._fd = fd
         self.total = 0
+        self.buffer = BinaryView(self)
+
+    encoding = "utf-8"
 
     def writable(self) -> bool:
         return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return False
 
     def write(self, text: str) -> int:
         if not isinstance(text, str):
@@ -136,12 +152,21 @@ def _changed_key(before: Mapping[str, Any], after: Mapping[str, Any]) -> str | N
 def _run_kind(cell: Any) -> tuple[dict[str, float], str | None]:
     """``(metrics, error)`` of one cell: every way out of the kind's code is the cell's own."""
     budget = [OUTPUT_LIMIT]
-    out, err = _Capture(budget), _Capture(budget)
+    out, err = _Capture(budget, 1), _Capture(budget, 2)
+    fds = DescriptorOutput()
     before = copy.deepcopy(dict(cell.params))
     given = copy.deepcopy(before)  # a cell cannot reach the grid's (or the next cell's) values
+
+    def within(seen: DescriptorOutput) -> bool:  # the cell's output is passed on, or its failure
+        return out.total + err.total + seen.total <= OUTPUT_LIMIT
+
     try:
         fn = resolve_kind(cell.kind)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            captured_descriptors(replay=within) as fds,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             result = fn(given, cell.seed)
     except SweepInterrupt:
         raise
@@ -161,13 +186,14 @@ def _run_kind(cell: Any) -> tuple[dict[str, float], str | None]:
             f"the cell changed its parameter {changed!r} in place; a cell must not modify its "
             f"inputs (copy them first). {_reproduction(cell)}"
         )
-    printed = out.total + err.total
+    printed = out.total + err.total + fds.total
     if printed > OUTPUT_LIMIT:
-        first = (out.text() or err.text()).split("\n", 1)[0][:80]
+        first = (out.text() or err.text() or fds.head()).split("\n", 1)[0][:80]
+        native = f", {fds.total} bytes of it to file descriptors 1 and 2" if fds.total else ""
         return {}, (
-            f"the cell printed {printed} characters, more than the limit of {OUTPUT_LIMIT} "
-            f"(its first line: {first!r}); a cell returns metrics: print less, or log to a "
-            f"file. {_reproduction(cell)}"
+            f"the cell printed {printed} characters, more than the limit of {OUTPUT_LIMIT}"
+            f"{native} (its first line: {first!r}); a cell returns metrics: print less, or log "
+            f"to a file. {_reproduction(cell)}"
         )
     try:
         return _select(result, cell.metrics, cell.kind), None

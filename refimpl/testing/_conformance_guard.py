@@ -8,10 +8,12 @@ modify its inputs in place, or return the wrong kind of thing (complex, strings,
 
 - the candidate gets its own copies of the inputs, so that nothing it does to them reaches the
   reference or the next call, and a change it makes to them in place is reported;
-- what it writes to ``sys.stdout`` and ``sys.stderr`` is kept out of the user's terminal (the
-  search calls it hundreds of times); past :data:`OUTPUT_LIMIT` characters in one call the call is
-  stopped and reported (output written straight to the file descriptors by compiled code is not
-  seen);
+- what it writes to ``sys.stdout`` and ``sys.stderr`` (text, or bytes to their ``buffer``) is
+  kept out of the user's terminal (the search calls it hundreds of times); past
+  :data:`OUTPUT_LIMIT` characters in one call the call is stopped and reported. What compiled
+  code or a child process writes straight to file descriptors 1 and 2 goes to temporary files
+  (:func:`~refimpl._io.captured_descriptors`, in the main thread): it cannot be stopped mid-call,
+  but past the limit the call is reported when it ends;
 - ``SystemExit``, ``GeneratorExit`` and any other ``BaseException`` it raises are reported as a raise.
 
 ``KeyboardInterrupt`` is the one exception that may be the user's, not the candidate's: a real
@@ -36,7 +38,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
 from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing.tolerances import largest_finite
 
 __all__ = [
     "OUTPUT_LIMIT",
@@ -44,6 +48,7 @@ __all__ = [
     "call_candidate",
     "found_problem",
     "fresh_copy",
+    "nan_where_finite",
     "output_kind_problem",
     "user_interrupts",
 ]
@@ -70,15 +75,29 @@ class _OutputLimit(BaseException):
 
 
 class _Sink(io.TextIOBase):
-    """Counts what is written and keeps the first characters; stops the writer at the limit."""
+    """Counts what is written and keeps the first characters; stops the writer at the limit.
 
-    def __init__(self, name: str) -> None:
+    Bytes written to its ``buffer`` count the same way; its ``fileno()`` is the descriptor it
+    stands for (captured by :func:`~refimpl._io.captured_descriptors` during the call).
+    """
+
+    encoding = "utf-8"
+
+    def __init__(self, name: str, fd: int) -> None:
         self.name = name
         self.count = 0
         self.head = ""
+        self.buffer = BinaryView(self)
+        self._fd = fd
 
     def writable(self) -> bool:
         return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return False
 
     def write(self, text: str) -> int:
         self.count += len(text)
@@ -197,10 +216,15 @@ def call_candidate(
     reported. ``kind(output)`` says why an output is the wrong kind of thing (or None).
     """
     before = _snapshot((args, kwargs)) if watch_inputs else None
-    out, err = _Sink("stdout"), _Sink("stderr")
+    out, err = _Sink("stdout", 1), _Sink("stderr", 2)
+    fds = DescriptorOutput()
     interrupts = _interrupt_count()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            captured_descriptors() as fds,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             result = func(*args, **kwargs)
     except _OutputLimit as exc:
         sink = out if str(exc) == "stdout" else err
@@ -219,6 +243,7 @@ def call_candidate(
             "not raise it; raise a ValueError for inputs it refuses.",
         ) from None
     except Exception:
+        _refuse_flood(out, err, fds)
         raise
     except BaseException as exc:  # SystemExit, GeneratorExit, a BaseException of its own
         what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else "raised"
@@ -227,6 +252,7 @@ def call_candidate(
             f"the candidate {what} ({type(exc).__name__}: {exc}), which would end the caller's "
             "program: raise a ValueError for inputs it refuses, and return its result otherwise.",
         ) from None
+    _refuse_flood(out, err, fds)
     moved = None if before is None else _changed(before, _snapshot((args, kwargs)), "inputs")
     if moved is not None:
         where = moved.replace("inputs[0]", "args", 1).replace("inputs[1]", "kwargs", 1)
@@ -239,6 +265,20 @@ def call_candidate(
     if wrong is not None:
         raise CandidateMisbehaved("failed", wrong)
     return result
+
+
+def _refuse_flood(out: _Sink, err: _Sink, fds: DescriptorOutput) -> None:
+    """Past the limit with what compiled code or a child process wrote to file descriptors 1
+    and 2 (seen only when the call has ended): the call fails, as a flood of ``print`` does."""
+    if fds.total and out.count + err.count + fds.total > OUTPUT_LIMIT:
+        raise CandidateMisbehaved(
+            "failed",
+            f"the candidate wrote {fds.total} bytes to file descriptors 1 and 2 in one call (from "
+            f"compiled code or a child process; {out.count + err.count} characters printed "
+            f"besides), more than the limit of {OUTPUT_LIMIT}; it began: {fds.head()!r}. A "
+            "reference function returns its result and prints nothing: remove the output, or "
+            "send it to a logger.",
+        ) from None
 
 
 def _array_leaves(value: Any) -> Iterator[Any]:
@@ -260,8 +300,9 @@ def _array_leaves(value: Any) -> Iterator[Any]:
 
 
 def _kind(leaf: Any) -> str | None:
-    """``"complex"``, ``"string"``, ``"object"``, ``"boolean"`` or ``"None"`` for an output leaf
-    of that kind (any array library), else None."""
+    """``"complex"``, ``"string"``, ``"object"``, ``"boolean"``, ``"duration"``, ``"date"``,
+    ``"masked"`` (a masked array with masked entries) or ``"None"`` for an output leaf of that
+    kind (any array library), else None."""
     if leaf is None:
         return "None"
     if isinstance(leaf, (str, bytes)):
@@ -270,12 +311,14 @@ def _kind(leaf: Any) -> str | None:
         return "boolean"
     if isinstance(leaf, complex | np.complexfloating):
         return "complex"
+    if isinstance(leaf, np.ma.MaskedArray) and np.any(np.ma.getmaskarray(leaf)):
+        return "masked"  # entries with no value: what is under the mask is not an answer
     dtype = getattr(leaf, "dtype", None)
     if dtype is None:
         return None
     if isinstance(dtype, np.dtype):
         return {"c": "complex", "U": "string", "S": "string", "O": "object", "V": "object",
-                "b": "boolean"}.get(dtype.kind)  # fmt: skip
+                "b": "boolean", "m": "duration", "M": "date"}.get(dtype.kind)  # fmt: skip
     name = str(dtype).lower()
     for word, kind in (("complex", "complex"), ("bool", "boolean"), ("str", "string")):
         if word in name:
@@ -283,25 +326,31 @@ def _kind(leaf: Any) -> str | None:
     return None
 
 
-def output_kind_problem(out: Any, expected: Callable[[], Any]) -> str | None:
+def output_kind_problem(
+    out: Any, expected: Callable[[], Any], *, mask: bool | None = None
+) -> str | None:
     """Why the candidate's output is the wrong kind of thing for a numeric spec, or None.
 
     A bare output or the elements of a list must be real numbers: complex, string, object,
-    boolean and ``None`` are refused. Inside a tuple or a mapping, arrays of complex, strings,
-    objects or booleans and complex numbers are refused. Booleans are right only where the
-    reference's own output is a mask (``expected()``, evaluated only then: booleans, or numbers
-    that are all 0 or 1, as ``staleness_mask`` returns): ``s <= eta`` is that mask exactly.
+    boolean, duration (``timedelta64``: its number is a count of some unit), date, masked
+    entries and ``None`` are refused. Inside a tuple or a mapping, arrays of those kinds and
+    complex numbers are refused. Booleans are right only where the
+    reference's output is a mask: ``mask=True`` when the spec declares one (the runner passes
+    whether the spec is in ``MASK_OUTPUTS``: ``s <= eta`` is ``staleness_mask`` exactly), and
+    ``mask=False`` refuses them whatever their values. Without ``mask`` (a caller that knows no
+    spec) the reference's output ``expected()`` decides: booleans, or numbers all 0 or 1.
     """
     bare = not isinstance(out, (list, tuple, Mapping))  # a list is walked as an array
     for leaf in [out] if bare else _array_leaves(out):
         kind = _kind(leaf)
-        if kind == "boolean" and _is_mask(expected()):
+        if kind == "boolean" and (_is_mask(expected()) if mask is None else mask):
             continue
         if kind is not None:
             shown = getattr(leaf, "dtype", type(leaf).__name__)
             return (
                 f"the candidate returned a {kind} value ({shown}) where the reference returns real "
-                "numbers: return float arrays (a 0/1 mask as floats, not booleans)."
+                "numbers: return float arrays (booleans are accepted only by the specs whose "
+                "reference is a 0/1 mask, such as staleness_mask)."
             )
     return None
 
@@ -319,6 +368,59 @@ def _is_mask(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return bool(np.all((numbers == 0.0) | (numbers == 1.0)))
+
+
+def nan_where_finite(
+    found: Any, expected: Any, *, dtype: str, free: Callable[[tuple[int, ...]], Any] | None = None
+) -> str | None:
+    """Why the candidate's output is NaN where the reference's is a number, or None.
+
+    A NaN is never a right answer where refimpl's is finite and within the candidate's dtype (a
+    value past ``largest_finite(dtype)`` may come out as infinity, and an infinity minus itself as
+    NaN: left to the checks). Tuples, lists and mappings are walked beside the reference's; an
+    array whose shape is not the reference's is left to :func:`found_problem`. ``free(shape)``
+    gives the entries the conventions leave free (padding under ``padding='ignored'``), or None.
+    """
+    if isinstance(found, tuple | list) and isinstance(expected, tuple | list):
+        if len(found) != len(expected):
+            return None
+        for i, (f, e) in enumerate(zip(found, expected, strict=True)):
+            wrong = nan_where_finite(f, e, dtype=dtype, free=free)
+            if wrong is not None:
+                return f"output {i}: {wrong}"
+        return None
+    if isinstance(found, Mapping) and isinstance(expected, Mapping):
+        for key in expected:
+            wrong = (
+                None
+                if key not in found
+                else nan_where_finite(found[key], expected[key], dtype=dtype, free=free)
+            )
+            if wrong is not None:
+                return f"output {key!r}: {wrong}"
+        return None
+    try:
+        f = np.asarray(found, dtype=np.float64)
+        e = np.asarray(expected, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if f.shape != e.shape:
+        return None
+    with np.errstate(invalid="ignore"):
+        bad = np.isnan(f) & np.isfinite(e) & (np.abs(e) <= largest_finite(dtype))
+    loose = None if free is None else free(f.shape)
+    if loose is not None:
+        bad &= ~np.asarray(loose, dtype=np.bool_)
+    if not bad.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    where = f" (first at index {first}" if first else " ("
+    sep = ": " if first else ""
+    return (
+        f"the candidate returned NaN at {int(bad.sum())} of {f.size} entries where the reference "
+        f"is finite{where}{sep}expected {float(e[first])!r}): NaN is never right where the "
+        "reference is a number; find the 0/0, inf − inf or log of a negative that produces it."
+    )
 
 
 def found_problem(found: Any, expected: Any) -> str | None:
