@@ -15,6 +15,7 @@ Each property is also run against the wrong variant that the fix replaced, and m
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import sys
@@ -31,6 +32,7 @@ from _wrong_variants import rejects
 
 from refimpl import sweep
 from refimpl.cli import main
+from refimpl.errors import InvalidArgument
 from refimpl.sweep import cells, engine, results
 from refimpl.sweep.grid import Cell, Grid
 
@@ -279,6 +281,59 @@ def _replace_without_cleanup(table: pa.Table, out: Path) -> None:
     os.replace(tmp, out)
 
 
+_KIND_SOURCE = "def cell(params, seed):\n    return {'x': 1.0}\n"
+
+
+def _kind_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
+    """A ``module:function`` kind's source file, importable (not yet imported)."""
+    source = tmp_path / f"{name}.py"
+    source.write_text(_KIND_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return source
+
+
+def check_an_out_naming_the_kind_s_source_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    source = _kind_module(tmp_path, monkeypatch, name)
+    grid = {"sweep": {"kind": f"{name}:cell"}, "axes": {"a": [1, 2]}}
+    (tmp_path / "link.parquet").symlink_to(source)
+    for out in (source, tmp_path / "link.parquet"):
+        message = ""
+        try:
+            sweep.run(grid, engine="serial", out=out)
+        except InvalidArgument as exc:
+            message = str(exc)
+        assert "must not name an input" in message, f"out={out.name} was not refused: {message}"
+        assert source.name in message, message
+        assert source.read_text() == _KIND_SOURCE, f"out={out.name} overwrote the kind's source"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "r.parquet.journal.jsonl").symlink_to(source)
+    text = f'[sweep]\nkind = "{name}:cell"\n[axes]\na = [1, 2]\n'
+    (tmp_path / "g.toml").write_text(text)
+    code = main(["sweep", str(tmp_path / "g.toml"), "--out", str(tmp_path / "sub" / "r.parquet"),
+                 "--engine", "serial", "--quiet"])  # fmt: skip
+    assert code == 2, "the command wrote through a journal that is the kind's source"
+    assert source.read_text() == _KIND_SOURCE, "the journal was appended to the kind's source"
+    assert not (tmp_path / "sub" / "r.parquet").exists()
+
+
+def test_an_out_or_journal_naming_a_module_kind_s_source_is_refused_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_an_out_naming_the_kind_s_source_is_refused(tmp_path, monkeypatch, "refimpl_kind_a")
+    assert "refimpl_kind_a.py" in capsys.readouterr().err  # the message names the input
+
+
+def test_the_kind_source_check_rejects_a_sweep_that_protects_only_the_grid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(results, "kind_source", lambda kind: None)  # the wrong variant
+    rejects(
+        check_an_out_naming_the_kind_s_source_is_refused, tmp_path, monkeypatch, "refimpl_kind_b"
+    )
+
+
 def test_a_failed_results_write_keeps_the_old_file_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,6 +343,92 @@ def test_a_failed_results_write_keeps_the_old_file_whole(
     rejects(
         check_a_failed_write_keeps_the_old_results, _replace_without_cleanup, tmp_path / "wrong"
     )
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        ({"out": b"r.parquet"}, "out must be a path (str or pathlib.Path); got out=b'r.parquet'"),
+        ({"out": "."}, "out must name a file (the results table), not a directory"),
+        ({"out": "DIR"}, "out must name a file (the results table), not a directory"),
+        ({"retry_failed": "no"}, "retry_failed must be True or False; got retry_failed='no'"),
+        ({"progress": 1}, "progress must be True or False; got progress=1"),
+        ({"on_record": "print"}, "on_record must be a function of one record, or None"),
+    ],
+    ids=["bytes_out", "dot_out", "directory_out", "retry_str", "progress_int", "on_record_str"],
+)
+def test_an_option_of_the_wrong_kind_is_refused_before_anything_runs(
+    option: dict[str, Any], said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "DIR").mkdir()
+    ran: list[Any] = []
+    monkeypatch.setattr(engine, "execute_cell", lambda cell: ran.append(cell))
+    with pytest.raises((ValueError, TypeError)) as info:
+        sweep.run({"sweep": {"kind": "busy"}, "axes": {"draws": [10]}}, engine="serial", **option)
+    assert said in str(info.value)
+    assert ran == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR"], "something was written"
+
+
+# --- a journal or a results file that lies ------------------------------------------------------
+
+
+def _damage(kind: str, out: Path) -> None:
+    """Damage the journal (or, without it, the results file) of a finished sweep at ``out``."""
+    journal = results.journal_path(out)
+    lines = journal.read_text().splitlines()
+    record = json.loads(lines[1])
+    if kind == "not a record":
+        lines.append("[1, 2, 3]")
+    elif kind == "not valid JSON":
+        lines.append("{'cell_id': ")
+    elif kind == "a value off the grid":
+        lines.append(json.dumps({**record, "params": {"draws": 999}}))
+    elif kind == "a string for the replicate":
+        lines.append(json.dumps({**record, "replicate": "0"}))
+    journal.write_text("\n".join(lines) + "\n")
+    if kind in ("results: a column missing", "results: a value off the grid"):
+        journal.unlink()
+        table = pq.read_table(out)
+        meta = table.schema.metadata
+        if kind == "results: a column missing":
+            table = table.drop_columns(["seed"])
+        else:
+            table = table.set_column(
+                table.column_names.index("draws"), "draws", pa.array([10, 999])
+            )
+        pq.write_table(table.replace_schema_metadata(meta), out)
+
+
+_DAMAGES = {
+    "not a record": "line 4, is not a record of a cell",
+    "not valid JSON": "line 4, is not valid JSON",
+    "a value off the grid": "line 4, holds a record not of this grid",
+    "a string for the replicate": "line 4, is not a record of a cell",
+    "results: a column missing": "has no column 'seed'",
+    "results: a value off the grid": "holds a row not of this grid",
+}
+
+
+@pytest.mark.parametrize("kind", list(_DAMAGES))
+def test_a_damaged_journal_or_results_file_is_refused_in_one_line(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid = tmp_path / "g.toml"
+    grid.write_text(_GRID_TEXT)
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"]) == 0
+    _damage(kind, out)
+    capsys.readouterr()
+    code = main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert _DAMAGES[kind] in err, err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    if kind.startswith("results"):
+        assert not results.journal_path(out).exists(), "a journal rebuilt from a damaged file"
 
 
 # --- sizes -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Exit codes: 0 every cell succeeded; 1 some cells failed (their rows say why: an 
 ``sys.exit`` or another ``BaseException`` of the cell, megabytes printed, a parameter changed in
 place); 2 the grid or the options are invalid (checked before any cell runs: ``--out`` must name a
 ``.parquet`` file in an existing, writable directory, and neither it nor its journal may be the
-grid file, through any path or link), ``--out`` holds another grid's results, or the operating
+grid file or the source file of a ``module:function`` kind, through any path or link), ``--out`` holds another grid's results, or the operating
 system refused a read or a write (one line naming the path and the cause); 130 interrupted (rerun
 the same command to resume).
 """
@@ -118,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     except GridError as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
         return 2
-    try:  # before anything is written: --out or its journal must not be the grid file
-        refuse_outputs_naming_the_grid(args.out, args.grid, option="--out")
+    try:  # before anything is written: --out or its journal must not be the grid (or kind) file
+        refuse_outputs_naming_the_grid(args.out, args.grid, option="--out", kind=grid.kind)
     except InvalidArgument as exc:
         print(f"refimpl sweep: {exc}", file=sys.stderr)
         return 2

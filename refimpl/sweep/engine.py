@@ -479,10 +479,11 @@ def run(
     """
     g = _as_grid(grid)
     _check_engine(engine, workers, scheduler)
+    _check_options(out, retry_failed=retry_failed, progress=progress, on_record=on_record)
     out_path = None if out is None else Path(out)
     if out_path is not None:
         grid_file = grid if isinstance(grid, (str, os.PathLike)) else None
-        refuse_outputs_naming_the_grid(out_path, grid_file, option="out")
+        refuse_outputs_naming_the_grid(out_path, grid_file, option="out", kind=g.kind)
     rows = _Rows(g)
     journal = None if out_path is None else resume(out_path, g, rows)
     # The cells are expanded lazily, and finished records are kept as Arrow rows: a grid of
@@ -526,6 +527,31 @@ def _unfinished(cells: Iterator[Cell], done: NDArray[np.int64]) -> Iterator[Cell
         if i < len(done) and done[i] == cell.position:
             continue
         yield cell
+
+
+def _check_options(out: Any, **options: Any) -> None:
+    """Refuse an ``out`` that is not a file path, and flags that are not booleans (``"no"``
+    would be true): before anything is written."""
+    if out is not None:
+        if not isinstance(out, (str, os.PathLike)) or not isinstance(os.fspath(out), str):
+            raise wrong_type(
+                "out", "a path (str or pathlib.Path)", out, "Pass e.g. out='results.parquet'."
+            )
+        if not Path(out).name or Path(out).is_dir():
+            raise invalid(
+                "out",
+                "name a file (the results table), not a directory",
+                os.fspath(out),
+                "Pass e.g. out='runs/results.parquet'.",
+            )
+    for name in ("retry_failed", "progress"):
+        if not isinstance(options[name], bool):
+            raise wrong_type(name, "True or False", options[name], f"Pass {name}=True or False.")
+    on_record = options["on_record"]
+    if on_record is not None and not callable(on_record):
+        raise wrong_type(
+            "on_record", "a function of one record, or None", on_record, "Pass e.g. print."
+        )
 
 
 def _check_engine(engine: str, workers: int | None, scheduler: str | None) -> None:

@@ -9,8 +9,10 @@ the grid file (or the same file through a link): that is refused before anything
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -25,7 +27,7 @@ from refimpl._io import atomic_path, refuse_output_naming_input
 from refimpl.errors import InvalidArgument
 from refimpl.sweep.grid import RESERVED_COLUMNS, Grid
 
-__all__ = ["journal_path", "refuse_outputs_naming_the_grid"]
+__all__ = ["journal_path", "kind_source", "refuse_outputs_naming_the_grid"]
 
 _JOURNAL_FORMAT = "refimpl.sweep journal v1"
 _META_FINGERPRINT = b"refimpl.sweep.fingerprint"
@@ -312,12 +314,22 @@ class _Rows:
 
 def _records_from_parquet(out: Path, grid: Grid) -> Iterator[dict[str, Any]]:
     """Inverse of :meth:`_Rows.table`: journal records from a results file (its journal was
-    lost), read a batch at a time."""
+    lost), read a batch at a time; a file without the columns is refused at once."""
     import pyarrow.parquet as pq  # lazy: the Parquet reader/writer is a heavy part of pyarrow
 
     fh = pq.ParquetFile(out)
     names = fh.schema_arrow.names
+    missing = [c for c in (*RESERVED_COLUMNS, *grid.axes) if c not in names]
+    if missing:
+        raise InvalidArgument(
+            f"{out} has no column {missing[0]!r}: it is not a refimpl sweep result (or it is "
+            f"damaged). Pass a different out path, or delete {out}."
+        )
     metrics = [c for c in names if c not in RESERVED_COLUMNS and c not in grid.axes]
+    return _rows_of(fh, grid, metrics)
+
+
+def _rows_of(fh: Any, grid: Grid, metrics: list[str]) -> Iterator[dict[str, Any]]:
     for batch in fh.iter_batches(batch_size=ROWS_PER_BATCH):
         for row in batch.to_pylist():
             yield {
@@ -345,21 +357,55 @@ def _write_parquet(table: pa.Table, out: Path) -> None:
 
 
 def refuse_outputs_naming_the_grid(
-    out: str | os.PathLike[str], grid_file: str | os.PathLike[str] | None, *, option: str
+    out: str | os.PathLike[str],
+    grid_file: str | os.PathLike[str] | None,
+    *,
+    option: str,
+    kind: str | None = None,
 ) -> None:
-    """Refuse a results file or journal that is the grid file (or the same file through a link).
+    """Refuse a results file or journal that is an input: the grid file, or the source file of
+    a ``"module:function"`` kind (or the same file through a link).
 
     Checked before anything is written: the journal is appended to and the results file replaced,
-    either of which would destroy the grid. The journal must not be the results file either.
+    either of which would destroy the input. The journal must not be the results file either.
 
     Raises
     ------
     refimpl.errors.InvalidArgument
         Naming ``option`` (``"out"`` or ``"--out"``), the input and how they are the same file.
     """
+    inputs = [grid_file, None if kind is None else kind_source(kind)]
     journal = journal_path(out)
-    refuse_output_naming_input(out, [grid_file], option=option)
-    refuse_output_naming_input(journal, [grid_file, out], option=f"the journal of {option}")
+    refuse_output_naming_input(out, inputs, option=option)
+    refuse_output_naming_input(journal, [*inputs, out], option=f"the journal of {option}")
+
+
+def kind_source(kind: str) -> str | None:
+    """The source file of a ``"module:function"`` kind, found without running the module (a
+    package that contains it is imported, as ``import`` would); None for a built-in kind or
+    when it cannot be found (running the cells then reports why).
+
+    Examples
+    --------
+    >>> kind_source("busy") is None
+    True
+    >>> kind_source("refimpl.sweep.kinds:busy").endswith("kinds.py")
+    True
+    """
+    if ":" not in kind:
+        return None
+    module = kind.partition(":")[0]
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        found = getattr(loaded, "__file__", None)
+        return found if isinstance(found, str) else None
+    try:
+        spec = importlib.util.find_spec(module)
+    except (Exception, SystemExit):  # a package that fails to import: the cells report it
+        return None
+    if spec is None or not spec.has_location or not isinstance(spec.origin, str):
+        return None
+    return spec.origin
 
 
 def resume(out: Path, grid: Grid, rows: _Rows) -> _Journal:
@@ -372,9 +418,19 @@ def resume(out: Path, grid: Grid, rows: _Rows) -> _Journal:
         return _Journal(journal, grid)
     previous = _records_in_results(out, grid)
     kept = _Journal(journal, grid)
-    for rec in previous:
-        rows.add(rec)
-        kept.append(rec)
+    try:
+        for rec in previous:
+            if not _is_record(rec):
+                raise ValueError(f"row of cell {rec.get('cell_id')!r} is not a record of a cell")
+            rows.add(rec)
+            kept.append(rec)
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
+        kept.close()
+        journal.unlink(missing_ok=True)  # rebuilt from a damaged file: not a journal to resume
+        raise InvalidArgument(
+            f"{out} holds a row not of this grid ({exc!r:.120}): the results file is damaged. "
+            f"Pass a new out path, or delete {out} to start over."
+        ) from None
     return kept
 
 
