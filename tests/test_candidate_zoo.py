@@ -19,10 +19,22 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _wrong_variants import rejects
 from numpy.typing import ArrayLike
 
+from refimpl import staleness_mask
 from refimpl.errors import InvalidArgument
-from refimpl.testing import CheckResult, ConformanceReport, check_conformance
+from refimpl.losses.rejection import (
+    any_token_veto,
+    m2po_mask,
+    off_policy_sequence_mask,
+)
+from refimpl.testing import CheckResult, ConformanceReport, check_conformance, spec_names
+from refimpl.testing import _conformance_guard as guard
+from refimpl.testing import _conformance_runner as runner
+from refimpl.testing._specs_parts import MASK_OUTPUTS
+
+_ORDER = ["staleness_mask", "any_token_veto", "off_policy_sequence_mask", "m2po_mask"]
 
 Candidate = Callable[..., Any]
 
@@ -212,6 +224,19 @@ def none(s: ArrayLike, *, eta: int) -> Any:
     return None
 
 
+def durations(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta).astype("timedelta64[s]")  # reads as 1.0 and 0.0: seconds, not weights
+
+
+def dates(s: ArrayLike, *, eta: int) -> Any:
+    return _mask(s, eta).astype("datetime64[s]")
+
+
+def all_masked(s: ArrayLike, *, eta: int) -> Any:
+    out = _mask(s, eta)  # the right numbers under the mask, but no entry has a value
+    return np.ma.masked_array(out, mask=np.ones(out.shape, dtype=bool))
+
+
 @pytest.mark.parametrize(
     ("candidate", "kind"),
     [
@@ -219,6 +244,9 @@ def none(s: ArrayLike, *, eta: int) -> Any:
         (string_weights, "string"),
         (object_weights, "object"),
         (none, "None"),
+        (durations, "duration"),
+        (dates, "date"),
+        (all_masked, "masked"),
     ],
 )
 def test_an_output_of_the_wrong_kind_fails_with_a_message(candidate: Candidate, kind: str) -> None:
@@ -227,18 +255,81 @@ def test_an_output_of_the_wrong_kind_fails_with_a_message(candidate: Candidate, 
     assert f"the candidate returned a {kind} value" in bad[0].message, bad[0].message
 
 
-def test_a_boolean_mask_is_the_mask_itself_and_passes() -> None:
-    # the reference's output is all 0 and 1: s <= eta is that mask exactly, in any library
-    assert _run(boolean_mask).ok
+def boolean_veto(lt: Any, lb: Any, *, threshold: float, mask: Any, upper: Any = None) -> Any:
+    return any_token_veto(lt, lb, threshold=threshold, mask=mask, upper=upper) > 0
 
 
 def boolean_weights(lt: Any, lb: Any, *, cap: float, mask: Any) -> Any:
     return np.minimum(np.exp(np.asarray(lt) - np.asarray(lb)), cap) * np.asarray(mask) > 0
 
 
-def test_boolean_weights_where_the_reference_has_other_values_fail() -> None:
-    bad = _not_ok(check_conformance(boolean_weights, spec="tis", max_examples=25))
-    assert "the candidate returned a boolean value (bool)" in bad[0].message, bad[0].message
+# Booleans are accepted exactly by the specs that declare a 0/1 mask as their reference's output
+# (MASK_OUTPUTS), and refused by every other spec whatever the values: on this draw the tis weights
+# are all 0 or 1 (equal log-probabilities, a padded token), so only the declaration tells them apart.
+_LT = np.array([[-1.0, -2.0, -0.5], [-0.3, -0.7, -1.1]])
+_ALL_0_OR_1 = [
+    ((_LT, _LT.copy()), {"cap": 2.0, "mask": np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])})
+]
+
+
+def check_booleans_are_accepted_exactly_where_the_spec_declares_a_mask() -> None:
+    assert _run(boolean_mask).ok, "s <= eta, the staleness mask itself, was refused"
+    veto = check_conformance(boolean_veto, spec="any_token_veto", max_examples=10)
+    assert veto.ok, veto.summary()
+    tis = check_conformance(
+        boolean_weights,
+        spec="tis",
+        checks=["agrees_with_reference"],
+        examples=[_ALL_0_OR_1],
+        max_examples=1,
+    )
+    (result,) = tis.results
+    assert result.status == "failed", f"boolean tis weights passed: {result.render()}"
+    assert "the candidate returned a boolean value (bool)" in result.message, result.message
+    assert "accepted only by the specs whose reference is a 0/1 mask" in result.message
+
+
+def test_booleans_are_accepted_exactly_where_the_spec_declares_a_mask() -> None:
+    check_booleans_are_accepted_exactly_where_the_spec_declares_a_mask()
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [frozenset(), frozenset({"staleness_mask", "any_token_veto", "tis"})],
+    ids=["no_spec_declares_a_mask", "tis_declared_a_mask"],
+)
+def test_the_mask_check_rejects_a_wrong_declaration(
+    declared: frozenset[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "MASK_OUTPUTS", declared)
+    rejects(check_booleans_are_accepted_exactly_where_the_spec_declares_a_mask)
+
+
+def test_the_mask_check_rejects_the_rule_that_reads_the_reference_s_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the wrong variant that was there: booleans accepted wherever the reference's values are 0/1
+    real = guard.output_kind_problem
+    monkeypatch.setattr(
+        runner, "output_kind_problem", lambda out, expected, *, mask: real(out, expected)
+    )
+    rejects(check_booleans_are_accepted_exactly_where_the_spec_declares_a_mask)
+
+
+def test_the_declared_masks_are_specs_whose_reference_is_a_0_1_mask() -> None:
+    known = set(spec_names()) | set(spec_names(losses=True))
+    assert known >= MASK_OUTPUTS, MASK_OUTPUTS - known
+    rng = np.random.default_rng(5)
+    lt, lb = -rng.exponential(size=(3, 5)), -rng.exponential(size=(3, 5))
+    mask = np.ones((3, 5))
+    values = [
+        staleness_mask(np.array([0, 1, 2, 3]), eta=1),
+        any_token_veto(lt, lb, threshold=0.5, mask=mask),
+        off_policy_sequence_mask(lt, lb, rng.normal(size=3), delta=0.1, mask=mask),
+        m2po_mask(lt, lb, tau=0.01, mask=mask),
+    ]
+    for name, value in zip(sorted(MASK_OUTPUTS, key=_ORDER.index), values, strict=True):
+        assert set(np.unique(value).tolist()) <= {0.0, 1.0}, (name, value)
 
 
 def test_a_list_of_strings_fails() -> None:
@@ -277,6 +368,73 @@ def test_a_wrong_shape_a_scalar_or_a_nan_fails_the_agreement_check_with_a_messag
     agree = [r for r in bad if r.name == "agrees_with_reference"]
     assert agree, [r.name for r in bad]
     assert said in agree[0].message, agree[0].message
+
+
+def all_nan_penalty(b: ArrayLike, *, k0: float, b_min: float, tau: float) -> Any:
+    return np.full(np.shape(b), np.nan)  # every comparison with NaN is false: "non-increasing"
+
+
+def all_nan_mask(s: ArrayLike, *, eta: int) -> Any:
+    return np.full(np.shape(s), np.nan)
+
+
+def check_nan_where_the_reference_is_finite_fails_a_property_check_run_alone() -> None:
+    cases: list[tuple[Candidate, str, str]] = [
+        (all_nan_penalty, "effort_penalty", "non_increasing_in_effort"),
+        (all_nan_mask, "staleness_mask", "non_increasing_in_staleness"),
+    ]
+    for candidate, spec, check in cases:
+        report = check_conformance(candidate, spec=spec, checks=[check], max_examples=10)
+        (result,) = report.results
+        assert result.status == "failed", f"{spec}.{check} passed an all-NaN candidate"
+        assert "returned NaN at" in result.message, result.message
+        assert "where the reference is finite" in result.message, result.message
+        assert result.reproduction, result.render()
+
+
+def test_nan_where_the_reference_is_finite_fails_a_property_check_run_alone() -> None:
+    check_nan_where_the_reference_is_finite_fails_a_property_check_run_alone()
+
+
+def test_the_nan_check_rejects_a_pipeline_without_the_shared_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the wrong variant: NaN left to each check's property (as before)
+    monkeypatch.setattr(runner._Runner, "_nan_where_finite", lambda self, case, degenerate: None)
+    rejects(check_nan_where_the_reference_is_finite_fails_a_property_check_run_alone)
+
+
+def ess_float32(w: ArrayLike) -> Any:
+    x = np.asarray(w, dtype=np.float32)
+    return np.float32(x.sum() ** 2 / (x * x).sum())  # 0/0 = NaN when every weight rounds to 0
+
+
+def check_nan_on_inputs_the_dtype_rounds_to_zero_is_left_to_the_check() -> None:
+    # 1e-50 is 0 in float32: ESS is 0/0 there, which refimpl defines (0) and a candidate may not
+    tiny: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((np.array([1e-50, 2e-50]),), {}),
+        ((np.array([1e-47, 2e-47]),), {}),
+    ]
+    report = check_conformance(
+        ess_float32,
+        spec="effective_sample_size",
+        dtype="float32",
+        checks=["invariant_to_scaling"],
+        examples=[tiny],
+        max_examples=5,
+    )
+    assert report.ok, report.summary()
+
+
+def test_nan_on_inputs_the_dtype_rounds_to_zero_is_left_to_the_check() -> None:
+    check_nan_on_inputs_the_dtype_rounds_to_zero_is_left_to_the_check()
+
+
+def test_the_rounding_check_rejects_a_nan_rule_without_the_exemption(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner, "_rounded_away", lambda drawn, seen, dtype: False)
+    rejects(check_nan_on_inputs_the_dtype_rounds_to_zero_is_left_to_the_check)
 
 
 @pytest.mark.parametrize(

@@ -24,11 +24,13 @@ from refimpl.testing._conformance_guard import (
     call_candidate,
     found_problem,
     fresh_copy,
+    nan_where_finite,
     output_kind_problem,
 )
 from refimpl.testing._engine import Call, Case, Check, Spec
 from refimpl.testing._search import find
-from refimpl.testing.tolerances import Tolerance, unit_roundoff
+from refimpl.testing._specs_parts import MASK_OUTPUTS
+from refimpl.testing.tolerances import Tolerance, smallest_normal, unit_roundoff
 
 __all__: list[str] = []
 
@@ -94,7 +96,8 @@ class _Runner:
         seen = (self.bridge.seen(args), self.bridge.seen(kwargs))
 
         def kind(out: Any) -> str | None:
-            return output_kind_problem(out, lambda: self.spec.expected(seen, conv))
+            mask = self.spec.name in MASK_OUTPUTS  # booleans only where the spec says so
+            return output_kind_problem(out, lambda: self.spec.expected(seen, conv), mask=mask)
 
         if self.spec.vjp is not None:
             (args, kwargs), cotangent = self.spec.vjp((args, kwargs), conv)
@@ -141,7 +144,10 @@ class _Runner:
                 if self._reference_rejects(calls, conv):
                     return _Outcome("invalid", "the reference rejects these inputs too")
                 return _Outcome("raised", f"the candidate raised {type(exc).__name__}: {exc}")
-            return self._inspect(seen, raw, conv, printer)
+            degenerate = [
+                _rounded_away(c, v, self._dtype(conv)) for c, v in zip(calls, seen, strict=True)
+            ]
+            return self._inspect(seen, raw, conv, printer, degenerate)
 
     def _reference(self) -> Callable[[Call, Mapping[str, Any]], Any]:
         """The spec's reference, raising :class:`_InvalidExample` where it refuses the inputs."""
@@ -161,8 +167,11 @@ class _Runner:
         raw: list[Any],
         conv: dict[str, Any],
         printer: Callable[..., None] | None,
+        degenerate: list[bool] | None = None,
     ) -> _Outcome | None:
-        """Read the outputs, run the check's property on them, then compare their shapes."""
+        """Read the outputs, run the check's property on them, then hold them to the rules every
+        check shares: no NaN where the reference is finite (except on the ``degenerate`` calls,
+        whose inputs the candidate's dtype rounded to 0), and the reference's shape."""
         reference = self._reference()
         try:
             found = [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]
@@ -192,7 +201,40 @@ class _Runner:
                 "failed",
                 f"the candidate's output could not be checked: {type(exc).__name__}: {exc}",
             )
+        nan = self._nan_where_finite(case, degenerate or [False] * len(case.found))
+        if nan is not None:
+            return _Outcome("failed", nan)
         return self._shapes(case)
+
+    def _nan_where_finite(self, case: Case, degenerate: list[bool]) -> str | None:
+        """The rule every check shares, after its property held: an output that is NaN where
+        the reference is finite fails (a property of NaN can hold: ``NaN > x`` is false, so an
+        all-NaN output is "non-increasing"). A check that fails says why in its own words first.
+
+        Not held to it: a call whose inputs the candidate's dtype rounded from nonzero to 0 or a
+        subnormal (a ratio of them is 0/0 there, which refimpl defines and a candidate may not),
+        entries the conventions leave free, and for a differentiated spec the gradient: where
+        the loss overflows in the candidate's dtype its gradient is NaN in any autodiff, which
+        the spec's checks know."""
+        for i, found in enumerate(case.found):
+            if degenerate[i]:
+                continue
+            try:
+                expected = case.expected(i)
+            except _InvalidExample:
+                continue  # the check decides what an input the reference refuses means
+            if (
+                self.spec.vjp is not None
+                and isinstance(found, tuple)
+                and isinstance(expected, tuple)
+            ):
+                found, expected = found[0], expected[0]
+            wrong = nan_where_finite(found, expected, dtype=case.dtype, free=_free(case, i))
+            if wrong is not None:
+                case.show("found:   ", found)
+                case.show("expected:", expected)
+                return wrong if len(case.found) == 1 else f"call {i}: {wrong}"
+        return None
 
     def _shapes(self, case: Case) -> _Outcome | None:
         """After the property held: an output whose shape is not the reference's still fails
@@ -305,6 +347,45 @@ class _Runner:
                 return self.spec.guesses(seen, found, self.conventions)
         except Exception:
             return {}
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The arrays and numbers of a call (its arguments and keyword values), in order."""
+    if isinstance(value, list | tuple):
+        return [leaf for v in value for leaf in _leaves(v)]
+    if isinstance(value, Mapping):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    return [value]
+
+
+def _rounded_away(drawn: Call, seen: Call, dtype: str) -> bool:
+    """Whether the candidate's dtype rounded an input that was drawn nonzero to 0 or to a
+    subnormal (where a sum of such inputs, and a ratio of sums, is no longer determined)."""
+    tiny = smallest_normal(dtype)
+    for a, b in zip(_leaves(drawn), _leaves(seen), strict=False):
+        try:
+            x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
+        if x.shape == y.shape and bool(np.any((x != 0) & (np.abs(y) < tiny))):
+            return True
+    return False
+
+
+def _free(case: Case, i: int) -> Callable[[tuple[int, ...]], Any] | None:
+    """The output entries of call ``i`` that the conventions leave free: under
+    ``padding='ignored'``, those at ``mask == 0`` (every entry of an output laid out otherwise
+    than the mask, whose padding cannot be told apart here)."""
+    if case.conventions.get("padding") != "ignored":
+        return None
+    mask = case.calls[i][1].get("mask")
+
+    def free(shape: tuple[int, ...]) -> Any:
+        if mask is not None and np.shape(mask) == shape:
+            return np.asarray(mask) == 0
+        return np.ones(shape, dtype=np.bool_)
+
+    return free
 
 
 #: draws under a convention that must pass before a raise is explained by it

@@ -18,6 +18,14 @@ from refimpl.testing._engine import Call, Case, Conventions
 Array = NDArray[np.float64]
 Strategy = Callable[[Conventions], st.SearchStrategy[list[Call]]]
 
+#: The specs whose reference returns a 0/1 mask (1 keeps a sample, a sequence or a token; 0 drops
+#: it). Only for these may a candidate return booleans (``s <= eta`` is the mask itself: True
+#: reads as 1, False as 0); for every other spec a boolean output is refused with a message,
+#: whatever its values, since a boolean there would mean a weight silently rounded to 0 or 1.
+MASK_OUTPUTS = frozenset(
+    {"staleness_mask", "any_token_veto", "off_policy_sequence_mask", "m2po_mask"}
+)
+
 
 def _one(args: tuple[Any, ...], **kwargs: Any) -> list[Call]:
     return [(args, kwargs)]
