@@ -82,6 +82,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'refimpl.sim' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    return sorted({*globals(), "closed_form", "ClosedForm"})
+
+
 def _trainer_times(cfg: SimConfig) -> np.ndarray:
     tt = cfg.trainer_time
     if isinstance(tt, float):
