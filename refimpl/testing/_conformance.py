@@ -223,10 +223,12 @@ def check_conformance(
     told apart by its signal: a ``SIGINT`` that arrives while the candidate runs (main thread,
     Python's own handler or one of yours) stops the run with ``KeyboardInterrupt`` as usual; a
     ``KeyboardInterrupt`` raised with no ``SIGINT`` is the candidate's. An output of the wrong kind
-    (complex, strings, objects, ``None``, booleans where the reference returns numbers other than
-    0 and 1) fails the check with a message, and so does an output whose shape is not the
-    reference's, even where the property holds on it; a NaN where the reference is finite fails
-    the agreement check.
+    (complex, strings, objects, ``None``, durations, dates, masked entries; booleans, except for a
+    spec whose reference is a 0/1 mask, such as ``staleness_mask``) fails the check with a
+    message, and so does an output whose shape is not the reference's, even where the property
+    holds on it. A NaN where the reference is finite fails every check, a property check run
+    alone included (inputs that the candidate's dtype rounds to 0, entries the conventions leave
+    free and a loss's gradient are left to the checks).
 
     Examples
     --------
