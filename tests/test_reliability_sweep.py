@@ -34,6 +34,7 @@ from refimpl import sweep
 from refimpl.cli import main
 from refimpl.errors import InvalidArgument
 from refimpl.sweep import cells, engine, results
+from refimpl.sweep import grid as grid_module
 from refimpl.sweep.grid import Cell, Grid
 
 _HERE = __name__
@@ -369,6 +370,53 @@ def test_an_option_of_the_wrong_kind_is_refused_before_anything_runs(
     assert said in str(info.value)
     assert ran == []
     assert sorted(p.name for p in tmp_path.iterdir()) == ["DIR"], "something was written"
+
+
+_IMPORT_DOORS = {
+    "exit0": ("import sys\nsys.exit(0)\n", "its module called sys.exit(0) while it was imported"),
+    "own_base": (
+        "class Stop(BaseException):\n    pass\nraise Stop('at import')\n",
+        "its module raised Stop (at import) while it was imported",
+    ),
+    "flood": (
+        "import os\nos.write(1, b'y' * (3 << 20))\n",
+        "its module printed 3145728 characters while it was imported",
+    ),
+}
+
+
+def check_a_kind_module_leaving_at_import_is_a_grid_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for door, (code, said) in _IMPORT_DOORS.items():
+        name = f"refimpl_import_{door}_{tmp_path.name[-12:].replace('-', '_')}"
+        (tmp_path / f"{name}.py").write_text(code + "def cell(p, s):\n    return {'x': 1.0}\n")
+        grid = tmp_path / f"{door}.toml"
+        grid.write_text(f'[sweep]\nkind = "{name}:cell"\n[axes]\na = [1, 2]\n')
+        out = tmp_path / f"{door}.parquet"
+        try:
+            status = main(["sweep", str(grid), "--out", str(out), "--engine", "serial", "--quiet"])
+        except BaseException as exc:  # the import's own door, out of the command
+            raise AssertionError(f"{door}: {type(exc).__name__} escaped refimpl sweep") from None
+        printed, err = capfd.readouterr()
+        assert status == 2, (door, status, err[-300:])
+        assert said in err, err[-300:]
+        assert "y" * 1000 not in printed, "an import's flood reached the terminal"
+        assert not out.exists()
+
+
+def test_a_kind_module_that_exits_raises_or_floods_at_import_is_a_grid_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    check_a_kind_module_leaving_at_import_is_a_grid_error(tmp_path, monkeypatch, capfd)
+
+
+def test_the_import_check_rejects_a_grid_that_imports_its_kind_unguarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(grid_module, "resolve_kind_guarded", sweep.resolve_kind)
+    rejects(check_a_kind_module_leaving_at_import_is_a_grid_error, tmp_path, monkeypatch, capfd)
 
 
 # --- a journal or a results file that lies ------------------------------------------------------

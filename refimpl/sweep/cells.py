@@ -27,7 +27,7 @@ from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
 from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.sweep.kinds import resolve_kind
 
-__all__ = ["OUTPUT_LIMIT", "SweepInterrupt", "execute_cell"]
+__all__ = ["OUTPUT_LIMIT", "SweepInterrupt", "execute_cell", "resolve_kind_guarded"]
 
 #: The most a cell may print (standard output and error together, in characters; what it writes
 #: straight to file descriptors 1 and 2, from compiled code or a child process, in bytes): beyond,
@@ -224,6 +224,56 @@ def _ctrl_c_reaches_cells() -> bool:
     if handler in (signal.SIG_IGN, signal.SIG_DFL, None):
         return False
     return not getattr(handler, "raises_sweep_interrupt", False)
+
+
+def resolve_kind_guarded(kind: str) -> Any:
+    """:func:`~refimpl.sweep.resolve_kind`, with the import of a ``module:function`` kind held
+    to a cell's rules: a module that calls ``sys.exit``, raises a ``BaseException`` or prints
+    more than :data:`OUTPUT_LIMIT` while it is imported is refused with
+    :class:`~refimpl.errors.InvalidArgument` (it would end the sweep with status 0, or flood the
+    terminal, before any cell ran). A ``KeyboardInterrupt`` propagates: it may be a Ctrl-C.
+
+    Examples
+    --------
+    >>> resolve_kind_guarded("busy").__name__
+    'busy'
+    """
+    budget = [OUTPUT_LIMIT]
+    out, err = _Capture(budget, 1), _Capture(budget, 2)
+    fds = DescriptorOutput()
+
+    def within(seen: DescriptorOutput) -> bool:
+        return out.total + err.total + seen.total <= OUTPUT_LIMIT
+
+    try:
+        with (
+            captured_descriptors(replay=within) as fds,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            fn = resolve_kind(kind)
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        what = (
+            f"called sys.exit({exc.code!r})"
+            if isinstance(exc, SystemExit)
+            else f"raised {type(exc).__name__} ({exc})"
+        )
+        raise InvalidArgument(
+            f"cell kind {kind!r} cannot be used: its module {what} while it was imported. A "
+            "kind's module defines functions: run nothing at import (guard a script's code with "
+            "if __name__ == '__main__')."
+        ) from None
+    finally:
+        _replay(out, err)
+    printed = out.total + err.total + fds.total
+    if printed > OUTPUT_LIMIT:
+        raise InvalidArgument(
+            f"cell kind {kind!r} cannot be used: its module printed {printed} characters while it "
+            f"was imported, more than the limit of {OUTPUT_LIMIT}. Print nothing at import."
+        )
+    return fn
 
 
 def execute_cell(cell: Any) -> dict[str, Any]:

@@ -41,13 +41,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.errors import InvalidArgument
+from refimpl.sweep.cells import resolve_kind_guarded
 from refimpl.sweep.kinds import (
     _SELECTORS,
     KINDS,
     _ParameterError,
     _signature,
     check_parameters,
-    resolve_kind,
 )
 
 __all__ = ["Cell", "Grid", "GridError", "expand", "load_grid", "parse_grid"]
@@ -546,7 +546,7 @@ def _kind(sweep: Mapping[str, Any]) -> str:
     if not isinstance(kind, str):
         raise _fail("sweep.kind", "be a string", kind, 'Write kind = "NAME".')
     try:
-        resolve_kind(kind)
+        resolve_kind_guarded(kind)  # a module's sys.exit or flood at import is a grid error
     except (ValueError, TypeError) as exc:
         raise GridError("sweep.kind", f"sweep.kind: {exc}") from None
     return kind
