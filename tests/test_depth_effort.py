@@ -544,7 +544,7 @@ def test_adaptive_gaps_budget_length_is_the_float64_inverse_of_the_budget_curve(
     at = budget_frontier(gap.budget_length, **mix).quality
     below = budget_frontier(np.nextafter(gap.budget_length, 0.0), **mix).quality
     assert np.all(at >= gap.quality)
-    assert np.all(below <= gap.quality)
+    assert np.all(below < gap.quality)  # the smallest such length: one float less falls short
     np.testing.assert_allclose(at, gap.quality, rtol=1e-15, atol=0)
     assert np.all(gap.cost_saved > 0.0)
     assert np.all(gap.quality_gained > 0.0)
@@ -653,3 +653,18 @@ def test_an_optimal_length_past_float64_is_refused_on_every_path() -> None:
         for q, lam in zip(MIX3["q_max"], MIX3["lam"], strict=True)
     ]
     np.testing.assert_allclose(inside[0], want, rtol=1e-15)
+
+
+def test_where_the_qualities_saturate_the_equal_quality_length_is_the_smallest() -> None:
+    # at a large effort the adaptive quality is Σ w q_max in float64 and so is the budget curve
+    # for every long enough length: B^{-1}(A) is the shortest of them, not the top of the bracket
+    mix = {"q_max": [0.7, 1.3, 1.0], "lam": [15.0, 120.0, 700.0], "weights": [0.45, 0.35, 0.2]}
+    gap = adaptive_gap([40.0, 60.0], k0=0.004, b_min=0.0, tau=0.9, **mix)
+    top = float(np.dot(mix["weights"], mix["q_max"]))
+    assert gap.quality.tolist() == [top, top]
+    at = budget_frontier(gap.budget_length, **mix).quality
+    below = budget_frontier(np.nextafter(gap.budget_length, 0.0), **mix).quality
+    assert at.tolist() == [top, top]
+    assert np.all(below < top)
+    assert gap.budget_length[0] == gap.budget_length[1]  # the same shortest saturating length
+    np.testing.assert_allclose(gap.cost_saved, gap.budget_length - gap.cost, rtol=1e-15)
