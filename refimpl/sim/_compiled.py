@@ -22,13 +22,14 @@ the reference engine, whose results are the same.
 from __future__ import annotations
 
 import math
-import pickle
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.sim._compiled_cache import cached_on_disk as cached_on_disk
+from refimpl.sim._compiled_cache import njit
 from refimpl.sim._compiled_heap import _hpop as _hpop
 from refimpl.sim._compiled_heap import _hpush as _hpush
 from refimpl.sim._compiled_layout import (
@@ -201,19 +202,8 @@ def _launch(
     SL[_S_RID, s] = rid
     S[_BUSY] += 1
     SLF[_S_BUSY_SINCE, s] = t
-    _push(
-        ht,
-        hk,
-        hp,
-        hn,
-        S,
-        P[_P_SLOW],
-        SF[_VCLOCK] + (length * PF[_F_TT] + pre),
-        0,
-        _COMPLETE,
-        rid,
-        0,
-    )
+    done = SF[_VCLOCK] + (length * PF[_F_TT] + pre)
+    _push(ht, hk, hp, hn, S, P[_P_SLOW], done, 0, _COMPLETE, rid, 0)
 
 
 def _tokens_done(s: int, length: float, PF: Any, SF: Any, SLF: Any) -> float:
@@ -414,19 +404,8 @@ def _publish_partial(
                 SLF[_S_DECK, s] = k
                 g = R[_R_GEN, rid] + 1
                 R[_R_GEN, rid] = g
-                _push(
-                    ht,
-                    hk,
-                    hp,
-                    hn,
-                    S,
-                    P[_P_SLOW],
-                    vc + cost + (length - k) * tt,
-                    0,
-                    _COMPLETE,
-                    rid,
-                    g,
-                )
+                done = vc + cost + (length - k) * tt
+                _push(ht, hk, hp, hn, S, P[_P_SLOW], done, 0, _COMPLETE, rid, g)
         rid = SL[_S_PAUSED, s]
         if rid >= 0:
             k = SLF[_S_DECK, s]
@@ -445,6 +424,193 @@ def _publish_partial(
                 SLF[_S_REMAINING, s] += k * rp
 
 
+def _start(
+    P: Any, PF: Any, lengths: Any, exps: Any, S: Any, SF: Any, R: Any, RF: Any, status: Any,
+    ht: Any, hk: Any, hp: Any, hn: Any, SL: Any, SLF: Any, idle: Any,
+) -> None:  # fmt: skip
+    """The first events: every slot's first preemption, then every slot launches (async) or the
+    first step starts."""
+    n_slots = P[_P_SLOTS]
+    if P[_P_PREEMPT]:
+        for s in range(n_slots):
+            e = S[_EXP_USED]
+            S[_EXP_USED] = e + 1
+            _push(ht, hk, hp, hn, S, 0, PF[_F_PSCALE] * exps[e], 0, _PREEMPT, s, 0)
+    if P[_P_CONTINUOUS]:
+        for s in range(n_slots):
+            _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
+    else:
+        for s in range(n_slots):
+            _idle_append(s, S, idle)
+        if P[_P_ADMISSION]:
+            _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+        else:
+            _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+
+
+def _out_of_room(
+    P: Any, exps: Any, S: Any, status: Any, ht: Any, hn: Any, seg_r: Any, check_columns: bool
+) -> bool:
+    """Whether the next event might not fit (rows, heap entries, segments, preemption delays,
+    length columns), or a chunk of the run is done and Python reports progress."""
+    n_slots = P[_P_SLOTS]
+    return bool(  # every operand a boolean (numba types the expression as one)
+        status.shape[0] - S[_NR] < _ROWS_PER_EVENT * n_slots + 1
+        or ht.shape[1] - max(hn[0], hn[1]) < _HEAP_PER_EVENT * n_slots + 4
+        or (P[_P_PARTIAL] != 0 and seg_r.shape[0] - S[_NSEG] < _SEGMENTS_PER_EVENT * n_slots)
+        or (P[_P_PREEMPT] != 0 and S[_EXP_USED] >= exps.shape[0])
+        or (check_columns and S[_KCOLS] - S[_MAXCOL] < _COLUMNS_PER_EVENT)
+        or S[_COMPLETED] >= S[_PAUSE_AT]  # a chunk done: Python reports progress
+    )
+
+
+def _next_event(
+    P: Any, slow: Any, S: Any, SF: Any, ht: Any, hk: Any, hp: Any, hn: Any, ev: Any
+) -> bool:
+    """Pop the next event into ``ev`` and advance the real and virtual clocks to it; ``False``
+    when no event is left (the run is stuck)."""
+    t = SF[_T]
+    if P[_P_SLOW] != 1:
+        if hn[0] == 0:
+            return False
+        t = _hpop(ht, hk, hp, 0, hn, ev)
+        SF[_T] = t
+        SF[_VCLOCK] = t
+        return True
+    tr = ht[0, 0] if hn[0] > 0 else math.inf
+    tg = t + (ht[1, 0] - SF[_VCLOCK]) * slow[S[_BUSY]] if hn[1] > 0 else math.inf
+    if tg == math.inf and tr == math.inf:
+        return False
+    if tg <= tr:
+        SF[_VCLOCK] = _hpop(ht, hk, hp, 1, hn, ev)
+        SF[_T] = tg
+    else:
+        te = _hpop(ht, hk, hp, 0, hn, ev)
+        SF[_VCLOCK] += (te - t) / slow[S[_BUSY]]
+        SF[_T] = te
+    return True
+
+
+def _on_complete(
+    rid: int, gen: int, P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, W: Any,
+    status: Any, SL: Any, SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any, batch: Any,
+    taus: Any,
+) -> None:  # fmt: skip
+    """A rollout completes (unless a later phase superseded the event): it joins the buffer, its
+    slot is free, and the trainer may take a batch."""
+    if gen != R[_R_GEN, rid]:
+        return
+    s = R[_R_SLOT, rid]
+    RF[1, rid] = SF[_T]
+    status[rid] = _PENDING
+    _stop_generating(s, S, SF, SL, SLF)
+    R[_R_BUF, S[_BUF_TAIL]] = rid
+    S[_BUF_TAIL] += 1
+    S[_COMPLETED] += 1
+    if P[_P_ADMISSION]:
+        S[_RUNNING] -= 1
+    _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+    _try_train(P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle, batch, taus)
+
+
+def _on_publish(
+    jj: int, P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, W: Any,
+    status: Any, SL: Any, SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any, batch: Any,
+    taus: Any, seg_r: Any, seg_k: Any, seg_v: Any, publish_times: Any,
+) -> bool:  # fmt: skip
+    """Step ``jj``'s weights are published; ``True`` when it was the last step. Partial rollouts
+    change version, a step mode starts its next step, admission admits, the trainer may train."""
+    publish_times[jj] = SF[_T]
+    S[_VERSION] = jj + 1
+    S[_TRAINING] = 0
+    if jj + 1 == P[_P_STEPS]:
+        return True
+    if P[_P_PARTIAL] != 0:
+        _publish_partial(
+            P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle,
+            seg_r, seg_k, seg_v,
+        )  # fmt: skip
+    if P[_P_STEP_MODE]:
+        _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+    elif P[_P_ADMISSION]:
+        _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+    _try_train(P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle, batch, taus)
+    return False
+
+
+def _idle_remove(s: int, S: Any, idle: Any) -> None:
+    """Remove ``s`` from the idle queue if it is there (first occurrence, order kept)."""
+    n_idle = S[_IDLE_LEN]
+    h = S[_IDLE_HEAD]
+    m = idle.shape[0] // 2
+    found = -1
+    for i in range(n_idle):
+        if idle[(h + i) % m] == s:
+            found = i
+            break
+    if found >= 0:
+        for i in range(found, n_idle - 1):
+            idle[(h + i) % m] = idle[(h + i + 1) % m]
+        S[_IDLE_LEN] = n_idle - 1
+
+
+def _on_preempt(
+    s: int, P: Any, PF: Any, S: Any, SF: Any, lengths: Any, R: Any, SL: Any, SLF: Any, ht: Any,
+    hk: Any, hp: Any, hn: Any, idle: Any,
+) -> None:  # fmt: skip
+    """Slot ``s`` goes down: its rollout pauses with the tokens it has, or an idle slot leaves the
+    idle queue; it comes back after the preemption's duration."""
+    rid = SL[_S_RID, s]
+    if rid >= 0:
+        length = lengths[s, R[_R_IDX, rid]]
+        k = _tokens_done(s, length, PF, SF, SLF)
+        SLF[_S_REMAINING, s] = (length - k) * PF[_F_TT]
+        SLF[_S_DECK, s] = k
+        R[_R_GEN, rid] += 1
+        _stop_generating(s, S, SF, SL, SLF)
+        SL[_S_PAUSED, s] = rid
+    else:
+        _idle_remove(s, S, idle)
+    _push(ht, hk, hp, hn, S, 0, SF[_T] + PF[_F_PDUR], 0, _RESUME, s, 0)
+
+
+def _on_resume(
+    s: int, P: Any, PF: Any, exps: Any, S: Any, SF: Any, lengths: Any, R: Any, RF: Any, W: Any,
+    status: Any, SL: Any, SLF: Any, ht: Any, hk: Any, hp: Any, hn: Any, idle: Any,
+) -> bool:  # fmt: skip
+    """Slot ``s`` comes back (its next preemption drawn): its paused rollout resumes after the KV
+    restore or a re-prefill, or the slot is free. ``False`` when no preemption delay is left."""
+    e = S[_EXP_USED]
+    if e >= exps.shape[0]:
+        S[_ERR] = _NEED_EXPS
+        return False
+    S[_EXP_USED] = e + 1
+    t = SF[_T]
+    _push(ht, hk, hp, hn, S, 0, t + PF[_F_PSCALE] * exps[e], 0, _PREEMPT, s, 0)
+    rid = SL[_S_PAUSED, s]
+    if rid < 0:
+        _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+        return True
+    SL[_S_PAUSED, s] = -1
+    k = SLF[_S_DECK, s]
+    if P[_P_PERSIST_KV]:
+        cost = PF[_F_KVRESTORE]
+    else:
+        cost = PF[_F_PRE] + k * PF[_F_RP]
+        W[1, rid] += k
+    vc = SF[_VCLOCK]
+    SLF[_S_DECV, s] = vc
+    SLF[_S_DECPRE, s] = cost
+    g = R[_R_GEN, rid] + 1
+    R[_R_GEN, rid] = g
+    SL[_S_RID, s] = rid
+    S[_BUSY] += 1
+    SLF[_S_BUSY_SINCE, s] = t
+    done = vc + cost + SLF[_S_REMAINING, s]
+    _push(ht, hk, hp, hn, S, P[_P_SLOW], done, 0, _COMPLETE, rid, g)
+    return True
+
+
 def _kernel(
     P: Any, PF: Any, lengths: Any, taus: Any, slow: Any, exps: Any, S: Any, SF: Any, R: Any,
     RF: Any, W: Any, status: Any, ht: Any, hk: Any, hp: Any, seg_r: Any, seg_k: Any, seg_v: Any,
@@ -452,174 +618,39 @@ def _kernel(
 ) -> None:  # fmt: skip
     """Run (or resume) the event loop until the last publication, or until it needs something
     (``S[_ERR]``); with ``_NEED_ROOM`` it stopped between two events and can be resumed."""
-    n_slots, steps = P[_P_SLOTS], P[_P_STEPS]
-    has_slow = P[_P_SLOW] == 1
-    step_mode = P[_P_STEP_MODE] == 1
-    admission = P[_P_ADMISSION] == 1
-    partial = P[_P_PARTIAL]
-    pscale = PF[_F_PSCALE]
     S[_KCOLS] = lengths.shape[1]
-    rows, heap, segs = status.shape[0], ht.shape[1], seg_r.shape[0]
     check_columns = P[_P_FIXED_LENGTHS] == 0
-    started = S[_STARTED] == 1
-    S[_STARTED] = 1
-    if started:
-        pass
-    elif P[_P_PREEMPT]:
-        for s in range(n_slots):
-            e = S[_EXP_USED]
-            S[_EXP_USED] = e + 1
-            _push(ht, hk, hp, hn, S, 0, pscale * exps[e], 0, _PREEMPT, s, 0)
-    if started:
-        pass
-    elif P[_P_CONTINUOUS]:
-        for s in range(n_slots):
-            _launch(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn)
-    else:
-        for s in range(n_slots):
-            _idle_append(s, S, idle)
-        if admission:
-            _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
-        else:
-            _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+    if S[_STARTED] != 1:
+        S[_STARTED] = 1
+        _start(P, PF, lengths, exps, S, SF, R, RF, status, ht, hk, hp, hn, SL, SLF, idle)
     while S[_ERR] == _OK:
-        if (
-            rows - S[_NR] < _ROWS_PER_EVENT * n_slots + 1
-            or heap - max(hn[0], hn[1]) < _HEAP_PER_EVENT * n_slots + 4
-            or (partial != 0 and segs - S[_NSEG] < _SEGMENTS_PER_EVENT * n_slots)
-            or (P[_P_PREEMPT] and S[_EXP_USED] >= exps.shape[0])
-            or (check_columns and S[_KCOLS] - S[_MAXCOL] < _COLUMNS_PER_EVENT)
-            or S[_COMPLETED] >= S[_PAUSE_AT]  # a chunk done: Python reports progress
-        ):
+        if _out_of_room(P, exps, S, status, ht, hn, seg_r, check_columns):
             S[_ERR] = _NEED_ROOM
             return
-        t = SF[_T]
-        if not has_slow:
-            if hn[0] == 0:
-                S[_ERR] = _STUCK
-                break
-            t = _hpop(ht, hk, hp, 0, hn, ev)
-            SF[_T] = t
-            SF[_VCLOCK] = t
-        else:
-            tr = ht[0, 0] if hn[0] > 0 else math.inf
-            tg = t + (ht[1, 0] - SF[_VCLOCK]) * slow[S[_BUSY]] if hn[1] > 0 else math.inf
-            if tg == math.inf and tr == math.inf:
-                S[_ERR] = _STUCK
-                break
-            if tg <= tr:
-                SF[_VCLOCK] = _hpop(ht, hk, hp, 1, hn, ev)
-                SF[_T] = tg
-            else:
-                te = _hpop(ht, hk, hp, 0, hn, ev)
-                SF[_VCLOCK] += (te - t) / slow[S[_BUSY]]
-                SF[_T] = te
-        t = SF[_T]
+        if not _next_event(P, slow, S, SF, ht, hk, hp, hn, ev):
+            S[_ERR] = _STUCK
+            break
         kind = ev[0]
         if kind == _COMPLETE:
-            rid = ev[1]
-            if ev[2] != R[_R_GEN, rid]:
-                continue
-            s = R[_R_SLOT, rid]
-            RF[1, rid] = t
-            status[rid] = _PENDING
-            _stop_generating(s, S, SF, SL, SLF)
-            R[_R_BUF, S[_BUF_TAIL]] = rid
-            S[_BUF_TAIL] += 1
-            S[_COMPLETED] += 1
-            if admission:
-                S[_RUNNING] -= 1
-            _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
-            _try_train(
-                P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle, batch, taus
-            )
+            _on_complete(
+                ev[1], ev[2], P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn,
+                idle, batch, taus,
+            )  # fmt: skip
         elif kind == _PUBLISH:
-            jj = ev[1]
-            publish_times[jj] = t
-            S[_VERSION] = jj + 1
-            S[_TRAINING] = 0
-            if jj + 1 == steps:
+            if _on_publish(
+                ev[1], P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle,
+                batch, taus, seg_r, seg_k, seg_v, publish_times,
+            ):  # fmt: skip
                 break
-            if partial != 0:
-                _publish_partial(
-                    P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle,
-                    seg_r, seg_k, seg_v,
-                )  # fmt: skip
-            if step_mode:
-                _start_step(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
-            elif admission:
-                _admit(P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
-            _try_train(
-                P, PF, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle, batch, taus
-            )
         elif kind == _PREEMPT:
-            s = ev[1]
-            rid = SL[_S_RID, s]
-            if rid >= 0:
-                length = lengths[s, R[_R_IDX, rid]]
-                k = _tokens_done(s, length, PF, SF, SLF)
-                SLF[_S_REMAINING, s] = (length - k) * PF[_F_TT]
-                SLF[_S_DECK, s] = k
-                R[_R_GEN, rid] += 1
-                _stop_generating(s, S, SF, SL, SLF)
-                SL[_S_PAUSED, s] = rid
-            else:  # remove s from the idle queue if it is there (first occurrence, order kept)
-                n_idle = S[_IDLE_LEN]
-                h = S[_IDLE_HEAD]
-                m = idle.shape[0] // 2
-                found = -1
-                for i in range(n_idle):
-                    if idle[(h + i) % m] == s:
-                        found = i
-                        break
-                if found >= 0:
-                    for i in range(found, n_idle - 1):
-                        idle[(h + i) % m] = idle[(h + i + 1) % m]
-                    S[_IDLE_LEN] = n_idle - 1
-            _push(ht, hk, hp, hn, S, 0, t + PF[_F_PDUR], 0, _RESUME, s, 0)
-        else:  # _RESUME
-            s = ev[1]
-            e = S[_EXP_USED]
-            if e >= exps.shape[0]:
-                S[_ERR] = _NEED_EXPS
-                break
-            S[_EXP_USED] = e + 1
-            _push(ht, hk, hp, hn, S, 0, t + pscale * exps[e], 0, _PREEMPT, s, 0)
-            rid = SL[_S_PAUSED, s]
-            if rid >= 0:
-                SL[_S_PAUSED, s] = -1
-                k = SLF[_S_DECK, s]
-                if P[_P_PERSIST_KV]:
-                    cost = PF[_F_KVRESTORE]
-                else:
-                    cost = PF[_F_PRE] + k * PF[_F_RP]
-                    W[1, rid] += k
-                vc = SF[_VCLOCK]
-                SLF[_S_DECV, s] = vc
-                SLF[_S_DECPRE, s] = cost
-                g = R[_R_GEN, rid] + 1
-                R[_R_GEN, rid] = g
-                SL[_S_RID, s] = rid
-                S[_BUSY] += 1
-                SLF[_S_BUSY_SINCE, s] = t
-                _push(
-                    ht,
-                    hk,
-                    hp,
-                    hn,
-                    S,
-                    P[_P_SLOW],
-                    vc + cost + SLF[_S_REMAINING, s],
-                    0,
-                    _COMPLETE,
-                    rid,
-                    g,
-                )
-            else:
-                _free_slot(s, P, PF, S, SF, lengths, R, RF, status, SL, SLF, ht, hk, hp, hn, idle)
+            _on_preempt(ev[1], P, PF, S, SF, lengths, R, SL, SLF, ht, hk, hp, hn, idle)
+        elif not _on_resume(
+            ev[1], P, PF, exps, S, SF, lengths, R, RF, W, status, SL, SLF, ht, hk, hp, hn, idle
+        ):
+            break
     if S[_ERR] == _OK:  # close the books at the end
         t = SF[_T]
-        for s in range(n_slots):
+        for s in range(P[_P_SLOTS]):
             if SL[_S_RID, s] >= 0:
                 SF[_GEN_BUSY] += t - SLF[_S_BUSY_SINCE, s]
 
@@ -639,7 +670,7 @@ def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> 
     global _scatter_jit
     if _scatter_jit is None:
         assert numba is not None
-        _scatter_jit = numba.njit(cache=True, error_model="numpy", _nrt=False)(_scatter_rows)
+        _scatter_jit = njit(_scatter_rows, error_model="numpy", _nrt=False)
     _scatter_jit(src, dest, into)
 
 
@@ -658,6 +689,14 @@ _HELPERS = (
     "_try_train",
     "_start_step",
     "_publish_partial",
+    "_start",
+    "_out_of_room",
+    "_next_event",
+    "_on_complete",
+    "_on_publish",
+    "_idle_remove",
+    "_on_preempt",
+    "_on_resume",
     "_kernel",
 )
 _INLINE = _HELPERS[:-1]
@@ -665,22 +704,17 @@ _compiled: Callable[..., None] | None = None
 
 
 def _compile() -> Callable[..., None]:
-    """Compile the kernel and its helpers once per process (numba's cache keeps them on disk)."""
+    """Compile the kernel and its helpers once per process; numba's cache keeps them on disk,
+    keyed by every file they hold (:mod:`refimpl.sim._compiled_cache`)."""
     global _compiled, _admission_capacity
     if _compiled is None:
         assert numba is not None
         g = globals()
-        _admission_capacity = numba.njit(cache=True, _nrt=False, inline="always")(
-            _admission_capacity
-        )
+        _admission_capacity = njit(_admission_capacity, _nrt=False, inline="always")
         g["_admission_capacity"] = _admission_capacity
         for name in _HELPERS:
-            g[name] = numba.njit(
-                cache=True,
-                error_model="numpy",
-                _nrt=False,
-                inline="always" if name in _INLINE else "never",
-            )(g[name])
+            inline = "always" if name in _INLINE else "never"
+            g[name] = njit(g[name], error_model="numpy", _nrt=False, inline=inline)
         _compiled = g["_kernel"]
     return _compiled
 
@@ -691,18 +725,6 @@ def _compile() -> Callable[..., None]:
 #: rollouts or synchronous steps, 1.1 to 1.3 for asynchronous ones): below about 10^7 rollouts a
 #: first run compiles for longer than the reference engine takes for the whole run.
 COMPILE_ROLLOUTS = 10_000_000
-
-
-def cached_on_disk(dispatcher: Any) -> bool:
-    """Whether numba's cache on disk holds a compilation of ``dispatcher`` for its current source.
-
-    Reads numba's index file (a stale or missing index holds nothing); a numba whose cache is laid
-    out otherwise counts as holding nothing, so that the caller falls back to the size rule.
-    """
-    try:
-        return bool(dispatcher._cache._cache_file._load_index())
-    except (AttributeError, OSError, EOFError, ValueError, pickle.UnpicklingError):
-        return False
 
 
 def kernel_ready(dispatcher: Any) -> bool:

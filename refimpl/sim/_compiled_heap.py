@@ -5,14 +5,15 @@ sequence)`` packed in one integer, so ties break as the reference engine's tuple
 the payloads; ``hn[w]`` is its size. :mod:`refimpl.sim._compiled` and
 :mod:`refimpl.sim.agent._compiled` compile :func:`_hpush` and :func:`_hpop` into their kernels.
 
-numba keys a kernel's on-disk cache by its own file alone, yet each kernel inlines these
-functions: after a change here, clear numba's cache (or touch both kernels' files) so that
-the kernels are compiled again.
+Each kernel inlines these functions: its cache on disk is keyed by this file too
+(:mod:`refimpl.sim._compiled_cache`), so a change here compiles the kernels again.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from refimpl.sim._compiled_cache import njit
 
 numba: Any
 try:  # which branch runs depends on the installation
@@ -39,7 +40,7 @@ def _siftup(ht: Any, hk: Any, hp: Any, w: int, i: int, t: float, key: int, paylo
 
 
 if numba is not None:  # compiled lazily, inlined where it is called (both heaps' kernels)
-    _siftup = numba.njit(cache=True, error_model="numpy", _nrt=False, inline="always")(_siftup)
+    _siftup = njit(_siftup, error_model="numpy", _nrt=False, inline="always")
 
 
 def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, payload: int) -> bool:

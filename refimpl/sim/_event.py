@@ -24,7 +24,7 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -60,6 +60,496 @@ class _Stuck(RuntimeError):
     pass
 
 
+class _EventLoop:
+    """The state of one run of the event engine and its handlers, one per event kind and launch
+    policy; :func:`run_events` drives it."""
+
+    __slots__ = (
+        "admission", "admitted", "b", "batch", "buffer", "busy", "busy_since", "completed",
+        "continuous", "down", "drop_leftovers", "drop_over", "eta", "extra_segs",
+        "gen_busy", "gheap", "heap", "idle", "j", "k_cols", "kv_restore_time", "n_launch",
+        "n_slots", "nxt", "partial", "paused", "pending_launch", "persist_kv", "pre",
+        "preempt_duration", "preempt_rate", "prng", "progress", "publish_times", "r_deck",
+        "r_decpre", "r_decv", "r_finish", "r_gen", "r_idx", "r_launch", "r_len", "r_rank",
+        "r_recomp", "r_slot", "r_stale", "r_status", "r_step", "r_vl", "r_vmin", "r_wasted",
+        "rank_counter", "remaining", "rows", "rp", "running", "seq", "slot_rid", "slow",
+        "step_mode", "steps", "supply", "t", "taus", "trainer_busy", "training", "tt",
+        "v_clock", "version",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        cfg: SimConfig,
+        supply: LengthSupply,
+        trainer_times: NDArray[np.float64],
+        progress: Callable[[int], None] | None,
+    ) -> None:
+        self.n_slots, self.b, self.steps = cfg.slots, cfg.batch, cfg.steps
+        self.tt, self.pre, self.rp = cfg.token_time, cfg.prefill_time, cfg.reprefill_token_time
+        mode = cfg.mode
+        self.step_mode = mode in ("sync", "first_k")
+        self.continuous = mode == "async"
+        self.admission = mode == "admission"
+        self.n_launch = cfg.batch if mode == "sync" else int(cfg.launch or cfg.slots)
+        carry = mode == "first_k" and cfg.leftovers == "carry"
+        self.drop_leftovers = self.step_mode and not carry
+        self.eta = cfg.eta if cfg.eta is not None else 0
+        self.drop_over = cfg.over_bound == "drop"
+        self.partial = cfg.partial
+        self.slow = None if cfg.slowdown_table is None else cfg.slowdown_table.tolist()
+        self.taus = trainer_times.tolist()
+        self.preempt_rate = cfg.preempt_rate
+        self.preempt_duration = cfg.preempt_duration
+        self.persist_kv, self.kv_restore_time = cfg.persist_kv, cfg.kv_restore_time
+        self.prng = np.random.default_rng([cfg.seed, 2]) if cfg.preempt_rate > 0 else None
+        self.supply = supply
+        self.rows = [array("d", np.ascontiguousarray(r).tobytes()) for r in supply.matrix]
+        self.k_cols = len(self.rows[0])
+        # per-rollout columns: slot, length column, launch and finish times, length, launch and
+        # minimum versions, step, staleness, status, rank, wasted and recomputed tokens,
+        # generation, and the current phase (its start dec_v, its prefill dec_pre, its tokens dec_k)
+        self.r_slot: array[int] = array("i")
+        self.r_idx: array[int] = array("i")
+        self.r_launch: array[float] = array("d")
+        self.r_finish: array[float] = array("d")
+        self.r_len: array[float] = array("d")
+        self.r_vl: array[int] = array("i")
+        self.r_vmin: array[int] = array("i")
+        self.r_step: array[int] = array("i")
+        self.r_stale: array[int] = array("i")
+        self.r_status: array[int] = array("b")
+        self.r_rank: array[int] = array("q")
+        self.r_wasted: array[float] = array("d")
+        self.r_recomp: array[float] = array("d")
+        self.r_gen: array[int] = array("i")
+        self.r_decv: array[float] = array("d")
+        self.r_decpre: array[float] = array("d")
+        self.r_deck: array[float] = array("d")
+        self.extra_segs: dict[int, list[tuple[float, int]]] = {}
+        n = self.n_slots
+        self.nxt = [0] * n  # next column per slot
+        self.slot_rid = [-1] * n  # rollout generating on the slot (-1: none)
+        self.paused = [-1] * n  # rollout paused by a preemption
+        self.remaining = [0.0] * n  # its remaining decode work
+        self.down = [False] * n
+        self.busy_since = [0.0] * n
+        self.idle: deque[int] = deque()
+        self.heap: list[tuple[float, int, int, int, int, int]] = []  # real-time events
+        self.gheap = self.heap if self.slow is None else []  # completions, keyed by V
+        self.seq = self.busy = self.version = self.j = self.rank_counter = 0
+        self.admitted = 0  # accepted + running (admission mode)
+        self.running = 0  # rollouts in flight, generating or paused (admission mode)
+        self.pending_launch = self.completed = 0
+        self.t = self.v_clock = self.gen_busy = self.trainer_busy = 0.0
+        self.training = False
+        self.buffer: deque[int] = deque()
+        self.batch: list[int] = []
+        self.publish_times = [0.0] * self.steps
+        self.progress = progress
+
+    # ---- rollouts and slots
+
+    def push(self, heap: list[tuple[float, int, int, int, int, int]], *ev: Any) -> None:
+        """Schedule ``(time, priority, kind, ref, gen)`` after every event scheduled before."""
+        heapq.heappush(heap, (ev[0], ev[1], self.seq, ev[2], ev[3], ev[4]))
+        self.seq += 1
+
+    def more_lengths(self, s: int, k: int) -> None:
+        """Draw lengths up to column ``k`` of slot ``s`` (every slot's row grows alike)."""
+        self.supply.extend(slot=s, needed=k + 1)
+        m = self.supply.matrix
+        for i in range(self.n_slots):
+            self.rows[i].frombytes(np.ascontiguousarray(m[i, self.k_cols :]).tobytes())
+        self.k_cols = m.shape[1]
+
+    def launch(self, s: int) -> None:
+        """Slot ``s`` launches its next rollout from the current version."""
+        k = self.nxt[s]
+        if k >= self.k_cols:
+            self.more_lengths(s, k)
+        self.nxt[s] = k + 1
+        length = self.rows[s][k]
+        t, version = self.t, self.version
+        rid = len(self.r_slot)
+        self.r_slot.append(s)
+        self.r_idx.append(k)
+        self.r_launch.append(t)
+        self.r_finish.append(math.nan)
+        self.r_len.append(length)
+        self.r_vl.append(version)
+        self.r_vmin.append(version)
+        self.r_step.append(-1)
+        self.r_stale.append(-1)
+        self.r_status.append(_UNFINISHED)
+        self.r_rank.append(-1)
+        self.r_wasted.append(0.0)
+        self.r_recomp.append(0.0)
+        self.r_gen.append(0)
+        self.r_decv.append(self.v_clock)
+        self.r_decpre.append(self.pre)
+        self.r_deck.append(0.0)
+        self.slot_rid[s] = rid
+        self.busy += 1
+        self.busy_since[s] = t
+        self.push(self.gheap, self.v_clock + (length * self.tt + self.pre), 0, _COMPLETE, rid, 0)
+
+    def tokens_done(self, rid: int) -> float:
+        """Tokens rollout ``rid`` has generated by now in its current phase."""
+        x = self.r_deck[rid] + ((self.v_clock - self.r_decv[rid]) - self.r_decpre[rid]) / self.tt
+        lo, hi = self.r_deck[rid], self.r_len[rid]
+        return lo if x < lo else (hi if x > hi else x)
+
+    def stop_generating(self, s: int) -> None:
+        self.slot_rid[s] = -1
+        self.busy -= 1
+        self.gen_busy += self.t - self.busy_since[s]
+
+    def new_segment(self, rid: int, k: float, ver: int) -> None:
+        """Tokens of ``rid`` from ``k`` on are generated under version ``ver``."""
+        segs = self.extra_segs.get(rid)
+        last_start = segs[-1][0] if segs else 0.0
+        if k <= last_start:  # no token under the current segment yet: it changes version
+            if segs:
+                segs[-1] = (last_start, ver)
+            else:
+                self.r_vmin[rid] = ver
+        elif segs is None:
+            self.extra_segs[rid] = [(k, ver)]
+        else:
+            segs.append((k, ver))
+
+    # ---- launch policies
+
+    def free_slot(self, s: int) -> None:
+        """A slot with nothing to do: apply the launch policy."""
+        if self.continuous:
+            self.launch(s)
+        elif self.step_mode and self.pending_launch > 0:
+            self.pending_launch -= 1
+            self.launch(s)
+        else:
+            self.idle.append(s)
+            if self.admission:
+                self.admit()
+
+    def admit(self) -> None:
+        """Admission mode: launch on idle slots as far as the staleness bound allows."""
+        cap = admission_capacity(
+            eta=self.eta,
+            version=self.version,
+            batch=self.b,
+            accepted=self.admitted - self.running,
+            running=self.running,
+            max_concurrent=self.n_slots,
+        )
+        while cap > 0 and self.idle:
+            s = self.idle.popleft()
+            self.admitted += 1
+            self.running += 1
+            cap -= 1
+            self.launch(s)
+
+    def start_step(self) -> None:
+        """Step modes: launch what the step still needs on the idle slots, in slot order."""
+        in_flight = sum(
+            1 for s in range(self.n_slots) if self.slot_rid[s] >= 0 or self.paused[s] >= 0
+        )
+        need = self.n_launch - in_flight - len(self.buffer) - self.pending_launch
+        free = sorted(self.idle)
+        self.idle.clear()
+        for s in free:
+            if need <= 0:
+                self.idle.append(s)
+                continue
+            need -= 1
+            self.launch(s)
+        self.pending_launch += max(need, 0)
+
+    # ---- the trainer
+
+    def try_train(self) -> None:
+        """The trainer, when idle, fills its batch from the buffer (dropping samples over the
+        bound) and, with a full batch, trains on it and schedules the publication."""
+        if self.training or self.j >= self.steps:
+            return
+        j, buffer, batch = self.j, self.buffer, self.batch
+        while buffer and len(batch) < self.b:
+            rid = buffer.popleft()
+            s_ = j - self.r_vmin[rid]
+            if self.drop_over and s_ > self.eta:
+                self.r_status[rid] = _DROPPED
+                self.r_step[rid] = j
+                self.r_stale[rid] = s_
+                if self.admission:
+                    self.admitted -= 1
+                continue
+            batch.append(rid)
+        if len(batch) < self.b:
+            return
+        for rid in batch:
+            self.r_status[rid] = _TRAINED
+            self.r_step[rid] = j
+            self.r_stale[rid] = j - self.r_vmin[rid]
+            self.r_rank[rid] = self.rank_counter
+            self.rank_counter += 1
+        batch.clear()
+        tau = self.taus[j]
+        self.trainer_busy += tau
+        self.training = True
+        self.push(self.heap, self.t + tau, 1, _PUBLISH, j, 0)
+        self.j = j + 1
+        if self.drop_leftovers:
+            self.drop_in_flight()
+
+    def drop_in_flight(self) -> None:
+        """Step modes without carry-over: a step's leftovers, generating or paused, are dropped."""
+        t = self.t
+        for s in range(self.n_slots):
+            rid = self.slot_rid[s]
+            if rid >= 0:
+                self.r_wasted[rid] = self.tokens_done(rid)
+                self.r_status[rid] = _DROPPED
+                self.r_finish[rid] = t
+                self.r_gen[rid] += 1
+                self.stop_generating(s)
+                self.idle.append(s)
+            rid = self.paused[s]
+            if rid >= 0:
+                self.r_wasted[rid] = self.r_deck[rid]
+                self.r_status[rid] = _DROPPED
+                self.r_finish[rid] = t
+                self.paused[s] = -1
+        self.pending_launch = 0
+
+    # ---- partial rollouts at a publication
+
+    def abort(self, rid: int, k: float) -> None:
+        """``restart``: the rollout is aborted, its ``k`` tokens wasted."""
+        self.r_wasted[rid] += k
+        self.r_status[rid] = _ABORTED
+        self.r_finish[rid] = self.t
+        if self.admission:
+            self.admitted -= 1
+            self.running -= 1
+
+    def recompute(self, rid: int, k: float) -> None:
+        """``recompute``: the rollout re-prefills its ``k`` tokens under the new weights."""
+        cost = self.pre + k * self.rp
+        self.r_recomp[rid] += k
+        self.r_decv[rid] = self.v_clock
+        self.r_decpre[rid] = cost
+        self.r_deck[rid] = k
+        g = self.r_gen[rid] + 1
+        self.r_gen[rid] = g
+        done = self.v_clock + cost + (self.r_len[rid] - k) * self.tt
+        self.push(self.gheap, done, 0, _COMPLETE, rid, g)
+
+    def publish_partial(self) -> None:
+        """Every rollout in flight, generating or paused, meets the new version."""
+        partial, version = self.partial, self.version
+        for s in range(self.n_slots):
+            rid = self.slot_rid[s]
+            if rid >= 0:
+                k = self.tokens_done(rid)
+                if partial == "restart":
+                    self.r_gen[rid] += 1
+                    self.stop_generating(s)
+                    self.abort(rid, k)
+                    self.free_slot(s)
+                    continue
+                self.new_segment(rid, k, version)
+                if partial == "recompute":
+                    self.recompute(rid, k)
+            rid = self.paused[s]
+            if rid >= 0:
+                k = self.r_deck[rid]
+                if partial == "restart":
+                    self.paused[s] = -1
+                    self.abort(rid, k)
+                    continue
+                self.new_segment(rid, k, version)
+                if partial == "recompute":
+                    self.r_recomp[rid] += k
+                    self.remaining[s] += k * self.rp
+
+    # ---- events
+
+    def start(self) -> None:
+        """Every slot's first preemption; then every slot launches (async), or the first step
+        starts."""
+        if self.prng is not None:
+            for s in range(self.n_slots):
+                delay = float(self.prng.exponential(1.0 / self.preempt_rate))
+                self.push(self.heap, delay, 0, _PREEMPT, s, 0)
+        if self.continuous:
+            for s in range(self.n_slots):
+                self.launch(s)
+        else:
+            self.idle.extend(range(self.n_slots))
+            if self.admission:
+                self.admit()
+            else:
+                self.start_step()
+
+    def next_event(self) -> tuple[float, int, int, int, int, int]:
+        """Pop the next event and advance the real clock ``t`` and the virtual clock to it."""
+        heap, gheap, slow = self.heap, self.gheap, self.slow
+        if slow is None:
+            if not heap:
+                raise _Stuck
+            ev = heapq.heappop(heap)
+            self.t = self.v_clock = ev[0]
+            return ev
+        t = self.t
+        tr = heap[0][0] if heap else math.inf
+        tg = t + (gheap[0][0] - self.v_clock) * slow[self.busy] if gheap else math.inf
+        if tg == math.inf and tr == math.inf:
+            raise _Stuck
+        if tg <= tr:
+            ev = heapq.heappop(gheap)
+            self.v_clock = ev[0]
+            self.t = tg
+        else:
+            ev = heapq.heappop(heap)
+            self.v_clock += (ev[0] - t) / slow[self.busy]
+            self.t = ev[0]
+        return ev
+
+    def on_complete(self, rid: int, gen: int) -> None:
+        """Rollout ``rid`` completes, unless a later phase superseded this event."""
+        if gen != self.r_gen[rid]:
+            return
+        s = self.r_slot[rid]
+        self.r_finish[rid] = self.t
+        self.r_status[rid] = _PENDING
+        self.stop_generating(s)
+        self.buffer.append(rid)
+        self.completed += 1
+        if self.admission:
+            self.running -= 1
+        if self.progress is not None and self.completed % _REPORT_EVERY == 0:
+            self.progress(_REPORT_EVERY)
+        self.free_slot(s)
+        self.try_train()
+
+    def on_publish(self, jj: int) -> bool:
+        """Step ``jj``'s weights are published; ``True`` when it was the last step."""
+        self.publish_times[jj] = self.t
+        self.version = jj + 1
+        self.training = False
+        if self.version == self.steps:
+            return True
+        if self.partial != "none":
+            self.publish_partial()
+        if self.step_mode:
+            self.start_step()
+        elif self.admission:
+            self.admit()
+        self.try_train()
+        return False
+
+    def on_preempt(self, s: int) -> None:
+        """Slot ``s`` goes down: its rollout pauses, or the idle slot leaves the idle queue."""
+        self.down[s] = True
+        rid = self.slot_rid[s]
+        if rid >= 0:
+            k = self.tokens_done(rid)
+            self.remaining[s] = (self.r_len[rid] - k) * self.tt
+            self.r_deck[rid] = k
+            self.r_gen[rid] += 1
+            self.stop_generating(s)
+            self.paused[s] = rid
+        elif s in self.idle:
+            self.idle.remove(s)
+        self.push(self.heap, self.t + self.preempt_duration, 0, _RESUME, s, 0)
+
+    def on_resume(self, s: int) -> None:
+        """Slot ``s`` comes back: its paused rollout resumes, or the slot is free."""
+        assert self.prng is not None
+        self.down[s] = False
+        delay = float(self.prng.exponential(1.0 / self.preempt_rate))
+        self.push(self.heap, self.t + delay, 0, _PREEMPT, s, 0)
+        rid = self.paused[s]
+        if rid < 0:
+            self.free_slot(s)
+            return
+        self.paused[s] = -1
+        k = self.r_deck[rid]
+        if self.persist_kv:
+            cost = self.kv_restore_time
+        else:
+            cost = self.pre + k * self.rp
+            self.r_recomp[rid] += k
+        self.r_decv[rid] = self.v_clock
+        self.r_decpre[rid] = cost
+        g = self.r_gen[rid] + 1
+        self.r_gen[rid] = g
+        self.slot_rid[s] = rid
+        self.busy += 1
+        self.busy_since[s] = self.t
+        self.push(self.gheap, self.v_clock + cost + self.remaining[s], 0, _COMPLETE, rid, g)
+
+    def close(self) -> None:
+        """Close the books at the end: the slots still generating were busy until now."""
+        for s in range(self.n_slots):
+            if self.slot_rid[s] >= 0:
+                self.gen_busy += self.t - self.busy_since[s]
+        if self.progress is not None:
+            self.progress(self.completed % _REPORT_EVERY)
+
+    # ---- the trace
+
+    def segments(self) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.int32]] | None:
+        """The token-version segments (offsets, first token, version), ``None`` when every rollout
+        has one."""
+        if not self.extra_segs:
+            return None
+        n = len(self.r_slot)
+        counts = np.ones(n, dtype=np.int64)
+        for rid, segs in self.extra_segs.items():
+            counts[rid] += len(segs)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        tok = np.zeros(int(offsets[-1]), dtype=np.float64)
+        ver = np.empty(int(offsets[-1]), dtype=np.int32)
+        ver[offsets[:-1]] = np.frombuffer(self.r_vmin, dtype=np.int32)
+        for rid, segs in self.extra_segs.items():
+            o = int(offsets[rid]) + 1
+            for i, (kk, vv) in enumerate(segs):
+                tok[o + i] = kk
+                ver[o + i] = vv
+        return offsets, tok, ver
+
+    def trace(self) -> RawTrace:
+        def col(a: array[Any], dt: Any) -> NDArray[Any]:
+            return np.frombuffer(a, dtype=dt) if len(a) else np.zeros(0, dtype=dt)
+
+        return RawTrace(
+            slot=col(self.r_slot, np.int32),
+            column=col(self.r_idx, np.int32),
+            launch_time=col(self.r_launch, np.float64),
+            finish_time=col(self.r_finish, np.float64),
+            length=col(self.r_len, np.float64),
+            launch_version=col(self.r_vl, np.int32),
+            min_version=col(self.r_vmin, np.int32),
+            step=col(self.r_step, np.int32),
+            staleness=col(self.r_stale, np.int32),
+            status=col(self.r_status, np.int8),
+            rank=col(self.r_rank, np.int64),
+            wasted_tokens=col(self.r_wasted, np.float64),
+            recomputed_tokens=col(self.r_recomp, np.float64),
+            segments=self.segments(),
+            publish_times=np.asarray(self.publish_times, dtype=np.float64),
+            end_time=self.t,
+            generator_busy=self.gen_busy,
+            trainer_busy=self.trainer_busy,
+        )
+
+
+#: Completions between two progress reports.
+_REPORT_EVERY = 1 << 14
+
+
 def run_events(
     cfg: SimConfig,
     supply: LengthSupply,
@@ -67,437 +557,34 @@ def run_events(
     *,
     progress: Callable[[int], None] | None = None,
 ) -> RawTrace:
-    """Run the event engine."""
-    n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
-    tt, pre, rp = cfg.token_time, cfg.prefill_time, cfg.reprefill_token_time
-    mode = cfg.mode
-    step_mode = mode in ("sync", "first_k")
-    continuous = mode == "async"
-    admission = mode == "admission"
-    n_launch = b if mode == "sync" else int(cfg.launch or n_slots)
-    carry = mode == "first_k" and cfg.leftovers == "carry"
-    drop_leftovers = step_mode and not carry
-    eta = cfg.eta if cfg.eta is not None else 0
-    drop_over = cfg.over_bound == "drop"
-    partial = cfg.partial
-    slow = None if cfg.slowdown_table is None else cfg.slowdown_table.tolist()
-    taus = trainer_times.tolist()
-    preempt = cfg.preempt_rate > 0
-    prng = np.random.default_rng([cfg.seed, 2]) if preempt else None
-
-    rows = [array("d", np.ascontiguousarray(r).tobytes()) for r in supply.matrix]
-    k_cols = len(rows[0])
-
-    # per-rollout columns
-    r_slot = array("i")
-    r_idx = array("i")
-    r_launch = array("d")
-    r_finish = array("d")
-    r_len = array("d")
-    r_vl = array("i")
-    r_vmin = array("i")
-    r_step = array("i")
-    r_stale = array("i")
-    r_status = array("b")
-    r_rank = array("q")
-    r_wasted = array("d")
-    r_recomp = array("d")
-    r_gen = array("i")
-    r_decv = array("d")
-    r_decpre = array("d")
-    r_deck = array("d")
-    extra_segs: dict[int, list[tuple[float, int]]] = {}
-
-    nxt = [0] * n_slots  # next column per slot
-    slot_rid = [-1] * n_slots  # rollout generating on the slot (-1: none)
-    paused = [-1] * n_slots  # rollout paused by a preemption
-    remaining = [0.0] * n_slots  # its remaining decode work
-    down = [False] * n_slots
-    busy_since = [0.0] * n_slots
-    idle: deque[int] = deque()
-    heap: list[tuple[float, int, int, int, int, int]] = []  # real-time events
-    gheap: list[tuple[float, int, int, int, int, int]] = heap if slow is None else []
-    push = heapq.heappush
-    pop = heapq.heappop
-    nan = math.nan
-    seq = 0
-    t = 0.0
-    v_clock = 0.0
-    busy = 0
-    gen_busy = 0.0
-    trainer_busy = 0.0
-    version = 0
-    j = 0  # next trainer step
-    training = False
-    rank_counter = 0
-    admitted = 0  # accepted + running (admission mode)
-    running = 0  # rollouts in flight, generating or paused (admission mode)
-    pending_launch = 0
-    buffer: deque[int] = deque()
-    batch: list[int] = []
-    publish_times = [0.0] * steps
-    completed = 0
-
-    def launch(s: int) -> None:
-        nonlocal seq, busy, k_cols
-        k = nxt[s]
-        if k >= k_cols:
-            supply.extend(slot=s, needed=k + 1)
-            m = supply.matrix
-            for i in range(n_slots):
-                rows[i].frombytes(np.ascontiguousarray(m[i, k_cols:]).tobytes())
-            k_cols = m.shape[1]
-        nxt[s] = k + 1
-        length = rows[s][k]
-        rid = len(r_slot)
-        r_slot.append(s)
-        r_idx.append(k)
-        r_launch.append(t)
-        r_finish.append(nan)
-        r_len.append(length)
-        r_vl.append(version)
-        r_vmin.append(version)
-        r_step.append(-1)
-        r_stale.append(-1)
-        r_status.append(_UNFINISHED)
-        r_rank.append(-1)
-        r_wasted.append(0.0)
-        r_recomp.append(0.0)
-        r_gen.append(0)
-        r_decv.append(v_clock)
-        r_decpre.append(pre)
-        r_deck.append(0.0)
-        slot_rid[s] = rid
-        busy += 1
-        busy_since[s] = t
-        push(gheap, (v_clock + (length * tt + pre), 0, seq, _COMPLETE, rid, 0))
-        seq += 1
-
-    def tokens_done(rid: int) -> float:
-        x = r_deck[rid] + ((v_clock - r_decv[rid]) - r_decpre[rid]) / tt
-        lo, hi = r_deck[rid], r_len[rid]
-        return lo if x < lo else (hi if x > hi else x)
-
-    def stop_generating(s: int) -> None:
-        nonlocal busy, gen_busy
-        slot_rid[s] = -1
-        busy -= 1
-        gen_busy += t - busy_since[s]
-
-    def new_segment(rid: int, k: float, ver: int) -> None:
-        segs = extra_segs.get(rid)
-        last_start = segs[-1][0] if segs else 0.0
-        if k <= last_start:  # no token under the current segment yet: it changes version
-            if segs:
-                segs[-1] = (last_start, ver)
-            else:
-                r_vmin[rid] = ver
-        elif segs is None:
-            extra_segs[rid] = [(k, ver)]
-        else:
-            segs.append((k, ver))
-
-    def free_slot(s: int) -> None:
-        """A slot with nothing to do: apply the launch policy."""
-        nonlocal pending_launch
-        if continuous:
-            launch(s)
-        elif step_mode and pending_launch > 0:
-            pending_launch -= 1
-            launch(s)
-        else:
-            idle.append(s)
-            if admission:
-                admit()
-
-    def admit() -> None:
-        nonlocal admitted, running
-        cap = admission_capacity(
-            eta=eta,
-            version=version,
-            batch=b,
-            accepted=admitted - running,
-            running=running,
-            max_concurrent=n_slots,
-        )
-        while cap > 0 and idle:
-            s = idle.popleft()
-            admitted += 1
-            running += 1
-            cap -= 1
-            launch(s)
-
-    def try_train() -> None:
-        nonlocal training, j, rank_counter, trainer_busy, seq, admitted
-        if training or j >= steps:
-            return
-        while buffer and len(batch) < b:
-            rid = buffer.popleft()
-            s_ = j - r_vmin[rid]
-            if drop_over and s_ > eta:
-                r_status[rid] = _DROPPED
-                r_step[rid] = j
-                r_stale[rid] = s_
-                if admission:
-                    admitted -= 1
-                continue
-            batch.append(rid)
-        if len(batch) < b:
-            return
-        for rid in batch:
-            r_status[rid] = _TRAINED
-            r_step[rid] = j
-            r_stale[rid] = j - r_vmin[rid]
-            r_rank[rid] = rank_counter
-            rank_counter += 1
-        batch.clear()
-        tau = taus[j]
-        trainer_busy += tau
-        training = True
-        push(heap, (t + tau, 1, seq, _PUBLISH, j, 0))
-        seq += 1
-        j += 1
-        if drop_leftovers:
-            for s in range(n_slots):
-                rid = slot_rid[s]
-                if rid >= 0:
-                    r_wasted[rid] = tokens_done(rid)
-                    r_status[rid] = _DROPPED
-                    r_finish[rid] = t
-                    r_gen[rid] += 1
-                    stop_generating(s)
-                    idle.append(s)
-                rid = paused[s]
-                if rid >= 0:
-                    r_wasted[rid] = r_deck[rid]
-                    r_status[rid] = _DROPPED
-                    r_finish[rid] = t
-                    paused[s] = -1
-            pending_launch_reset()
-
-    def pending_launch_reset() -> None:
-        nonlocal pending_launch
-        pending_launch = 0
-
-    def start_step() -> None:
-        nonlocal pending_launch
-        in_flight = sum(1 for s in range(n_slots) if slot_rid[s] >= 0 or paused[s] >= 0)
-        need = n_launch - in_flight - len(buffer) - pending_launch
-        free = sorted(idle)
-        idle.clear()
-        for s in free:
-            if need <= 0:
-                idle.append(s)
-                continue
-            need -= 1
-            launch(s)
-        pending_launch += max(need, 0)
-
-    def publish_partial() -> None:
-        nonlocal seq, admitted, running
-        for s in range(n_slots):
-            rid = slot_rid[s]
-            if rid >= 0:
-                k = tokens_done(rid)
-                if partial == "restart":
-                    r_wasted[rid] += k
-                    r_status[rid] = _ABORTED
-                    r_finish[rid] = t
-                    r_gen[rid] += 1
-                    stop_generating(s)
-                    if admission:
-                        admitted -= 1
-                        running -= 1
-                    free_slot(s)
-                    continue
-                new_segment(rid, k, version)
-                if partial == "recompute":
-                    cost = pre + k * rp
-                    r_recomp[rid] += k
-                    r_decv[rid] = v_clock
-                    r_decpre[rid] = cost
-                    r_deck[rid] = k
-                    g = r_gen[rid] + 1
-                    r_gen[rid] = g
-                    push(gheap, (v_clock + cost + (r_len[rid] - k) * tt, 0, seq, _COMPLETE, rid, g))
-                    seq += 1
-            rid = paused[s]
-            if rid >= 0:
-                k = r_deck[rid]
-                if partial == "restart":
-                    r_wasted[rid] += k
-                    r_status[rid] = _ABORTED
-                    r_finish[rid] = t
-                    paused[s] = -1
-                    if admission:
-                        admitted -= 1
-                        running -= 1
-                    continue
-                new_segment(rid, k, version)
-                if partial == "recompute":
-                    r_recomp[rid] += k
-                    remaining[s] += k * rp
-
-    # ---- start: every slot launches (async), or the first step starts
-    if preempt:
-        assert prng is not None
-        for s in range(n_slots):
-            push(heap, (float(prng.exponential(1.0 / cfg.preempt_rate)), 0, seq, _PREEMPT, s, 0))
-            seq += 1
-    if continuous:
-        for s in range(n_slots):
-            launch(s)
-    else:
-        idle.extend(range(n_slots))
-        if admission:
-            admit()
-        else:
-            start_step()
-
-    report_every = 1 << 14
+    """Run the event engine: events in time order (completions and preemptions before
+    publications at one instant, each kind in the order it was scheduled) until the last
+    publication; :class:`_Stuck` when no event is left before it."""
+    loop = _EventLoop(cfg, supply, trainer_times, progress)
+    loop.start()
     while True:
-        if slow is None:
-            if not heap:
-                raise _Stuck
-            ev = pop(heap)
-            t = v_clock = ev[0]
-        else:
-            tr = heap[0][0] if heap else math.inf
-            tg = t + (gheap[0][0] - v_clock) * slow[busy] if gheap else math.inf
-            if tg == math.inf and tr == math.inf:
-                raise _Stuck
-            if tg <= tr:
-                ev = pop(gheap)
-                v_clock = ev[0]
-                t = tg
-            else:
-                ev = pop(heap)
-                v_clock += (ev[0] - t) / slow[busy]
-                t = ev[0]
+        ev = loop.next_event()
         kind = ev[3]
         if kind == _COMPLETE:
-            rid = ev[4]
-            if ev[5] != r_gen[rid]:
-                continue
-            s = r_slot[rid]
-            r_finish[rid] = t
-            r_status[rid] = _PENDING
-            stop_generating(s)
-            buffer.append(rid)
-            completed += 1
-            if admission:
-                running -= 1
-            if progress is not None and completed % report_every == 0:
-                progress(report_every)
-            free_slot(s)
-            try_train()
+            loop.on_complete(ev[4], ev[5])
         elif kind == _PUBLISH:
-            jj = ev[4]
-            publish_times[jj] = t
-            version = jj + 1
-            training = False
-            if version == steps:
+            if loop.on_publish(ev[4]):
                 break
-            if partial != "none":
-                publish_partial()
-            if step_mode:
-                start_step()
-            elif admission:
-                admit()
-            try_train()
         elif kind == _PREEMPT:
-            assert prng is not None
-            s = ev[4]
-            down[s] = True
-            rid = slot_rid[s]
-            if rid >= 0:
-                k = tokens_done(rid)
-                remaining[s] = (r_len[rid] - k) * tt
-                r_deck[rid] = k
-                r_gen[rid] += 1
-                stop_generating(s)
-                paused[s] = rid
-            elif s in idle:
-                idle.remove(s)
-            push(heap, (t + cfg.preempt_duration, 0, seq, _RESUME, s, 0))
-            seq += 1
-        else:  # _RESUME
-            assert prng is not None
-            s = ev[4]
-            down[s] = False
-            push(
-                heap, (t + float(prng.exponential(1.0 / cfg.preempt_rate)), 0, seq, _PREEMPT, s, 0)
-            )
-            seq += 1
-            rid = paused[s]
-            if rid >= 0:
-                paused[s] = -1
-                k = r_deck[rid]
-                if cfg.persist_kv:
-                    cost = cfg.kv_restore_time
-                else:
-                    cost = pre + k * rp
-                    r_recomp[rid] += k
-                r_decv[rid] = v_clock
-                r_decpre[rid] = cost
-                g = r_gen[rid] + 1
-                r_gen[rid] = g
-                slot_rid[s] = rid
-                busy += 1
-                busy_since[s] = t
-                push(gheap, (v_clock + cost + remaining[s], 0, seq, _COMPLETE, rid, g))
-                seq += 1
-            else:
-                free_slot(s)
+            loop.on_preempt(ev[4])
+        else:
+            loop.on_resume(ev[4])
+    loop.close()
+    return loop.trace()
 
-    # close the books at the end
-    for s in range(n_slots):
-        if slot_rid[s] >= 0:
-            gen_busy += t - busy_since[s]
-    if progress is not None:
-        progress(completed % report_every)
-    n = len(r_slot)
-    if extra_segs:
-        counts = np.ones(n, dtype=np.int64)
-        for rid, segs in extra_segs.items():
-            counts[rid] += len(segs)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        tok = np.zeros(int(offsets[-1]), dtype=np.float64)
-        ver = np.empty(int(offsets[-1]), dtype=np.int32)
-        ver[offsets[:-1]] = np.frombuffer(r_vmin, dtype=np.int32)
-        for rid, segs in extra_segs.items():
-            o = int(offsets[rid]) + 1
-            for i, (kk, vv) in enumerate(segs):
-                tok[o + i] = kk
-                ver[o + i] = vv
-        segments: Any = (offsets, tok, ver)
-    else:
-        segments = None
 
-    def col(a: array[Any], dt: Any) -> NDArray[Any]:
-        return np.frombuffer(a, dtype=dt) if len(a) else np.zeros(0, dtype=dt)
-
-    return RawTrace(
-        slot=col(r_slot, np.int32),
-        column=col(r_idx, np.int32),
-        launch_time=col(r_launch, np.float64),
-        finish_time=col(r_finish, np.float64),
-        length=col(r_len, np.float64),
-        launch_version=col(r_vl, np.int32),
-        min_version=col(r_vmin, np.int32),
-        step=col(r_step, np.int32),
-        staleness=col(r_stale, np.int32),
-        status=col(r_status, np.int8),
-        rank=col(r_rank, np.int64),
-        wasted_tokens=col(r_wasted, np.float64),
-        recomputed_tokens=col(r_recomp, np.float64),
-        segments=segments,
-        publish_times=np.asarray(publish_times, dtype=np.float64),
-        end_time=t,
-        generator_busy=gen_busy,
-        trainer_busy=trainer_busy,
-    )
+def _durations(m: NDArray[np.float64], cfg: SimConfig) -> list[array[float]]:
+    """Each length's generation time, one compact array per slot (8 bytes a length, not a Python
+    float object each)."""
+    tt, pre = cfg.token_time, cfg.prefill_time
+    plain = tt == 1.0 and pre == 0.0  # l * 1.0 + 0.0 == l exactly
+    d = np.ascontiguousarray(m if plain else m * tt + pre, dtype=np.float64)
+    return [array("d", row.tobytes()) for row in d]
 
 
 def run_async_fast(
@@ -515,28 +602,15 @@ def run_async_fast(
     follow from those. The agreement tests run both loops.
     """
     n_slots, b, steps = cfg.slots, cfg.batch, cfg.steps
-    target = steps * b
-    tt, pre = cfg.token_time, cfg.prefill_time
-    plain = tt == 1.0 and pre == 0.0  # l * 1.0 + 0.0 == l exactly
-
-    def durations(m: NDArray[np.float64]) -> list[array[float]]:
-        # one compact array per slot (8 bytes a length, not a Python float object each)
-        d = np.ascontiguousarray(m if plain else m * tt + pre, dtype=np.float64)
-        return [array("d", row.tobytes()) for row in d]
-
-    drows = durations(supply.matrix)
+    drows = _durations(supply.matrix, cfg)
     k_cols = len(drows[0])
     drop_over = cfg.over_bound == "drop"
     eta = cfg.eta if cfg.eta is not None else 0
     taus = trainer_times.tolist()
 
     # rollout ids: 0..N-1 are the initial launches (slot = id); completion c launches id N + c
-    c_slot = array("i")
-    c_time = array("d")
-    c_ver = array("i")
-    k_rid = array("q")  # consumption records (drop mode only)
-    k_step = array("i")
-    k_keep = array("b")
+    c_slot, c_time, c_ver = array("i"), array("d"), array("i")
+    k_rid, k_step, k_keep = array("q"), array("i"), array("b")  # consumptions (drop mode only)
     nxt = [1] * n_slots
     # heap entries (time, key, slot): a completion's key is its rollout id (ids grow in launch
     # order, so ties at one instant resolve in launch order, as in SimPy); a publication's key is
@@ -544,13 +618,9 @@ def run_async_fast(
     pub = 1 << 62
     heap = [(drows[s][0], s, s) for s in range(n_slots)]
     heapq.heapify(heap)
-    push = heapq.heappush
-    pop = heapq.heappop
-    slot_append = c_slot.append
-    time_append = c_time.append
-    ver_append = c_ver.append
-    version = 0
-    j = 0
+    push, pop = heapq.heappush, heapq.heappop
+    slot_append, time_append, ver_append = c_slot.append, c_time.append, c_ver.append
+    version = j = 0
     next_batch_at = b  # completions needed for batch j (no-drop mode)
     training = False
     n_comp = 0
@@ -568,7 +638,7 @@ def run_async_fast(
             k = nxt[s]
             if k >= k_cols:
                 supply.extend(slot=s, needed=k + 1)
-                drows = durations(supply.matrix)
+                drows = _durations(supply.matrix, cfg)
                 k_cols = len(drows[0])
             nxt[s] = k + 1
             push(heap, (t + drows[s][k], n_slots + n_comp, s))
@@ -617,7 +687,42 @@ def run_async_fast(
                 break
     if progress is not None:
         progress(n_comp % report_every)
-    # --- rebuild the per-rollout columns (rollout id order)
+    c_rec = _Completions(c_slot, c_time, c_ver, k_rid, k_step, k_keep, n_comp, publish_times, t)
+    return _fast_trace(cfg, supply, trainer_times, c_rec)
+
+
+class _Completions(NamedTuple):
+    """What the fast loop records: per completion its slot, time and the version then current;
+    in drop mode per consumption the rollout id, the step and whether it was kept."""
+
+    slot: array[int]
+    time: array[float]
+    version: array[int]
+    k_rid: array[int]
+    k_step: array[int]
+    k_keep: array[int]
+    n: int
+    publish_times: list[float]
+    end_time: float
+
+
+def _fast_trace(
+    cfg: SimConfig, supply: LengthSupply, trainer_times: NDArray[np.float64], c: _Completions
+) -> RawTrace:
+    """The per-rollout columns (rollout id order) rebuilt from the fast loop's records: each
+    completion relaunched its slot at once, so launch times, ids and indices follow."""
+    n_slots, b, target = cfg.slots, cfg.batch, cfg.steps * cfg.batch
+    drop_over = cfg.over_bound == "drop"
+    n_comp, t = c.n, c.end_time
+    publish_times = c.publish_times
+    c_slot, c_time, c_ver, k_rid, k_step, k_keep = (
+        c.slot,
+        c.time,
+        c.version,
+        c.k_rid,
+        c.k_step,
+        c.k_keep,
+    )
     cs = np.frombuffer(c_slot, dtype=np.int32) if n_comp else np.zeros(0, np.int32)
     ct = np.frombuffer(c_time, dtype=np.float64) if n_comp else np.zeros(0)
     cv = np.frombuffer(c_ver, dtype=np.int32) if n_comp else np.zeros(0, np.int32)

@@ -45,6 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl.sim import _compiled as _sim_compiled
+from refimpl.sim._compiled_cache import njit
 from refimpl.sim._config import SimConfig
 
 numba: Any = _sim_compiled.numba  # None without numba (then nothing here is compiled or called)
@@ -318,13 +319,14 @@ _jit: dict[str, Any] = {}
 
 
 def _compiled(name: str) -> Any:
-    """The named kernel, compiled once per process (numba's cache keeps it on disk)."""
+    """The named kernel, compiled once per process (numba's cache keeps it on disk, keyed by
+    every file it holds: :mod:`refimpl.sim._compiled_cache`)."""
     if name not in _jit:
         assert numba is not None
         for helper in _KERNELS:
             if helper not in _jit:
                 fn = globals()[helper]
-                _jit[helper] = numba.njit(cache=True, error_model="numpy")(fn)
+                _jit[helper] = njit(fn, error_model="numpy")
                 globals()[helper] = _jit[helper]
     return _jit[name]
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.sim import _compiled as _sim_compiled
+from refimpl.sim._compiled_cache import njit
 from refimpl.sim.agent._compiled_layout import _A_ADMIT as _A_ADMIT
 from refimpl.sim.agent._compiled_layout import _A_ARRIVE as _A_ARRIVE
 from refimpl.sim.agent._compiled_layout import (
@@ -706,18 +707,13 @@ def _compile() -> Callable[..., None]:
         assert numba is not None
         g = globals()
         for name in ("_hpush", "_hpop"):
-            g[name] = numba.njit(cache=True, error_model="numpy", _nrt=False, inline="always")(
-                getattr(_sim_compiled, name).py_func
-                if hasattr(getattr(_sim_compiled, name), "py_func")
-                else getattr(_sim_compiled, name)
+            heap = getattr(_sim_compiled, name)
+            g[name] = njit(
+                getattr(heap, "py_func", heap), error_model="numpy", _nrt=False, inline="always"
             )
         for name in _HELPERS:
-            g[name] = numba.njit(
-                cache=True,
-                error_model="numpy",
-                _nrt=False,
-                inline="always" if name in _INLINE else "never",
-            )(g[name])
+            inline = "always" if name in _INLINE else "never"
+            g[name] = njit(g[name], error_model="numpy", _nrt=False, inline=inline)
         _compiled = g["_kernel"]
     return _compiled
 

@@ -1,0 +1,215 @@
+"""numba's cache on disk, keyed by every file whose code a compiled kernel holds.
+
+numba keys a function's cache entry by the function's own source file: its index stores a hash of
+that file, and a different hash makes the entry stale. A kernel's machine code holds more than that
+file: the constants it reads from other modules (frozen into the code when it is compiled) and the
+jitted functions it calls (inlined, or linked into it). The simulator's kernels read their layout
+constants from :mod:`refimpl.sim._compiled_layout` and inline the heap of
+:mod:`refimpl.sim._compiled_heap`: with numba's own key, a change to either file would let numba
+serve the old kernel.
+
+:func:`njit` compiles with numba's cache whose stamp is :func:`closure_stamp` instead: a hash of
+every file of :func:`kernel_files` (the kernel's module, the modules its constants come from and,
+recursively, those of every jitted or plain function it calls, within its top-level package) and
+of the numba, numpy and Python versions. A change to any of them makes the entry stale and the
+kernel compiles again; unrelated files do not. Where the cache lives is numba's own choice, which
+lasts between processes: ``NUMBA_CACHE_DIR`` when it is set, else the ``__pycache__`` beside the
+module when it is writable, else the user's cache directory (``~/.cache/numba``), as for an
+installation in a read-only ``site-packages``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import pickle
+import platform
+import sys
+from collections.abc import Callable, Iterator
+from functools import cache
+from pathlib import Path
+from types import CodeType, FunctionType, ModuleType
+from typing import Any
+
+import numpy as np
+
+numba: Any
+_FunctionCache: Any
+_CacheImpl: Any
+try:  # which branch runs depends on the installation
+    import numba
+    from numba.core.caching import CompileResultCacheImpl as _CacheImpl
+    from numba.core.caching import FunctionCache as _FunctionCache
+except ImportError:
+    numba = _FunctionCache = _CacheImpl = None
+
+__all__ = ["cached_on_disk", "closure_stamp", "kernel_files", "njit"]
+
+
+def _python_function(value: Any) -> FunctionType | None:
+    """The Python function behind a numba dispatcher, or the function itself; else ``None``."""
+    fn = getattr(value, "py_func", value)
+    return fn if isinstance(fn, FunctionType) else None
+
+
+def _names(code: CodeType) -> Iterator[str]:
+    """The global and attribute names a code object reads, nested code objects included."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _names(const)
+
+
+@cache
+def _imported_names(module: str) -> dict[str, tuple[str, str]]:
+    """``{local name: (module, name)}`` for every ``from module import name [as local]`` at the
+    top of ``module`` (relative imports resolved)."""
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None)
+    if path is None:
+        return {}
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    out = {}
+    for node in ast.parse(Path(path).read_text()).body:
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            base = f"{parent}.{base}" if base else parent
+        for alias in node.names:
+            out[alias.asname or alias.name] = (base, alias.name)
+    return out
+
+
+def _module_file(module: str) -> str | None:
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return None if path is None else str(Path(path).resolve())
+
+
+def _origins(module: str, name: str, top: str) -> Iterator[str]:
+    """The files a global ``name`` of ``module`` passes through, up to the module defining it
+    (``from a import x`` in ``b``, ``from b import x`` in ``c``: ``c``, ``b`` and ``a``)."""
+    seen = set()
+    while module.partition(".")[0] == top and (module, name) not in seen:
+        seen.add((module, name))
+        path = _module_file(module)
+        if path is not None:
+            yield path
+        source = _imported_names(module).get(name)
+        if source is None:
+            return
+        module, name = source
+
+
+def kernel_files(kernel: Any) -> tuple[str, ...]:
+    """Every file whose code or constants ``kernel`` (a function or a numba dispatcher) can hold
+    once compiled, sorted: its module's file, the modules its global constants are imported from,
+    and recursively the same for every function it calls; only files of the kernel's top-level
+    package (numba, numpy and Python count through their versions in :func:`closure_stamp`).
+
+    Examples
+    --------
+    >>> from refimpl.sim import _compiled
+    >>> [Path(f).name for f in kernel_files(_compiled._kernel)]
+    ['_compiled.py', '_compiled_heap.py', '_compiled_layout.py', 'versions.py']
+    """
+    first = _python_function(kernel)
+    if first is None:
+        raise TypeError(f"kernel must be a Python function or a numba dispatcher; got {kernel!r}")
+    top = first.__module__.partition(".")[0]
+    files: set[str] = set()
+    todo, done = [first], set()
+    while todo:
+        fn = todo.pop()
+        if fn in done:
+            continue
+        done.add(fn)
+        files.update(_origins(fn.__module__, fn.__name__, top))
+        for name in set(_names(fn.__code__)):
+            if name not in fn.__globals__:
+                continue  # an attribute, or a builtin
+            value = fn.__globals__[name]
+            called = _python_function(value)
+            if called is not None:
+                if called.__module__.partition(".")[0] == top:
+                    todo.append(called)
+            elif isinstance(value, ModuleType):
+                if value.__name__.partition(".")[0] == top and _module_file(value.__name__):
+                    files.add(str(_module_file(value.__name__)))
+            else:
+                files.update(_origins(fn.__module__, name, top))
+    return tuple(sorted(files))
+
+
+def closure_stamp(kernel: Any) -> str:
+    """The hash (SHA-256, hex) of the contents of :func:`kernel_files` and of the numba, numpy and
+    Python versions: the freshness stamp of ``kernel``'s cache entry."""
+    h = hashlib.sha256()
+    for version in (getattr(numba, "__version__", "-"), np.__version__, platform.python_version()):
+        h.update(version.encode() + b"\0")
+    for path in kernel_files(kernel):
+        h.update(path.encode() + b"\0")
+        h.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    return h.hexdigest()
+
+
+class _ClosureLocator:
+    """numba's own locator for a function (where its cache lives), with :func:`closure_stamp` as
+    the stamp of its freshness."""
+
+    def __init__(self, inner: Any, stamp: str) -> None:
+        self._inner = inner
+        self._stamp = stamp
+
+    def ensure_cache_path(self) -> None:
+        self._inner.ensure_cache_path()
+
+    def get_cache_path(self) -> str:
+        return str(self._inner.get_cache_path())
+
+    def get_source_stamp(self) -> str:
+        return self._stamp
+
+    def get_disambiguator(self) -> str:
+        return str(self._inner.get_disambiguator())
+
+
+if _FunctionCache is not None:
+
+    class _ClosureCacheImpl(_CacheImpl):  # type: ignore[misc]
+        def __init__(self, py_func: FunctionType) -> None:
+            super().__init__(py_func)
+            inner: Any = self._locator  # type: ignore[has-type]  # numba's choice of place
+            self._locator = _ClosureLocator(inner, closure_stamp(py_func))
+
+    class _ClosureCache(_FunctionCache):  # type: ignore[misc]
+        _impl_class = _ClosureCacheImpl
+
+
+def njit(fn: Callable[..., Any], **options: Any) -> Any:
+    """``numba.njit(**options)(fn)`` cached on disk under :func:`closure_stamp` (numba required).
+
+    With numba's JIT switched off (``NUMBA_DISABLE_JIT=1``) numba returns ``fn`` itself, and so
+    does this function.
+    """
+    if numba is None:
+        raise RuntimeError("compiling a kernel needs numba: pip install 'refimpl[fast]'")
+    options.pop("cache", None)
+    dispatcher = numba.njit(**options)(fn)
+    if hasattr(dispatcher, "enable_caching"):
+        dispatcher._cache = _ClosureCache(dispatcher.py_func)
+    return dispatcher
+
+
+def cached_on_disk(dispatcher: Any) -> bool:
+    """Whether numba's cache on disk holds a compilation of ``dispatcher`` for its current stamp
+    (the closure's files for a kernel of :func:`njit`, its own file for any other dispatcher).
+
+    Reads numba's index file (a stale or missing index holds nothing); a numba whose cache is laid
+    out otherwise counts as holding nothing, so that the caller falls back to the size rule.
+    """
+    try:
+        return bool(dispatcher._cache._cache_file._load_index())
+    except (AttributeError, OSError, EOFError, ValueError, pickle.UnpicklingError):
+        return False
