@@ -54,6 +54,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
         '{"logp_target": -1, "logp_behavior": -1, "weight": 1, "weight": 7}\n' * 3,
         TIS,
     ),
+    "key repeated, escaped": (
+        '{"logp_target": -1, "logp_behavior": -1, "weight": 1, "weigh\\u0074": 7}\n' * 3,
+        TIS,
+    ),
     "key missing": ('{"logp_target": -1, "logp_behavior": -1}\n', TIS),
     "key as a value": (
         '{"logp_target": -1, "logp_behavior": -1, "weight": 1, "x": "weight"}\n',

@@ -62,7 +62,8 @@ trip, which would merge versions beyond 2**53. It follows the definition and the
 :func:`refimpl.sample_staleness`.
 
 Large traces are streamed in chunks, so memory stays bounded whatever the number of rows: CSV and
-JSONL in blocks of at most 8 MiB cut at row boundaries, parsed by pyarrow's CSV and JSON readers;
+JSONL in blocks of at most 8 MiB cut at row boundaries, parsed by pyarrow's CSV and JSON readers
+(a JSONL trace of 16 MiB or more by polars' when installed, where it reads as pyarrow does);
 Parquet without pre-buffering, in batches of about ``--chunk-rows`` values per column. List
 columns stay columnar (:class:`~refimpl.testing._traces.ListColumn`), and sequence-level specs
 are one reference call per group of sequences of one length. Progress goes to stderr.
