@@ -258,7 +258,7 @@ def opo_advantages(
 
     References
     ----------
-    Hao et al. 2025, "On-Policy RL with Optimal Reward Baseline" (arXiv 2505.23585).
+    OPO, as verl 0.9.1 cites it: arXiv 2505.23585.
 
     Examples
     --------
@@ -348,8 +348,7 @@ def remax_advantages(rewards: Any, *, baselines: Any) -> Any:
 
     References
     ----------
-    Li et al. 2024, "ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for
-    Aligning Large Language Models" (arXiv 2310.10505).
+    ReMax, as verl 0.9.1 cites it: arXiv 2310.10505.
 
     Examples
     --------
@@ -564,8 +563,7 @@ def passk_advantages(
 
     References
     ----------
-    Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration and Exploitation"
-    (the Pass@k advantage; verl cites arXiv 2503.19595).
+    The Pass@k advantage as verl 0.9.1 cites it: arXiv 2503.19595.
 
     Examples
     --------
