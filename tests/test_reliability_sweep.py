@@ -419,6 +419,34 @@ def test_the_import_check_rejects_a_grid_that_imports_its_kind_unguarded(
     rejects(check_a_kind_module_leaving_at_import_is_a_grid_error, tmp_path, monkeypatch, capfd)
 
 
+def many_metrics(params: dict[str, Any], seed: int) -> dict[str, float]:
+    """A cell kind that returns ``n`` metrics, named with ``width`` characters."""
+    return {f"m{i}".rjust(params["width"], "x"): 1.0 for i in range(params["n"])}
+
+
+@pytest.mark.parametrize(
+    ("n", "width", "keep", "said"),
+    [
+        (cells.MAX_METRICS + 1, 8, None, "returned 10001 metrics, more than 10000"),
+        (1, 5000, None, "returned a metric whose name has 5000 characters, more than 200"),
+        (cells.MAX_METRICS, 8, ["absent"], "and 9990 more. Fix sweep.metrics."),
+    ],
+    ids=["too_many", "name_too_long", "missing_among_many"],
+)
+def test_a_cell_returning_unbounded_metrics_fails_with_a_short_message(
+    n: int, width: int, keep: list[str] | None, said: str
+) -> None:
+    grid: dict[str, Any] = {
+        "sweep": {"kind": f"{_HERE}:many_metrics", **({"metrics": keep} if keep else {})},
+        "fixed": {"n": n, "width": width},
+        "axes": {"a": [1]},
+    }
+    (row,) = sweep.run(grid, engine="serial").to_pylist()
+    assert row["status"] == "error"
+    assert said in row["error"], row["error"][:300]
+    assert len(row["error"]) < 1000, len(row["error"])
+
+
 # --- a journal or a results file that lies ------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import itertools
 import signal
 import sys
 import threading
@@ -27,12 +28,18 @@ from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
 from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.sweep.kinds import resolve_kind
 
-__all__ = ["OUTPUT_LIMIT", "SweepInterrupt", "execute_cell", "resolve_kind_guarded"]
+__all__ = ["MAX_METRICS", "OUTPUT_LIMIT", "SweepInterrupt", "execute_cell", "resolve_kind_guarded"]
 
 #: The most a cell may print (standard output and error together, in characters; what it writes
 #: straight to file descriptors 1 and 2, from compiled code or a child process, in bytes): beyond,
 #: the cell fails (a cell returns its metrics; megabytes of output would flood the terminal or a CI log).
 OUTPUT_LIMIT = 1 << 20
+
+#: The most metrics a cell may return when the grid keeps all of them (each is a column).
+MAX_METRICS = 10_000
+
+#: The longest metric name (a column name) a cell may return.
+_NAME_CHARS = 200
 
 #: The longest reproduction a failure message quotes (parameters beyond are shortened).
 _REPRO_CHARS = 1000
@@ -62,12 +69,26 @@ def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, fl
             f"cell kind {kind!r} returned {type(out).__name__}, not a dict of metrics; "
             "return {name: float}."
         )
+    if wanted is None and len(out) > MAX_METRICS:
+        raise InvalidArgument(
+            f"cell kind {kind!r} returned {len(out)} metrics, more than {MAX_METRICS} (each is a "
+            "column of the results table); return fewer, or list the ones to keep in "
+            "sweep.metrics."
+        )
     names = list(out) if wanted is None else list(wanted)
     missing = [m for m in names if m not in out]
     if missing:
+        returned = ", ".join(str(m)[:_NAME_CHARS] for m in itertools.islice(out, 10))
+        more = f" and {len(out) - 10} more" if len(out) > 10 else ""
         raise InvalidArgument(
             f"cell kind {kind!r} returned no metric {missing[0]!r}; it returns "
-            f"{', '.join(map(str, out)) or 'nothing'}. Fix sweep.metrics."
+            f"{returned or 'nothing'}{more}. Fix sweep.metrics."
+        )
+    long = next((str(m) for m in names if len(str(m)) > _NAME_CHARS), None)
+    if long is not None:
+        raise InvalidArgument(
+            f"cell kind {kind!r} returned a metric whose name has {len(long)} characters, more "
+            f"than {_NAME_CHARS} (it names a column): {long[:60]!r}... Use a short name."
         )
     metrics: dict[str, float] = {}
     for m in names:
