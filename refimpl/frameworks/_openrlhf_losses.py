@@ -272,10 +272,11 @@ _ADAPTERS: tuple[Adapter, ...] = (
             "empty_batch": "excluded",
         },
         candidate=openrlhf_gspo,
-        # The pinned overflow is tried first by every check, so each fails on it (NaN); the
-        # sequence mean's 1e-8 (_EPS_1E8) fails them too, on any input.
+        # The pinned overflow is tried first by every check, so each fails on it (NaN; the
+        # clipped region's zero gradient too, NaN where the reference's is finite); the sequence
+        # mean's 1e-8 (_EPS_1E8) fails them too, on any input.
         divergences=dict.fromkeys(
-            _SEQUENCE_CHECKS,
+            (*_SEQUENCE_CHECKS, "clipped_region_has_zero_gradient"),
             Divergence(
                 "defect",
                 "No bound on GSPO's mean log-ratio before exp (PolicyLoss.forward, "
