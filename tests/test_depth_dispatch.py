@@ -255,3 +255,53 @@ def test_kaplan_meier_on_unequal_steps() -> None:
     km = refimpl.kaplan_meier(durations, observed)
     assert km[0].tolist() == [2.0, 3.0, 7.0]
     assert np.allclose(km[1], [5 / 6, 1 / 2, 0.0], rtol=0, atol=1e-15)
+
+
+# --- data without symmetry: pmfs that sum to 1 only within the tolerance ------------------------
+
+#: A float pmf is accepted when it sums to 1 within 1e-9 and is normalised before use; a pmf that
+#: sums to exactly 1 cannot tell ``p / sum(p)`` from ``p * sum(p)`` or from no normalisation.
+OFF_ONE = 1.0 + 5e-10
+
+
+@pytest.mark.parametrize(
+    "of",
+    [
+        lambda p: refimpl.selected_pmf(p, n=5, k=2),
+        lambda p: refimpl.inclusion_probability_pmf(p, n=5, k=2),
+        lambda p: np.array(refimpl.length_bias(p, n=5, k=2), dtype=np.float64),
+    ],
+    ids=["selected_pmf", "inclusion_probability_pmf", "length_bias"],
+)
+def test_a_pmf_off_one_within_tolerance_gives_the_normalised_result(
+    of: Callable[[Array], Array],
+) -> None:
+    pmf = np.array([0.125, 0.5, 0.25, 0.125])
+    want, found = of(pmf), of(pmf * OFF_ONE)
+    assert found.dtype == np.float64
+    assert np.allclose(found, want, rtol=4e-16 * 8, atol=0.0), (found, want)
+
+
+def test_the_normalisation_check_rejects_a_missing_normalisation() -> None:
+    def unnormalised(p: Array) -> Array:
+        return np.asarray((5 / 2) * p * refimpl.inclusion_probability_pmf(p / p.sum(), n=5, k=2))
+
+    pmf = np.array([0.125, 0.5, 0.25, 0.125])
+    assert not np.allclose(unnormalised(pmf * OFF_ONE), unnormalised(pmf), rtol=3.2e-15, atol=0)
+
+
+# --- outputs of degenerate branches: the fluid model with unequal slots and batch ----------------
+
+
+def test_the_fluid_model_with_no_mass_past_the_bound_is_the_unmasked_one() -> None:
+    """No length reaches ηΔ: the mask drops nothing, and every field equals the η = None state.
+    Slots and batch are unequal (with slots = batch = 1, slots/batch and slots·batch agree)."""
+    import scipy.stats
+
+    law = scipy.stats.uniform(loc=1.0, scale=9.0)  # lengths in [1, 10], mean 5.5
+    got = refimpl.fluid_steady_state(law, slots=6, batch=4, eta=3)  # ηΔ = 3·(4·5.5/6) = 11 > 10
+    assert got == refimpl.fluid_steady_state(law, slots=6, batch=4, eta=None)
+    assert got.step_time == pytest.approx(4 * 5.5 / 6, rel=1e-15)
+    assert got.kept_fraction == 1.0
+    assert got.mean_staleness == 6 / 4
+    assert got.trained_mean_length == pytest.approx(5.5, rel=1e-15)
