@@ -22,8 +22,11 @@ MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 100
 
 #: "issue 36", "issues 33 and 36", "(#33)", "see #12": an issue cited by number. Not an anchor
-#: (``#stable-names``), a colour (``#1f77b4``, ``color:#444;``) or a count (``#samples``).
-ISSUE = re.compile(r"\bissues?\s+#?\d+|(?<![\w&/#:])#\d{1,5}\b(?![\w;}-])", re.IGNORECASE)
+#: (``#stable-names``), a colour (``#1f77b4``, ``color:#444;``), a count (``#samples``) or the
+#: occurrence of a mutant's key (``f: 3 -> (2) #1``, tools/mutate.py).
+ISSUE = re.compile(
+    r"\bissues?\s+#?\d+|(?<![\w&/#:])(?<!\) )#\d{1,5}\b(?![\w;}-])", re.IGNORECASE
+)
 
 
 def _where(path: Path, base: Path) -> str:
@@ -169,6 +172,7 @@ def test_the_checks_find_a_long_module_a_long_function_and_an_issue_number(tmp_p
     cited.write_text(
         "fixed in issue 36\nsee #33 for why\nIssues 12 and 13\n"
         "{ref}`conventions#stable-names`, colour #1f77b4, the #samples column, a{color:#444;}\n"
+        "SURVIVED refimpl/x.py::f: 3 -> (2) #1\n"
     )
     hits = [line.split(":")[1] for line in issue_references([cited], tmp_path)]
     assert hits == ["1", "2", "3"]

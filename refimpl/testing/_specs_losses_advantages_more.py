@@ -416,120 +416,136 @@ def _spec(
     )
 
 
+def _gpg_spec() -> Spec:
+    """GPG: the group-mean baseline scaled by α = B/max(#nonzero, 1)."""
+    return _spec(
+        "gpg_advantages",
+        "losses.advantages_baselines.gpg_advantages",
+        "candidate(rewards, *, group) -> (B,) (α = B/max(#nonzero, 1))",
+        "gpg",
+        [
+            _values("gpg", _calls("gpg")),
+            _zero_sum("gpg"),
+            _constant("gpg"),
+            _singles(_gpg_scale, "gpg"),
+        ],
+        (F_NORM, SINGLETON, GROUPS),
+    )
+
+
+def _opo_spec() -> Spec:
+    """OPO: the length-weighted group baseline."""
+    one = lambda case: 1.0  # noqa: E731
+    return _spec(
+        "opo_advantages",
+        "losses.advantages_baselines.opo_advantages",
+        "candidate(rewards, *, group, mask) -> (B,) (lengths = mask row sums)",
+        "opo",
+        [
+            _values("opo", _calls("opo")),
+            _zero_sum("opo", weighted=True),
+            Check(
+                "equal_lengths_is_group_mean",
+                "with equal lengths the baseline is the group mean (Dr GRPO)",
+                _calls("opo", constant=True),
+                _agrees,
+            ),
+            _shift("opo", "adding one constant to every reward leaves the advantages unchanged"),
+            _singles(one, "opo"),
+        ],
+        (SINGLETON, GROUPS),
+    )
+
+
+def _remax_spec() -> Spec:
+    """ReMax: the greedy response's reward as the baseline."""
+    return _spec(
+        "remax_advantages",
+        "losses.advantages_baselines.remax_advantages",
+        "candidate(rewards, *, baselines) -> (B,)",
+        "remax",
+        [
+            _values("remax", _calls("remax")),
+            _shift(
+                "remax",
+                "adding one constant to the rewards and the greedy baselines "
+                "leaves the advantages unchanged",
+            ),
+            Check(
+                "reward_equal_to_baseline_is_zero",
+                "a reward equal to its greedy baseline gets advantage 0",
+                _calls("remax", constant=True),
+                _remax_zero,
+            ),
+            Check(
+                "antisymmetry",
+                "swapping rewards and baselines negates the advantages",
+                _calls("remax", swap=True),
+                _antisymmetric,
+            ),
+        ],
+        (),
+    )
+
+
+def _maxrl_spec() -> Spec:
+    """MaxRL: the group-centred reward divided by the group's mean reward."""
+    one = lambda case: 1.0  # noqa: E731
+    return _spec(
+        "maxrl_advantages",
+        "losses.advantages_baselines.maxrl_advantages",
+        "candidate(rewards, *, group) -> (B,) (rewards >= 0)",
+        "maxrl",
+        [
+            _values("maxrl", _calls("maxrl")),
+            _zero_sum("maxrl"),
+            _constant("maxrl"),
+            Check(
+                "scale_invariance",
+                "multiplying every reward by c > 0 leaves the advantages unchanged (ε = 0)",
+                _calls("maxrl", scale=True),
+                _unchanged,
+                applies=_eps_zero_maxrl,
+            ),
+            _singles(one, "maxrl"),
+        ],
+        (EPS_MAXRL, SINGLETON, GROUPS),
+    )
+
+
+def _passk_spec() -> Spec:
+    """Pass@k: only each group's best response gets a non-zero advantage."""
+    return _spec(
+        "passk_advantages",
+        "losses.advantages_baselines.passk_advantages",
+        "candidate(rewards, *, group) -> (B,) (groups of two or more)",
+        "passk",
+        [
+            _values("passk", _calls("passk")),
+            Check(
+                "one_best_per_group",
+                "at most one advantage per group is non-zero, at a best reward, and >= 0",
+                _calls("passk"),
+                _one_best,
+            ),
+            _shift("passk", "adding one constant to every reward leaves the advantages unchanged"),
+            _constant("passk"),
+        ],
+        (
+            STD,
+            EPS_GRPO,
+            Convention(
+                "singleton",
+                "excluded",
+                ("excluded",),
+                "groups of one are never drawn (Pass@k needs two)",
+            ),
+            GROUPS,
+        ),
+    )
+
+
 def more_advantage_specs() -> list[Spec]:
     """GPG, OPO, ReMax, MaxRL and Pass@k (value only); GDPO and the optimal token baseline are in
     :mod:`refimpl.testing._specs_losses_advantages_tokens`."""
-    one = lambda case: 1.0  # noqa: E731
-    return [
-        _spec(
-            "gpg_advantages",
-            "losses.advantages_baselines.gpg_advantages",
-            "candidate(rewards, *, group) -> (B,) (α = B/max(#nonzero, 1))",
-            "gpg",
-            [
-                _values("gpg", _calls("gpg")),
-                _zero_sum("gpg"),
-                _constant("gpg"),
-                _singles(_gpg_scale, "gpg"),
-            ],
-            (F_NORM, SINGLETON, GROUPS),
-        ),
-        _spec(
-            "opo_advantages",
-            "losses.advantages_baselines.opo_advantages",
-            "candidate(rewards, *, group, mask) -> (B,) (lengths = mask row sums)",
-            "opo",
-            [
-                _values("opo", _calls("opo")),
-                _zero_sum("opo", weighted=True),
-                Check(
-                    "equal_lengths_is_group_mean",
-                    "with equal lengths the baseline is the group mean (Dr GRPO)",
-                    _calls("opo", constant=True),
-                    _agrees,
-                ),
-                _shift(
-                    "opo", "adding one constant to every reward leaves the advantages unchanged"
-                ),
-                _singles(one, "opo"),
-            ],
-            (SINGLETON, GROUPS),
-        ),
-        _spec(
-            "remax_advantages",
-            "losses.advantages_baselines.remax_advantages",
-            "candidate(rewards, *, baselines) -> (B,)",
-            "remax",
-            [
-                _values("remax", _calls("remax")),
-                _shift(
-                    "remax",
-                    "adding one constant to the rewards and the greedy baselines "
-                    "leaves the advantages unchanged",
-                ),
-                Check(
-                    "reward_equal_to_baseline_is_zero",
-                    "a reward equal to its greedy baseline gets advantage 0",
-                    _calls("remax", constant=True),
-                    _remax_zero,
-                ),
-                Check(
-                    "antisymmetry",
-                    "swapping rewards and baselines negates the advantages",
-                    _calls("remax", swap=True),
-                    _antisymmetric,
-                ),
-            ],
-            (),
-        ),
-        _spec(
-            "maxrl_advantages",
-            "losses.advantages_baselines.maxrl_advantages",
-            "candidate(rewards, *, group) -> (B,) (rewards >= 0)",
-            "maxrl",
-            [
-                _values("maxrl", _calls("maxrl")),
-                _zero_sum("maxrl"),
-                _constant("maxrl"),
-                Check(
-                    "scale_invariance",
-                    "multiplying every reward by c > 0 leaves the advantages unchanged (ε = 0)",
-                    _calls("maxrl", scale=True),
-                    _unchanged,
-                    applies=_eps_zero_maxrl,
-                ),
-                _singles(one, "maxrl"),
-            ],
-            (EPS_MAXRL, SINGLETON, GROUPS),
-        ),
-        _spec(
-            "passk_advantages",
-            "losses.advantages_baselines.passk_advantages",
-            "candidate(rewards, *, group) -> (B,) (groups of two or more)",
-            "passk",
-            [
-                _values("passk", _calls("passk")),
-                Check(
-                    "one_best_per_group",
-                    "at most one advantage per group is non-zero, at a best reward, and >= 0",
-                    _calls("passk"),
-                    _one_best,
-                ),
-                _shift(
-                    "passk", "adding one constant to every reward leaves the advantages unchanged"
-                ),
-                _constant("passk"),
-            ],
-            (
-                STD,
-                EPS_GRPO,
-                Convention(
-                    "singleton",
-                    "excluded",
-                    ("excluded",),
-                    "groups of one are never drawn (Pass@k needs two)",
-                ),
-                GROUPS,
-            ),
-        ),
-    ]
+    return [_gpg_spec(), _opo_spec(), _remax_spec(), _maxrl_spec(), _passk_spec()]
