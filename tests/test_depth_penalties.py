@@ -342,3 +342,15 @@ def test_l1_degenerate_outputs() -> None:
     # the budget's ends: full reward (1 − δ)/α below the target, nothing δ/α above it
     ends = l1_max_reward([0.0, 2.0, 4.0, 6.0, 8.0], [True] * 5, 4.0, alpha=0.25, delta=0.25)
     assert ends.tolist() == [1.0, 0.75, 0.25, 0.0, 0.0]
+
+
+def test_kimi_refuses_labels_numpy_cannot_order_in_its_own_words() -> None:
+    # np.unique raises on labels of no common order (None among numbers, bare objects): the
+    # refusal names groups and the fix, never an UnboundLocalError or numpy's TypeError
+    bad: list[Any] = [[1.5, None, 2], [object(), object(), object()]]
+    for labels in bad:
+        with pytest.raises(TypeError, match=r"groups must be a 1-D array of comparable labels"):
+            kimi_length_reward([1.0, 2.0, 3.0], [True, False, True], groups=labels)
+    # labels numpy can order are problems, whatever their kind
+    mixed = kimi_length_reward([1.0, 2.0, 3.0, 5.0], [True] * 4, groups=np.array([1, "a", 1, "a"]))
+    assert mixed.tolist() == [0.5, 0.5, -0.5, -0.5]
