@@ -32,7 +32,7 @@ from refimpl.lab._plot import COLORS, legend_below, new_figure, sim_with_error
 from refimpl.lab.config import LabConfig
 from refimpl.lab.learning_policy import PENALTY, THETA0, M, _policy, quality
 from refimpl.lab.report import Section, fmt
-from refimpl.lab.worth import CONFIDENCE, Cell, boundary, fair_cell
+from refimpl.lab.worth import CONFIDENCE, Cell, boundary, fair_cell, shared_sync, toy_durations
 from refimpl.lab.worth import MARGIN as WORTH_MARGIN
 
 __all__ = [
@@ -88,35 +88,17 @@ def continuous_laws() -> list[tuple[str, Any]]:
     return [(name, dist) for name, dist in laws() if name not in (CONSTANT, "lognormal σ = 2")]
 
 
-def toy_durations(dist: Any, pmf: Any) -> NDArray[np.float64]:
-    r"""Simulated time of a toy rollout of each length: the law's quantile at its mid-quantile.
-
-    With :math:`F` the cdf of the toy's starting length law ``pmf`` on :math:`1..M`, a rollout of
-    :math:`\ell` tokens takes :math:`d(\ell) = F_\text{law}^{-1}\bigl(F(\ell - 1) +
-    p(\ell)/2\bigr)`: at the start the rollouts' times follow the law (discretised to :math:`M`
-    atoms), longer rollouts take longer (which finish first is unchanged), and as the policy
-    learns other lengths their times follow the law's quantiles.
-
-    Examples
-    --------
-    >>> d = toy_durations(stats.uniform(loc=0.0, scale=4.0), [0.25, 0.25, 0.25, 0.25])
-    >>> d.tolist()
-    [0.5, 1.5, 2.5, 3.5]
-    """
-    p = np.asarray(pmf, dtype=np.float64)
-    mid = np.cumsum(p) - p / 2.0
-    return np.asarray(dist.ppf(mid), dtype=np.float64)
-
-
 #: Batch B of the fair comparison; N = B × N/B slots.
 WORTH_BATCH = 8
 #: N/B of the verdict table and of the map (quick, default).
 WORTH_RATIOS = ((8,), (1, 2, 4, 8))
-#: Seeds per cell (quick, default): paired runs, common random numbers.
-WORTH_SEEDS = (4, 12)
-#: Optimizer steps of the (synchronous, asynchronous) runs (quick, default): enough for each side
-#: to reach the targets (the clocks count the cost to the target, not the run).
-WORTH_STEPS = ((96, 96), (128, 256))
+#: Seeds per cell (quick, default): paired runs, common random numbers; each verdict carries its
+#: t × SE band (fewer seeds: a wider band, more cells undecided, no verdict biased).
+WORTH_SEEDS = (4, 8)
+#: Optimizer steps of the (synchronous, asynchronous) runs (quick, default), enough to reach the
+#: targets (the clocks count the cost to the target): a synchronous run of the default grid takes
+#: about 14 steps to the last target (at most 23 seen); an asynchronous one up to 10x more.
+WORTH_STEPS = ((96, 96), (64, 256))
 #: Learning rate of the comparison (the toy's batches of 8 are noisy at the learning section's 3).
 WORTH_LEARNING_RATE = 1.0
 #: The targets: these shares of the way from J(θ0) to J*; each seed's statistic averages them.
@@ -212,7 +194,7 @@ def _cells(
     out: dict[tuple[str, int, int | None], Cell] = {}
     for name, dist in grid.items():
         progress(f"{name}: fair comparison, {len(seeds)} seeds per cell")
-        train = _trainer(toy_durations(dist, start.pmf), config)
+        train = shared_sync(_trainer(toy_durations(dist, start.pmf), config))
         etas = MAP_ETAS[quick] if name in {_tail_name(s) for s in MAP_SIGMAS} else (None,)
         for eta in etas:
             for r in WORTH_RATIOS[quick] if eta is None else MAP_ETA_RATIOS:

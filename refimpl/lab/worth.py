@@ -36,6 +36,7 @@ infinite seed the verdict needs every seed on the same side of :math:`\log m`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -53,6 +54,8 @@ __all__ = [
     "clocks",
     "decide",
     "fair_cell",
+    "shared_sync",
+    "toy_durations",
 ]
 
 #: Asynchrony must reach the target at least this many times sooner to be worth its complexity.
@@ -262,3 +265,40 @@ def boundary(x: Any, means: Any, *, margin: float = MARGIN) -> float | None:
         if ys[i] < 0 <= ys[i + 1]:
             return float(xs[i] + (0.0 - ys[i]) * (xs[i + 1] - xs[i]) / (ys[i + 1] - ys[i]))
     return None
+
+
+def shared_sync(train: Callable[..., lrn.TrainingRun]) -> Callable[..., lrn.TrainingRun]:
+    """``train`` that runs each synchronous run once: a bounded-η cell's synchronous side (no
+    bound applies to it) is the unbounded cell's, seed for seed."""
+    runs: dict[tuple[Any, ...], lrn.TrainingRun] = {}
+
+    def shared(mode: str, n: int, b: int, steps: int, eta: int | None, k: int) -> lrn.TrainingRun:
+        if mode != "sync_minibatch" or eta is not None:
+            return train(mode, n, b, steps, eta, k)
+        key = (n, b, steps, k)
+        if key not in runs:
+            runs[key] = train(mode, n, b, steps, eta, k)
+        run: lrn.TrainingRun = runs[key]
+        return run
+
+    return shared
+
+
+def toy_durations(dist: Any, pmf: Any) -> NDArray[np.float64]:
+    r"""Simulated time of a toy rollout of each length: the law's quantile at its mid-quantile.
+
+    With :math:`F` the cdf of the toy's starting length law ``pmf`` on :math:`1..M`, a rollout of
+    :math:`\ell` tokens takes :math:`d(\ell) = F_\text{law}^{-1}\bigl(F(\ell - 1) +
+    p(\ell)/2\bigr)`: at the start the rollouts' times follow the law (discretised to :math:`M`
+    atoms), longer rollouts take longer (which finish first is unchanged), and as the policy
+    learns other lengths their times follow the law's quantiles.
+
+    Examples
+    --------
+    >>> d = toy_durations(stats.uniform(loc=0.0, scale=4.0), [0.25, 0.25, 0.25, 0.25])
+    >>> d.tolist()
+    [0.5, 1.5, 2.5, 3.5]
+    """
+    p = np.asarray(pmf, dtype=np.float64)
+    mid = np.cumsum(p) - p / 2.0
+    return np.asarray(dist.ppf(mid), dtype=np.float64)
