@@ -50,7 +50,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="small sizes, same sections (about 14 s of CPU; nothing to compile)",
+        help="small sizes, same sections (about 13 s of CPU; nothing to compile)",
     )
     parser.add_argument(
         "--seed", type=_seed, default=0, metavar="S", help="root seed, an integer >= 0 (default 0)"
