@@ -149,10 +149,14 @@ class _EventLoop:
 
     # ---- rollouts and slots
 
-    def push(self, heap: list[tuple[float, int, int, int, int, int]], *ev: Any) -> None:
-        """Schedule ``(time, priority, kind, ref, gen)`` after every event scheduled before."""
-        heapq.heappush(heap, (ev[0], ev[1], self.seq, ev[2], ev[3], ev[4]))
-        self.seq += 1
+    def push(
+        self, heap: list[tuple[float, int, int, int, int, int]], time: float, prio: int,
+        kind: int, ref: int, gen: int,
+    ) -> None:  # fmt: skip
+        """Schedule an event; at one time and priority, after every event scheduled before."""
+        seq = self.seq
+        heapq.heappush(heap, (time, prio, seq, kind, ref, gen))
+        self.seq = seq + 1
 
     def more_lengths(self, s: int, k: int) -> None:
         """Draw lengths up to column ``k`` of slot ``s`` (every slot's row grows alike)."""
@@ -562,11 +566,12 @@ def run_events(
     publication; :class:`_Stuck` when no event is left before it."""
     loop = _EventLoop(cfg, supply, trainer_times, progress)
     loop.start()
+    next_event, on_complete = loop.next_event, loop.on_complete
     while True:
-        ev = loop.next_event()
+        ev = next_event()
         kind = ev[3]
         if kind == _COMPLETE:
-            loop.on_complete(ev[4], ev[5])
+            on_complete(ev[4], ev[5])
         elif kind == _PUBLISH:
             if loop.on_publish(ev[4]):
                 break
