@@ -4,8 +4,9 @@ Each function of the loop is copied with a globals dictionary in which its helpe
 ones, then compiled, without numba's reference counting (the loop allocates nothing: its arrays,
 heaps included, come from the caller, so a call costs no reference updates); so the compiled loop
 runs the reference's code, operation for operation (inlining changes where code sits, not what it
-computes), and the two agree bit for bit (tests/test_sim_engine_limits.py). Compiled once per process, on first
-use, and cached on disk by numba beside the module (``__pycache__``) for the next process.
+computes), and the two agree bit for bit (tests/test_sim_engine_limits.py). Compiled once per
+process, on first use, and cached on disk for the next process under a stamp of every file the
+loop's code holds (:mod:`refimpl.sim._compiled_cache`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from refimpl.sim._compiled_cache import njit
 from refimpl.sim.engine import _loop
 
 numba: Any
@@ -83,8 +85,8 @@ def compiled_loop() -> Callable[..., None]:
             f = getattr(_loop, name)
             copy = types.FunctionType(f.__code__, space, name, f.__defaults__)
             inline = "always" if name in _INLINE else "never"
-            space[name] = numba.njit(cache=True, error_model="numpy", _nrt=False, inline=inline)(
-                copy
-            )
+            # cached on disk under a stamp of every file the loop's code holds (_loop.py and the
+            # modules its constants come from), not of _loop.py alone as numba's own cache=True
+            space[name] = njit(copy, error_model="numpy", _nrt=False, inline=inline)
         _compiled["run_loop"] = space["run_loop"]
     return _compiled["run_loop"]
