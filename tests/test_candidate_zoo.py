@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -305,14 +307,13 @@ def test_the_mask_check_rejects_a_wrong_declaration(
     rejects(check_booleans_are_accepted_exactly_where_the_spec_declares_a_mask)
 
 
-def test_the_mask_check_rejects_the_rule_that_reads_the_reference_s_values(
+def test_the_mask_check_rejects_the_rule_that_reads_the_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the wrong variant that was there: booleans accepted wherever the reference's values are 0/1
+    # the wrong variant that was there: booleans accepted wherever the values are 0/1 (which
+    # booleans always are), whatever the spec declares
     real = guard.output_kind_problem
-    monkeypatch.setattr(
-        runner, "output_kind_problem", lambda out, expected, *, mask: real(out, expected)
-    )
+    monkeypatch.setattr(runner, "output_kind_problem", lambda out, *, mask: real(out, mask=True))
     rejects(check_booleans_are_accepted_exactly_where_the_spec_declares_a_mask)
 
 
@@ -482,3 +483,76 @@ def test_a_setup_that_leaves_or_fails_is_refused_with_a_message(setup: str, said
 def test_a_setup_that_runs_defines_the_candidate() -> None:
     setup = "import numpy as np\ndef mine(s, *, eta):\n    return (np.asarray(s) <= eta) * 1.0\n"
     assert _run("mine", setup=setup).ok
+
+
+# A candidate named "module:function" whose module misbehaves while it is imported: each is a
+# refusal naming the module and what it did, before any check runs (nothing escapes).
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ("import sys\nsys.exit(0)\n", "failed while it was imported (SystemExit: 0)"),
+        ("raise GeneratorExit\n", "failed while it was imported (GeneratorExit"),
+        ("class Own(BaseException):\n    pass\nraise Own('boom')\n", "(Own: boom)"),
+        ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt itself (no Ctrl-C arrived)"),
+        ("print('z' * (2 << 20))\n", "wrote more than 1048576 characters to stdout"),
+        ("1 / 0\n", "failed while it was imported (ZeroDivisionError"),
+    ],
+    ids=[
+        "sys_exit",
+        "generator_exit",
+        "own_base_exception",
+        "keyboard_interrupt",
+        "flood",
+        "error",
+    ],
+)
+def test_a_candidate_module_that_misbehaves_at_import_is_refused_naming_it(
+    body: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = f"zoo_import_{zlib.crc32(body.encode())}"
+    (tmp_path / f"{name}.py").write_text(body + "def f(s, *, eta):\n    return s\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidArgument) as info:
+        _run(f"{name}:f")
+    message = str(info.value)
+    assert said in message, message
+    assert f"candidate='{name}:f'" in message
+    assert len(capsys.readouterr().out) < 1000  # the flood stayed out of the terminal
+
+
+def _assume_exits(kwargs: dict[str, Any]) -> bool:
+    raise SystemExit(0)
+
+
+def _assume_divides_by_zero(kwargs: dict[str, Any]) -> bool:
+    return bool(1 / 0)
+
+
+def _assume_interrupts(kwargs: dict[str, Any]) -> bool:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize(
+    ("assume", "said"),
+    [
+        (_assume_exits, "called sys.exit(0)"),
+        (_assume_divides_by_zero, "raised ZeroDivisionError: division by zero"),
+        (_assume_interrupts, "raised KeyboardInterrupt itself"),
+    ],
+    ids=["sys_exit", "error", "keyboard_interrupt"],
+)
+def test_an_assume_that_exits_or_raises_is_the_check_s_status_with_a_reproduction(
+    assume: Callable[[dict[str, Any]], bool], said: str
+) -> None:
+    report = _run(clean, assume=assume, checks=["binary"], max_examples=5)
+    (result,) = report.results  # returns: nothing escapes check_conformance
+    assert result.status == "raised", result.render()
+    assert result.message.startswith("assume= (not the candidate)"), result.message
+    assert said in result.message, result.message
+    assert "assume(kwargs)" in result.reproduction
+    assert result.counterexample.startswith("calls = [")
+    assert "conventions=" not in result.message  # no convention explains a broken assume

@@ -8,6 +8,7 @@ the wrong variant that it must tell apart.
 
 from __future__ import annotations
 
+import re
 import signal
 import types
 from typing import Any
@@ -131,10 +132,34 @@ class _Spy:
 @pytest.mark.parametrize(
     ("options", "error", "said"),
     [
-        ({"max_examples": 0}, InvalidArgument, "max_examples must be an int >= 1"),
-        ({"max_examples": True}, InvalidArgument, "max_examples must be an int >= 1"),
+        ({"max_examples": 0}, InvalidArgument, "max_examples must be an int from 1 to 1000000"),
+        ({"max_examples": True}, InvalidArgument, "max_examples must be an int from 1 to"),
+        # a search that would never end: 10**20 examples
+        ({"max_examples": 10**20}, InvalidArgument, "got max_examples=100000000000000000000"),
+        ({"max_examples": 10**6 + 1}, InvalidArgument, "got max_examples=1000001"),
         ({"shrink": "yes"}, InvalidArgumentType, "shrink must be a bool"),
+        ({"derandomize": "no"}, InvalidArgumentType, "derandomize must be a bool"),
+        ({"derandomize": None}, InvalidArgumentType, "Pass derandomize=True or derandomize="),
         ({"checks": ["keeps_at_bund"]}, InvalidArgument, "checks must name only checks"),
+        # a string is not iterated letter by letter ("got checks='b'")
+        ({"checks": "binary"}, InvalidArgumentType, "Pass a list, e.g. checks=['binary']"),
+        ({"checks": b"binary"}, InvalidArgumentType, "checks must be a list of check names"),
+        # an example the reference refuses would be skipped by every check, and the report say ok
+        (
+            {"examples": [[((np.array([0, 1]),), {"etaa": 1})]]},
+            InvalidArgument,
+            "unexpected keyword argument 'etaa'",
+        ),
+        (
+            {"examples": [[((np.array([0.0, np.nan]),), {"eta": 1})]]},
+            InvalidArgument,
+            "refimpl refuses it: InvalidArgument: s must contain only finite values",
+        ),
+        (
+            {"examples": [[((np.array([0]),), {"eta": 1}), ((np.array([0]),), {"eta": -1})]]},
+            InvalidArgument,
+            "refimpl refuses call 1 of it",
+        ),
         ({"expected_failures": "binary"}, InvalidArgumentType, "Wrap it in a list"),
         ({"rtol": -1.0}, InvalidArgument, "rtol must be a finite number >= 0"),
         ({"dtype": "float8"}, InvalidArgument, "dtype must be one of"),
@@ -145,9 +170,9 @@ def test_prepare_run_refuses_before_the_candidate_is_called(
     options: dict[str, Any], error: type[Exception], said: str
 ) -> None:
     spy = _Spy()
-    with pytest.raises(error, match=said):
+    with pytest.raises(error, match=re.escape(said)):
         _prepare(spy, **options)
-    with pytest.raises(error, match=said):
+    with pytest.raises(error, match=re.escape(said)):
         check_conformance(spy, spec="staleness_mask", **{**_DEFAULTS, **options})
     assert spy.calls == 0
 
@@ -307,53 +332,48 @@ def test_user_interrupts_restores_the_handler_it_wrapped() -> None:
     assert signal.getsignal(signal.SIGINT) is before
 
 
-def _floats() -> Any:
-    return np.zeros(2)
-
-
-def _bools() -> Any:
-    return np.zeros(2, dtype=bool)
-
-
-def _zeros_and_ones() -> Any:
-    return np.array([0.0, 1.0])
-
-
-def _weights() -> Any:
-    return np.array([0.5, 1.0])
-
-
+# ``mask``: whether the spec declares a 0/1 mask as its reference's output (MASK_OUTPUTS).
 @pytest.mark.parametrize(
-    ("out", "expected", "kind"),
+    ("out", "mask", "kind"),
     [
-        (np.zeros(2), _floats, None),
-        (3.0, _floats, None),
-        ([0.5, 1.0], _floats, None),
-        ((np.zeros(2), None, "label"), _floats, None),  # a framework's extras beside its numbers
-        (np.zeros(2, dtype=complex), _floats, "complex"),
-        (torch.zeros(2, dtype=torch.complex64), _floats, "complex"),
-        (np.array(["1.0"]), _floats, "string"),
-        (["1.0", "0.0"], _floats, "string"),
-        ("1.0", _floats, "string"),
-        (np.array([1.0], dtype=object), _floats, "object"),
-        (np.zeros(2, dtype=bool), _weights, "boolean"),
-        (torch.zeros(2, dtype=torch.bool), _weights, "boolean"),
-        ((np.zeros(2), np.zeros(2, dtype=bool)), _weights, "boolean"),
-        (np.zeros(2, dtype=bool), _bools, None),  # the reference returns booleans too
-        (torch.zeros(2, dtype=torch.bool), _zeros_and_ones, None),  # a mask: all 0 or 1
-        (np.zeros(2, dtype=bool), _floats, None),  # all zeros is a mask too
-        (None, _floats, "None"),
+        (np.zeros(2), False, None),
+        (3.0, False, None),
+        ([0.5, 1.0], False, None),
+        ((np.zeros(2), None, "label"), False, None),  # a framework's extras beside its numbers
+        (np.zeros(2, dtype=complex), False, "complex"),
+        (torch.zeros(2, dtype=torch.complex64), False, "complex"),
+        (np.array(["1.0"]), False, "string"),
+        (["1.0", "0.0"], False, "string"),
+        ("1.0", False, "string"),
+        (np.array([1.0], dtype=object), False, "object"),
+        (np.zeros(2, dtype=bool), False, "boolean"),
+        (torch.zeros(2, dtype=torch.bool), False, "boolean"),
+        ((np.zeros(2), np.zeros(2, dtype=bool)), False, "boolean"),
+        (np.zeros(2, dtype=bool), True, None),  # a declared mask spec: booleans are its values
+        (torch.zeros(2, dtype=torch.bool), True, None),
+        ((np.zeros(2), np.zeros(2, dtype=bool)), True, None),
+        (np.zeros(2, dtype=complex), True, "complex"),  # a mask spec still refuses the rest
+        (None, True, "None"),
+        (None, False, "None"),
     ],
 )
 def test_output_kind_problem_refuses_each_wrong_kind(
-    out: Any, expected: Any, kind: str | None
+    out: Any, mask: bool, kind: str | None
 ) -> None:
-    found = output_kind_problem(out, expected)
+    found = output_kind_problem(out, mask=mask)
     if kind is None:
         assert found is None
     else:
         assert found is not None
         assert f"returned a {kind} value" in found
+
+
+def test_a_boolean_output_is_refused_by_its_declaration_not_by_its_values() -> None:
+    # all zeros is 0/1, as a weight can be on one draw: without the declaration it is refused
+    found = output_kind_problem(np.zeros(2, dtype=bool), mask=False)
+    assert found is not None
+    for name in ("staleness_mask", "any_token_veto", "off_policy_sequence_mask", "m2po_mask"):
+        assert name in found  # the message names the four specs that accept booleans
 
 
 def test_found_problem_refuses_a_shape_that_differs_and_leaves_nan_to_the_checks() -> None:
@@ -366,3 +386,13 @@ def test_found_problem_refuses_a_shape_that_differs_and_leaves_nan_to_the_checks
     assert pair is not None
     assert pair.startswith("output 1: ")
     assert found_problem({"a": e[:1]}, {"a": e}) is None  # a layout left to the checks
+
+
+def test_a_check_named_twice_runs_once_and_an_unknown_one_is_named_once() -> None:
+    run = _prepare(mask, checks=["binary", "staleness_mask.binary", "keeps_on_policy"])
+    assert run.checks == ("binary", "keeps_on_policy")
+    with pytest.raises(InvalidArgument) as info:
+        _prepare(mask, checks=["nope"])
+    message = str(info.value)
+    assert message.count("nope") == 1, message  # the rule, the value and the fix: said once
+    assert "Use one of: agrees_with_reference" in message

@@ -7,8 +7,11 @@
     refimpl conformance --check              # exit 1 when anything changed (the CI stage)
     refimpl conformance --write              # store the fresh entries in docs/conformance-matrix.json
 
-Exit codes: 0 when it ran (and, with ``--check``, nothing changed), 1 when something changed under
-``--check`` or a framework, torch or the committed matrix is missing, 2 for a usage error.
+Exit codes: 0 when it ran (and, with ``--check``, nothing changed); 1 when something changed under
+``--check``, or when what the run needs is not installed (torch, a framework named with
+``--framework``, or none of the frameworks): not a usage error (the call is right; this machine
+cannot run it), and a gate that cannot run must not pass; 2 when it refused to run: a bad option
+value, a committed matrix that is missing or unreadable, a matrix that cannot be written.
 """
 
 from __future__ import annotations
@@ -58,9 +61,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _fail(message: str) -> int:
+#: the exit status when torch or the frameworks to rerun are not installed: the gate fails
+NOT_INSTALLED = 1
+
+
+def _fail(message: str, status: int = 2) -> int:
     print(f"refimpl conformance: {message}", file=sys.stderr)
-    return 1
+    return status
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,27 +76,33 @@ def run(args: argparse.Namespace) -> int:
 
     from refimpl.frameworks._matrix import changes, load_matrix, run_matrix
     from refimpl.frameworks._registry import TESTED_VERSIONS, installed_version
+    from refimpl.testing._conformance_plan import MAX_EXAMPLES
 
-    if args.max_examples < 1:
-        return _fail(f"--max-examples must be >= 1; got {args.max_examples}")
+    if not 1 <= args.max_examples <= MAX_EXAMPLES:
+        return _fail(
+            f"--max-examples must be an integer from 1 to {MAX_EXAMPLES}; got "
+            f"--max-examples={args.max_examples}. Pass e.g. --max-examples 100."
+        )
     if importlib.util.find_spec("torch") is None:
         return _fail(
             "torch is not installed; the adapters call the frameworks with torch tensors: "
-            "pip install torch==2.13.0 (see ci/frameworks-requirements.txt)"
+            "pip install torch==2.13.0 (see ci/frameworks-requirements.txt)",
+            NOT_INSTALLED,
         )
     named = args.framework
     if named:
         missing = [n for n in named if installed_version(n) is None]
         if missing:
             pins = " ".join(f"{TESTED_VERSIONS[n][0]}=={TESTED_VERSIONS[n][1]}" for n in missing)
-            return _fail(f"not installed: {', '.join(missing)}; pip install {pins}")
+            return _fail(f"not installed: {', '.join(missing)}; pip install {pins}", NOT_INSTALLED)
         names = list(dict.fromkeys(named))
     else:
         names = [n for n in TESTED_VERSIONS if installed_version(n) is not None]
         if not names:
             return _fail(
                 "none of the frameworks is installed; .ci/frameworks installs the pinned set "
-                "(ci/frameworks-lock.txt)"
+                "(ci/frameworks-lock.txt)",
+                NOT_INSTALLED,
             )
     committed: dict[str, Any] | None = None
     if args.matrix.is_file():

@@ -13,10 +13,15 @@ from types import ModuleType
 
 from hypothesis.errors import NoSuchExample
 
-from refimpl.testing._conformance_plan import Run
+from refimpl.testing._conformance_plan import Run, _describe
 from refimpl.testing._conformance_report import CheckResult, Status
 from refimpl.testing._conformance_runner import _Runner
-from refimpl.testing._conformance_source import _calls_source, _reproduction, _size
+from refimpl.testing._conformance_source import (
+    _assume_reproduction,
+    _calls_source,
+    _reproduction,
+    _size,
+)
 from refimpl.testing._conformance_specs import _available
 from refimpl.testing._engine import Call, Check
 from refimpl.testing._search import find
@@ -85,6 +90,17 @@ def classify(run: Run, runner: _Runner, example: list[Call], reason: str) -> Che
         outcome = None
     message = outcome.message if outcome is not None else "the failure did not repeat"
     raised = outcome is not None and outcome.kind == "raised"
+    if message.startswith("assume="):  # the user's assume= misbehaved: nothing to explain
+        return CheckResult(
+            **_names(run, runner.check),
+            status="xfailed" if reason else "raised",
+            message=message,
+            counterexample=_calls_source(example),
+            reproduction=_assume_reproduction(
+                f"{run.spec.name}.{runner.check.name}", example, _describe(run.assume)
+            ),
+            reason=reason,
+        )
     if outcome is not None and "conventions=" not in message:
         hint = runner.explain(example, raised=raised)
         message = f"{message}\n{hint}" if hint else message

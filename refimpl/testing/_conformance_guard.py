@@ -40,6 +40,7 @@ import numpy as np
 
 from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
 from refimpl.testing._arrays import ArrayBridge
+from refimpl.testing._specs_parts import MASK_OUTPUTS
 from refimpl.testing.tolerances import largest_finite
 
 __all__ = [
@@ -71,7 +72,10 @@ class CandidateMisbehaved(Exception):
 
 class _OutputLimit(BaseException):
     """Raised inside the candidate's ``print`` when it passes :data:`OUTPUT_LIMIT` (a
-    ``BaseException``, so that the candidate's own ``except Exception`` does not swallow it)."""
+    ``BaseException``, so that the candidate's own ``except Exception`` does not swallow it;
+    ``stops_the_call`` tells :func:`refimpl._imports.import_object` to let it through)."""
+
+    stops_the_call = True
 
 
 class _Sink(io.TextIOBase):
@@ -326,48 +330,30 @@ def _kind(leaf: Any) -> str | None:
     return None
 
 
-def output_kind_problem(
-    out: Any, expected: Callable[[], Any], *, mask: bool | None = None
-) -> str | None:
+def output_kind_problem(out: Any, *, mask: bool) -> str | None:
     """Why the candidate's output is the wrong kind of thing for a numeric spec, or None.
 
     A bare output or the elements of a list must be real numbers: complex, string, object,
     boolean, duration (``timedelta64``: its number is a count of some unit), date, masked
     entries and ``None`` are refused. Inside a tuple or a mapping, arrays of those kinds and
-    complex numbers are refused. Booleans are right only where the
-    reference's output is a mask: ``mask=True`` when the spec declares one (the runner passes
-    whether the spec is in ``MASK_OUTPUTS``: ``s <= eta`` is ``staleness_mask`` exactly), and
-    ``mask=False`` refuses them whatever their values. Without ``mask`` (a caller that knows no
-    spec) the reference's output ``expected()`` decides: booleans, or numbers all 0 or 1.
+    complex numbers are refused. Booleans are right only where the spec declares that its
+    reference's output is a 0/1 mask (``mask=True``: the runner passes whether the spec is in
+    ``MASK_OUTPUTS``; ``s <= eta`` is ``staleness_mask`` exactly); ``mask=False`` refuses them
+    whatever their values (a weight that happens to be all 0 or 1 on one draw is still a weight).
     """
     bare = not isinstance(out, (list, tuple, Mapping))  # a list is walked as an array
     for leaf in [out] if bare else _array_leaves(out):
         kind = _kind(leaf)
-        if kind == "boolean" and (_is_mask(expected()) if mask is None else mask):
+        if kind == "boolean" and mask:
             continue
         if kind is not None:
             shown = getattr(leaf, "dtype", type(leaf).__name__)
             return (
                 f"the candidate returned a {kind} value ({shown}) where the reference returns real "
                 "numbers: return float arrays (booleans are accepted only by the specs whose "
-                "reference is a 0/1 mask, such as staleness_mask)."
+                f"reference is a 0/1 mask: {', '.join(sorted(MASK_OUTPUTS))})."
             )
     return None
-
-
-def _is_mask(value: Any) -> bool:
-    """Whether the reference's output is a mask: booleans, or real numbers all 0 or 1."""
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(_is_mask(v) for v in value)
-    if isinstance(value, Mapping):
-        return bool(value) and all(_is_mask(v) for v in value.values())
-    if _kind(value) == "boolean":
-        return True
-    try:
-        numbers = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return bool(np.all((numbers == 0.0) | (numbers == 1.0)))
 
 
 def nan_where_finite(

@@ -28,7 +28,11 @@ from refimpl.testing._conformance_runner import _search
 from refimpl.testing._engine import Call, Spec
 from refimpl.testing.tolerances import Tolerance
 
-__all__ = ["Run", "prepare_run"]
+__all__ = ["MAX_EXAMPLES", "Run", "prepare_run"]
+
+#: the largest ``max_examples`` accepted: a million draws per check is hours of search already,
+#: and a larger number (``10**20``) would never end
+MAX_EXAMPLES = 10**6
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,20 @@ def prepare_run(
     examples: Iterable[Sequence[Call]] | None,
 ) -> Run:
     """Check and convert the arguments of ``check_conformance`` (same names, same refusals)."""
-    if isinstance(max_examples, bool) or not isinstance(max_examples, int) or max_examples < 1:
-        raise invalid("max_examples", "be an int >= 1", max_examples, "Pass e.g. max_examples=100.")
-    if not isinstance(shrink, bool):
-        raise wrong_type("shrink", "a bool", shrink, "Pass shrink=True or shrink=False.")
+    if (
+        isinstance(max_examples, bool)
+        or not isinstance(max_examples, int)
+        or not 1 <= max_examples <= MAX_EXAMPLES
+    ):
+        raise invalid(
+            "max_examples",
+            f"be an int from 1 to {MAX_EXAMPLES}",
+            max_examples,
+            "Pass e.g. max_examples=100.",
+        )
+    for name, flag in (("shrink", shrink), ("derandomize", derandomize)):
+        if not isinstance(flag, bool):
+            raise wrong_type(name, "a bool", flag, f"Pass {name}=True or {name}=False.")
     func, label, import_line = _candidate(candidate, _run_setup(setup))
     bridge = ArrayBridge(xp, dtype)
     resolved = the_spec.resolve(conventions)
@@ -97,7 +111,7 @@ def prepare_run(
         declared=declared,
         checks=selected,
         settings=_search(max_examples, derandomize=derandomize, phases=phases),
-        examples=_explicit(examples),
+        examples=_explicit(examples, the_spec, resolved),
     )
 
 
@@ -117,23 +131,32 @@ def _candidate(
 def _selected(spec: Spec, checks: Iterable[str] | None) -> tuple[str, ...]:
     """The checks to run, short names, in the order given (default: all of the spec's)."""
     known = [c.name for c in spec.checks]
-    selected = known if checks is None else [str(c).removeprefix(f"{spec.name}.") for c in checks]
+    if isinstance(checks, (str, bytes)):
+        raise wrong_type(
+            "checks",
+            "a list of check names (a string would be read letter by letter)",
+            checks,
+            f"Pass a list, e.g. checks=[{checks!r}].",
+        )
+    if checks is None:
+        return tuple(known)
+    selected = [str(c).removeprefix(f"{spec.name}.") for c in checks]
     for name in selected:
         if name not in known:
             raise invalid(
                 "checks",
                 f"name only checks that spec {spec.name!r} has",
                 name,
-                f"spec {spec.name!r} does not have; got {name!r}. Use one of: {', '.join(known)}.",
+                f"Use one of: {', '.join(known)}.",
             )
-    return tuple(selected)
+    return tuple(dict.fromkeys(selected))  # a name given twice runs once
 
 
 def _resolve(candidate: Any) -> tuple[Callable[..., Any], str, str]:
     """The callable, its label, and the source line that imports it as ``candidate``."""
     if isinstance(candidate, str):
         module_name, qualname = split_reference(candidate, what="candidate")
-        obj = import_object(candidate, what="candidate")
+        obj = _guarded_import(candidate, module_name)
         return obj, candidate, _import_line(module_name, qualname)
     if not callable(candidate):
         raise InvalidArgumentType(
@@ -147,6 +170,24 @@ def _resolve(candidate: Any) -> tuple[Callable[..., Any], str, str]:
     label = repr(candidate)
     line = f"candidate = ...  # your function ({label} cannot be imported by name: define it here)"
     return candidate, label, line
+
+
+def _guarded_import(candidate: str, module_name: str) -> Any:
+    """``import_object(candidate)`` run as a candidate call is: a module that exits, raises its
+    own ``KeyboardInterrupt`` or prints more than a megabyte while it is imported is refused."""
+    with user_interrupts():
+        try:
+            return call_candidate(
+                import_object, (candidate,), {"what": "candidate"}, watch_inputs=False
+            )
+        except CandidateMisbehaved as exc:
+            what = exc.message.removeprefix("the candidate ")
+            raise invalid(
+                "candidate",
+                "name a module that imports without exiting, interrupting or flooding the output",
+                candidate,
+                f"Module {module_name!r}, while it was imported, {what}",
+            ) from None
 
 
 def _import_line(module_name: str, qualname: str) -> str:
@@ -212,8 +253,12 @@ def _run_setup(setup: Any) -> dict[str, Any]:
     return namespace
 
 
-def _explicit(examples: Iterable[Sequence[Call]] | None) -> list[list[Call]]:
-    """The ``examples=`` of :func:`check_conformance`, validated: lists of ``(args, kwargs)``."""
+def _explicit(
+    examples: Iterable[Sequence[Call]] | None, spec: Spec, conventions: dict[str, Any]
+) -> list[list[Call]]:
+    """The ``examples=`` of :func:`check_conformance`, validated: lists of ``(args, kwargs)``
+    that the reference accepts under the declared conventions (an example it refuses, e.g. one
+    with a keyword the spec does not take, would be skipped by every check: silently unused)."""
     if examples is None:
         return []
     fix = "Pass examples=[[((array, ...), {'name': value}), ...], ...]: lists of calls."
@@ -232,8 +277,28 @@ def _explicit(examples: Iterable[Sequence[Call]] | None) -> list[list[Call]]:
             raise invalid(
                 "examples", "hold non-empty lists of (args tuple, kwargs dict)", example, fix
             )
-        out.append([(tuple(a), dict(k)) for a, k in calls])
+        given = [(tuple(a), dict(k)) for a, k in calls]
+        _reference_accepts(given, spec, conventions, example)
+        out.append(given)
     return out
+
+
+def _reference_accepts(
+    calls: list[Call], spec: Spec, conventions: dict[str, Any], example: Any
+) -> None:
+    """Refuse an example whose calls the reference refuses, with the reference's message."""
+    for i, (args, kwargs) in enumerate(calls):
+        try:
+            spec.expected((args, kwargs), conventions)
+        except (ValueError, TypeError) as exc:
+            where = f"call {i} of it" if len(calls) > 1 else "it"
+            raise invalid(
+                "examples",
+                f"hold calls that the reference of spec {spec.name!r} accepts",
+                example,
+                f"refimpl refuses {where}: {type(exc).__name__}: {exc}. Fix the example's "
+                "arguments (their names and values are those of the candidate's signature).",
+            ) from None
 
 
 def _describe(assume: Callable[..., Any] | None) -> str:

@@ -93,11 +93,10 @@ class _Runner:
         The candidate gets its own copies of the inputs and runs under
         :func:`~refimpl.testing._conformance_guard.call_candidate`: whatever it does to them, the
         calls of the search stay as drawn."""
-        seen = (self.bridge.seen(args), self.bridge.seen(kwargs))
 
         def kind(out: Any) -> str | None:
             mask = self.spec.name in MASK_OUTPUTS  # booleans only where the spec says so
-            return output_kind_problem(out, lambda: self.spec.expected(seen, conv), mask=mask)
+            return output_kind_problem(out, mask=mask)
 
         if self.spec.vjp is not None:
             (args, kwargs), cotangent = self.spec.vjp((args, kwargs), conv)
@@ -130,8 +129,10 @@ class _Runner:
         reraise: bool = False,
     ) -> _Outcome | None:
         conv = dict(self.conventions if conventions is None else conventions)
-        if self.assume is not None and not all(self.assume(dict(kw)) for _, kw in calls):
-            return _Outcome("invalid", "outside the domain declared by assume=")
+        if self.assume is not None:
+            refused = self._assumed(calls)
+            if refused is not None:
+                return refused
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             try:
@@ -148,6 +149,27 @@ class _Runner:
                 _rounded_away(c, v, self._dtype(conv)) for c, v in zip(calls, seen, strict=True)
             ]
             return self._inspect(seen, raw, conv, printer, degenerate)
+
+    def _assumed(self, calls: list[Call]) -> _Outcome | None:
+        """None when ``assume=`` accepts every call; ``invalid`` when it declines one. It is user
+        code, run as the candidate is: one that raises, exits or floods the output is that
+        check's ``raised`` (or ``failed``), with the message naming ``assume=``."""
+        assert self.assume is not None
+        try:
+            for _, kwargs in calls:
+                keep = call_candidate(self.assume, (fresh_copy(dict(kwargs)),), {})
+                if not keep:
+                    return _Outcome("invalid", "outside the domain declared by assume=")
+        except CandidateMisbehaved as exc:
+            what = exc.message.removeprefix("the candidate ")
+            return _Outcome(exc.kind, f"assume= (not the candidate) {what}")
+        except Exception as exc:
+            return _Outcome(
+                "raised",
+                f"assume= (not the candidate) raised {type(exc).__name__}: {exc}; it must "
+                "return True or False for every call: fix the assume function.",
+            )
+        return None
 
     def _reference(self) -> Callable[[Call, Mapping[str, Any]], Any]:
         """The spec's reference, raising :class:`_InvalidExample` where it refuses the inputs."""

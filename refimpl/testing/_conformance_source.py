@@ -93,3 +93,22 @@ def _reproduction(
         textwrap.indent(textwrap.dedent(check_source).strip(), "# "),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _assume_reproduction(check: str, calls: list[Call], assume_source: str) -> str:
+    """The source that calls ``assume=`` on a counterexample's keyword arguments: where it is
+    ``assume=`` that raised, exited or flooded the output, not the candidate."""
+    source = _calls_source(calls)
+    lines = [
+        f"# refimpl conformance check {check}: assume= (not the candidate) misbehaved on:",
+        *(["from fractions import Fraction"] if "Fraction(" in source else []),
+        "import numpy as np",
+        "",
+        "assume = ...  # your assume= function:",
+        textwrap.indent(assume_source.strip(), "# "),
+        "",
+        source,
+        "for _, kwargs in calls:",
+        "    assume(kwargs)",
+    ]
+    return "\n".join(lines) + "\n"

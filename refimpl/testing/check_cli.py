@@ -78,6 +78,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +236,30 @@ class _Unusable(RefimplError):
     """The command cannot run as asked (exit code 2): a member of refimpl's exception family."""
 
 
+def _refuse_rounded(key: str, text: str, number: float) -> None:
+    """Refuse a number written finite and nonzero that float64 reads as infinity or 0
+    (``1e400``, ``1e-400``): a later message would quote ``inf`` or ``0.0``, which the user did
+    not write. An ``inf`` or ``nan`` written as such is left to the spec's own rule."""
+    if math.isfinite(number) and (number != 0.0 or not _nonzero(text)):
+        return
+    if not math.isfinite(number) and not any(c.isdigit() for c in text):
+        return  # written as inf or nan
+    reads = ("-infinity" if number < 0 else "infinity") if math.isinf(number) else "0"
+    raise _Unusable(
+        f"--param {key} must be a number within float64's range; got {key}={text.strip()!r}, "
+        f"which float64 reads as {reads}. Pass a value between 1e-308 and 1e308 in magnitude "
+        "(or 0)."
+    )
+
+
+def _nonzero(text: str) -> bool:
+    """Whether a decimal number's text is nonzero (``"1e-400"`` is; ``"0e5"`` is not)."""
+    try:
+        return Decimal(text.strip()) != 0
+    except ArithmeticError:
+        return False
+
+
 def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
     params: dict[str, Any] = {}
     for item in raw:
@@ -263,6 +288,8 @@ def _parse_params(spec: _TraceSpec, raw: list[str]) -> dict[str, Any]:
             raise _Unusable(
                 f"--param {key} must be {what}; got {key}={value!r}. Pass e.g. {key}=1."
             ) from None
+        if kind is not int:
+            _refuse_rounded(key, value, params[key])
     missing = [k for k in spec.params if k not in params]
     if missing:
         example = " ".join(f"--param {k}=..." for k in missing)
