@@ -166,15 +166,20 @@ def check_conformance(
     assume : callable, optional
         ``assume(kwargs) -> bool`` on the keyword arguments of each drawn call (numpy values):
         draws where it is False are not used, for a candidate that deliberately refuses part of
-        the domain (e.g. ``lambda kw: kw["low"] > 0``). The report's ``assumed`` says so.
+        the domain (e.g. ``lambda kw: kw["low"] > 0``). The report's ``assumed`` says so. It is
+        user code, guarded as the candidate is: one that raises, exits or floods the output makes
+        that check ``raised`` (or ``failed``), with a message beginning ``assume= (not the
+        candidate)`` and a reproduction that calls it.
     expected_failures : mapping or iterable of str, optional
         Checks that are known to fail, as ``{name: reason}`` or names (short or ``"spec.name"``).
         A declared failure that fails is ``xfailed``; one that passes is ``xpassed`` and makes the
         report fail (the declaration is stale).
     max_examples : int
-        Examples Hypothesis tries per check before declaring it passed.
+        Examples Hypothesis tries per check before declaring it passed, from 1 to 10**6
+        (a million draws per check is hours already; a larger number would never end).
     checks : iterable of str, optional
-        Run only these checks (default: all, see :func:`check_names`).
+        Run only these checks (default: all, see :func:`check_names`), as a list: a single
+        string is refused (it would be read letter by letter); a name given twice runs once.
     derandomize : bool
         Use a fixed seed, so that a CI run is reproducible (default).
     shrink : bool
@@ -188,8 +193,10 @@ def check_conformance(
         arrays; a counterexample printed by a report has this form). The first that fails a
         check is that check's counterexample, found whatever the search would draw: a known
         divergence stays found when the random draws change (a new Hypothesis, new modules whose
-        constants Hypothesis mixes into its draws). An example outside the spec's domain is
-        skipped by the checks it does not fit.
+        constants Hypothesis mixes into its draws). An example whose calls the reference
+        refuses (a keyword the spec does not take, a NaN where the reference wants finite
+        values) is refused before any check runs, with the reference's message: skipped, it
+        would leave the report ``ok`` without having been tried.
 
     Returns
     -------
@@ -201,9 +208,12 @@ def check_conformance(
     ------
     ValueError
         For an unknown spec, check name, convention or expected failure, an unimportable
-        candidate string or array library, a dtype the library lacks, or ``max_examples < 1``.
+        candidate string (or one whose module exits, raises or prints more than a megabyte
+        while it is imported) or array library, a dtype the library lacks, an example the
+        reference refuses, or ``max_examples`` outside 1 to 10**6.
     TypeError
-        If ``candidate`` is not callable, or ``shrink`` is not a bool.
+        If ``candidate`` is not callable, ``checks`` is a string, or ``shrink`` or
+        ``derandomize`` is not a bool.
 
     Notes
     -----
