@@ -44,9 +44,7 @@ def import_object(ref: str, *, what: str, require_callable: bool = True) -> Any:
     """The object ``"module:qualname"`` names (``qualname`` may be dotted: ``"mod:Class.method"``).
 
     Raises :class:`~refimpl.errors.InvalidArgument` when the string is malformed, the module cannot
-    be imported (or fails while it is imported: an ``Exception``, ``sys.exit``, ``GeneratorExit``
-    or another ``BaseException``; only ``KeyboardInterrupt`` propagates, since it may be a real
-    Ctrl-C) or has no such attribute, and
+    be imported (or fails while it is imported) or has no such attribute, and
     :class:`~refimpl.errors.InvalidArgumentType` when ``require_callable`` and the object is not
     callable. Every message names ``what``, the string and the fix.
 
@@ -67,15 +65,10 @@ def import_object(ref: str, *, what: str, require_callable: bool = True) -> Any:
             f"{what} module {module_name!r} cannot be imported ({exc}); got {what}={ref!r}. "
             "Check the spelling, and install it or put it on sys.path (PYTHONPATH) where it runs."
         ) from None
-    except BaseException as exc:  # it fails, calls sys.exit or raises GeneratorExit at import
-        if isinstance(exc, KeyboardInterrupt) or getattr(exc, "stops_the_call", False):
-            # a KeyboardInterrupt may be a real Ctrl-C, and a guard's own signal (the
-            # conformance guard stopping a flood of output) is its to report: both go up
-            raise
+    except Exception as exc:  # the module itself fails while it is imported
         raise InvalidArgument(
             f"{what} module {module_name!r} failed while it was imported "
-            f"({type(exc).__name__}: {exc}); got {what}={ref!r}. Fix the module (a module must "
-            "not exit or raise when it is imported), or name another."
+            f"({type(exc).__name__}: {exc}); got {what}={ref!r}. Fix the module, or name another."
         ) from None
     for part in qualname.split("."):
         if not hasattr(obj, part):

@@ -490,8 +490,8 @@ def test_a_setup_that_runs_defines_the_candidate() -> None:
 @pytest.mark.parametrize(
     ("body", "said"),
     [
-        ("import sys\nsys.exit(0)\n", "failed while it was imported (SystemExit: 0)"),
-        ("raise GeneratorExit\n", "failed while it was imported (GeneratorExit"),
+        ("import sys\nsys.exit(0)\n", "while it was imported, called sys.exit(0) (SystemExit: 0)"),
+        ("raise GeneratorExit\n", "while it was imported, raised (GeneratorExit"),
         ("class Own(BaseException):\n    pass\nraise Own('boom')\n", "(Own: boom)"),
         ("raise KeyboardInterrupt\n", "raised KeyboardInterrupt itself (no Ctrl-C arrived)"),
         ("print('z' * (2 << 20))\n", "wrote more than 1048576 characters to stdout"),

@@ -72,10 +72,7 @@ class CandidateMisbehaved(Exception):
 
 class _OutputLimit(BaseException):
     """Raised inside the candidate's ``print`` when it passes :data:`OUTPUT_LIMIT` (a
-    ``BaseException``, so that the candidate's own ``except Exception`` does not swallow it;
-    ``stops_the_call`` tells :func:`refimpl._imports.import_object` to let it through)."""
-
-    stops_the_call = True
+    ``BaseException``, so that the candidate's own ``except Exception`` does not swallow it)."""
 
 
 class _Sink(io.TextIOBase):

@@ -173,8 +173,10 @@ def _resolve(candidate: Any) -> tuple[Callable[..., Any], str, str]:
 
 
 def _guarded_import(candidate: str, module_name: str) -> Any:
-    """``import_object(candidate)`` run as a candidate call is: a module that exits, raises its
-    own ``KeyboardInterrupt`` or prints more than a megabyte while it is imported is refused."""
+    """``import_object(candidate)`` run as a candidate call is: a module that calls ``sys.exit``,
+    raises ``GeneratorExit``, its own ``KeyboardInterrupt`` or another ``BaseException``, or
+    prints more than a megabyte while it is imported is refused, naming the module and what it
+    did (``import_object`` itself refuses an ``Exception`` at import)."""
     with user_interrupts():
         try:
             return call_candidate(
@@ -182,11 +184,14 @@ def _guarded_import(candidate: str, module_name: str) -> Any:
             )
         except CandidateMisbehaved as exc:
             what = exc.message.removeprefix("the candidate ")
+            for advice in (", which would", ": a function must", ". A reference function"):
+                what = what.split(advice)[0]  # the advice is for a function, not a module
             raise invalid(
                 "candidate",
                 "name a module that imports without exiting, interrupting or flooding the output",
                 candidate,
-                f"Module {module_name!r}, while it was imported, {what}",
+                f"Module {module_name!r}, while it was imported, {what}. Remove that from the "
+                "module's top level (importing it should only define things), or name another.",
             ) from None
 
 
