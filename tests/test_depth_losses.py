@@ -758,3 +758,28 @@ def test_padding_may_hold_any_logits_and_any_token_id() -> None:
     assert float(full[0, 0]) == pytest.approx(float(want), rel=1e-14)
     one = token_logprobs(np.array([[[4.0], [7.0]]]), np.array([[0, 3]]), mask=np.array([[1, 0]]))
     assert one.tolist() == [[0.0, 0.0]]
+
+
+def test_a_rejection_per_sequence_on_a_non_square_batch() -> None:
+    # B != T: a (B,) rejection is one flag per sequence, broadcast over its tokens; a (T,) one
+    # is refused (square test batches could not tell the two apart)
+    mask = np.array([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    per_sequence = aggregation_weights(mask, mode="token_mean", rejection=[1.0, 0.0])
+    per_token = aggregation_weights(
+        mask, mode="token_mean", rejection=np.array([[1.0] * 4, [0.0] * 4])
+    )
+    assert per_sequence.tolist() == per_token.tolist()
+    assert per_sequence[0].tolist() == [0.2, 0.2, 0.2, 0.0]
+    with pytest.raises(ValueError, match=r"rejection must have one entry per sequence \(2,\)"):
+        aggregation_weights(mask, mode="token_mean", rejection=[1.0, 0.0, 1.0, 1.0])
+
+
+def test_the_stated_weight_ratio_of_a_micro_batch_is_one_number_or_a_range() -> None:
+    mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    gap = partition_gap(mask, splits=[[[0, 1], [2], [3]]], mode="token_mean", rule="trl_bnpo")
+    shown = gap.dependence.split("Weight ratios: ")[1].split("; ")
+    assert len(shown) == 3
+    for part in shown:  # each micro-batch has one ratio here: one number, no range
+        assert ".." not in part
+    ratios = gap.sequence_ratio
+    assert shown[1] == f"rank 0 micro-batch 1: x{ratios[2]:.6g}"
