@@ -40,7 +40,7 @@ def _testing_cases() -> list[Case]:
                 refimpl.staleness_mask, spec="staleness_mask", max_examples=0
             ),
             ValueError,
-            r"max_examples must be an int from 1 to 1000000; got max_examples=0",
+            r"max_examples must be an int >= 1 and <= 1000000; got max_examples=0",
         ),
         Case(
             "testing-max-examples-that-never-ends",
@@ -48,7 +48,7 @@ def _testing_cases() -> list[Case]:
                 refimpl.staleness_mask, spec="staleness_mask", max_examples=10**20
             ),
             ValueError,
-            r"max_examples must be an int from 1 to 1000000; got max_examples=10{20}\. Pass",
+            r"max_examples must be an int >= 1 and <= 1000000; got max_examples=10{20}\. Pass",
         ),
         Case(
             "testing-checks-a-string",
@@ -149,10 +149,7 @@ def test_conformance_cli_refuses_a_bad_example_count_with_status_2(
     for value in ("-5", "0", "1000001"):
         assert main(["conformance", "--max-examples", value]) == 2  # a usage error
         err = capsys.readouterr().err
-        assert (
-            f"--max-examples must be an integer from 1 to 1000000; got --max-examples={value}"
-            in err
-        )
+        assert f"--max-examples must be >= 1 and <= 1000000; got --max-examples={value}" in err
 
 
 def test_conformance_cli_without_the_frameworks_fails_the_gate_with_status_1(

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 1 <= args.max_examples <= MAX_EXAMPLES:
         return _fail(
-            f"--max-examples must be an integer from 1 to {MAX_EXAMPLES}; got "
+            f"--max-examples must be >= 1 and <= {MAX_EXAMPLES}; got "
             f"--max-examples={args.max_examples}. Pass e.g. --max-examples 100."
         )
     if importlib.util.find_spec("torch") is None:

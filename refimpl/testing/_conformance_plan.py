@@ -82,7 +82,7 @@ def prepare_run(
     ):
         raise invalid(
             "max_examples",
-            f"be an int from 1 to {MAX_EXAMPLES}",
+            f"be an int >= 1 and <= {MAX_EXAMPLES}",
             max_examples,
             "Pass e.g. max_examples=100.",
         )
