@@ -189,3 +189,15 @@ def test_check_cli_leaves_an_inf_written_as_such_to_the_spec(
     assert "float64 reads as" not in err
     main(["check", "--spec", "tis", "--param", "cap=2", "--param", "lower=0e5", str(trace)])
     assert "--param" not in capsys.readouterr().err  # 0e5 is 0 as written: accepted
+
+
+def test_conformance_cli_without_its_committed_matrix_refuses_with_status_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # an unusable input, like a bad option: the run is refused before any framework is called
+    monkeypatch.setattr(
+        registry, "installed_version", lambda name: "1.0" if name == "trl" else None
+    )
+    missing = tmp_path / "no-matrix.json"
+    assert main(["conformance", "--framework", "trl", "--matrix", str(missing)]) == 2
+    assert f"no committed matrix at {missing}" in capsys.readouterr().err
