@@ -258,7 +258,7 @@ def committed_verdict(committed: dict[str, Any], key: str) -> str:
 
 
 def test_conformance_refuses_a_bad_example_count(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["conformance", "--max-examples", "0"]) == 1
+    assert main(["conformance", "--max-examples", "0"]) == 2  # a bad option: a usage error
     assert "--max-examples must be >= 1" in capsys.readouterr().err
 
 

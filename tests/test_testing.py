@@ -571,7 +571,7 @@ def test_local_function_gets_a_placeholder_import_line() -> None:
     [
         ({"spec": "nope"}, ValueError, "spec must be one of 'effort_penalty'"),
         ({"spec": "tis", "max_examples": 0}, ValueError, "max_examples must be an int >= 1"),
-        ({"spec": "tis", "checks": ["nope"]}, ValueError, "tis' does not have; got 'nope'"),
+        ({"spec": "tis", "checks": ["nope"]}, ValueError, "spec 'tis' has; got checks='nope'"),
         ({"spec": "tis", "expected_failures": ["nope"]}, ValueError, "Use one of: agrees_with"),
         ({"spec": "tis", "expected_failures": "binary"}, TypeError, "Wrap it in a list"),
         ({"spec": "tis", "shrink": "no"}, TypeError, "shrink must be a bool; got shrink='no'"),
