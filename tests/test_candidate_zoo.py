@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike
 
 from refimpl import staleness_mask
 from refimpl.errors import InvalidArgument
+from refimpl.losses.clipped import ppo_clip_loss
 from refimpl.losses.rejection import (
     any_token_veto,
     m2po_mask,
@@ -403,6 +404,84 @@ def test_the_nan_check_rejects_a_pipeline_without_the_shared_rule(
     # the wrong variant: NaN left to each check's property (as before)
     monkeypatch.setattr(runner._Runner, "_nan_where_finite", lambda self, case, degenerate: None)
     rejects(check_nan_where_the_reference_is_finite_fails_a_property_check_run_alone)
+
+
+def nan_in_the_clipped_region(*args: Any, **kwargs: Any) -> Any:
+    loss, grad = ppo_clip_loss(*args, **kwargs)
+    g = np.array(grad, dtype=np.float64)
+    g[(g == 0.0) & (np.asarray(kwargs["mask"]) > 0)] = np.nan  # abs(NaN) > tiny is False
+    return loss, g
+
+
+def check_a_nan_gradient_where_the_reference_is_finite_fails_a_gradient_check_run_alone() -> None:
+    report = check_conformance(
+        nan_in_the_clipped_region,
+        spec="ppo_clip",
+        conventions={"gradient": "returned"},
+        checks=["clipped_region_has_zero_gradient"],
+        max_examples=10,
+    )
+    result = report["clipped_region_has_zero_gradient"]
+    assert result.status == "failed", report.summary()
+    assert "the gradient: the candidate returned NaN at" in result.message, result.message
+
+
+def test_a_nan_gradient_where_the_reference_is_finite_fails_a_gradient_check_run_alone() -> None:
+    check_a_nan_gradient_where_the_reference_is_finite_fails_a_gradient_check_run_alone()
+
+
+def test_the_gradient_nan_check_rejects_a_rule_that_exempts_every_gradient(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the wrong variant: a differentiated spec's gradient left to each check (as before)
+    monkeypatch.setattr(runner, "_gradient_free", lambda loss, shape, dtype, free: lambda s: True)
+    rejects(check_a_nan_gradient_where_the_reference_is_finite_fails_a_gradient_check_run_alone)
+
+
+def zero_times_overflow(*args: Any, **kwargs: Any) -> Any:
+    loss, grad = ppo_clip_loss(*args, **kwargs)
+    with np.errstate(over="ignore"):
+        loss32 = np.asarray(loss, dtype=np.float32)
+    g = np.array(grad, dtype=np.float64)
+    g[~np.isfinite(loss32) & (np.asarray(kwargs["cotangent"]) == 0.0)] = np.nan  # 0 · inf
+    return loss32, g
+
+
+def check_a_nan_gradient_where_the_loss_overflows_the_dtype_is_left_to_the_checks() -> None:
+    # exp(100) · 1 overflows float32: the Jacobian there is infinite, and the cotangent 0 times
+    # it is NaN in any float32 autodiff, though the reference's exact product is 0
+    call = (
+        (np.array([[100.0, 0.5]]), np.array([[0.0, 0.0]]), np.array([[-1.0, 1.0]])),
+        {
+            "eps_low": 0.2,
+            "eps_high": None,
+            "dual_clip": None,
+            "mask": np.array([[1.0, 1.0]]),
+            "cotangent": np.array([[0.0, 1.0]]),
+        },
+    )
+    report = check_conformance(
+        zero_times_overflow,
+        spec="ppo_clip",
+        dtype="float32",
+        conventions={"gradient": "returned"},
+        checks=["gradient"],
+        examples=[[call]],
+        max_examples=5,
+    )
+    assert report.ok, report.summary()
+
+
+def test_a_nan_gradient_where_the_loss_overflows_the_dtype_is_left_to_the_checks() -> None:
+    check_a_nan_gradient_where_the_loss_overflows_the_dtype_is_left_to_the_checks()
+
+
+def test_the_overflow_exemption_rejects_a_gradient_rule_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the wrong variant: the gradient held to the rule wherever its own reference is finite
+    monkeypatch.setattr(runner, "_gradient_free", lambda loss, shape, dtype, free: free)
+    rejects(check_a_nan_gradient_where_the_loss_overflows_the_dtype_is_left_to_the_checks)
 
 
 def ess_float32(w: ArrayLike) -> Any:

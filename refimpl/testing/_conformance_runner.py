@@ -30,7 +30,7 @@ from refimpl.testing._conformance_guard import (
 from refimpl.testing._engine import Call, Case, Check, Spec
 from refimpl.testing._search import find
 from refimpl.testing._specs_parts import MASK_OUTPUTS
-from refimpl.testing.tolerances import Tolerance, smallest_normal, unit_roundoff
+from refimpl.testing.tolerances import Tolerance, largest_finite, smallest_normal, unit_roundoff
 
 __all__: list[str] = []
 
@@ -233,11 +233,15 @@ class _Runner:
         the reference is finite fails (a property of NaN can hold: ``NaN > x`` is false, so an
         all-NaN output is "non-increasing"). A check that fails says why in its own words first.
 
+        A differentiated spec's gradient is held to it too (a NaN gradient passes "the clipped
+        region's gradient is 0": ``abs(NaN) > tiny`` is false), except where the reference's loss
+        is not finite within the candidate's dtype: there the Jacobian overflows, and a zero
+        cotangent times it is NaN in any autodiff (:func:`_gradient_free`). At a kink every
+        one-sided gradient of a finite loss is finite, so none of them excuses a NaN.
+
         Not held to it: a call whose inputs the candidate's dtype rounded from nonzero to 0 or a
         subnormal (a ratio of them is 0/0 there, which refimpl defines and a candidate may not),
-        entries the conventions leave free, and for a differentiated spec the gradient: where
-        the loss overflows in the candidate's dtype its gradient is NaN in any autodiff, which
-        the spec's checks know."""
+        entries the conventions leave free, and values past the dtype's range."""
         for i, found in enumerate(case.found):
             if degenerate[i]:
                 continue
@@ -245,17 +249,34 @@ class _Runner:
                 expected = case.expected(i)
             except _InvalidExample:
                 continue  # the check decides what an input the reference refuses means
-            if (
-                self.spec.vjp is not None
-                and isinstance(found, tuple)
-                and isinstance(expected, tuple)
-            ):
-                found, expected = found[0], expected[0]
-            wrong = nan_where_finite(found, expected, dtype=case.dtype, free=_free(case, i))
+            wrong = self._nan_in_call(case, i, found, expected)
             if wrong is not None:
-                case.show("found:   ", found)
-                case.show("expected:", expected)
                 return wrong if len(case.found) == 1 else f"call {i}: {wrong}"
+        return None
+
+    def _nan_in_call(self, case: Case, i: int, found: Any, expected: Any) -> str | None:
+        """:meth:`_nan_where_finite` on call ``i``: the output, then a differentiated spec's
+        (value, gradient) pair part by part, the gradient with its own free entries."""
+        free = _free(case, i)
+        differentiated = (
+            self.spec.vjp is not None
+            and isinstance(found, tuple)
+            and isinstance(expected, tuple)
+            and len(found) == len(expected) == 2
+        )
+        parts = [("", found, expected, free)]
+        if differentiated:
+            grad_free = _gradient_free(expected[0], np.shape(expected[1]), case.dtype, free)
+            parts = [
+                ("the value: ", found[0], expected[0], free),
+                ("the gradient: ", found[1], expected[1], grad_free),
+            ]
+        for what, f, e, loose in parts:
+            wrong = nan_where_finite(f, e, dtype=case.dtype, free=loose)
+            if wrong is not None:
+                case.show("found:   ", f)
+                case.show("expected:", e)
+                return what + wrong
         return None
 
     def _shapes(self, case: Case) -> _Outcome | None:
@@ -408,6 +429,32 @@ def _free(case: Case, i: int) -> Callable[[tuple[int, ...]], Any] | None:
         return np.ones(shape, dtype=np.bool_)
 
     return free
+
+
+def _gradient_free(
+    loss: Any,
+    shape: tuple[int, ...],
+    dtype: str,
+    free: Callable[[tuple[int, ...]], Any] | None,
+) -> Callable[[tuple[int, ...]], Any]:
+    """The gradient entries not held to the NaN rule: those the conventions leave free, and
+    those whose reference loss is not finite within ``dtype`` (per entry when the loss has the
+    gradient's shape, else every entry when any entry of the loss is out of range). There the
+    Jacobian overflows in the candidate's dtype, and a zero cotangent times it is NaN."""
+    try:
+        value = np.asarray(loss, dtype=np.float64)
+    except (TypeError, ValueError):
+        value = np.full((), np.nan)
+    with np.errstate(all="ignore"):
+        out = ~(np.isfinite(value) & (np.abs(value) <= largest_finite(dtype)))
+
+    def loose(got: tuple[int, ...]) -> Any:
+        undefined = out if out.shape == got else np.full(got, bool(out.any()))
+        if free is not None:
+            undefined = undefined | np.asarray(free(got), dtype=np.bool_)
+        return undefined
+
+    return loose
 
 
 #: draws under a convention that must pass before a raise is explained by it
