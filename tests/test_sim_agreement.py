@@ -11,11 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
 import scipy.stats
 from _peers import load_simpy_peer
+from _wrong_variants import rejects
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -207,10 +209,12 @@ def test_vectorized_and_event_engines_agree_sample_for_sample(cfg: SimConfig) ->
 @settings(max_examples=120)
 @given(vector_configs())
 def test_the_compiled_ordering_gives_the_numpy_engines_trace(cfg: SimConfig) -> None:
-    """``auto`` runs the vectorized engine with its ordering step compiled (numba is a test
-    dependency): the trace is the numpy engine's and the event engine's, ties included."""
+    """``auto`` with the ordering step compiled (numba is a test dependency; made worth it here,
+    whatever the run's size): the trace is the numpy engine's and the event engine's, ties
+    included."""
     assert _vector_compiled.AVAILABLE
-    auto = simulate(cfg, engine="auto")
+    with mock.patch.object(_vector_compiled, "worth_compiling", return_value=True):
+        auto = simulate(cfg, engine="auto")
     _equal_traces(auto, simulate(cfg, engine="vector"))
     _equal_traces(auto, simulate(cfg, engine="event"))
 
@@ -225,7 +229,9 @@ def test_the_compiled_ordering_settles_ties_longer_than_an_insertion_sort_takes(
     if chained:
         lengths[np.random.default_rng(5).random(size=lengths.shape) < 0.3] = 1e-300
     cfg = SimConfig(slots=40, batch=7, steps=30, lengths=lengths)
-    _equal_traces(simulate(cfg, engine="auto"), simulate(cfg, engine="event"))
+    with mock.patch.object(_vector_compiled, "worth_compiling", return_value=True):
+        auto = simulate(cfg, engine="auto")
+    _equal_traces(auto, simulate(cfg, engine="event"))
 
 
 def _packed_keys(draw: Callable[[st.SearchStrategy[Any]], Any]) -> np.ndarray:
@@ -474,6 +480,79 @@ def test_auto_orders_a_vectorizable_run_with_the_compiled_kernels_when_worth_it_
     monkeypatch.setattr(_vector_compiled, "worth_compiling", lambda config: False)
     _equal_traces(simulate(cfg), fast)  # a cold kernel and a short run: numpy, the same trace
     assert calls == [1]
+
+
+class _Cold:  # a numba dispatcher not compiled in this process
+    signatures: tuple[Any, ...] = ()
+
+
+class _Warm:  # one compiled in this process
+    signatures: tuple[Any, ...] = (("float64",),)
+
+
+def _plain() -> None:  # NUMBA_DISABLE_JIT: a plain function, ready
+    return None
+
+
+def _ordering_rule_holds(
+    worth: Callable[[SimConfig], bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``worth`` (as ``_vector_compiled.worth_compiling``) orders with the kernels only when they
+    are compiled in this process or the run has ``COMPILE_ROWS`` rows, whatever is on disk."""
+    short = SimConfig(slots=4, batch=4, steps=20)
+    long = SimConfig(slots=4, batch=4, steps=_vector_compiled.COMPILE_ROWS // 4)
+    first_k = SimConfig(slots=4, batch=4, steps=20, mode="first_k", launch=4, leftovers="drop")
+    names = _vector_compiled._ORDER_KERNELS
+    monkeypatch.setattr(_vector_compiled, "AVAILABLE", True)  # the rule, numba here or not
+    monkeypatch.setattr(_compiled, "cached_on_disk", lambda dispatcher: True)  # all on disk
+    monkeypatch.setattr(_vector_compiled, "_jit", {})  # nothing compiled in this process
+    assert not worth(short)
+    assert not worth(first_k)
+    assert worth(long)
+    assert _vector_compiled._jit == {}, "deciding compiled (or built) a kernel"
+    monkeypatch.setattr(_vector_compiled, "_jit", dict.fromkeys(names, _Cold()))
+    assert not worth(short)  # built in this process but not compiled (on disk only)
+    monkeypatch.setattr(_vector_compiled, "_jit", dict.fromkeys(names[:-1], _Warm()))
+    assert not worth(short)  # one kernel missing
+    monkeypatch.setattr(
+        _vector_compiled, "_jit", {**dict.fromkeys(names, _Warm()), names[0]: _Cold()}
+    )
+    assert not worth(short)  # one kernel cold
+    monkeypatch.setattr(_vector_compiled, "_jit", dict.fromkeys(names, _Warm()))
+    assert worth(short)
+    assert worth(first_k)
+    monkeypatch.setattr(_vector_compiled, "_jit", dict.fromkeys(names, _plain))
+    assert worth(short)
+    monkeypatch.setattr(_vector_compiled, "AVAILABLE", False)
+    assert not worth(long)
+    assert not worth(short)
+
+
+def _disk_counts(cfg: SimConfig) -> bool:
+    """Wrong: kernels in numba's cache on disk count as ready (loading them costs ~0.4 s)."""
+    if not _vector_compiled.AVAILABLE:
+        return False
+    if cfg.trained_target >= _vector_compiled.COMPILE_ROWS:
+        return True
+    kernels = [_vector_compiled._jit.get(name) for name in _vector_compiled._ORDER_KERNELS]
+    return all(k is not None and _compiled.kernel_ready(k) for k in kernels)
+
+
+def test_auto_orders_with_kernels_compiled_in_this_process_or_for_a_long_run_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kernels held by numba's cache on disk do not count for the vectorized ordering: loading
+    them costs more than they save a run shorter than ``COMPILE_ROWS``."""
+    _ordering_rule_holds(_vector_compiled.worth_compiling, monkeypatch)
+    rejects(_ordering_rule_holds, _disk_counts, monkeypatch)
+
+
+def test_the_ordering_kernels_count_as_ready_once_a_run_compiled_them() -> None:
+    """A run that used the kernels leaves them compiled; the next short ``auto`` run uses them."""
+    cfg = SimConfig(slots=5, batch=4, steps=30, lengths=_integer_lengths(3, 5, 200, 3))
+    with mock.patch.object(_vector_compiled, "worth_compiling", return_value=True):
+        simulate(cfg)
+    assert _vector_compiled.worth_compiling(cfg)
 
 
 def test_auto_compiles_only_a_ready_kernel_or_a_run_long_enough_to_repay_it(

@@ -84,8 +84,15 @@ for name, kw in plain.items():
 # with chained ties (a length of 1e-300 adds nothing to a time)
 ties = np.random.default_rng(3).integers(1, 4, size=(6, 40)).astype(float)
 ties[np.random.default_rng(4).random(size=ties.shape) < 0.3] = 1e-300
-for name, kw in {"vector-auto": dict(lengths=lengths, seed=11), "vector-ties": dict(lengths=ties)}.items():
-    out[name] = digest(simulate(SimConfig(slots=6, batch=4, steps=20, **kw), engine="auto"))
+# (made worth it whatever the size: a short run orders with numpy unless they are compiled here)
+from refimpl.sim import _vector_compiled
+rule = _vector_compiled.worth_compiling
+_vector_compiled.worth_compiling = lambda config: True
+try:
+    for name, kw in {"vector-auto": dict(lengths=lengths, seed=11), "vector-ties": dict(lengths=ties)}.items():
+        out[name] = digest(simulate(SimConfig(slots=6, batch=4, steps=20, **kw), engine="auto"))
+finally:
+    _vector_compiled.worth_compiling = rule
 agent = {
     "faults": AgentConfig(
         slots=6, batch=4, steps=30, lengths=st.expon(scale=6.0), turns=st.poisson(2.0),

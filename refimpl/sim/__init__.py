@@ -126,9 +126,11 @@ def simulate(
         event loop compiled with numba (every mode; needs ``pip install 'refimpl[fast]'``);
         ``vector`` the vectorized numpy engine (``config.vectorizable`` only). ``auto`` uses the
         vectorized engine where it applies, else the compiled event loop, else the reference
-        engine; it compiles (the ordering step, or the event loop) only when numba is installed and
-        the kernel is already compiled (in this process or in numba's cache on disk) or the run is
-        long enough to repay a first compilation (``_compiled.COMPILE_ROLLOUTS``). Every engine
+        engine; it uses numba only when it is installed and the run is long enough to repay
+        compiling (``_compiled.COMPILE_ROLLOUTS``, ``_vector_compiled.COMPILE_ROWS``) or the kernel
+        is ready: the event loop compiled in this process or in numba's cache on disk, the
+        vectorized ordering step compiled in this process (loading it from disk costs more than it
+        saves a shorter run). Every engine
         gives the same trace, sample for sample, so the choice changes only how long a run takes.
     progress : callable, optional
         Called with the number of newly completed rollouts every few thousand completions (event

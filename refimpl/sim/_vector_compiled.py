@@ -331,31 +331,41 @@ def _compiled(name: str) -> Any:
     return _jit[name]
 
 
-#: Rows from which ``simulate(engine="auto")`` compiles these kernels when they are not compiled
-#: yet. Compiling them takes about 8 s (measured on two cores, numba 0.68, empty cache), and they
-#: save a fraction of numpy's ordering time (at 1.5 x 10^5 rows, 17 ms against 25 ms for the whole
-#: run): only a run of 10^7 rows or more repays a first compilation.
+#: Rows from which ``simulate(engine="auto")`` orders with these kernels even when this process has
+#: not compiled them yet. Compiling them takes about 8 s (measured on two cores, numba 0.68, empty
+#: cache), and loading them from numba's cache on disk about 0.4 s (numba's import and the
+#: modules it pulls in), while they save a fraction of numpy's ordering time (0.014 s of CPU at
+#: 10^6 rows): only a run of 10^7 rows or more repays either.
 COMPILE_ROWS = 10_000_000
 
 #: The kernels :func:`processing_order` calls (the others are compiled into them or unused there).
 _ORDER_KERNELS = ("_rows", "_place", "_walk")
 
 
+def _compiled_here() -> bool:
+    """Whether this process holds the ordering kernels ready to run: compiled (a dispatcher with a
+    signature), or plain functions (numba's JIT switched off). Compiles and imports nothing."""
+    kernels = [_jit.get(name) for name in _ORDER_KERNELS]
+    return all(
+        k is not None and (getattr(k, "signatures", None) is None or bool(k.signatures))
+        for k in kernels
+    )
+
+
 def worth_compiling(cfg: SimConfig) -> bool:
     """Whether ``simulate(engine="auto")`` should order the vectorized engine's rows with these
     kernels rather than with numpy.
 
-    True when numba is installed and either the kernels are ready (compiled in this process, or
-    held by numba's cache on disk) or the run has at least :data:`COMPILE_ROWS` rows. The order is
-    the same either way; the choice changes how long a run takes, never its result.
+    True when numba is installed and either the kernels are compiled in this process already or
+    the run has at least :data:`COMPILE_ROWS` rows. Kernels merely held by numba's cache on disk
+    do not count: loading them (numba's import included) costs far more than they save a shorter
+    run. The order is the same either way; the choice changes how long a run takes, never its
+    result.
     """
     if not AVAILABLE:
         return False
     rows = cfg.steps * int(cfg.launch or cfg.slots) if cfg.mode == "first_k" else cfg.trained_target
-    if rows >= COMPILE_ROWS:
-        return True
-    kernels = [_compiled(name) for name in _ORDER_KERNELS]
-    return all(_sim_compiled.kernel_ready(k) for k in kernels)
+    return rows >= COMPILE_ROWS or _compiled_here()
 
 
 def _scale(hi: float, buckets: int) -> float | None:
