@@ -24,6 +24,7 @@ from _wrong_variants import rejects
 
 from refimpl import cli
 from refimpl._io import atomic_write
+from refimpl.lab import cli as lab_cli
 
 Main = Callable[[list[str]], int]
 
@@ -190,3 +191,69 @@ def test_standard_output_on_a_full_disk_is_one_line_and_exit_2() -> None:
         "refimpl boom: cannot write the output: no space left on the device (disk full); "
         "free space and run again"
     ], done.stderr
+
+
+# --- refimpl lab: an --out that cannot hold the report is refused before any section runs ------
+
+
+def _lab_places(tmp: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (the --out, words the refusal must contain)."""
+    loop = tmp / "loop"
+    loop.symlink_to(loop.name)
+    occupied = tmp / "occupied"
+    (occupied / "metrics.json").mkdir(parents=True)
+    return {
+        "symlink loop": (loop, "a symlink loop (too many levels of symbolic links)"),
+        "under a symlink loop": (loop / "report", "a symlink loop (too many levels"),
+        "an output is a directory": (occupied, "metrics.json' is a directory"),
+    }
+
+
+def check_lab_refuses_an_out_it_cannot_fill(
+    out: Path, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 with one line naming the cause, no traceback, and nothing written into ``out``."""
+    before = sorted(p.name for p in out.iterdir()) if out.is_dir() else None
+    try:  # a quick single section, should the refusal be missing (the wrong variant)
+        code = cli.main(["lab", "--out", str(out), "--quick", "--only", "effort"])
+    except Exception as exc:
+        raise AssertionError(f"refimpl lab raised {exc!r} (a traceback)") from None
+    err = capsys.readouterr().err
+    assert code == 2, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("refimpl lab: "), err
+    assert words in lines[0], err
+    after = sorted(p.name for p in out.iterdir()) if out.is_dir() else None
+    assert set(after or []) <= {*(before or []), "figures"}, (before, after)
+    if out.is_dir():
+        assert not list((out / "figures").glob("*")), "figures written before the refusal"
+
+
+@pytest.mark.parametrize(
+    "name", ["symlink loop", "under a symlink loop", "an output is a directory"]
+)
+def test_lab_refuses_an_out_it_cannot_fill(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, words = _lab_places(tmp_path)[name]
+    check_lab_refuses_an_out_it_cannot_fill(out, words, capsys)
+
+
+def test_the_lab_check_rejects_a_lab_without_the_loop_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the wrong variant: Path.resolve meets the loop first (RuntimeError on Python < 3.13), and
+    # its message neither says what a loop is nor follows the other commands' wording
+    monkeypatch.setattr(lab_cli, "_examinable", lambda out: None)
+    out, words = _lab_places(tmp_path)["symlink loop"]
+    rejects(check_lab_refuses_an_out_it_cannot_fill, out, words, capsys)
+
+
+def test_the_lab_check_rejects_a_lab_that_finds_an_occupied_output_at_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the wrong variant: the section runs, and writing metrics.json fails after the figures
+    monkeypatch.setattr(lab_cli, "_occupied", lambda out: None)
+    out, words = _lab_places(tmp_path)["an output is a directory"]
+    rejects(check_lab_refuses_an_out_it_cannot_fill, out, words, capsys)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import refimpl
-from refimpl._io import refuse_output_naming_input
+from refimpl._io import describe_os_error, refuse_output_naming_input
 from refimpl.errors import InvalidArgument
 from refimpl.lab.config import LabConfig, lab_config
 
@@ -105,6 +105,31 @@ def _unwritable(figures: Path) -> str | None:
         probe.unlink()
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None
+
+
+def _occupied(out: Path) -> str | None:
+    """Why a report file in ``out`` could not be replaced (a directory, or something else that
+    is not a file, stands at its name), or None. Checked before any section runs: found at the
+    end, it would leave the figures and the files written before it (a partial report)."""
+    for name in OUTPUTS[:-1]:
+        path = out / name
+        if path.is_dir() or (path.exists() and not path.is_file()):
+            kind = "a directory" if path.is_dir() else "not a regular file"
+            return f"{str(path)!r} is {kind}, where the lab writes its {name}; move it away"
+    return None
+
+
+def _examinable(out: Path) -> str | None:
+    """Why ``out`` cannot even be looked at (a symlink loop, a component that is a file), or
+    None. ``Path.resolve`` reports a loop as ``RuntimeError`` before Python 3.13: the ``stat``
+    here names the cause and the path first."""
+    try:
+        out.stat()
+    except FileNotFoundError:
+        return None  # a new directory (or a dangling link: creating it says so)
+    except OSError as exc:
+        return describe_os_error(exc, out, action="use --out")
     return None
 
 
@@ -215,7 +240,7 @@ def _refusal(args: argparse.Namespace, keys: list[str], docs_url: str | None) ->
     refused = _naming_input(out, docs_url)
     if refused is not None:
         return refused
-    problem = _unwritable(out / "figures")
+    problem = _unwritable(out / "figures") or _occupied(out)
     if problem is not None:
         return (
             f"--out must be a writable directory (the report, metrics.json and figures/ go "
@@ -314,8 +339,13 @@ def run(args: argparse.Namespace) -> int:
     from refimpl.lab.report import write_html, write_markdown, write_metrics
 
     out: Path = args.out
-    docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
-    refused = _refusal(args, [s.key for s in SECTIONS], docs_url)
+    refused = _examinable(out)
+    if refused is None:
+        try:
+            docs_url = args.docs_url if args.docs_url is not None else default_docs_url(out)
+            refused = _refusal(args, [s.key for s in SECTIONS], docs_url)
+        except RuntimeError as exc:  # Path.resolve on a symlink loop (Python < 3.13)
+            refused = f"cannot use --out {str(out)!r} or --docs-url: {exc}; fix or remove the link"
     if refused is not None:
         _say(f"refimpl lab: {refused}")
         return 2
