@@ -59,10 +59,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _wrong_variants import rejects
 from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import COMMANDS, _parser, main
+from refimpl.lab import cli as lab_cli
 
 HANG_GUARD_CPU_S = 60  # CPU seconds: every case takes well under one
 HANG_GUARD_WALL_S = 1800  # wall-clock seconds: for a case that blocks instead of spinning
@@ -668,3 +670,49 @@ def test_the_hang_guard_fires_on_a_case_that_spins_or_blocks() -> None:
         spin()
     with pytest.raises(_Hang, match="1 s of wall-clock time"), _hang_guard(600, 1):
         time.sleep(600)  # a blocking hang: no CPU spent, caught by the wall-clock bound
+
+
+def check_an_absurd_lab_seed_is_a_short_usage_error(
+    seed: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2, the cause in words, and an excerpt of the value (not thousands of digits)."""
+    code: Any
+    try:
+        code = main(["lab", "--out", "never-written", "--seed", seed])
+    except SystemExit as exc:  # argparse's usage error
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, (code, err[-300:])
+    last = err.strip().splitlines()[-1]
+    assert words in last, last
+    assert len(last) < 300, f"the message quotes {len(last)} characters"
+
+
+@pytest.mark.parametrize(
+    ("seed", "words"),
+    [
+        ("9" * 5000, "at most 1000 digits"),  # past int()'s 4300 digits: not "not an integer"
+        ("x" * 5000, "must be an integer"),
+        ("-" + "1" * 2000, "at most 1000 digits"),
+    ],
+)
+def test_an_absurd_lab_seed_is_a_short_usage_error(
+    seed: str,
+    words: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    check_an_absurd_lab_seed_is_a_short_usage_error(seed, words, capsys)
+    assert not (tmp_path / "never-written").exists()
+
+
+def test_the_seed_check_rejects_a_seed_without_the_length_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the wrong variant: every seed goes to int(), whose refusal past 4300 digits reads as
+    # "not an integer" and quotes all 5000 of them
+    monkeypatch.setattr(lab_cli, "_SEED_DIGITS", 10**9)
+    monkeypatch.chdir(tmp_path)
+    rejects(check_an_absurd_lab_seed_is_a_short_usage_error, "9" * 5000, "at most", capsys)

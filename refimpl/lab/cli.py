@@ -73,13 +73,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: longest ``--seed`` accepted, in characters (numpy mixes every bit of a seed; 1000 digits
+#: already hold more entropy than any generator's state)
+_SEED_DIGITS = 1000
+
+
 def _seed(text: str) -> int:
     """``--seed``: a non-negative integer (numpy's ``SeedSequence`` refuses negative entropy)."""
+    shown = repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"
+    if (
+        len(text) > _SEED_DIGITS and text.strip().lstrip("+-").isdigit()
+    ):  # int() refuses past 4300 digits: say why, quote an excerpt
+        raise argparse.ArgumentTypeError(
+            f"seed must have at most {_SEED_DIGITS} digits; got seed={shown}. Pass e.g. --seed 0."
+        )
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"seed must be an integer; got seed={text!r}. Pass e.g. --seed 0."
+            f"seed must be an integer; got seed={shown}. Pass e.g. --seed 0."
         ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(
