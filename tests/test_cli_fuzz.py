@@ -716,3 +716,44 @@ def test_the_seed_check_rejects_a_seed_without_the_length_bound(
     monkeypatch.setattr(lab_cli, "_SEED_DIGITS", 10**9)
     monkeypatch.chdir(tmp_path)
     rejects(check_an_absurd_lab_seed_is_a_short_usage_error, "9" * 5000, "at most", capsys)
+
+
+def check_a_docs_url_that_is_no_address_is_refused(
+    url: str, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 before any section runs (``--only effort --quick`` runs one, should it not be)."""
+    argv = ["lab", "--out", "report", "--quick", "--only", "effort", "--docs-url", url]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, (code, err[-300:])
+    assert words in err.strip().splitlines()[-1], err
+    assert not Path("report").exists(), "the lab wrote a report with broken links"
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("", "must be an address or a path"),  # would link to /concepts/... at the file root
+        ("   ", "must be an address or a path"),
+        ("javascript:alert(1)", "the scheme 'javascript'"),
+        ("data:text/html,x", "the scheme 'data'"),
+    ],
+)
+def test_a_docs_url_that_is_no_address_is_refused(
+    url: str,
+    words: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    check_a_docs_url_that_is_no_address_is_refused(url, words, capsys)
+
+
+def test_the_docs_url_check_rejects_a_lab_that_takes_any_docs_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the wrong variant: --docs-url "" taken as a relative path (every link from the root)
+    monkeypatch.setattr(lab_cli, "_bad_docs_url", lambda url: None)
+    monkeypatch.chdir(tmp_path)
+    rejects(check_a_docs_url_that_is_no_address_is_refused, "", "an address", capsys)

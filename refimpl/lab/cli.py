@@ -23,6 +23,7 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import refimpl
 from refimpl._io import describe_os_error, refuse_output_naming_input
@@ -117,6 +118,25 @@ def _unwritable(figures: Path) -> str | None:
         probe.unlink()
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None
+
+
+def _bad_docs_url(url: str) -> str | None:
+    """Why ``--docs-url`` cannot be the base of the report's links, or None: an empty one would
+    make every link absolute from the file system's root (``/concepts/...``), and a scheme other
+    than http, https or file (``javascript:``, ``data:``) is no address of documentation."""
+    if not url.strip():
+        return (
+            f"--docs-url must be an address or a path; got --docs-url={url!r}. Leave the "
+            "option out for the default, or pass e.g. --docs-url https://example.org/refimpl/."
+        )
+    scheme = urlsplit(url).scheme.lower()
+    if len(scheme) > 1 and scheme not in ("http", "https", "file"):  # "c:" is a Windows drive
+        shown = url if len(url) <= 60 else f"{url[:40]}... ({len(url)} characters)"
+        return (
+            f"--docs-url must be an http, https or file address, or a path; got the scheme "
+            f"{scheme!r} in --docs-url={shown!r}. Pass e.g. --docs-url https://example.org/refimpl/."
+        )
     return None
 
 
@@ -248,6 +268,10 @@ def _refusal(args: argparse.Namespace, keys: list[str], docs_url: str | None) ->
         unknown = sorted(set(args.only) - set(keys))
         if unknown:
             return f"--only: unknown section {', '.join(unknown)}; choose among {', '.join(keys)}"
+    if args.docs_url is not None:
+        refused = _bad_docs_url(args.docs_url)
+        if refused is not None:
+            return refused
     out: Path = args.out
     refused = _naming_input(out, docs_url)
     if refused is not None:
