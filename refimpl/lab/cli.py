@@ -4,9 +4,11 @@ Writes ``DIR/index.html`` (open it in a browser; no server needed), ``DIR/report
 ``DIR/figures/*.png`` and ``DIR/metrics.json`` (every number of the report). Progress goes to stderr,
 one line per section. The exit code is 0 when every closed form agrees with its simulation within the
 stated tolerance, 1 otherwise (the report shows which pair disagrees), and 2 for a refused call
-(a bad option, an unknown ``--only`` section, an ``--out`` that is not a writable directory or that
-would overwrite what the lab reads: the package, or the documentation build its links open). Every
-file is written atomically: a reader, or an interrupted run, never leaves half a report.
+(a bad option, an unknown ``--only`` section, an ``--out`` that is not a writable directory, holds a
+directory where a report file goes, or would overwrite what the lab reads: the package, or the
+documentation build its links open; a ``--docs-url`` that is empty or no http, https or file
+address), decided before any section runs. Every file is written atomically: a reader, or an
+interrupted run, never leaves half a report.
 
 "Explained in" lines link to pages of the built documentation (``concepts/length-bias.html``, …)
 under ``--docs-url``. Without it, a run from a source checkout links to that checkout's
@@ -276,7 +278,7 @@ def _refusal(args: argparse.Namespace, keys: list[str], docs_url: str | None) ->
     refused = _naming_input(out, docs_url)
     if refused is not None:
         return refused
-    problem = _unwritable(out / "figures") or _occupied(out)
+    problem = _occupied(out) or _unwritable(out / "figures")
     if problem is not None:
         return (
             f"--out must be a writable directory (the report, metrics.json and figures/ go "
