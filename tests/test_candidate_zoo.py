@@ -434,7 +434,7 @@ def test_the_gradient_nan_check_rejects_a_rule_that_exempts_every_gradient(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the wrong variant: a differentiated spec's gradient left to each check (as before)
-    monkeypatch.setattr(runner, "_gradient_free", lambda loss, shape, dtype, free: lambda s: True)
+    monkeypatch.setattr(runner, "_gradient_free", lambda loss, dtype, free: lambda s: True)
     rejects(check_a_nan_gradient_where_the_reference_is_finite_fails_a_gradient_check_run_alone)
 
 
@@ -480,7 +480,7 @@ def test_the_overflow_exemption_rejects_a_gradient_rule_without_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # the wrong variant: the gradient held to the rule wherever its own reference is finite
-    monkeypatch.setattr(runner, "_gradient_free", lambda loss, shape, dtype, free: free)
+    monkeypatch.setattr(runner, "_gradient_free", lambda loss, dtype, free: free)
     rejects(check_a_nan_gradient_where_the_loss_overflows_the_dtype_is_left_to_the_checks)
 
 
