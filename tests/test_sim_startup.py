@@ -73,3 +73,29 @@ def test_simulate_loads_neither_scipy_stats_nor_hypothesis(
 def test_the_check_catches_a_call_that_loads_scipy_stats(tmp_path: Path) -> None:
     # --closed-form evaluates scipy.stats laws: the check must see them loaded
     rejects(check_loads_nothing_heavy, [*_SMALL, "--closed-form"], tmp_path)
+
+
+# -- numba is imported only by a call that compiles or loads a kernel --------------------------
+#: numba and its compiler (``scipy.linalg`` comes with a kernel's first load): a short plain run
+#: orders with numpy, whose time numba's ordering would save less than loading it costs.
+COMPILER = ("numba", "llvmlite")
+
+
+def check_loads_no_compiler(argv: list[str], tmp_path: Path) -> None:
+    """The property: none of :data:`COMPILER` is loaded by the call."""
+    loaded = modules_after(argv, tmp_path)
+    assert [m for m in COMPILER if m in loaded] == [], argv
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["--mode", "sync"], ["--mode", "first_k", "--launch", "4", "--lengths-pmf", "0.5,0.5"]],
+    ids=["async", "sync", "first_k-pmf"],
+)
+def test_a_short_vectorizable_simulate_imports_no_numba(extra: list[str], tmp_path: Path) -> None:
+    check_loads_no_compiler([*_SMALL, *extra], tmp_path)
+
+
+def test_the_check_catches_a_call_that_imports_numba(tmp_path: Path) -> None:
+    # partial rollouts take the event loop, whose auto choice asks numba's cache for its kernel
+    rejects(check_loads_no_compiler, [*_SMALL, "--partial", "recompute"], tmp_path)

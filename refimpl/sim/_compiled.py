@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.sim import _compiled_heap
+from refimpl.sim._compiled_cache import AVAILABLE as _AVAILABLE
 from refimpl.sim._compiled_cache import cached_on_disk as cached_on_disk
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim._compiled_heap import _hpop as _hpop
@@ -128,14 +130,7 @@ from refimpl.sim._lengths import LengthSupply
 from refimpl.sim._trace import RawTrace
 from refimpl.staleness import _admission_capacity
 
-numba: Any
-try:  # which branch runs depends on the installation
-    import numba
-
-    AVAILABLE = True
-except ImportError:
-    numba = None
-    AVAILABLE = False
+AVAILABLE = _AVAILABLE  # numba installed (imported only when a kernel is compiled or loaded)
 
 __all__ = ["AVAILABLE", "COMPILE_ROLLOUTS", "run_compiled", "worth_compiling"]
 
@@ -669,7 +664,6 @@ def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> 
     """``into[dest] = src`` with :func:`_scatter_rows`, compiled once per process."""
     global _scatter_jit
     if _scatter_jit is None:
-        assert numba is not None
         _scatter_jit = njit(_scatter_rows, error_model="numpy", _nrt=False)
     _scatter_jit(src, dest, into)
 
@@ -708,7 +702,7 @@ def _compile() -> Callable[..., None]:
     keyed by every file they hold (:mod:`refimpl.sim._compiled_cache`)."""
     global _compiled, _admission_capacity
     if _compiled is None:
-        assert numba is not None
+        _compiled_heap.jit_siftup()
         g = globals()
         _admission_capacity = njit(_admission_capacity, _nrt=False, inline="always")
         g["_admission_capacity"] = _admission_capacity

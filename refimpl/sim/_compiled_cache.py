@@ -22,28 +22,31 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import pickle
 import platform
 import sys
 from collections.abc import Callable, Iterator
 from functools import cache
+from importlib.util import find_spec
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 import numpy as np
 
-numba: Any
-_FunctionCache: Any
-_CacheImpl: Any
-try:  # which branch runs depends on the installation
-    import numba
-    from numba.core.caching import CompileResultCacheImpl as _CacheImpl
-    from numba.core.caching import FunctionCache as _FunctionCache
-except ImportError:
-    numba = _FunctionCache = _CacheImpl = None
+#: Whether numba is installed, found without importing it: its import (0.16 s, and ``scipy.linalg``
+#: at a kernel's first load) is paid only by a call that compiles or loads a kernel.
+AVAILABLE: bool = find_spec("numba") is not None
 
-__all__ = ["cached_on_disk", "closure_stamp", "kernel_files", "njit"]
+__all__ = ["AVAILABLE", "cached_on_disk", "closure_stamp", "kernel_files", "load_numba", "njit"]
+
+
+def load_numba() -> Any:
+    """The numba module, imported on first use (numba required: :data:`AVAILABLE`)."""
+    if not AVAILABLE:
+        raise RuntimeError("compiling a kernel needs numba: pip install 'refimpl[fast]'")
+    return importlib.import_module("numba")
 
 
 def _python_function(value: Any) -> FunctionType | None:
@@ -146,7 +149,8 @@ def closure_stamp(kernel: Any) -> str:
     """The hash (SHA-256, hex) of the contents of :func:`kernel_files` and of the numba, numpy and
     Python versions: the freshness stamp of ``kernel``'s cache entry."""
     h = hashlib.sha256()
-    for version in (getattr(numba, "__version__", "-"), np.__version__, platform.python_version()):
+    numba_version = str(load_numba().__version__) if AVAILABLE else "-"
+    for version in (numba_version, np.__version__, platform.python_version()):
         h.update(version.encode() + b"\0")
     for path in kernel_files(kernel):
         h.update(path.encode() + b"\0")
@@ -175,30 +179,38 @@ class _ClosureLocator:
         return str(self._inner.get_disambiguator())
 
 
-if _FunctionCache is not None:
+@cache
+def _closure_cache_class() -> Any:
+    """numba's per-function cache with :class:`_ClosureLocator` as its locator (the classes
+    subclass numba's own, so they are built on first use, once numba is imported)."""
+    caching = importlib.import_module("numba.core.caching")
+    impl_base: Any = caching.CompileResultCacheImpl
+    cache_base: Any = caching.FunctionCache
 
-    class _ClosureCacheImpl(_CacheImpl):  # type: ignore[misc]
+    class _ClosureCacheImpl(impl_base):  # type: ignore[misc]
         def __init__(self, py_func: FunctionType) -> None:
             super().__init__(py_func)
             inner: Any = self._locator  # type: ignore[has-type]  # numba's choice of place
             self._locator = _ClosureLocator(inner, closure_stamp(py_func))
 
-    class _ClosureCache(_FunctionCache):  # type: ignore[misc]
+    class _ClosureCache(cache_base):  # type: ignore[misc]
         _impl_class = _ClosureCacheImpl
+
+    return _ClosureCache
 
 
 def njit(fn: Callable[..., Any], **options: Any) -> Any:
-    """``numba.njit(**options)(fn)`` cached on disk under :func:`closure_stamp` (numba required).
+    """``numba.njit(**options)(fn)`` cached on disk under :func:`closure_stamp` (numba required;
+    this is where numba is imported).
 
     With numba's JIT switched off (``NUMBA_DISABLE_JIT=1``) numba returns ``fn`` itself, and so
     does this function.
     """
-    if numba is None:
-        raise RuntimeError("compiling a kernel needs numba: pip install 'refimpl[fast]'")
+    numba = load_numba()
     options.pop("cache", None)
     dispatcher = numba.njit(**options)(fn)
     if hasattr(dispatcher, "enable_caching"):
-        dispatcher._cache = _ClosureCache(dispatcher.py_func)
+        dispatcher._cache = _closure_cache_class()(dispatcher.py_func)
     return dispatcher
 
 

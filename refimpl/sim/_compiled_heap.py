@@ -15,12 +15,6 @@ from typing import Any
 
 from refimpl.sim._compiled_cache import njit
 
-numba: Any
-try:  # which branch runs depends on the installation
-    import numba
-except ImportError:
-    numba = None
-
 
 def _siftup(ht: Any, hk: Any, hp: Any, w: int, i: int, t: float, key: int, payload: int) -> None:
     """Put ``(t, key, payload)`` into the hole at ``i`` of heap ``w``, moving it up past every
@@ -39,8 +33,17 @@ def _siftup(ht: Any, hk: Any, hp: Any, w: int, i: int, t: float, key: int, paylo
     hp[w, i] = payload
 
 
-if numba is not None:  # compiled lazily, inlined where it is called (both heaps' kernels)
-    _siftup = njit(_siftup, error_model="numpy", _nrt=False, inline="always")
+_siftup_jitted = False
+
+
+def jit_siftup() -> None:
+    """Replace :func:`_siftup` by its compiled version, inlined where it is called (numba
+    required): both heaps' kernels call this before compiling :func:`_hpush` and :func:`_hpop`,
+    so that importing this module does not import numba."""
+    global _siftup, _siftup_jitted
+    if not _siftup_jitted:
+        _siftup = njit(_siftup, error_model="numpy", _nrt=False, inline="always")
+        _siftup_jitted = True
 
 
 def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, payload: int) -> bool:

@@ -48,8 +48,7 @@ from refimpl.sim import _compiled as _sim_compiled
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim._config import SimConfig
 
-numba: Any = _sim_compiled.numba  # None without numba (then nothing here is compiled or called)
-AVAILABLE = _sim_compiled.AVAILABLE
+AVAILABLE = _sim_compiled.AVAILABLE  # numba installed (imported when a kernel is first compiled)
 
 __all__ = ["AVAILABLE", "COMPILE_ROWS", "processing_order", "sort_keys", "worth_compiling"]
 
@@ -322,7 +321,6 @@ def _compiled(name: str) -> Any:
     """The named kernel, compiled once per process (numba's cache keeps it on disk, keyed by
     every file it holds: :mod:`refimpl.sim._compiled_cache`)."""
     if name not in _jit:
-        assert numba is not None
         for helper in _KERNELS:
             if helper not in _jit:
                 fn = globals()[helper]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.sim import _compiled as _sim_compiled
+from refimpl.sim import _compiled_heap
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim.agent._compiled_layout import _A_ADMIT as _A_ADMIT
 from refimpl.sim.agent._compiled_layout import _A_ARRIVE as _A_ARRIVE
@@ -703,8 +704,7 @@ def _compile() -> Callable[..., None]:
     """Compile the kernel and its helpers once per process (numba's cache keeps them on disk)."""
     global _compiled
     if _compiled is None:
-        numba = _sim_compiled.numba
-        assert numba is not None
+        _compiled_heap.jit_siftup()
         g = globals()
         for name in ("_hpush", "_hpop"):
             heap = getattr(_sim_compiled, name)

@@ -13,19 +13,12 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from typing import Any
 
+from refimpl.sim._compiled_cache import AVAILABLE as _AVAILABLE
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim.engine import _loop
 
-numba: Any
-try:  # which branch runs depends on the installation
-    import numba
-
-    AVAILABLE = True
-except ImportError:
-    numba = None
-    AVAILABLE = False
+AVAILABLE = _AVAILABLE  # numba installed (imported only when the loop is compiled or loaded)
 
 __all__ = ["AVAILABLE", "compiled_loop"]
 
