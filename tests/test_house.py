@@ -24,9 +24,7 @@ MAX_FUNCTION_LINES = 100
 #: "issue 36", "issues 33 and 36", "(#33)", "see #12": an issue cited by number. Not an anchor
 #: (``#stable-names``), a colour (``#1f77b4``, ``color:#444;``), a count (``#samples``) or the
 #: occurrence of a mutant's key (``f: 3 -> (2) #1``, tools/mutate.py).
-ISSUE = re.compile(
-    r"\bissues?\s+#?\d+|(?<![\w&/#:])(?<!\) )#\d{1,5}\b(?![\w;}-])", re.IGNORECASE
-)
+ISSUE = re.compile(r"\bissues?\s+#?\d+|(?<![\w&/#:])(?<!\) )#\d{1,5}\b(?![\w;}-])", re.IGNORECASE)
 
 
 def _where(path: Path, base: Path) -> str:
