@@ -369,9 +369,11 @@ def test_an_unusable_out_directory_is_refused_before_the_run_with_the_fix(
     assert "--out must be a writable directory" in err
     assert str(a_file) in err
     assert "Traceback" not in err
-    # --out below a file: same, nothing created.
+    # --out below a file: refused naming --out and the cause, nothing created.
     assert main(["lab", "--quick", "--out", str(a_file / "sub")]) == 2
-    assert "--out must be a writable directory" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot use --out" in err
+    assert "a component of the path is not a directory" in err
     assert a_file.read_text() == "not a directory"
     # --out in a directory that does not exist: refused, and no parent directories are created
     # (as check --report, simulate --trace and sweep --out refuse a missing directory).
