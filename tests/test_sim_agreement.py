@@ -498,13 +498,15 @@ def _ordering_rule_holds(
     worth: Callable[[SimConfig], bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``worth`` (as ``_vector_compiled.worth_compiling``) orders with the kernels only when they
-    are compiled in this process or the run has ``COMPILE_ROWS`` rows, whatever is on disk."""
+    are compiled in this process or the run has ``COMPILE_ROWS`` rows, whatever is on disk, in a
+    process that has not imported numba; once numba is imported, kernels on disk count too."""
     short = SimConfig(slots=4, batch=4, steps=20)
     long = SimConfig(slots=4, batch=4, steps=_vector_compiled.COMPILE_ROWS // 4)
     first_k = SimConfig(slots=4, batch=4, steps=20, mode="first_k", launch=4, leftovers="drop")
     names = _vector_compiled._ORDER_KERNELS
     monkeypatch.setattr(_vector_compiled, "AVAILABLE", True)  # the rule, numba here or not
     monkeypatch.setattr(_compiled, "cached_on_disk", lambda dispatcher: True)  # all on disk
+    monkeypatch.setattr(_vector_compiled, "_numba_loaded", lambda: False)  # a fresh process
     monkeypatch.setattr(_vector_compiled, "_jit", {})  # nothing compiled in this process
     assert not worth(short)
     assert not worth(first_k)
@@ -523,9 +525,27 @@ def _ordering_rule_holds(
     assert worth(first_k)
     monkeypatch.setattr(_vector_compiled, "_jit", dict.fromkeys(names, _plain))
     assert worth(short)
+    # numba imported already (another engine of the run used it): kernels on disk count, cold
+    # ones do not
+    monkeypatch.setattr(_vector_compiled, "_numba_loaded", lambda: True)
+    monkeypatch.setattr(_vector_compiled, "_jit", {})
+    monkeypatch.setattr(_vector_compiled, "_compiled", lambda name: _Cold())  # built, not compiled
+    assert worth(short)
+    monkeypatch.setattr(_compiled, "cached_on_disk", lambda dispatcher: False)
+    assert not worth(short)
     monkeypatch.setattr(_vector_compiled, "AVAILABLE", False)
     assert not worth(long)
     assert not worth(short)
+
+
+def _never_from_disk(cfg: SimConfig) -> bool:
+    """Wrong: kernels on disk never count, even where numba is imported already (a warmed
+    process that ran another engine then orders at half speed)."""
+    if not _vector_compiled.AVAILABLE:
+        return False
+    if cfg.trained_target >= _vector_compiled.COMPILE_ROWS:
+        return True
+    return _vector_compiled._compiled_here()
 
 
 def _disk_counts(cfg: SimConfig) -> bool:
@@ -545,6 +565,7 @@ def test_auto_orders_with_kernels_compiled_in_this_process_or_for_a_long_run_onl
     them costs more than they save a run shorter than ``COMPILE_ROWS``."""
     _ordering_rule_holds(_vector_compiled.worth_compiling, monkeypatch)
     rejects(_ordering_rule_holds, _disk_counts, monkeypatch)
+    rejects(_ordering_rule_holds, _never_from_disk, monkeypatch)
 
 
 def test_the_ordering_kernels_count_as_ready_once_a_run_compiled_them() -> None:

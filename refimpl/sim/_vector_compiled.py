@@ -39,6 +39,7 @@ Without numba :data:`AVAILABLE` is ``False`` and the engine uses the numpy versi
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -350,20 +351,30 @@ def _compiled_here() -> bool:
     )
 
 
+def _numba_loaded() -> bool:
+    """Whether this process has imported numba already (another engine of the run used it)."""
+    return "numba" in sys.modules
+
+
 def worth_compiling(cfg: SimConfig) -> bool:
     """Whether ``simulate(engine="auto")`` should order the vectorized engine's rows with these
     kernels rather than with numpy.
 
-    True when numba is installed and either the kernels are compiled in this process already or
-    the run has at least :data:`COMPILE_ROWS` rows. Kernels merely held by numba's cache on disk
-    do not count: loading them (numba's import included) costs far more than they save a shorter
-    run. The order is the same either way; the choice changes how long a run takes, never its
-    result.
+    True when numba is installed and the run has at least :data:`COMPILE_ROWS` rows, or the
+    kernels are compiled in this process already, or this process has imported numba and numba's
+    cache on disk holds the kernels (loading them then costs milliseconds, and they halve the
+    ordering's time). A fresh process that has not imported numba does not import it for a
+    shorter run: numba's import and the modules it pulls in cost far more than the kernels save.
+    The order is the same either way; the choice changes how long a run takes, never its result.
     """
     if not AVAILABLE:
         return False
     rows = cfg.steps * int(cfg.launch or cfg.slots) if cfg.mode == "first_k" else cfg.trained_target
-    return rows >= COMPILE_ROWS or _compiled_here()
+    if rows >= COMPILE_ROWS or _compiled_here():
+        return True
+    if not _numba_loaded():
+        return False
+    return all(_sim_compiled.kernel_ready(_compiled(name)) for name in _ORDER_KERNELS)
 
 
 def _scale(hi: float, buckets: int) -> float | None:
