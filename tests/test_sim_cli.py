@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _wrong_variants import rejects
 
 from refimpl.cli import main
 from refimpl.sim import SimConfig
-from tests._wrong_variants import rejects
 
 _RUN = ["simulate", "--no-progress", "--slots", "8", "--batch", "8"]
 

@@ -15,8 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests._wrong_variants import rejects
+from _wrong_variants import rejects
 
 #: Modules the plain run must not load: scipy's statistics (and with it scipy.integrate and
 #: scipy.optimize), and the property-testing library, which only the tests use.
