@@ -12,11 +12,13 @@ from __future__ import annotations
 import inspect
 import math
 import textwrap
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 from hypothesis import Phase, settings
 
 from refimpl._imports import import_object, split_reference
@@ -111,7 +113,7 @@ def prepare_run(
         declared=declared,
         checks=selected,
         settings=_search(max_examples, derandomize=derandomize, phases=phases),
-        examples=_explicit(examples, the_spec, resolved),
+        examples=_explicit(examples, the_spec, resolved, bridge),
     )
 
 
@@ -259,11 +261,16 @@ def _run_setup(setup: Any) -> dict[str, Any]:
 
 
 def _explicit(
-    examples: Iterable[Sequence[Call]] | None, spec: Spec, conventions: dict[str, Any]
+    examples: Iterable[Sequence[Call]] | None,
+    spec: Spec,
+    conventions: dict[str, Any],
+    bridge: ArrayBridge,
 ) -> list[list[Call]]:
     """The ``examples=`` of :func:`check_conformance`, validated: lists of ``(args, kwargs)``
-    that the reference accepts under the declared conventions (an example it refuses, e.g. one
-    with a keyword the spec does not take, would be skipped by every check: silently unused)."""
+    that the reference accepts under the declared conventions, as the candidate receives them
+    (its floats rounded to ``bridge``'s dtype). An example the reference refuses (a keyword the
+    spec does not take, or a value that is valid in float64 but not once rounded: ``-1e5``
+    becomes ``-inf`` in float16) would be skipped by every check: silently unused."""
     if examples is None:
         return []
     fix = "Pass examples=[[((array, ...), {'name': value}), ...], ...]: lists of calls."
@@ -283,20 +290,22 @@ def _explicit(
                 "examples", "hold non-empty lists of (args tuple, kwargs dict)", example, fix
             )
         given = [(tuple(a), dict(k)) for a, k in calls]
-        _reference_accepts(given, spec, conventions, example)
+        _reference_accepts(given, spec, conventions, example, bridge)
         out.append(given)
     return out
 
 
 def _reference_accepts(
-    calls: list[Call], spec: Spec, conventions: dict[str, Any], example: Any
+    calls: list[Call], spec: Spec, conventions: dict[str, Any], example: Any, bridge: ArrayBridge
 ) -> None:
-    """Refuse an example whose calls the reference refuses, with the reference's message."""
+    """Refuse an example whose calls the reference refuses as the candidate receives them, with
+    the reference's message (and, when only the rounding to the candidate's dtype makes it
+    invalid, the argument that the rounding changed)."""
     for i, (args, kwargs) in enumerate(calls):
+        where = f"call {i} of it" if len(calls) > 1 else "it"
         try:
             spec.expected((args, kwargs), conventions)
         except (ValueError, TypeError) as exc:
-            where = f"call {i} of it" if len(calls) > 1 else "it"
             raise invalid(
                 "examples",
                 f"hold calls that the reference of spec {spec.name!r} accepts",
@@ -304,6 +313,42 @@ def _reference_accepts(
                 f"refimpl refuses {where}: {type(exc).__name__}: {exc}. Fix the example's "
                 "arguments (their names and values are those of the candidate's signature).",
             ) from None
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")  # the overflow of the cast is the refusal below
+            seen = (bridge.seen(args), bridge.seen(kwargs))
+        try:
+            spec.expected(seen, conventions)
+        except (ValueError, TypeError) as exc:
+            dtype = bridge.dtype_name
+            raise invalid(
+                "examples",
+                f"hold calls that the reference of spec {spec.name!r} accepts in {dtype}, the "
+                "dtype the candidate receives them in",
+                example,
+                f"{where.capitalize()} is valid in float64, but rounding "
+                f"{_rounded(args, kwargs, seen)} to {dtype} makes refimpl refuse it: "
+                f"{type(exc).__name__}: {str(exc).rstrip('.')}. Pass values that {dtype} "
+                "represents, or a wider dtype=.",
+            ) from None
+
+
+def _rounded(args: tuple[Any, ...], kwargs: dict[str, Any], seen: Call) -> str:
+    """The arguments that the rounding to the candidate's dtype changed, named for a message."""
+    named = [
+        (f"positional argument {j}", a, b)
+        for j, (a, b) in enumerate(zip(args, seen[0], strict=True))
+    ]
+    named += [(f"keyword argument {k!r}", v, seen[1][k]) for k, v in kwargs.items()]
+    changed = [name for name, before, after in named if not _same(before, after)]
+    return " and ".join(changed) if changed else "the arguments"
+
+
+def _same(before: Any, after: Any) -> bool:
+    """Whether an argument is unchanged by the rounding (NaN equal to NaN)."""
+    try:
+        return bool(np.array_equal(np.asarray(before), np.asarray(after), equal_nan=True))
+    except (TypeError, ValueError):
+        return before is after
 
 
 def _describe(assume: Callable[..., Any] | None) -> str:
