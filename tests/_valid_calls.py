@@ -226,6 +226,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c(np.array(_MASK), mode="token_mean", token_count=5),
     ),
     "refimpl.losses any_token_veto": (_c(_LP, _LQ, threshold=0.1, mask=_MASK, upper=10.0),),
+    "refimpl.losses band_masked_pg_loss": (
+        _c(_LP, _LQ, _ADV, eps_low=0.2, eps_high=0.28, log_ratio_clamp=20.0, mask=_MASK),
+    ),
     "refimpl.losses cispo_loss": (
         _c(_LP, _LQ, _ADV, eps_high=0.28, eps_low=0.2, log_ratio_clamp=20.0, mask=_MASK),
     ),
@@ -250,6 +253,7 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c([1.0, 0.0, 0.5, 0.0], group=[0, 0, 1, 1], alpha=0.5),
     ),
     "refimpl.losses maxrl_advantages": (_c([1.0, 0.0, 0.5, 0.0], group=[0, 0, 0, 0], eps=1e-6),),
+    "refimpl.losses nll_loss": (_c(_LP, mask=_MASK, cotangent=_MASK),),
     "refimpl.losses opo_advantages": (_c([1.0, 0.0, 0.5], group=[0, 0, 0], lengths=[1, 3, 2]),),
     "refimpl.losses optimal_token_baseline_advantages": (
         _c(

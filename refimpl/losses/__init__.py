@@ -9,7 +9,9 @@ One module per family; this package re-exports their public names, and so does t
   after a split into micro-batches and ranks under a framework's scaling rule.
 - :mod:`refimpl.losses.clipped` (PPO-clip, dual-clip, CISPO, SAPO, DPPO),
   :mod:`refimpl.losses.policy_gradient` (REINFORCE, importance-weighted PG, the quadratic
-  log-ratio penalty) and :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO): the surrogates.
+  log-ratio penalty), :mod:`refimpl.losses.band_masked` (the band-masked importance-weighted
+  PG), :mod:`refimpl.losses.likelihood` (the negative log-likelihood) and
+  :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO): the surrogates.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
@@ -49,6 +51,7 @@ from refimpl.losses.aggregation import (
     aggregation_weights,
     length_weight,
 )
+from refimpl.losses.band_masked import band_masked_pg_loss
 from refimpl.losses.clipped import (
     cispo_loss,
     dppo_loss,
@@ -64,6 +67,7 @@ from refimpl.losses.kl import (
     importance_weighted_kl,
     kl_penalty,
 )
+from refimpl.losses.likelihood import nll_loss
 from refimpl.losses.logprobs import (
     LogprobMismatch,
     LogprobSemantics,
@@ -110,6 +114,7 @@ __all__ = [
     "aggregate_loss",
     "aggregation_weights",
     "any_token_veto",
+    "band_masked_pg_loss",
     "cispo_loss",
     "dppo_loss",
     "gae_advantages",
@@ -128,6 +133,7 @@ __all__ = [
     "logprob_mismatch",
     "m2po_mask",
     "maxrl_advantages",
+    "nll_loss",
     "off_policy_sequence_mask",
     "opo_advantages",
     "optimal_token_baseline_advantages",
