@@ -33,6 +33,7 @@ import refimpl.losses.logprobs as lp_mod
 import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
+import refimpl.losses.sequence_product as sp_mod
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 from refimpl.testing._specs_losses_entropy import token_entropy_vjp
 
@@ -520,6 +521,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "gspo": sq.gspo_loss,
     "gspo_token": sq.gspo_token_loss,
     "gmpo": sq.gmpo_loss,
+    "sequence_ppo_clip": sp_mod.sequence_ppo_clip_loss,
     "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
     "importance_weighted_kl": functools.partial(kl.importance_weighted_kl, estimator="k3"),
     "token_logprobs": _logprobs_terms,

@@ -48,6 +48,7 @@ from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_stats import aggregation_spec
 from refimpl.testing._specs_losses_stats_advantages import advantage_specs
 from refimpl.testing._specs_losses_stats_rejection import rejection_specs
+from refimpl.testing._specs_losses_trl_more import sequence_product_specs
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
@@ -737,4 +738,5 @@ def specs() -> tuple[Spec, ...]:
         *rejection_specs(),
         entropy_spec(),
         gae_spec(),
+        *sequence_product_specs(),
     )
