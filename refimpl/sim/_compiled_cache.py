@@ -199,9 +199,27 @@ def _closure_cache_class() -> Any:
     return _ClosureCache
 
 
+class _CacheOnFirstUse:
+    """A dispatcher's cache, built when the dispatcher first reads it (to compile, load or look
+    up a kernel). Building one hashes the kernel's closure (:func:`closure_stamp`) and finds its
+    directory; a helper that is only ever inlined into a kernel never reads its own cache, so
+    most of a kernel's helpers never pay for it."""
+
+    def __init__(self, py_func: FunctionType) -> None:
+        self._py_func = py_func
+        self._built: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # copy and pickle probe dunders: nothing to build for them
+            raise AttributeError(name)
+        if self._built is None:
+            self._built = _closure_cache_class()(self._py_func)
+        return getattr(self._built, name)
+
+
 def njit(fn: Callable[..., Any], **options: Any) -> Any:
     """``numba.njit(**options)(fn)`` cached on disk under :func:`closure_stamp` (numba required;
-    this is where numba is imported).
+    this is where numba is imported). The cache is built on the dispatcher's first use of it.
 
     With numba's JIT switched off (``NUMBA_DISABLE_JIT=1``) numba returns ``fn`` itself, and so
     does this function.
@@ -210,7 +228,7 @@ def njit(fn: Callable[..., Any], **options: Any) -> Any:
     options.pop("cache", None)
     dispatcher = numba.njit(**options)(fn)
     if hasattr(dispatcher, "enable_caching"):
-        dispatcher._cache = _closure_cache_class()(dispatcher.py_func)
+        dispatcher._cache = _CacheOnFirstUse(dispatcher.py_func)
     return dispatcher
 
 
