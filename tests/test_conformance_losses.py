@@ -26,9 +26,11 @@ import refimpl.losses.advantages as adv
 import refimpl.losses.advantages_baselines as ab
 import refimpl.losses.advantages_tokens as at
 import refimpl.losses.aggregation as agg
+import refimpl.losses.band_masked as bm
 import refimpl.losses.clipped as cl
 import refimpl.losses.gae as gae_mod
 import refimpl.losses.kl as kl
+import refimpl.losses.likelihood as lk
 import refimpl.losses.logprobs as lp_mod
 import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
@@ -544,6 +546,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "passk_advantages": ab.passk_advantages,
     "gdpo_advantages": at.gdpo_advantages,
     "optimal_token_baseline_advantages": at.optimal_token_baseline_advantages,
+    "band_masked_pg": bm.band_masked_pg_loss,
+    "nll": lk.nll_loss,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)

@@ -40,6 +40,7 @@ from refimpl.testing._specs_losses import (
 )
 from refimpl.testing._specs_losses_advantages_more import more_advantage_specs
 from refimpl.testing._specs_losses_advantages_tokens import token_advantage_specs
+from refimpl.testing._specs_losses_band_masked import band_masked_specs
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_gae import gae_spec
@@ -739,4 +740,5 @@ def specs() -> tuple[Spec, ...]:
         entropy_spec(),
         gae_spec(),
         *sequence_product_specs(),
+        *band_masked_specs(),
     )
