@@ -8,7 +8,8 @@ that the chosen mode does not read can be refused, while the documented defaults
 says. Also what every simulate command shares around a run: :func:`numeric_guard` (float64
 overflow raises instead of warning), :func:`print_result` (one JSON object, or aligned lines) and
 :func:`since_start` (the process's age, for the start-up cost a run reports apart), and
-:func:`check_trace_path` (``--trace`` refused before the run when it cannot be written).
+:func:`check_trace_path` (``--trace`` refused before the run when it cannot be written) and
+:func:`progress_bar` (tqdm, imported only when a bar is shown).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -31,6 +33,7 @@ __all__ = [
     "given",
     "numeric_guard",
     "print_result",
+    "progress_bar",
     "since_start",
 ]
 
@@ -99,6 +102,37 @@ class HelpFormatter(argparse.HelpFormatter):
         if action.default is False:
             return f"{text} (default: off)"
         return f"{text} (default: %(default)s)"
+
+
+class _NoBar:
+    """What a hidden progress bar does: count, and show nothing."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(*, total: int, show: bool, unit: str) -> Any:
+    """A tqdm bar on stderr when ``show``, else a bar that only counts (``update``, ``n``,
+    ``close``): tqdm's import (``importlib.metadata``, ``multiprocessing``) is paid only by a call
+    whose bar is seen.
+
+    Examples
+    --------
+    >>> bar = progress_bar(total=10, show=False, unit="step")
+    >>> bar.update(3); bar.update(4); bar.n
+    7
+    """
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm  # an optional dependency, and a slow import: only for a bar on show
+
+    return tqdm(total=total, file=sys.stderr, unit=unit, leave=False)
 
 
 def since_start() -> float | None:

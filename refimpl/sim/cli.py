@@ -36,6 +36,7 @@ from refimpl.sim._cliopts import (
     numeric_guard,
     plain,
     print_result,
+    progress_bar,
     since_start,
 )
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
@@ -558,11 +559,9 @@ def _config(args: argparse.Namespace) -> Any:
 def _run_agent(args: argparse.Namespace, agent: Any, timings: dict[str, float | None]) -> int:
     """Agent rollouts with tool calls (``refimpl.sim.agent``), when --tool-turns is given; the
     one-time costs (``timings``: start-up, the length law; then the kernel) apart from the rate."""
-    from tqdm import tqdm
-
     kernel_s = agent_kernel_s(agent)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    bar = tqdm(total=agent.steps, file=sys.stderr, disable=not show, unit="step", leave=False)
+    bar = progress_bar(total=agent.steps, show=show, unit="step")
 
     def advance(n: int) -> None:  # n: steps done so far (simulate_agent's progress)
         bar.update(n - bar.n)
@@ -635,8 +634,6 @@ def _closed_form(cfg: SimConfig) -> dict[str, Any] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
-    from tqdm import tqdm
-
     timings: dict[str, float | None] = {"startup_s": since_start()}
     try:
         _refuse_inert_options(args)
@@ -665,9 +662,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as err:
         return _fail(_option_names(str(err), args))
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    bar = tqdm(
-        total=cfg.trained_target, file=sys.stderr, disable=not show, unit="rollout", leave=False
-    )
+    bar = progress_bar(total=cfg.trained_target, show=show, unit="rollout")
 
     def advance(n: int) -> None:
         bar.update(n)
