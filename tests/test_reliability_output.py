@@ -18,6 +18,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +27,7 @@ import pytest
 from _wrong_variants import rejects
 from numpy.typing import ArrayLike
 
+from refimpl import _io as io_module
 from refimpl import sweep
 from refimpl._io import DescriptorOutput, captured_descriptors
 from refimpl.sweep import cells
@@ -192,3 +194,127 @@ def test_captured_descriptors_measures_each_descriptor_and_restores_it(
         os.write(2, b"kept\n")
     out, err = capfd.readouterr()
     assert (out, err) == ("", "kept\n")
+
+
+# --- from any thread -------------------------------------------------------------------------------
+
+
+def _in_a_thread(work: Any) -> Any:
+    """``work()`` run in a new thread; its result, or its exception re-raised here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@contextlib.contextmanager
+def _main_thread_only(**kwargs: Any) -> Iterator[DescriptorOutput]:
+    """The wrong variant: only the main thread redirects (as before the fix)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield DescriptorOutput()
+        return
+    with captured_descriptors(**kwargs) as seen:
+        yield seen
+
+
+def check_a_candidate_run_from_a_thread_is_capped(capfd: pytest.CaptureFixture[str]) -> None:
+    report = _in_a_thread(lambda: _one_check(writes_to_fd_1))
+    out, err = capfd.readouterr()
+    assert "n" * 1000 not in out + err, "a candidate run from a thread flooded the terminal"
+    (result,) = report.results
+    assert result.status == "failed", result.render()
+    assert f"wrote {_BIG} bytes to file descriptors 1 and 2 in one call" in result.message
+
+
+def test_a_candidate_checked_from_a_thread_writing_past_the_limit_fails(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    check_a_candidate_run_from_a_thread_is_capped(capfd)
+
+
+def test_the_thread_check_rejects_a_capture_of_the_main_thread_only(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guard, "captured_descriptors", _main_thread_only)
+    rejects(check_a_candidate_run_from_a_thread_is_capped, capfd)
+
+
+def test_a_sweep_run_from_a_thread_caps_a_cell_s_native_output(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    grid = {"sweep": {"kind": f"{_HERE}:writer"}, "axes": {"how": ["fd_big", "fd_small"]}}
+    table = _in_a_thread(lambda: sweep.run(grid, engine="serial"))
+    rows = {r["how"]: r for r in table.to_pylist()}
+    out, err = capfd.readouterr()
+    assert "n" * 1000 not in out + err
+    assert rows["fd_big"]["status"] == "error", rows["fd_big"]
+    assert f"{_BIG} bytes of it to file descriptors 1 and 2" in rows["fd_big"]["error"]
+    assert (rows["fd_small"]["status"], "native note" in err) == ("ok", True)
+
+
+def test_a_capture_in_one_thread_holds_off_another_thread_s() -> None:
+    with captured_descriptors() as seen:
+        os.write(1, b"mine")
+        others = _in_a_thread(lambda: io_module._CAPTURE.acquire(blocking=False))
+    assert others is False, "a second thread could start a capture during this one"
+    assert seen.sizes == {1: 4, 2: 0}
+
+    # released afterwards: another thread captures, nested captures in it measure their own
+    def nested() -> tuple[dict[int, int], dict[int, int]]:
+        with captured_descriptors() as outer:
+            os.write(1, b"outer")
+            with captured_descriptors() as inner:
+                os.write(1, b"inner!")
+        return outer.sizes, inner.sizes
+
+    assert _in_a_thread(nested) == ({1: 5, 2: 0}, {1: 6, 2: 0})
+
+
+# --- the disk stays bounded during the call --------------------------------------------------------
+
+_CHUNK = 4 << 20
+_CHUNKS = 16  # 64 MiB in all
+_KEEP = 4096
+
+
+def check_the_capture_file_stays_bounded_during_the_call() -> None:
+    largest = 0
+    with captured_descriptors(keep=_KEEP) as seen:
+        for i in range(_CHUNKS):
+            os.write(1, (b"%02d" % i) * (_CHUNK // 2))
+            io_module._WATCHER.wait_pass()  # the watcher has looked since this write
+            largest = max(largest, os.fstat(1).st_blocks * 512)
+    assert largest <= 64 << 10, f"the capture file held {largest} bytes of disk during the call"
+    assert seen.sizes == {1: _CHUNK * _CHUNKS, 2: 0}, "the size reported is exact, cut or not"
+    assert seen.head().startswith("000000"), "the first bytes are kept for the message"
+
+
+def test_a_call_writing_64_mib_holds_a_bounded_file_and_reports_its_exact_size() -> None:
+    check_the_capture_file_stays_bounded_during_the_call()
+
+
+def test_the_bound_check_rejects_a_capture_that_cuts_only_after_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(io_module, "_cut", lambda tmp, keep: None)
+    rejects(check_the_capture_file_stays_bounded_during_the_call)
+
+
+def test_a_child_process_flood_is_cut_and_measured_exactly() -> None:
+    with captured_descriptors(keep=_KEEP) as seen:
+        _child_writes(8 << 20)
+        io_module._WATCHER.wait_pass()
+        held = os.fstat(1).st_blocks * 512
+    assert held <= 64 << 10
+    assert seen.sizes[1] == 8 << 20
+    assert seen.head() == "c" * 200

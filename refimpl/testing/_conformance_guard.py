@@ -12,8 +12,9 @@ modify its inputs in place, or return the wrong kind of thing (complex, strings,
   kept out of the user's terminal (the search calls it hundreds of times); past
   :data:`OUTPUT_LIMIT` characters in one call the call is stopped and reported. What compiled
   code or a child process writes straight to file descriptors 1 and 2 goes to temporary files
-  (:func:`~refimpl._io.captured_descriptors`, in the main thread): it cannot be stopped mid-call,
-  but past the limit the call is reported when it ends;
+  (:func:`~refimpl._io.captured_descriptors`, from whichever thread runs the check; they are cut
+  back to their first bytes while the call runs, so the disk stays bounded): it cannot be stopped
+  mid-call, but past the limit the call is reported when it ends, with its exact size;
 - ``SystemExit``, ``GeneratorExit`` and any other ``BaseException`` it raises are reported as a raise.
 
 ``KeyboardInterrupt`` is the one exception that may be the user's, not the candidate's: a real
