@@ -33,6 +33,7 @@ from typing import Any
 
 from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._skyrl_losses_adv import ADAPTERS as _ADV
+from refimpl.frameworks._skyrl_losses_more import ADAPTERS as _MORE
 from refimpl.frameworks._skyrl_losses_stats import ADAPTERS as _STATS
 from refimpl.frameworks._stubs import SOURCE_LOADS
 
@@ -436,7 +437,7 @@ PPO_UTILS_LOADED = any(e.source == _PPO for e in SOURCE_LOADS)
 
 ADAPTERS = tuple(
     a
-    for a in (*ADAPTERS, *_STATS, *_ADV)
+    for a in (*ADAPTERS, *_MORE, *_STATS, *_ADV)
     if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
 )
 
