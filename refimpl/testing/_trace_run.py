@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from refimpl.testing._trace_compare import _check_chunk, _Tally
 from refimpl.testing._trace_loss_rows import STEP
+from refimpl.testing._trace_prefetch import Prefetched
 from refimpl.testing._trace_spec import _EDGE_DTYPE, References, _TraceSpec
 from refimpl.testing._trace_specs import SPECS
 from refimpl.testing._traces import (
@@ -83,18 +84,24 @@ def check_chunks(plan: Plan, spec: _TraceSpec, chunks: Iterable[Chunk]) -> _Tall
 def check_local(
     plan: Plan, spec: _TraceSpec, trace: Path, fmt: str, progress: Callable[[int], None]
 ) -> _Tally:
-    """The trace (a file, or a dataset's files in order) checked on this machine."""
+    """The trace (a file, or a dataset's files in order) checked on this machine, the next
+    chunk read on a second thread while the current one is checked (see
+    :mod:`~refimpl.testing._trace_prefetch`)."""
     numeric, lists = plan.columns(spec)
-    raw = read_chunks(
-        trace,
-        fmt,
-        numeric,
-        lists,
-        chunk_rows=plan.chunk_rows,
-        on_progress=progress,
-        exact=spec.exact,
-    )
-    return check_chunks(plan, spec, plan.renamed(spec, raw))
+
+    def read(on_progress: Callable[[int], None]) -> Iterator[Chunk]:
+        return read_chunks(
+            trace,
+            fmt,
+            numeric,
+            lists,
+            chunk_rows=plan.chunk_rows,
+            on_progress=on_progress,
+            exact=spec.exact,
+        )
+
+    with Prefetched(read, progress) as raw:
+        return check_chunks(plan, spec, plan.renamed(spec, raw))
 
 
 def check_partition(plan: Plan, root: Path, file: Path, row_start: int) -> _Tally:
