@@ -620,7 +620,8 @@ ADAPTERS: tuple[Adapter, ...] = (
 from refimpl.frameworks._trl_losses_advantages import ADAPTERS as _ADVANTAGES  # noqa: E402
 from refimpl.frameworks._trl_losses_aggregation import ADAPTERS as _AGGREGATION  # noqa: E402
 from refimpl.frameworks._trl_losses_more import ADAPTERS as _MORE  # noqa: E402
+from refimpl.frameworks._trl_losses_rloo import ADAPTERS as _RLOO  # noqa: E402
 
-ADAPTERS = (*ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES)
+ADAPTERS = (*ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES, *_RLOO)
 
 __all__ = ["ADAPTERS", "grpo_inputs", "grpo_trainer"]

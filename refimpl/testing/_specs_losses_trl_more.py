@@ -136,10 +136,14 @@ def _clips(conv: Conventions) -> str | None:
 
 
 def _on_policy(case: Case) -> None:
-    """At logp == logp_old: −Σ_t c_bt A_bt at every valid token of row b."""
+    """At logp == logp_old: −Σ_t c_bt A_bt at every valid token of row b (a call that is not
+    on-policy, such as an explicit example for another check, is not judged here)."""
     for i in range(len(case.calls)):
         p = parts(DESC, case.calls[i], case.conventions)
         mask = p.mask
+        x, y = np.asarray(p.arrays["logp"]), np.asarray(p.arrays["logp_old"])
+        if np.any((x != y) & (mask > 0)):
+            continue
         a = _adv(p)
         c = p.cotangent * mask
         row = -(a * c).sum(axis=1, keepdims=True)
