@@ -11,12 +11,14 @@ cached the plain numba way (``cache=True``): the wrong variant, which serves the
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _wrong_variants import rejects
 
 from refimpl.sim import _compiled, _compiled_heap, _compiled_layout, _vector_compiled
 from refimpl.sim._compiled_cache import cached_on_disk, closure_stamp, kernel_files
@@ -117,3 +119,124 @@ def test_the_stamp_follows_every_file_and_a_stale_index_holds_nothing(tmp_path: 
     assert stamp == closure_stamp(_compiled._kernel)  # a pure function of the files
     assert len(stamp) == 64
     assert not cached_on_disk(object())  # not a dispatcher: nothing on disk
+
+
+# A kernel loaded from the cache runs without numba's typing and lowering registries (numba's
+# own load imports them all first, ``scipy.linalg`` included: four fifths of a load's cost).
+# The kernel calls math and indexes an array, whose lowering those registries hold: its value
+# must still be the Python function's. ``plain`` is the same code cached the numba way: the
+# wrong variant, whose load imports the registries.
+_LOAD_KERNEL = """
+import math
+import numba
+from refimpl.sim._compiled_cache import njit
+
+
+def total(x):
+    s = 0.0
+    for i in range(x.size):
+        s += math.exp(-x[i]) * x[i] * x[i] + math.floor(3.0 * x[i])
+    return s
+
+
+def plain_total(x):
+    s = 0.0
+    for i in range(x.size):
+        s += math.exp(-x[i]) * x[i] * x[i] + math.floor(3.0 * x[i])
+    return s
+
+
+sound = njit(total, error_model="numpy", _nrt=False)
+numba_way = numba.njit(cache=True, error_model="numpy", _nrt=False)(plain_total)
+"""
+_LOAD_RUN = """
+import sys
+import numpy as np
+from tinyload import kernel as k
+fn = k.sound if sys.argv[1] == "sound" else k.numba_way
+x = np.linspace(0.0, 3.0, 7)
+value, want = fn(x), k.total(x)
+close = abs(value - want) <= 1e-12 * abs(want)
+hits = sum(fn.stats.cache_hits.values())
+print(close, hits, "numba.np.arraymath" in sys.modules)
+"""
+
+
+def _load_run(root: Path, which: str) -> str:
+    env = {
+        **os.environ,
+        "NUMBA_CACHE_DIR": str(root / "cache"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_RUN, which],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
+def check_a_cached_load_needs_no_registries(out: str) -> None:
+    """The kernel's value is right, it came from the cache, and numba's registries stayed out."""
+    assert out == "True 1 False"
+
+
+def test_a_kernel_loaded_from_the_cache_runs_without_numbas_registries(tmp_path: Path) -> None:
+    pytest.importorskip("numba")
+    pkg = tmp_path / "tinyload"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "kernel.py").write_text(_LOAD_KERNEL)
+    # the first process compiles (numba's compiler installs the registries itself) and saves
+    assert _load_run(tmp_path, "sound") == "True 0 True"
+    check_a_cached_load_needs_no_registries(_load_run(tmp_path, "sound"))
+    assert _load_run(tmp_path, "numba_way") == "True 0 True"
+    numba_way = _load_run(tmp_path, "numba_way")
+    assert numba_way == "True 1 True"  # loaded from numba's cache, after its refresh
+    rejects(check_a_cached_load_needs_no_registries, numba_way)
+
+
+_ENGINES_RUN = """
+import json
+import numpy as np
+from refimpl.sim import SimConfig, simulate, simulate_engine
+from refimpl.sim.engine import EngineModel
+from refimpl.sim.agent import AgentConfig, simulate_agent
+
+def same(a, b):
+    return all(np.array_equal(getattr(a, f), getattr(b, f))
+               for f in ("staleness", "length", "status", "rank", "launch_time"))
+
+out = {}
+for name, opts in {"restart": {"partial": "restart"}, "admission": {"mode": "admission", "eta": 1},
+                   "preempt": {"preempt_rate": 1e-3, "preempt_duration": 50.0}}.items():
+    cfg = SimConfig(slots=16, batch=32, steps=40, seed=3, **opts)
+    out[name] = same(simulate(cfg, engine="compiled"), simulate(cfg, engine="event"))
+# 1 GiB of KV (1170 blocks of 16 tokens) for 16 sequences of lognormal(6, 1) tokens: preemptions
+model = EngineModel.preset("qwen2.5-7b-h100", prompt_tokens=64, kv_memory_bytes=2**30)
+cfg = SimConfig(slots=16, batch=32, steps=20, seed=3, engine_model=model)
+a, b = simulate_engine(cfg, engine="compiled"), simulate_engine(cfg, engine="event")
+out["engine"] = same(a.trace, b.trace) and a.stats == b.stats and a.stats.preemptions > 0
+lengths = np.random.default_rng(3).lognormal(5.0, 1.0, size=(16, 400))
+acfg = AgentConfig(slots=16, batch=32, steps=20, lengths=lengths, seed=3, turns=2, tool_latency=5.0)
+ra, rb = simulate_agent(acfg, engine="compiled"), simulate_agent(acfg, engine="event")
+out["agent"] = all(np.array_equal(getattr(ra.rollouts, f), getattr(rb.rollouts, f))
+                   for f in ("staleness", "length", "status", "completion_rank"))
+print(json.dumps(out))
+"""
+
+
+def test_each_compiled_engine_in_a_fresh_process_gives_the_reference_trace() -> None:
+    """What ``refimpl simulate`` runs: kernels loaded from the cache (compiled on a cache miss)
+    in a fresh interpreter, against the reference engines in the same process."""
+    pytest.importorskip("numba")
+    done = subprocess.run(
+        [sys.executable, "-c", _ENGINES_RUN], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout)
+    assert got == dict.fromkeys(("restart", "admission", "preempt", "engine", "agent"), True)

@@ -196,7 +196,27 @@ def _closure_cache_class() -> Any:
     class _ClosureCache(cache_base):  # type: ignore[misc]
         _impl_class = _ClosureCacheImpl
 
+    if all(hasattr(cache_base, n) for n in ("_load_overload", "_guard_against_spurious_io_errors")):
+        _ClosureCache.load_overload = _load_without_refresh
     return _ClosureCache
+
+
+def _load_without_refresh(self: Any, sig: Any, target_context: Any) -> Any:
+    """numba's ``Cache.load_overload`` without its first step, ``target_context.refresh()``.
+
+    That refresh imports and installs every typing and lowering registry numba has (``numba.np``,
+    ``numba.cpython``, ... and, through ``numba.np.arraymath``, ``scipy.linalg``): 0.22 s of CPU
+    time in a fresh process, four fifths of what loading a kernel from the cache cost, and
+    nothing a cached kernel needs. Rebuilding one links its machine code against symbols the
+    target context registers when it is created; the registries serve typing and lowering, that
+    is compiling, and numba's compiler refreshes them itself before it compiles anything (so a
+    cache miss, or any later compilation in the process, finds them installed). A fresh
+    process running a cached kernel runs the same machine code either way
+    (``tests/test_kernel_cache.py`` checks a fresh process's traces against the reference
+    engine's).
+    """
+    with self._guard_against_spurious_io_errors():
+        return self._load_overload(sig, target_context)
 
 
 class _CacheOnFirstUse:
