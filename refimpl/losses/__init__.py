@@ -11,7 +11,8 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.policy_gradient` (REINFORCE, importance-weighted PG, the quadratic
   log-ratio penalty), :mod:`refimpl.losses.band_masked` (the band-masked importance-weighted
   PG), :mod:`refimpl.losses.likelihood` (the negative log-likelihood) and
-  :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO): the surrogates.
+  :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO) and
+  :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio): the surrogates.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
@@ -100,6 +101,7 @@ from refimpl.losses.sequence import (
     gspo_loss,
     gspo_token_loss,
 )
+from refimpl.losses.sequence_product import sequence_ppo_clip_loss
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -146,6 +148,7 @@ __all__ = [
     "rloo_advantages",
     "sapo_loss",
     "sequence_divergence",
+    "sequence_ppo_clip_loss",
     "split_weights",
     "token_entropy",
     "token_logprobs",
