@@ -14,7 +14,7 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO) and
   :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio): the surrogates.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
-  off-policy.
+  off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
   :mod:`refimpl.losses.advantages_baselines`: GPG, OPO, ReMax, MaxRL, Pass@k;
   :mod:`refimpl.losses.advantages_tokens`: GDPO (several rewards) and the optimal token baseline;
@@ -68,6 +68,7 @@ from refimpl.losses.kl import (
     importance_weighted_kl,
     kl_penalty,
 )
+from refimpl.losses.kl_reward import kl_penalized_rewards
 from refimpl.losses.likelihood import nll_loss
 from refimpl.losses.logprobs import (
     LogprobMismatch,
@@ -129,6 +130,7 @@ __all__ = [
     "importance_weighted_kl",
     "importance_weighted_pg_loss",
     "is_batch_normalize",
+    "kl_penalized_rewards",
     "kl_penalty",
     "length_weight",
     "log_ratio_penalty_loss",
