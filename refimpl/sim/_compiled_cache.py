@@ -180,9 +180,10 @@ class _ClosureLocator:
 
 
 @cache
-def _closure_cache_class() -> Any:
+def _closure_cache_class(*, lean: bool) -> Any:
     """numba's per-function cache with :class:`_ClosureLocator` as its locator (the classes
-    subclass numba's own, so they are built on first use, once numba is imported)."""
+    subclass numba's own, so they are built on first use, once numba is imported); ``lean``: it
+    loads a kernel without numba's registries (:func:`_load_without_refresh`)."""
     caching = importlib.import_module("numba.core.caching")
     impl_base: Any = caching.CompileResultCacheImpl
     cache_base: Any = caching.FunctionCache
@@ -196,7 +197,8 @@ def _closure_cache_class() -> Any:
     class _ClosureCache(cache_base):  # type: ignore[misc]
         _impl_class = _ClosureCacheImpl
 
-    if all(hasattr(cache_base, n) for n in ("_load_overload", "_guard_against_spurious_io_errors")):
+    needed = ("_load_overload", "_guard_against_spurious_io_errors")
+    if lean and all(hasattr(cache_base, n) for n in needed):
         _ClosureCache.load_overload = _load_without_refresh
     return _ClosureCache
 
@@ -214,6 +216,10 @@ def _load_without_refresh(self: Any, sig: Any, target_context: Any) -> Any:
     process running a cached kernel runs the same machine code either way
     (``tests/test_kernel_cache.py`` checks a fresh process's traces against the reference
     engine's).
+
+    Only for a kernel compiled without numba's runtime (``_nrt=False``, as the event loops are):
+    a kernel that allocates calls into the runtime, which the refresh sets up (loaded without
+    it, such a kernel crashes the process), so it loads the numba way.
     """
     with self._guard_against_spurious_io_errors():
         return self._load_overload(sig, target_context)
@@ -225,15 +231,16 @@ class _CacheOnFirstUse:
     directory; a helper that is only ever inlined into a kernel never reads its own cache, so
     most of a kernel's helpers never pay for it."""
 
-    def __init__(self, py_func: FunctionType) -> None:
+    def __init__(self, py_func: FunctionType, *, lean: bool) -> None:
         self._py_func = py_func
+        self._lean = lean
         self._built: Any = None
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # copy and pickle probe dunders: nothing to build for them
             raise AttributeError(name)
         if self._built is None:
-            self._built = _closure_cache_class()(self._py_func)
+            self._built = _closure_cache_class(lean=self._lean)(self._py_func)
         return getattr(self._built, name)
 
 
@@ -248,7 +255,8 @@ def njit(fn: Callable[..., Any], **options: Any) -> Any:
     options.pop("cache", None)
     dispatcher = numba.njit(**options)(fn)
     if hasattr(dispatcher, "enable_caching"):
-        dispatcher._cache = _CacheOnFirstUse(dispatcher.py_func)
+        lean = options.get("_nrt", True) is False  # no numba runtime: loads without registries
+        dispatcher._cache = _CacheOnFirstUse(dispatcher.py_func, lean=lean)
     return dispatcher
 
 
