@@ -61,6 +61,8 @@ def _require_text(path: Path, data: bytes, fmt: str, first_line: int) -> None:
     if nul >= 0:
         line = first_line + data.count(b"\n", 0, nul)
         why = "a NUL byte"
+    elif data.isascii():  # most traces: a scan without decoding 8 MiB into a str
+        return
     else:
         try:
             data.decode("utf-8")

@@ -89,6 +89,9 @@ class _TraceSpec:
     regroup: Callable[[Iterator[Chunk], Any, dict[str, Any]], Iterator[Chunk]] | None = None
     #: what one checked row is, in the summary
     unit: str = "rows"
+    #: each row's expected value depends on that row's inputs alone (an elementwise reference):
+    #: a long chunk's halves are then computed on two threads, their values the whole's
+    rowwise: bool = False
 
 
 #: the unit roundoff that the band-edge zone is computed with (``--dtype``; float64 by default)

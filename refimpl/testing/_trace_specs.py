@@ -44,6 +44,7 @@ SPECS: dict[str, _TraceSpec] = {
             expected=lambda r, c, p: r.staleness_mask(c["staleness"], **p),
             probe=lambda r, p: r.staleness_mask([0], **p),
             options={"staleness_count": str},
+            rowwise=True,
         ),
         _TraceSpec(
             name="tis",
@@ -58,6 +59,7 @@ SPECS: dict[str, _TraceSpec] = {
             options={"lower": float, "log_ratio_clamp": float},
             condition=_ratio_condition,
             notes="token level: one row per token",
+            rowwise=True,
         ),
         _TraceSpec(
             name="masked_is",
