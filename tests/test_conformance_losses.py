@@ -30,6 +30,7 @@ import refimpl.losses.band_masked as bm
 import refimpl.losses.clipped as cl
 import refimpl.losses.gae as gae_mod
 import refimpl.losses.kl as kl
+import refimpl.losses.kl_reward as kr
 import refimpl.losses.likelihood as lk
 import refimpl.losses.logprobs as lp_mod
 import refimpl.losses.policy_gradient as pg
@@ -548,6 +549,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "optimal_token_baseline_advantages": at.optimal_token_baseline_advantages,
     "band_masked_pg": bm.band_masked_pg_loss,
     "nll": lk.nll_loss,
+    "kl_reward": kr.kl_penalized_rewards,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)
@@ -568,6 +570,7 @@ VALUE_ONLY = (
     "passk_advantages",
     "gdpo_advantages",
     "optimal_token_baseline_advantages",
+    "kl_reward",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms

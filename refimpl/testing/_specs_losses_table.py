@@ -39,12 +39,14 @@ from refimpl.testing._specs_losses import (
     shift_ratio,
 )
 from refimpl.testing._specs_losses_advantages_more import more_advantage_specs
+from refimpl.testing._specs_losses_advantages_normalized import normalized_advantage_specs
 from refimpl.testing._specs_losses_advantages_tokens import token_advantage_specs
 from refimpl.testing._specs_losses_band_masked import band_masked_specs
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
+from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_stats import aggregation_spec
 from refimpl.testing._specs_losses_stats_advantages import advantage_specs
@@ -741,4 +743,6 @@ def specs() -> tuple[Spec, ...]:
         gae_spec(),
         *sequence_product_specs(),
         *band_masked_specs(),
+        kl_reward_spec(),
+        *normalized_advantage_specs(),
     )
