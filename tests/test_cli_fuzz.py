@@ -51,6 +51,7 @@ import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -60,7 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _wrong_variants import rejects
-from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import COMMANDS, _parser, main
@@ -90,7 +91,9 @@ class OutPath:
     """An output path named on the command line; ``kind`` says where it points."""
 
     name: str
-    kind: str = "fresh"  # "fresh", "existing", "dir", "missing-dir", "through-file", "devnull"
+    kind: str = "fresh"  # "fresh", "existing", "dir", "missing-dir", "through-file", "devnull",
+    # "loop" (a symlink to itself), "occupied" (a directory whose index.html is a directory),
+    # "docs-link" (a symlink to the built docs, DOCS_BUILD, that the lab's links may open)
 
 
 Token = str | InFile | OutPath
@@ -337,6 +340,22 @@ _TEXT_VALUES = {
 }  # fmt: skip
 
 
+#: The built documentation a lab case may link to (a directory with an index.html); a
+#: ``--docs-url`` that reaches it, or ``--out`` itself, makes the report overwrite an input.
+DOCS_BUILD = "docs-build"
+
+_LAB_VALUES = {  # the lab's own refusals: a seed out of range, a docs URL that is no address
+    ("lab", "--seed"): st.sampled_from(["0", "7", "-1", "-0", "+3", " 5 ", "1.0", "1e3", "0x10",
+                                        "", "abc", "\u0663", "9" * 1000, "9" * 1001, "-" + "9" * 5000,
+                                        str(2**64), str(-(2**63))]),
+    ("lab", "--docs-url"): st.sampled_from(["", " ", "https://example.org/refimpl/", "file:///nope/",
+                                            "javascript:alert(1)", "data:text/html,x", "ftp://a/b",
+                                            "../docs/_build/html", ".", "./", f"../{DOCS_BUILD}",
+                                            f"../{DOCS_BUILD}/", "c:/docs", "x" * 5000,
+                                            "https://" + "a" * 5000]),
+}  # fmt: skip
+
+
 def _is_flag(action: argparse.Action) -> bool:
     return action.nargs == 0
 
@@ -348,9 +367,12 @@ def _value(draw: st.DrawFn, command: str, action: argparse.Action, option: str) 
         return draw(_input_file(fmt))
     if key in _OUTPUTS:
         kind = draw(st.sampled_from(["fresh"] * 5 + ["existing", "dir", "missing-dir",
-                                                     "through-file", "devnull"]))  # fmt: skip
+                                                     "through-file", "devnull", "loop"]
+                                    + (["occupied", "docs-link"] if command == "lab" else [])))  # fmt: skip
         suffix = draw(st.sampled_from([_OUT_SUFFIX[command]] * 3 + [".csv", ".txt", ""]))
         return OutPath(f"out{suffix}", kind)
+    if key in _LAB_VALUES:
+        return draw(_LAB_VALUES[key])
     if option in _TEXT_VALUES:
         return draw(_TEXT_VALUES[option])
     if action.choices is not None:
@@ -443,6 +465,9 @@ def cases(draw: st.DrawFn, command: str) -> Case:
     for action in positional:
         count = draw(st.sampled_from([1, 1, 1, 1, 0, 2]))
         argv += [_value(draw, command, action, action.dest) for _ in range(count)]
+    if any(isinstance(t, OutPath) and t.kind == "docs-link" for t in argv):
+        # --out reaches the built docs: the links must open them too, else it is a plain --out
+        argv += ["--docs-url", draw(st.sampled_from([".", f"../{DOCS_BUILD}"]))]
     return Case(command, [command, *argv])
 
 
@@ -479,6 +504,8 @@ def _hang_guard(cpu_seconds: int, wall_seconds: int) -> Iterator[None]:
 def _materialize(case: Case, root: Path) -> tuple[list[str], list[Path]]:
     """Create the case's files under ``root``; return argv and the output paths."""
     (root / "a-file").write_text("not a directory\n")
+    (root / DOCS_BUILD).mkdir()
+    (root / DOCS_BUILD / "index.html").write_text("<p>the built docs</p>\n")
     argv: list[str] = []
     outputs: list[Path] = []
     for i, token in enumerate(case.argv):
@@ -510,6 +537,12 @@ def _materialize(case: Case, root: Path) -> tuple[list[str], list[Path]]:
                 path = root / "a-file" / token.name
             elif token.kind == "devnull":
                 path = Path(os.devnull)
+            elif token.kind == "loop":
+                path.symlink_to(path.name)
+            elif token.kind == "occupied":
+                (path / "index.html").mkdir(parents=True)
+            elif token.kind == "docs-link":
+                path.symlink_to(DOCS_BUILD, target_is_directory=True)
             outputs.append(path)
             argv.append(str(path))
     named = set(argv)
@@ -644,10 +677,73 @@ def test_fuzz_sweep(case: Case) -> None:
     run_case(case)
 
 
+_LAB = ["lab", "--quick", "--only", "effort"]
+
+#: One case of each of the lab's refusals, tried first in every run whatever the budget draws.
+LAB_REFUSALS = [
+    Case("lab", [*_LAB, "--out", OutPath("out", "docs-link"), "--docs-url", f"../{DOCS_BUILD}"]),
+    Case("lab", [*_LAB, "--out", OutPath("out", "docs-link"), "--docs-url", "."]),
+    Case("lab", [*_LAB, "--out", OutPath("out", "dir"), "--docs-url", "."]),
+    Case("lab", [*_LAB, "--out", OutPath("out", "existing")]),
+    Case("lab", [*_LAB, "--out", OutPath("out", "through-file")]),
+    Case("lab", [*_LAB, "--out", OutPath("out", "loop")]),
+    Case("lab", [*_LAB, "--out", OutPath("out", "occupied")]),
+    Case("lab", [*_LAB, "--out", OutPath("out"), "--seed", "-1"]),
+    Case("lab", [*_LAB, "--out", OutPath("out"), "--seed", "9" * 5000]),
+    Case("lab", [*_LAB, "--out", OutPath("out"), "--docs-url", ""]),
+    Case("lab", [*_LAB, "--out", OutPath("out"), "--docs-url", "javascript:alert(1)"]),
+]
+
+
+def _with_examples(test: Any, examples: list[Case]) -> Any:
+    for case in reversed(examples):
+        test = example(case=case)(test)
+    return test
+
+
 @_settings("lab")
+@partial(_with_examples, examples=LAB_REFUSALS)
 @given(case=cases("lab"))
 def test_fuzz_lab(case: Case) -> None:
     run_case(case)
+
+
+def check_a_lab_refusal_is_a_usage_error_that_writes_nothing(
+    case: Case, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
+        argv, _ = _materialize(case, Path(tmp).resolve())
+        code: Any
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage error
+            code = exc.code
+        assert code == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        assert len(err) < 2000, err
+        assert (Path(tmp) / DOCS_BUILD).is_dir(), "the built docs were replaced"
+        assert sorted(p.name for p in Path(tmp, DOCS_BUILD).iterdir()) == ["index.html"]
+
+
+@pytest.mark.parametrize("case", LAB_REFUSALS, ids=range(len(LAB_REFUSALS)))
+def test_each_lab_refusal_is_a_usage_error_that_writes_nothing(
+    case: Case, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_a_lab_refusal_is_a_usage_error_that_writes_nothing(case, capsys)
+
+
+def _sections_must_not_run(*args: Any) -> Any:
+    raise AssertionError("the lab ran its sections (it would then write its report)")
+
+
+def test_the_refusal_check_rejects_a_lab_that_writes_over_the_docs_it_links_to(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(lab_cli, "_naming_input", lambda out, docs_url: None)
+    monkeypatch.setattr(lab_cli, "_run_section", _sections_must_not_run)
+    for case in LAB_REFUSALS[:3]:  # --out reaches the built docs that --docs-url links to
+        rejects(check_a_lab_refusal_is_a_usage_error_that_writes_nothing, case, capsys)
 
 
 @_settings("conformance")
@@ -757,3 +853,14 @@ def test_the_docs_url_check_rejects_a_lab_that_takes_any_docs_url(
     monkeypatch.setattr(lab_cli, "_bad_docs_url", lambda url: None)
     monkeypatch.chdir(tmp_path)
     rejects(check_a_docs_url_that_is_no_address_is_refused, "", "an address", capsys)
+
+
+def test_a_long_docs_address_is_not_looked_up_as_a_path(tmp_path: Path) -> None:
+    # Found by the fuzz: a 5000-character https --docs-url was taken as a path when the report
+    # was written, after every section ran (file name too long: exit 2 and a partial report).
+    assert lab_cli._docs_built(tmp_path / "out", "https://" + "a" * 5000) is False
+    assert lab_cli._docs_built(tmp_path / "out", "x" * 5000) is False  # too long: not built
+    (tmp_path / DOCS_BUILD).mkdir()
+    (tmp_path / DOCS_BUILD / "index.html").write_text("docs")
+    (tmp_path / "out").mkdir()
+    assert lab_cli._docs_built(tmp_path / "out", f"../{DOCS_BUILD}") is True

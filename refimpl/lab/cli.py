@@ -189,6 +189,18 @@ def _naming_input(out: Path, docs_url: str | None) -> str | None:
     return None
 
 
+def _docs_built(out: Path, docs_url: str | None) -> bool:
+    """Whether ``docs_url`` is a local path (relative to ``out``) where the docs are built. An
+    address with a scheme (``https://...``) is no path to look at: taken as one, a long address
+    is a file name too long for the system (once found at the end of a run, after the figures)."""
+    if docs_url is None or urlsplit(docs_url).scheme.lower() in ("http", "https", "file"):
+        return False
+    try:
+        return (out / docs_url / "index.html").is_file()
+    except OSError:  # a name too long, a loop: nothing built there to link to
+        return False
+
+
 def default_docs_url(out: Path) -> str | None:
     """The built docs of the source checkout refimpl runs from, relative to ``out``; or None.
 
@@ -328,6 +340,7 @@ def _meta(
     config: LabConfig,
     docs_url: str | None,
     total: float,
+    built: bool,
 ) -> dict[str, Any]:
     """The report's front matter and settings: the summary of its checks, how to read it, the run."""
     from refimpl.lab.report import NOISE_NOTE
@@ -342,7 +355,6 @@ def _meta(
     )
     if unavailable:
         summary += " Not available in this build: " + "; ".join(unavailable) + "."
-    built = docs_url is not None and (args.out / docs_url / "index.html").is_file()
     return {
         "title": "refimpl lab report",
         "summary": summary,
@@ -387,6 +399,7 @@ def run(args: argparse.Namespace) -> int:
     if refused is not None:
         _say(f"refimpl lab: {refused}")
         return 2
+    built = _docs_built(out, docs_url)  # before any section: nothing can fail at the end
     config = lab_config(quick=bool(args.quick), seed=int(args.seed))
     figures = out / "figures"
     for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
@@ -403,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         if args.only is None or spec.key in args.only
     ]
     total = time.perf_counter() - start
-    meta = _meta(args, sections, config, docs_url, total)
+    meta = _meta(args, sections, config, docs_url, total, built)
     write_metrics(out / "metrics.json", sections, meta)
     write_markdown(out / "report.md", sections, meta)
     write_html(out / "index.html", sections, meta)
