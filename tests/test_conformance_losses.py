@@ -37,6 +37,7 @@ import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
 import refimpl.losses.sequence_product as sp_mod
+from refimpl.losses.advantages_normalized import rloo_normalized_advantages
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 from refimpl.testing._specs_losses_entropy import token_entropy_vjp
 
@@ -550,6 +551,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "band_masked_pg": bm.band_masked_pg_loss,
     "nll": lk.nll_loss,
     "kl_reward": kr.kl_penalized_rewards,
+    "rloo_normalized_advantages": rloo_normalized_advantages,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)
@@ -571,6 +573,7 @@ VALUE_ONLY = (
     "gdpo_advantages",
     "optimal_token_baseline_advantages",
     "kl_reward",
+    "rloo_normalized_advantages",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms
