@@ -36,6 +36,7 @@ from refimpl.frameworks import (
     _openrlhf_losses_advantages,
     _openrlhf_losses_correction,
     _openrlhf_losses_kl,
+    _openrlhf_losses_reward,
 )
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
 from refimpl.frameworks._stubs import STUBS
@@ -330,6 +331,7 @@ _ADAPTERS: tuple[Adapter, ...] = (
     *_openrlhf_losses_correction.ADAPTERS,
     *_openrlhf_losses_kl.ADAPTERS,
     *_openrlhf_losses_advantages.ADAPTERS,
+    *_openrlhf_losses_reward.ADAPTERS,
 )
 
 #: ``openrlhf.models.loss`` and ``.utils`` import only with the package ``openrlhf.models`` stubbed
