@@ -7,6 +7,9 @@
   ``per_sequence_loss = −min(coef_1·A, coef_2·A)``, and ``loss = per_sequence_loss.mean()`` over
   every row; no log-ratio clamp, no dual clip, no KL term (RLOO puts ``beta``'s KL in the reward).
   The HF Trainer divides the returned loss by the accumulation steps.
+- ``RLOOTrainer._generate_and_score_completions`` with ``normalize_advantages=True``: the
+  leave-one-out advantages (float32 rewards, contiguous groups of ``num_generations``), then
+  ``(A − nanmean(A)) / (nanstd(A) + 1e-4)`` over the generation batch (``nanstd`` Bessel-corrected).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from refimpl.frameworks._registry import Adapter, Divergence
 
 _RLOO = "trl.trainer.rloo_trainer:RLOOTrainer._compute_loss"
+_SCORE = "trl.trainer.rloo_trainer:RLOOTrainer._generate_and_score_completions"
 
 
 def trl_rloo_loss(
@@ -59,6 +63,18 @@ def trl_rloo_loss(
         "advantages": advantages[:, 0],
     }
     return trainer._compute_loss(None, inputs)
+
+
+def trl_rloo_normalized_advantages(rewards: Any, *, group: Any) -> Any:
+    """TRL ``RLOOTrainer`` with ``normalize_advantages=True``: the real
+    ``RLOOTrainer._generate_and_score_completions`` on the scoring stand-in of
+    :func:`refimpl.frameworks._trl_losses_advantages.scoring_trainer`, its ``advantages``."""
+    from trl.trainer.rloo_trainer import RLOOTrainer
+
+    from refimpl.frameworks._trl_losses_advantages import _prompts, scoring_trainer
+
+    t = scoring_trainer(RLOOTrainer, rewards, group, normalize_advantages=True)
+    return t._generate_and_score_completions(_prompts(rewards))["advantages"]
 
 
 _EMPTY_ROW = [
@@ -129,6 +145,18 @@ ADAPTERS: tuple[Adapter, ...] = (
         examples=(_EMPTY_ROW,),
         note="PPO-clip once per sequence on exp(Σ m·logp − old_logps), −min(coef·A, clip·A), "
         "mean over every row.",
+    ),
+    Adapter(
+        key="trl.rloo_advantages_normalized",
+        framework="trl",
+        function=_SCORE,
+        settings={"normalize_advantages": True, "num_generations": "the group size"},
+        spec="rloo_normalized_advantages",
+        conventions={"groups": "contiguous", "singleton": "zero", "eps": 1e-4},
+        candidate=trl_rloo_normalized_advantages,
+        dtype="float32",
+        note="Leave-one-out advantages, then (A − nanmean) / (nanstd + 1e-4) over the batch, "
+        "float32.",
     ),
 )
 
