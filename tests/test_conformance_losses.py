@@ -514,6 +514,11 @@ def _opo_advantages(r: Any, *, group: Any, mask: Any) -> Any:
     return ab.opo_advantages(r, group=group, lengths=np.asarray(mask).sum(axis=1))
 
 
+def _batch_mean(r: Any) -> Any:
+    """The batch as one group, not scaled (the spec's reference)."""
+    return adv.grpo_advantages(r, group=np.zeros(np.asarray(r).size, dtype=np.int64), std="none")
+
+
 REFERENCE: dict[str, Callable[..., Any]] = {
     "ppo_clip": cl.ppo_clip_loss,
     "cispo": cl.cispo_loss,
@@ -551,6 +556,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "band_masked_pg": bm.band_masked_pg_loss,
     "nll": lk.nll_loss,
     "kl_reward": kr.kl_penalized_rewards,
+    "batch_mean_advantages": _batch_mean,
     "rloo_normalized_advantages": rloo_normalized_advantages,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
@@ -573,6 +579,7 @@ VALUE_ONLY = (
     "gdpo_advantages",
     "optimal_token_baseline_advantages",
     "kl_reward",
+    "batch_mean_advantages",
     "rloo_normalized_advantages",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}

@@ -42,6 +42,7 @@ from refimpl.testing._specs_losses_advantages_more import more_advantage_specs
 from refimpl.testing._specs_losses_advantages_normalized import normalized_advantage_specs
 from refimpl.testing._specs_losses_advantages_tokens import token_advantage_specs
 from refimpl.testing._specs_losses_band_masked import band_masked_specs
+from refimpl.testing._specs_losses_batch_mean import batch_mean_spec
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_gae import gae_spec
@@ -745,4 +746,5 @@ def specs() -> tuple[Spec, ...]:
         *band_masked_specs(),
         kl_reward_spec(),
         *normalized_advantage_specs(),
+        batch_mean_spec(),
     )
