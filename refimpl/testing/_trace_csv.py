@@ -221,6 +221,9 @@ def _csv_chunks(
 #: the bytes that separate the numbers of a list in a CSV field (``3 3 4``, ``[3, 3, 4]``, ``3;4``)
 _LIST_SEPARATORS = np.zeros(256, dtype=bool)
 _LIST_SEPARATORS[list(b" \t\r\n,;[]")] = True
+#: ``bytes.translate`` table: 1 for a byte of a number, 0 for a separator (a C loop, about 4x
+#: faster than indexing :data:`_LIST_SEPARATORS` by the bytes)
+_KEEP = (~_LIST_SEPARATORS).astype(np.uint8).tobytes()
 
 
 def _csv_list_tokens(col: Any) -> tuple[Any, NDArray[np.int64]]:
@@ -239,15 +242,20 @@ def _csv_list_tokens(col: Any) -> tuple[Any, NDArray[np.int64]]:
         count=len(col) + 1,
         offset=col.offset * width,
     ).astype(np.int64)
-    data = np.frombuffer(col.buffers()[2] or b"", dtype=np.uint8)[fields[0] : fields[-1]]
+    text = bytes(memoryview(col.buffers()[2] or b"")[fields[0] : fields[-1]])
+    data = np.frombuffer(text, dtype=np.uint8)
     fields = fields - fields[0]
-    keep = ~_LIST_SEPARATORS[data]
-    edge = np.zeros(data.size + 1, dtype=bool)
-    edge[fields] = True  # a field boundary ends a token and starts the next
-    before = np.concatenate(([True], ~keep[:-1])) | edge[:-1]
-    after = np.concatenate((~keep[1:], [True])) | edge[1:]
-    starts = np.flatnonzero(keep & before)
-    ends = np.flatnonzero(keep & after) + 1
+    keep = np.frombuffer(text.translate(_KEEP), dtype=np.bool_)
+    step = np.zeros(data.size + 2, dtype=np.int8)
+    step[1:-1] = keep
+    step = np.diff(step)  # +1 where a token starts, -1 just past its end
+    starts, ends = np.flatnonzero(step == 1), np.flatnonzero(step == -1)
+    # A field boundary between two bytes of numbers ends a token and starts the next.
+    inner = np.unique(fields[(fields > 0) & (fields < data.size)])
+    cut = inner[keep[inner - 1] & keep[inner]]
+    if cut.size:
+        starts = np.sort(np.concatenate((starts, cut)))
+        ends = np.sort(np.concatenate((ends, cut)))
     rows = np.searchsorted(starts, fields, side="left").astype(np.int64)
     offsets = np.concatenate(([0], np.cumsum(ends - starts))).astype(np.int32)
     tokens = pa.StringArray.from_buffers(
