@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from refimpl.sim import SimConfig, simulate
-from refimpl.sim._trace import _nth_from_counts, sorted_percentiles
+from refimpl.sim._trace import _all_whole, _nth_from_counts, sorted_percentiles
 
 Percentiles = Callable[[int, tuple[float, ...], Callable[[Any], Any]], NDArray[np.float64]]
 Counts = Callable[[NDArray[np.int64]], Callable[[Any], Any]]
@@ -109,3 +109,30 @@ def test_a_summary_gives_numpys_percentiles_of_the_trained_samples() -> None:
     want_len = np.percentile(trace.length[order], [50, 90, 99])
     assert np.array_equal(s.staleness_quantiles, want_stale)
     assert np.array_equal(s.length_quantiles, want_len)
+
+
+def first_block_only(x: NDArray[np.float64]) -> bool:
+    """The wrong variant: the whole-number check stops after its first block."""
+    part = x[: 1 << 16]
+    return bool(np.array_equal(part, np.round(part)))
+
+
+def whole_check_matches_numpy(check: Callable[[NDArray[np.float64]], bool]) -> Any:
+    @given(st.integers(1, 3), st.integers(0, 99), st.data())
+    def prop(blocks: int, short: int, data: st.DataObject) -> None:
+        n = blocks * (1 << 16) - short  # the last block partly filled
+        x = np.arange(n, dtype=np.float64)
+        if data.draw(st.booleans()):  # one fractional length, in any block
+            block = data.draw(st.integers(0, blocks - 1))
+            x[min(n - 1, block * (1 << 16) + data.draw(st.integers(0, (1 << 16) - 1)))] += 0.5
+        assert check(x) == bool(np.all(x == np.round(x)))
+
+    return prop
+
+
+def test_the_whole_number_check_reads_every_block() -> None:
+    run_property(whole_check_matches_numpy(_all_whole))
+
+
+def test_the_check_rejects_a_whole_number_check_of_the_first_block_only() -> None:
+    rejects(whole_check_matches_numpy(first_block_only))

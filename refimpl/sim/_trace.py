@@ -359,6 +359,17 @@ def sorted_percentiles(
     return result
 
 
+def _all_whole(x: NDArray[np.float64]) -> bool:
+    """``np.all(x == np.round(x))``, a block at a time: a fractional value ends the check at its
+    block (continuous lengths: the first), and no array of ``x``'s size is made."""
+    block = 1 << 16
+    for start in range(0, x.size, block):
+        part = x[start : start + block]
+        if not np.array_equal(part, np.round(part)):
+            return False
+    return True
+
+
 def _nth_from_counts(counts: NDArray[np.int64]) -> Callable[[NDArray[np.intp]], NDArray[np.int64]]:
     """``k -> x_sorted[k]`` for the values ``0, 1, ...`` counted ``counts`` times."""
     ends = np.cumsum(counts)
@@ -387,7 +398,7 @@ def empirical_length_bias(
         return LengthBias(nan, nan, nan, nan, nan)
     true_mean = float(launched.mean())
     sel_mean = float(trained.mean())
-    if np.all(launched == np.round(launched)):
+    if _all_whole(launched):
         top = float(launched.max()) + 1.0
         if top <= 4 * launched.size + 1024:  # a dense count is cheap
             p = np.bincount(launched.astype(np.int64), minlength=int(top)).astype(np.float64)
