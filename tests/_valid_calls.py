@@ -232,6 +232,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses cispo_loss": (
         _c(_LP, _LQ, _ADV, eps_high=0.28, eps_low=0.2, log_ratio_clamp=20.0, mask=_MASK),
     ),
+    "refimpl.losses divergence_gated_weights": (
+        _c(_LP, _LQ, delta=0.1, divergence="binary_kl", level="sequence", prob_clamp=1e-6),
+    ),
     "refimpl.losses dppo_loss": (
         _c(_LP, _LQ, _ADV, delta_low=0.2, delta_high=0.3, cap=5.0, log_ratio_clamp=20.0),
     ),
@@ -338,6 +341,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c([1.0, 0.0, 0.5, 1.0], group=[0, 0, 1, 1], eps=1e-6),
     ),
     "refimpl.losses rloo_advantages": (_c([1.0, 0.0, 0.5, 5.0], group=[0, 0, 0, 1]),),
+    "refimpl.losses rloo_normalized_advantages": (
+        _c([1.0, 0.0, 0.5, 5.0], group=[0, 0, 1, 1], eps=1e-4, std="sample"),
+    ),
     "refimpl.losses sapo_loss": (
         _c(_LP, _LQ, _ADV, tau_pos=1.0, tau_neg=1.05, log_ratio_clamp=20.0, mask=_MASK),
     ),

@@ -16,11 +16,14 @@ One module per family; this package re-exports their public names, and so does t
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
+  :mod:`refimpl.losses.advantages_normalized`: RLOO standardised over the batch;
   :mod:`refimpl.losses.advantages_baselines`: GPG, OPO, ReMax, MaxRL, Pass@k;
   :mod:`refimpl.losses.advantages_tokens`: GDPO (several rewards) and the optimal token baseline;
   :mod:`refimpl.losses.gae`: GAE advantages and returns from per-token rewards and a critic.
 - :mod:`refimpl.losses.rejection`: per-sequence divergences, the any-token veto, IS batch
-  normalisation, the off-policy sequence mask and M2PO's mask.
+  normalisation, the off-policy sequence mask and M2PO's mask;
+  :mod:`refimpl.losses.divergence_gate`: importance weights gated by the binary KL or total
+  variation of the sampled token's probabilities.
 - :mod:`refimpl.losses.logprobs`: a token's log-probability under temperature and top-k / top-p
   as a sampler assigns it, and the ratio that a sampler/trainer mismatch leaves on identical
   weights.
@@ -45,6 +48,7 @@ from refimpl.losses.advantages_baselines import (
     passk_advantages,
     remax_advantages,
 )
+from refimpl.losses.advantages_normalized import rloo_normalized_advantages
 from refimpl.losses.advantages_tokens import gdpo_advantages, optimal_token_baseline_advantages
 from refimpl.losses.aggregation import (
     AGGREGATION_MODES,
@@ -59,6 +63,7 @@ from refimpl.losses.clipped import (
     ppo_clip_loss,
     sapo_loss,
 )
+from refimpl.losses.divergence_gate import divergence_gated_weights
 from refimpl.losses.gae import (
     GAE,
     ExactGAE,
@@ -119,6 +124,7 @@ __all__ = [
     "any_token_veto",
     "band_masked_pg_loss",
     "cispo_loss",
+    "divergence_gated_weights",
     "dppo_loss",
     "gae_advantages",
     "gdpo_advantages",
@@ -148,6 +154,7 @@ __all__ = [
     "reinforce_pp_advantages",
     "remax_advantages",
     "rloo_advantages",
+    "rloo_normalized_advantages",
     "sapo_loss",
     "sequence_divergence",
     "sequence_ppo_clip_loss",
