@@ -27,9 +27,8 @@ import pytest
 from _wrong_variants import rejects
 from numpy.typing import ArrayLike
 
-from refimpl import _io as io_module
 from refimpl import sweep
-from refimpl._io import DescriptorOutput, captured_descriptors
+from refimpl._io import DescriptorOutput, captured_descriptors, descriptors
 from refimpl.sweep import cells
 from refimpl.testing import _conformance_guard as guard
 from refimpl.testing import check_conformance
@@ -265,7 +264,7 @@ def test_a_sweep_run_from_a_thread_caps_a_cell_s_native_output(
 def test_a_capture_in_one_thread_holds_off_another_thread_s() -> None:
     with captured_descriptors() as seen:
         os.write(1, b"mine")
-        others = _in_a_thread(lambda: io_module._CAPTURE.acquire(blocking=False))
+        others = _in_a_thread(lambda: descriptors._CAPTURE.acquire(blocking=False))
     assert others is False, "a second thread could start a capture during this one"
     assert seen.sizes == {1: 4, 2: 0}
 
@@ -292,7 +291,7 @@ def check_the_capture_file_stays_bounded_during_the_call() -> None:
     with captured_descriptors(keep=_KEEP) as seen:
         for i in range(_CHUNKS):
             os.write(1, (b"%02d" % i) * (_CHUNK // 2))
-            io_module._WATCHER.wait_pass()  # the watcher has looked since this write
+            descriptors._WATCHER.wait_pass()  # the watcher has looked since this write
             largest = max(largest, os.fstat(1).st_blocks * 512)
     assert largest <= 64 << 10, f"the capture file held {largest} bytes of disk during the call"
     assert seen.sizes == {1: _CHUNK * _CHUNKS, 2: 0}, "the size reported is exact, cut or not"
@@ -306,15 +305,53 @@ def test_a_call_writing_64_mib_holds_a_bounded_file_and_reports_its_exact_size()
 def test_the_bound_check_rejects_a_capture_that_cuts_only_after_the_call(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(io_module, "_cut", lambda tmp, keep: None)
+    monkeypatch.setattr(descriptors, "_cut", lambda tmp, keep: None)
     rejects(check_the_capture_file_stays_bounded_during_the_call)
 
 
 def test_a_child_process_flood_is_cut_and_measured_exactly() -> None:
     with captured_descriptors(keep=_KEEP) as seen:
         _child_writes(8 << 20)
-        io_module._WATCHER.wait_pass()
+        descriptors._WATCHER.wait_pass()
         held = os.fstat(1).st_blocks * 512
     assert held <= 64 << 10
     assert seen.sizes[1] == 8 << 20
     assert seen.head() == "c" * 200
+
+
+# --- a thread the capture's holder waits for --------------------------------------------------------
+
+
+def check_a_check_run_in_a_thread_the_candidate_waits_for_ends(wait: float) -> None:
+    """A candidate that runs check_conformance in a thread and joins it (as a sweep cell that
+    checks candidates in a thread pool does): the inner check must not wait for the outer
+    capture, which waits for it. ``wait`` bounds the join, so a regression fails, not hangs."""
+    inner: dict[str, Any] = {}
+
+    def candidate(s: ArrayLike, *, eta: int) -> Any:
+        thread = threading.Thread(target=lambda: inner.update(report=_one_check(writes_to_fd_1)))
+        thread.start()
+        thread.join(timeout=wait)
+        inner.setdefault("ended in time", not thread.is_alive())
+        inner["thread"] = thread
+        return _mask(s, eta)
+
+    outer = _one_check(candidate)
+    inner["thread"].join()  # the wrong variant's inner check runs once the outer one let go
+    assert inner["ended in time"], "the inner check waited for the capture of the outer one"
+    (result,) = inner["report"].results
+    assert result.status == "failed", "the inner candidate's flood counts in its own check"
+    assert f"wrote {_BIG} bytes to file descriptors 1 and 2" in result.message, result.message
+    (outer_result,) = outer.results
+    assert outer_result.status == "failed", "the flood also went to the outer candidate's files"
+
+
+def test_a_check_run_in_a_thread_that_the_candidate_waits_for_shares_its_capture() -> None:
+    check_a_check_run_in_a_thread_the_candidate_waits_for_ends(wait=600)
+
+
+def test_the_sharing_check_rejects_captures_that_always_wait_for_the_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(descriptors, "_holder_waits", lambda: None)
+    rejects(check_a_check_run_in_a_thread_the_candidate_waits_for_ends, wait=0.5)

@@ -14,10 +14,10 @@ destroy that input, so it is refused with a message that names both.
 :func:`describe_os_error` turns an ``OSError`` into the one line a command prints before it exits
 with status 2: the path and the real cause (a symlink loop is not "no such file").
 
-:func:`captured_descriptors` points file descriptors 1 and 2 at temporary files while user code
-runs (a sweep cell, a candidate under test, in any thread), so that what compiled code or a child
-process writes there is measured and capped like what Python prints, and holds a bounded amount
-of disk while it runs.
+:func:`captured_descriptors` (from :mod:`refimpl._io.descriptors`) points file descriptors 1 and
+2 at temporary files while user code runs (a sweep cell, a candidate under test, in any thread),
+so that what compiled code or a child process writes there is measured and capped like what
+Python prints, and holds a bounded amount of disk while it runs.
 
 Nothing here is public API; the messages are (tests/test_io.py pins them).
 """
@@ -26,23 +26,21 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import ctypes
 import errno
 import io
 import os
 import secrets
 import stat
-import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Literal, cast, overload
 
+from refimpl._io.descriptors import KEEP, DescriptorOutput, captured_descriptors
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
 
 __all__ = [
+    "KEEP",
     "BinaryView",
     "DescriptorOutput",
     "atomic_path",
@@ -487,276 +485,3 @@ class BinaryView(io.RawIOBase):
         size = memoryview(data).nbytes
         self._text.write(self._decoder.decode(bytes(data)))
         return size
-
-
-# --- what user code writes to the file descriptors -------------------------------------------
-
-#: The first bytes of each descriptor's output kept for a message.
-_HEAD = 200
-
-_LIBC: Any = None
-
-
-def _flush_c_stdio() -> None:
-    """Flush C's ``stdout``/``stderr`` buffers (``fflush(NULL)``), so that what compiled code
-    printed lands on the descriptor it was printed to, not on the next one fd 1 points at."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL(None)
-            _LIBC.fflush(None)
-        except (OSError, AttributeError, TypeError):  # no C library to flush (not on this system)
-            _LIBC = False
-            return
-    if _LIBC:
-        _LIBC.fflush(None)
-
-
-def _flush_all() -> None:
-    """Flush Python's streams (the current ones and the original ``sys.__stdout__``) and C's."""
-    for stream in {
-        id(s): s for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
-    }.values():
-        with contextlib.suppress(Exception):  # None, closed, or an odd stream: nothing to flush
-            stream.flush()  # type: ignore[union-attr]
-    _flush_c_stdio()
-
-
-class DescriptorOutput:
-    """What file descriptors 1 and 2 received during :func:`captured_descriptors`: ``sizes`` in
-    bytes by descriptor (exact, also when the file was cut back during the call), and the first
-    bytes of each (``heads``)."""
-
-    def __init__(self) -> None:
-        self.sizes: dict[int, int] = {1: 0, 2: 0}
-        self.heads: dict[int, bytes] = {1: b"", 2: b""}
-
-    @property
-    def total(self) -> int:
-        """Bytes written to both descriptors."""
-        return self.sizes[1] + self.sizes[2]
-
-    def head(self) -> str:
-        """The first bytes written (fd 1's, else fd 2's), decoded for a message."""
-        return (self.heads[1] or self.heads[2]).decode("utf-8", errors="replace")
-
-
-#: Bytes a descriptor's file may hold during a capture before it is cut back to its head.
-KEEP = 1 << 20
-
-#: Seconds between two looks of the watcher at the files of a capture.
-_INTERVAL = 0.01
-
-#: Looks without a capture before the watcher sleeps (about a second).
-_IDLE_LOOKS = 100
-
-#: One capture at a time in the whole process: the descriptors are the process's, so a capture
-#: in one thread sees every thread's output; a second thread's capture waits for the first to end
-#: (else each would count, then restore, the other's). Reentrant: a capture inside a capture in
-#: the same thread (``check_conformance`` run by a sweep cell) nests, the inner one passing its
-#: output on to the outer one's file.
-_CAPTURE = threading.RLock()
-
-
-@contextlib.contextmanager
-def captured_descriptors(
-    *, replay: Callable[[DescriptorOutput], bool] | None = None, keep: int = KEEP
-) -> Iterator[DescriptorOutput]:
-    """Point file descriptors 1 and 2 at temporary files while the block runs.
-
-    Output written below Python's ``sys.stdout`` (``os.write(1, ...)``, C's ``printf``, a
-    subprocess that inherits the descriptors) then lands in those files instead of the terminal;
-    when the block ends the descriptors are restored and the output is measured (its size and
-    first bytes, never read whole). When ``replay(output)`` is true, output of at most ``keep``
-    bytes per descriptor is passed on to the restored descriptors, in order per descriptor (else
-    it is dropped: the caller reports it).
-
-    The disk stays bounded during the call: a watcher thread looks at the files every
-    ``_INTERVAL`` seconds and cuts one past ``keep`` bytes back to its first bytes (a writer's
-    next bytes go on at its own offset, over a hole that takes no disk space), so a call that
-    writes gigabytes holds about ``keep`` bytes plus what it wrote since the last look. The size
-    reported stays exact: it is the file's offset, which every write through the descriptor
-    advances. Compiled code that writes while holding the GIL keeps the watcher from running
-    until it lets go; the file is cut then, and when the block ends.
-
-    Temporary files, not a pipe: a pipe fills, and a writer that holds the GIL (or a child that
-    outlives the block) would then wait forever for a reader that cannot run.
-
-    Any thread may capture; captures are serialized process-wide (a thread's capture waits for
-    another thread's to end). Python's and C's buffers are flushed at both ends.
-
-    Examples
-    --------
-    >>> import os
-    >>> with captured_descriptors() as seen:
-    ...     _ = os.write(1, b"from C, say")
-    >>> seen.sizes[1], seen.head()
-    (11, 'from C, say')
-    """
-    seen = DescriptorOutput()
-    with _CAPTURE:
-        _flush_all()
-        saved: dict[int, int | None] = {}
-        files: dict[int, int] = {}
-        with contextlib.ExitStack() as stack:
-            try:
-                for fd in (1, 2):
-                    files[fd] = stack.enter_context(_spare_file())
-                    try:
-                        saved[fd] = os.dup(fd)
-                    except OSError:  # the descriptor was closed: it is closed again afterwards
-                        saved[fd] = None
-                    os.dup2(files[fd], fd)
-                _WATCHER.watch(files.values(), keep)
-                yield seen
-            finally:
-                _flush_all()
-                _restore(saved)
-                _WATCHER.unwatch(files.values())
-                _measure(seen, files)
-                if seen.total and replay is not None and replay(seen):
-                    for fd, tmp in files.items():
-                        if 0 < seen.sizes[fd] <= keep and saved.get(fd) is not None:
-                            _copy_to(tmp, fd)
-
-
-def _measure(seen: DescriptorOutput, files: dict[int, int]) -> None:
-    """Each file's size (its offset: what was written, cut or not) and first bytes."""
-    for fd, tmp in files.items():
-        seen.sizes[fd] = max(os.lseek(tmp, 0, os.SEEK_CUR), os.fstat(tmp).st_size)
-        seen.heads[fd] = os.pread(tmp, _HEAD, 0)
-
-
-def _cut(tmp: int, keep: int) -> None:
-    """Cut a capture's file past ``keep`` bytes back to its first :data:`_HEAD` bytes."""
-    with contextlib.suppress(OSError):
-        if os.fstat(tmp).st_size > keep:
-            os.ftruncate(tmp, min(_HEAD, keep))
-
-
-class _Watcher:
-    """The thread that keeps the files of the current captures bounded while user code runs.
-
-    It looks every :data:`_INTERVAL` seconds while captures come and goes to sleep after
-    :data:`_IDLE_LOOKS` looks without one (the next capture wakes it): a run of short captures
-    (a conformance search calls its candidate hundreds of times) does not wake it once per call.
-    It touches a file only under its lock, so that a file no longer watched (then closed, its
-    number reused) is never cut.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._files: dict[int, int] = {}
-        self._thread: threading.Thread | None = None
-        self._asleep = False
-        self.passes = 0
-
-    def watch(self, files: Iterable[int], keep: int) -> None:
-        with self._cond:
-            for tmp in files:
-                self._files[tmp] = keep
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="refimpl-output-watcher", daemon=True
-                )
-                self._thread.start()
-            elif self._asleep:
-                self._cond.notify_all()
-
-    def unwatch(self, files: Iterable[int]) -> None:
-        with self._cond:
-            for tmp in files:
-                self._files.pop(tmp, None)
-
-    def wait_pass(self) -> None:
-        """Wait until the watcher has looked at every watched file once after this call."""
-        with self._cond:
-            target = self.passes + 1
-            self._cond.notify_all()
-            while self.passes < target and self._files:
-                self._cond.wait()
-
-    def _run(self) -> None:
-        with self._cond:
-            idle = 0
-            while True:
-                if self._files:
-                    idle = 0
-                    for tmp, keep in self._files.items():
-                        _cut(tmp, keep)
-                    self.passes += 1
-                    self._cond.notify_all()
-                else:
-                    idle += 1
-                if idle > _IDLE_LOOKS:  # asleep until the next capture wakes it
-                    self._asleep = True
-                    self._cond.wait()
-                    self._asleep, idle = False, 0
-                self._cond.wait(_INTERVAL)  # a capture shorter than this is never looked at
-
-
-_WATCHER = _Watcher()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child has none of the parent's threads: a fresh watcher and lock."""
-    global _WATCHER, _CAPTURE
-    _WATCHER = _Watcher()
-    _CAPTURE = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-#: Emptied temporary files kept for the next capture (one is created in about 0.1 ms, and a
-#: conformance run captures every call of its candidate).
-_SPARE: list[int] = []
-
-
-@contextlib.contextmanager
-def _spare_file() -> Iterator[int]:
-    """The descriptor of an empty, unnamed temporary file with its offset at 0, emptied and
-    returned to :data:`_SPARE` afterwards (a bare descriptor: one left open at exit warns
-    nobody). A spare file written to since it was emptied (a child process that outlived its
-    capture still writes there) is closed, not reused."""
-    tmp = -1
-    while _SPARE and tmp < 0:
-        tmp = _SPARE.pop()
-        if os.lseek(tmp, 0, os.SEEK_CUR) or os.fstat(tmp).st_size:
-            os.close(tmp)
-            tmp = -1
-    if tmp < 0:
-        tmp, name = tempfile.mkstemp(prefix="refimpl-output-")
-        os.unlink(name)  # unnamed: gone with its last descriptor, whatever happens
-    try:
-        yield tmp
-    finally:
-        os.ftruncate(tmp, 0)
-        os.lseek(tmp, 0, os.SEEK_SET)
-        if len(_SPARE) < 2:
-            _SPARE.append(tmp)
-        else:
-            os.close(tmp)
-
-
-def _restore(saved: dict[int, int | None]) -> None:
-    """Point each descriptor back where it pointed (or close it, if it was closed)."""
-    for fd, old in saved.items():
-        if old is None:
-            os.close(fd)
-        else:
-            os.dup2(old, fd)
-            os.close(old)
-
-
-def _copy_to(source: int, fd: int) -> None:
-    """Write the whole of file ``source`` to descriptor ``fd`` (a write error is the terminal's
-    own business: a closed pipe drops the output, as it would have dropped it directly)."""
-    offset = 0
-    with contextlib.suppress(OSError):
-        while chunk := os.pread(source, 1 << 16, offset):
-            offset += len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
