@@ -255,3 +255,51 @@ def test_the_lab_check_rejects_a_lab_that_finds_an_occupied_output_at_the_end(
     monkeypatch.setattr(lab_cli, "_occupied", lambda out: None)
     out, words = _lab_places(tmp_path)["an output is a directory"]
     rejects(check_lab_refuses_an_out_it_cannot_fill, out, words, capsys)
+
+
+# --- an interrupted lab run leaves the earlier report whole ------------------------------------
+
+
+def _interrupted(spec: object, number: int, config: object, figures: Path) -> None:
+    raise KeyboardInterrupt
+
+
+def _interrupted_after_removing_the_old_figures(
+    spec: object, number: int, config: object, figures: Path
+) -> None:
+    """The wrong variant: the earlier run's figures were removed before the sections ran."""
+    for old in figures.glob("*.png"):
+        old.unlink()
+    raise KeyboardInterrupt
+
+
+def check_an_interrupted_lab_keeps_the_earlier_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, section: Callable[..., None]
+) -> None:
+    out = tmp_path / "report"
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "index.html").write_text('<img src="figures/effort-old.png">\n')
+    (out / "figures" / "effort-old.png").write_bytes(b"an earlier figure")
+    monkeypatch.setattr(lab_cli, "_run_section", section)
+    assert cli.main(["lab", "--quick", "--only", "effort", "--out", str(out)]) == 130
+    assert (out / "figures" / "effort-old.png").exists(), (
+        "the interrupted run removed a figure the earlier report shows"
+    )
+    assert (out / "index.html").read_text() == '<img src="figures/effort-old.png">\n'
+
+
+def test_an_interrupted_lab_run_keeps_the_earlier_report_and_its_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_an_interrupted_lab_keeps_the_earlier_report(tmp_path, monkeypatch, _interrupted)
+
+
+def test_the_report_check_rejects_a_lab_that_removes_the_old_figures_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rejects(
+        check_an_interrupted_lab_keeps_the_earlier_report,
+        tmp_path,
+        monkeypatch,
+        _interrupted_after_removing_the_old_figures,
+    )

@@ -377,6 +377,18 @@ def _meta(
     }
 
 
+def _remove_stale_figures(figures: Path, sections: list[Section]) -> None:
+    """Remove the figures of an earlier run into the same directory that this report does not
+    show: only once the new report is written, so that a run that fails or is interrupted leaves
+    the earlier report whole (its figures are replaced one by one, each atomically)."""
+    from refimpl.lab.report import FigureBlock
+
+    shown = {b.file for s in sections for b in s.blocks if isinstance(b, FigureBlock)}
+    for old in figures.glob("*.png"):
+        if old.name not in shown:
+            old.unlink(missing_ok=True)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the lab with the parsed ``args``; return 0 if every check agrees, 1 if not, 2 if refused."""
     # Lazy, for `refimpl --help`'s start-up: matplotlib and the report (numpy) load only when the
@@ -402,8 +414,6 @@ def run(args: argparse.Namespace) -> int:
     built = _docs_built(out, docs_url)  # before any section: nothing can fail at the end
     config = lab_config(quick=bool(args.quick), seed=int(args.seed))
     figures = out / "figures"
-    for old in figures.glob("*.png"):  # figures of an earlier run into the same directory
-        old.unlink()
 
     start = time.perf_counter()
     _say(
@@ -420,6 +430,7 @@ def run(args: argparse.Namespace) -> int:
     write_metrics(out / "metrics.json", sections, meta)
     write_markdown(out / "report.md", sections, meta)
     write_html(out / "index.html", sections, meta)
+    _remove_stale_figures(figures, sections)
     n_ok, n_checks = meta["checks_agree"], meta["checks_total"]
     _say(
         f"wrote {out}/index.html, report.md, metrics.json and {len(list(figures.glob('*.png')))}"
