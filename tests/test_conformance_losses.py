@@ -28,6 +28,7 @@ import refimpl.losses.advantages_tokens as at
 import refimpl.losses.aggregation as agg
 import refimpl.losses.band_masked as bm
 import refimpl.losses.clipped as cl
+import refimpl.losses.divergence_gate as dg
 import refimpl.losses.gae as gae_mod
 import refimpl.losses.kl as kl
 import refimpl.losses.kl_reward as kr
@@ -37,6 +38,7 @@ import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
 import refimpl.losses.sequence_product as sp_mod
+import refimpl.losses.sequence_soft as ss_mod
 from refimpl.losses.advantages_normalized import rloo_normalized_advantages
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 from refimpl.testing._specs_losses_entropy import token_entropy_vjp
@@ -531,6 +533,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "gspo_token": sq.gspo_token_loss,
     "gmpo": sq.gmpo_loss,
     "sequence_ppo_clip": sp_mod.sequence_ppo_clip_loss,
+    "cispo_sequence": ss_mod.cispo_sequence_loss,
+    "sapo_sequence": ss_mod.sapo_sequence_loss,
     "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
     "importance_weighted_kl": functools.partial(kl.importance_weighted_kl, estimator="k3"),
     "token_logprobs": _logprobs_terms,
@@ -557,6 +561,10 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "nll": lk.nll_loss,
     "kl_reward": kr.kl_penalized_rewards,
     "batch_mean_advantages": _batch_mean,
+    "divergence_gated_is": functools.partial(dg.divergence_gated_weights, level="token"),
+    "divergence_gated_is_sequence": functools.partial(
+        dg.divergence_gated_weights, level="sequence"
+    ),
     "rloo_normalized_advantages": rloo_normalized_advantages,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
@@ -580,6 +588,8 @@ VALUE_ONLY = (
     "optimal_token_baseline_advantages",
     "kl_reward",
     "batch_mean_advantages",
+    "divergence_gated_is",
+    "divergence_gated_is_sequence",
     "rloo_normalized_advantages",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}

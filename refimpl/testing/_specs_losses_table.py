@@ -44,11 +44,13 @@ from refimpl.testing._specs_losses_advantages_tokens import token_advantage_spec
 from refimpl.testing._specs_losses_band_masked import band_masked_specs
 from refimpl.testing._specs_losses_batch_mean import batch_mean_spec
 from refimpl.testing._specs_losses_checks import loss_spec
+from refimpl.testing._specs_losses_divergence_gate import divergence_gate_specs
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
+from refimpl.testing._specs_losses_sequence_soft import sequence_soft_specs
 from refimpl.testing._specs_losses_stats import aggregation_spec
 from refimpl.testing._specs_losses_stats_advantages import advantage_specs
 from refimpl.testing._specs_losses_stats_rejection import rejection_specs
@@ -747,4 +749,6 @@ def specs() -> tuple[Spec, ...]:
         kl_reward_spec(),
         *normalized_advantage_specs(),
         batch_mean_spec(),
+        *divergence_gate_specs(),
+        *sequence_soft_specs(),
     )
