@@ -1,0 +1,116 @@
+"""TRL (trl 1.16.0): CISPO and SAPO at sequence level, read from its installed sources.
+
+``trl/trainer/grpo_trainer.py`` ``GRPOTrainer._compute_loss`` with
+``importance_sampling_level="sequence"`` computes ``log_importance_weights = (log_ratio * mask)
+.sum(-1) / mask.sum(-1).clamp(min=1.0)`` as ``(B, 1)`` and ``coef_1 = exp(...)`` before the loss
+type's branch, so:
+
+- ``loss_type="cispo"``: ``clamped_ratios = clamp(coef_1, max=epsilon_high).detach()`` (the cap is
+  ``epsilon_high`` itself, no lower bound), ``per_token_loss = −clamped_ratios · A · logp``,
+  summed over the valid tokens and divided by ``num_items_in_batch / num_processes`` (times
+  ``K / steps_per_generation``);
+- ``loss_type="sapo"``: ``σ(τ(coef_1 − 1))·4/τ`` with ``τ = where(A > 0, sapo_temperature_pos,
+  sapo_temperature_neg)``, ``per_token_loss = −gate · A``, averaged per sequence then over every
+  row (``grpo``'s aggregation), the gate differentiated through the sequence mean.
+
+Neither clamps the log-ratio before ``exp``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.frameworks._registry import Adapter, Divergence
+
+_GRPO = "trl.trainer.grpo_trainer:GRPOTrainer._compute_loss"
+
+
+def trl_cispo_sequence_loss(
+    logp: Any, logp_old: Any, advantages: Any, *, eps_high: Any, mask: Any
+) -> Any:
+    """TRL ``loss_type="cispo"``, ``importance_sampling_level="sequence"``, ``epsilon_high = 1 +
+    eps_high`` (TRL's is the cap itself): the real ``GRPOTrainer._compute_loss`` on the instance of
+    :func:`refimpl.frameworks._trl_losses.grpo_trainer`, one micro-batch on one rank
+    (``num_items_in_batch`` = its valid tokens). The advantages are the (B,) per sequence."""
+    from refimpl.frameworks._trl_losses import grpo_inputs, grpo_trainer
+
+    trainer = grpo_trainer(
+        logp, loss_type="cispo", level="sequence", epsilon_high=1.0 + float(eps_high)
+    )
+    inputs = grpo_inputs(logp, mask, advantages[:, 0], logp_old=logp_old)
+    return trainer._compute_loss(None, inputs)
+
+
+def trl_sapo_sequence_loss(
+    logp: Any, logp_old: Any, advantages: Any, *, tau_pos: Any, tau_neg: Any, mask: Any
+) -> Any:
+    """TRL ``loss_type="sapo"``, ``importance_sampling_level="sequence"``,
+    ``sapo_temperature_pos=tau_pos``, ``sapo_temperature_neg=tau_neg``: the real
+    ``GRPOTrainer._compute_loss`` (the gate on the (B, 1) sequence ratio, grpo's aggregation).
+    The advantages are the (B,) per sequence."""
+    from refimpl.frameworks._trl_losses import grpo_inputs, grpo_trainer
+
+    trainer = grpo_trainer(
+        logp, loss_type="sapo", level="sequence", sapo_temperature_pos=tau_pos,
+        sapo_temperature_neg=tau_neg,
+    )  # fmt: skip
+    inputs = grpo_inputs(logp, mask, advantages[:, 0], logp_old=logp_old)
+    return trainer._compute_loss(None, inputs)
+
+
+_SCALAR = {"output": "scalar", "padding": "ignored"}
+_TAU = Divergence(
+    "numerical limit",
+    "TRL builds the temperatures as torch.where(advantages > 0, sapo_temperature_pos, "
+    "sapo_temperature_neg) from two Python floats (GRPOTrainer._compute_loss), a tensor of torch's "
+    "default dtype, float32: with float64 inputs τ is rounded to float32 (1.05 → 1.0499999523), a "
+    "relative change of ~5e-8 in the loss (the padding check compares the value too); with "
+    "float32 or bfloat16 inputs it is exact.",
+)
+_OVERFLOW = Divergence(
+    "numerical limit",
+    "GRPOTrainer._compute_loss exponentiates the sequence's mean log-ratio without a clamp: past "
+    "~709 (float64; ~88 in float32) coef_1 is inf, the gate σ(τ(inf − 1)) is 1 and the loss "
+    "finite, but its backward multiplies σ'(x) = 0 by ∂coef_1 = inf: NaN in the gradient, where "
+    "the reference (log space) gives 0.",
+)
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter(
+        key="trl.cispo_sequence",
+        framework="trl",
+        function=_GRPO,
+        settings={
+            "loss_type": "cispo",
+            "importance_sampling_level": "sequence",
+            "epsilon_high": "1 + eps_high",
+        },
+        spec="cispo_sequence",
+        conventions={**_SCALAR, "aggregation": "token_mean"},
+        candidate=trl_cispo_sequence_loss,
+        note="−sg[min(s, ε_max)]·A·logp with s the sequence's geometric-mean ratio, dapo-style "
+        "token mean.",
+    ),
+    Adapter(
+        key="trl.sapo_sequence",
+        framework="trl",
+        function=_GRPO,
+        settings={
+            "loss_type": "sapo",
+            "importance_sampling_level": "sequence",
+            "sapo_temperature_pos": "tau_pos",
+            "sapo_temperature_neg": "tau_neg",
+        },
+        spec="sapo_sequence",
+        conventions={**_SCALAR, "aggregation": "seq_mean_token_mean", "sequence_count": "all"},
+        candidate=trl_sapo_sequence_loss,
+        divergences={
+            "values": _TAU,
+            "padding_contributes_nothing": _TAU,
+            "huge_log_ratios_stay_finite": _OVERFLOW,
+        },
+        note="The sigmoid gate on the sequence's geometric-mean ratio, grpo's aggregation.",
+    ),
+)
+
+__all__ = ["ADAPTERS"]
