@@ -49,6 +49,7 @@ __all__ = [
     "captured_descriptors",
     "describe_os_error",
     "refuse_output_naming_input",
+    "user_text",
 ]
 
 StrPath = str | os.PathLike[str]
@@ -460,6 +461,39 @@ def describe_os_error(
     subject = " ".join(part for part in (head, shown) if part)
     line = (f"{subject}: " if subject else "") + cause + (f"; {fix}" if fix else "")
     return line.replace("\n", " ").replace("\r", " ")  # one line, whatever the cause says
+
+
+# --- what user code says ---------------------------------------------------------------------
+
+#: The most characters of user code's text (an exception's message, an exit code) quoted.
+_SAID = 500
+
+
+def user_text(value: object, *, quoted: bool = False, limit: int = _SAID) -> str:
+    """``str(value)`` (``repr`` when ``quoted``) of an object user code made, for a message: an
+    exception's text, ``sys.exit``'s code. It never raises (an object whose ``__str__`` raises is
+    described by its type) and never runs long (past ``limit`` characters, an excerpt and the
+    length): user code's exceptions become a report's messages, and neither a broken
+    ``__str__`` nor a 10 MB message may take the report down or fill it.
+
+    Examples
+    --------
+    >>> user_text(ValueError("bad input"))
+    'bad input'
+    >>> user_text("x" * 1000, limit=10)
+    'xxxxxxxxxx... (1000 characters)'
+    >>> class Broken(Exception):
+    ...     def __str__(self): raise RuntimeError
+    >>> user_text(Broken())
+    '<a Broken whose str() raised RuntimeError>'
+    """
+    try:
+        text = repr(value) if quoted else str(value)
+    except Exception as exc:
+        return f"<a {type(value).__name__} whose {'repr' if quoted else 'str'}() raised {type(exc).__name__}>"
+    if len(text) > limit:
+        return f"{text[:limit]}... ({len(text)} characters)"
+    return text
 
 
 # --- what user code writes ------------------------------------------------------------------

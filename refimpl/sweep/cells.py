@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
+from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors, user_text
 from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.sweep.kinds import resolve_kind
 
@@ -60,7 +60,7 @@ def _describe(exc: BaseException) -> str:
     if frames:
         last = frames[-1]
         where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
-    return f"{type(exc).__name__}: {exc}{where}"
+    return f"{type(exc).__name__}: {user_text(exc)}{where}"
 
 
 def _select(out: Any, wanted: tuple[str, ...] | None, kind: str) -> dict[str, float]:
@@ -152,7 +152,8 @@ def _left_by_another_door(exc: BaseException) -> str:
     """Why a ``BaseException`` that is not an ``Exception`` ended a cell, in a sentence."""
     if isinstance(exc, SystemExit):
         return (
-            f"the cell called sys.exit({exc.code!r}): a cell returns its metrics or raises, "
+            f"the cell called sys.exit({user_text(exc.code, quoted=True)}): a cell returns its "
+            "metrics or raises, "
             "it does not end the process"
         )
     if isinstance(exc, KeyboardInterrupt):
@@ -277,9 +278,9 @@ def resolve_kind_guarded(kind: str) -> Any:
         raise
     except BaseException as exc:
         what = (
-            f"called sys.exit({exc.code!r})"
+            f"called sys.exit({user_text(exc.code, quoted=True)})"
             if isinstance(exc, SystemExit)
-            else f"raised {type(exc).__name__} ({exc})"
+            else f"raised {type(exc).__name__} ({user_text(exc)})"
         )
         raise InvalidArgument(
             f"cell kind {kind!r} cannot be used: its module {what} while it was imported. A "

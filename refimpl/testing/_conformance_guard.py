@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors
+from refimpl._io import BinaryView, DescriptorOutput, captured_descriptors, user_text
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._specs_parts import MASK_OUTPUTS
 from refimpl.testing.tolerances import largest_finite
@@ -248,10 +248,12 @@ def call_candidate(
         _refuse_flood(out, err, fds)
         raise
     except BaseException as exc:  # SystemExit, GeneratorExit, a BaseException of its own
-        what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else "raised"
+        code = user_text(exc.code, quoted=True) if isinstance(exc, SystemExit) else ""
+        what = f"called sys.exit({code})" if isinstance(exc, SystemExit) else "raised"
         raise CandidateMisbehaved(
             "raised",
-            f"the candidate {what} ({type(exc).__name__}: {exc}), which would end the caller's "
+            f"the candidate {what} ({type(exc).__name__}: {user_text(exc)}), which would end the "
+            "caller's "
             "program: raise a ValueError for inputs it refuses, and return its result otherwise.",
         ) from None
     _refuse_flood(out, err, fds)

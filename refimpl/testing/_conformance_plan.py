@@ -22,6 +22,7 @@ import numpy as np
 from hypothesis import Phase, settings
 
 from refimpl._imports import import_object, split_reference
+from refimpl._io import user_text
 from refimpl._validation import invalid, wrong_type
 from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.testing._arrays import ArrayBridge
@@ -255,7 +256,7 @@ def _run_setup(setup: Any) -> dict[str, Any]:
             fix = f"It {what}: remove that from the setup code."
             raise invalid("setup", "run to its end and return", setup, fix) from None
         except Exception as exc:
-            fix = f"It raised {type(exc).__name__}: {exc}. Fix the setup code."
+            fix = f"It raised {type(exc).__name__}: {user_text(exc)}. Fix the setup code."
             raise invalid("setup", "run without an error", setup, fix) from exc
     return namespace
 

@@ -18,6 +18,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.errors import NoSuchExample
 
+from refimpl._io import user_text
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._conformance_guard import (
     CandidateMisbehaved,
@@ -144,7 +145,9 @@ class _Runner:
                     raise
                 if self._reference_rejects(calls, conv):
                     return _Outcome("invalid", "the reference rejects these inputs too")
-                return _Outcome("raised", f"the candidate raised {type(exc).__name__}: {exc}")
+                return _Outcome(
+                    "raised", f"the candidate raised {type(exc).__name__}: {user_text(exc)}"
+                )
             degenerate = [
                 _rounded_away(c, v, self._dtype(conv)) for c, v in zip(calls, seen, strict=True)
             ]
@@ -166,7 +169,7 @@ class _Runner:
         except Exception as exc:
             return _Outcome(
                 "raised",
-                f"assume= (not the candidate) raised {type(exc).__name__}: {exc}; it must "
+                f"assume= (not the candidate) raised {type(exc).__name__}: {user_text(exc)}; it must "
                 "return True or False for every call: fix the assume function.",
             )
         return None
@@ -201,7 +204,8 @@ class _Runner:
             return _Outcome("failed", str(exc).strip() or "wrong output layout")
         except Exception as exc:
             return _Outcome(
-                "failed", f"the candidate's output could not be read: {type(exc).__name__}: {exc}"
+                "failed",
+                f"the candidate's output could not be read: {type(exc).__name__}: {user_text(exc)}",
             )
         case = Case(
             spec=Spec(**{**self.spec.__dict__, "expected": reference}),
@@ -221,7 +225,7 @@ class _Runner:
         except Exception as exc:  # the check could not index the output: its shape says why
             return self._shapes(case) or _Outcome(
                 "failed",
-                f"the candidate's output could not be checked: {type(exc).__name__}: {exc}",
+                f"the candidate's output could not be checked: {type(exc).__name__}: {user_text(exc)}",
             )
         nan = self._nan_where_finite(case, degenerate or [False] * len(case.found))
         if nan is not None:
