@@ -7,16 +7,22 @@ no numpy or scipy warning and no internal field name or object repr reaches the 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import shlex
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from _wrong_variants import rejects
 
+import refimpl.sim.cli as sim_cli
 from refimpl.cli import main
-from refimpl.sim import SimConfig
+from refimpl.sim import SimConfig, _simulate_any
+from refimpl.sim._cliopts import small_pages
 
 _RUN = ["simulate", "--no-progress", "--slots", "8", "--batch", "8"]
 
@@ -519,3 +525,72 @@ def test_the_warm_up_step_runs_the_engine_of_the_whole_run(
     # the wrong variant: the one step decides for itself (short: the reference engine), and the
     # whole run then compiles inside its timed part
     rejects(check_warm_up_compiles, monkeypatch, False)
+
+
+# --- the run's arrays on small pages -------------------------------------------------------------
+
+_MULTIARRAY = importlib.import_module("numpy._core.multiarray")
+
+
+def _huge_pages() -> bool:
+    return bool(_MULTIARRAY._get_madvise_hugepage())
+
+
+def check_small_pages_within_and_restored(pages: Callable[[], Any]) -> None:
+    """numpy asks for no huge pages within the block, and its setting is back after it."""
+    before = _MULTIARRAY._set_madvise_hugepage(True)
+    try:
+        with pages():
+            inside = _huge_pages()
+        assert not inside
+        assert _huge_pages()
+    finally:
+        _MULTIARRAY._set_madvise_hugepage(before)
+
+
+@contextlib.contextmanager
+def _leaky_pages() -> Iterator[None]:
+    """The wrong variant: switches huge pages off and never back on."""
+    _MULTIARRAY._set_madvise_hugepage(False)
+    yield
+
+
+def test_small_pages_switch_numpys_huge_pages_off_and_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    check_small_pages_within_and_restored(small_pages)
+    rejects(check_small_pages_within_and_restored, _leaky_pages)
+
+
+def test_a_users_numpy_huge_page_setting_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    before = _MULTIARRAY._set_madvise_hugepage(True)
+    try:
+        with small_pages():
+            assert _huge_pages()
+    finally:
+        _MULTIARRAY._set_madvise_hugepage(before)
+
+
+def test_the_command_runs_on_small_pages(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    seen: list[bool] = []
+    run_any = _simulate_any
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        seen.append(_huge_pages())
+        return run_any(*args, **kwargs)
+
+    monkeypatch.setattr(sim_cli, "_simulate_any", spy)
+    before = _MULTIARRAY._set_madvise_hugepage(True)
+    try:
+        out, _ = _ran(capsys, "--slots 4 --batch 4 --rollouts 40")
+        assert _huge_pages()  # numpy's setting is back after the command
+    finally:
+        _MULTIARRAY._set_madvise_hugepage(before)
+    assert out["trained_rollouts"] == 40
+    assert seen  # the warm-up step and the run
+    assert not any(seen)

@@ -38,6 +38,7 @@ from refimpl.sim._cliopts import (
     print_result,
     progress_bar,
     since_start,
+    small_pages,
 )
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
@@ -633,7 +634,13 @@ def _closed_form(cfg: SimConfig) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``refimpl simulate``; return the exit code (2 for a bad configuration)."""
+    """Run ``refimpl simulate``; return the exit code (2 for a bad configuration). The run's
+    arrays are mapped with small pages (:func:`~refimpl.sim._cliopts.small_pages`)."""
+    with small_pages():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     timings: dict[str, float | None] = {"startup_s": since_start()}
     try:
         _refuse_inert_options(args)
