@@ -1,11 +1,13 @@
-"""Explicit ``examples=`` are validated as the candidate receives them, in its dtype.
+"""Explicit ``examples=`` are validated as the candidate receives them, in its dtype; ``assume=``
+is checked to be callable before any check runs.
 
 ``check_conformance(..., dtype="float16", examples=[...])`` hands the candidate the example's
 floats rounded to float16. An example valid in float64 but refused by the reference once rounded
 (``-1e5`` is ``-inf`` in float16) used to be validated in float64 only, then skipped by every
 check as "invalid": the run passed without ever trying the example the user asked for. It is
 now refused before any check runs, naming the example, the arguments the rounding changed and
-the reference's reason. Each property also runs against the wrong variant (validation in float64
+the reference's reason. An ``assume=`` that is not callable (``assume=3``) made every check
+``raised``; it is now refused up front. Each property also runs against the wrong variant (validation in float64
 only, as before) and must reject it.
 """
 
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 from _wrong_variants import rejects
 
-from refimpl.errors import InvalidArgument
+from refimpl.errors import InvalidArgument, InvalidArgumentType
 from refimpl.testing import _conformance_plan as plan
 from refimpl.testing import check_conformance
 from refimpl.testing._arrays import ArrayBridge
@@ -84,3 +86,27 @@ def test_an_example_rounded_in_a_keyword_names_the_keyword() -> None:
     args, kwargs = (np.array([1.0]),), {"x": np.array([1e-9]), "y": 2.0}
     seen = (bridge.seen(args), bridge.seen(kwargs))
     assert plan._rounded(args, kwargs, seen) == "keyword argument 'x'"
+
+
+def check_a_non_callable_assume_is_refused_up_front() -> None:
+    bad: Any = 3
+    try:
+        report = check_conformance(
+            tis, spec="tis", checks=["agrees_with_reference"], max_examples=1, assume=bad
+        )
+    except InvalidArgumentType as exc:
+        message = str(exc)
+    else:
+        raise AssertionError(f"assume=3 ran the checks: {report.summary()}")
+    assert message.startswith("assume must be a callable (or None); got assume=3"), message
+
+
+def test_an_assume_that_is_not_callable_is_refused_before_any_check() -> None:
+    check_a_non_callable_assume_is_refused_up_front()
+
+
+def test_the_assume_check_rejects_a_plan_that_takes_any_assume(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(plan, "callable", lambda value: True, raising=False)
+    rejects(check_a_non_callable_assume_is_refused_up_front)

@@ -89,6 +89,14 @@ def prepare_run(
             max_examples,
             "Pass e.g. max_examples=100.",
         )
+    if assume is not None and not callable(assume):
+        raise wrong_type(
+            "assume",
+            "a callable (or None)",
+            assume,
+            "Pass a function of the call's keyword arguments, e.g. "
+            "assume=lambda kw: kw['low'] > 0.",
+        )
     for name, flag in (("shrink", shrink), ("derandomize", derandomize)):
         if not isinstance(flag, bool):
             raise wrong_type(name, "a bool", flag, f"Pass {name}=True or {name}=False.")
