@@ -21,6 +21,7 @@ function reaches could see them. The classes, each covered across the module:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import mpmath as mp
 import numpy as np
 import pytest
+import scipy.stats
 from _wrong_variants import rejects, run_property
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,6 +38,7 @@ from strategies_asymmetric import asymmetric_pmfs, distinct_values, propensities
 from test_dispatch_accuracy import reference_pi
 
 import refimpl
+import refimpl.dispatch.ipw as ipw_module
 
 Array = NDArray[np.float64]
 
@@ -305,3 +308,193 @@ def test_the_fluid_model_with_no_mass_past_the_bound_is_the_unmasked_one() -> No
     assert got.kept_fraction == 1.0
     assert got.mean_staleness == 6 / 4
     assert got.trained_mean_length == pytest.approx(5.5, rel=1e-15)
+
+
+# --- one argument's length like another's, on every path -------------------------------------
+
+#: ``ipw_estimator_moments`` takes an exact path (Fraction pmf with integer or Fraction ``g``) and
+#: a float path; each checks that ``g`` has one value per support point before anything is summed.
+G_KINDS: dict[str, Callable[[int], Any]] = {
+    "Fraction g": lambda m: [Fraction(3 * j + 1, 2) for j in range(m)],
+    "integer g": lambda m: [3 * j - 2 for j in range(m)],
+    "float g": lambda m: np.linspace(-1.5, 2.0, m),
+}
+PMF_KINDS: dict[str, Any] = {
+    "exact pmf": [Fraction(1, 6), Fraction(1, 2), Fraction(1, 3)],
+    "float pmf": np.array([1 / 6, 1 / 2, 1 / 3]),
+}
+
+
+def _refuses_g_of_other_length(moments: Callable[..., Any], pmf: Any, g_of: Any) -> None:
+    for size in (2, 4):
+        try:
+            moments(pmf, g_of(size), n=3, k=2)
+        except ValueError as error:
+            message = str(error)
+        else:
+            raise AssertionError(f"a g of {size} values for 3 support points was accepted")
+        assert message.startswith("g must have one value per support point (3, like pmf)")
+    moments(pmf, g_of(3), n=3, k=2)  # the right length is accepted
+
+
+@pytest.mark.parametrize("g_kind", sorted(G_KINDS))
+@pytest.mark.parametrize("pmf_kind", sorted(PMF_KINDS))
+def test_g_of_another_length_than_pmf_is_refused_on_every_path(pmf_kind: str, g_kind: str) -> None:
+    _refuses_g_of_other_length(refimpl.ipw_estimator_moments, PMF_KINDS[pmf_kind], G_KINDS[g_kind])
+
+
+def test_the_length_check_rejects_a_variant_that_truncates_g() -> None:
+    def truncating(pmf: Any, g: Any, **kw: Any) -> Any:
+        return refimpl.ipw_estimator_moments(
+            pmf, list(g)[: len(pmf)] + [0] * (len(pmf) - len(g)), **kw
+        )
+
+    for pmf in PMF_KINDS.values():
+        rejects(_refuses_g_of_other_length, truncating, pmf, G_KINDS["integer g"])
+
+
+# --- caps on a derived count: the count quoted, and the cap just inside and outside -----------
+
+
+def _moments_call(exact: bool, masses: int, *, n: int, k: int) -> Any:
+    """Moments on ``masses`` support points with positive mass plus one point of mass 0 (which
+    does not count as support), uniform masses, values of both signs."""
+    size = masses + 1
+    if exact:
+        pmf: Any = [Fraction(1, masses)] * masses + [Fraction(0)]
+        g: Any = [Fraction(2 * j - 3, 3) for j in range(size)]
+    else:
+        pmf = np.array([1.0 / masses] * masses + [0.0])
+        g = np.linspace(-2.0, 3.0, size)
+    return refimpl.ipw_estimator_moments(pmf, g, n=n, k=k)
+
+
+def test_the_documented_caps_are_the_ones_applied() -> None:
+    doc = refimpl.ipw_estimator_moments.__doc__ or ""
+    assert "200 000 batch compositions" in doc
+    assert "2e7 in float mode" in doc
+    assert (ipw_module._MAX_COMPOSITIONS, ipw_module._MAX_EXACT_TERMS) == (200_000, 200_000)
+    assert ipw_module._MAX_FLOAT_TERMS == 20_000_000
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "float"])
+def test_each_cap_is_inclusive_at_the_count_of_the_call(
+    exact: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 4 support points (and one of mass 0), k = 2: C(5, 3) = 10 compositions of 5 - 2 + 1 = 4
+    # tail terms each: 40 terms. The caps are lowered to the call's own counts (the real caps take
+    # seconds to reach), then one below.
+    budget = "_MAX_EXACT_TERMS" if exact else "_MAX_FLOAT_TERMS"
+    monkeypatch.setattr(ipw_module, "_MAX_COMPOSITIONS", 10)
+    monkeypatch.setattr(ipw_module, budget, 40)
+    inside = _moments_call(exact, 4, n=5, k=2)
+    assert inside.horvitz_thompson.bias == pytest.approx(0.0, abs=1e-15)
+    monkeypatch.setattr(ipw_module, budget, 39)
+    with pytest.raises(ValueError, match=r"This call needs 40;"):
+        _moments_call(exact, 4, n=5, k=2)
+    monkeypatch.setattr(ipw_module, budget, 40)
+    monkeypatch.setattr(ipw_module, "_MAX_COMPOSITIONS", 9)
+    with pytest.raises(ValueError, match=r"over 4 support points gives 10\)"):
+        _moments_call(exact, 4, n=5, k=2)
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "float"])
+def test_a_refusal_past_a_cap_quotes_the_count_of_its_call(exact: bool) -> None:
+    # (After the test above: a wrong count that let these calls through would run for minutes.)
+    # k = 3 over 110 support points: C(112, 109) = 227 920 compositions, past 200 000.
+    with pytest.raises(ValueError, match=r"^k must give at most 200000 batch compositions") as e:
+        _moments_call(exact, 110, n=5, k=3)
+    assert f"over 110 support points gives {math.comb(112, 109)})" in str(e.value)
+    # k = 2 over 20 points: 210 compositions, times n - k + 1 tail terms each.
+    n = 1000 if exact else 100_000
+    terms = math.comb(21, 19) * (n - 2 + 1)
+    with pytest.raises(
+        ValueError, match=r"^n must keep the (exact \(Fraction\)|float) enumeration"
+    ):
+        _moments_call(exact, 20, n=n, k=2)
+    with pytest.raises(ValueError, match=rf"This call needs {terms};"):
+        _moments_call(exact, 20, n=n, k=2)
+
+
+# --- the integration path each kind of law takes ------------------------------------------------
+
+
+class _Counted(scipy.stats.rv_continuous):
+    """Exponential lengths (mean 100) with an inverse of their own, counting ``isf`` calls."""
+
+    isf_calls = 0
+
+    def _pdf(self, x: Any, *args: Any) -> Any:
+        return np.exp(-x / 100.0) / 100.0
+
+    def _cdf(self, x: Any, *args: Any) -> Any:
+        return -np.expm1(-x / 100.0)
+
+    def _sf(self, x: Any, *args: Any) -> Any:
+        return np.exp(-x / 100.0)
+
+    def _ppf(self, q: Any, *args: Any) -> Any:
+        return -100.0 * np.log1p(-q)
+
+    def _isf(self, q: Any, *args: Any) -> Any:
+        type(self).isf_calls += 1
+        return -100.0 * np.log(q)
+
+    def _stats(self, *args: Any) -> Any:  # type: ignore[override]
+        return 100.0, 100.0**2, None, None
+
+
+class _NoInverse(scipy.stats.rv_continuous):
+    """The same law without a quantile function: scipy would root-search ``_cdf`` point by point.
+
+    The length-coordinate path needs 14 quantiles (a few hundred scalar ``_cdf`` calls); the
+    survival-coordinate path would need thousands of root searches, so a budget stops it early."""
+
+    scalar_cdf_calls = 0
+
+    def _pdf(self, x: Any, *args: Any) -> Any:
+        return np.exp(-x / 100.0) / 100.0
+
+    def _cdf(self, x: Any, *args: Any) -> Any:
+        if np.ndim(x) == 0 or np.size(x) == 1:
+            type(self).scalar_cdf_calls += 1
+            if type(self).scalar_cdf_calls > 5000:
+                raise AssertionError("a law without an inverse was root-searched node by node")
+        return -np.expm1(-np.asarray(x) / 100.0)
+
+    def _sf(self, x: Any, *args: Any) -> Any:
+        return np.exp(-np.asarray(x) / 100.0)
+
+    def _stats(self, *args: Any) -> Any:  # type: ignore[override]
+        return 100.0, 100.0**2, None, None
+
+
+#: Exponential lengths of mean 100: E[max of 5] = 100 H_5, and the first 3 of 5 have the means
+#: 100 (1/5), 100 (1/5 + 1/4), 100 (1/5 + 1/4 + 1/3) (claims OS1 and the spacings of exponentials).
+_EXPON_CASES: dict[str, tuple[Callable[[Any], float], float]] = {
+    "expected_max": (lambda law: refimpl.expected_max(law, n=5), 100.0 * 137.0 / 60.0),
+    "selected_mean": (
+        lambda law: refimpl.selected_mean(law, n=5, k=3),
+        100.0 * ((1 / 5) * 3 + (1 / 4) * 2 + (1 / 3) * 1) / 3,
+    ),
+    "length_bias": (
+        lambda law: float(refimpl.length_bias(law, n=5, k=3).selected_mean),
+        100.0 * ((1 / 5) * 3 + (1 / 4) * 2 + (1 / 3) * 1) / 3,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_EXPON_CASES))
+def test_a_law_with_an_inverse_is_integrated_in_the_survival_coordinate(name: str) -> None:
+    of, want = _EXPON_CASES[name]
+    _Counted.isf_calls = 0
+    assert of(_Counted(a=0.0, name="counted")()) == pytest.approx(want, rel=1e-12)
+    assert _Counted.isf_calls > 0
+
+
+@pytest.mark.parametrize("name", sorted(_EXPON_CASES))
+def test_a_law_without_an_inverse_is_integrated_in_the_length_coordinate(name: str) -> None:
+    of, want = _EXPON_CASES[name]
+    _NoInverse.scalar_cdf_calls = 0
+    assert of(_NoInverse(a=0.0, name="no inverse")()) == pytest.approx(want, rel=1e-9)
+    assert 0 < _NoInverse.scalar_cdf_calls <= 5000

@@ -280,6 +280,63 @@ _OPO = _singleton(
 )
 
 
+#: RLOO advantages of rewards (2, 1, 0) in groups (7, 3, 3): the singleton's is 0 ('zero') or its
+#: raw reward 2 ('raw'); the pair's are (1, -1). Standardised over the batch with eps = 0.
+_RLOO_NORMALIZED = {
+    ("zero", "sample"): [0.0, 1.0, -1.0],  # mean 0, sample variance 1
+    ("zero", "population"): [0.0, 1.5**0.5, -(1.5**0.5)],  # population variance 2/3
+    ("raw", "sample"): [x / 3 / (7 / 3) ** 0.5 for x in (4, 1, -5)],  # mean 2/3, variance 7/3
+    ("raw", "population"): [x / 3 / (14 / 9) ** 0.5 for x in (4, 1, -5)],  # variance 14/9
+}
+
+
+def _rloo_normalized(option: str, value: str) -> Check:
+    """Every pairing of the other option's values with ``value``, against the hand-worked table;
+    ``singleton='error'`` refuses the group of one, naming ``group``."""
+
+    def check() -> None:
+        fn: Callable[..., Any] = r.rloo_normalized_advantages
+        if value == "error":
+            for std in ("sample", "population"):
+                _refused(functools.partial(fn, _R3, group=_G3, std=std, singleton="error"), "group")
+            _close(fn([2.0, 1.0, 0.0, 4.0], group=[3, 3, 7, 7], singleton="error", eps=0.0),
+                   [x / (34 / 3) ** 0.5 for x in (1, -1, -4, 4)], rtol=1e-15)  # fmt: skip
+            return
+        for (singleton, std), want in _RLOO_NORMALIZED.items():
+            if {"singleton": singleton, "std": std}[option] == value:
+                got = fn([2.0, 1.0, 0.0], group=[7, 3, 3], eps=0.0, std=std, singleton=singleton)
+                _close(got, want, rtol=1e-15)
+
+    return check
+
+
+#: Tokens a (behaviour probability 0.5, target 0.6: TV 0.1, binary KL ln(25/24)/2 = 0.020) and b
+#: (0.5 and 0.25: TV 0.25, KL ln(4/3)/2 = 0.144) in rows (a, b) and (a, a), delta = 0.15: the
+#: weights 0.6/0.5 = 1.2 and 0.25/0.5 = 0.5 where kept. Row 1's TV mean is 0.175, its KL mean 0.082.
+_GATE_P, _GATE_Q = np.array([[0.5, 0.5], [0.5, 0.5]]), np.array([[0.6, 0.25], [0.6, 0.6]])
+_GATED = {
+    ("tv", "token"): [[1.2, 0.0], [1.2, 1.2]],
+    ("binary_kl", "token"): [[1.2, 0.5], [1.2, 1.2]],
+    ("tv", "sequence"): [[0.0, 0.0], [1.2, 1.2]],
+    ("binary_kl", "sequence"): [[1.2, 0.5], [1.2, 1.2]],
+}
+
+
+def _divergence_gate(option: str, value: str) -> Check:
+    """Every pairing of the other option's values with ``value``, against the hand-worked table."""
+
+    def check() -> None:
+        for (divergence, level), want in _GATED.items():
+            if {"divergence": divergence, "level": level}[option] == value:
+                gate: Callable[..., Any] = L.divergence_gated_weights
+                got = gate(
+                    np.log(_GATE_Q), np.log(_GATE_P), delta=0.15, divergence=divergence, level=level
+                )
+                _close(got, want, rtol=1e-15, atol=0.0)
+
+    return check
+
+
 def _gpg_alpha_nonzero() -> None:
     # rewards (1, 0 | 0, 0): M = 1, alpha = 4; F = 2: 4/2 (r - mean)
     got = L.gpg_advantages(
@@ -706,6 +763,24 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
     ("refimpl.losses rloo_advantages", "singleton", "error"): Ref(
         _ADV, "test_singleton_error_rule"
     ),
+    **{
+        ("refimpl.losses rloo_normalized_advantages", option, value): _rloo_normalized(
+            option, value
+        )
+        for option, values in (
+            ("singleton", ("zero", "raw", "error")),
+            ("std", ("sample", "population")),
+        )
+        for value in values
+    },
+    **{
+        ("refimpl.losses divergence_gated_weights", option, value): _divergence_gate(option, value)
+        for option, values in (
+            ("divergence", ("binary_kl", "tv")),
+            ("level", ("token", "sequence")),
+        )
+        for value in values
+    },
     ("refimpl.losses reinforce_pp_advantages", "std", "none"): Ref(
         _ADV, "test_reinforce_pp_by_hand"
     ),
