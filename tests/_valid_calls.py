@@ -276,6 +276,12 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses remax_advantages": (_c([1.0, 0.0], baselines=[0.5, 0.25]),),
     "refimpl.losses gmpo_loss": (_c(_LP, _LQ, _ADV, eps_low=0.4, eps_high=0.3, mask=_MASK),),
     "refimpl.losses grpo_advantages": (_c([1.0, 0.0, 0.5, 1.0], group=[0, 0, 1, 1], eps=1e-6),),
+    "refimpl.losses cispo_sequence_loss": (
+        _c(_LP, _LQ, _ADV, eps_high=0.28, eps_low=0.2, mask=_MASK, cotangent=_MASK),
+    ),
+    "refimpl.losses sapo_sequence_loss": (
+        _c(_LP, _LQ, _ADV, tau_pos=1.0, tau_neg=1.05, mask=_MASK, cotangent=_MASK),
+    ),
     "refimpl.losses sequence_ppo_clip_loss": (
         _c(_LP, _LQ, _ADV, eps_low=0.2, eps_high=0.28, mask=_MASK, cotangent=_MASK),
     ),

@@ -144,10 +144,11 @@ COUPLED: dict[tuple[str, int | None, str], Coupling] = {
         for name in ("token_entropy", "token_logprobs", "token_logprobs_grad")
     },
     **{
-        ("refimpl.losses sapo_loss", 0, f"real: {tau} > 0.0: low inside 5e-324"): Coupling(
+        (f"refimpl.losses {name}", 0, f"real: {tau} > 0.0: low inside 5e-324"): Coupling(
             "the gate's 4 / tau overflows for the smallest tau at any token: the loss's own "
             "finiteness rule refuses it"
         )
+        for name in ("sapo_loss", "sapo_sequence_loss")
         for tau in ("tau_pos", "tau_neg")
     },
     **{

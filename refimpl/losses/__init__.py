@@ -12,7 +12,8 @@ One module per family; this package re-exports their public names, and so does t
   log-ratio penalty), :mod:`refimpl.losses.band_masked` (the band-masked importance-weighted
   PG), :mod:`refimpl.losses.likelihood` (the negative log-likelihood) and
   :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO) and
-  :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio): the surrogates.
+  :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio),
+  :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio): the surrogates.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
@@ -108,6 +109,7 @@ from refimpl.losses.sequence import (
     gspo_token_loss,
 )
 from refimpl.losses.sequence_product import sequence_ppo_clip_loss
+from refimpl.losses.sequence_soft import cispo_sequence_loss, sapo_sequence_loss
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -124,6 +126,7 @@ __all__ = [
     "any_token_veto",
     "band_masked_pg_loss",
     "cispo_loss",
+    "cispo_sequence_loss",
     "divergence_gated_weights",
     "dppo_loss",
     "gae_advantages",
@@ -156,6 +159,7 @@ __all__ = [
     "rloo_advantages",
     "rloo_normalized_advantages",
     "sapo_loss",
+    "sapo_sequence_loss",
     "sequence_divergence",
     "sequence_ppo_clip_loss",
     "split_weights",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from refimpl._validation import as_real
+from refimpl._validation import as_real, invalid
 from refimpl.losses._common import LossTerms, masked
 from refimpl.losses.sequence import _inputs, _mean_log_ratio
 
@@ -156,7 +156,8 @@ def sapo_sequence_loss(
     Raises
     ------
     ValueError
-        Invalid arrays; ``tau_pos <= 0`` or ``tau_neg <= 0``.
+        Invalid arrays; ``tau_pos <= 0`` or ``tau_neg <= 0``; a temperature so small that
+        ``4/τ`` overflows the loss.
 
     Notes
     -----
@@ -189,7 +190,17 @@ def sapo_sequence_loss(
         log_sig = -np.logaddexp(0.0, -x)
         gate = (4.0 / tau) * np.exp(log_sig)
         slope = 4.0 * np.exp(log_sig - np.logaddexp(0.0, x) + mean)  # 4σ(x)σ(−x)·s
-    loss = np.where(a != 0.0, -a * gate, 0.0)
+        loss = np.where((a != 0.0) & (m > 0), -a * gate, 0.0)
+    if not np.all(np.isfinite(loss)):
+        name = "tau_pos" if np.any(~np.isfinite(loss) & (a > 0)) else "tau_neg"
+        value = t_pos if name == "tau_pos" else t_neg
+        raise invalid(
+            name,
+            "give a finite gated loss (4/τ·σ(τ(s − 1)) overflows float64)",
+            value,
+            f"Pass a {name} of a usual scale (TRL's defaults: 1.0 and 1.05), or smaller "
+            "advantages.",
+        )
     per_token = np.where((a != 0.0) & (c != 0.0), -a * c * slope, 0.0)
     row = per_token.sum(axis=1) / np.maximum(lengths, 1.0)
-    return LossTerms(masked(loss, m), masked(np.broadcast_to(row[:, None], d.shape), m))
+    return LossTerms(loss, masked(np.broadcast_to(row[:, None], d.shape), m))
