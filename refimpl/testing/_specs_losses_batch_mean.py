@@ -6,11 +6,16 @@ is the batch's mean reward, with no scaling: :math:`A_i = r_i - \frac{1}{B}\sum_
 centring), which is the reference here. OpenRLHF 0.11.2 ships it as
 ``advantage.estimator="flash_reinforce"`` (FlashREINFORCE).
 
+With ``std="sample"`` or ``"population"`` the centred rewards are divided by the batch's
+standard deviation plus ``eps`` (GRPO's z-score with the batch as one group): AReaL 1.0.4's
+``Normalization`` with ``mean_level = std_level = "batch"`` (its ``reward_norm`` and ``adv_norm``).
+
 Value only: advantages are computed under ``torch.no_grad()``.
 
 Derived tolerance (per entry, units of :math:`u`, before the engine's safety factor): the mean of
 :math:`B` rewards is off by at most :math:`(f_B + 2)\,\overline{|r|}` (``summation_factor``), the
-difference adds :math:`|r_i|` and its own rounding :math:`|A_i|`.
+difference adds :math:`|r_i|` and its own rounding :math:`|A_i|`. With a standard deviation the
+condition is GRPO's (``_adv_condition``) on the batch as one group.
 """
 
 from __future__ import annotations
@@ -22,11 +27,30 @@ from hypothesis import strategies as st
 
 from refimpl.losses.advantages import grpo_advantages
 from refimpl.testing._arrays import ArrayBridge
-from refimpl.testing._engine import Call, Case, Check, Conventions, Spec
+from refimpl.testing._engine import Call, Case, Check, Convention, Conventions, Spec
 from refimpl.testing._specs_losses_stats import Array
+from refimpl.testing._specs_losses_stats_advantages import _adv_condition
 from refimpl.testing.tolerances import summation_factor
 
 __all__ = ["batch_mean_spec"]
+
+STD = Convention(
+    "std",
+    "none",
+    ("none", "sample", "population"),
+    "divide the centred rewards by the batch's standard deviation (sample: N − 1, population: N) "
+    "plus eps, or not at all",
+    who="none: OpenRLHF 0.11.2 flash_reinforce, AReaL 1.0.4 Normalization(std_level=None); "
+    "sample: AReaL Normalization(mean_level='batch', std_level='batch') (std_unbiased=True)",
+)
+EPS = Convention(
+    "eps",
+    0.0,
+    (0.0,),
+    "ε >= 0 added to the standard deviation",
+    number=True,
+    who="1e-5: AReaL 1.0.4 NormConfig.eps",
+)
 
 
 def _rewards(shift: bool = False, constant: bool = False) -> Any:
@@ -39,7 +63,7 @@ def _rewards(shift: bool = False, constant: bool = False) -> Any:
 
         @st.composite
         def draw(d: st.DrawFn) -> list[Call]:
-            n = d(size)
+            n = max(d(size), 1 if conv["std"] == "none" else 2)
             if constant:
                 r = np.full(n, d(one))
             else:
@@ -58,11 +82,18 @@ def _rewards(shift: bool = False, constant: bool = False) -> Any:
 def _expected(call: Call, conv: Conventions) -> Array:
     (rewards,), _ = call
     r = np.asarray(rewards, dtype=np.float64)
-    return np.asarray(grpo_advantages(r, group=np.zeros(r.size, dtype=np.int64), std="none"))
+    one = np.zeros(r.size, dtype=np.int64)
+    if conv["std"] == "none":
+        return np.asarray(grpo_advantages(r, group=one, std="none"))
+    return np.asarray(grpo_advantages(r, group=one, std=conv["std"], eps=float(conv["eps"])))
 
 
 def _condition(call: Call, conv: Conventions, expected: Any) -> Array:
     (rewards,), _ = call
+    if conv["std"] != "none":
+        grouped: Call = ((rewards,), {"group": np.zeros(np.asarray(rewards).size, np.int64)})
+        full = {**conv, "eps_placement": "std", "std_scope": "group"}
+        return _adv_condition("grpo")(grouped, full, expected)
     a = np.abs(np.asarray(rewards, dtype=np.float64))
     f = summation_factor(int(a.size))
     return np.asarray(a + (f + 2.0) * a.mean() + np.abs(np.asarray(expected)), dtype=np.float64)
@@ -119,7 +150,13 @@ def batch_mean_spec() -> Spec:
         expected=_expected,
         condition=_condition,
         checks=(
-            Check("values", "the advantages are r − mean(r) over the batch", _rewards(), _agrees),
+            Check(
+                "values",
+                "the advantages are r − mean(r) over the batch (divided by the batch's std + eps "
+                "with std= declared)",
+                _rewards(),
+                _agrees,
+            ),
             Check("zero_sum", "the advantages of the batch sum to 0", _rewards(), _sums_to_zero),
             Check(
                 "constant_batch_is_zero",
@@ -134,4 +171,5 @@ def batch_mean_spec() -> Spec:
                 _unchanged,
             ),
         ),
+        conventions=(STD, EPS),
     )
