@@ -498,3 +498,82 @@ def test_a_law_without_an_inverse_is_integrated_in_the_length_coordinate(name: s
     _NoInverse.scalar_cdf_calls = 0
     assert of(_NoInverse(a=0.0, name="no inverse")()) == pytest.approx(want, rel=1e-9)
     assert 0 < _NoInverse.scalar_cdf_calls <= 5000
+
+
+# --- hand-written caps: each at its bound accepted, one past it refused -------------------------
+
+_THIRDS = [Fraction(1, 3), Fraction(2, 3)]
+_UNIT_EXPON = scipy.stats.expon()
+
+#: Each cap a dispatch function checks by hand (not by a validation builder): the documented
+#: bound, the call at a given ``n`` (or ``eta``), and the refusal's opening. The exact (Fraction)
+#: evaluation stops at n = 2000, the float one at 2^53, the continuous quadrature at 10^7, and
+#: the fluid model at eta = 2^20 when the law has mass past eta times the step time (a unit
+#: exponential with 2^22 slots and batch 1: the step time is 2^-22, so eta·Δ is about 1/4).
+CAPS: dict[str, tuple[int, Callable[[int], Any], str]] = {
+    "inclusion_probability_pmf exact": (
+        2000,
+        lambda n: refimpl.inclusion_probability_pmf(_THIRDS, n=n, k=1),
+        r"^n must be <= 2000 with an exact \(Fraction\) pmf",
+    ),
+    "selected_pmf exact": (
+        2000,
+        lambda n: refimpl.selected_pmf(_THIRDS, n=n, k=1),
+        r"^n must be <= 2000 with an exact \(Fraction\) pmf",
+    ),
+    "length_bias exact": (
+        2000,
+        lambda n: refimpl.length_bias(_THIRDS, n=n, k=1),
+        r"^n must be <= 2000 with an exact \(Fraction\) pmf",
+    ),
+    "inclusion_probability_pmf float": (
+        2**53,
+        lambda n: refimpl.inclusion_probability_pmf([1 / 3, 2 / 3], n=n, k=1),
+        r"^n must be <= 2\^53",
+    ),
+    "selected_pmf float": (
+        2**53,
+        lambda n: refimpl.selected_pmf([1 / 3, 2 / 3], n=n, k=1),
+        r"^n must be <= 2\^53",
+    ),
+    "selected_mean continuous": (
+        10**7,
+        lambda n: refimpl.selected_mean(_UNIT_EXPON, n=n, k=2),
+        r"^n must be <= 10000000 for a continuous law",
+    ),
+    "length_bias continuous": (
+        10**7,
+        lambda n: refimpl.length_bias(_UNIT_EXPON, n=n, k=2),
+        r"^n must be <= 10000000 for a continuous law",
+    ),
+    "fluid_steady_state eta": (
+        2**20,
+        lambda eta: refimpl.fluid_steady_state(_UNIT_EXPON, slots=2**22, batch=1, eta=eta),
+        r"^eta must be <= 1048576 unless the law has no mass past eta \* step_time",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CAPS))
+def test_each_hand_written_cap_is_inclusive_and_refuses_one_past(name: str) -> None:
+    bound, call, refusal = CAPS[name]
+    call(bound)  # at the bound: accepted
+    with pytest.raises(ValueError, match=refusal):
+        call(bound + 1)
+
+
+def test_the_caps_at_their_bounds_give_the_closed_forms() -> None:
+    # The first of n i.i.d. lengths from (1/3, 2/3) is length 2 only if all n are: P = (2/3)^n.
+    # At n = 2000 that mass is about 1e-352, below float64: the KL term of it is computed from
+    # the Fraction ratio (it was refused by math.log as a 'math domain error').
+    lb = refimpl.length_bias(_THIRDS, n=2000, k=1)
+    q2 = Fraction(2, 3) ** 2000
+    assert lb.selected_mean == 1 + q2
+    assert lb.total_variation == Fraction(2, 3) - q2
+    # KL(q || p) = (1 - q2) ln((1 - q2) / (1/3)) + q2 ln(q2 / (2/3)); the second term is ~1e-349.
+    assert lb.kl_divergence == pytest.approx(math.log(3.0), rel=1e-15)
+    # Mean of the first two of n = 10^7 unit exponentials: (1/n + (1/n + 1/(n - 1))) / 2.
+    n = 10**7
+    want = (2 / n + 1 / (n - 1)) / 2
+    assert refimpl.selected_mean(_UNIT_EXPON, n=n, k=2) == pytest.approx(want, rel=1e-10)
+    assert refimpl.length_bias(_UNIT_EXPON, n=n, k=2).ratio == pytest.approx(want, rel=1e-10)

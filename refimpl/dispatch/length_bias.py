@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from fractions import Fraction
 from typing import Any
 
@@ -101,9 +102,7 @@ def length_bias(law: Any, *, n: int, k: int) -> LengthBias:
         true_mean = sum(((i + 1) * p for i, p in enumerate(values)), Fraction(0))
         sel_mean = sum(((i + 1) * x for i, x in enumerate(q)), Fraction(0))
         tv = sum((abs(x - p) for x, p in zip(q, values, strict=True)), Fraction(0)) / 2
-        kl = math.fsum(
-            float(x) * math.log(float(x / p)) for x, p in zip(q, values, strict=True) if x > 0
-        )
+        kl = math.fsum(float(x) * _log_of(x / p) for x, p in zip(q, values, strict=True) if x > 0)
         return LengthBias(true_mean, sel_mean, sel_mean / true_mean, tv, kl)
     assert isinstance(values, np.ndarray)
     p = values / values.sum()
@@ -132,3 +131,15 @@ def _length_bias_continuous(dist: Any, n: int, k: int) -> LengthBias:
 
     kl = _quad(integrand, 0.0, 1.0, points=[*_beta_breaks(a, kf), s_star], what="KL(q||p)")
     return LengthBias(mean, sel, sel / mean, tv, kl)
+
+
+def _log_of(ratio: Fraction) -> float:
+    """``ln ratio`` of a positive Fraction, also where ``float(ratio)`` under- or overflows (a
+    selected mass like (2/3)^2000 over its law's: ``float`` gives 0 and ``math.log`` refused it)."""
+    try:
+        value = float(ratio)
+    except OverflowError:
+        value = math.inf
+    if sys.float_info.min <= value < math.inf:
+        return math.log(value)
+    return math.log(ratio.numerator) - math.log(ratio.denominator)
