@@ -9,6 +9,13 @@ their mean over its valid tokens; the gate ``4/τ·σ(τ(s_b − 1))`` (``τ`` b
 advantage) multiplies ``−A`` per token and the loss is ``Σ_mask / (count_nonzero or 1)``, the
 token mean. The spec ``sapo_sequence`` draws advantages constant per sequence, so the mean is the
 advantage itself.
+
+Batch-level reward normalisation: ``PPOActor._compute_advantages`` (``trainer/ppo/actor.py``) applies
+``self.reward_norm = Normalization(config.reward_norm)`` to the (biased, scaled, clipped) rewards,
+one per sequence, with no mask. ``areal/utils/data.py:Normalization`` with
+``mean_level="batch"`` subtracts the batch mean (high precision, float64) and with
+``std_level="batch"`` divides by the batch std (``std_unbiased``, default True) ``+ eps``
+(default 1e-5); ``std_level=None`` does not divide (and sets ``eps`` to 0). It returns float32.
 """
 
 from __future__ import annotations
@@ -45,6 +52,26 @@ def areal_sapo_sequence(
     return loss
 
 
+def areal_reward_norm_batch(rewards: Any) -> Any:
+    """``Normalization(NormConfig(mean_level="batch", std_level="batch"))(rewards)``: the batch
+    z-score, sample std + 1e-5 (``PPOActor``'s ``reward_norm``)."""
+    from areal.api.cli_args import NormConfig
+    from areal.utils.data import Normalization
+
+    return Normalization(NormConfig(mean_level="batch", std_level="batch"))(rewards)
+
+
+def areal_reward_norm_batch_mean(rewards: Any) -> Any:
+    """``Normalization(NormConfig(mean_level="batch", std_level=None))(rewards)``: the batch mean
+    subtracted, not scaled."""
+    from areal.api.cli_args import NormConfig
+    from areal.utils.data import Normalization
+
+    return Normalization(NormConfig(mean_level="batch", std_level=None))(rewards)
+
+
+_NORM = "areal.utils.data:Normalization"
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.sapo_loss_sequence",
@@ -60,6 +87,28 @@ ADAPTERS: tuple[Adapter, ...] = (
         candidate=areal_sapo_sequence,
         divergences={"huge_log_ratios_stay_finite": _OVERFLOW},
         note="SAPO's gate on the geometric-mean sequence ratio (differentiated), token mean.",
+    ),
+    Adapter(
+        key="areal.reward_norm_batch",
+        framework="areal",
+        function=_NORM,
+        settings={"reward_norm": {"mean_level": "batch", "std_level": "batch"}},
+        spec="batch_mean_advantages",
+        conventions={"std": "sample", "eps": 1e-5},
+        candidate=areal_reward_norm_batch,
+        dtype="float32",  # Normalization returns float32 (computed in float64)
+        note="(r − batch mean)/(batch sample std + 1e-5) over the sequences' rewards.",
+    ),
+    Adapter(
+        key="areal.reward_norm_batch_mean",
+        framework="areal",
+        function=_NORM,
+        settings={"reward_norm": {"mean_level": "batch", "std_level": None}},
+        spec="batch_mean_advantages",
+        conventions={},
+        candidate=areal_reward_norm_batch_mean,
+        dtype="float32",
+        note="r − batch mean over the sequences' rewards, not scaled.",
     ),
 )
 
