@@ -635,3 +635,66 @@ def test_an_assume_that_exits_or_raises_is_the_check_s_status_with_a_reproductio
     assert "assume(kwargs)" in result.reproduction
     assert result.counterexample.startswith("calls = [")
     assert "conventions=" not in result.message  # no convention explains a broken assume
+
+
+# --- an output whose reading runs the candidate's code --------------------------------------------
+
+
+class _LazyMask:
+    """An array-like output whose conversion (``__array__``) misbehaves as ``how`` says."""
+
+    def __init__(self, how: str, value: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        self.how, self.value = how, value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        if self.how == "sys_exit":
+            sys.exit(3)
+        if self.how == "keyboard_interrupt":
+            raise KeyboardInterrupt
+        if self.how == "fd_flood":
+            os.write(1, b"f" * (guard.OUTPUT_LIMIT + 1))
+        return np.asarray(self.value, dtype=dtype)
+
+
+_READ_DOORS = {
+    "sys_exit": ("raised", "called sys.exit(3)"),
+    "keyboard_interrupt": ("raised", "raised KeyboardInterrupt itself"),
+    "fd_flood": ("failed", "bytes to file descriptors 1 and 2"),
+}
+
+
+def check_reading_an_output_is_guarded_as_a_call(hows: list[str]) -> None:
+    for how in hows:
+
+        def lazy(s: ArrayLike, *, eta: int, how: str = how) -> Any:
+            return _LazyMask(how, _mask(s, eta))
+
+        try:
+            report = _run(lazy, checks=["keeps_at_bound"], max_examples=2)
+        except BaseException as exc:  # what the wrong variant lets out: the assertion says so
+            raise AssertionError(f"{how}: {type(exc).__name__} escaped check_conformance") from None
+        (result,) = report.results
+        status, said = _READ_DOORS[how]
+        assert result.status == status, (how, result.render())
+        assert result.message.startswith("while its output was read, "), result.message
+        assert said in result.message, result.message
+
+
+def test_an_output_whose_conversion_exits_interrupts_or_floods_is_the_check_s_status(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    check_reading_an_output_is_guarded_as_a_call(list(_READ_DOORS))
+    out, err = capfd.readouterr()
+    assert "f" * 1000 not in out + err
+
+
+def _read_unguarded(self: Any, raw: list[Any], seen: list[Any], conv: Any) -> list[Any]:
+    """The wrong variant: the outputs read outside the guard (as before)."""
+    return [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]
+
+
+def test_the_reading_check_rejects_outputs_read_outside_the_guard(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner._Runner, "_read", _read_unguarded)
+    rejects(check_reading_an_output_is_guarded_as_a_call, ["sys_exit"])

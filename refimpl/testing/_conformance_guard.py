@@ -228,6 +228,7 @@ def call_candidate(
             contextlib.redirect_stderr(err),
         ):
             result = func(*args, **kwargs)
+            wrong = None if kind is None else kind(result)  # may run its code (``__array__``)
     except _OutputLimit as exc:
         sink = out if str(exc) == "stdout" else err
         raise CandidateMisbehaved(
@@ -265,7 +266,6 @@ def call_candidate(
             f"the candidate modified its input {where} in place: a reference function must leave "
             "its inputs as they were (work on a copy, e.g. x = x.clone() or np.array(x)).",
         )
-    wrong = None if kind is None else kind(result)
     if wrong is not None:
         raise CandidateMisbehaved("failed", wrong)
     return result

@@ -186,6 +186,16 @@ class _Runner:
 
         return reference
 
+    def _read(self, raw: list[Any], seen: list[Call], conv: Mapping[str, Any]) -> list[Any]:
+        """The outputs as numbers. Reading an output runs the candidate's code too (an array
+        type's ``__array__``, a lazy tensor): it is guarded as a call of the candidate is, so
+        that an exit, an interrupt or a flood there is this check's status."""
+
+        def read() -> list[Any]:
+            return [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]
+
+        return list(call_candidate(read, (), {}, watch_inputs=False))
+
     def _inspect(
         self,
         seen: list[Call],
@@ -199,7 +209,9 @@ class _Runner:
         whose inputs the candidate's dtype rounded to 0), and the reference's shape."""
         reference = self._reference()
         try:
-            found = [self.spec.read(r, c, conv) for r, c in zip(raw, seen, strict=True)]
+            found = self._read(raw, seen, conv)
+        except CandidateMisbehaved as exc:
+            return _Outcome(exc.kind, f"while its output was read, {exc.message}")
         except AssertionError as exc:
             return _Outcome("failed", str(exc).strip() or "wrong output layout")
         except Exception as exc:
@@ -388,9 +400,7 @@ class _Runner:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 seen, raw = self.outputs(calls)
-                found = [
-                    self.spec.read(r, c, self.conventions) for r, c in zip(raw, seen, strict=True)
-                ]
+                found = self._read(raw, seen, self.conventions)
                 return self.spec.guesses(seen, found, self.conventions)
         except Exception:
             return {}
