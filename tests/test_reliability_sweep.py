@@ -44,9 +44,27 @@ class _Custom(BaseException):
     """A BaseException that is not an Exception, as some libraries raise."""
 
 
+class _ExitsWhenRead(float):
+    """A metric whose conversion to float calls sys.exit: reading it runs the cell's code."""
+
+    def __float__(self) -> float:
+        sys.exit(4)
+
+
+class _InterruptsWhenRead(dict[str, float]):
+    """Metrics whose lookup raises KeyboardInterrupt (no Ctrl-C arrived)."""
+
+    def __getitem__(self, key: str) -> float:
+        raise KeyboardInterrupt
+
+
 def hostile(params: dict[str, Any], seed: int) -> dict[str, float]:
     """A cell kind that leaves by the door its ``door`` parameter names."""
     door = params["door"]
+    if door == "exit_when_read":
+        return {"door_length": _ExitsWhenRead(1.0)}
+    if door == "interrupt_when_read":
+        return _InterruptsWhenRead(door_length=1.0)
     if door == "exit0":
         sys.exit(0)
     if door == "exit3":
@@ -86,6 +104,8 @@ _FAILING = {
     "print_mb": "printed 2097152 characters, more than the limit of 1048576",
     "mutate_list": "changed its parameter 'values' in place",
     "mutate_key": "changed its parameter 'added' in place",
+    "exit_when_read": "called sys.exit(4)",
+    "interrupt_when_read": "raised KeyboardInterrupt itself",
 }
 _PASSING = ("ok", "print_small", "check_values")
 

@@ -189,7 +189,7 @@ def _run_kind(cell: Any) -> tuple[dict[str, float], str | None]:
             contextlib.redirect_stdout(out),
             contextlib.redirect_stderr(err),
         ):
-            result = fn(given, cell.seed)
+            selected = _selection(fn(given, cell.seed), cell)  # may run its code: __float__
     except SweepInterrupt:
         raise
     except KeyboardInterrupt as exc:
@@ -217,6 +217,13 @@ def _run_kind(cell: Any) -> tuple[dict[str, float], str | None]:
             f"{native} (its first line: {first!r}); a cell returns metrics: print less, or log "
             f"to a file. {_reproduction(cell)}"
         )
+    return selected
+
+
+def _selection(result: Any, cell: Any) -> tuple[dict[str, float], str | None]:
+    """``(metrics, error)`` of what a cell returned; reading it runs the cell's code too (a
+    mapping's ``__getitem__``, a number's ``__float__``), so it runs where the cell ran: an
+    exit or an interrupt there is the cell's own, an ordinary exception its error."""
     try:
         return _select(result, cell.metrics, cell.kind), None
     except Exception as exc:
