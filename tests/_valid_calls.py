@@ -282,6 +282,21 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses sapo_sequence_loss": (
         _c(_LP, _LQ, _ADV, tau_pos=1.0, tau_neg=1.05, mask=_MASK, cotangent=_MASK),
     ),
+    "refimpl.losses vespo_loss": (
+        _c(
+            _LP,
+            _LQ,
+            _ADV,
+            k_pos=2.0,
+            lambda_pos=3.0,
+            k_neg=3.0,
+            lambda_neg=2.0,
+            log_ratio_clamp=20.0,
+            log_weight_range=(-18.0, 20.0),
+            mask=_MASK,
+            cotangent=_MASK,
+        ),
+    ),
     "refimpl.losses sequence_ppo_clip_loss": (
         _c(_LP, _LQ, _ADV, eps_low=0.2, eps_high=0.28, mask=_MASK, cotangent=_MASK),
     ),

@@ -37,6 +37,7 @@ import refimpl.losses.logprobs as lp_mod
 import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
+import refimpl.losses.sequence_gamma as sg_mod
 import refimpl.losses.sequence_product as sp_mod
 import refimpl.losses.sequence_soft as ss_mod
 from refimpl.losses.advantages_normalized import rloo_normalized_advantages
@@ -535,6 +536,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "sequence_ppo_clip": sp_mod.sequence_ppo_clip_loss,
     "cispo_sequence": ss_mod.cispo_sequence_loss,
     "sapo_sequence": ss_mod.sapo_sequence_loss,
+    "vespo": sg_mod.vespo_loss,
     "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
     "importance_weighted_kl": functools.partial(kl.importance_weighted_kl, estimator="k3"),
     "token_logprobs": _logprobs_terms,

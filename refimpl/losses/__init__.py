@@ -13,7 +13,8 @@ One module per family; this package re-exports their public names, and so does t
   PG), :mod:`refimpl.losses.likelihood` (the negative log-likelihood) and
   :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO) and
   :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio),
-  :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio): the surrogates.
+  :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio) and
+  :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight): the surrogates.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
@@ -108,6 +109,7 @@ from refimpl.losses.sequence import (
     gspo_loss,
     gspo_token_loss,
 )
+from refimpl.losses.sequence_gamma import vespo_loss
 from refimpl.losses.sequence_product import sequence_ppo_clip_loss
 from refimpl.losses.sequence_soft import cispo_sequence_loss, sapo_sequence_loss
 
@@ -166,4 +168,5 @@ __all__ = [
     "token_entropy",
     "token_logprobs",
     "token_logprobs_grad",
+    "vespo_loss",
 ]

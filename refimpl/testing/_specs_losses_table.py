@@ -50,6 +50,7 @@ from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
+from refimpl.testing._specs_losses_sequence_gamma import vespo_specs
 from refimpl.testing._specs_losses_sequence_soft import sequence_soft_specs
 from refimpl.testing._specs_losses_stats import aggregation_spec
 from refimpl.testing._specs_losses_stats_advantages import advantage_specs
@@ -751,4 +752,5 @@ def specs() -> tuple[Spec, ...]:
         batch_mean_spec(),
         *divergence_gate_specs(),
         *sequence_soft_specs(),
+        *vespo_specs(),
     )
