@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from strategies_asymmetric import asymmetric_pmfs, distinct_values, propensities
 from test_dispatch_accuracy import reference_pi
+from test_dispatch_user_laws import hidden_inverse
 
 import refimpl
 import refimpl.dispatch.ipw as ipw_module
@@ -577,3 +578,37 @@ def test_the_caps_at_their_bounds_give_the_closed_forms() -> None:
     want = (2 / n + 1 / (n - 1)) / 2
     assert refimpl.selected_mean(_UNIT_EXPON, n=n, k=2) == pytest.approx(want, rel=1e-10)
     assert refimpl.length_bias(_UNIT_EXPON, n=n, k=2).ratio == pytest.approx(want, rel=1e-10)
+
+
+# --- the length scale: every quadrature is relative, so results scale with the lengths ----------
+
+_SHAPES: dict[str, Callable[[float], Any]] = {
+    "pareto(1.5)": lambda c: scipy.stats.pareto(b=1.5, scale=c),  # heavy tail: a real tail part
+    "lognormal(0, 1)": lambda c: scipy.stats.lognorm(s=1.0, scale=c),
+    "exponential": lambda c: scipy.stats.expon(scale=c),
+}
+
+
+def _scaled_results(law: Any) -> tuple[float, float, float]:
+    return (
+        refimpl.selected_mean(law, n=16, k=8),
+        refimpl.expected_max(law, n=16),
+        float(refimpl.length_bias(law, n=4, k=2).true_mean),
+    )
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["own inverse", "no inverse"])
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+def test_results_scale_with_the_lengths(shape: str, hidden: bool) -> None:
+    """Lengths in units of 1e-6 or 1e6 give the unit law's results times the unit: a tolerance
+    that is absolute somewhere (not relative to the whole) shows up at one of the two scales."""
+
+    def law(c: float) -> Any:
+        return hidden_inverse(_SHAPES[shape](c)) if hidden else _SHAPES[shape](c)
+
+    unit = _scaled_results(law(1.0))
+    if shape == "pareto(1.5)":
+        assert unit[2] == pytest.approx(3.0, rel=1e-12)  # b/(b - 1)
+    for c in (1e-6, 1e6):
+        got = _scaled_results(law(c))
+        assert got == pytest.approx(tuple(c * x for x in unit), rel=1e-9), c
