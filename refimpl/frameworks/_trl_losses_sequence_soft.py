@@ -14,6 +14,12 @@ type's branch, so:
   row (``grpo``'s aggregation), the gate differentiated through the sequence mean.
 
 Neither clamps the log-ratio before ``exp``.
+
+- ``loss_type="vespo"``: ``phi_seq = get_gamma_weights(...)`` (a ``@torch.no_grad()``
+  staticmethod): each token's log-ratio clamped to ±20, summed over the sequence (not averaged),
+  the sum clamped to ``[log 1e-8, 20]``, ``φ = exp(λ + k·log w − λ·w)`` with ``(k, λ)`` by
+  ``A >= 0`` (``λ`` raised to at least 1e-4), NaN/inf set to 0; ``per_token_loss = −φ · A · logp``,
+  aggregated like ``cispo`` (Σ over the valid tokens / ``num_items_in_batch``).
 """
 
 from __future__ import annotations
@@ -58,7 +64,32 @@ def trl_sapo_sequence_loss(
     return trainer._compute_loss(None, inputs)
 
 
+def trl_vespo_loss(
+    logp: Any, logp_old: Any, advantages: Any, *, k_pos: Any, lambda_pos: Any, k_neg: Any,
+    lambda_neg: Any, mask: Any,
+) -> Any:  # fmt: skip
+    """TRL ``loss_type="vespo"`` (``vespo_k_pos=k_pos``, ...): the real
+    ``GRPOTrainer._compute_loss`` and its ``get_gamma_weights``, no vLLM importance ratio, one
+    micro-batch on one rank. The advantages are the (B,) per sequence."""
+    from refimpl.frameworks._trl_losses import grpo_inputs, grpo_trainer
+
+    trainer = grpo_trainer(logp, loss_type="vespo")
+    trainer.args.vespo_k_pos, trainer.args.vespo_lambda_pos = float(k_pos), float(lambda_pos)
+    trainer.args.vespo_k_neg, trainer.args.vespo_lambda_neg = float(k_neg), float(lambda_neg)
+    inputs = grpo_inputs(logp, mask, advantages[:, 0], logp_old=logp_old)
+    return trainer._compute_loss(None, inputs)
+
+
 _SCALAR = {"output": "scalar", "padding": "ignored"}
+_KERNEL = Divergence(
+    "numerical limit",
+    "GRPOTrainer.get_gamma_weights builds k and λ as torch.where(advantages >= 0, k_pos, k_neg) "
+    "from Python floats, tensors of torch's default dtype, float32: with float64 inputs a k or λ "
+    "that float32 does not represent is rounded (relative ~6e-8), which moves log φ = λ + k log w "
+    "− λw by that much times its terms (measured: 1e-9 relative in the loss and the gradient at "
+    "k, λ = 2.1, 3.3, 2.9, 1.7; 1e-16, exact, at TRL's defaults 2, 3, 3, 2). The padding and "
+    "huge-ratio checks compare the value too.",
+)
 _TAU = Divergence(
     "numerical limit",
     "TRL builds the temperatures as torch.where(advantages > 0, sapo_temperature_pos, "
@@ -110,6 +141,37 @@ ADAPTERS: tuple[Adapter, ...] = (
             "huge_log_ratios_stay_finite": _OVERFLOW,
         },
         note="The sigmoid gate on the sequence's geometric-mean ratio, grpo's aggregation.",
+    ),
+    Adapter(
+        key="trl.vespo",
+        framework="trl",
+        function=_GRPO,
+        settings={
+            "loss_type": "vespo",
+            "vespo_k_pos": "k_pos",
+            "vespo_lambda_pos": "lambda_pos",
+            "vespo_k_neg": "k_neg",
+            "vespo_lambda_neg": "lambda_neg",
+        },
+        spec="vespo",
+        conventions={
+            **_SCALAR,
+            "aggregation": "token_mean",
+            "log_ratio_clamp": 20.0,
+            "log_weight_range": "trl",
+        },
+        candidate=trl_vespo_loss,
+        divergences={
+            check: _KERNEL
+            for check in (
+                "values",
+                "gradient",
+                "padding_contributes_nothing",
+                "huge_log_ratios_stay_finite",
+            )
+        },
+        note="−sg[φ(w)]·A·logp with φ the gamma kernel of the summed (clamped) sequence "
+        "log-ratio, dapo-style token mean.",
     ),
 )
 
