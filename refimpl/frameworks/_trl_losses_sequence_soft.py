@@ -161,15 +161,10 @@ ADAPTERS: tuple[Adapter, ...] = (
             "log_weight_range": "trl",
         },
         candidate=trl_vespo_loss,
-        divergences={
-            check: _KERNEL
-            for check in (
-                "values",
-                "gradient",
-                "padding_contributes_nothing",
-                "huge_log_ratios_stay_finite",
-            )
-        },
+        divergences=dict.fromkeys(
+            ("values", "gradient", "padding_contributes_nothing", "huge_log_ratios_stay_finite"),
+            _KERNEL,
+        ),
         note="−sg[φ(w)]·A·logp with φ the gamma kernel of the summed (clamped) sequence "
         "log-ratio, dapo-style token mean.",
     ),
