@@ -355,3 +355,50 @@ def test_the_sharing_check_rejects_captures_that_always_wait_for_the_holder(
 ) -> None:
     monkeypatch.setattr(descriptors, "_holder_waits", lambda: None)
     rejects(check_a_check_run_in_a_thread_the_candidate_waits_for_ends, wait=0.5)
+
+
+def check_a_check_run_in_a_thread_the_candidate_polls_ends(wait: float) -> None:
+    """As above, but the candidate polls the thread with ``time.sleep`` instead of joining it
+    (no ``threading`` wait in its frames): the inner check must still not wait for the outer
+    capture. ``wait`` bounds the poll, so a regression fails, not hangs."""
+    import time
+
+    inner: dict[str, Any] = {}
+
+    def candidate(s: ArrayLike, *, eta: int) -> Any:
+        thread = threading.Thread(target=lambda: inner.update(report=_one_check(writes_to_fd_1)))
+        thread.start()
+        deadline = time.monotonic() + wait
+        while thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        inner.setdefault("ended in time", not thread.is_alive())
+        inner["thread"] = thread
+        return _mask(s, eta)
+
+    _one_check(candidate)
+    inner["thread"].join()
+    assert inner["ended in time"], "the inner check waited for the capture of the polling one"
+    (result,) = inner["report"].results
+    assert result.status == "failed", "the inner candidate's flood counts in its own check"
+
+
+def test_a_check_run_in_a_thread_that_the_candidate_polls_shares_its_capture() -> None:
+    check_a_check_run_in_a_thread_the_candidate_polls_ends(wait=600)
+
+
+def test_the_polling_check_rejects_sharing_only_with_a_holder_in_a_threading_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = descriptors._holder_waits
+
+    def threading_waits_only() -> tuple[int, int, int] | None:
+        place = real()
+        if place is None:
+            return None
+        frame = sys._current_frames().get(place[0])
+        return (
+            place if frame is not None and frame.f_code.co_filename == threading.__file__ else None
+        )
+
+    monkeypatch.setattr(descriptors, "_holder_waits", threading_waits_only)
+    rejects(check_a_check_run_in_a_thread_the_candidate_polls_ends, wait=0.5)

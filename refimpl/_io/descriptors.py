@@ -196,9 +196,9 @@ _SHARED = threading.local()
 def _held_capture() -> Iterator[bool]:
     """Hold the process's capture while the block runs (True), or share the holder's (False).
 
-    A capture in another thread is waited for, except when its holder is itself waiting, in a
-    ``threading`` wait, since before this thread asked (a cell that runs ``check_conformance``
-    in a thread pool and waits for the results: waiting for the holder would never end). Then
+    A capture in another thread is waited for, except when its holder stands still across a
+    whole timeout (a cell that runs ``check_conformance`` in a thread pool and waits for the
+    results, by a join or by polling with ``time.sleep``: waiting for the holder would never end). Then
     this thread runs on the holder's behalf: its output goes to the holder's files (bounded
     there), it is measured from their growth, and it does not redirect the descriptors itself.
     """
@@ -232,14 +232,17 @@ def _take_capture() -> bool:
 
 
 def _holder_waits() -> tuple[int, int, int] | None:
-    """Where the holder of the capture is blocked in a ``threading`` wait (``Thread.join``,
-    ``Future.result``, ``Queue.get`` all end in one), or None when it runs or holds none."""
+    """Where the holder of the capture stands (its thread, innermost frame and instruction), or
+    None when no other thread holds one. The same place across a whole timeout is a wait:
+    ``Thread.join``, ``Future.result``, ``Queue.get`` and a ``time.sleep`` poll all stand still.
+    A holder in one long compiled call stands still too; sharing its capture then costs only the
+    attribution of output (counted against both), never a hang."""
     holder = _HOLDER[0]
     frames = getattr(sys, "_current_frames", None)
     if holder is None or holder == threading.get_ident() or frames is None:
         return None
     frame = frames().get(holder)
-    if frame is None or frame.f_code.co_filename != threading.__file__:
+    if frame is None:
         return None
     return holder, id(frame), frame.f_lasti
 
