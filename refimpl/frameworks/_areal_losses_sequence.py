@@ -72,6 +72,47 @@ def areal_reward_norm_batch_mean(rewards: Any) -> Any:
 
 _NORM = "areal.utils.data:Normalization"
 
+_SCATTER_SUM = Divergence(
+    "numerical limit",
+    "On the packed layout _compute_sequence_level_ratio_and_advantages sums each sequence's "
+    "log-ratios and advantages with scatter_add_, one addition after another: on a 4096-token "
+    "row its rounding grows with the length (a relative error of about 5e-14 in float64 here), "
+    "beyond the tolerance derived for a pairwise sum; the padded layout's .sum(dim=1) stays within it.",
+)
+_OVERFLOW_PACKED = Divergence(
+    "numerical limit",
+    "As on the padded layout: the sequence's mean log-ratio is not clamped before exp, so at a "
+    "mean of ±1000 the ratio is inf or 0 and a zero advantage (or the clipped branch) multiplies "
+    "it: NaN where the exact loss is 0.",
+)
+
+
+def areal_gspo_packed(
+    logp: Any, logp_old: Any, advantages: Any, *, eps_low: Any, eps_high: Any, mask: Any
+) -> Any:
+    """``ppo_actor_loss_fn(importance_sampling_level="sequence")`` on AReaL's packed 1-D layout:
+    the valid tokens of every row concatenated, with ``cu_seqlens`` (as ``pack_tensor_dict``
+    builds it; a row without a valid token is a sequence of length 0)."""
+    import torch
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    valid = mask > 0
+    lengths = valid.sum(dim=1).to(torch.int32)
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+    loss, _ = ppo_actor_loss_fn(
+        logprobs=logp[valid],
+        proximal_logprobs=logp_old[valid],
+        old_logprobs=logp_old[valid],
+        advantages=advantages[valid],
+        eps_clip=eps_low,
+        loss_mask=torch.ones_like(lengths.new_empty(int(lengths.sum())), dtype=torch.bool),
+        eps_clip_higher=eps_high,
+        importance_sampling_level="sequence",
+        cu_seqlens=cu_seqlens,
+    )
+    return loss
+
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.sapo_loss_sequence",
@@ -87,6 +128,26 @@ ADAPTERS: tuple[Adapter, ...] = (
         candidate=areal_sapo_sequence,
         divergences={"huge_log_ratios_stay_finite": _OVERFLOW},
         note="SAPO's gate on the geometric-mean sequence ratio (differentiated), token mean.",
+    ),
+    Adapter(
+        key="areal.ppo_actor_loss_gspo_packed",
+        framework="areal",
+        function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
+        settings={
+            "eps_clip": "eps_low",
+            "eps_clip_higher": "eps_high",
+            "importance_sampling_level": "sequence",
+            "layout": "packed (cu_seqlens)",
+        },
+        spec="gspo",
+        conventions={"output": "scalar", "aggregation": "token_mean"},
+        candidate=areal_gspo_packed,
+        divergences={
+            "values": _SCATTER_SUM,
+            "gradient": _SCATTER_SUM,
+            "huge_log_ratios_stay_finite": _OVERFLOW_PACKED,
+        },
+        note="GSPO on the packed layout: valid tokens concatenated, cu_seqlens per row.",
     ),
     Adapter(
         key="areal.reward_norm_batch",
