@@ -63,3 +63,25 @@ def test_a_report_is_written_when_the_trace_is_unusable(tmp_path: Path) -> None:
     got = json.loads(report.read_text())
     assert got["status"] == "unusable"
     assert "'weight'" in got["error"]
+
+
+@pytest.mark.parametrize("where", ["target", "temporary"])
+def test_a_report_that_cannot_be_written_names_the_path_the_cause_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str
+) -> None:
+    import errno
+
+    from refimpl.testing import _trace_report
+
+    out = tmp_path / "report.json"
+    failing = out if where == "target" else tmp_path / ".report.json.1234.tmp"
+
+    def full(path: object, data: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(failing))
+
+    monkeypatch.setattr(_trace_report, "atomic_write", full)
+    line = _trace_report.write_report(out, {"ok": True})
+    assert line is not None
+    assert "\n" not in line
+    assert line.startswith(f"cannot write the --report {str(out)!r}: no space left"), line
+    assert ("renamed over it" in line) == (where == "temporary"), line

@@ -40,10 +40,14 @@ def write_report(path: Path, report: dict[str, Any]) -> str | None:
     try:
         atomic_write(path, json.dumps(report, indent=2) + "\n")
     except OSError as exc:  # e.g. the disk filled up while checking
-        return (
-            f"--report {str(path)!r} could not be written ({exc.strerror or exc}). Pass a "
-            "--report path in a writable directory."
-        )
+        line = describe_os_error(exc, path, action="write the --report")
+        if exc.filename is not None and Path(exc.filename) != path:  # the temporary file
+            line += (
+                f" (the report is written to {str(Path(exc.filename).name)!r} beside it first, "
+                f"then renamed over it: the directory {str(path.parent)!r} must accept new "
+                "files; pass a --report path in a writable directory)"
+            )
+        return line
     return None
 
 
