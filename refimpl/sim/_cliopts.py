@@ -161,8 +161,13 @@ def small_pages() -> Iterator[None]:
     >>> float(x.sum())
     10.0
     """
-    multiarray = importlib.import_module("numpy._core.multiarray")
-    setter = getattr(multiarray, "_set_madvise_hugepage", None)
+    setter = None
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, numpy 1.26
+        try:
+            setter = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
+        except ImportError:
+            continue
+        break
     if setter is None or "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         yield
         return
