@@ -54,6 +54,25 @@ def _calls(draw: st.DrawFn, conv: Conventions, *, garbage: bool = False) -> list
     return [call, ((np.where(mask > 0, h, junk),), {"top_fraction": rho, "mask": mask})]
 
 
+@st.composite
+def _nested(draw: st.DrawFn, conv: Conventions) -> list[Call]:
+    """The same entropies with two fractions ρ1 <= ρ2."""
+    ((h,), kwargs) = draw(_calls(conv))[0]
+    rho = sorted([float(kwargs["top_fraction"]), draw(st.floats(0.0, 1.0))])
+    return [((h,), {**kwargs, "top_fraction": r}) for r in rho]
+
+
+def _nested_sets(case: Case) -> None:
+    """Keeping a larger fraction keeps every token the smaller one kept."""
+    small, large = _found(case, 0), _found(case, 1)
+    either = _zone(case, 0) | _zone(case, 1)
+    bad = (small > large) & ~either
+    assert not bad.any(), (
+        f"tokens {np.argwhere(bad)[:5].tolist()} are kept at the smaller top_fraction but not at "
+        "the larger one"
+    )
+
+
 def _expected(call: Call, conv: Conventions) -> Array:
     (h,), kwargs = call
     return high_entropy_mask(h, **kwargs)
@@ -122,7 +141,7 @@ def entropy_mask_specs() -> tuple[Spec, ...]:
     """The spec ``high_entropy_mask``."""
     plain: Any = lambda conv: _calls(conv)  # noqa: E731
     dirty: Any = lambda conv: _calls(conv, garbage=True)  # noqa: E731
-    checks = (
+    checks: tuple[Check, ...] = (
         Check(
             "values",
             "the mask agrees with refimpl.losses.entropy_mask.high_entropy_mask (a token within "
@@ -141,6 +160,15 @@ def entropy_mask_specs() -> tuple[Spec, ...]:
             "at least n − ⌈(1 − ρ)(n − 1)⌉ of the n valid tokens are kept",
             plain,
             _keeps_enough,
+        ),
+    )
+    checks = (
+        *checks,
+        Check(
+            "nested_in_top_fraction",
+            "a larger top_fraction keeps every token a smaller one keeps",
+            lambda conv: _nested(conv),
+            _nested_sets,
         ),
     )
     spec = Spec(
