@@ -282,6 +282,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses sapo_sequence_loss": (
         _c(_LP, _LQ, _ADV, tau_pos=1.0, tau_neg=1.05, mask=_MASK, cotangent=_MASK),
     ),
+    "refimpl.losses high_entropy_mask": (
+        _c([[0.1, 2.0, 0.5], [1.0, 3.0, 9.0]], top_fraction=0.5, mask=_MASK),
+    ),
     "refimpl.losses vespo_loss": (
         _c(
             _LP,

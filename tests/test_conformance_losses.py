@@ -29,6 +29,7 @@ import refimpl.losses.aggregation as agg
 import refimpl.losses.band_masked as bm
 import refimpl.losses.clipped as cl
 import refimpl.losses.divergence_gate as dg
+import refimpl.losses.entropy_mask as em_mod
 import refimpl.losses.gae as gae_mod
 import refimpl.losses.kl as kl
 import refimpl.losses.kl_reward as kr
@@ -537,6 +538,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "cispo_sequence": ss_mod.cispo_sequence_loss,
     "sapo_sequence": ss_mod.sapo_sequence_loss,
     "vespo": sg_mod.vespo_loss,
+    "high_entropy_mask": em_mod.high_entropy_mask,
     "kl_penalty": functools.partial(kl.kl_penalty, estimator="k3"),
     "importance_weighted_kl": functools.partial(kl.importance_weighted_kl, estimator="k3"),
     "token_logprobs": _logprobs_terms,
@@ -593,6 +595,7 @@ VALUE_ONLY = (
     "divergence_gated_is",
     "divergence_gated_is_sequence",
     "rloo_normalized_advantages",
+    "high_entropy_mask",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms

@@ -14,7 +14,8 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO) and
   :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio),
   :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio) and
-  :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight): the surrogates.
+  :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight): the surrogates;
+  :mod:`refimpl.losses.entropy_mask`: the high-entropy token mask.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
@@ -66,6 +67,7 @@ from refimpl.losses.clipped import (
     sapo_loss,
 )
 from refimpl.losses.divergence_gate import divergence_gated_weights
+from refimpl.losses.entropy_mask import high_entropy_mask
 from refimpl.losses.gae import (
     GAE,
     ExactGAE,
@@ -138,6 +140,7 @@ __all__ = [
     "grpo_advantages",
     "gspo_loss",
     "gspo_token_loss",
+    "high_entropy_mask",
     "importance_weighted_kl",
     "importance_weighted_pg_loss",
     "is_batch_normalize",

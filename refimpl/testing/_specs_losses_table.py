@@ -46,6 +46,7 @@ from refimpl.testing._specs_losses_batch_mean import batch_mean_spec
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_divergence_gate import divergence_gate_specs
 from refimpl.testing._specs_losses_entropy import entropy_spec
+from refimpl.testing._specs_losses_entropy_mask import entropy_mask_specs
 from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
@@ -753,4 +754,5 @@ def specs() -> tuple[Spec, ...]:
         *divergence_gate_specs(),
         *sequence_soft_specs(),
         *vespo_specs(),
+        *entropy_mask_specs(),
     )
