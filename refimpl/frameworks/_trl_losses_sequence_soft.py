@@ -20,6 +20,9 @@ Neither clamps the log-ratio before ``exp``.
   the sum clamped to ``[log 1e-8, 20]``, ``φ = exp(λ + k·log w − λ·w)`` with ``(k, λ)`` by
   ``A >= 0`` (``λ`` raised to at least 1e-4), NaN/inf set to 0; ``per_token_loss = −φ · A · logp``,
   aggregated like ``cispo`` (Σ over the valid tokens / ``num_items_in_batch``).
+- ``top_entropy_quantile < 1``: ``get_high_entropy_mask(entropies, mask, 1 − top_entropy_quantile)``
+  takes the valid entropies as float32 (``.float()``), gathers them over the ranks, and keeps the
+  valid tokens with ``entropies · mask >= torch.quantile(gathered, threshold)``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,23 @@ def trl_vespo_loss(
     trainer.args.vespo_k_neg, trainer.args.vespo_lambda_neg = float(k_neg), float(lambda_neg)
     inputs = grpo_inputs(logp, mask, advantages[:, 0], logp_old=logp_old)
     return trainer._compute_loss(None, inputs)
+
+
+def trl_high_entropy_mask(entropies: Any, *, top_fraction: Any, mask: Any) -> Any:
+    """TRL's ``GRPOTrainer.get_high_entropy_mask(entropies, mask, 1 − top_fraction)`` as
+    ``_compute_loss`` calls it (``top_entropy_quantile = top_fraction``), on an instance made with
+    ``__new__`` whose accelerator is a single-process stand-in (``pad_across_processes`` and
+    ``gather`` return their input); the boolean mask as the entropies' dtype."""
+    import types
+
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    trainer = GRPOTrainer.__new__(GRPOTrainer)
+    trainer.accelerator = types.SimpleNamespace(
+        pad_across_processes=lambda t, dim=0, pad_index=0: t, gather=lambda t: t
+    )
+    kept = trainer.get_high_entropy_mask(entropies, mask, 1.0 - float(top_fraction))
+    return kept.to(entropies.dtype)
 
 
 _SCALAR = {"output": "scalar", "padding": "ignored"}
@@ -167,6 +187,17 @@ ADAPTERS: tuple[Adapter, ...] = (
         ),
         note="−sg[φ(w)]·A·logp with φ the gamma kernel of the summed (clamped) sequence "
         "log-ratio, dapo-style token mean.",
+    ),
+    Adapter(
+        key="trl.high_entropy_mask",
+        framework="trl",
+        function="trl.trainer.grpo_trainer:GRPOTrainer.get_high_entropy_mask",
+        settings={"top_entropy_quantile": "top_fraction"},
+        spec="high_entropy_mask",
+        conventions={"threshold_dtype": "float32"},
+        candidate=trl_high_entropy_mask,
+        note="The (1 − ρ)-quantile of the valid entropies (float32, linear interpolation); valid "
+        "tokens at or above it kept.",
     ),
 )
 
