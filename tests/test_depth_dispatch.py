@@ -615,3 +615,27 @@ def test_results_scale_with_the_lengths(shape: str, hidden: bool) -> None:
     for c in (1e-6, 1e6):
         got = _scaled_results(law(c))
         assert got == pytest.approx(tuple(c * x for x in unit), rel=1e-9), c
+
+
+# --- the censoring checks: finished rollouts and total time at their bounds --------------------
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_the_rate_estimate_needs_exactly_its_finished_rollouts(unbiased: bool) -> None:
+    need = 2 if unbiased else 1
+    durations = [3.0, 1.5, 2.5]  # T = 7
+    at_bound = [1] * need + [0] * (3 - need)
+    assert refimpl.exponential_rate_mle(durations, at_bound, unbiased=unbiased) == 1 / 7
+    below = [1] * (need - 1) + [0] * (4 - need)
+    with pytest.raises(ValueError, match=rf"^observed must contain at least {need} finished"):
+        refimpl.exponential_rate_mle(durations, below, unbiased=unbiased)
+
+
+def test_the_rate_estimate_refuses_a_zero_total_and_a_rate_past_float64() -> None:
+    with pytest.raises(ValueError, match=r"^durations must have a positive sum"):
+        refimpl.exponential_rate_mle([0.0, 0.0], [1, 1])
+    smallest = 5e-324  # the smallest positive total: 1 / 5e-324 is past float64
+    with pytest.raises(ValueError, match=r"^durations must have a sum large enough for the rate"):
+        refimpl.exponential_rate_mle([smallest], [1])
+    assert refimpl.exponential_rate_mle([1e-300], [1]) == pytest.approx(1e300, rel=1e-15)
+    assert refimpl.exponential_rate_mle([0.0, 1e-300], [1, 1], unbiased=True) == 1 / 1e-300

@@ -8,6 +8,7 @@ together. Claims ``KM*`` of ``proofs/censoring.py``.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -147,8 +148,9 @@ def exponential_rate_mle(
     Raises
     ------
     ValueError
-        As :func:`kaplan_meier`; or fewer than 1 (2 for ``unbiased``) finished rollouts, or
-        :math:`T = 0`.
+        As :func:`kaplan_meier`; or fewer than 1 (2 for ``unbiased``) finished rollouts,
+        :math:`T = 0`, or a rate past float64 (below about 1e-308 of total time per finished
+        rollout).
 
     Notes
     -----
@@ -183,4 +185,12 @@ def exponential_rate_mle(
             d,
             "Pass positive lengths.",
         )
-    return (events - 1 if unbiased else events) / total
+    rate = (events - 1 if unbiased else events) / total
+    if not math.isfinite(rate):  # e.g. one finished rollout of length 5e-324: 2e323 is past float64
+        raise invalid(
+            "durations",
+            "have a sum large enough for the rate (finished rollouts / total time) to fit in float64",
+            d,
+            "Pass the lengths in a larger unit; the rate scales by the same factor.",
+        )
+    return rate
