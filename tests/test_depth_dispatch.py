@@ -451,8 +451,10 @@ class _Counted(scipy.stats.rv_continuous):
 class _NoInverse(scipy.stats.rv_continuous):
     """The same law without a quantile function: scipy would root-search ``_cdf`` point by point.
 
-    The length-coordinate path needs 14 quantiles (a few hundred scalar ``_cdf`` calls); the
-    survival-coordinate path would need thousands of root searches, so a budget stops it early."""
+    It has no moments of its own either, so its mean is ``∫ S`` too (scipy's generic mean would
+    integrate the root-searched ``ppf``). The length-coordinate path needs 14 quantiles per
+    integral (a few hundred scalar ``_cdf`` calls); the survival-coordinate path or scipy's mean
+    would need thousands of root searches, so a budget stops them early."""
 
     scalar_cdf_calls = 0
 
@@ -468,9 +470,6 @@ class _NoInverse(scipy.stats.rv_continuous):
 
     def _sf(self, x: Any, *args: Any) -> Any:
         return np.exp(-np.asarray(x) / 100.0)
-
-    def _stats(self, *args: Any) -> Any:  # type: ignore[override]
-        return 100.0, 100.0**2, None, None
 
 
 #: Exponential lengths of mean 100: E[max of 5] = 100 H_5, and the first 3 of 5 have the means
