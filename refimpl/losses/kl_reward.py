@@ -1,9 +1,11 @@
 r"""The KL penalty folded into the per-token reward: the outcome on the last token, −β·KL on each.
 
-RLHF's original recipe (InstructGPT; Ziegler et al. 2019, arXiv:1909.08593) does not add a KL
-term to the loss: it subtracts :math:`\beta` times a per-token estimate of the divergence from
-the reference policy from the *reward*, and puts the sequence's outcome reward on its last token,
-so that returns and advantages computed from these token rewards carry the penalty. The per-token
+RLHF as Ziegler et al. 2019 set it up ("Fine-Tuning Language Models from Human Preferences",
+arXiv:1909.08593), and InstructGPT after them, does not add a KL term to the loss: it subtracts
+:math:`\beta` times the divergence from the reference policy from the *reward*. PPO
+implementations (OpenRLHF's ``compute_reward``) do it per token: :math:`-\beta` times a per-token
+estimate on each token, and the sequence's outcome reward on its last token, so that returns and
+advantages computed from these token rewards carry the penalty. The per-token
 estimate ``kl`` is any estimator of :mod:`refimpl.losses.kl` (k1, k2, k3) evaluated outside this
 function; here it is an input.
 """
