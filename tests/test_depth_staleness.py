@@ -187,3 +187,43 @@ def test_an_on_policy_batch_has_staleness_zero_everywhere() -> None:
     assert st_.sample.tolist() == [0.0, 0.0]
     assert st_.token.tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     assert st_.mask.tolist() == [[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]
+
+
+# --- refusals name the first offending row ------------------------------------------------------
+
+#: Four sequences of three tokens; sequences 1 and 3 are all padding. A sequence-level weight
+#: has no ratio for them: the refusal must name the first (1), not the last.
+_LP4 = np.log(np.array([[0.5, 0.25, 0.5], [0.5, 0.5, 0.5], [0.25, 0.5, 0.125], [0.5, 0.5, 0.5]]))
+_LQ4 = np.log(np.array([[0.25, 0.25, 0.5], [0.5, 0.5, 0.5], [0.5, 0.25, 0.25], [0.5, 0.5, 0.5]]))
+_HOLES = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+_SEQUENCE_LEVEL: dict[str, Callable[[Any], Any]] = {
+    "truncated_is_weights sequence": lambda m: refimpl.truncated_is_weights(
+        _LP4, _LQ4, cap=2.0, mask=m, level="sequence"
+    ),
+    "truncated_is_weights geometric": lambda m: refimpl.truncated_is_weights(
+        _LP4, _LQ4, cap=2.0, mask=m, level="geometric"
+    ),
+    "masked_is_weights sequence": lambda m: refimpl.masked_is_weights(
+        _LP4, _LQ4, low=0.5, high=2.0, mask=m, level="sequence"
+    ),
+    "masked_is_weights geometric": lambda m: refimpl.masked_is_weights(
+        _LP4, _LQ4, low=0.5, high=2.0, mask=m, level="geometric"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SEQUENCE_LEVEL))
+def test_an_all_padding_sequence_is_refused_naming_the_first(name: str) -> None:
+    call = _SEQUENCE_LEVEL[name]
+    level = name.split()[-1]
+    with pytest.raises(
+        ValueError, match=r"^mask must leave at least one valid token in every"
+    ) as e:
+        call(_HOLES)
+    assert f"sequence (level={level!r})" in str(e.value)
+    assert "Sequence 1 is all padding" in str(e.value)
+    ok = _HOLES.copy()
+    ok[1, 2] = ok[3, 0] = 1.0  # one valid token each: accepted, finite, zero only at padding
+    w = np.asarray(call(ok))
+    assert w.dtype == np.float64
+    assert np.all(np.isfinite(w))
