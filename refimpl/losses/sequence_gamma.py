@@ -103,8 +103,8 @@ def vespo_loss(
     Raises
     ------
     ValueError
-        Invalid arrays; a negative ``k``, a ``lambda <= 0``, a ``log_ratio_clamp <= 0``, or a
-        ``log_weight_range`` that is not an increasing pair.
+        Invalid arrays; a negative ``k``, a ``lambda <= 0``, a ``log_ratio_clamp <= 0``, a
+        ``log_weight_range`` that is not an increasing pair, or a kernel that overflows float64.
 
     Notes
     -----
@@ -144,6 +144,16 @@ def vespo_loss(
     lam = np.where(a >= 0.0, lam_p, lam_n)
     with np.errstate(over="ignore", invalid="ignore"):
         log_phi = lam + np.where(k != 0.0, k * log_w, 0.0) - lam * np.exp(log_w)
-        phi = np.exp(log_phi)
+        phi = np.where(m > 0, np.exp(log_phi), 0.0)
+    if not np.all(np.isfinite(phi)):
+        row = int(np.flatnonzero(~np.all(np.isfinite(phi), axis=1))[0])
+        positive = bool(np.any(~np.isfinite(phi[row]) & (a[row] >= 0)))
+        raise invalid(
+            "k_pos" if positive else "k_neg",
+            "keep the kernel e^(λ + k log w − λw) finite in float64",
+            kp if positive else kn,
+            f"Sequence {row} has log-weight {float(log_w[row, 0])!r} and the kernel overflows; "
+            "pass a smaller k, or log_weight_range= to bound the log-weight (TRL: (log 1e-8, 20)).",
+        )
     lp = masked(np.asarray(logp, dtype=np.float64), m)
     return LossTerms(masked(-phi * a * lp, m), masked(-c * phi * a, m))
