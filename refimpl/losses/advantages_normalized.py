@@ -37,8 +37,17 @@ def _mean_and_variance(values: Any, ddof: int) -> tuple[float, float]:
             sum(((x - centre) ** 2 for x in values), Fraction(0)) / (n - ddof)
         )
     a = np.asarray(values, dtype=np.float64)
-    centre = float(np.mean(a))
-    return centre, float(np.sum((a - centre) ** 2) / (a.size - ddof))
+    with np.errstate(over="ignore", invalid="ignore"):
+        centre = float(np.mean(a))
+        variance = float(np.sum((a - centre) ** 2) / (a.size - ddof))
+    if not np.isfinite(variance):
+        raise invalid(
+            "rewards",
+            "have leave-one-out advantages whose batch variance is finite in float64",
+            "advantages beyond ~1e154",
+            "Rescale the rewards (the standardised advantages do not depend on their scale).",
+        )
+    return centre, variance
 
 
 def rloo_normalized_advantages(

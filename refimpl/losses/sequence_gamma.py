@@ -156,4 +156,13 @@ def vespo_loss(
             "pass a smaller k, or log_weight_range= to bound the log-weight (TRL: (log 1e-8, 20)).",
         )
     lp = masked(np.asarray(logp, dtype=np.float64), m)
-    return LossTerms(masked(-phi * a * lp, m), masked(-c * phi * a, m))
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, grad = np.where(m > 0, -phi * a * lp, 0.0), np.where(m > 0, -c * phi * a, 0.0)
+    if not (np.all(np.isfinite(loss)) and np.all(np.isfinite(grad))):
+        raise invalid(
+            "advantages",
+            "keep the weighted loss and gradient finite in float64",
+            "a product of advantages, weights and log-probabilities beyond ~1.8e308",
+            "Check the scale of advantages, logp and cotangent.",
+        )
+    return LossTerms(loss, grad)

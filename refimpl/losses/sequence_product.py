@@ -135,8 +135,9 @@ def sequence_ppo_clip_loss(
     with np.errstate(over="ignore"):
         s = np.exp(log_ratio)
     s_bt = np.broadcast_to(s[:, None], d.shape)
-    loss, f = _ppo_branch(a, s_bt, low, high)
-    loss = masked(loss, m)
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, f = _ppo_branch(a, s_bt, low, high)
+        loss = masked(loss, m)
     _require_finite(loss, log_ratio, what="loss")
     with np.errstate(invalid="ignore", over="ignore"):
         per_token = np.where(f * c != 0.0, -a * f * c * s_bt, 0.0)

@@ -30,6 +30,18 @@ __all__ = ["cispo_sequence_loss", "sapo_sequence_loss"]
 Array = NDArray[np.float64]
 
 
+def _require_finite_product(loss: Array, grad: Array) -> None:
+    """Refuse a weighted loss or gradient that overflows float64 (huge advantages or logp)."""
+    if np.all(np.isfinite(loss)) and np.all(np.isfinite(grad)):
+        return
+    raise invalid(
+        "advantages",
+        "keep the weighted loss and gradient finite in float64",
+        "a product of advantages, weights and log-probabilities beyond ~1.8e308",
+        "Check the scale of advantages, logp and cotangent.",
+    )
+
+
 def cispo_sequence_loss(
     logp: ArrayLike,
     logp_old: ArrayLike,
@@ -112,7 +124,10 @@ def cispo_sequence_loss(
         s = np.exp(_mean_log_ratio(d, lengths))
     w = np.broadcast_to(np.clip(s, low, 1.0 + high)[:, None], d.shape)
     lp = masked(np.asarray(logp, dtype=np.float64), m)
-    return LossTerms(masked(-w * a * lp, m), masked(-c * w * a, m))
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, grad = np.where(m > 0, -w * a * lp, 0.0), np.where(m > 0, -c * w * a, 0.0)
+    _require_finite_product(loss, grad)
+    return LossTerms(loss, grad)
 
 
 def sapo_sequence_loss(
@@ -201,6 +216,9 @@ def sapo_sequence_loss(
             f"Pass a {name} of a usual scale (TRL's defaults: 1.0 and 1.05), or smaller "
             "advantages.",
         )
-    per_token = np.where((a != 0.0) & (c != 0.0), -a * c * slope, 0.0)
-    row = per_token.sum(axis=1) / np.maximum(lengths, 1.0)
-    return LossTerms(loss, masked(np.broadcast_to(row[:, None], d.shape), m))
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_token = np.where((a != 0.0) & (c != 0.0), -a * c * slope, 0.0)
+        row = per_token.sum(axis=1) / np.maximum(lengths, 1.0)
+    grad = np.where(m > 0, np.broadcast_to(row[:, None], d.shape), 0.0)
+    _require_finite_product(loss, grad)
+    return LossTerms(loss, grad)
