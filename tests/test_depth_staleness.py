@@ -227,3 +227,17 @@ def test_an_all_padding_sequence_is_refused_naming_the_first(name: str) -> None:
     w = np.asarray(call(ok))
     assert w.dtype == np.float64
     assert np.all(np.isfinite(w))
+
+
+def test_an_overflowing_ratio_without_a_cap_is_refused_naming_the_first_entry() -> None:
+    # Entries 1 and 4 (flat) have log-ratios 800 and 900, past exp's range; 5 is padding.
+    prox = np.array([[0.0, 800.0, -1.0], [0.0, 900.0, 1000.0]])
+    behaviour = np.zeros((2, 3))
+    mask = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match=r"^logp_prox - logp_behavior must be <= 709\.") as e:
+        refimpl.decoupled_ppo_weights(prox, behaviour, mask=mask)
+    assert "Entry 1 has log-ratio 800.0" in str(e.value)
+    # Padding past the range is not refused; the valid entries' weights are exp(d).
+    prox[0, 1], prox[1, 1] = 1.0, 2.0
+    w = refimpl.decoupled_ppo_weights(prox, behaviour, mask=mask)
+    np.testing.assert_allclose(w, [[1.0, math.e, math.exp(-1.0)], [1.0, math.exp(2.0), 0.0]])
