@@ -241,3 +241,37 @@ def test_an_overflowing_ratio_without_a_cap_is_refused_naming_the_first_entry() 
     prox[0, 1], prox[1, 1] = 1.0, 2.0
     w = refimpl.decoupled_ppo_weights(prox, behaviour, mask=mask)
     np.testing.assert_allclose(w, [[1.0, math.e, math.exp(-1.0)], [1.0, math.exp(2.0), 0.0]])
+
+
+#: The public weights that take two log-probability arrays, with the names their refusals use.
+_TWO_ARRAYS: dict[str, tuple[Callable[..., Any], str, str, dict[str, Any]]] = {
+    "truncated_is_weights": (
+        refimpl.truncated_is_weights,
+        "logp_target",
+        "logp_behavior",
+        {"cap": 2.0},
+    ),
+    "masked_is_weights": (
+        refimpl.masked_is_weights,
+        "logp_target",
+        "logp_behavior",
+        {"low": 0.5, "high": 2.0},
+    ),
+    "decoupled_ppo_weights": (
+        refimpl.decoupled_ppo_weights,
+        "logp_prox",
+        "logp_behavior",
+        {"cap": 5.0},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TWO_ARRAYS))
+def test_a_nan_is_refused_naming_the_array_that_holds_it(name: str) -> None:
+    fn, first, second, kwargs = _TWO_ARRAYS[name]
+    good = np.log(np.array([[0.5, 0.25], [0.125, 0.5]]))
+    bad = good.copy()
+    bad[1, 0] = np.nan
+    for args, named in (((bad, good), first), ((good, bad), second)):
+        with pytest.raises(ValueError, match=rf"^{named} must contain only finite values"):
+            fn(*args, **kwargs)
