@@ -275,3 +275,12 @@ def test_a_nan_is_refused_naming_the_array_that_holds_it(name: str) -> None:
     for args, named in (((bad, good), first), ((good, bad), second)):
         with pytest.raises(ValueError, match=rf"^{named} must contain only finite values"):
             fn(*args, **kwargs)
+
+
+def test_a_version_newer_than_the_trainer_is_refused_naming_the_first() -> None:
+    # Sample 0, token 1 (version 4) and sample 1, token 0 (version 6, step 5) are both too new.
+    with pytest.raises(ValueError, match=r"^token_versions must be <= trained_step") as e:
+        refimpl.sample_staleness([3, 5], [[1, 4, 2], [6, 0, 0]])
+    assert "Sample 0, token 1 has version 4 > trained_step 3" in str(e.value)
+    with pytest.raises(ValueError, match=r"Sample 1, token 0 has version 6 > trained_step 5"):
+        refimpl.sample_staleness([4, 5], [[1, 4, 2], [6, 0, 0]])
