@@ -284,3 +284,17 @@ def test_a_version_newer_than_the_trainer_is_refused_naming_the_first() -> None:
     assert "Sample 0, token 1 has version 4 > trained_step 3" in str(e.value)
     with pytest.raises(ValueError, match=r"Sample 1, token 0 has version 6 > trained_step 5"):
         refimpl.sample_staleness([4, 5], [[1, 4, 2], [6, 0, 0]])
+
+
+@pytest.mark.parametrize("given", ["int", "int64 array"])
+def test_staleness_at_the_top_of_int64_is_exact_and_positive(given: str) -> None:
+    """versions_spanned adds 1 to step − version: at step 2^63 − 1 and version 0 that is 2^63,
+    one past int64, so the difference must be taken in Python ints there (not wrap negative)."""
+    top = 2**63 - 1
+    step: Any = top if given == "int" else np.array([top], dtype=np.int64)
+    versions = np.array([[0, 2**62]], dtype=np.int64)
+    spanned = refimpl.sample_staleness(step, versions, staleness_count="versions_spanned")
+    assert spanned.sample.tolist() == [float(2**63)]
+    assert spanned.token.tolist() == [[float(2**63), float(top - 2**62 + 1)]]
+    behind = refimpl.sample_staleness(step, versions, staleness_count="versions_behind")
+    assert behind.sample.tolist() == [float(top)]
