@@ -36,6 +36,7 @@ from refimpl.effort import (
     EffortPolicy,
     adaptive_gap,
     budget_frontier,
+    difficulty_mix,
     effort_frontier,
     effort_penalty,
     frontier_quality,
@@ -668,3 +669,14 @@ def test_where_the_qualities_saturate_the_equal_quality_length_is_the_smallest()
     assert np.all(below < top)
     assert gap.budget_length[0] == gap.budget_length[1]  # the same shortest saturating length
     np.testing.assert_allclose(gap.cost_saved, gap.budget_length - gap.cost, rtol=1e-15)
+
+
+def test_difficulty_mix_takes_exactly_a_million_nodes() -> None:
+    """The hand-written cap nodes <= 10^6: at the bound accepted (equal weights summing to 1 and
+    the median at the middle of the symmetric rule), one past it refused naming nodes."""
+    mix = difficulty_mix(median=100.0, sigma=1.0, nodes=1_000_000)
+    assert mix.lam.shape == mix.weights.shape == (1_000_000,)
+    assert mix.weights.sum() == pytest.approx(1.0, rel=1e-12)
+    assert np.all(np.diff(mix.lam) > 0)
+    with pytest.raises(ValueError, match=r"^nodes must be <= 1000000"):
+        difficulty_mix(median=100.0, sigma=1.0, nodes=1_000_001)
