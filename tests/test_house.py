@@ -174,3 +174,32 @@ def test_the_checks_find_a_long_module_a_long_function_and_an_issue_number(tmp_p
     )
     hits = [line.split(":")[1] for line in issue_references([cited], tmp_path)]
     assert hits == ["1", "2", "3"]
+
+
+# --- text that a string escape ate -----------------------------------------------------------------
+
+#: Control characters that a Python string writing TeX produces when it forgets to be raw
+#: ("\bar" is a backspace and "ar", "\varepsilon" a vertical tab and "arepsilon", "\frac" a form
+#: feed): MathJax then fails on the page, and a docstring shows the wrong formula.
+_EATEN = re.compile("[\x07\x08\x0b\x0c]")
+
+
+def eaten_escapes(paths: list[Path]) -> list[str]:
+    """``path:line`` of each line holding a control character a lost backslash leaves."""
+    return [
+        f"{path.name}:{n}"
+        for path in paths
+        # split on newlines only: str.splitlines also splits at a vertical tab and a form feed
+        for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1)
+        if _EATEN.search(line)
+    ]
+
+
+def test_no_text_holds_a_control_character_from_a_lost_backslash() -> None:
+    assert eaten_escapes([*_documents(), *sorted((ROOT / "tests").glob("*.py"))]) == []
+
+
+def test_the_eaten_escape_check_finds_a_backspace_and_a_vertical_tab(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("$\\bar A$ is fine\n$\bar A$\n$s + \varepsilon$\n", encoding="utf-8")
+    assert eaten_escapes([page]) == ["page.md:2", "page.md:3"]
