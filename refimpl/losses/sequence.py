@@ -92,17 +92,24 @@ def _ppo_branch(a: Array, s: Array, eps_low: float, eps_high: float) -> tuple[Ar
     return loss, np.where(live, f, 0.0)
 
 
-def _require_finite(values: Array, mean_log: Array, *, what: str) -> None:
+_CAP_FIX = ", or pass log_ratio_cap= (verl 0.9.1 and SkyRL 0.3.0 clamp the log-ratio at 10)."
+
+
+def _require_finite(
+    values: Array, log_ratio: Array, *, what: str, reduce: str = "mean", fix: str = _CAP_FIX
+) -> None:
+    """Refuse a non-finite loss or gradient, naming the first sequence whose ``reduce`` log-ratio
+    (``"mean"`` for GSPO's ratio, ``"summed"`` for the product ratio) made it overflow."""
     if np.all(np.isfinite(values)):
         return
     row = int(np.flatnonzero(~np.all(np.isfinite(values), axis=1))[0])
     raise invalid(
         "logp",
-        f"give a finite {what} (exp of the sequence's mean log-ratio overflows float64 where the "
-        "surrogate is not clipped)",
-        float(mean_log[row]),
-        f"Sequence {row} has mean log-ratio {float(mean_log[row])!r}; check logp against logp_old, "
-        "or pass log_ratio_cap= (verl 0.9.1 and SkyRL 0.3.0 clamp the log-ratio at 10).",
+        f"give a finite {what} (exp of the sequence's {reduce} log-ratio overflows float64 where "
+        "the surrogate is not clipped)",
+        float(log_ratio[row]),
+        f"Sequence {row} has {reduce} log-ratio {float(log_ratio[row])!r}; check logp against "
+        f"logp_old{fix}",
     )
 
 
@@ -367,10 +374,10 @@ def gmpo_loss(
     dc = np.clip(d, -low, high)
     d_tilde = sign * np.minimum(sign * d, sign * dc)
     inside = ((d >= -low) & (d <= high)).astype(np.float64)
-    # derivative of σ·min(σd, σ·clip(d)): unclipped term wins -> 1, clipped wins -> 1[inside],
-    # a tie (inside the range, or σ = 0) -> the average (torch splits the gradient).
-    u, v = sign * d, sign * dc
-    g = np.where(u < v, 1.0, np.where(u > v, inside, 0.5 * (1.0 + inside))) * (sign != 0.0)
+    # derivative of σ·min(σd, σ·clip(d)): the unclipped term wins -> 1, the clipped one wins or
+    # ties -> 1[inside]. A tie with σ ≠ 0 means clip(d) = d, inside the range, where both terms'
+    # derivatives are 1, so torch's even split of a tie's gradient is 1 as well.
+    g = np.where(sign * d < sign * dc, 1.0, inside) * (sign != 0.0)
     n = np.maximum(lengths, 1.0)
     mean_log = np.asarray(masked(d_tilde, m).sum(axis=1) / n, dtype=np.float64)
     a_bar = a.sum(axis=1) / n

@@ -24,27 +24,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from refimpl._validation import invalid
 from refimpl.losses._common import LossTerms, masked
-from refimpl.losses.sequence import _clip_range, _inputs, _ppo_branch
+from refimpl.losses.sequence import _clip_range, _inputs, _ppo_branch, _require_finite
 
 __all__ = ["sequence_ppo_clip_loss"]
 
 Array = NDArray[np.float64]
 
-
-def _require_finite(values: Array, log_ratio: Array, *, what: str) -> None:
-    if np.all(np.isfinite(values)):
-        return
-    row = int(np.flatnonzero(~np.all(np.isfinite(values), axis=1))[0])
-    raise invalid(
-        "logp",
-        f"give a finite {what} (exp of the sequence's summed log-ratio overflows float64 where "
-        "the surrogate is not clipped)",
-        float(log_ratio[row]),
-        f"Sequence {row} has summed log-ratio {float(log_ratio[row])!r}; check logp against "
-        "logp_old (the sum over a sequence's tokens, not their mean).",
-    )
+#: How to mend an overflowing product ratio (its log is the sum over tokens, not their mean).
+_SUM_FIX = " (the sum over a sequence's tokens, not their mean)."
 
 
 def sequence_ppo_clip_loss(
@@ -138,10 +126,10 @@ def sequence_ppo_clip_loss(
     with np.errstate(over="ignore", invalid="ignore"):
         loss, f = _ppo_branch(a, s_bt, low, high)
         loss = masked(loss, m)
-    _require_finite(loss, log_ratio, what="loss")
+    _require_finite(loss, log_ratio, what="loss", reduce="summed", fix=_SUM_FIX)
     with np.errstate(invalid="ignore", over="ignore"):
         per_token = np.where(f * c != 0.0, -a * f * c * s_bt, 0.0)
         row = per_token.sum(axis=1)
     grad = masked(np.broadcast_to(row[:, None], d.shape), m)
-    _require_finite(grad, log_ratio, what="gradient")
+    _require_finite(grad, log_ratio, what="gradient", reduce="summed", fix=_SUM_FIX)
     return LossTerms(loss, grad)
