@@ -14,7 +14,9 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.sequence` (GSPO, GSPO-token, GMPO) and
   :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio),
   :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio) and
-  :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight): the surrogates;
+  :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight) and
+  :mod:`refimpl.losses.decoupled` (decoupled PPO: the PPO clip times the behaviour weight): the
+  surrogates;
   :mod:`refimpl.losses.entropy_mask`: the high-entropy token mask.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
@@ -66,6 +68,7 @@ from refimpl.losses.clipped import (
     ppo_clip_loss,
     sapo_loss,
 )
+from refimpl.losses.decoupled import decoupled_ppo_loss
 from refimpl.losses.divergence_gate import divergence_gated_weights
 from refimpl.losses.entropy_mask import high_entropy_mask
 from refimpl.losses.gae import (
@@ -131,6 +134,7 @@ __all__ = [
     "band_masked_pg_loss",
     "cispo_loss",
     "cispo_sequence_loss",
+    "decoupled_ppo_loss",
     "divergence_gated_weights",
     "dppo_loss",
     "gae_advantages",

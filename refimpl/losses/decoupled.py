@@ -1,0 +1,182 @@
+r"""Decoupled PPO: the PPO clip on the proximal policy, times the behaviour importance weight.
+
+An asynchronous trainer learns from tokens sampled by a behaviour policy :math:`\mu` (the
+inference engine, possibly several versions old). Decoupled PPO (AReaL) separates the two roles
+the old policy plays in PPO: the *trust region* is taken around the proximal policy
+:math:`\pi_{\text{prox}}` (the weights before this update), and the *off-policy correction* is the
+behaviour weight :math:`\pi_{\text{prox}}/\mu`, detached, with its large values rejected (masked
+to 0) or truncated (clamped). The weight is :func:`refimpl.decoupled_ppo_weights`, the PPO term
+:func:`refimpl.ppo_clip_loss`; this module holds their product, which is what the loss and its
+gradient are.
+
+It returns :class:`~refimpl.losses.LossTerms` (the per-token loss, minimised, 0 at padding and at
+rejected tokens, and its gradient with respect to ``logp`` as a vector–Jacobian product with
+``cotangent``). Aggregation is the caller's: AReaL 1.0.4 sums over the valid tokens and divides by
+their count *before* rejection (a rejected token still counts in the denominator), which is
+:func:`refimpl.aggregate_loss` with ``mode="token_mean"`` and the padding mask.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from refimpl._validation import invalid
+from refimpl.losses._common import (
+    LossTerms,
+    like_tokens,
+    masked,
+    token_array,
+    token_cotangent,
+    token_mask,
+)
+from refimpl.losses.clipped import ppo_clip_loss
+from refimpl.staleness.importance_weights import decoupled_ppo_weights
+
+__all__ = ["decoupled_ppo_loss"]
+
+Array = NDArray[np.float64]
+
+
+def _weighted(w: Array, values: Array, m: Array, *, what: str) -> Array:
+    """``w·values`` at real tokens (exactly 0 where ``w == 0``), refused where it overflows."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = masked(np.asarray(np.where(w == 0.0, 0.0, w * values), dtype=np.float64), m)
+    bad = (m > 0) & ~np.isfinite(out)
+    if np.any(bad):
+        b, t = (int(i) for i in np.argwhere(bad)[0])
+        raise invalid(
+            "cap",
+            f"keep the behaviour weight times {what} finite in float64",
+            None if math.isinf(float(w[b, t])) else float(w[b, t]),
+            f"Token (b={b}, t={t}) overflows with weight {float(w[b, t])!r}; pass a smaller cap= "
+            "(AReaL's rejection_sampling.upper) or advantages of a smaller scale.",
+        )
+    return out
+
+
+def decoupled_ppo_loss(
+    logp: ArrayLike,
+    logp_prox: ArrayLike,
+    logp_behavior: ArrayLike,
+    advantages: ArrayLike,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float | None = None,
+    dual_clip: float | None = None,
+    cap: float | None = None,
+    above_cap: Literal["mask", "clip"] = "mask",
+    lower: float | None = None,
+    mask: ArrayLike | None = None,
+    cotangent: ArrayLike | None = None,
+) -> LossTerms:
+    r"""Decoupled PPO per token: the PPO clip against ``π_prox`` times the behaviour weight.
+
+    .. math::
+
+        \ell_t = w_t\,\max\bigl(-A_t r_t,\; -A_t\operatorname{clip}(r_t,
+        1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\bigr), \qquad
+        r_t = \frac{\pi_\theta(y_t)}{\pi_{\text{prox}}(y_t)},
+
+        w_t = \operatorname{sg}\Bigl[\frac{\pi_{\text{prox}}(y_t)}{\mu(y_t)}\Bigr]\,
+        \mathbb{1}\Bigl[\lambda \le \frac{\pi_{\text{prox}}(y_t)}{\mu(y_t)} \le C\Bigr]
+        \quad\text{(reject, ``above_cap="mask"``)}, \qquad
+        w_t = \operatorname{clip}\Bigl(\frac{\pi_{\text{prox}}(y_t)}{\mu(y_t)}, \lambda,
+        C\Bigr) \quad\text{(truncate, ``"clip"``)},
+
+    with the dual clip :math:`\min(\cdot, -cA_t)` for :math:`A_t < 0` as in
+    :func:`refimpl.ppo_clip_loss`. The weight carries no gradient, so
+    :math:`\partial\ell_t/\partial\log\pi_\theta = w_t\,\partial\ell^{\text{PPO}}_t/\partial\log\pi_\theta`:
+    a rejected token has loss and gradient 0, and at :math:`\pi_\theta = \pi_{\text{prox}}` the
+    gradient is :math:`-w_t A_t` (the importance-weighted policy gradient from :math:`\mu`).
+
+    Parameters
+    ----------
+    logp : array_like, shape (B, T)
+        Current log-probabilities :math:`\log\pi_\theta`; the gradient is with respect to them.
+    logp_prox : array_like, shape (B, T)
+        Proximal log-probabilities (recomputed by the trainer before the update); no gradient.
+    logp_behavior : array_like, shape (B, T)
+        Log-probabilities of the behaviour policy :math:`\mu` that sampled the tokens; no gradient.
+    advantages : array_like, shape (B,) or (B, T)
+        Per-sequence or per-token advantages.
+    eps_low, eps_high, dual_clip : float, optional
+        The PPO clip, as in :func:`refimpl.ppo_clip_loss` (AReaL's ``eps_clip``,
+        ``eps_clip_higher``, ``c_clip``).
+    cap : float, optional
+        ``C >= 1``: the upper bound of the behaviour weight (AReaL's
+        ``rejection_sampling.upper``). ``None``: no upper bound (``"mask"`` only).
+    above_cap : {"mask", "clip"}
+        ``"mask"``: a token whose weight is outside ``[lower, C]`` is rejected (weight 0);
+        ``"clip"``: the weight is clamped to ``[lower, C]`` (AReaL's ``action="clamp"``).
+    lower : float, optional
+        ``0 <= lower <= 1``: the lower bound :math:`\lambda` of the weight (AReaL's
+        ``rejection_sampling.lower``).
+    mask, cotangent : array_like, shape (B, T), optional
+        Padding mask and VJP weights (default: the mask).
+
+    Returns
+    -------
+    LossTerms
+        Per-token loss and ``grad``, both 0 at padding and at rejected tokens.
+
+    Raises
+    ------
+    ValueError
+        Invalid arrays (non-finite, shape, mask); the PPO clip's and the weight's parameters out
+        of range (see :func:`refimpl.ppo_clip_loss` and :func:`refimpl.decoupled_ppo_weights`);
+        ``above_cap="clip"`` without a cap; a kept token whose weighted loss or gradient
+        overflows float64.
+
+    Notes
+    -----
+    The weight is compared with its bounds inclusively: a weight equal to ``C`` or to ``lower``
+    is kept (AReaL's ``_check_bounds``). Rejection removes a token from the numerator only: to
+    reproduce AReaL, aggregate with the padding mask, not the kept tokens (the count before
+    rejection is AReaL's denominator, which keeps it equal to the trainer's ``loss_weight_fn``).
+    AReaL 1.0.4 computes the weight in float32 (``.float()`` of both log-probabilities) and maps
+    a non-finite log-ratio to weight 1; this reference computes it in float64 from finite inputs.
+    Claims: the product's gradient and the on-policy reduction :ref:`DP1 <dp1>`, rejection and
+    truncation :ref:`DP2 <dp2>`.
+
+    References
+    ----------
+    W. Fu et al., "AReaL: A Large-Scale Asynchronous Reinforcement Learning System for Language
+    Reasoning" (arXiv 2505.24298), the decoupled PPO objective.
+
+    Examples
+    --------
+    >>> import numpy as np, refimpl
+    >>> logp = np.log([[0.55, 0.5, 0.5]])           # r = 1.1, 1, 1 against π_prox
+    >>> prox = np.log([[0.5, 0.5, 0.5]])
+    >>> behav = np.log([[0.25, 0.5, 0.05]])        # weights 2, 1, 10 (rejected above C = 5)
+    >>> terms = refimpl.decoupled_ppo_loss(logp, prox, behav, [[1.0, -1.0, 1.0]], cap=5.0)
+    >>> terms.loss
+    array([[-2.2,  1. ,  0. ]])
+    >>> terms.grad
+    array([[-2.2,  1. ,  0. ]])
+    """
+    lp = token_array(logp, name="logp")
+    shape = (lp.shape[0], lp.shape[1])
+    lq = like_tokens(logp_prox, shape, name="logp_prox", like="logp")
+    lb = like_tokens(logp_behavior, shape, name="logp_behavior", like="logp")
+    m = token_mask(mask, shape)
+    c = token_cotangent(cotangent, m)
+    w = decoupled_ppo_weights(lq, lb, cap=cap, mask=m, above_cap=above_cap, lower=lower)
+    kept = np.asarray(w > 0.0, dtype=np.float64)
+    ppo = ppo_clip_loss(
+        lp,
+        lq,
+        advantages,
+        eps_low=eps_low,
+        eps_high=eps_high,
+        dual_clip=dual_clip,
+        mask=kept,
+        cotangent=c,
+    )
+    loss = _weighted(w, np.asarray(ppo.loss), kept, what="the PPO loss")
+    grad = _weighted(w, np.asarray(ppo.grad), kept, what="the PPO gradient")
+    return LossTerms(loss, grad)
