@@ -232,6 +232,22 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses cispo_loss": (
         _c(_LP, _LQ, _ADV, eps_high=0.28, eps_low=0.2, log_ratio_clamp=20.0, mask=_MASK),
     ),
+    "refimpl.losses decoupled_ppo_loss": (
+        _c(
+            _LP,
+            _LQ,
+            _LQ,
+            _ADV,
+            eps_low=0.2,
+            eps_high=0.28,
+            dual_clip=3.0,
+            cap=5.0,
+            lower=0.1,
+            mask=_MASK,
+            cotangent=_MASK,
+        ),
+        _c(_LP, _LQ, _LP, _ADV, cap=1.5, above_cap="clip"),
+    ),
     "refimpl.losses divergence_gated_weights": (
         _c(_LP, _LQ, delta=0.1, divergence="binary_kl", level="sequence", prob_clamp=1e-6),
     ),
