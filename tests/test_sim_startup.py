@@ -60,8 +60,10 @@ def check_loads_nothing_heavy(argv: list[str], tmp_path: Path) -> None:
         ["--partial", "recompute", "--engine", "event"],  # the event engine
         ["--engine-model", "qwen2.5-7b-h100", "--prompt-tokens", "16", "--engine", "event"],
         ["--mode", "first_k", "--launch", "6", "--lengths-pmf", "0.5,0.5"],
+        # agent rollouts: the default lognormal law is drawn as scipy draws it, without scipy
+        ["--tool-turns", "2", "--tool-latency", "5", "--tool-shards", "2"],
     ],
-    ids=["async", "partial", "engine-mode", "first_k-pmf"],
+    ids=["async", "partial", "engine-mode", "first_k-pmf", "agent"],
 )
 def test_simulate_loads_neither_scipy_stats_nor_hypothesis(
     extra: list[str], tmp_path: Path

@@ -30,6 +30,7 @@ from refimpl.sim.agent._config import (
 from refimpl.sim.agent._engine import (
     simulate_agent,
 )
+from refimpl.sim.agent._lognormal import LognormalLaw
 from refimpl.sim.agent._results import (
     agent_summary_dict,
 )
@@ -455,9 +456,8 @@ def _lengths_from_args(args: argparse.Namespace) -> Any:
     mu, sigma = check_lognormal(
         _opt(args, "mu", 6.0), _opt(args, "sigma", 1.0), names=("--mu", "--sigma")
     )
-    import scipy.stats  # a law for the agent engine; a matrix or pmf needs none
-
-    return scipy.stats.lognorm(s=sigma, scale=math.exp(mu))
+    # scipy.stats.lognorm(s=sigma, scale=exp(mu))'s draws, without importing scipy.stats
+    return LognormalLaw(mu=mu, sigma=sigma)
 
 
 def _check_length_sources(args: argparse.Namespace, *, path: Any, pmf: Any, text: Any) -> None:
