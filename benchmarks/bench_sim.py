@@ -136,7 +136,7 @@ MODES: dict[str, tuple[dict[str, Any], str | None, dict[str, Any], float]] = {
 # relaunches): the length matrix is drawn for that many more rollouts.
 LENGTHS_FACTOR = {"async, partial restart": 2.0, "first_k, launch 600": 1.5}
 AGENT = "agent rollouts, 2 tool turns"
-AGENT_OPTIONS = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
+AGENT_OPTIONS: dict[str, Any] = {"turns": 2, "tool_latency": 50.0, "shards": 4, "capacity": 64}
 # The engine mode: Qwen2.5-7B on an H100's roofline, 64-token prompts held per sequence (the SimPy
 # model shares none). With the preset's 48 GiB of KV (56173 blocks of 16 tokens) 256 sequences fit
 # at once; with 8 GiB (9362 blocks) they do not, and the engine preempts (newest first, recompute)
@@ -340,30 +340,84 @@ def engine_row(
     return bool(agrees and met)
 
 
+def bytecode_env(tmp: Path, *, compiled: bool) -> dict[str, str]:
+    """The environment of the fresh calls. ``compiled``: Python reads its modules' bytecode from a
+    cache (``PYTHONPYCACHEPREFIX`` in ``tmp``, written by an untimed first call), as an installed
+    package's is (pip compiles it at install time); a machine that sets
+    ``PYTHONDONTWRITEBYTECODE`` (as the one the figures come from does) would otherwise make every
+    call compile every module of refimpl from source, about 0.07 s of CPU time per call that no
+    installed copy pays. Not ``compiled``: the environment as it is."""
+    env = dict(os.environ)
+    if compiled:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "bytecode")
+    return env
+
+
 def fresh_calls(
-    chosen: list[str], rollouts: int, peer: ModuleType, warmed: dict[str, float]
+    chosen: list[str],
+    rollouts: int,
+    peer: ModuleType,
+    warmed: dict[str, float],
+    *,
+    bytecode: bool = True,
 ) -> bool:
     """Each mode as a user runs it: ``refimpl simulate ... --json`` in a fresh process, its whole
-    wall time against the plain peer's whole call, and its reported rate against the warmed one."""
-    import resource
+    wall time against the plain peer's whole call, and its reported rate against the warmed one.
+    Every command (the peer's too) first runs once, small and untimed, which writes the bytecode
+    cache of :func:`bytecode_env` (and compiles a kernel numba's cache lacks)."""
     import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = bytecode_env(Path(tmp), compiled=bytecode)
+        lengths = Path(tmp) / "lengths.npy"  # the integer-lengths mode's matrix
+        np.save(lengths, np.ceil(peer.draw_lengths(SLOTS, rollouts, SEED)))
+        return _fresh_calls(chosen, rollouts, peer, warmed, env=env, lengths=lengths)
+
+
+def _fresh_calls(
+    chosen: list[str],
+    rollouts: int,
+    peer: ModuleType,
+    warmed: dict[str, float],
+    *,
+    env: dict[str, str],
+    lengths: Path,
+) -> bool:
+    import resource
 
     def child_cpu() -> float:  # user + system seconds of the finished child processes
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
 
+    def peer_call(n: int) -> list[str]:
+        return [sys.executable, str(peer.__file__), "--rollouts", str(n), "--seed", str(SEED)]
+
+    def call(name: str, n: int) -> list[str]:
+        flags = list(CLI_FLAGS[name])
+        if name == "async, integer lengths (ties)":
+            flags += ["--lengths-npy", str(lengths)]
+        return [sys.executable, "-m", "refimpl", "simulate", "--slots", str(SLOTS), "--batch",
+                str(BATCH), "--rollouts", str(n), "--seed", str(SEED), *flags, "--json"]  # fmt: skip
+
+    for cmd in [peer_call(4 * BATCH), *(call(name, 4 * BATCH) for name in chosen)]:
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=env)  # untimed
     t0, c0 = time.perf_counter(), child_cpu()
-    subprocess.run(
-        [sys.executable, peer.__file__, "--rollouts", str(rollouts), "--seed", str(SEED)],
-        check=True, capture_output=True, cwd=ROOT,
-    )  # fmt: skip
+    subprocess.run(peer_call(rollouts), check=True, capture_output=True, cwd=ROOT, env=env)
     peer_wall, peer_cpu = time.perf_counter() - t0, child_cpu() - c0
+    cached = "PYTHONPYCACHEPREFIX" in env
     print(
         f"\n# a user's call: refimpl simulate --rollouts {rollouts:,} --json in a fresh process per "
         f"mode, against the plain peer's whole call ({peer_wall:.2f} s, a fresh process; "
         f"{peer_cpu:.2f} s of CPU time); reported rate against the warmed rate above. CPU: user + "
         "system seconds of the call's process, and the peer's CPU time over it (a shared machine "
-        "stretches wall times; the targets are on wall time)"
+        "stretches wall times; the targets are on wall time). Bytecode: "
+        + (
+            "read from a cache written by an untimed first call, as an installed package's is"
+            if cached
+            else "as the environment has it (--no-bytecode-cache)"
+        )
+        + f" (PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')} here)"
     )
     print(
         f"{'mode':36s} {'wall s':>7s} {'x peer':>7s} {'reported r/s':>12s} {'warmed/rep':>10s} "
@@ -371,36 +425,29 @@ def fresh_calls(
         f"{'cpu s':>6s} {'cpu x peer':>10s}  target"
     )
     ok = True
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in chosen:
-            flags = list(CLI_FLAGS[name])
-            if name == "async, integer lengths (ties)":
-                path = Path(tmp) / "lengths.npy"
-                np.save(path, np.ceil(peer.draw_lengths(SLOTS, rollouts, SEED)))
-                flags += ["--lengths-npy", str(path)]
-            cmd = [sys.executable, "-m", "refimpl", "simulate", "--slots", str(SLOTS), "--batch",
-                   str(BATCH), "--rollouts", str(rollouts), "--seed", str(SEED), *flags, "--json"]  # fmt: skip
-            t0, c0 = time.perf_counter(), child_cpu()
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT)
-            wall, cpu = time.perf_counter() - t0, child_cpu() - c0
-            got = json.loads(out.stdout)
-            rate = float(got.get("rollouts_per_s", float("nan")))
-            # the run itself, and what follows the command's last word: the interpreter's exit
-            run_s = float(got.get("sim_wall_s") or got.get("wall_s") or float("nan"))
-            total = float(got.get("total_wall_s") or float("nan"))
-            need = 20.0 if name == "async" else 10.0
-            ratio = peer_wall / wall
-            gap = warmed.get(name, float("nan")) / rate
-            met = ratio >= need and gap <= 1.5
-            ok &= met
-            print(
-                f"{name:36s} {wall:7.2f} {ratio:7.1f} {rate:12,.0f} {gap:10.2f} "
-                f"{got.get('startup_s') or float('nan'):9.2f} {got.get('lengths_s', float('nan')):9.3f} "
-                f"{got.get('kernel_s', float('nan')):8.2f} {run_s:6.2f} {wall - total:6.2f} "
-                f"{cpu:6.2f} {peer_cpu / cpu:10.1f}"
-                f"  >= {need:g}x, <= 1.5 "
-                f"{'meets' if met else 'MISSES'}"
-            )  # fmt: skip
+    for name in chosen:
+        cmd = call(name, rollouts)
+        t0, c0 = time.perf_counter(), child_cpu()
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=ROOT, env=env)
+        wall, cpu = time.perf_counter() - t0, child_cpu() - c0
+        got = json.loads(out.stdout)
+        rate = float(got.get("rollouts_per_s", float("nan")))
+        # the run itself, and what follows the command's last word: the interpreter's exit
+        run_s = float(got.get("sim_wall_s") or got.get("wall_s") or float("nan"))
+        total = float(got.get("total_wall_s") or float("nan"))
+        need = 20.0 if name == "async" else 10.0
+        ratio = peer_wall / wall
+        gap = warmed.get(name, float("nan")) / rate
+        met = ratio >= need and gap <= 1.5
+        ok &= met
+        print(
+            f"{name:36s} {wall:7.2f} {ratio:7.1f} {rate:12,.0f} {gap:10.2f} "
+            f"{got.get('startup_s') or float('nan'):9.2f} {got.get('lengths_s', float('nan')):9.3f} "
+            f"{got.get('kernel_s', float('nan')):8.2f} {run_s:6.2f} {wall - total:6.2f} "
+            f"{cpu:6.2f} {peer_cpu / cpu:10.1f}"
+            f"  >= {need:g}x, <= 1.5 "
+            f"{'meets' if met else 'MISSES'}"
+        )  # fmt: skip
     return ok
 
 
@@ -415,6 +462,12 @@ def main() -> int:
         help="comma-separated substrings of the modes to run (a whole name: that mode alone)",
     )
     ap.add_argument("--no-fresh", action="store_true", help="skip the fresh-process calls")
+    ap.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="fresh calls in the environment as it is (PYTHONDONTWRITEBYTECODE=1: every call "
+        "compiles refimpl from source), not with a bytecode cache as an installed package has",
+    )
     ap.add_argument("--no-scaling", action="store_true", help="skip the 10^5..10^7 scaling runs")
     args = ap.parse_args()
     from refimpl.sim import SimConfig, simulate
@@ -522,7 +575,7 @@ def main() -> int:
             f">= {target:g}x {'meets' if met else 'MISSES'}"
         )
     if not args.no_fresh:
-        ok &= fresh_calls(chosen, rollouts, peer, warmed)
+        ok &= fresh_calls(chosen, rollouts, peer, warmed, bytecode=not args.no_bytecode_cache)
     if not args.no_scaling:
         sizes = [10_000, 100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
         print(
