@@ -86,6 +86,10 @@ class Rule:
         if self.kind == "ordered":
             op = "<" if self.strict else "<="
             return f"{self.names[0]} {op} {self.names[1]}"
+        if self.kind == "count":
+            return f"count: nonzero entries of {self.name} >= {self.low!r}"
+        if self.kind == "sum":
+            return f"sum: {self.name} sums to > {self.low!r}"
         parts = []
         if self.low is not None:
             parts.append(f"{self.name} {'>' if self.low_open else '>='} {self.low!r}")
@@ -330,7 +334,9 @@ def hand_rule(
     """A rule a function checks with its own ``if ...: raise invalid(name, ...)``.
 
     The builders cannot record it, so it is declared (``tests/_valid_calls.py``). ``name`` is the
-    parameter the refusal opens with; an ordered rule says ``names[0] <= names[1]``.
+    parameter the refusal opens with; an ordered rule says ``names[0] <= names[1]``. Besides the
+    builders' kinds, ``"count"`` (at least ``low`` nonzero entries of an array) and ``"sum"`` (the
+    entries sum to more than ``low = 0``).
     """
     return Rule("hand", kind, name, low, high, low_open, high_open, (), tuple(names), strict)
 
@@ -481,6 +487,48 @@ def _ordered_cases(found: Found) -> list[Case]:
     return out
 
 
+def _count_cases(found: Found, given: Any) -> list[Case]:
+    """A declared count of nonzero entries (finished rollouts, say): exactly ``low`` nonzero
+    entries accepted, ``low - 1`` refused (the first entries set to 1, the rest to 0)."""
+    rule, param = found.rule, found.params[0]
+    shape = np.shape(given)
+    out = []
+    for label, count, expect in (
+        ("inside", rule.low, "accepted"),
+        ("outside", rule.low - 1, "refused"),
+    ):
+        flat = np.zeros(int(np.prod(shape)), dtype=np.asarray(given).dtype)
+        flat[:count] = 1
+        out.append(
+            Case(
+                f"{rule.describe()}: {label} {count}",
+                param,
+                {param: flat.reshape(shape)},
+                expect,
+                rule,
+            )
+        )
+    return out
+
+
+def _sum_cases(found: Found, given: Any) -> list[Case]:
+    """A declared positive sum of non-negative entries: all zeros refused, and the same entries
+    scaled to sum to ``1e-300`` accepted (the smallest positive sums, down to ``5e-324``, may
+    meet another rule of the function first: a rate ``count / sum`` past float64, say)."""
+    rule, param = found.rule, found.params[0]
+    arr = np.asarray(given, dtype=np.float64)
+    return [
+        Case(
+            f"{rule.describe()}: inside 1e-300",
+            param,
+            {param: arr * (1e-300 / arr.sum())},
+            "accepted",
+            rule,
+        ),
+        Case(f"{rule.describe()}: outside 0", param, {param: np.zeros_like(arr)}, "refused", rule),
+    ]
+
+
 def cases(found: Found, arguments: dict[str, Any]) -> list[Case]:
     """The boundary cases of one directly applied rule (none for a rule on a derived value)."""
     if not found.direct:
@@ -489,6 +537,10 @@ def cases(found: Found, arguments: dict[str, Any]) -> list[Case]:
         return _choice_cases(found)
     if found.rule.kind == "ordered":
         return _ordered_cases(found)
+    if found.rule.kind == "count":
+        return _count_cases(found, arguments[found.params[0]])
+    if found.rule.kind == "sum":
+        return _sum_cases(found, arguments[found.params[0]])
     return _bound_cases(found, arguments[found.params[0]])
 
 

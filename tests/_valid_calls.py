@@ -69,6 +69,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     ),
     "refimpl.dispatch fluid_steady_state": (
         _c(scipy.stats.expon(scale=100.0), slots=8, batch=4, eta=1),
+        # a unit exponential with 2^22 slots and batch 1: the step time is 2^-22, so the law has
+        # mass past eta times it up to the cap on eta (2^20 * 2^-22 = 1/4), where the cap applies
+        _c(scipy.stats.expon(), slots=2**22, batch=1, eta=1),
     ),
     "refimpl.dispatch hajek_estimate": (_c([1.0, 3.0], [1.0, 0.5]),),
     "refimpl.dispatch horvitz_thompson_estimate": (_c([1.0, 3.0], [1.0, 0.5], n=4, k=2),),
@@ -412,14 +415,20 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
 
 
 #: Rules the functions check by hand (``if ...: raise invalid(name, ...)``), which the builders
-#: cannot record: declared here, by function, and tested at their boundaries like the recorded
-#: ones (on every valid call that passes their arguments).
+#: cannot record: declared here, by function (every valid call that passes their arguments) or by
+#: call (``"<function> #<i>"``: a cap of one evaluation path), and tested at their boundaries like
+#: the recorded ones. The caps: exact (Fraction) evaluation stops at n = 2000, float evaluation of
+#: a pmf at n = 2^53, the quadrature over a continuous law at n = 10^7, the fluid model at
+#: eta = 2^20 when the law has mass past eta times the step time.
 _K_LE_N = hand_rule("ordered", "k", names=("k", "n"))
 _TOP = (
     hand_rule("int", "top_k", low=1),
     hand_rule("int", "top_k", high=4),  # the vocabulary of the valid calls' logits
     hand_rule("real", "top_p", low=0.0, low_open=True, high=1.0),
 )
+_EXACT_N = hand_rule("int", "n", high=2000)
+_FLOAT_N = hand_rule("int", "n", high=2**53)
+_QUADRATURE_N = hand_rule("int", "n", high=10**7)
 HAND_RULES: dict[str, tuple[Rule, ...]] = {
     **{
         f"refimpl.dispatch {name}": (_K_LE_N,)
@@ -435,6 +444,24 @@ HAND_RULES: dict[str, tuple[Rule, ...]] = {
             "selected_pmf",
         )
     },
+    **{
+        f"refimpl.dispatch {name} #0": (_EXACT_N,)
+        for name in (
+            "inclusion_probability_pmf",
+            "ipw_estimator_moments",
+            "length_bias",
+            "selected_pmf",
+        )
+    },
+    "refimpl.dispatch inclusion_probability_pmf #1": (_FLOAT_N,),
+    "refimpl.dispatch selected_pmf #1": (_FLOAT_N,),
+    "refimpl.dispatch length_bias #1": (_QUADRATURE_N,),
+    "refimpl.dispatch selected_mean #0": (_QUADRATURE_N,),
+    "refimpl.dispatch fluid_steady_state #1": (hand_rule("int", "eta", high=2**20),),
+    # censoring: finished rollouts (1 for the estimate, 2 unbiased) and a positive total time
+    "refimpl.dispatch exponential_rate_mle": (hand_rule("sum", "durations", low=0),),
+    "refimpl.dispatch exponential_rate_mle #0": (hand_rule("count", "observed", low=1),),
+    "refimpl.dispatch exponential_rate_mle #1": (hand_rule("count", "observed", low=2),),
     "refimpl.staleness masked_is_weights": (hand_rule("real", "high", low=1.0),),
     "refimpl.effort effort_penalty": (hand_rule("range", "b", low=0.5),),  # b >= b_min = 0.5
     "refimpl.losses aggregation_weights": (hand_rule("int", "token_count", low=5),),  # 5 tokens

@@ -313,7 +313,8 @@ def generated_cases(
     out = []
     declared_rules = HAND_RULES.get(key, ()) if hand_rules is None else hand_rules
     for i, arguments, rules in found:
-        hand = [declared(rule, arguments) for rule in declared_rules]
+        of_call = HAND_RULES.get(f"{key} #{i}", ()) if hand_rules is None else ()
+        hand = [declared(rule, arguments) for rule in (*declared_rules, *of_call)]
         for f in [*rules, *(h for h in hand if h is not None)]:
             for case in cases(f, arguments):
                 coupling = coupled.get((key, i, case.label), coupled.get((key, None, case.label)))
@@ -379,6 +380,14 @@ def test_every_public_function_has_a_valid_call() -> None:
     assert not missing, f"add a valid call to tests/_valid_calls.py for: {missing}"
     unknown = sorted(set(VALID_CALLS) - set(_public_functions()))
     assert not unknown, f"tests/_valid_calls.py names functions that are not public: {unknown}"
+
+
+def test_every_hand_rule_names_a_valid_call() -> None:
+    """``HAND_RULES`` keys are a function (every call) or ``"<function> #<i>"`` (call ``i``)."""
+    for key in HAND_RULES:
+        name, _, index = key.partition(" #")
+        assert name in VALID_CALLS, f"HAND_RULES names no valid call: {key!r}"
+        assert not index or int(index) < len(VALID_CALLS[name]), f"no such call: {key!r}"
 
 
 @pytest.mark.parametrize("key", sorted(VALID_CALLS))
