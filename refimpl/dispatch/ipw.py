@@ -502,7 +502,9 @@ def _moments(
 
     def moments(index: int) -> EstimatorMoments:
         mean = sum((o[0] * o[index] for o in outcomes), zero)
-        var = sum((o[0] * (o[index] - mean) ** 2 for o in outcomes), zero)
+        # prob * d * d, not prob * d**2: a composition of tiny probability can carry a weight
+        # whose square alone is past float64 while its share of the variance is not.
+        var = sum((o[0] * (o[index] - mean) * (o[index] - mean) for o in outcomes), zero)
         bias = mean - target
         return EstimatorMoments(mean, bias, var, var + bias * bias)
 
