@@ -14,10 +14,15 @@ scales as ``S(ℓ)^{n-k}``.
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import mpmath as mp
 import numpy as np
 import pytest
+import scipy.stats
+from _wrong_variants import rejects
+from scipy import integrate, special
 
 import refimpl
 
@@ -126,8 +131,6 @@ def test_float_inclusion_probability_is_accurate_at_large_n(
 
 def test_accuracy_reference_rejects_the_naive_difference() -> None:
     """The naive float difference G(F(ℓ)) - G(F(ℓ-1)) fails the same bound (so the test can fail)."""
-    from scipy import special
-
     pmf, n, k = CASES[1][1], CASES[1][2], CASES[1][3]
     cdf = np.concatenate(([0.0], np.cumsum(pmf)))
     g = (k / n) * special.betainc(k + 1.0, n - k, cdf) + cdf * special.betainc(n - k, k, 1 - cdf)
@@ -158,3 +161,108 @@ def test_the_fourth_order_term_of_the_midpoint_expansion_has_its_sign() -> None:
     found = refimpl.inclusion_probability_pmf(pmf, n=n, k=k)
     (want,) = reference_pi(pmf, n, k, [3086])
     assert abs((mp.mpf(float(found[3086])) - want) / want) <= BOUND
+
+
+# --- the quadratures over a continuous law against closed forms at 50 digits -------------------
+#
+# Lomax (Pareto II) lengths, S(x) = (1 + x)^-c, have order statistics in closed form:
+# E[L_(j:n)] = Γ(n+1) Γ(n-j+1-1/c) / (Γ(n-j+1) Γ(n+1-1/c)) - 1, and the sum over j = 1..k
+# telescopes, since Γ(m+1-β)/Γ(m) - Γ(m-β)/Γ(m-1) = (1-β) Γ(m-β)/Γ(m) with β = 1/c. Exponential
+# lengths: E[L_(j:n)] = H_n - H_{n-j}, and sum_{m<=M} H_m = (M+1) H_M - M. The laws go from a heavy
+# tail (c = 1.5: infinite variance) to a light one, n from 2 to the cap 10^7, k from 1 to n - 1.
+
+EPS = 2.0**-52
+
+
+def _lomax_selected_mean(c: float, n: int, k: int) -> mp.mpf:
+    b = 1 / mp.mpf(c)
+
+    def rising(m: int) -> mp.mpf:  # Γ(m+1-β) / Γ(m)
+        return mp.exp(mp.loggamma(m + 1 - b) - mp.loggamma(m))
+
+    low = n - k + 1
+    total = rising(n) - (rising(low - 1) if low > 1 else 0)
+    return mp.exp(mp.loggamma(n + 1) - mp.loggamma(n + 1 - b)) * total / (1 - b) / k - 1
+
+
+def _lomax_expected_max(c: float, n: int) -> mp.mpf:
+    b = 1 / mp.mpf(c)
+    return mp.exp(mp.loggamma(n + 1) + mp.loggamma(1 - b) - mp.loggamma(n + 1 - b)) - 1
+
+
+def _expon_selected_mean(n: int, k: int) -> mp.mpf:
+    def harmonic_sum(m: int) -> mp.mpf:  # sum_{i=1}^{m} H_i
+        return (m + 1) * mp.harmonic(m) - m
+
+    return (k * mp.harmonic(n) - (harmonic_sum(n - 1) - harmonic_sum(n - k - 1))) / k
+
+
+_LAWS: dict[str, float | None] = {
+    "lomax(1.5)": 1.5,
+    "lomax(2.5)": 2.5,
+    "lomax(4)": 4.0,
+    "lomax(10)": 10.0,
+    "exponential": None,
+}
+_NS = (2, 10, 1000, 10**5, 10**7)
+
+
+def _law(c: float | None) -> Any:
+    return scipy.stats.expon() if c is None else scipy.stats.lomax(c)
+
+
+def check_selected_mean_accuracy(selected_mean: Any) -> None:
+    """``|rel. error| <= 2 n ε`` (``ε = 2^-52``), the bound ``selected_mean`` states."""
+    with mp.workdps(50):
+        for name, c in _LAWS.items():
+            for n in _NS:
+                for k in sorted(k for k in {1, 7, n // 2, n - 1} if 1 <= k < n):
+                    want = (
+                        _expon_selected_mean(n, k) if c is None else _lomax_selected_mean(c, n, k)
+                    )
+                    got = selected_mean(_law(c), n=n, k=k)
+                    err = float(abs((mp.mpf(got) - want) / want))
+                    assert err <= 2 * n * EPS, f"{name}, n={n}, k={k}: relative error {err:.2e}"
+
+
+def test_selected_mean_is_within_its_stated_accuracy() -> None:
+    with mp.workdps(50):
+        # the references themselves, at n = 2: E[min] = 1/(2c - 1) (Lomax) and 1/2 (exponential),
+        # E[max] = 2 E[L] - E[min] with E[L] = 1/(c - 1)
+        assert abs(_lomax_selected_mean(4.0, 2, 1) - mp.mpf(1) / 7) < mp.mpf(10) ** -45
+        assert abs(_expon_selected_mean(2, 1) - mp.mpf(1) / 2) < mp.mpf(10) ** -45
+        assert (
+            abs(_lomax_expected_max(4.0, 2) - (mp.mpf(2) / 3 - mp.mpf(1) / 7)) < mp.mpf(10) ** -45
+        )
+    check_selected_mean_accuracy(refimpl.selected_mean)
+
+
+def test_the_selected_mean_accuracy_check_rejects_a_cruder_rule() -> None:
+    """The plain adaptive ``quad`` of the same integral (no panels, no break points) misses the
+    stated accuracy: the bound is tight enough to see a worse quadrature."""
+
+    def plain(dist: Any, *, n: int, k: int) -> float:
+        def f(s: float) -> float:
+            return float(dist.isf(s)) * float(special.betainc(n - k, k, s))
+
+        return float(n / k * integrate.quad(f, 0.0, 1.0, limit=500, epsrel=1e-13)[0])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rejects(check_selected_mean_accuracy, plain)
+
+
+EXPECTED_MAX_BOUND = 1e-11  # the relative accuracy expected_max states
+
+
+def test_expected_max_is_within_its_stated_accuracy() -> None:
+    bad = []
+    with mp.workdps(50):
+        for name, c in _LAWS.items():
+            for n in _NS:
+                want = mp.harmonic(n) if c is None else _lomax_expected_max(c, n)
+                got = refimpl.expected_max(_law(c), n=n)
+                err = float(abs((mp.mpf(got) - want) / want))
+                if err > EXPECTED_MAX_BOUND:
+                    bad.append((name, n, err))
+    assert not bad, f"past {EXPECTED_MAX_BOUND}: {bad}"

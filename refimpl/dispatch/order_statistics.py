@@ -127,7 +127,11 @@ def selected_mean(dist: Any, *, n: int, k: int) -> float:
     Notes
     -----
     Quadrature in the survival coordinate :math:`s = 1-u` (``dist.isf``), with break points at the
-    quantiles of :math:`\mathrm{Beta}(n-k, k)`; relative accuracy about ``1e-10``. A law that has no
+    quantiles of :math:`\mathrm{Beta}(n-k, k)`; relative error below :math:`2n\varepsilon`
+    (:math:`\varepsilon = 2^{-52}`: for a small ``k`` the weight lies within about :math:`1/n` of
+    :math:`s = 1`, where :math:`s` itself is rounded to :math:`\varepsilon`), that is about
+    ``4e-13`` at :math:`n = 1000` and ``4e-9`` at the cap :math:`n = 10^7` (measured against closed
+    forms at 50 digits, exponential and Lomax laws: at most :math:`0.84\,n\varepsilon`). A law that has no
     quantile function of its own (an ``rv_continuous`` subclass with neither ``_ppf`` nor ``_isf``,
     which scipy inverts by a root search per point) is integrated in the length coordinate
     instead, :math:`E_q[L] = \int_0^\infty S_q`, with
@@ -197,7 +201,10 @@ def expected_max(dist: Any, *, n: int) -> float:
     Notes
     -----
     Quadrature in the survival coordinate :math:`s = 1 - u` with ``dist.isf`` (accurate in the upper
-    tail) and break points at multiples of :math:`1/n`, where the weight concentrates. A law with
+    tail) and break points at multiples of :math:`1/n`, where the weight concentrates; relative
+    error below ``1e-11`` (measured against closed forms at 50 digits, exponential and Lomax laws,
+    :math:`n \le 10^7`: at most ``6e-12``, about ``1e-15`` where the composite rule is accepted
+    without the adaptive fallback). A law with
     no quantile function of its own is integrated in the length coordinate,
     :math:`\int_0^\infty 1 - (1 - S(x))^n\,dx`, as in :func:`selected_mean`. Exponential lengths: :math:`H_n/\lambda` (claim :ref:`OS1 <os1>`); uniform on
     :math:`[a, b]`: :math:`a + (b-a)\,n/(n+1)` (claim :ref:`OS2 <os2>`).
