@@ -20,6 +20,8 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import as_float_array, as_real, invalid, mismatch, require_entries
 from refimpl.losses._common import as_choice
 from refimpl.losses.advantages import (
+    _PLACEMENTS,
+    EpsPlacement,
     _as_groups,
     _as_sequence_weights,
     grpo_advantages,
@@ -74,6 +76,7 @@ def gdpo_advantages(
     eps: float = 1e-6,
     singleton: Singleton = "zero",
     whiten_eps: float = 1e-8,
+    whiten_placement: EpsPlacement = "variance",
 ) -> FloatArray:
     r"""GDPO advantages: each reward component normalised in its group, summed, then whitened.
 
@@ -81,9 +84,11 @@ def gdpo_advantages(
 
         A^{(k)}_i = \mathrm{GRPO}\bigl(r^{(k)}\bigr)_i, \qquad
         S_i = \sum_k w_k A^{(k)}_i, \qquad
-        A_i = \frac{S_i - m}{\sqrt{s^2 + \varepsilon_w}},
+        A_i = \frac{S_i - m}{D(s)},
 
-    where :math:`\mathrm{GRPO}` is :func:`~refimpl.grpo_advantages` with
+    with :math:`D(s) = \sqrt{s^2 + \varepsilon_w}` (``whiten_placement="variance"``),
+    :math:`s + \varepsilon_w` (``"std"``) or :math:`\sqrt{\max(s^2, \varepsilon_w)}`
+    (``"floor"``), where :math:`\mathrm{GRPO}` is :func:`~refimpl.grpo_advantages` with
     ``std``, ``eps`` (added to the std) and ``singleton``, and :math:`m, s^2` are the
     token-weighted batch mean and sample variance of :math:`S` (each sequence weighs its number of
     valid tokens; 1 each without ``mask``), as in
@@ -98,6 +103,13 @@ def gdpo_advantages(
         singleton keeps its reward: ``singleton="raw"``), reads the components as float32
         (``np.asarray(comp, dtype=np.float32)``) and whitens with ``masked_whiten`` (sample
         variance over tokens, ``rsqrt(var + 1e-8)``, its mean divided by ``N + 1e-8``).
+        TRL 1.16.0 (``GRPOTrainer._generate_and_score_completions`` with
+        ``multi_objective_aggregation="normalize_then_sum"``) z-scores each reward function's
+        float32 outputs in its group (sample std, ``ε = 1e-4`` added to it; a group of one gets
+        0), sums them with ``reward_weights`` and standardises the sum over the *sequences* of
+        the batch with ``ε_w = 1e-4`` added to the sample std: ``mask=None``, ``eps=1e-4``,
+        ``whiten_eps=1e-4``, ``whiten_placement="std"``. It ignores ``scale_rewards`` on that
+        path.
 
     Parameters
     ----------
@@ -112,7 +124,10 @@ def gdpo_advantages(
     std, eps, singleton
         The per-component GRPO's options (:func:`~refimpl.grpo_advantages`).
     whiten_eps : float
-        :math:`\varepsilon_w >= 0` under the square root of the batch variance.
+        :math:`\varepsilon_w >= 0` in the batch denominator, placed by ``whiten_placement``.
+    whiten_placement : {"variance", "std", "floor"}
+        :math:`\sqrt{s^2 + \varepsilon_w}` (verl), :math:`s + \varepsilon_w` (TRL) or
+        :math:`\sqrt{\max(s^2, \varepsilon_w)}`.
 
     Returns
     -------
@@ -130,6 +145,10 @@ def gdpo_advantages(
     -----
     With one component, :math:`w = 1` and ``mask=None``, the result is GRPO's advantages
     re-standardised over the batch (claim AB6). The token-weighted mean of the result is 0.
+    With :math:`\varepsilon_w > 0` the batch standard deviation of the result is
+    :math:`s/D(s)`: 1 up to :math:`\varepsilon_w/(2s^2)` under ``"variance"`` but up to
+    :math:`\varepsilon_w/s` under ``"std"``, and a batch whose sums :math:`S` spread by
+    :math:`s \le \varepsilon_w` is floored at 1 under ``"floor"`` (claim GD1).
 
     References
     ----------
@@ -142,19 +161,22 @@ def gdpo_advantages(
     >>> r = [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]]
     >>> at.gdpo_advantages(r, group=[0, 0, 1, 1], eps=0.0, whiten_eps=0.0)
     array([ 0.8660254, -0.8660254,  0.8660254, -0.8660254])
+    >>> at.gdpo_advantages(r, group=[0, 0, 1, 1], eps=0.0, whiten_eps=1.0, whiten_placement="std")
+    array([ 0.38926954, -0.38926954,  0.38926954, -0.38926954])
     """
     r = _as_reward_matrix(rewards)
     w = _as_weights(weights, r.shape[1])
     _as_groups(group, r.shape[0])
     if mask is not None:
         _as_sequence_weights(mask, r.shape[0])
-    e_w = as_real(whiten_eps, name="whiten_eps", low=0.0, meaning="under the batch variance")
+    e_w = as_real(whiten_eps, name="whiten_eps", low=0.0, meaning="in the batch denominator")
+    as_choice(whiten_placement, name="whiten_placement", choices=_PLACEMENTS)  # named refusal
     total = np.zeros(r.shape[0], dtype=np.float64)
     for k in range(r.shape[1]):
         a = grpo_advantages(r[:, k], group=group, std=std, eps=eps, singleton=singleton)
         total = total + w[k] * np.asarray(a, dtype=np.float64)
     return reinforce_pp_advantages(
-        total, mask=mask, std="sample", eps=e_w, eps_placement="variance"
+        total, mask=mask, std="sample", eps=e_w, eps_placement=whiten_placement
     )
 
 

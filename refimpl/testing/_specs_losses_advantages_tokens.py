@@ -3,8 +3,8 @@ token), against :mod:`refimpl.losses.advantages_tokens`; the sequence-level esti
 shared helpers are in :mod:`refimpl.testing._specs_losses_advantages_more`.
 
 Value only (the frameworks compute advantages under ``torch.no_grad()``). Derived tolerances: GDPO
-sums each component's GRPO condition (weighted) and adds the token-weighted whitening's terms, as
-REINFORCE++ does; the optimal token baseline is a :math:`W`-weighted mean of the returns, off by
+sums each component's GRPO condition (weighted) and adds the batch whitening's terms (token- or
+sequence-weighted, the denominator as declared), as REINFORCE++ does; the optimal token baseline is a :math:`W`-weighted mean of the returns, off by
 :math:`\sum_i \delta W_i |G_i - B| / \sum_i W_i` plus the sums' rounding, :math:`\delta W_i` the
 rounding of the cumulative path variance (a running sum of :math:`1 + 2\pi + \Sigma\pi^2`
 terms, the exponential included).
@@ -22,7 +22,6 @@ from refimpl.losses.advantages_tokens import gdpo_advantages, optimal_token_base
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._engine import Call, Case, Check, Convention, Conventions, Spec
 from refimpl.testing._specs_losses_advantages_more import (
-    _found,
     _groups,
     _lengths,
     _singleton,
@@ -36,6 +35,7 @@ from refimpl.testing._specs_losses_stats_advantages import (
     SINGLETON,
     STD,
     _adv_condition,
+    _adv_found,
     _rewards_draw,
 )
 from refimpl.testing.tolerances import summation_factor
@@ -76,7 +76,23 @@ WHITEN_EPS = Convention(
     (1e-8, 0.0),
     "ε >= 0 under GDPO's batch variance, √(s² + ε)",
     number=True,
-    who="1e-8: verl 0.9.1 masked_whiten",
+    who="1e-8: verl 0.9.1 masked_whiten; 1e-4: TRL 1.16.0 (normalize_then_sum)",
+)
+WHITEN_PLACEMENT = Convention(
+    "whiten_placement",
+    "variance",
+    ("variance", "std", "floor"),
+    "GDPO's batch denominator: √(s² + ε), s + ε, or √max(s², ε)",
+    who="variance: verl 0.9.1 masked_whiten; std: TRL 1.16.0 GRPOTrainer "
+    "(multi_objective_aggregation='normalize_then_sum', nanstd + 1e-4)",
+)
+WHITEN_WEIGHTS = Convention(
+    "whiten_weights",
+    "tokens",
+    ("tokens", "sequences"),
+    "GDPO's batch mean and variance: each sequence weighted by its valid tokens, or by 1",
+    who="tokens: verl 0.9.1 masked_whiten over the response mask; sequences: TRL 1.16.0 "
+    "(nanmean and nanstd over the batch's sequences)",
 )
 
 
@@ -157,11 +173,12 @@ def _gdpo_expected(call: Call, conv: Conventions) -> Array:
         rewards,
         group=kw["group"],
         weights=kw["weights"],
-        mask=kw["mask"],
+        mask=kw["mask"] if conv["whiten_weights"] == "tokens" else None,
         std=conv["std"],
         eps=conv["eps"],
         singleton=_singleton(conv),
         whiten_eps=conv["whiten_eps"],
+        whiten_placement=conv["whiten_placement"],
     )
 
 
@@ -175,6 +192,13 @@ def _otb_expected(call: Call, conv: Conventions) -> Array:
         eps=conv["eps"],
         positions=conv["positions"],
     )
+
+
+def _whiten_weights(kw: dict[str, Any], conv: Conventions) -> Array:
+    """Each sequence's weight in GDPO's batch whitening: its valid tokens, or 1."""
+    if conv["whiten_weights"] == "sequences":
+        return np.ones(np.asarray(kw["mask"]).shape[0])
+    return np.asarray(np.asarray(kw["mask"]).sum(axis=1), dtype=np.float64)
 
 
 def _gdpo_condition(call: Call, conv: Conventions, expected: Any) -> Array:
@@ -199,11 +223,15 @@ def _gdpo_condition(call: Call, conv: Conventions, expected: Any) -> Array:
         )
         cond_s += w[k] * (_adv_condition("grpo")(col, grpo_conv, a_k) + 2.0 * np.abs(a_k))
         total += w[k] * a_k
-    tokens = np.asarray(kw["mask"]).sum(axis=1)
+    tokens = _whiten_weights(kw, conv)
     fb = summation_factor(max(int(tokens.sum()), 1)) + 2.0
     m = float(np.sum(tokens * total) / tokens.sum())
     var = float(np.sum(tokens * (total - m) ** 2) / max(tokens.sum() - 1.0, 1.0))
-    d = float(np.sqrt(var + float(conv["whiten_eps"])))
+    e_w, place = float(conv["whiten_eps"]), conv["whiten_placement"]
+    if place == "std":
+        d = float(np.sqrt(var)) + e_w
+    else:
+        d = float(np.sqrt(var + e_w if place == "variance" else max(var, e_w)))
     a = np.abs(np.asarray(expected, dtype=np.float64))
     if d == 0.0:
         return np.asarray(a, dtype=np.float64)
@@ -275,13 +303,13 @@ def _otb_column_condition(call: Call, conv: Conventions, expected: Any) -> Array
 
 
 def _padding_zero(case: Case) -> None:
-    found = _found(case)
+    found = _adv_found(case)
     m = np.asarray(case.calls[0][1]["mask"])
     assert np.all(found[m == 0] == 0.0), f"padding carries advantages {found[m == 0].tolist()}"
 
 
 def _otb_singletons_return(case: Case) -> None:
-    found = _found(case)
+    found = _adv_found(case)
     (rewards, _, _), kw = case.calls[0]
     m = np.asarray(kw["mask"], dtype=np.float64)
     g = np.cumsum((np.asarray(rewards) * m)[:, ::-1], axis=1)[:, ::-1] * m
@@ -296,7 +324,7 @@ def _otb_singletons_return(case: Case) -> None:
 
 def _otb_equal_weights(case: Case) -> None:
     """Equal per-token weights, equal lengths (no tail): the baseline is the group's mean return."""
-    found = _found(case)
+    found = _adv_found(case)
     (rewards, _, _), kw = case.calls[0]
     m = np.asarray(kw["mask"], dtype=np.float64)
     g = np.cumsum((np.asarray(rewards) * m)[:, ::-1], axis=1)[:, ::-1]
@@ -326,17 +354,17 @@ def _otb_uniform_calls(conv: Conventions) -> st.SearchStrategy[list[Call]]:
 
 
 def _batch_mean_zero(case: Case) -> None:
-    """GDPO: the token-weighted batch mean of the advantages is 0."""
-    found = _found(case)
-    w = np.asarray(case.calls[0][1]["mask"]).sum(axis=1)
+    """GDPO: the (token- or sequence-) weighted batch mean of the advantages is 0."""
+    found = _adv_found(case)
+    w = _whiten_weights(case.calls[0][1], case.conventions)
     err = case.allowed(case.expected(), case.condition())
     mean = float(np.sum(w * found) / w.sum())
     n = int(w.sum())
     allowed = float(np.sum(w * err) / w.sum()) + summation_factor(n) * case.u * float(
         np.sum(w * np.abs(found)) / w.sum()
     )
-    case.show("token-weighted mean:", mean, "allowed:", allowed)
-    assert abs(mean) <= allowed, f"the token-weighted mean {mean} is not 0 (allowed {allowed})"
+    case.show("weighted mean:", mean, "allowed:", allowed)
+    assert abs(mean) <= allowed, f"the weighted batch mean {mean} is not 0 (allowed {allowed})"
 
 
 def _eps_zero(conv: Conventions) -> str | None:
@@ -389,12 +417,12 @@ def token_advantage_specs() -> list[Spec]:
                 ),
                 Check(
                     "zero_batch_mean",
-                    "the token-weighted batch mean of the advantages is 0",
+                    "the batch mean of the advantages is 0 (weighted as whiten_weights declares)",
                     lambda conv: _gdpo_calls(conv),
                     _batch_mean_zero,
                 ),
             ],
-            (STD, EPS_GRPO, SINGLETON, GROUPS, WHITEN_EPS),
+            (STD, EPS_GRPO, SINGLETON, GROUPS, WHITEN_EPS, WHITEN_PLACEMENT, WHITEN_WEIGHTS),
             _gdpo_condition,
         ),
         _token_spec(

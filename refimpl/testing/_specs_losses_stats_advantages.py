@@ -331,10 +331,10 @@ def _centred_scale(call: Call, conv: Conventions, inverse: NDArray[np.intp]) -> 
 
 
 def _adv_found(case: Case, i: int = 0) -> Array:
+    """The candidate's advantages of call ``i``, of the reference's shape."""
     found = np.asarray(case.found[i], dtype=np.float64)
-    (rewards,), _ = case.calls[i]
-    size = np.asarray(rewards).size
-    assert found.shape == (size,), f"advantages of shape {found.shape}, expected ({size},)"
+    want = np.asarray(case.expected(i)).shape
+    assert found.shape == want, f"advantages of shape {found.shape}, expected {want}"
     return found
 
 
@@ -348,7 +348,7 @@ def _adv_agrees(case: Case) -> None:
 
 def _groups_of(case: Case, i: int = 0) -> tuple[NDArray[np.intp], NDArray[np.int64]]:
     (rewards,), kwargs = case.calls[i]
-    inverse = _labels(kwargs, np.asarray(rewards).size)
+    inverse = _labels(kwargs, np.asarray(rewards).shape[0])  # one row per sequence
     return inverse, np.bincount(inverse)
 
 
