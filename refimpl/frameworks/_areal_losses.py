@@ -39,7 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.frameworks import _areal_losses_actor, _areal_losses_sequence
+from refimpl.frameworks import (
+    _areal_losses_actor,
+    _areal_losses_decoupled,
+    _areal_losses_sequence,
+)
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
 
 _FUNCTIONAL = "areal.utils.functional"
@@ -635,5 +639,6 @@ ADAPTERS = (
 
 # M2PO's mask lives in areal/trainer/ppo/actor.py, importable only with the areal.trainer stub
 ADAPTERS = (*ADAPTERS, *_areal_losses_actor.ADAPTERS, *_areal_losses_sequence.ADAPTERS)
+ADAPTERS = (*ADAPTERS, *_areal_losses_decoupled.ADAPTERS)
 
 __all__ = ["ADAPTERS"]
