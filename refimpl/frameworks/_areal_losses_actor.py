@@ -1,4 +1,4 @@
-"""AReaL 1.0.4: the loss-level helpers of ``areal/trainer/ppo/actor.py`` (M2PO, the KDRL term).
+"""AReaL 1.0.4: the loss-level helpers of ``areal/trainer/ppo/actor.py`` (M2PO, the KDRL term, GAE).
 
 ``_apply_m2po_masking(old_logp, prox_logp, loss_mask, m2_threshold)`` (``actor.m2_threshold``,
 applied by ``grpo_loss_fn`` before the PPO or SAPO loss): the squared ``old_logp − prox_logp`` of
@@ -7,6 +7,12 @@ until the mean of the rest is ``< m2_threshold`` (strictly), keeping at least on
 ``grpo_loss_fn`` with ``teacher_logp`` in the batch and ``rl_loss_weight != 0`` adds
 ``distill_loss_weight · Σ (logprobs − teacher_logp)·mask / mask.sum().clamp(min=1)`` to the PPO
 loss (``rl_loss_weight = 0`` is a different, importance-weighted REINFORCE form).
+``PPOActor._compute_advantages`` computes the rewards (the outcome reward at the last response
+token, ``−kl_ctl·KL`` at every token, 0 after EOS) and GAE inline: a backward loop over the
+rolled loss mask that carries ``nextvalues`` and ``lastgaelam`` across masked positions (a
+masked position is skipped, its advantage is the carried one), starting from the value at the
+last position for a row without EOS (``seqlens == max_seqlen``) and 0 otherwise; the returns are
+``advantages + values``, before ``adv_norm``.
 
 ``areal.trainer.ppo.actor`` cannot be imported as installed: the package ``areal.trainer``'s
 ``__init__`` imports ``dpo_trainer`` → ``areal.utils.stats_logger`` → ``swanlab``, which is not
@@ -60,6 +66,64 @@ def areal_kdrl_reverse_kl(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
     )
 
 
+def _compute_advantages(
+    rewards: Any, values: Any, mask: Any, *, gamma: Any, lam: Any, adv_norm: Any
+) -> Any:
+    """``PPOActor._compute_advantages`` on an instance with only the attributes it reads (no
+    reward bias, scaling, clip or reward normalisation, ``kl_ctl = 1`` and the estimator
+    ``KLEstimator("k1")`` as ``PPOActor.__init__`` builds it). AReaL's layout has one prompt token
+    before the T response tokens; ``loss_mask`` is rolled by −1 there, so position t of the
+    rolled arrays is response token t. The per-token rewards enter as the KL reward
+    ``−kl_ctl·k1(logprobs = 0, ref_logp = r)``, the outcome reward is 0, the value at the extra
+    last position (the bootstrap of a row without EOS) is 0. Returns (advantages, returns)."""
+    import torch
+    from areal.trainer.ppo.actor import PPOActor
+    from areal.utils.data import KLEstimator
+
+    class Config:
+        overlong_reward_penalty = False
+        use_decoupled_loss = False
+        recompute_logprob = False
+
+    actor = PPOActor.__new__(PPOActor)
+    actor.config = Config()
+    actor.reward_bias, actor.reward_scaling, actor.reward_clip = 0.0, 1.0, 1e30
+    actor.reward_norm, actor.adv_norm = None, adv_norm
+    actor.kl_ctl, actor.kl_estimator = 1.0, KLEstimator("k1")
+    actor.discount, actor.gae_lambda, actor.mask_no_eos_with_zero = gamma, lam, False
+    batch, time = rewards.shape
+    one = torch.zeros((batch, 1), dtype=rewards.dtype)
+    last = (mask > 0).float().cumsum(-1).argmax(-1)  # each row's last valid token (0 if none)
+    seqlens = torch.where((mask > 0).any(-1), last + 2, 1)  # prompt + response up to it
+    data = {
+        "input_ids": torch.zeros((batch, time + 1), dtype=torch.long),
+        "rewards": torch.zeros(batch, dtype=rewards.dtype),
+        "loss_mask": torch.cat([one, (mask > 0).to(rewards.dtype)], dim=1),
+        "logprobs": torch.zeros((batch, time + 1), dtype=rewards.dtype),
+        "ref_logp": torch.cat([rewards, one], dim=1),
+        "values": torch.cat([values, one], dim=1),
+        "attention_mask": (torch.arange(time + 1)[None, :] < seqlens[:, None]).long(),
+    }
+    out = actor._compute_advantages(data)
+    return out["advantages"][:, :time], out["returns"][:, :time]
+
+
+def areal_gae(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask: Any) -> Any:
+    """GAE inline in ``PPOActor._compute_advantages`` with ``adv_norm=None``."""
+    return _compute_advantages(rewards, values, mask, gamma=gamma, lam=lam, adv_norm=None)
+
+
+def areal_gae_adv_norm(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask: Any) -> Any:
+    """GAE in ``PPOActor._compute_advantages`` followed by ``adv_norm`` (``Normalization`` with
+    ``mean_level = std_level = "batch"``, its defaults: sample std, ``eps = 1e-5`` added to it)
+    over the rolled loss mask."""
+    from areal.api.cli_args import NormConfig
+    from areal.utils.data import Normalization
+
+    norm = Normalization(NormConfig(mean_level="batch", std_level="batch"))
+    return _compute_advantages(rewards, values, mask, gamma=gamma, lam=lam, adv_norm=norm)
+
+
 _ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.m2po_mask",
@@ -83,6 +147,60 @@ _ADAPTERS: tuple[Adapter, ...] = (
         dtype="float32",  # grpo_loss_fn's stats_tracker.stat refuses float64 tensors
         note="The joint distillation term of the actor's loss (KDRL): the k1 reverse KL to the "
         "teacher, token-mean over the mask, on the trainer's loss function.",
+    ),
+    Adapter(
+        key="areal.gae",
+        framework="areal",
+        function="areal.trainer.ppo.actor:PPOActor._compute_advantages",
+        settings={
+            "discount": "gamma",
+            "gae_lambda": "lam",
+            "adv_norm": None,
+            "reward_norm": None,
+            "kl_ctl": 1.0,
+            "kl_estimator": "k1",
+            "mask_no_eos_with_zero": False,
+        },
+        spec="gae_advantages",
+        conventions={
+            "output": "both",
+            "gaps": "skip",
+            "bootstrap": "zero",
+            "padding": "ignored",
+        },
+        candidate=areal_gae,
+        dtype="float32",  # KLEstimator computes the KL reward from .float() copies
+        note="The GAE recursion inline in the actor (masked positions skipped, the value after a "
+        "row's last valid token 0), on per-token rewards given as its KL reward.",
+    ),
+    Adapter(
+        key="areal.gae_adv_norm",
+        framework="areal",
+        function="areal.trainer.ppo.actor:PPOActor._compute_advantages",
+        settings={
+            "discount": "gamma",
+            "gae_lambda": "lam",
+            "adv_norm": {"mean_level": "batch", "std_level": "batch"},
+            "reward_norm": None,
+            "kl_ctl": 1.0,
+            "kl_estimator": "k1",
+            "mask_no_eos_with_zero": False,
+        },
+        spec="gae_advantages",
+        conventions={
+            "output": "both",
+            "whiten": "batch",
+            "whiten_std": "sample",
+            "whiten_eps": 1e-5,
+            "eps_placement": "std",
+            "gaps": "skip",
+            "bootstrap": "zero",
+            "padding": "ignored",
+        },
+        candidate=areal_gae_adv_norm,
+        dtype="float32",
+        note="GAE whitened over the batch's valid tokens by adv_norm (sample std + 1e-5); the "
+        "returns are the raw advantages plus the values.",
     ),
 )
 
