@@ -38,6 +38,13 @@ from refimpl.testing._trace_arrow import (
     excerpt,
     to_numpy,
 )
+from refimpl.testing._trace_jsonl_duckdb import (
+    duckdb_blocks,
+    duckdb_installed,
+    lines_of,
+    plain_names,
+    usable_path,
+)
 
 
 def _jsonl_slow(
@@ -187,6 +194,9 @@ def _jsonl_fast(
 
 #: a JSONL trace at least this large is parsed by polars (when installed): see the module's text
 POLARS_MIN_BYTES = 16 << 20
+#: a JSONL trace at least this large is parsed by duckdb (when installed) where it certifies a
+#: block (:mod:`~refimpl.testing._trace_jsonl_duckdb`), by polars otherwise
+DUCKDB_MIN_BYTES = 16 << 20
 
 
 def polars_installed() -> bool:
@@ -262,12 +272,28 @@ def _jsonl_chunks(
 ) -> Iterator[Chunk]:
     line = 1
     row = 0
-    fast = not exact and path.stat().st_size >= POLARS_MIN_BYTES and polars_installed()
+    size = path.stat().st_size
+    fast = not exact and size >= POLARS_MIN_BYTES and polars_installed()
+    duck = (
+        not exact
+        and size >= DUCKDB_MIN_BYTES
+        and duckdb_installed()
+        and usable_path(path)
+        and plain_names(numeric, lists)
+    )
     with path.open("rb") as handle:
-        for data in _jsonl_blocks(handle, min(max(chunk_rows * 64, 1 << 12), _JSONL_BLOCK_BYTES)):
-            newlines = data.count(b"\n")
-            # polars refuses bytes that are not UTF-8 text (NUL included): checked on its refusal
-            parsed = _jsonl_polars(data, line, newlines, numeric, lists) if fast else None
+        blocks = _jsonl_blocks(handle, min(max(chunk_rows * 64, 1 << 12), _JSONL_BLOCK_BYTES))
+        read = duckdb_blocks(path, numeric, lists, blocks) if duck else _plain(blocks)
+        for data, newlines, columns in read:
+            if columns is not None:  # duckdb's rows, certified: one per line
+                parsed: tuple[dict[str, Any], NDArray[np.int64]] | None = (
+                    columns,
+                    line + np.arange(lines_of(data, newlines), dtype=np.int64),
+                )
+            else:
+                # polars refuses bytes that are not UTF-8 text (NUL included): checked on its
+                # refusal
+                parsed = _jsonl_polars(data, line, newlines, numeric, lists) if fast else None
             if parsed is None:
                 _require_text(path, data, "jsonl", line)
                 parsed = _jsonl_fast(data, line, numeric, lists, exact)
@@ -279,3 +305,8 @@ def _jsonl_chunks(
                 yield Chunk(columns, row, numbers)
                 row += int(numbers.size)
             on_progress(handle.tell())
+
+
+def _plain(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, None]]:
+    for data in blocks:
+        yield data, data.count(b"\n"), None

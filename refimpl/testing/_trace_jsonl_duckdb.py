@@ -1,0 +1,210 @@
+"""Large JSONL traces parsed by duckdb's JSON reader, trusted only where it reads as pyarrow does.
+
+duckdb (the ``trace`` extra) parses newline-delimited JSON against an explicit schema in about a
+third of the CPU time of polars' reader and a seventh of pyarrow's, streaming record batches in
+bounded memory (``MEMORY_LIMIT``, ``THREADS``). It reads the whole file; the trace's own blocks
+are read beside it, and each block takes from duckdb's stream as many rows as it has lines.
+
+duckdb refuses much of what pyarrow refuses (a key given twice, a value of the wrong shape, text
+that is not JSON, two objects on a line) but *accepts* some text pyarrow refuses: a number written
+as a string (``"1.5"``), a boolean (read as 1 or 0), a trailing comma, ``nan`` and ``inf`` in any
+case, a number beyond float64 (infinity) even in a column the check does not read; and it reads an
+integer ``-0`` as +0. So a block is taken from duckdb only with a certificate that none of these
+is in it, checked on its bytes (``bytes`` searches and three numpy counts) and on the values read:
+
+- ASCII, no backslash, no carriage return, neither ``true`` nor ``false`` (the bytes ``u`` and
+  ``f`` are searched first: most traces have neither);
+- no value read is a null or not finite (a NaN, an infinity, a number beyond float64);
+- the block's colons number its lines times the columns read, its quotes twice that, its commas
+  those between the members and between the list elements read. With duckdb's refusal of a
+  repeated key and no null, the colons say that every line (blank ones included) holds exactly
+  the columns read and no other key or colon; the quotes then say that no value is a string, and
+  the commas that none is trailing. So every value of the line is a value read, a number;
+- a zero read only where the block holds no integer ``-0``.
+
+The first block without a certificate, or a duckdb error, ends the duckdb stream: that block and
+every later one are read as before (:mod:`~refimpl.testing._trace_jsonl`), so the verdict, the
+report and every error message are those of pyarrow's route. A trace with more columns than the
+check reads is therefore read by that route (polars' reader), correctly and more slowly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from refimpl.testing._trace_arrow import arrow_lists, float64
+
+#: duckdb's working memory and threads: the peak RSS of a check stays flat in the trace's size
+MEMORY_LIMIT = "128MB"
+THREADS = 2
+#: rows of each record batch duckdb hands over
+BATCH_ROWS = 65536
+
+_NEGATIVE_ZERO = re.compile(rb"-0(?![0-9.eE])")
+
+
+def duckdb_installed() -> bool:
+    """Whether duckdb can be imported (without importing it)."""
+    return importlib.util.find_spec("duckdb") is not None
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def usable_path(path: Path) -> bool:
+    """duckdb expands glob characters in a path: such a path is read by the other route."""
+    return not any(ch in str(path) for ch in "*?[]{}")
+
+
+class DuckRows:
+    """duckdb's rows of the trace, handed over in runs of a requested length."""
+
+    def __init__(self, path: Path, numeric: Sequence[str], lists: Sequence[str]) -> None:
+        import duckdb
+
+        self._con = duckdb.connect(config={"threads": THREADS, "memory_limit": MEMORY_LIMIT})
+        self._con.execute("SET enable_progress_bar = false")
+        types = [(c, "DOUBLE") for c in numeric] + [(c, "DOUBLE[]") for c in lists]
+        columns = "{" + ", ".join(f"{_sql_text(c)}: {_sql_text(t)}" for c, t in types) + "}"
+        names = ", ".join('"' + c.replace('"', '""') + '"' for c, _ in types)
+        query = (
+            f"SELECT {names} FROM read_json({_sql_text(str(path))}, "
+            "format = 'newline_delimited', records = true, compression = 'none', "
+            f"auto_detect = false, columns = {columns})"
+        )
+        self._reader = self._con.sql(query).to_arrow_reader(BATCH_ROWS)
+        self._held: list[Any] = []
+        self._rows = 0
+
+    def take(self, n: int) -> Any | None:
+        """The next ``n`` rows as a pyarrow table, ``None`` if the stream holds fewer."""
+        import pyarrow as pa
+
+        while self._rows < n:
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                return None
+            self._held.append(batch)
+            self._rows += batch.num_rows
+        table = pa.Table.from_batches(self._held)
+        out, rest = table.slice(0, n), table.slice(n)
+        self._held = rest.to_batches()
+        self._rows -= n
+        return out
+
+    def close(self) -> None:
+        try:
+            self._reader.close()
+        finally:
+            self._con.close()
+
+
+def plain_names(numeric: Sequence[str], lists: Sequence[str]) -> bool:
+    """Whether the columns' names can be counted in a block's bytes: ASCII, without a quote,
+    a backslash, a colon or a comma."""
+    return all(n.isascii() and not any(ch in n for ch in '"\\:,') for n in [*numeric, *lists])
+
+
+def plain_bytes(data: bytes) -> bool:
+    """The conditions on a block's bytes that need no count: ASCII, no backslash, carriage return
+    or NUL byte, no ``true`` or ``false``."""
+    if not data or b"\\" in data or b"\r" in data or b"\0" in data or not data.isascii():
+        return False
+    return not ((b"u" in data and b"true" in data) or (b"f" in data and b"false" in data))
+
+
+def counts_agree(data: bytes, lines: int, keys: int, list_commas: int) -> bool:
+    """Whether the block's colons, quotes and commas are those of ``lines`` objects of ``keys``
+    numeric members each (``list_commas`` the commas between the elements of their lists): then
+    every line holds the read keys only, no string but the keys and no trailing comma."""
+    a = np.frombuffer(data, dtype=np.uint8)
+    colons = int(np.count_nonzero(a == 58))
+    if colons != lines * keys or int(np.count_nonzero(a == 34)) != 2 * colons:
+        return False
+    return int(np.count_nonzero(a == 44)) == lines * (keys - 1) + list_commas
+
+
+def columns_of(
+    table: Any, data: bytes, numeric: Sequence[str], lists: Sequence[str]
+) -> dict[str, Any] | None:
+    """The block's columns from duckdb's rows, ``None`` unless certified (the module's text)."""
+    out: dict[str, Any] = {}
+    zero = False
+    list_commas = 0
+    for c in [*numeric, *lists]:
+        col = table.column(c).combine_chunks()
+        if col.null_count:
+            return None
+        values: NDArray[np.float64]
+        if c in lists:
+            if col.values.null_count:
+                return None
+            column = arrow_lists(col, c, str)
+            sizes = column.sizes()
+            list_commas += int(sizes.sum()) - int(np.count_nonzero(sizes))
+            values = column.values
+            out[c] = column
+        else:
+            values = out[c] = float64(col)
+        if not np.all(np.isfinite(values)):
+            return None
+        zero = zero or bool(np.any(values == 0))
+    if not counts_agree(data, table.num_rows, len(numeric) + len(lists), list_commas):
+        return None
+    if zero and b"-" in data and _NEGATIVE_ZERO.search(data):
+        return None
+    return out
+
+
+def lines_of(data: bytes, newlines: int) -> int:
+    """The lines of a block of ``newlines`` newlines (a last line without a newline counts)."""
+    return newlines + (not data.endswith(b"\n"))
+
+
+def duckdb_blocks(
+    path: Path, numeric: Sequence[str], lists: Sequence[str], blocks: Iterator[bytes]
+) -> Iterator[tuple[bytes, int, dict[str, Any] | None]]:
+    """Each block with its count of newlines and its columns from duckdb, or with ``None`` from
+    the first block that duckdb is not trusted with on (its stream closed then)."""
+    rows: DuckRows | None = None
+    try:
+        try:
+            rows = DuckRows(path, numeric, lists)
+        except Exception:  # duckdb cannot read it at all: the other route says why
+            rows = None
+        for data in blocks:
+            if rows is None:
+                yield data, data.count(b"\n"), None
+                continue
+            newlines = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 10))
+            columns = _block_columns(rows, data, newlines, numeric, lists)
+            if columns is None:
+                rows.close()
+                rows = None
+            yield data, newlines, columns
+    finally:
+        if rows is not None:
+            rows.close()
+
+
+def _block_columns(
+    rows: DuckRows, data: bytes, newlines: int, numeric: Sequence[str], lists: Sequence[str]
+) -> dict[str, Any] | None:
+    if not plain_bytes(data):
+        return None
+    try:
+        table = rows.take(lines_of(data, newlines))
+    except Exception:  # a duckdb error (not JSON, a repeated key...): the other route says why
+        return None
+    if table is None:
+        return None
+    return columns_of(table, data, numeric, lists)
