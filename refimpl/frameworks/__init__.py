@@ -261,6 +261,8 @@ def check_partition(key: str, **options: Any) -> PartitionReport:
         "dtype": a.dtype,
         "rtol": p.rtol,
     }
+    if p.ratio != "token":
+        kwargs["ratio"] = p.ratio
     kwargs.update(options)
     with eager():
         return check_partition_invariance(p.candidate, **kwargs)

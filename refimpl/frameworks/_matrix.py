@@ -107,7 +107,8 @@ def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[
     Returns
     -------
     dict
-        ``mode, rule`` (described), ``trainer, intent, checks, divergences``, ``workload_gap``
+        ``mode``, ``ratio`` (only where the loss has one ratio per sequence), ``rule``
+        (described), ``trainer, intent, checks, divergences``, ``workload_gap``
         (:func:`refimpl.testing._partition.split_dependence` on its stated workload: the largest
         relative error of a token's weight against the full batch, ``None`` if non-finite),
         ``max_gap`` and ``dependence`` over the search (per-sequence modes), ``verdict`` and
@@ -126,6 +127,8 @@ def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[
         "constant": p.constant,
         "empty_rows": p.empty_rows,
     }
+    if p.ratio != "token":  # one ratio per sequence: the sequence surrogate is the reference
+        options["ratio"] = p.ratio
     report = check_partition_invariance(
         p.candidate, max_examples=max(max_examples, a.max_examples or 0), rtol=p.rtol, **options
     )
@@ -146,8 +149,10 @@ def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[
         verdict = f"depends on the split (token weights off by up to {workload_gap:.0%})"
     else:
         verdict = "invariant"
+    ratio = {} if p.ratio == "token" else {"ratio": p.ratio}  # token entries stay as they were
     return {
         "mode": p.mode,
+        **ratio,
         "rule": report.rule.describe(),
         "trainer": p.trainer,
         "intent": report.intent,

@@ -133,6 +133,10 @@ class Partition:
     rtol : float or None
         The comparisons' relative tolerance, where the framework adds an epsilon to a
         denominator (see :func:`refimpl.testing.check_partition_invariance`).
+    ratio : {"token", "sequence"}
+        The loss's importance ratio: one per token, or one per sequence (the
+        sequence-likelihood ratio, TRL's ``RLOOTrainer``): which PPO surrogate the partition
+        check's reference aggregates.
     """
 
     candidate: Callable[..., Any]
@@ -143,6 +147,7 @@ class Partition:
     trainer: str = ""
     divergences: Mapping[str, Divergence] = field(default_factory=dict)
     rtol: float | None = None
+    ratio: str = "token"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._registry import Adapter, Divergence, Partition
+from refimpl.losses.partition import ScalingRule
 
 _RLOO = "trl.trainer.rloo_trainer:RLOOTrainer._compute_loss"
 _SCORE = "trl.trainer.rloo_trainer:RLOOTrainer._generate_and_score_completions"
@@ -63,6 +64,20 @@ def trl_rloo_loss(
         "advantages": advantages[:, 0],
     }
     return trainer._compute_loss(None, inputs)
+
+
+def trl_rloo_micro_batch(
+    logp: Any, logp_old: Any, advantages: Any, mask: Any, *, accumulation_steps: Any
+) -> Any:
+    """One micro-batch of ``RLOOTrainer``'s step: the real ``_compute_loss`` (through
+    :func:`trl_rloo_loss`, clip range ``ε = 1`` on both sides so that no drawn sequence ratio is
+    clipped) divided by the accumulation steps, as transformers 5.10's ``Trainer.training_step``
+    does for a trainer with ``loss_is_scaled_for_ga = False`` (``loss /
+    current_gradient_accumulation_steps``); DDP then averages the ranks' gradients."""
+    from refimpl.frameworks._trl_losses_rloo import trl_rloo_loss
+
+    loss = trl_rloo_loss(logp, logp_old, advantages[:, None], eps_low=1.0, eps_high=1.0, mask=mask)
+    return loss / accumulation_steps
 
 
 def trl_rloo_normalized_advantages(rewards: Any, *, group: Any) -> Any:
@@ -145,6 +160,18 @@ ADAPTERS: tuple[Adapter, ...] = (
         examples=(_EMPTY_ROW,),
         note="PPO-clip once per sequence on exp(Σ m·logp − old_logps), −min(coef·A, clip·A), "
         "mean over every row.",
+        partition=Partition(
+            candidate=trl_rloo_micro_batch,
+            mode="seq_mean_token_mean",
+            rule=ScalingRule("local", "mean", "mean", False, "trl_rloo"),
+            empty_rows="counted",
+            ratio="sequence",
+            trainer="trl/trainer/rloo_trainer.py:RLOOTrainer._compute_loss (per_sequence_loss."
+            "mean() over the micro-batch's rows, empty ones included) and transformers/trainer.py:"
+            "Trainer.training_step (loss / current_gradient_accumulation_steps, since "
+            "loss_is_scaled_for_ga = False); DDP averages the ranks",
+            divergences={"value": Divergence("defect", _EMPTY, _EMPTY_REPORT)},
+        ),
     ),
     Adapter(
         key="trl.rloo_advantages_normalized",

@@ -35,6 +35,15 @@ clipped surrogate (PPO, DAPO's clip-higher, dual clip) equals the policy gradien
 value and gradient: the candidate may compute any of them, or ``−A·ρ`` itself. Advantages have ``|A| >= 0.25``, so the weight the candidate gives each token can be read
 back from its gradient, ``w = grad / (−A·ρ)``, and a failure names the scaling rule the candidate
 actually implements.
+
+A loss with one ratio per *sequence* (``ratio="sequence"``: TRL's ``RLOOTrainer``, PPO-clip on
+the sequence-likelihood ratio ``S_b = exp(Σ_t m·(logp − logp_old))``) is compared with
+:func:`refimpl.losses.sequence_product.sequence_ppo_clip_loss` instead: every valid token of row
+``b`` gets the gradient ``−A_b·S_b`` times the row's total weight ``Σ_t w_bt``, so what the split
+can change is each row's weight, read back as ``grad / (−A·S)``. With at most 5 tokens of
+``|log ρ| <= 0.09`` the drawn ``S`` lies in ``[e^{−0.45}, e^{0.45}] ⊂ [0.63, 1.57]``: the
+candidate's clip range must be wider (e.g. ``ε = 1`` on both sides), where the clipped surrogate
+is ``−A·S``.
 """
 
 from __future__ import annotations
@@ -58,12 +67,14 @@ from refimpl.losses._common import as_choice
 from refimpl.losses.aggregation import AGGREGATION_MODES, aggregation_weights
 from refimpl.losses.clipped import ppo_clip_loss
 from refimpl.losses.partition import (
+    SCALING_RULES,
     ScalingRule,
     as_rule,
     intent_of,
     partition_gap,
     split_weights,
 )
+from refimpl.losses.sequence_product import sequence_ppo_clip_loss
 from refimpl.testing._arrays import ArrayBridge
 from refimpl.testing._conformance import (
     CheckResult,
@@ -103,6 +114,8 @@ _CHECKS = {
     "value": "the accumulated loss equals the full-batch aggregated loss",
 }
 _LOG_RATIO = 0.09  # |log ρ| bound on valid tokens: inside every clip range ε >= 0.1
+#: the references by the level of the candidate's ratio: one per token, or one per sequence
+RATIOS = ("token", "sequence")
 
 
 class PartitionCase(NamedTuple):
@@ -187,10 +200,16 @@ def _accepted(candidate: Callable[..., Any]) -> set[str]:
     return {k for k in _KEYWORDS if k in names}
 
 
-def _surrogate(case: PartitionCase, weights: Array) -> tuple[float, Array]:
+def _surrogate(case: PartitionCase, weights: Array, ratio: str = "token") -> tuple[float, Array]:
     """Value and gradient of ``Σ w·ℓ`` for the PPO clipped surrogate ``ℓ`` (the reference's
     VJP with cotangent ``w``); on the drawn ratios it is ``−A·ρ``, clipped by no range
-    ``ε >= 0.1``."""
+    ``ε >= 0.1`` (``ratio="sequence"``: ``−A·S`` on the sequence ratio, unclipped at ε = 1)."""
+    if ratio == "sequence":
+        terms = sequence_ppo_clip_loss(
+            case.logp, case.logp_old, case.advantages, eps_low=1.0, eps_high=1.0,
+            mask=case.mask, cotangent=weights,
+        )  # fmt: skip
+        return float(np.sum(weights * terms.loss)), terms.grad
     terms = ppo_clip_loss(
         case.logp,
         case.logp_old,
@@ -236,12 +255,14 @@ def partition_case_outcome(
     constant: float | None = None,
     empty_rows: str = "excluded",
     rtol: float | None = None,
+    ratio: str = "token",
 ) -> PartitionOutcome:
     """Run one case: call the candidate per micro-batch, accumulate, compare with the reference.
 
     The reference is the full-batch aggregation for a mode whose intent is global (see
     :func:`refimpl.losses.partition.partition_gap`), and the rule's own effective weights
-    (:func:`refimpl.losses.partition.split_weights`) for a per-sequence mode with local counts.
+    (:func:`refimpl.losses.partition.split_weights`) for a per-sequence mode with local counts,
+    applied to the PPO surrogate of one ratio per token or per sequence (``ratio``).
     """
     chosen = as_rule(rule)
     bridge = ArrayBridge(xp, dtype)
@@ -304,7 +325,7 @@ def partition_case_outcome(
         weights = aggregation_weights(seen.mask, mode=mode, **options)
     else:
         weights = split_weights(seen.mask, splits=case.splits, mode=mode, rule=chosen, **options)
-    ref_value, ref_grad = _surrogate(seen, weights)
+    ref_value, ref_grad = _surrogate(seen, weights, ratio)
     rtol = _tolerance(bridge.dtype_name, case, rtol)
     scale = float(np.max(np.abs(ref_grad))) if ref_grad.size else 0.0
     if np.any(np.abs(grad - ref_grad) > rtol * (scale + np.abs(ref_grad))):
@@ -370,6 +391,7 @@ def split_dependence(
     dtype: str = "float64",
     constant: float | None = None,
     empty_rows: str = "excluded",
+    ratio: str = "token",
 ) -> float:
     """How far a framework's step gradient is from the full-batch one on :data:`STATED_WORKLOAD`.
 
@@ -379,6 +401,7 @@ def split_dependence(
     batch aggregated by ``mode``. The result is the largest relative error of a token's weight,
     ``max |w / w_full − 1|``: 0 when the split does not matter, 0.67 when some token counts 67%
     more than it would in the full batch; ``nan`` when a micro-batch gave a non-finite loss.
+    With ``ratio="sequence"`` the weight compared is each row's (all its tokens share one ratio).
 
     Examples
     --------
@@ -393,34 +416,52 @@ def split_dependence(
     case = STATED_WORKLOAD
     out = partition_case_outcome(
         _resolve(candidate)[0], case, mode=mode, rule=rule, xp=xp, dtype=dtype,
-        constant=constant, empty_rows=empty_rows,
+        constant=constant, empty_rows=empty_rows, ratio=ratio,
     )  # fmt: skip
     if out.failed == "finite":
         return float("nan")
     options: dict[str, Any] = {"constant": constant, "empty_rows": empty_rows}
     if mode == "group_mean":
         options["group"] = case.group
-    full = aggregation_weights(case.mask, mode=mode, **options)
+    full = _comparable(aggregation_weights(case.mask, mode=mode, **options), case.mask, ratio)
     valid = case.mask > 0
-    return float(np.max(np.abs(_effective_weights(case, out.grad)[valid] / full[valid] - 1.0)))
+    found = _effective_weights(case, out.grad, ratio)
+    return float(np.max(np.abs(found[valid] / full[valid] - 1.0)))
 
 
-def _effective_weights(case: PartitionCase, grad: Array) -> Array:
-    """The weight the candidate gave each token: its gradient over ``∂(−A·ρ)/∂logp``."""
-    ratio = np.exp(np.where(case.mask > 0, case.logp - case.logp_old, 0.0))
-    per_token = -case.advantages[:, None] * ratio
+def _comparable(weights: Array, mask: Array, ratio: str) -> Array:
+    """Token weights as the gradient shows them: each token's own (one ratio per token), or its
+    row's total at every valid token (one ratio per sequence)."""
+    if ratio == "sequence":
+        return np.asarray(mask * weights.sum(axis=1, keepdims=True), dtype=np.float64)
+    return weights
+
+
+def _effective_weights(case: PartitionCase, grad: Array, ratio: str = "token") -> Array:
+    """The weight the candidate gave each token: its gradient over ``∂(−A·ρ)/∂logp`` (over
+    ``−A·S``, ``S`` the row's sequence ratio, when ``ratio="sequence"``)."""
+    d = np.where(case.mask > 0, case.logp - case.logp_old, 0.0)
+    if ratio == "sequence":
+        d = np.broadcast_to(d.sum(axis=1, keepdims=True), d.shape)
+    per_token = -case.advantages[:, None] * np.exp(d)
     return np.where(case.mask > 0, grad / np.where(case.mask > 0, per_token, 1.0), 0.0)
 
 
 def _matching_rules(
-    case: PartitionCase, grad: Array, mode: str, options: dict[str, Any], rtol: float
+    case: PartitionCase,
+    grad: Array,
+    mode: str,
+    options: dict[str, Any],
+    rtol: float,
+    ratio: str = "token",
 ) -> list[ScalingRule]:
     """The scaling rules whose effective weights equal the candidate's on ``case``."""
-    weights = _effective_weights(case, grad)
+    weights = _effective_weights(case, grad, ratio)
     found = []
     for other in _all_rules():
         opts = dict(options, group=case.group) if mode == "group_mean" else options
         eff = split_weights(case.mask, splits=case.splits, mode=mode, rule=other, **opts)
+        eff = _comparable(eff, case.mask, ratio)
         scale = float(np.max(np.abs(eff))) if eff.size else 0.0
         if np.all(np.abs(weights - eff) <= 8 * rtol * (scale + np.abs(eff))):
             found.append(other)
@@ -458,7 +499,8 @@ def _diagnosis(
     bridge = ArrayBridge(run["xp"], run["dtype"])
     seen = example._replace(logp=bridge.seen(example.logp), logp_old=bridge.seen(example.logp_old))
     seen = seen._replace(advantages=bridge.seen(example.advantages))
-    candidates = _matching_rules(seen, outcome.grad, mode, options, rtol)
+    ratio: str = run.get("ratio", "token")
+    candidates = _matching_rules(seen, outcome.grad, mode, options, rtol, ratio)
     named = _NAMING_CASES[0]
     for case in _NAMING_CASES:
         if not candidates:
@@ -471,7 +513,7 @@ def _diagnosis(
             continue
         seen = case._replace(logp=bridge.seen(case.logp), logp_old=bridge.seen(case.logp_old))
         seen = seen._replace(advantages=bridge.seen(case.advantages))
-        here = _matching_rules(seen, got.grad, mode, options, rtol)
+        here = _matching_rules(seen, got.grad, mode, options, rtol, ratio)
         narrowed = [r for r in candidates if r in here]
         if narrowed:
             candidates, named = narrowed, case
@@ -594,6 +636,7 @@ def check_partition_invariance(
     max_ranks: int = 3,
     max_steps: int = 3,
     rtol: float | None = None,
+    ratio: str = "token",
 ) -> PartitionReport:
     """Check that a framework's micro-batch loss accumulates to the full-batch gradient.
 
@@ -623,6 +666,11 @@ def check_partition_invariance(
         ``4 u (⌈log2 n⌉ + 5)`` with ``u`` its unit roundoff and ``n`` the batch's entries. A
         candidate that adds an epsilon to a denominator (verl's ``+ 1e-8``) needs a ``rtol``
         above that epsilon's relative size in float64.
+    ratio : {"token", "sequence"}
+        The candidate's importance ratio: one per token (the reference is
+        :func:`refimpl.losses.clipped.ppo_clip_loss`), or one per sequence, the
+        sequence-likelihood ratio (:func:`refimpl.losses.sequence_product.sequence_ppo_clip_loss`;
+        the candidate's clip range must contain ``[0.63, 1.57]``, see the module docstring).
 
     Returns
     -------
@@ -650,6 +698,7 @@ def check_partition_invariance(
     func, label, _line = _resolve(candidate)
     as_choice(mode, name="mode", choices=AGGREGATION_MODES)
     as_choice(empty_rows, name="empty_rows", choices=("excluded", "counted"))
+    as_choice(ratio, name="ratio", choices=RATIOS)
     chosen = as_rule(rule)
     examples = as_int(max_examples, name="max_examples", minimum=1)
     ranks = as_int(max_ranks, name="max_ranks", minimum=1)
@@ -673,6 +722,8 @@ def check_partition_invariance(
         "empty_rows": empty_rows,
         "rtol": tolerance,
     }
+    if ratio != "token":  # the token-level run (and its reproduction) stays as it was
+        run["ratio"] = ratio
     widest: list[tuple[float, str]] = [(0.0, "")]
 
     def fails(case: PartitionCase) -> bool:
@@ -761,8 +812,9 @@ def _results(
 
 
 def _plain(run: dict[str, Any]) -> dict[str, Any]:
-    """The run's keywords with the rule as the source that rebuilds it."""
+    """The run's keywords with the rule as the source that rebuilds it: a preset's name, or the
+    :class:`ScalingRule` itself (a rule read from a trainer may carry a name no preset has)."""
     rule: ScalingRule = run["rule"]
     out = dict(run)
-    out["rule"] = rule.name if rule.name else rule
+    out["rule"] = rule.name if rule.name in SCALING_RULES else rule
     return out
