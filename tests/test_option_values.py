@@ -427,6 +427,62 @@ def _gdpo(option: str, value: Any) -> Callable[[], None]:
     return check
 
 
+def _gdpo_placement(value: Any) -> Callable[[], None]:
+    """The batch denominator D(s) of each placement, by its formula: ``whiten_eps`` once above and
+    once below the sample variance s² of the summed components (where ``"floor"`` is s)."""
+    rewards = np.array([[1.0, 0.0], [0.0, 0.5], [1.0, 1.0], [0.0, 0.25], [0.5, 2.0]])
+    weights, group = [0.25, 0.75], [0, 0, 1, 1, 1]
+
+    def check() -> None:
+        z = _gdpo_reference(rewards, group, "sample", "zero", weights)  # (S - m) / s
+        # S itself, not whitened: the per-component sample z-scores, weighted
+        g = np.asarray(group)
+        s_vals = np.zeros(len(g))
+        for k, wk in enumerate(weights):
+            col = rewards[:, k]
+            for label in np.unique(g):
+                idx = g == label
+                s_vals[idx] += wk * (col[idx] - col[idx].mean()) / col[idx].std(ddof=1)
+        var = float(s_vals.var(ddof=1))
+        _close(z, (s_vals - s_vals.mean()) / math.sqrt(var), rtol=1e-14)
+        for e_w in (2.0 * var, 0.5 * var):
+            denominator = {
+                "variance": math.sqrt(var + e_w),
+                "std": math.sqrt(var) + e_w,
+                "floor": math.sqrt(max(var, e_w)),
+            }[value]
+            got = L.gdpo_advantages(
+                rewards,
+                group=group,
+                eps=0.0,
+                whiten_eps=e_w,
+                whiten_placement=value,
+                weights=weights,
+            )
+            _close(got, (s_vals - s_vals.mean()) / denominator, rtol=1e-13)
+
+    return check
+
+
+def _decoupled_loss(value: Any) -> Callable[[], None]:
+    """Ratios 1.1, 1, 1, 1.1 against π_prox, behaviour weights 2, 1, 10, 0.5 with C = 5 and
+    λ = 0.6: "mask" rejects the 10 and the 0.5, "clip" weighs them 5 and 0.6 (loss and gradient
+    -A r w inside the clip)."""
+
+    def check() -> None:
+        logp = np.log([[0.55, 0.5, 0.5, 0.55]])
+        prox = np.log([[0.5, 0.5, 0.5, 0.5]])
+        behav = np.log([[0.25, 0.5, 0.05, 1.0]])
+        terms = L.decoupled_ppo_loss(
+            logp, prox, behav, [[1.0, -1.0, 1.0, 1.0]], cap=5.0, lower=0.6, above_cap=value
+        )
+        want = {"mask": [-2.2, 1.0, 0.0, 0.0], "clip": [-2.2, 1.0, -5.0, -0.66]}[value]
+        _close(terms.loss, [want], rtol=1e-15)
+        _close(terms.grad, [want], rtol=1e-15)
+
+    return check
+
+
 def _reinforce_pp(option: str, value: Any) -> Callable[[], None]:
     def check() -> None:
         if option == "eps_placement":
@@ -823,6 +879,14 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
     **{
         ("refimpl.losses gdpo_advantages", "singleton", s): _gdpo("singleton", s)
         for s in ("zero", "raw", "error")
+    },
+    **{
+        ("refimpl.losses gdpo_advantages", "whiten_placement", s): _gdpo_placement(s)
+        for s in ("variance", "std", "floor")
+    },
+    **{
+        ("refimpl.losses decoupled_ppo_loss", "above_cap", s): _decoupled_loss(s)
+        for s in ("mask", "clip")
     },
     **{
         ("refimpl.losses optimal_token_baseline_advantages", "positions", p): _token_baseline(p)
