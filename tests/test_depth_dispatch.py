@@ -632,3 +632,40 @@ def test_quad_accepts_an_error_estimate_at_its_bound_and_refuses_one_past(
         else:
             with pytest.raises(ArithmeticError, match="did not converge"):
                 _numerics._quad(math.exp, 0.0, 1.0, what="a test")
+
+
+class _ExponWithMoments(scipy.stats.rv_continuous):
+    """A unit exponential with its moments but no inverse: its mean is its own (no integral),
+    and expected_max integrates it in the length coordinate."""
+
+    def _sf(self, x: Any, *args: Any) -> Any:
+        return np.exp(-np.asarray(x))
+
+    def _cdf(self, x: Any, *args: Any) -> Any:
+        return -np.expm1(-np.asarray(x))
+
+    def _pdf(self, x: Any, *args: Any) -> Any:
+        return np.exp(-np.asarray(x))
+
+    def _stats(self, *args: Any, **kwargs: Any) -> tuple[float, float, None, None]:
+        return 1.0, 1.0, None, None
+
+
+def test_the_length_integral_accepts_a_tail_error_at_its_bound_and_refuses_one_past(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A law without its own inverse is integrated in the length coordinate: a body by panels,
+    then the tail past the last quantile by adaptive quad, accepted when quad's error estimate is
+    at most ``1e-9`` of the whole. quad is replaced by a stand-in: with a zero tail the result is
+    the body itself, and an error estimate of exactly ``1e-9`` times it is accepted, one ulp more
+    refused."""
+    law = _ExponWithMoments(a=0.0, name="expon with moments")()
+    err = 0.0
+    monkeypatch.setattr(scipy.integrate, "quad", lambda *a, **k: (0.0, err))
+    body = refimpl.expected_max(law, n=4)  # the panels alone (the body's rule is accepted)
+    assert body == pytest.approx(1 + 1 / 2 + 1 / 3 + 1 / 4, rel=1e-6)  # H_4, less the tail
+    err = 1e-9 * body
+    assert refimpl.expected_max(law, n=4) == body
+    err = float(np.nextafter(1e-9 * body, np.inf))
+    with pytest.raises(ArithmeticError, match="did not converge"):
+        refimpl.expected_max(law, n=4)
