@@ -168,3 +168,74 @@ def test_m2po_drops_the_largest_square_until_the_mean_is_below_tau() -> None:
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=F64)
     got = areal_m2po_mask(target, torch.zeros_like(target), tau=0.04, mask=mask)
     assert got.tolist() == [[0.0, 1.0, 1.0, 0.0]]
+
+
+# --- decoupled PPO with rejection sampling, and the actor's inline GAE --------------------------
+
+F32 = torch.float32
+# ratios π_θ/π_prox 1.1, 1, 1 and behaviour weights π_prox/μ 2, 1, 10; advantages 1, −1, 1
+DECOUPLED = (
+    torch.log(torch.tensor([[0.55, 0.5, 0.5]], dtype=F32)),
+    torch.log(torch.tensor([[0.5, 0.5, 0.5]], dtype=F32)),
+    torch.log(torch.tensor([[0.25, 0.5, 0.05]], dtype=F32)),
+    torch.tensor([[1.0, -1.0, 1.0]], dtype=F32),
+)
+PPO = {"eps_low": 0.2, "eps_high": None, "dual_clip": None}
+
+
+def test_rejection_drops_a_token_from_the_sum_but_not_from_the_count() -> None:
+    from refimpl.frameworks._areal_losses_decoupled import areal_decoupled_ppo_mask
+
+    ones = torch.ones(1, 3, dtype=F32)
+    # per token w·(−A·r): −2.2, 1, rejected (10 > 5): the sum −1.2 over the 3 tokens, not over 2
+    got = areal_decoupled_ppo_mask(*DECOUPLED, **PPO, cap=5.0, lower=None, mask=ones)
+    assert got.item() == pytest.approx(-1.2 / 3, rel=1e-6)
+    # a lower bound 1.5 rejects the weight-1 token too (inclusive bounds keep 2)
+    got = areal_decoupled_ppo_mask(*DECOUPLED, **PPO, cap=5.0, lower=1.5, mask=ones)
+    assert got.item() == pytest.approx(-2.2 / 3, rel=1e-6)
+
+
+def test_clamping_keeps_every_token_at_the_bound() -> None:
+    from refimpl.frameworks._areal_losses_decoupled import areal_decoupled_ppo_clamp
+
+    ones = torch.ones(1, 3, dtype=F32)
+    # weights 2, 1, min(10, 5) = 5: (−2.2 + 1 − 5) / 3; a lower bound 1.5 lifts the 1 to 1.5,
+    # so the second token's loss −A·r·w = 1.5
+    got = areal_decoupled_ppo_clamp(*DECOUPLED, **PPO, cap=5.0, lower=None, mask=ones)
+    assert got.item() == pytest.approx(-6.2 / 3, rel=1e-6)
+    got = areal_decoupled_ppo_clamp(*DECOUPLED, **PPO, cap=5.0, lower=1.5, mask=ones)
+    assert got.item() == pytest.approx(-5.7 / 3, rel=1e-6)
+
+
+def test_the_behaviour_weight_carries_no_gradient() -> None:
+    from refimpl.frameworks._areal_losses_decoupled import areal_decoupled_ppo_mask
+
+    logp, prox, behav, adv = (t.clone() for t in DECOUPLED)
+    logp.requires_grad_(True)
+    prox.requires_grad_(True)
+    loss = areal_decoupled_ppo_mask(
+        logp, prox, behav, adv, **PPO, cap=5.0, lower=None, mask=torch.ones(1, 3, dtype=F32)
+    )
+    loss.backward()
+    assert logp.grad is not None
+    # ∂/∂logp = w·(−A·r)/3 per token: −2.2/3, 1/3, 0 (the rejected token)
+    assert logp.grad[0].tolist() == pytest.approx([-2.2 / 3, 1 / 3, 0.0], rel=1e-6)
+
+
+@pytest.mark.skipif(
+    not any(s.package == "areal.trainer" for s in STUBS),
+    reason="needs the areal.trainer stub in refimpl.frameworks.STUBS (actor.py's package imports "
+    "swanlab)",
+)
+def test_the_actor_gae_skips_a_masked_position_and_bootstraps_zero() -> None:
+    from refimpl.frameworks._areal_losses_actor import areal_gae
+
+    # γ = 1/2, λ = 1/2 (γλ = 1/4), rewards 1, ·, 2 with the middle position masked, values
+    # 1/2, garbage, 1/4: δ_2 = 2 − 1/4 = 7/4 (the value after the row is 0); the gap is skipped,
+    # so δ_0 = 1 + V_2/2 − V_0 = 5/8 and A_0 = 5/8 + 7/16 = 17/16; returns A + V
+    rewards = torch.tensor([[1.0, 1e4, 2.0]], dtype=F32)
+    values = torch.tensor([[0.5, -1e4, 0.25]], dtype=F32)
+    mask = torch.tensor([[1.0, 0.0, 1.0]], dtype=F32)
+    adv, ret = areal_gae(rewards, values, gamma=0.5, lam=0.5, mask=mask)
+    assert (adv[0, 0].item(), adv[0, 2].item()) == (17 / 16, 7 / 4)
+    assert (ret[0, 0].item(), ret[0, 2].item()) == (17 / 16 + 0.5, 7 / 4 + 0.25)

@@ -166,13 +166,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
         settings={
             **_SETTINGS,
-            "rejection_sampling": {
-                "level": "token",
-                "action": "mask",
-                "metric": "ratio",
-                "upper": "cap",
-                "lower": "lower",
-            },
+            # flat keys: a rejection_sampling dict marks a weight-level adapter (test_adapters)
+            "rejection_sampling.level": "token",
+            "rejection_sampling.action": "mask",
+            "rejection_sampling.metric": "ratio",
+            "rejection_sampling.upper": "cap",
+            "rejection_sampling.lower": "lower",
         },
         spec="decoupled_ppo_clip",
         conventions={**_SCALAR, "above_cap": "mask"},
@@ -194,13 +193,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
         settings={
             **_SETTINGS,
-            "rejection_sampling": {
-                "level": "token",
-                "action": "clamp",
-                "metric": "ratio",
-                "upper": "cap",
-                "lower": "lower",
-            },
+            # flat keys: a rejection_sampling dict marks a weight-level adapter (test_adapters)
+            "rejection_sampling.level": "token",
+            "rejection_sampling.action": "clamp",
+            "rejection_sampling.metric": "ratio",
+            "rejection_sampling.upper": "cap",
+            "rejection_sampling.lower": "lower",
         },
         spec="decoupled_ppo_clip",
         conventions={**_SCALAR, "above_cap": "clip"},
