@@ -1,0 +1,281 @@
+"""Decoupled PPO (refimpl.losses.decoupled): the PPO clip against π_prox times the behaviour weight.
+
+Exact values on hand-worked tokens (ratios and weights that are powers of two, so every product
+is exact); the value and gradient against torch autograd on the formula written here the way
+AReaL writes it (a detached weight, ``torch.where`` on the kept tokens); properties (a rejected
+token contributes nothing, on-policy the gradient is the weighted policy gradient, a behaviour
+equal to the proximal policy is plain PPO, a truncated weight never exceeds the cap), each run
+against a wrong variant it must reject; the spec ``decoupled_ppo_clip`` rejects wrong candidates;
+and the refusals name the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import numpy as np
+import pytest
+import torch
+from _wrong_variants import rejects, run_property
+from hypothesis import given
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from strategies_losses import TokenBatch, token_batches
+
+from refimpl.losses import LossTerms, aggregate_loss, decoupled_ppo_loss, ppo_clip_loss
+from refimpl.staleness import decoupled_ppo_weights
+from refimpl.testing import check_conformance
+
+Array = NDArray[np.float64]
+Loss = Callable[..., LossTerms]
+
+LN2 = math.log(2.0)
+
+# ---------------------------------------------------------------------------------------------
+# (1) exact values
+# ---------------------------------------------------------------------------------------------
+
+
+def test_hand_worked_rejection_and_the_denominator_before_it() -> None:
+    # π_θ/π_prox = 1, 2, 1/2, 1; π_prox/μ = 2, 1, 1/2, 8 (the last above C = 4: rejected)
+    prox = np.array([[-1.0, -2.0, -1.5, -3.0]])
+    logp = prox + np.array([[0.0, LN2, -LN2, 0.0]])
+    behav = prox - np.array([[LN2, 0.0, -LN2, 3 * LN2]])
+    adv = np.array([[1.0, 1.0, -1.0, -1.0]])
+    terms = decoupled_ppo_loss(logp, prox, behav, adv, eps_low=0.25, eps_high=0.5, cap=4.0)
+    # PPO: −1 (ρ 1); A > 0 at ρ 2 clipped at 1.5; A < 0 at ρ 1/2 clipped at 3/4; rejected
+    assert terms.loss.tolist() == [[-2.0, -1.5, 0.375, 0.0]]
+    assert terms.grad.tolist() == [[-2.0, 0.0, 0.0, 0.0]]
+    # AReaL's token mean divides by the 4 tokens of the mask, the rejected one included
+    assert aggregate_loss(terms.loss, np.ones((1, 4)), mode="token_mean") == -3.125 / 4
+
+
+def test_hand_worked_truncation_and_lower_bound() -> None:
+    prox = np.array([[-1.0, -2.0, -1.5]])
+    logp = prox.copy()  # on-policy: the gradient is −w·A
+    behav = prox - np.array([[3 * LN2, 0.0, -2 * LN2]])  # weights 8, 1, 1/4
+    adv = np.array([[1.0, -2.0, 4.0]])
+    clip = decoupled_ppo_loss(logp, prox, behav, adv, cap=2.0, lower=0.5, above_cap="clip")
+    assert clip.grad.tolist() == [[-2.0, 2.0, -2.0]]  # weights clamped to 2, 1, 1/2
+    mask = decoupled_ppo_loss(logp, prox, behav, adv, cap=2.0, lower=0.5)
+    assert mask.grad.tolist() == [[0.0, 2.0, 0.0]]  # both ends rejected
+    zero = np.zeros((1, 3))  # log-ratio ln 2 exactly: the weight is C = 2 to the last bit
+    at_bounds = decoupled_ppo_loss(zero, zero, zero - LN2, adv, cap=2.0, lower=2.0**-40)
+    assert at_bounds.grad.tolist() == [[-2.0, 4.0, -8.0]]  # a weight equal to C is kept
+
+
+def test_padding_and_cotangent() -> None:
+    prox = np.array([[-1.0, -1.0], [-1.0, -1.0]])
+    behav = prox - LN2  # weight 2
+    terms = decoupled_ppo_loss(
+        prox, prox, behav, [1.0, -1.0], mask=[[1, 0], [1, 1]], cotangent=[[0.5, 9.0], [2.0, 0.25]]
+    )
+    assert terms.loss.tolist() == [[-2.0, 0.0], [2.0, 2.0]]
+    assert terms.grad.tolist() == [[-1.0, 0.0], [4.0, 0.5]]
+
+
+# ---------------------------------------------------------------------------------------------
+# (2) value and gradient against torch autograd on AReaL's formula
+# ---------------------------------------------------------------------------------------------
+
+
+def _torch_decoupled(
+    batch: TokenBatch, behav: Array, cap: float, dual: float | None
+) -> tuple[Array, Array]:
+    logp = torch.tensor(batch.logp, requires_grad=True)
+    prox = torch.tensor(batch.logp_old)
+    w = torch.exp(prox - torch.tensor(behav))
+    kept = (w <= cap) & (torch.tensor(batch.mask) > 0)
+    ratio = torch.where(kept, torch.exp(logp - prox), 0.0)
+    adv = torch.tensor(batch.advantages)
+    loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 0.8, 1.2))
+    if dual is not None:
+        loss = torch.where(adv < 0, torch.min(loss, -adv * dual), loss)
+    loss = torch.where(kept, loss * w.detach(), 0.0)
+    (grad,) = torch.autograd.grad((loss * torch.tensor(batch.cotangent)).sum(), logp)
+    return loss.detach().numpy(), grad.numpy()
+
+
+def _behaviour(batch: TokenBatch, shifts: list[float]) -> Array:
+    return np.asarray(batch.logp_old - np.resize(np.asarray(shifts), batch.logp_old.shape))
+
+
+@given(
+    token_batches(max_log_ratio=0.6),
+    st.lists(st.floats(-2.0, 2.0, allow_nan=False), min_size=1, max_size=15),
+    st.sampled_from([1.5, 3.0]),
+    st.sampled_from([None, 3.0]),
+)
+def test_value_and_gradient_match_torch_autograd(
+    batch: TokenBatch, shifts: list[float], cap: float, dual: float | None
+) -> None:
+    behav = _behaviour(batch, shifts)
+    terms = decoupled_ppo_loss(
+        batch.logp,
+        batch.logp_old,
+        behav,
+        batch.advantages,
+        dual_clip=dual,
+        cap=cap,
+        mask=batch.mask,
+        cotangent=batch.cotangent,
+    )
+    loss, grad = _torch_decoupled(batch, behav, cap, dual)
+    np.testing.assert_allclose(terms.loss, loss, rtol=1e-13, atol=1e-300)
+    np.testing.assert_allclose(terms.grad, grad, rtol=1e-13, atol=1e-300)
+
+
+# ---------------------------------------------------------------------------------------------
+# (3) properties, each paired with a wrong variant it rejects
+# ---------------------------------------------------------------------------------------------
+
+
+def _right(lp: Any, lq: Any, lb: Any, a: Any, **k: Any) -> LossTerms:
+    return decoupled_ppo_loss(lp, lq, lb, a, **k)
+
+
+def _wrong_clipped_weight(lp: Any, lq: Any, lb: Any, a: Any, *, cap: float, **k: Any) -> LossTerms:
+    """A weight above the cap clamped to it instead of rejected."""
+    return decoupled_ppo_loss(lp, lq, lb, a, cap=cap, above_cap="clip", **k)
+
+
+def _wrong_unweighted(lp: Any, lq: Any, lb: Any, a: Any, **k: Any) -> LossTerms:
+    """The behaviour weight forgotten (a kept token's loss is the plain PPO loss)."""
+    cap = k.pop("cap", None)
+    kept = decoupled_ppo_weights(lq, lb, cap=cap, mask=k.pop("mask", None)) > 0
+    return ppo_clip_loss(lp, lq, a, mask=kept.astype(np.float64), **k)
+
+
+def _wrong_current_weight(lp: Any, lq: Any, lb: Any, a: Any, **k: Any) -> LossTerms:
+    """The weight taken against the current policy, π_θ/μ, instead of π_prox/μ."""
+    w = np.exp(np.asarray(lp) - np.asarray(lb))
+    base = decoupled_ppo_loss(lp, lq, lq, a, **k)
+    return LossTerms(base.loss * w, base.grad * w)
+
+
+def check_rejected_tokens_contribute_nothing(loss: Loss) -> Callable[[], None]:
+    @given(token_batches(), st.lists(st.floats(-2.0, 2.0, allow_nan=False), min_size=1))
+    def prop(batch: TokenBatch, shifts: list[float]) -> None:
+        behav = _behaviour(batch, shifts)
+        terms = loss(batch.logp, batch.logp_old, behav, batch.advantages, cap=2.0, mask=batch.mask)
+        rejected = (batch.logp_old - behav > LN2) & (batch.mask > 0)
+        assert np.all(terms.loss[rejected] == 0.0), terms.loss[rejected]
+        assert np.all(terms.grad[rejected] == 0.0), terms.grad[rejected]
+
+    return prop
+
+
+def test_rejected_tokens_contribute_nothing() -> None:
+    run_property(check_rejected_tokens_contribute_nothing(_right))
+
+
+def test_rejection_property_rejects_a_clamped_weight() -> None:
+    rejects(check_rejected_tokens_contribute_nothing(_wrong_clipped_weight))
+
+
+def check_on_policy_gradient_is_weighted(loss: Loss) -> Callable[[], None]:
+    @given(token_batches(), st.lists(st.floats(-1.0, 1.0, allow_nan=False), min_size=1))
+    def prop(batch: TokenBatch, shifts: list[float]) -> None:
+        behav = _behaviour(batch, shifts)
+        terms = loss(batch.logp_old, batch.logp_old, behav, batch.advantages, mask=batch.mask)
+        w = np.exp(batch.logp_old - behav)
+        want = np.where(batch.mask > 0, -w * batch.advantages, 0.0)
+        np.testing.assert_allclose(terms.grad, want, rtol=1e-14, atol=0.0)
+
+    return prop
+
+
+def test_on_policy_gradient_is_the_weighted_policy_gradient() -> None:
+    run_property(check_on_policy_gradient_is_weighted(_right))
+
+
+def test_on_policy_property_rejects_a_forgotten_weight() -> None:
+    rejects(check_on_policy_gradient_is_weighted(_wrong_unweighted))
+
+
+def check_behaviour_at_prox_is_ppo(loss: Loss) -> Callable[[], None]:
+    @given(token_batches(max_log_ratio=0.6))
+    def prop(batch: TokenBatch) -> None:
+        lq = batch.logp_old
+        terms = loss(batch.logp, lq, lq, batch.advantages, mask=batch.mask, cap=1.0)
+        ppo = ppo_clip_loss(batch.logp, lq, batch.advantages, mask=batch.mask)
+        np.testing.assert_array_equal(terms.loss, ppo.loss)
+        np.testing.assert_array_equal(terms.grad, ppo.grad)
+
+    return prop
+
+
+def test_a_behaviour_equal_to_the_proximal_policy_is_ppo() -> None:
+    run_property(check_behaviour_at_prox_is_ppo(_right))
+
+
+def test_ppo_property_rejects_the_weight_against_the_current_policy() -> None:
+    rejects(check_behaviour_at_prox_is_ppo(_wrong_current_weight))
+
+
+# ---------------------------------------------------------------------------------------------
+# (4) the spec rejects wrong candidates
+# ---------------------------------------------------------------------------------------------
+
+
+def _candidate(wrong: Loss | None, above_cap: Literal["mask", "clip"]) -> Callable[..., Any]:
+    def candidate(*arrays: Any, cotangent: Any = None, **kw: Any) -> tuple[Array, Array]:
+        if wrong is None:
+            t = decoupled_ppo_loss(*arrays, above_cap=above_cap, cotangent=cotangent, **kw)
+        else:
+            t = wrong(*arrays, cotangent=cotangent, **kw)
+        return t.loss, t.grad
+
+    return candidate
+
+
+@pytest.mark.parametrize("above_cap", ["mask", "clip"])
+def test_the_spec_passes_the_reference(above_cap: Literal["mask", "clip"]) -> None:
+    report = check_conformance(
+        _candidate(None, above_cap),
+        spec="decoupled_ppo_clip",
+        conventions={"gradient": "returned", "above_cap": above_cap},
+        max_examples=15,
+    )
+    assert report.ok, report
+
+
+def _dropping_lower(lp: Any, lq: Any, lb: Any, a: Any, **k: Any) -> LossTerms:
+    """The lower bound ignored."""
+    k.pop("lower", None)
+    return decoupled_ppo_loss(lp, lq, lb, a, **k)
+
+
+@pytest.mark.parametrize("wrong", [_wrong_unweighted, _dropping_lower])
+def test_the_spec_rejects_a_wrong_candidate(wrong: Loss) -> None:
+    report = check_conformance(
+        _candidate(wrong, "mask"),
+        spec="decoupled_ppo_clip",
+        conventions={"gradient": "returned"},
+        checks=["values"],
+        max_examples=40,
+    )
+    assert not report.ok, report
+
+
+# ---------------------------------------------------------------------------------------------
+# (5) refusals name the parameter
+# ---------------------------------------------------------------------------------------------
+
+
+def test_refusals_name_the_parameter() -> None:
+    lp = np.zeros((1, 2))
+    with pytest.raises(ValueError, match="logp_prox"):
+        decoupled_ppo_loss(lp, np.zeros((1, 3)), lp, [1.0])
+    with pytest.raises(ValueError, match="logp_behavior"):
+        decoupled_ppo_loss(lp, lp, np.zeros((2, 2)), [1.0])
+    with pytest.raises(ValueError, match="cap"):
+        decoupled_ppo_loss(lp, lp, lp, [1.0], above_cap="clip")
+    with pytest.raises(ValueError, match="cap"):
+        decoupled_ppo_loss(lp, lp, lp, [1.0], cap=0.5)
+    with pytest.raises(ValueError, match="eps_low"):
+        decoupled_ppo_loss(lp, lp, lp, [1.0], eps_low=1.0)
+    with pytest.raises(ValueError, match="cap"):  # w·loss beyond float64: a cap is the fix
+        decoupled_ppo_loss([[0.0]], [[0.0]], [[-700.0]], [[1e10]])
