@@ -1,0 +1,149 @@
+r"""# Decoupled PPO: the PPO clip on the proximal policy times the behaviour weight
+
+Notation for one token: $l = \log\pi_\theta(y)$ is what the gradient is taken with respect to,
+$l_p$ the proximal log-probability (the weights before the update) and $l_b$ the behaviour
+log-probability (the policy that sampled the token); both are fixed. $r = e^{l - l_p}$ is the PPO
+ratio, $v = e^{l_p - l_b}$ the behaviour ratio, $A$ the advantage, $[\lambda, C]$ the bounds of the
+weight. The loss is minimised; $\mathrm{sg}[w]$ contributes its value and no derivative.
+
+**The product and its gradient (DP1).** Decoupled PPO writes the objective as
+$\ell = \mathrm{sg}[w]\,\ell^{\text{PPO}}(l - l_p)$ with
+$\ell^{\text{PPO}} = \max(-Ar, -A\,\mathrm{clip}(r, 1-\varepsilon_l, 1+\varepsilon_h))$. The weight
+depends on $l_p$ and $l_b$ only, so $\partial\ell/\partial l = w\,\partial\ell^{\text{PPO}}/\partial l$
+on every region of the clip: $-wAr$ where the unclipped branch is active, $0$ where the clip is.
+At $l = l_p$ ($r = 1$, inside the clip) the gradient is $-wA$: with $w = v$ this is the
+importance-weighted policy gradient of a sample from $\mu$, $\nabla_\theta\log\pi_\theta\cdot
+\frac{\pi_\theta}{\mu}A$ evaluated at $\theta = \theta_{\text{prox}}$. With $l_b = l_p$ (no
+staleness, $v = 1$) the loss is plain PPO.
+
+**Rejection and truncation (DP2).** Rejection keeps $w = v$ on $\lambda \le v \le C$ and sets
+$w = 0$ elsewhere; truncation sets $w = \mathrm{clip}(v, \lambda, C)$. A rejected token has loss
+and gradient exactly 0, a truncated one keeps its gradient at the bound's scale. AReaL divides
+the sum by the count of the tokens *before* rejection: for a batch of $N$ valid tokens of which
+$K$ are kept, the token mean is $\frac1N\sum_{\text{kept}} w\ell^{\text{PPO}}$, which is
+$\frac KN$ times the mean over the kept tokens (dividing by $K$ would scale every kept token's
+gradient up by $N/K$ as the staleness grows).
+
+The checks evaluate `refimpl.losses.decoupled_ppo_loss` at exact dyadic points (ratios and
+weights powers of two, advantages dyadic) against values computed here independently, in
+`Fraction` arithmetic, from the definition.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import sympy as sp
+
+from proofs._framework import GENERAL, assert_close, assert_zero, claim
+from refimpl.losses.aggregation import aggregate_loss
+from refimpl.losses.decoupled import decoupled_ppo_loss
+
+lg, lp, lb, A = sp.symbols("l l_p l_b A", real=True)
+EL, EH = sp.symbols("e_l e_h", positive=True)
+
+
+def _branch_gradient(branch: str) -> sp.Expr:
+    """∂/∂l of sg[w]·(the active PPO branch): w held fixed while differentiating."""
+    w = sp.Symbol("w", positive=True)
+    ratio = sp.exp(lg - lp)
+    ppo = {"unclipped": -A * ratio, "clip low": -A * (1 - EL), "clip high": -A * (1 + EH)}[branch]
+    return sp.diff(w * ppo, lg).subs(w, sp.exp(lp - lb))
+
+
+def _ppo(r: Fraction, a: Fraction, low: Fraction, high: Fraction) -> tuple[Fraction, Fraction]:
+    """(ℓ^PPO, ∂ℓ^PPO/∂l) of one token at ratio r, from the definition (no kink drawn here)."""
+    clipped = min(max(r, 1 - low), 1 + high)
+    if clipped == r:  # inside the clip: both branches are −A·r
+        return -a * r, -a * r
+    unclipped, other = -a * r, -a * clipped
+    return (unclipped, -a * r) if unclipped > other else (other, Fraction(0))
+
+
+def _weight(v: Fraction, lower: Fraction, cap: Fraction, action: str) -> Fraction:
+    if action == "clip":
+        return min(max(v, lower), cap)
+    return v if lower <= v <= cap else Fraction(0)
+
+
+@claim(
+    "DP1",
+    r"Decoupled PPO: the gradient of $\mathrm{sg}[w]\,\ell^{\text{PPO}}$ is $w$ times the PPO "
+    r"gradient on every branch (0 on a clipped one), $-wA$ at $\pi_\theta = \pi_{\text{prox}}$, "
+    r"and $l_b = l_p$ gives plain PPO; refimpl matches these values at dyadic points.",
+    scope=GENERAL,
+)
+def decoupled_gradient_is_the_weighted_ppo_gradient() -> None:
+    v = sp.exp(lp - lb)
+    assert_zero(_branch_gradient("unclipped") - v * (-A * sp.exp(lg - lp)), label="DP1 unclipped")
+    assert_zero(_branch_gradient("clip low"), label="DP1 clipped below")
+    assert_zero(_branch_gradient("clip high"), label="DP1 clipped above")
+    assert_zero(_branch_gradient("unclipped").subs(lg, lp) + v * A, label="DP1 on-policy")
+    assert_zero(v.subs(lb, lp) - 1, label="DP1 no staleness")
+    # refimpl at ratios and weights that are powers of two (exact in float64)
+    low, high = Fraction(1, 4), Fraction(1, 2)
+    cases = [  # (log2 r, log2 v, A)
+        (0, 1, Fraction(3, 2)),
+        (-1, 2, Fraction(-1, 2)),
+        (1, -1, Fraction(5, 4)),
+        (1, 0, Fraction(-3, 4)),
+        (-1, -2, Fraction(2)),
+    ]
+    for kr, kv, a in cases:
+        r, v_ = Fraction(2) ** kr, Fraction(2) ** kv
+        loss, grad = _ppo(r, a, low, high)
+        got = decoupled_ppo_loss(
+            [[kr * math.log(2.0)]], [[0.0]], [[-kv * math.log(2.0)]], [[float(a)]],
+            eps_low=float(low), eps_high=float(high),
+        )  # fmt: skip
+        assert float(got.loss[0, 0]) == float(v_ * loss), f"DP1 loss at r={r}, v={v_}"
+        assert float(got.grad[0, 0]) == float(v_ * grad), f"DP1 gradient at r={r}, v={v_}"
+
+
+@claim(
+    "DP2",
+    r"Rejection zeroes a token's loss and gradient, truncation clamps its weight to "
+    r"$[\lambda, C]$; AReaL's token mean divides by the valid tokens before rejection, "
+    r"$K/N$ times the mean over the $K$ kept; refimpl's loss and that mean equal the exact sums.",
+    method="exact",
+    scope="one 2 × 3 batch with one padded token, weights 1/4 to 8, bounds [1/2, 4]",
+)
+def rejection_truncation_and_the_denominator() -> None:
+    kr = [[0, 1, -1], [0, 0, 2]]  # log2 of π_θ/π_prox
+    kv = [[3, 0, -2], [1, -1, 0]]  # log2 of π_prox/μ: 8 and 1/4 are outside [1/2, 4]
+    adv = [[Fraction(1), Fraction(-1, 2), Fraction(2)], [Fraction(-1), Fraction(3, 4), Fraction(9)]]
+    mask = [[1, 1, 1], [1, 1, 0]]
+    low, high, lower, cap = Fraction(1, 5), Fraction(1, 5), Fraction(1, 2), Fraction(4)
+    ln2 = math.log(2.0)
+    for action in ("mask", "clip"):
+        want: list[list[Fraction]] = []
+        for i in range(2):
+            row = []
+            for j in range(3):
+                w = _weight(Fraction(2) ** kv[i][j], lower, cap, action) * mask[i][j]
+                row.append(w * _ppo(Fraction(2) ** kr[i][j], adv[i][j], low, high)[0])
+            want.append(row)
+        got = decoupled_ppo_loss(
+            [[k * ln2 for k in row] for row in kr],
+            [[0.0] * 3, [0.0] * 3],
+            [[-k * ln2 for k in row] for row in kv],
+            [[float(x) for x in row] for row in adv],
+            eps_low=float(low), eps_high=float(high), cap=float(cap), lower=float(lower),
+            above_cap=action, mask=mask,
+        )  # fmt: skip
+        assert got.loss.tolist() == [[float(x) for x in row] for row in want], f"DP2 {action}"
+        n = sum(map(sum, mask))
+        mean = sum(sum(row) for row in want) / n
+        got_mean = float(aggregate_loss(got.loss, mask, mode="token_mean"))
+        assert_close(got_mean, float(mean), rel=4e-16, label=f"DP2 token mean ({action})")
+        if action == "mask":
+            kept = [
+                (i, j)
+                for i in range(2)
+                for j in range(3)
+                if mask[i][j] and _weight(Fraction(2) ** kv[i][j], lower, cap, action) > 0
+            ]
+            kept_mean = sum(want[i][j] for i, j in kept) / len(kept)
+            assert mean == Fraction(len(kept), n) * kept_mean, "DP2 K/N"
+            assert got.grad[0, 0] == 0.0, "DP2 the rejected weight 8 carries no gradient"
