@@ -251,6 +251,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         ),
         _c(_LP, _LQ, _LP, _ADV, cap=1.5, above_cap="clip"),
     ),
+    "refimpl.losses reverse_kl_distillation_loss": (
+        _c(_LP, _LQ, _LQ, mask=_MASK, cotangent=_MASK),
+    ),
     "refimpl.losses divergence_gated_weights": (
         _c(_LP, _LQ, delta=0.1, divergence="binary_kl", level="sequence", prob_clamp=1e-6),
     ),

@@ -15,8 +15,8 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio),
   :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio) and
   :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight) and
-  :mod:`refimpl.losses.decoupled` (decoupled PPO: the PPO clip times the behaviour weight): the
-  surrogates;
+  :mod:`refimpl.losses.decoupled` (decoupled PPO: the PPO clip times the behaviour weight) and
+  :mod:`refimpl.losses.distillation` (the reverse KL to a teacher as a reward): the surrogates;
   :mod:`refimpl.losses.entropy_mask`: the high-entropy token mask.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
@@ -69,6 +69,7 @@ from refimpl.losses.clipped import (
     sapo_loss,
 )
 from refimpl.losses.decoupled import decoupled_ppo_loss
+from refimpl.losses.distillation import reverse_kl_distillation_loss
 from refimpl.losses.divergence_gate import divergence_gated_weights
 from refimpl.losses.entropy_mask import high_entropy_mask
 from refimpl.losses.gae import (
@@ -165,6 +166,7 @@ __all__ = [
     "reinforce_loss",
     "reinforce_pp_advantages",
     "remax_advantages",
+    "reverse_kl_distillation_loss",
     "rloo_advantages",
     "rloo_normalized_advantages",
     "sapo_loss",
