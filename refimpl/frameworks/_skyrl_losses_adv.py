@@ -21,14 +21,11 @@ _PPO = "skyrl.backends.skyrl_train.utils.ppo_utils"
 def skyrl_maxrl(rewards: Any, *, group: Any) -> Any:
     """``compute_maxrl_advantage`` (``epsilon=1e-6``), one reward per row as a one-token
     ``token_level_rewards``; the (B, 1) advantages squeezed."""
-    import torch
-
     from refimpl.frameworks import load_from_source
+    from refimpl.frameworks._advantage_inputs import outcome_batch
 
     ppo = load_from_source("skyrl.backends.skyrl_train.utils.ppo_utils")
-    scores, _ = ppo["compute_maxrl_advantage"](
-        rewards[:, None].clone(), torch.ones_like(rewards)[:, None], group.numpy(), epsilon=1e-6
-    )
+    scores, _ = ppo["compute_maxrl_advantage"](**outcome_batch(rewards, group), epsilon=1e-6)
     return scores[:, 0]
 
 

@@ -320,43 +320,33 @@ def skyrl_kl_abs(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
 def skyrl_grpo(rewards: Any, *, group: Any) -> Any:
     """``compute_grpo_outcome_advantage`` (``grpo_norm_by_std=True``, ``epsilon=1e-6``), one reward
     per row as a one-token ``token_level_rewards``; the (B, 1) advantages squeezed."""
-    import torch
-
     from refimpl.frameworks import load_from_source
+    from refimpl.frameworks._advantage_inputs import outcome_batch
 
     ppo = load_from_source("skyrl.backends.skyrl_train.utils.ppo_utils")
-    scores, _ = ppo["compute_grpo_outcome_advantage"](
-        rewards[:, None].clone(), torch.ones_like(rewards)[:, None], group.numpy(), epsilon=1e-6
-    )
+    scores, _ = ppo["compute_grpo_outcome_advantage"](**outcome_batch(rewards, group), epsilon=1e-6)
     return scores[:, 0]
 
 
 def skyrl_grpo_no_std(rewards: Any, *, group: Any) -> Any:
     """``compute_grpo_outcome_advantage`` with ``grpo_norm_by_std=False`` (mean-centred)."""
-    import torch
-
     from refimpl.frameworks import load_from_source
+    from refimpl.frameworks._advantage_inputs import outcome_batch
 
     ppo = load_from_source("skyrl.backends.skyrl_train.utils.ppo_utils")
     scores, _ = ppo["compute_grpo_outcome_advantage"](
-        rewards[:, None].clone(),
-        torch.ones_like(rewards)[:, None],
-        group.numpy(),
-        grpo_norm_by_std=False,
+        **outcome_batch(rewards, group), grpo_norm_by_std=False
     )
     return scores[:, 0]
 
 
 def skyrl_rloo(rewards: Any, *, group: Any) -> Any:
     """``compute_rloo_outcome_advantage``, one reward per row."""
-    import torch
-
     from refimpl.frameworks import load_from_source
+    from refimpl.frameworks._advantage_inputs import outcome_batch
 
     ppo = load_from_source("skyrl.backends.skyrl_train.utils.ppo_utils")
-    scores, _ = ppo["compute_rloo_outcome_advantage"](
-        rewards[:, None].clone(), torch.ones_like(rewards)[:, None], group.numpy()
-    )
+    scores, _ = ppo["compute_rloo_outcome_advantage"](**outcome_batch(rewards, group))
     return scores[:, 0]
 
 

@@ -55,16 +55,12 @@ _TF = "verl.utils.torch_functional"
 
 def verl_grpo_advantages(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="grpo"``, ``norm_adv_by_std_in_grpo=True``."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
     advantages, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=r,
-        response_mask=torch.ones_like(r),
-        index=index,
+        **outcome_batch(rewards, group),
         norm_adv_by_std_in_grpo=True,
     )
     return advantages[:, 0]
@@ -72,16 +68,12 @@ def verl_grpo_advantages(rewards: Any, *, group: Any) -> Any:
 
 def verl_grpo_advantages_no_std(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="grpo"``, ``norm_adv_by_std_in_grpo=False`` (Dr GRPO)."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
     advantages, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=r,
-        response_mask=torch.ones_like(r),
-        index=index,
+        **outcome_batch(rewards, group),
         norm_adv_by_std_in_grpo=False,
     )
     return advantages[:, 0]
@@ -89,16 +81,12 @@ def verl_grpo_advantages_no_std(rewards: Any, *, group: Any) -> Any:
 
 def verl_grpo_vectorized_advantages(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="grpo_vectorized"``, ``norm_adv_by_std_in_grpo=True``."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
     advantages, _ = compute_grpo_vectorized_outcome_advantage(
-        token_level_rewards=r,
-        response_mask=torch.ones_like(r),
-        index=index,
+        **outcome_batch(rewards, group),
         norm_adv_by_std_in_grpo=True,
     )
     return advantages[:, 0]
@@ -106,16 +94,12 @@ def verl_grpo_vectorized_advantages(rewards: Any, *, group: Any) -> Any:
 
 def verl_grpo_vectorized_advantages_no_std(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="grpo_vectorized"``, ``norm_adv_by_std_in_grpo=False``."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_grpo_vectorized_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
     advantages, _ = compute_grpo_vectorized_outcome_advantage(
-        token_level_rewards=r,
-        response_mask=torch.ones_like(r),
-        index=index,
+        **outcome_batch(rewards, group),
         norm_adv_by_std_in_grpo=False,
     )
     return advantages[:, 0]
@@ -123,29 +107,21 @@ def verl_grpo_vectorized_advantages_no_std(rewards: Any, *, group: Any) -> Any:
 
 def verl_rloo_advantages(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="rloo"``."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_rloo_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
-    advantages, _ = compute_rloo_outcome_advantage(
-        token_level_rewards=r, response_mask=torch.ones_like(r), index=index
-    )
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
+    advantages, _ = compute_rloo_outcome_advantage(**outcome_batch(rewards, group))
     return advantages[:, 0]
 
 
 def verl_rloo_vectorized_advantages(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="rloo_vectorized"``."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_rloo_vectorized_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
-    advantages, _ = compute_rloo_vectorized_outcome_advantage(
-        token_level_rewards=r, response_mask=torch.ones_like(r), index=index
-    )
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
+    advantages, _ = compute_rloo_vectorized_outcome_advantage(**outcome_batch(rewards, group))
     return advantages[:, 0]
 
 
@@ -170,18 +146,19 @@ def verl_reinforce_pp_advantages(rewards: Any, *, mask: Any) -> Any:
 def verl_reinforce_pp_baseline_advantages(rewards: Any, *, mask: Any, group: Any) -> Any:
     """verl ``adv_estimator="reinforce_plus_plus_baseline"``: the outcome reward on each row's
     last valid token, the group labels as ``index``."""
-    import numpy as np
     import torch
     from verl.trainer.ppo.core_algos import (
         compute_reinforce_plus_plus_baseline_outcome_advantage,
     )
+
+    from refimpl.frameworks._advantage_inputs import group_index
 
     m = torch.as_tensor(mask)
     r = torch.as_tensor(rewards).reshape(-1)
     last = (m.sum(dim=-1).long() - 1).clamp(min=0)
     token_rewards = torch.zeros_like(m, dtype=r.dtype)
     token_rewards[torch.arange(m.shape[0]), last] = r
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    index = group_index(group)
     advantages, _ = compute_reinforce_plus_plus_baseline_outcome_advantage(
         token_level_rewards=token_rewards, response_mask=m.to(r.dtype), index=index
     )
@@ -465,30 +442,27 @@ ADAPTERS = (
 def verl_gpg_advantages(rewards: Any, *, group: Any) -> Any:
     """verl ``adv_estimator="gpg"``: ``compute_gpg_outcome_advantage`` (``f_norm=1.0``), one
     reward per row as a one-token response."""
-    import numpy as np
-    import torch
     from verl.trainer.ppo.core_algos import compute_gpg_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
-    advantages, _ = compute_gpg_outcome_advantage(
-        token_level_rewards=r, response_mask=torch.ones_like(r), index=index
-    )
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
+    advantages, _ = compute_gpg_outcome_advantage(**outcome_batch(rewards, group))
     return advantages[:, 0]
 
 
 def verl_opo_advantages(rewards: Any, *, group: Any, mask: Any) -> Any:
     """verl ``adv_estimator="opo"``: the outcome reward on each row's last valid token, the
     spec's mask as ``response_mask``; the advantage of each row's first token."""
-    import numpy as np
     import torch
     from verl.trainer.ppo.core_algos import compute_opo_outcome_advantage
+
+    from refimpl.frameworks._advantage_inputs import group_index
 
     m = torch.as_tensor(mask)
     r = torch.as_tensor(rewards).reshape(-1)
     token_rewards = torch.zeros_like(m, dtype=r.dtype)
     token_rewards[torch.arange(m.shape[0]), m.sum(dim=-1).long() - 1] = r
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    index = group_index(group)
     advantages, _ = compute_opo_outcome_advantage(
         token_level_rewards=token_rewards, response_mask=m.to(r.dtype), index=index
     )
@@ -511,17 +485,13 @@ def verl_remax_advantages(rewards: Any, *, baselines: Any) -> Any:
 
 
 def _verl_passk(rewards: Any, group: Any, *, norm: bool) -> Any:
-    import numpy as np
-    import torch
     from verl.trainer.config import AlgoConfig
     from verl.trainer.ppo.core_algos import compute_grpo_passk_outcome_advantage
 
-    r = torch.as_tensor(rewards).reshape(-1, 1).clone()
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import outcome_batch
+
     advantages, _ = compute_grpo_passk_outcome_advantage(
-        token_level_rewards=r,
-        response_mask=torch.ones_like(r),
-        index=index,
+        **outcome_batch(rewards, group),
         config=AlgoConfig(norm_adv_by_std_in_grpo=norm),
     )
     return advantages[:, 0]
@@ -544,14 +514,15 @@ def verl_gdpo_advantages(rewards: Any, *, group: Any, weights: Any, mask: Any) -
     ``non_tensor_batch[key]`` with ``gdpo_reward_keys``/``gdpo_reward_weights`` in the config and
     a one-token prompt in ``batch`` (its ``attention_mask`` places each score on the row's last
     valid token); the advantage of each row's first token."""
-    import numpy as np
     import torch
     from verl.trainer.ppo.core_algos import compute_gdpo_outcome_advantage
+
+    from refimpl.frameworks._advantage_inputs import group_index
 
     m = torch.as_tensor(mask)
     r = torch.as_tensor(rewards)
     keys = [f"reward_{k}" for k in range(r.shape[1])]
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    index = group_index(group)
     prompts = torch.zeros((m.shape[0], 1), dtype=torch.long)
     advantages, _ = compute_gdpo_outcome_advantage(
         token_level_rewards=torch.zeros_like(m, dtype=r.dtype),
@@ -572,10 +543,11 @@ def verl_optimal_token_baseline_advantages(
 ) -> Any:
     """verl ``adv_estimator="optimal_token_baseline"``: ``compute_optimal_token_baseline_advantage``
     (no rollout importance weights, ``handle_zero_tail=True``, ``epsilon=1e-8``)."""
-    import numpy as np
     from verl.trainer.ppo.core_algos import compute_optimal_token_baseline_advantage
 
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import group_index
+
+    index = group_index(group)
     advantages, _ = compute_optimal_token_baseline_advantage(
         token_level_rewards=token_rewards,
         response_mask=mask,
@@ -592,10 +564,11 @@ def verl_tir_optimal_token_baseline_advantages(
     """verl ``adv_estimator="tir_optimal_token_baseline"``:
     ``compute_multi_turn_optimal_token_baseline_advantage`` (the valid tokens of each row aligned;
     no rollout importance weights, ``handle_zero_tail=True``, ``epsilon=1e-8``)."""
-    import numpy as np
     from verl.trainer.ppo.core_algos import compute_multi_turn_optimal_token_baseline_advantage
 
-    index = np.array([str(int(g)) for g in np.asarray(group).reshape(-1)], dtype=object)
+    from refimpl.frameworks._advantage_inputs import group_index
+
+    index = group_index(group)
     advantages, _ = compute_multi_turn_optimal_token_baseline_advantage(
         token_level_rewards=token_rewards,
         response_mask=mask,
