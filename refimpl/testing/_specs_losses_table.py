@@ -45,6 +45,7 @@ from refimpl.testing._specs_losses_band_masked import band_masked_specs
 from refimpl.testing._specs_losses_batch_mean import batch_mean_spec
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing._specs_losses_decoupled import decoupled_specs
+from refimpl.testing._specs_losses_distillation import distillation_specs
 from refimpl.testing._specs_losses_divergence_gate import divergence_gate_specs
 from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_entropy_mask import entropy_mask_specs
@@ -757,4 +758,5 @@ def specs() -> tuple[Spec, ...]:
         *vespo_specs(),
         *entropy_mask_specs(),
         *decoupled_specs(),
+        *distillation_specs(),
     )
