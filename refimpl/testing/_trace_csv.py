@@ -29,6 +29,7 @@ from refimpl.testing._trace_arrow import (
     _first_bad,
     _missing,
     _require_text,
+    count_newlines,
     exact_array,
     excerpt,
     to_numpy,
@@ -114,7 +115,9 @@ class _BlockParser:
     text, so that the column conversion names the line and the field that is not a number.
     """
 
-    def __init__(self, wanted: list[str], lists: Sequence[str], exact: bool) -> None:
+    def __init__(
+        self, header: list[str], wanted: list[str], lists: Sequence[str], exact: bool
+    ) -> None:
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
@@ -129,13 +132,18 @@ class _BlockParser:
             )
 
         self.typed, self.text = options(pa.float64()), options(pa.string())
-        self.read = pacsv.ReadOptions(use_threads=True, block_size=_PARSE_BLOCK)
+        # The header's names given, pyarrow parses the block in place (no copy with the header
+        # line in front of it).
+        self.read = pacsv.ReadOptions(
+            use_threads=True, block_size=_PARSE_BLOCK, column_names=header
+        )
 
-    def __call__(self, head: bytes, block: bytes, line: int, width: int, newlines: int) -> Any:
+    def __call__(self, header: list[str], block: bytes, line: int, newlines: int) -> Any:
         import pyarrow as pa
         import pyarrow.csv as pacsv
 
-        data = io.BytesIO(head + block)
+        width = len(header)
+        data = pa.BufferReader(pa.py_buffer(block))
         try:
             try:
                 if b" " in block or b"\t" in block:
@@ -199,16 +207,16 @@ def _csv_chunks(
     exact: bool = False,
 ) -> Iterator[Chunk]:
     wanted = [*numeric, *lists]
-    parse = _BlockParser(wanted, lists, exact)
     with path.open("rb") as handle:
-        head, header = _csv_header(path, handle, wanted)
+        _, header = _csv_header(path, handle, wanted)
+        parse = _BlockParser(header, wanted, lists, exact)
         size = min(max(chunk_rows * 16, 1 << 12), _CSV_BLOCK_BYTES)
         row = 0
         line = 2
         for block in _csv_blocks(handle, size):
             _require_text(path, block, "csv", line)
-            newlines = block.count(b"\n")
-            table = parse(head, block, line, len(header), newlines)
+            newlines = count_newlines(block)
+            table = parse(header, block, line, newlines)
             n = table.num_rows
             lines = _csv_row_lines(block, line, n, newlines)
             line += newlines

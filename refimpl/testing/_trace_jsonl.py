@@ -34,6 +34,7 @@ from refimpl.testing._trace_arrow import (
     TraceError,
     _require_text,
     arrow_lists,
+    count_newlines,
     exact_array,
     excerpt,
     to_numpy,
@@ -309,4 +310,4 @@ def _jsonl_chunks(
 
 def _plain(blocks: Iterator[bytes]) -> Iterator[tuple[bytes, int, None]]:
     for data in blocks:
-        yield data, data.count(b"\n"), None
+        yield data, count_newlines(data), None

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.testing._trace_arrow import arrow_lists, float64
+from refimpl.testing._trace_arrow import arrow_lists, count_newlines, float64
 
 #: duckdb's working memory and threads: the peak RSS of a check stays flat in the trace's size
 MEMORY_LIMIT = "128MB"
@@ -183,9 +183,9 @@ def duckdb_blocks(
             rows = None
         for data in blocks:
             if rows is None:
-                yield data, data.count(b"\n"), None
+                yield data, count_newlines(data), None
                 continue
-            newlines = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 10))
+            newlines = count_newlines(data)
             columns = _block_columns(rows, data, newlines, numeric, lists)
             if columns is None:
                 rows.close()
