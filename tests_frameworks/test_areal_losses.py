@@ -239,3 +239,24 @@ def test_the_actor_gae_skips_a_masked_position_and_bootstraps_zero() -> None:
     adv, ret = areal_gae(rewards, values, gamma=0.5, lam=0.5, mask=mask)
     assert (adv[0, 0].item(), adv[0, 2].item()) == (17 / 16, 7 / 4)
     assert (ret[0, 0].item(), ret[0, 2].item()) == (17 / 16 + 0.5, 7 / 4 + 0.25)
+
+
+@pytest.mark.skipif(
+    not any(s.package == "areal.trainer" for s in STUBS),
+    reason="needs the areal.trainer stub in refimpl.frameworks.STUBS (actor.py's package imports "
+    "swanlab)",
+)
+def test_pure_distillation_differentiates_the_ratio_only() -> None:
+    from refimpl.frameworks._areal_losses_actor import areal_pure_distillation
+
+    # on-policy (ρ = 1), log π = log 1/2, log π_T = log 1/4 and log 1 on two valid tokens of 3:
+    # the value is Σ (log π − log π_T) / 2 and the gradient (log π − log π_T) / 2 per token, not
+    # the k1 penalty's 1/2 (the reward is detached)
+    logp = torch.log(torch.tensor([[0.5, 0.5, 0.5]], dtype=F32)).requires_grad_(True)
+    teacher = torch.log(torch.tensor([[0.25, 1.0, 0.1]], dtype=F32))
+    mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=F32)
+    loss = areal_pure_distillation(logp, logp.detach(), teacher, mask=mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.0, abs=1e-7)  # +log 2 and −log 2
+    assert logp.grad is not None
+    assert logp.grad[0].tolist() == pytest.approx([math.log(2) / 2, -math.log(2) / 2, 0.0])

@@ -6,7 +6,9 @@ the batch's valid tokens, sorted in descending order; ``_get_m2po_loss_mask`` dr
 until the mean of the rest is ``< m2_threshold`` (strictly), keeping at least one token.
 ``grpo_loss_fn`` with ``teacher_logp`` in the batch and ``rl_loss_weight != 0`` adds
 ``distill_loss_weight · Σ (logprobs − teacher_logp)·mask / mask.sum().clamp(min=1)`` to the PPO
-loss (``rl_loss_weight = 0`` is a different, importance-weighted REINFORCE form).
+loss (``rl_loss_weight = 0``, pure distillation, is the importance-weighted REINFORCE form
+``−distill_loss_weight · Σ exp(logprobs − old_logp)·(teacher_logp − sg[logprobs])·mask /
+max(Σ mask, 1)`` instead).
 ``PPOActor._compute_advantages`` computes the rewards (the outcome reward at the last response
 token, ``−kl_ctl·KL`` at every token, 0 after EOS) and GAE inline: a backward loop over the
 rolled loss mask that carries ``nextvalues`` and ``lastgaelam`` across masked positions (a
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._stubs import STUBS
 
 
@@ -63,6 +65,27 @@ def areal_kdrl_reverse_kl(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
     }
     return grpo_loss_fn(
         logp, torch.zeros_like(old), data, eps_clip=0.2, eps_clip_higher=None, c_clip=None
+    )
+
+
+def areal_pure_distillation(logp: Any, logp_old: Any, logp_teacher: Any, *, mask: Any) -> Any:
+    """``grpo_loss_fn`` with ``teacher_logp`` in the batch, ``rl_loss_weight = 0`` (pure KD) and
+    ``distill_loss_weight = 1``: ``−Σ exp(logp − old)·(teacher − sg[logp])·mask / max(Σ mask, 1)``
+    (the PPO loss it also computes on zero advantages is discarded). π_prox = π_old."""
+    import torch
+    from areal.trainer.ppo.actor import grpo_loss_fn
+
+    data = {
+        "logprobs": logp_old,
+        "prox_logp": logp_old,
+        "advantages": torch.zeros_like(logp_old),
+        "loss_mask": mask > 0,
+        "teacher_logp": logp_teacher,
+        "rl_loss_weight": 0.0,
+        "distill_loss_weight": 1.0,
+    }
+    return grpo_loss_fn(
+        logp, torch.zeros_like(logp_old), data, eps_clip=0.2, eps_clip_higher=None, c_clip=None
     )
 
 
@@ -147,6 +170,50 @@ _ADAPTERS: tuple[Adapter, ...] = (
         dtype="float32",  # grpo_loss_fn's stats_tracker.stat refuses float64 tensors
         note="The joint distillation term of the actor's loss (KDRL): the k1 reverse KL to the "
         "teacher, token-mean over the mask, on the trainer's loss function.",
+    ),
+    Adapter(
+        key="areal.grpo_loss_pure_distillation",
+        framework="areal",
+        function="areal.trainer.ppo.actor:grpo_loss_fn",
+        settings={
+            "teacher_logp": "logp_teacher",
+            "rl_loss_weight": 0.0,
+            "distill_loss_weight": 1.0,
+        },
+        spec="reverse_kl_distillation",
+        conventions={"output": "scalar", "aggregation": "token_mean"},
+        candidate=areal_pure_distillation,
+        dtype="float32",  # grpo_loss_fn's stats_tracker.stat refuses float64 tensors
+        divergences={
+            "padding_contributes_nothing": Divergence(
+                "defect",
+                "grpo_loss_fn's pure-distillation branch multiplies by the mask after exp "
+                "(importance_weight * rkl_reward * loss_mask): a padded entry whose log-ratio "
+                "overflows exp gives inf·0 = NaN in the loss and in the gradient.",
+                draft_report=(
+                    "areal/trainer/ppo/actor.py: grpo_loss_fn with teacher_logp and "
+                    "rl_loss_weight == 0 computes `importance_weight = torch.exp(logprobs - "
+                    "old_logp)` at every position and masks with `* loss_mask` afterwards. A "
+                    "padded position whose logprobs - old_logp exceeds ~88 (float32) makes "
+                    "importance_weight inf, and inf * 0 is NaN: the loss and the step's gradient "
+                    "are NaN although the position is masked. Selecting before exp "
+                    "(`torch.exp(torch.where(loss_mask, logprobs - old_logp, 0))`), as "
+                    "apply_rejection_sampling does for its own log-ratio, keeps padding inert. "
+                    "Failing input: one padded token with logprobs - old_logp = 1e30."
+                ),
+            ),
+            "huge_log_ratios_stay_finite": Divergence(
+                "defect",
+                "The smallest failing input is a padded token with log-ratio 100: the padding "
+                "defect above (inf·0 after exp). A real token beyond float32's exp range whose "
+                "reward is 0 (teacher = student) is NaN too where the exact loss is 0, a "
+                "numerical limit of the unclamped ratio.",
+                draft_report="See padding_contributes_nothing: the same line, "
+                "importance_weight * rkl_reward * loss_mask in grpo_loss_fn.",
+            ),
+        },
+        note="Pure distillation (rl_loss_weight = 0): the importance-weighted policy gradient of "
+        "the reward log π_T − sg[log π], token-mean over the mask.",
     ),
     Adapter(
         key="areal.gae",

@@ -46,11 +46,13 @@ _PADDING_NAN = Divergence(
     ),
 )
 _OVERFLOW = Divergence(
-    "numerical limit",
-    "AReaL does not clamp the log-ratio before exp: at a log-ratio beyond the dtype's exp range "
-    "(±100 and ±1000 here, float32) the ratio is inf or 0, and where the clipped branch, a zero "
-    "advantage or a behaviour weight that underflows to 0 multiplies it the loss or the gradient "
-    "is NaN where the exact value is finite.",
+    "defect",
+    "The smallest failing input is a padded token with a log-ratio of ±100: the padding defect "
+    "above (exp before the mask). A real token beyond float32's exp range whose clipped branch, "
+    "zero advantage or underflowed behaviour weight multiplies the inf or 0 ratio is NaN too "
+    "where the exact value is finite, a numerical limit of the unclamped log-ratio.",
+    draft_report="See padding_contributes_nothing: the same line, torch.where(loss_mask, "
+    "torch.exp(logprobs - proximal_logprobs), 0) in ppo_actor_loss_fn.",
 )
 
 
