@@ -49,14 +49,19 @@ def _csv_blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
         parts = [block]
         if not block.endswith(b"\n"):
             parts.append(handle.readline())
-        quotes = sum(p.count(b'"') for p in parts if b'"' in p)  # `in`: a memchr, 10x faster
+        quotes = sum(_quotes(p) for p in parts if b'"' in p)  # `in`: a memchr, 10x faster
         while quotes % 2:
             more = handle.readline()
             if not more:
                 break
             parts.append(more)
-            quotes += more.count(b'"')
+            quotes += more.count(b'"')  # a line: bytes.count is faster on a few bytes
         yield b"".join(parts) if len(parts) > 1 else block
+
+
+def _quotes(data: bytes) -> int:
+    """The ``"`` bytes of a block (numpy's vectorised compare: 3x faster than ``bytes.count``)."""
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 34))
 
 
 def _csv_row_lines(
@@ -272,11 +277,32 @@ def _csv_list_tokens(col: Any) -> tuple[Any, NDArray[np.int64]]:
     return tokens, rows
 
 
+def _comma_lists(col: Any) -> ListColumn | None:
+    """A column of lists written ``[3,3.5,4]`` (or ``3,3.5,4``), split at the commas and parsed by
+    one cast, in about 0.6 of the time of the byte scan; ``None`` unless every piece is a number
+    (a blank, a ``;``, an inner bracket or an empty list leaves a piece that is not). Then the
+    pieces are exactly the scan's tokens, and their values the scan's."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = pc.split_pattern(pc.utf8_trim(col, characters="[]"), pattern=",")
+    try:
+        values = pc.cast(parts.values, pa.float64())
+    except pa.ArrowInvalid:
+        return None
+    offsets = to_numpy(parts.offsets).astype(np.int64)
+    return ListColumn(to_numpy(values), offsets - offsets[0])
+
+
 def _csv_list_column(col: Any, name: str, lines: NDArray[np.int64], exact: bool) -> ListColumn:
     """A CSV column of lists (``3 3 4``, ``[3, 3, 4]``, ``3;3;4``) parsed column-wise."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if not exact:
+        simple = _comma_lists(col)
+        if simple is not None:
+            return simple
     tokens, offsets = _csv_list_tokens(col)
 
     def fail(j: int) -> TraceError:
