@@ -1,10 +1,12 @@
-"""The JSONL reader of ``refimpl check``: blocks of lines parsed by polars or ``pyarrow.json``.
+"""The JSONL reader of ``refimpl check``: blocks of lines parsed by duckdb, polars or pyarrow.
 
 A block (at most 8 MiB of whole lines) is parsed against the columns the spec reads (a JSON array
-becomes a list column). A trace of at least 16 MiB is parsed by polars when it is installed (the
-``trace`` extra): its JSON reader takes about 0.4 of pyarrow's CPU time per row, which repays its
-import (0.04 s more than pyarrow's) from about 16 MiB on. The two parse numbers identically
-(correctly rounded), and polars is only trusted where both accept the same text: a block that polars
+becomes a list column). A trace of at least 16 MiB is parsed by duckdb where it certifies a block
+(:mod:`~refimpl.testing._trace_jsonl_duckdb`: about 0.15 of pyarrow's CPU time per row), and from
+the first block it does not certify on by polars when it is installed (both in the ``trace``
+extra): polars' JSON reader takes about 0.4 of pyarrow's CPU time per row, which repays its import
+(0.04 s more than pyarrow's) from about 16 MiB on. The three parse numbers identically (correctly
+rounded), and polars is only trusted where both accept the same text: a block that polars
 refuses, or where a key read may be missing or repeated, or that holds an integer ``-0`` (polars
 reads +0) goes to pyarrow's reader, in 1 MiB pieces on pyarrow's threads; a block that pyarrow
 cannot parse (a string where a number belongs, a key given twice, a line that is not JSON) is
