@@ -42,6 +42,8 @@ import refimpl.losses.sequence_gamma as sg_mod
 import refimpl.losses.sequence_product as sp_mod
 import refimpl.losses.sequence_soft as ss_mod
 from refimpl.losses.advantages_normalized import rloo_normalized_advantages
+from refimpl.losses.decoupled import decoupled_ppo_loss
+from refimpl.losses.distillation import reverse_kl_distillation_loss
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 from refimpl.testing._specs_losses_entropy import token_entropy_vjp
 
@@ -570,6 +572,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
         dg.divergence_gated_weights, level="sequence"
     ),
     "rloo_normalized_advantages": rloo_normalized_advantages,
+    "decoupled_ppo_clip": decoupled_ppo_loss,
+    "reverse_kl_distillation": reverse_kl_distillation_loss,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)
