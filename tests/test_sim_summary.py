@@ -15,12 +15,18 @@ from typing import Any
 
 import numpy as np
 from _wrong_variants import rejects, run_property
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from refimpl.sim import SimConfig, simulate
-from refimpl.sim._trace import _all_whole, _nth_from_counts, sorted_percentiles
+from refimpl.sim._trace import (
+    _all_whole,
+    _length_counts,
+    _nth_from_counts,
+    sorted_percentiles,
+    sorted_quantiles,
+)
 
 Percentiles = Callable[[int, tuple[float, ...], Callable[[Any], Any]], NDArray[np.float64]]
 Counts = Callable[[NDArray[np.int64]], Callable[[Any], Any]]
@@ -136,3 +142,163 @@ def test_the_whole_number_check_reads_every_block() -> None:
 
 def test_the_check_rejects_a_whole_number_check_of_the_first_block_only() -> None:
     rejects(whole_check_matches_numpy(first_block_only))
+
+
+# --- quantile levels (the length bins' edges) and the length counts ------------------------------
+
+_EXTREMES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    5e-324,
+    2.2250738585072014e-308,
+    1e308,
+    -1e308,
+    1.7976931348623157e308,
+]
+_AWKWARD = st.lists(
+    st.one_of(
+        st.sampled_from(_EXTREMES),
+        st.integers(-3, 3).map(float),  # ties
+        st.floats(allow_nan=False, allow_infinity=False),
+    ),
+    min_size=1,
+    max_size=40,
+)
+_LEVELS = st.lists(
+    st.one_of(
+        st.sampled_from([0.0, 1.0, 0.5, 0.25, 0.99, 1 / 3, 1 - 2**-53, 2**-1074]),
+        st.floats(0.0, 1.0),
+    ),
+    min_size=1,
+    max_size=6,
+)
+Quantiles = Callable[[int, NDArray[np.float64], Callable[[Any], Any]], NDArray[np.float64]]
+
+
+def nearest_rank(n: int, q: NDArray[np.float64], pick: Callable[[Any], Any]) -> NDArray[np.float64]:
+    """The wrong variant: the nearest-rank rule, ``x_sorted[ceil(q n) - 1]``, no interpolation."""
+    k = np.clip(np.ceil(np.asarray(q) * n).astype(np.intp) - 1, 0, n - 1)
+    out: NDArray[np.float64] = np.asarray(pick(k), dtype=np.float64)
+    return out
+
+
+def quantiles_match_numpy(impl: Quantiles) -> Any:
+    @given(_AWKWARD, _LEVELS)
+    @example([7.0], [0.0, 0.5, 1.0])  # n = 1
+    @example([1.0, 2.0], [0.0, 0.3, 0.5, 0.7, 1.0])  # n = 2
+    @example([-1e308, 1e308], [0.0, 0.5, 1.0])  # b - a overflows: numpy's inf and nan
+    def prop(values: list[float], levels: list[float]) -> None:
+        x, q = np.asarray(values), np.asarray(levels)
+        with np.errstate(all="ignore"):  # numpy's own overflow, on the extremes
+            got = impl(x.size, q, np.sort(x).__getitem__)
+            want = np.quantile(x, q)
+        assert np.array_equal(got, want, equal_nan=True), (got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want)), (got, want)
+
+    return prop
+
+
+def test_quantiles_of_sorted_values_are_numpys_bit_for_bit() -> None:
+    run_property(quantiles_match_numpy(sorted_quantiles))
+
+
+def test_the_check_rejects_the_nearest_rank_rule() -> None:
+    rejects(quantiles_match_numpy(nearest_rank))
+
+
+def test_the_check_rejects_the_textbook_interpolation_of_quantiles() -> None:
+    rejects(quantiles_match_numpy(lambda n, q, pick: textbook(n, tuple(100 * np.asarray(q)), pick)))
+
+
+def test_hand_worked_quantiles() -> None:
+    # 4 values 1, 2, 4, 8: level 1/3 is index 1, exactly 2; level 0.5 is index 1.5, taken from
+    # the upper end as 4 - 0.5 * 2 = 3; level 1 is the last value
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    got = sorted_quantiles(4, np.array([1 / 3, 0.5, 1.0]), x.__getitem__)
+    assert got.tolist() == [2.0, 3.0, 8.0]
+
+
+Counted = tuple[NDArray[np.float64], NDArray[np.float64], Callable[[Any], Any]]
+
+
+def counts_as_before(trained: NDArray[np.float64], rest: NDArray[np.float64]) -> Counted:
+    """The summary's cells counted the plain way: the launched lengths themselves sorted or
+    counted, numpy's own quantiles as the bins' edges, and the trained lengths sorted."""
+    launched = np.concatenate([trained, rest])
+    trained_sorted = np.sort(trained)
+    if np.all(launched == np.round(launched)):
+        top = int(launched.max()) + 1
+        if top <= 4 * launched.size + 1024:
+            p = np.bincount(launched.astype(np.int64), minlength=top)
+            q = np.bincount(trained.astype(np.int64), minlength=top)
+        else:
+            values, p = np.unique(launched, return_counts=True)
+            q = np.bincount(np.searchsorted(values, trained), minlength=values.size)
+    else:
+        sample = launched[:: max(1, launched.size // 200_000)]
+        edges = np.quantile(sample, np.linspace(0.0, 1.0, 65)[1:-1])
+        p = np.bincount(np.searchsorted(edges, launched), minlength=64)
+        q = np.bincount(np.searchsorted(edges, trained), minlength=64)
+    return p.astype(np.float64), q.astype(np.float64), trained_sorted.__getitem__
+
+
+def counts_without_the_rest(trained: NDArray[np.float64], rest: NDArray[np.float64]) -> Counted:
+    """The wrong variant: the launched law counted from the trained lengths alone."""
+    return _length_counts(trained, rest[:0], trained.copy())
+
+
+_LENGTH_KIND = st.sampled_from(["continuous", "whole", "sparse"])
+
+
+def length_counts_match(impl: Callable[[NDArray[np.float64], NDArray[np.float64]], Counted]) -> Any:
+    @given(_LENGTH_KIND, st.integers(1, 300), st.integers(0, 60), st.integers(0, 2**32 - 1))
+    def prop(kind: str, n_trained: int, n_rest: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        x = rng.lognormal(3.0, 1.0, n_trained + n_rest)
+        if kind == "whole":
+            x = np.ceil(x)
+        elif kind == "sparse":
+            x = np.ceil(x) * 1e9
+        trained, rest = x[:n_trained], x[n_trained:]
+        p, q, nth = impl(trained.copy(), rest)
+        p0, q0, nth0 = counts_as_before(trained, rest)
+        k = np.arange(n_trained)
+        assert np.array_equal(p, p0), (kind, p, p0)
+        assert np.array_equal(q, q0), (kind, q, q0)
+        assert np.array_equal(np.asarray(nth(k), dtype=np.float64), nth0(k)), kind
+
+    return prop
+
+
+def _counts_now(trained: NDArray[np.float64], rest: NDArray[np.float64]) -> Counted:
+    return _length_counts(trained, rest, np.concatenate([trained, rest]))
+
+
+def test_length_counts_are_the_plain_ones() -> None:
+    run_property(length_counts_match(_counts_now))
+
+
+def test_the_check_rejects_a_launched_law_without_the_rollouts_not_trained() -> None:
+    rejects(length_counts_match(counts_without_the_rest))
+
+
+def test_length_counts_on_a_subsampled_launched_law() -> None:
+    # past 400,000 launched lengths the bins' edges come from every other one (or sparser)
+    x = np.random.default_rng(11).lognormal(6.0, 1.0, 450_000)
+    trained, rest = x[:449_000], x[449_000:]
+    p, q, nth = _counts_now(trained.copy(), rest)
+    p0, q0, nth0 = counts_as_before(trained, rest)
+    assert np.array_equal(p, p0)
+    assert np.array_equal(q, q0)
+    k = np.arange(0, 449_000, 997)
+    assert np.array_equal(nth(k), nth0(k))
+
+
+def test_length_counts_by_hand() -> None:
+    # trained 1, 3, 3 and not trained 2, 3: launched counts [0, 1, 1, 3], trained [0, 1, 0, 2]
+    p, q, nth = _counts_now(np.array([3.0, 1.0, 3.0]), np.array([2.0, 3.0]))
+    assert p.tolist() == [0.0, 1.0, 1.0, 3.0]
+    assert q.tolist() == [0.0, 1.0, 0.0, 2.0]
+    assert nth(np.arange(3)).tolist() == [1.0, 3.0, 3.0]

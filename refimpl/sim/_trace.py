@@ -320,15 +320,15 @@ _BINS = 64
 _QUANTILES = (50.0, 90.0, 99.0)
 
 
-def sorted_percentiles(
-    n: int, q: tuple[float, ...], pick: Callable[[NDArray[np.intp]], NDArray[Any]]
+def sorted_quantiles(
+    n: int, q: NDArray[np.float64], pick: Callable[[NDArray[np.intp]], NDArray[Any]]
 ) -> NDArray[np.float64]:
-    r"""``np.percentile(x, q)`` (its default, linear rule) for ``n`` values whose order
-    statistics ``pick(k)`` returns (``x_sorted[k]``), bit for bit.
+    r"""``np.quantile(x, q)`` (its default, linear rule) for ``n`` values whose order
+    statistics ``pick(k)`` returns (``x_sorted[k]``), bit for bit; ``q`` in :math:`[0, 1]`.
 
     numpy copies and partitions its input, which for a summary of 10^6 rows in a fresh process
     cost more than the sorts themselves; the values sit in a sorted array or a histogram
-    already. The arithmetic is numpy's: virtual index :math:`(n-1)\,q/100`, its floor and the
+    already. The arithmetic is numpy's: virtual index :math:`(n-1)\,q`, its floor and the
     next index (the last value beyond the end), and the interpolation
     :math:`a + (b-a)\,t`, taken from :math:`b` as :math:`b - (b-a)(1-t)` when
     :math:`t \ge 1/2`. ``n >= 1``.
@@ -336,12 +336,12 @@ def sorted_percentiles(
     Examples
     --------
     >>> x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
-    >>> sorted_percentiles(x.size, (50.0, 90.0, 99.0), x.__getitem__).tolist()
-    [4.0, 12.8, 15.68]
-    >>> np.percentile(x, [50, 90, 99]).tolist()
-    [4.0, 12.8, 15.68]
+    >>> sorted_quantiles(x.size, np.array([0.25, 0.9]), x.__getitem__).tolist()
+    [2.0, 12.8]
+    >>> np.quantile(x, [0.25, 0.9]).tolist()
+    [2.0, 12.8]
     """
-    virtual = (n - 1) * (np.asarray(q, dtype=np.float64) / 100)
+    virtual = (n - 1) * np.asarray(q, dtype=np.float64)
     previous = np.floor(virtual)
     following = previous + 1
     beyond = virtual >= n - 1
@@ -357,6 +357,24 @@ def sorted_percentiles(
     np.subtract(b, diff * (1 - t), out=out, where=t >= 0.5, casting="unsafe", dtype=np.float64)
     result: NDArray[np.float64] = out
     return result
+
+
+def sorted_percentiles(
+    n: int, q: tuple[float, ...], pick: Callable[[NDArray[np.intp]], NDArray[Any]]
+) -> NDArray[np.float64]:
+    r"""``np.percentile(x, q)`` (its default, linear rule) for ``n`` values whose order
+    statistics ``pick(k)`` returns (``x_sorted[k]``), bit for bit: numpy's
+    ``np.quantile(x, q / 100)``, so :func:`sorted_quantiles` of ``q / 100``. ``n >= 1``.
+
+    Examples
+    --------
+    >>> x = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    >>> sorted_percentiles(x.size, (50.0, 90.0, 99.0), x.__getitem__).tolist()
+    [4.0, 12.8, 15.68]
+    >>> np.percentile(x, [50, 90, 99]).tolist()
+    [4.0, 12.8, 15.68]
+    """
+    return sorted_quantiles(n, np.asarray(q, dtype=np.float64) / 100, pick)
 
 
 def _all_whole(x: NDArray[np.float64]) -> bool:
@@ -376,48 +394,68 @@ def _nth_from_counts(counts: NDArray[np.int64]) -> Callable[[NDArray[np.intp]], 
     return lambda k: np.searchsorted(ends, k, side="right").astype(np.int64)
 
 
-def _bin_counts(sorted_x: NDArray[np.float64], edges: NDArray[np.float64]) -> NDArray[np.float64]:
+def _bin_counts(sorted_x: NDArray[np.float64], edges: NDArray[np.float64]) -> NDArray[np.intp]:
     """How many of ``sorted_x`` fall in each bin ``(edges[i-1], edges[i]]`` (the first from
     -inf, the last to +inf): ``np.bincount(np.searchsorted(edges, x))``, counted on the sorted
     values (sorting a million floats is 3-5x faster than placing each in its bin)."""
     at = np.searchsorted(sorted_x, edges, side="right")
-    return np.diff(at, prepend=0, append=sorted_x.size).astype(np.float64)
+    return np.diff(at, prepend=0, append=sorted_x.size)
 
 
-def empirical_length_bias(
-    trained: NDArray[np.float64],
-    launched: NDArray[np.float64],
-    *,
-    trained_sorted: NDArray[np.float64] | None = None,
-) -> LengthBias:
-    """:class:`refimpl.LengthBias` measures between the empirical trained and launched laws.
+#: The inner edges of the 64 bins of equal launched probability (as quantile levels).
+_EDGE_LEVELS = np.linspace(0.0, 1.0, _BINS + 1)[1:-1]
 
-    ``trained_sorted``: ``np.sort(trained)``, when the caller has it already."""
-    if trained.size == 0 or launched.size == 0:
-        nan = float("nan")
-        return LengthBias(nan, nan, nan, nan, nan)
-    true_mean = float(launched.mean())
-    sel_mean = float(trained.mean())
+_Pick = Callable[[NDArray[np.intp]], NDArray[np.float64]]
+
+
+def _length_counts(
+    trained: NDArray[np.float64], rest: NDArray[np.float64], launched: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64], _Pick]:
+    """``(p, q, nth)``: counts of the launched (``p``) and trained (``q``) lengths in the cells of
+    :func:`summarize` (every whole length, else 64 bins of equal launched probability), and
+    ``k -> sorted(trained)[k]``. ``launched`` holds ``trained`` and ``rest`` (the rollouts not
+    trained), so ``p`` is ``q`` plus the counts of ``rest``: the launched lengths are not sorted
+    again. ``trained`` is a scratch copy, sorted in place when the lengths are not whole."""
     if _all_whole(launched):
-        top = float(launched.max()) + 1.0
+        top = int(launched.max()) + 1
         if top <= 4 * launched.size + 1024:  # a dense count is cheap
-            p = np.bincount(launched.astype(np.int64), minlength=int(top)).astype(np.float64)
-            q = np.bincount(trained.astype(np.int64), minlength=int(top)).astype(np.float64)
-        else:  # sparse lengths (e.g. 1e12 tokens): count the distinct values only
-            values, p_counts = np.unique(launched, return_counts=True)
-            q_counts = np.bincount(np.searchsorted(values, trained), minlength=values.size)
-            p, q = p_counts.astype(np.float64), q_counts.astype(np.float64)
-    else:
-        step = max(1, launched.size // 200_000)  # edges from a systematic subsample
-        edges = np.quantile(launched[::step], np.linspace(0.0, 1.0, _BINS + 1)[1:-1])
-        p = _bin_counts(np.sort(launched), edges)
-        q = _bin_counts(np.sort(trained) if trained_sorted is None else trained_sorted, edges)
+            q = np.bincount(trained.astype(np.int64), minlength=top)
+            p = q + np.bincount(rest.astype(np.int64), minlength=top)
+            nth_whole = _nth_from_counts(q)
+            return (
+                p.astype(np.float64),
+                q.astype(np.float64),
+                lambda k: nth_whole(k).astype(np.float64),
+            )
+        # sparse lengths (e.g. 1e12 tokens): count the distinct values only
+        values, p_counts = np.unique(launched, return_counts=True)
+        q = np.bincount(np.searchsorted(values, trained), minlength=values.size)
+        ends = np.cumsum(q)
+        return (
+            p_counts.astype(np.float64),
+            q.astype(np.float64),
+            lambda k: values[np.searchsorted(ends, k, side="right")],
+        )
+    step = max(1, launched.size // 200_000)  # edges from a systematic subsample
+    sample = np.sort(launched[::step])
+    edges = sorted_quantiles(sample.size, _EDGE_LEVELS, sample.__getitem__)
+    trained.sort()
+    q = _bin_counts(trained, edges)
+    p = q + _bin_counts(np.sort(rest), edges)
+    return p.astype(np.float64), q.astype(np.float64), trained.__getitem__
+
+
+def _length_bias(
+    p: NDArray[np.float64], q: NDArray[np.float64], *, launched_mean: float, trained_mean: float
+) -> LengthBias:
+    """:class:`refimpl.LengthBias` measures between the empirical trained (counts ``q``) and
+    launched (counts ``p``) laws, whose means are given."""
     p /= p.sum()
     q /= q.sum()
     tv = 0.5 * float(np.abs(q - p).sum())
     pos = q > 0
     kl = float(np.sum(q[pos] * np.log(q[pos] / p[pos])))
-    return LengthBias(true_mean, sel_mean, sel_mean / true_mean, tv, kl)
+    return LengthBias(launched_mean, trained_mean, trained_mean / launched_mean, tv, kl)
 
 
 def summarize(trace: SimTrace) -> SimSummary:
@@ -470,33 +508,24 @@ def summarize(trace: SimTrace) -> SimSummary:
     (6, 3.0, [2, 4])
     """
     cfg = trace.config
-    trained = trace.status == STATUS["trained"]
-    n_tr = int(trained.sum())
+    by_status = np.bincount(trace.status, minlength=len(STATUS_NAMES))
+    n_tr = int(by_status[STATUS["trained"]])
     order = trace.training_order()  # statistics in training order, as the peer sums them
-    stale = trace.staleness[order].astype(np.int64)
-    lens = trace.length[order]
-    lens_sorted = np.sort(lens)
+    stale = trace.staleness[order]  # int32: its mean sums in float64, as int64's does
+    lens = trace.length[order]  # a copy, sorted in place once its sums are taken
     end = trace.end_time
     hist = np.bincount(stale) if n_tr else np.zeros(0, dtype=np.int64)
-    # per-token staleness over trained samples, weighted by tokens
-    if trace.segment_tokens.size == len(trace):  # one version per rollout
-        tok_total = float(lens.sum())
-        tok_weighted = float((lens * stale).sum())
-    else:
-        off = trace.segment_offsets
-        counts = np.diff(off)
-        seg_rows = np.repeat(np.arange(len(trace)), counts)
-        seg_end = np.empty_like(trace.segment_tokens)
-        seg_end[:-1] = trace.segment_tokens[1:]
-        seg_end[off[1:] - 1] = trace.length  # every rollout has >= 1 segment
-        seg_tr = trained[seg_rows]
-        seg_tokens = (seg_end - trace.segment_tokens)[seg_tr]
-        seg_stale = (trace.step[seg_rows] - trace.segment_versions)[seg_tr]
-        tok_total = float(seg_tokens.sum())
-        tok_weighted = float((seg_tokens * seg_stale).sum())
+    tok_total, tok_weighted = _token_sums(trace, lens, stale)
     tok_stale = tok_weighted / tok_total if tok_total > 0 else float("nan")
     launched_mean = float(trace.length.mean()) if len(trace) else float("nan")
     mean = float(lens.mean()) if n_tr else float("nan")
+    std = float(lens.std()) if n_tr else float("nan")
+    nan3 = np.full(3, np.nan)
+    if n_tr:
+        p, q, nth = _length_counts(lens, trace.length[trace.rank < 0], trace.length)
+        bias = _length_bias(p, q, launched_mean=launched_mean, trained_mean=mean)
+    else:
+        bias = LengthBias(*[float("nan")] * 5)
     return SimSummary(
         trained=n_tr,
         steps=cfg.steps,
@@ -512,17 +541,35 @@ def summarize(trace: SimTrace) -> SimSummary:
         # numpy's percentiles, read off the counts and the sorted lengths (numpy would copy)
         staleness_quantiles=sorted_percentiles(n_tr, _QUANTILES, _nth_from_counts(hist))
         if n_tr
-        else np.full(3, np.nan),
+        else nan3,
         token_staleness_mean=tok_stale,
         length_mean=mean,
-        length_std=float(lens.std()) if n_tr else float("nan"),
-        length_quantiles=sorted_percentiles(n_tr, _QUANTILES, lens_sorted.__getitem__)
-        if n_tr
-        else np.full(3, np.nan),
+        length_std=std,
+        length_quantiles=sorted_percentiles(n_tr, _QUANTILES, nth) if n_tr else nan3.copy(),
         launched_length_mean=launched_mean,
-        length_bias=empirical_length_bias(lens, trace.length, trained_sorted=lens_sorted),
-        dropped=int(np.sum(trace.status == STATUS["dropped"])),
-        aborted=int(np.sum(trace.status == STATUS["aborted"])),
+        length_bias=bias,
+        dropped=int(by_status[STATUS["dropped"]]),
+        aborted=int(by_status[STATUS["aborted"]]),
         wasted_tokens=float(trace.wasted_tokens.sum()),
         recomputed_tokens=float(trace.recomputed_tokens.sum()),
     )
+
+
+def _token_sums(
+    trace: SimTrace, lens: NDArray[np.float64], stale: NDArray[np.int32]
+) -> tuple[float, float]:
+    """The trained tokens, and their sum weighted by each token's staleness (``lens`` and
+    ``stale``: the trained samples' lengths and staleness, in training order)."""
+    if trace.segment_tokens.size == len(trace):  # one version per rollout
+        return float(lens.sum()), float((lens * stale).sum())
+    trained = trace.status == STATUS["trained"]
+    off = trace.segment_offsets
+    counts = np.diff(off)
+    seg_rows = np.repeat(np.arange(len(trace)), counts)
+    seg_end = np.empty_like(trace.segment_tokens)
+    seg_end[:-1] = trace.segment_tokens[1:]
+    seg_end[off[1:] - 1] = trace.length  # every rollout has >= 1 segment
+    seg_tr = trained[seg_rows]
+    seg_tokens = (seg_end - trace.segment_tokens)[seg_tr]
+    seg_stale = (trace.step[seg_rows] - trace.segment_versions)[seg_tr]
+    return float(seg_tokens.sum()), float((seg_tokens * seg_stale).sum())
