@@ -328,3 +328,44 @@ def test_the_off_by_one_scenario_has_the_staleness_law_it_states() -> None:
     # every row is one sample at its reference staleness, whichever weights the bug gives it
     assert a.correct.on_policy_dropped_fraction == 0.0
     assert a.buggy.on_policy_dropped_fraction == 1.0
+
+
+# --- the shape rules hold alike with nonfinite="error" and "one" ------------------------------
+
+_TOKEN_LEVEL: dict[str, Callable[..., Any]] = {
+    "truncated_is_weights": lambda a, b, nf: refimpl.truncated_is_weights(
+        a, b, cap=5.0, nonfinite=nf
+    ),
+    "masked_is_weights": lambda a, b, nf: refimpl.masked_is_weights(
+        a, b, low=0.5, high=3.0, nonfinite=nf
+    ),
+}
+
+
+@pytest.mark.parametrize("nonfinite", ["error", "one"])
+@pytest.mark.parametrize("name", sorted(_TOKEN_LEVEL))
+def test_the_token_weights_refuse_the_same_shapes_in_both_nonfinite_modes(
+    name: str, nonfinite: str
+) -> None:
+    """Arrays of shape (T,) or (B, T) with T >= 1, whichever way a non-finite entry is treated
+    (the 'one' mode validates finite stand-ins: a wrong branch there skipped the shape rules)."""
+    fn = _TOKEN_LEVEL[name]
+    half, quarter = np.log(np.full((2, 2, 3), 0.5)), np.log(np.full((2, 2, 3), 0.25))
+    for a, b in ((half, quarter), (np.float64(-0.5), np.float64(-1.0))):
+        with pytest.raises(ValueError, match=r"^logp_target must be 1-D or 2-D"):
+            fn(a, b, nonfinite)
+    with pytest.raises(ValueError, match=r"^logp_target must have at least one token"):
+        fn(np.zeros((2, 0)), np.zeros((2, 0)), nonfinite)
+    got = fn(half[0], quarter[0], nonfinite)  # (B, T) = (2, 3), ratio 2 everywhere
+    assert got.shape == (2, 3)
+
+
+@pytest.mark.parametrize("nonfinite", ["error", "one"])
+def test_decoupled_weights_take_any_shape_in_both_nonfinite_modes(nonfinite: Any) -> None:
+    """decoupled_ppo_weights weighs entries one by one: any shape, kept, in either mode."""
+    half, quarter = np.log(np.full((2, 2, 3), 0.5)), np.log(np.full((2, 2, 3), 0.25))
+    got = refimpl.decoupled_ppo_weights(half, quarter, cap=5.0, nonfinite=nonfinite)
+    assert got.shape == (2, 2, 3)
+    np.testing.assert_allclose(got, 2.0, rtol=1e-15)
+    empty = refimpl.decoupled_ppo_weights(half[..., :0], quarter[..., :0], nonfinite=nonfinite)
+    assert empty.shape == (2, 2, 0)
