@@ -1,9 +1,9 @@
 """A large JSONL trace read by duckdb gets the verdict, the report and the error message of
 pyarrow's reader.
 
-Each trace below is checked in one process three ways: duckdb first and pyarrow after it (the
-duckdb threshold at 0 bytes, polars' above the trace), duckdb first and polars after it (both at
-0), and pyarrow alone (both above the trace). The exit codes, the printed lines and the reports
+Each trace below is checked in one process two ways: duckdb first and pyarrow after it (the
+duckdb threshold at 0 bytes, polars' above the trace), and pyarrow alone (both above the trace);
+those with an odd line after many good blocks also duckdb first and polars after it (both at 0). The exit codes, the printed lines and the reports
 must be equal. The traces are those where duckdb reads otherwise than pyarrow, or might: numbers
 as strings, booleans, trailing commas, ``nan``/``inf`` in any case, numbers beyond float64 (in a
 column read and in one that is not), an integer ``-0``, blank lines, carriage returns, a key
@@ -75,6 +75,12 @@ CASES: dict[str, tuple[str, list[str]]] = {
         TIS,
     ),
     "negative zero": ('{"logp_target": -0, "logp_behavior": 0, "weight": -0}\n', TIS),
+    "negative zeros written as floats": (
+        '{"logp_target": -0e0, "logp_behavior": -0.0, "weight": 1}\n'
+        '{"logp_target": -0E+2, "logp_behavior": -0.000e-5, "weight": 1}\n',
+        TIS,
+    ),
+    "infinity, mixed case": ('{"logp_target": -inF, "logp_behavior": -1, "weight": 1}\n', TIS),
     "negative zero in a list": (
         '{"logp_target": [-0, -1], "logp_behavior": [0, -1], "weight": 1}\n',
         SEQ,
@@ -154,6 +160,7 @@ EXIT_CODES = {
     "forms of numbers": 0,
     "negative zero": 1,
     "negative zero in a list": 0,
+    "negative zeros written as floats": 0,
     "beyond float64, not read": 0,
     "many digits": 1,
     "key escaped": 0,
@@ -187,13 +194,19 @@ NEVER = 1 << 62
 
 
 def same_every_way(
-    text: str, argv: list[str], tmp: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    text: str,
+    argv: list[str],
+    tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: Any,
+    then_polars: bool = True,
 ) -> int:
     path = tmp / "t.jsonl"
     path.write_bytes(text.encode("utf-8", "surrogateescape"))  # "\udcff": the byte 0xff
     alone = run(path, argv, NEVER, NEVER, monkeypatch, capsys)
     assert run(path, argv, 0, NEVER, monkeypatch, capsys) == alone
-    assert run(path, argv, 0, 0, monkeypatch, capsys) == alone
+    if then_polars:
+        assert run(path, argv, 0, 0, monkeypatch, capsys) == alone
     return alone[0]
 
 
@@ -203,7 +216,10 @@ def test_duckdb_and_pyarrow_give_the_same_verdict_report_and_error(
 ) -> None:
     pytest.importorskip("duckdb")  # the `trace` extra; without it polars or pyarrow read
     text, argv = CASES[case]
-    code = same_every_way(text, argv, tmp_path, monkeypatch, capsys)
+    # duckdb then polars: where duckdb hands a block over after good ones (polars' own agreement
+    # with pyarrow on every case is the engines test's)
+    then_polars = "late" in case or "blocks" in case
+    code = same_every_way(text, argv, tmp_path, monkeypatch, capsys, then_polars)
     assert code == EXIT_CODES.get(case, 2)
 
 
