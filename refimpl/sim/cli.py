@@ -25,7 +25,6 @@ import sys
 import time
 from typing import Any
 
-from refimpl._io import atomic_path, refuse_output_naming_input
 from refimpl.errors import InvalidArgument
 from refimpl.sim import SimConfig, _simulate_any
 from refimpl.sim._cliopts import (
@@ -655,6 +654,8 @@ def _run(args: argparse.Namespace) -> int:
     if note is not None:
         print(note, file=sys.stderr)
     if args.trace is not None:
+        from refimpl._io import refuse_output_naming_input  # loaded for --trace only
+
         try:
             check_trace_path(args.trace, directory=agent is not None)
             refuse_output_naming_input(args.trace, [args.lengths_npy], option="--trace")
@@ -722,6 +723,8 @@ def _run(args: argparse.Namespace) -> int:
         out["engine"] = stats.to_json_dict()
     out["closed_form"] = _closed_form(cfg) if args.closed_form else None
     if args.trace is not None:
+        from refimpl._io import atomic_path
+
         try:
             with atomic_path(args.trace) as tmp:
                 trace.to_parquet(tmp)

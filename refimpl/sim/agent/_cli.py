@@ -19,7 +19,6 @@ from refimpl.sim._cliopts import default, given, plain
 from refimpl.sim._config import check_lognormal
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf
 from refimpl.sim._lengthfiles import typed_pmf as _typed_pmf
-from refimpl.sim.agent import _compiled
 from refimpl.sim.agent._config import (
     ADMISSION_POLICIES,
     FAILURE_ACTIONS,
@@ -27,13 +26,7 @@ from refimpl.sim.agent._config import (
     AgentConfig,
     _is_discrete,
 )
-from refimpl.sim.agent._engine import (
-    simulate_agent,
-)
 from refimpl.sim.agent._lognormal import LognormalLaw
-from refimpl.sim.agent._results import (
-    agent_summary_dict,
-)
 
 
 def _law_from_text(text: str, *, option: str, integer: bool = False, positive: bool = False) -> Any:
@@ -674,6 +667,9 @@ def run_agent_cli(
     >>> out["calls_issued"] == out["calls_completed"] + out["calls_failed"]
     True
     """
+    from refimpl.sim.agent._engine import simulate_agent  # loaded for a run with tool calls only
+    from refimpl.sim.agent._results import agent_summary_dict
+
     start = time.perf_counter()
     result = simulate_agent(config, progress=progress)
     wall = time.perf_counter() - start
@@ -698,6 +694,9 @@ def agent_kernel_s(config: AgentConfig) -> float:
     >>> agent_kernel_s(cfg) >= 0.0
     True
     """
+    from refimpl.sim.agent import _compiled  # loaded for a run with tool calls only
+    from refimpl.sim.agent._engine import simulate_agent
+
     start = time.perf_counter()
     engine: Literal["compiled", "event"] = (
         "compiled" if _compiled.worth_compiling(config) else "event"
