@@ -176,6 +176,25 @@ def test_at_the_clip_bound_the_gradient_is_torchs() -> None:
     _close(gmpo_loss(c.logp, c.logp_old, c.adv, eps_low=0.4).grad, torch_gmpo(c)[1])
 
 
+def test_a_tie_outside_the_band_splits_the_gradient_as_torch_does() -> None:
+    """-a·s and -a·clip(s) can round to one float with s just outside the band (a = 1.9, s one ulp
+    above 1 + eps_high): torch.maximum then gives each side half the gradient, and the clipped
+    side's is 0 there, so the loss's gradient is half the unclipped one's, not all of it."""
+    x = float(np.log(1.3))
+    s = float(np.exp(x))
+    eps_high = float(np.nextafter(s, 0.0)) - 1.0
+    a = 1.9
+    assert s > 1.0 + eps_high and -a * s == -a * (1.0 + eps_high)  # the tie this test is about
+    c = Case(np.array([[x]]), np.zeros((1, 1)), np.ones((1, 1)), np.array([a]), np.ones((1, 1)),
+             0.2, eps_high)  # fmt: skip
+    for fn, token in ((gspo_loss, False), (gspo_token_loss, True)):
+        terms = _call(fn, c, cotangent=c.cot)
+        loss, grad = torch_gspo(c, token=token)
+        np.testing.assert_array_equal(terms.loss, loss)
+        np.testing.assert_allclose(terms.grad, grad, rtol=1e-15, atol=0.0)
+        np.testing.assert_allclose(terms.grad, [[-0.5 * a * s]], rtol=1e-15, atol=0.0)
+
+
 # ---------------------------------------------------------------------------------------------
 # (2) gradients against torch autograd and finite differences
 # ---------------------------------------------------------------------------------------------
