@@ -16,9 +16,9 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
    against the plain peer's whole call (``simpy_queue.py`` in a fresh process), and the rate the
    command reports against the warmed rate of 1. Targets: >= 10x the peer's wall time in every
    mode (plain async >= 20x), and a reported rate within 1.5x of the warmed one. The one-time costs
-   the command reports apart (start-up, lengths, kernel loading) are printed beside, with the run's
-   own time and the seconds between the command's last report and the process's end (the
-   interpreter's exit: freeing numba's and LLVM's objects).
+   the command reports apart (start-up, lengths, kernel loading, mapping the run's memory ahead)
+   are printed beside, with the run's own time and the seconds between the command's last report
+   and the process's end (the interpreter's exit: freeing numba's and LLVM's objects).
 3. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
    subprocess per size (lengths drawn inside it), after a warm-up run of two trainer steps whose
    time (the fixed cost: loading the compiled kernel, first calls) is printed apart; the time per
@@ -421,7 +421,8 @@ def _fresh_calls(
     )
     print(
         f"{'mode':36s} {'wall s':>7s} {'x peer':>7s} {'reported r/s':>12s} {'warmed/rep':>10s} "
-        f"{'startup s':>9s} {'lengths s':>9s} {'kernel s':>8s} {'run s':>6s} {'exit s':>6s} "
+        f"{'startup s':>9s} {'lengths s':>9s} {'kernel s':>8s} {'memory s':>8s} {'run s':>6s} "
+        f"{'exit s':>6s} "
         f"{'cpu s':>6s} {'cpu x peer':>10s}  target"
     )
     ok = True
@@ -443,7 +444,8 @@ def _fresh_calls(
         print(
             f"{name:36s} {wall:7.2f} {ratio:7.1f} {rate:12,.0f} {gap:10.2f} "
             f"{got.get('startup_s') or float('nan'):9.2f} {got.get('lengths_s', float('nan')):9.3f} "
-            f"{got.get('kernel_s', float('nan')):8.2f} {run_s:6.2f} {wall - total:6.2f} "
+            f"{got.get('kernel_s', float('nan')):8.2f} {got.get('memory_s', float('nan')):8.2f} "
+            f"{run_s:6.2f} {wall - total:6.2f} "
             f"{cpu:6.2f} {peer_cpu / cpu:10.1f}"
             f"  >= {need:g}x, <= 1.5 "
             f"{'meets' if met else 'MISSES'}"

@@ -267,7 +267,7 @@ def test_options_that_apply_still_run(capsys: pytest.CaptureFixture[str], option
 
 
 #: The one-time costs every mode reports apart from its rate (seconds).
-ONE_TIME = ("startup_s", "lengths_s", "kernel_s", "total_wall_s")
+ONE_TIME = ("startup_s", "lengths_s", "kernel_s", "memory_s", "total_wall_s")
 
 
 def check_one_time_costs(out: dict[str, object]) -> None:

@@ -42,6 +42,7 @@ from refimpl.sim._cliopts import (
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
 from refimpl.sim._lengths import LengthSupply
+from refimpl.sim._memory import kept_memory, map_ahead, run_bytes
 from refimpl.sim.agent import agent_config_from_args, configure_agent_options, run_agent_cli
 from refimpl.sim.agent._cli import agent_kernel_s
 from refimpl.sim.engine._cli import (
@@ -581,7 +582,8 @@ def _run_agent(args: argparse.Namespace, agent: Any, timings: dict[str, float | 
             return _fail(_TOO_BIG.format(why=str(err).split(";")[0]))
         return _fail(str(err))
     bar.close()
-    out.update(timings, kernel_s=kernel_s, total_wall_s=since_start())
+    # nothing is mapped ahead for agent rollouts: their memory is their engine's, not a trace's
+    out.update(timings, kernel_s=kernel_s, memory_s=0.0, total_wall_s=since_start())
     print_result(out, as_json=args.json)
     return 0
 
@@ -634,12 +636,13 @@ def _closed_form(cfg: SimConfig) -> dict[str, Any] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``refimpl simulate``; return the exit code (2 for a bad configuration). The run's
-    arrays are mapped with small pages (:func:`~refimpl.sim._cliopts.small_pages`)."""
-    with small_pages():
-        return _run(args)
+    arrays are mapped with small pages (:func:`~refimpl.sim._cliopts.small_pages`), and the
+    memory the call frees is kept for reuse (:func:`~refimpl.sim._memory.kept_memory`)."""
+    with small_pages(), kept_memory() as kept:
+        return _run(args, kept=kept)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, *, kept: bool = False) -> int:
     timings: dict[str, float | None] = {"startup_s": since_start()}
     try:
         _refuse_inert_options(args)
@@ -676,6 +679,8 @@ def _run(args: argparse.Namespace) -> int:
         bar.update(n)
 
     kernel_s = _warm_up(cfg, args.engine)
+    # the pages the run's trace will take, touched before it (kept for it): reported apart
+    memory_s = map_ahead(run_bytes(cfg.trained_target + cfg.slots)) if kept else 0.0
     try:
         with numeric_guard():
             t_lengths = time.perf_counter()
@@ -713,10 +718,12 @@ def _run(args: argparse.Namespace) -> int:
         "sim_wall_s": wall,
         "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
         # one-time costs, apart from the rate above: the interpreter and imports up to the
-        # command's start, reading or drawing the lengths, loading (or compiling) the kernels
+        # command's start, reading or drawing the lengths, loading (or compiling) the kernels,
+        # mapping the memory the run will use
         "startup_s": timings.get("startup_s"),
         "lengths_s": timings.get("lengths_s", 0.0),
         "kernel_s": kernel_s,
+        "memory_s": memory_s,
     }
     out.update(summary.to_json_dict())
     if stats is not None:
