@@ -18,7 +18,6 @@ their count *before* rejection (a rejected token still counts in the denominator
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
@@ -41,7 +40,7 @@ __all__ = ["decoupled_ppo_loss"]
 Array = NDArray[np.float64]
 
 
-def _weighted(w: Array, values: Array, m: Array, *, what: str) -> Array:
+def _weighted(w: Array, values: Array, m: Array, *, what: str, cap: float | None) -> Array:
     """``w·values`` at real tokens (exactly 0 where ``w == 0``), refused where it overflows."""
     with np.errstate(over="ignore", invalid="ignore"):
         out = masked(np.asarray(np.where(w == 0.0, 0.0, w * values), dtype=np.float64), m)
@@ -50,8 +49,8 @@ def _weighted(w: Array, values: Array, m: Array, *, what: str) -> Array:
         b, t = (int(i) for i in np.argwhere(bad)[0])
         raise invalid(
             "cap",
-            f"keep the behaviour weight times {what} finite in float64",
-            None if math.isinf(float(w[b, t])) else float(w[b, t]),
+            f"bound the behaviour weight so that it times {what} stays finite in float64",
+            cap,
             f"Token (b={b}, t={t}) overflows with weight {float(w[b, t])!r}; pass a smaller cap= "
             "(AReaL's rejection_sampling.upper) or advantages of a smaller scale.",
         )
@@ -177,6 +176,6 @@ def decoupled_ppo_loss(
         mask=kept,
         cotangent=c,
     )
-    loss = _weighted(w, np.asarray(ppo.loss), kept, what="the PPO loss")
-    grad = _weighted(w, np.asarray(ppo.grad), kept, what="the PPO gradient")
+    loss = _weighted(w, np.asarray(ppo.loss), kept, what="the PPO loss", cap=cap)
+    grad = _weighted(w, np.asarray(ppo.grad), kept, what="the PPO gradient", cap=cap)
     return LossTerms(loss, grad)
