@@ -30,11 +30,14 @@ _GRPO = "trl.trainer.grpo_trainer:GRPOTrainer._generate_and_score_completions"
 _RLOO = "trl.trainer.rloo_trainer:RLOOTrainer._generate_and_score_completions"
 
 
-def scoring_trainer(trainer_class: Any, rewards: Any, group: Any, **settings: Any) -> Any:
+def scoring_trainer(
+    trainer_class: Any, rewards: Any, group: Any, *, weights: Any = None, **settings: Any
+) -> Any:
     """A ``trainer_class`` made with ``__new__`` holding what ``_generate_and_score_completions``
     reads on the text-only, single-process, on-policy path (no tools, images, vLLM or KL), with
     ``num_generations`` the size of the first group (TRL's groups are contiguous and equal),
-    one reward function returning ``rewards``, and ``settings`` (TRL's names) set on it."""
+    one reward function per column of ``rewards`` ((B,) or (B, K)) returning it, ``weights`` as
+    ``reward_weights`` (default all 1), and ``settings`` (TRL's names) set on it."""
     import collections
     import types
 
@@ -42,12 +45,14 @@ def scoring_trainer(trainer_class: Any, rewards: Any, group: Any, **settings: An
     from accelerate import PartialState
 
     PartialState()  # accelerate's gather / gather_object need the (single-process) state
-    values = [float(v) for v in torch.as_tensor(rewards).reshape(-1).tolist()]
+    table = torch.as_tensor(rewards, dtype=torch.float64)
+    columns = [table.reshape(-1)] if table.ndim < 2 else list(table.T)
     labels = torch.as_tensor(group).reshape(-1).tolist()
-    rows = len(values)
+    rows = len(columns[0])
 
-    def reward(prompts: Any, completions: Any, **_kwargs: Any) -> list[float]:
-        return values
+    def reward_function(column: Any) -> Any:
+        values = [float(v) for v in column.tolist()]
+        return lambda prompts, completions, **_kwargs: values
 
     def generate(prompts: Any) -> tuple[Any, ...]:
         ids, completions = [[1]] * rows, ["c"] * rows
@@ -82,8 +87,16 @@ def scoring_trainer(trainer_class: Any, rewards: Any, group: Any, **settings: An
     t.num_iterations, t.use_vllm, t.vllm_importance_sampling_correction = 1, False, False
     t.beta, t.reward_clip_range, t.log_completions = 0.0, None, False
     t.num_generations = t.num_generations_eval = labels.count(labels[0]) if rows else 1
-    t.reward_funcs, t.reward_processing_classes, t.reward_func_names = [reward], [None], ["given"]
-    t.reward_weights = torch.ones(1, dtype=torch.float32)
+    t.reward_funcs = [reward_function(c) for c in columns]
+    t.reward_processing_classes = [None] * len(columns)
+    t.reward_func_names = (
+        ["given"] if len(columns) == 1 else [f"given_{k}" for k in range(len(columns))]
+    )
+    t.reward_weights = (
+        torch.ones(len(columns), dtype=torch.float32)
+        if weights is None
+        else torch.as_tensor(weights, dtype=torch.float32).reshape(-1)
+    )
     t._metrics = {"train": collections.defaultdict(list), "eval": collections.defaultdict(list)}
     t._logs = {
         "prompt": [],
@@ -101,9 +114,10 @@ def scoring_trainer(trainer_class: Any, rewards: Any, group: Any, **settings: An
 
 
 def _prompts(rewards: Any) -> list[dict[str, str]]:
+    """One (placeholder) prompt per row of ``rewards``."""
     import torch
 
-    return [{"prompt": "p"} for _ in range(torch.as_tensor(rewards).numel())]
+    return [{"prompt": "p"} for _ in range(torch.as_tensor(rewards).shape[0])]
 
 
 def trl_grpo_advantages_group(rewards: Any, *, group: Any) -> Any:

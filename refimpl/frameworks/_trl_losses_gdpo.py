@@ -8,7 +8,8 @@ groups), each reward is centred by its group's ``nanmean`` and divided by its gr
 ``reward_weights`` (``nansum``), and the sum is standardised over the batch's *sequences*,
 ``(s − nanmean s) / (nanstd s + 1e-4)`` — ``scale_rewards`` is not read on this path. The
 adapter runs that REAL method on the trainer :func:`~refimpl.frameworks._trl_losses_advantages.
-scoring_trainer` builds, with one plain reward function per column of the given rewards.
+scoring_trainer` builds, with one plain reward function per column of the given rewards and the
+given weights as ``reward_weights``.
 """
 
 from __future__ import annotations
@@ -27,25 +28,15 @@ def trl_gdpo_advantages(rewards: Any, *, group: Any, weights: Any, mask: Any) ->
     ``GRPOTrainer._generate_and_score_completions`` with one reward function per column of
     ``rewards`` and ``reward_weights = weights``, its ``advantages`` (``mask`` is not read: TRL
     standardises over sequences)."""
-    import torch
     from trl.trainer.grpo_trainer import GRPOTrainer
 
     from refimpl.frameworks._trl_losses_advantages import _prompts, scoring_trainer
 
-    columns = torch.as_tensor(rewards).T.tolist()
     t = scoring_trainer(
-        GRPOTrainer, columns[0], group, multi_objective_aggregation="normalize_then_sum",
-        scale_rewards="group",
+        GRPOTrainer, rewards, group, weights=weights, scale_rewards="group",
+        multi_objective_aggregation="normalize_then_sum",
     )  # fmt: skip
-
-    def reward_function(values: list[float]) -> Any:
-        return lambda prompts, completions, **_kwargs: values
-
-    t.reward_funcs = [reward_function(c) for c in columns]
-    t.reward_processing_classes = [None] * len(columns)
-    t.reward_func_names = [f"given_{k}" for k in range(len(columns))]
-    t.reward_weights = torch.as_tensor(weights, dtype=torch.float32)
-    return t._generate_and_score_completions(_prompts(columns[0]))["advantages"]
+    return t._generate_and_score_completions(_prompts(rewards))["advantages"]
 
 
 # Rewards 1e-6 apart: each group's z-score is ~5e-3 (ε dominates its std), so the batch std of
