@@ -56,6 +56,15 @@ _OVERFLOW = Divergence(
 )
 
 
+_OVERFLOW_REAL = Divergence(
+    "numerical limit",
+    "AReaL does not clamp the log-ratio before exp: at a real token with log π_θ − log π_prox = "
+    "100 the float32 ratio is inf, and with a zero advantage −A·ratio is 0·inf = NaN where the "
+    "exact loss is 0 (the row's geometric weight e^-100 is a float32 subnormal, not 0, so the "
+    "token is kept and multiplied).",
+)
+
+
 def _rejection(cap: Any, lower: Any, action: str) -> Any:
     """The ``RejectionSamplingConfig`` of a drawn cap and lower bound. AReaL refuses ``upper <= 1``
     and ``lower <= 0`` for the ratio metric: the next double above 1 keeps the same float32
@@ -153,6 +162,82 @@ _REJECTED = [
     )
 ]
 
+
+def areal_decoupled_ppo_sequence_mean(
+    logp: Any,
+    logp_prox: Any,
+    logp_behavior: Any,
+    advantages: Any,
+    *,
+    eps_low: Any,
+    eps_high: Any,
+    dual_clip: Any,
+    cap: Any,
+    lower: Any,
+    mask: Any,
+) -> Any:
+    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: mask, metric: ratio,
+    agg: mean, upper: cap, lower})`` on the padded 2-D layout: every token weighted by its row's
+    geometric-mean behaviour ratio, the row rejected when that mean leaves the bounds."""
+    from areal.api.cli_args import RejectionSamplingConfig
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    base = _rejection(cap, lower, "mask")
+    config = RejectionSamplingConfig(
+        level="sequence", action="mask", metric="ratio", agg="mean", upper=base.upper,
+        lower=base.lower,
+    )  # fmt: skip
+    loss, _ = ppo_actor_loss_fn(
+        logprobs=logp,
+        proximal_logprobs=logp_prox,
+        old_logprobs=logp_behavior,
+        advantages=advantages,
+        eps_clip=eps_low,
+        loss_mask=mask > 0,
+        eps_clip_higher=eps_high,
+        c_clip=dual_clip,
+        rejection_sampling=config,
+    )
+    return loss
+
+
+def areal_decoupled_ppo_sequence_sum(
+    logp: Any,
+    logp_prox: Any,
+    logp_behavior: Any,
+    advantages: Any,
+    *,
+    eps_low: Any,
+    eps_high: Any,
+    dual_clip: Any,
+    cap: Any,
+    lower: Any,
+    mask: Any,
+) -> Any:
+    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: mask, metric: ratio,
+    agg: sum, ...})``: the row's product of ratios decides, the geometric mean weighs."""
+    from areal.api.cli_args import RejectionSamplingConfig
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    base = _rejection(cap, lower, "mask")
+    config = RejectionSamplingConfig(
+        level="sequence", action="mask", metric="ratio", agg="sum", upper=base.upper,
+        lower=base.lower,
+    )  # fmt: skip
+    loss, _ = ppo_actor_loss_fn(
+        logprobs=logp,
+        proximal_logprobs=logp_prox,
+        old_logprobs=logp_behavior,
+        advantages=advantages,
+        eps_clip=eps_low,
+        loss_mask=mask > 0,
+        eps_clip_higher=eps_high,
+        c_clip=dual_clip,
+        rejection_sampling=config,
+    )
+    return loss
+
+
 _SETTINGS = {
     "use_decoupled_loss": True,
     "eps_clip": "eps_low",
@@ -212,6 +297,36 @@ ADAPTERS: tuple[Adapter, ...] = (
         },
         examples=(_REJECTED,),
         note="Decoupled PPO with the behaviour weight clamped to [lower, cap] (truncated IS).",
+    ),
+    *(
+        Adapter(
+            key=f"areal.ppo_actor_loss_decoupled_sequence_{agg}",
+            framework="areal",
+            function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
+            settings={
+                **_SETTINGS,
+                "rejection_sampling.level": "sequence",
+                "rejection_sampling.action": "mask",
+                "rejection_sampling.metric": "ratio",
+                "rejection_sampling.agg": agg,
+                "rejection_sampling.upper": "cap",
+                "rejection_sampling.lower": "lower",
+            },
+            spec="decoupled_ppo_clip",
+            conventions={**_SCALAR, "above_cap": "mask", "level": level},
+            candidate=candidate,
+            dtype="float32",
+            divergences={
+                "padding_contributes_nothing": _PADDING_NAN,
+                "huge_log_ratios_stay_finite": _OVERFLOW_REAL,
+            },
+            note=f"Decoupled PPO with sequence-level rejection: the row's geometric-mean weight "
+            f"on every token, the row dropped when its {what} leaves [lower, cap].",
+        )
+        for agg, level, candidate, what in (
+            ("mean", "geometric", areal_decoupled_ppo_sequence_mean, "geometric mean"),
+            ("sum", "sequence", areal_decoupled_ppo_sequence_sum, "product of ratios"),
+        )
     ),
 )
 

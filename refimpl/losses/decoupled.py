@@ -18,7 +18,7 @@ their count *before* rejection (a rejected token still counts in the denominator
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -26,6 +26,7 @@ from numpy.typing import ArrayLike, NDArray
 from refimpl._validation import invalid
 from refimpl.losses._common import (
     LossTerms,
+    as_choice,
     like_tokens,
     masked,
     token_array,
@@ -33,7 +34,7 @@ from refimpl.losses._common import (
     token_mask,
 )
 from refimpl.losses.clipped import ppo_clip_loss
-from refimpl.staleness.importance_weights import decoupled_ppo_weights
+from refimpl.staleness.importance_weights import decoupled_ppo_weights, masked_is_weights
 
 __all__ = ["decoupled_ppo_loss"]
 
@@ -57,6 +58,38 @@ def _weighted(w: Array, values: Array, m: Array, *, what: str, cap: float | None
     return out
 
 
+def _behaviour_weight(
+    lq: Array,
+    lb: Array,
+    m: Array,
+    *,
+    cap: float | None,
+    above_cap: Literal["mask", "clip"],
+    lower: float | None,
+    level: str,
+) -> Array:
+    """The detached weight: per token, or the row's geometric mean with the row rejected."""
+    where = as_choice(level, name="level", choices=("token", "geometric", "sequence"))
+    if where == "token":
+        return decoupled_ppo_weights(lq, lb, cap=cap, mask=m, above_cap=above_cap, lower=lower)
+    if above_cap != "mask" or cap is None:
+        raise invalid(
+            "cap" if cap is None else "above_cap",
+            f"be given with above_cap='mask' at level={where!r} (a row is rejected whole)",
+            cap if cap is None else above_cap,
+            "Pass cap= and above_cap='mask', or level='token' for a clamped weight.",
+        )
+    return masked_is_weights(
+        lq,
+        lb,
+        low=0.0 if lower is None else lower,
+        high=cap,
+        level=cast(Literal["geometric", "sequence"], where),
+        weight="geometric",
+        mask=m,
+    )
+
+
 def decoupled_ppo_loss(
     logp: ArrayLike,
     logp_prox: ArrayLike,
@@ -69,6 +102,7 @@ def decoupled_ppo_loss(
     cap: float | None = None,
     above_cap: Literal["mask", "clip"] = "mask",
     lower: float | None = None,
+    level: Literal["token", "geometric", "sequence"] = "token",
     mask: ArrayLike | None = None,
     cotangent: ArrayLike | None = None,
 ) -> LossTerms:
@@ -114,6 +148,14 @@ def decoupled_ppo_loss(
     lower : float, optional
         ``0 <= lower <= 1``: the lower bound :math:`\lambda` of the weight (AReaL's
         ``rejection_sampling.lower``).
+    level : {"token", "geometric", "sequence"}
+        Where the behaviour ratio is measured (AReaL's ``rejection_sampling.level`` and ``agg``):
+        per token (default); or per sequence, every valid token of a row then weighted by the
+        row's geometric-mean ratio :math:`\exp(\frac1L\sum_t\log v_t)` and the whole row
+        rejected when the statistic leaves ``[lower, cap]``: the geometric mean itself
+        (``"geometric"``, AReaL ``agg="mean"``) or the product of the row's ratios
+        (``"sequence"``, ``agg="sum"``). The sequence levels reject only (``above_cap="mask"``)
+        and need a cap.
     mask, cotangent : array_like, shape (B, T), optional
         Padding mask and VJP weights (default: the mask).
 
@@ -127,8 +169,8 @@ def decoupled_ppo_loss(
     ValueError
         Invalid arrays (non-finite, shape, mask); the PPO clip's and the weight's parameters out
         of range (see :func:`refimpl.ppo_clip_loss` and :func:`refimpl.decoupled_ppo_weights`);
-        ``above_cap="clip"`` without a cap; a kept token whose weighted loss or gradient
-        overflows float64.
+        ``above_cap="clip"`` without a cap; a sequence level without a cap or with
+        ``above_cap="clip"``; a kept token whose weighted loss or gradient overflows float64.
 
     Notes
     -----
@@ -164,7 +206,7 @@ def decoupled_ppo_loss(
     lb = like_tokens(logp_behavior, shape, name="logp_behavior", like="logp")
     m = token_mask(mask, shape)
     c = token_cotangent(cotangent, m)
-    w = decoupled_ppo_weights(lq, lb, cap=cap, mask=m, above_cap=above_cap, lower=lower)
+    w = _behaviour_weight(lq, lb, m, cap=cap, above_cap=above_cap, lower=lower, level=level)
     kept = np.asarray(w > 0.0, dtype=np.float64)
     ppo = ppo_clip_loss(
         lp,

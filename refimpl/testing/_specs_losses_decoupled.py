@@ -3,7 +3,8 @@ r"""Spec of decoupled PPO: the PPO clip against the proximal policy times the be
 ``decoupled_ppo_clip`` checks a candidate against :func:`refimpl.losses.decoupled_ppo_loss`:
 :math:`\ell_t = w_t\,\ell^{\text{PPO}}_t(\log\pi_\theta - \log\pi_{\text{prox}})` with the
 detached weight :math:`w_t = \pi_{\text{prox}}/\mu` rejected (``above_cap="mask"``) or clamped
-(``"clip"``) outside :math:`[\lambda, C]`. It is built by
+(``"clip"``) outside :math:`[\lambda, C]`, per token or per row (convention ``level``: the row's
+geometric-mean weight, the row rejected whole). It is built by
 :func:`~refimpl.testing._specs_losses_checks.loss_spec` from a
 :class:`~refimpl.testing._specs_losses.LossDesc`, so it carries the loss family's checks (value,
 gradient, padding, the clipped region's zero gradient, huge log-ratios, the clip boundaries) and
@@ -18,8 +19,9 @@ above a drawn cap (:math:`e^2 > 5`) and below a drawn lower bound (:math:`e^{-1/
 Derived tolerance (units of :math:`u`, before the engine's safety factor): the PPO term's
 condition (the ``ppo_clip`` spec's, :math:`|\partial\ell/\partial d|(K - 1) + 2|\ell|` and
 :math:`|g|(K + 1)` with :math:`K` the ratio's relative error) times :math:`w`, plus the weight's
-own relative error :math:`K_w = |\log w| + 3` (with ``compute_dtype`` the inputs' magnitudes too)
-and one rounding of the product, on :math:`|\ell|` and on :math:`|g|`. A weight within its
+own relative error :math:`K_w = |\log w| + 3` (with ``compute_dtype`` the inputs' magnitudes too;
+at the row levels plus the row mean's pairwise-sum rounding, ``row_error``) and one rounding of
+the product, on :math:`|\ell|` and on :math:`|g|`. A weight within its
 rounding of a bound is not modelled: the draws do not place one there.
 """
 
@@ -39,6 +41,7 @@ from refimpl.testing._specs_losses import (
     Terms,
     ratio_error,
     resolve,
+    row_error,
     shift_ratio,
 )
 from refimpl.testing._specs_losses_checks import loss_spec
@@ -57,6 +60,17 @@ ABOVE_CAP = Convention(
     "action='clamp'",
 )
 
+LEVEL = Convention(
+    "level",
+    "token",
+    ("token", "geometric", "sequence"),
+    "where the behaviour ratio is measured: per token, or per row (the row's geometric-mean "
+    "weight on every token, the row rejected whole when its geometric mean, or the product of "
+    "its ratios for 'sequence', leaves [lower, cap]; with above_cap='mask' only)",
+    who="token: AReaL 1.0.4 rejection_sampling level='token'; geometric: level='sequence', "
+    "agg='mean'; sequence: level='sequence', agg='sum'",
+)
+
 _OPEN = {"eps_low": 1.0 - 2.0**-40, "eps_high": 1e300, "dual_clip": None}
 
 
@@ -69,7 +83,8 @@ def _params(conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     high = st.one_of(st.none(), st.sampled_from([0.28, 0.2]), _floats(0.01, 1.0))
     dual = st.one_of(st.none(), st.just(3.0), _floats(1.1, 10.0))
     caps = st.one_of(st.sampled_from([1.0, 1.5, 2.0, 5.0]), _floats(1.0, 10.0))
-    cap = caps if conv["above_cap"] == "clip" else st.one_of(st.none(), caps)
+    needs_cap = conv["above_cap"] == "clip" or conv["level"] != "token"
+    cap = caps if needs_cap else st.one_of(st.none(), caps)
     lower = st.one_of(st.none(), st.sampled_from([0.5, 0.9]), _floats(0.0, 1.0))
     return st.fixed_dictionaries(
         {"eps_low": eps, "eps_high": high, "dual_clip": dual, "cap": cap, "lower": lower}
@@ -82,6 +97,7 @@ def _reference(p: Parts, conv: Conventions, **override: Any) -> Terms:
         *(p.arrays[a] for a in ARRAYS),
         **params,
         above_cap=conv["above_cap"],
+        level=conv["level"],
         mask=p.mask,
         cotangent=p.cotangent,
     )
@@ -98,16 +114,25 @@ def _unclipped(p: Parts, conv: Conventions) -> Terms:
 
 def _weight(p: Parts, conv: Conventions) -> Array:
     """The behaviour weight the reference applies (0 where rejected and at padding)."""
+    lq, lb = p.arrays["logp_prox"], p.arrays["logp_behavior"]
+    cap, lower = p.params.get("cap"), p.params.get("lower")
+    if conv["level"] != "token":
+        weights = resolve("staleness.importance_weights.masked_is_weights")
+        return np.asarray(
+            weights(
+                lq,
+                lb,
+                low=0.0 if lower is None else lower,
+                high=cap,
+                level=conv["level"],
+                weight="geometric",
+                mask=p.mask,
+            ),
+            dtype=np.float64,
+        )
     weights = resolve("staleness.importance_weights.decoupled_ppo_weights")
     return np.asarray(
-        weights(
-            p.arrays["logp_prox"],
-            p.arrays["logp_behavior"],
-            cap=p.params.get("cap"),
-            lower=p.params.get("lower"),
-            above_cap=conv["above_cap"],
-            mask=p.mask,
-        ),
+        weights(lq, lb, cap=cap, lower=lower, above_cap=conv["above_cap"], mask=p.mask),
         dtype=np.float64,
     )
 
@@ -133,6 +158,8 @@ def _condition(p: Parts, conv: Conventions, loss: Array, grad: Array) -> Terms:
     on = kept.astype(np.float64)
     k = ratio_error(p, conv, "logp", "logp_prox")
     kw = ratio_error(p, conv, "logp_prox", "logp_behavior")
+    if conv["level"] != "token":  # the row's mean log-ratio: its pairwise sum's rounding
+        kw = kw + row_error(p, conv, kw)
     with np.errstate(all="ignore"):
         ppo_loss, sens = _ppo(p, on, on)
         _, ppo_grad = _ppo(p, on, p.cotangent * on)
@@ -184,7 +211,7 @@ def decoupled_specs() -> tuple[Spec, ...]:
         _terms,
         _condition,
         _params,
-        conventions=(ABOVE_CAP,),
+        conventions=(ABOVE_CAP, LEVEL),
         edges=_edges,
         on_policy=None,
         clips=_clipped_always,
