@@ -27,7 +27,6 @@ __all__ = ["TRACE_BYTES_PER_ROW", "kept_memory", "map_ahead", "run_bytes"]
 
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
-_GLIBC_DEFAULT = 128 * 1024  # both thresholds' defaults
 #: glibc's upper bound on M_MMAP_THRESHOLD (64-bit): larger blocks are always mapped apart.
 _HEAP_BLOCK_MAX = 32 << 20
 _KEEP = 1 << 30  # freed memory kept at the top of the heap, up to 1 GiB
@@ -56,9 +55,14 @@ def _glibc() -> Any:
 @contextlib.contextmanager
 def kept_memory() -> Iterator[bool]:
     """Within the block, memory the process frees stays mapped and is reused: glibc's ``malloc``
-    serves blocks of up to 32 MiB from its heap and keeps up to 1 GiB freed at its top. After it,
-    glibc's default thresholds are set again and the heap is trimmed. Yields whether it applies
-    (glibc only; elsewhere nothing changes).
+    serves blocks of up to 32 MiB from its heap and keeps up to 1 GiB freed at its top. Yields
+    whether it applies (glibc only; elsewhere nothing changes).
+
+    After it the heap is trimmed, and the thresholds are those glibc's own adjustment reaches in
+    a process that has freed a 32 MiB array (blocks up to 32 MiB from the heap, 64 MiB kept at its
+    top): once set by ``mallopt`` they no longer adjust, and glibc's starting values (128 KiB
+    both) would map and fault in every array above 128 KiB afresh for the rest of a process that
+    called the command in-process (a test suite, a notebook).
 
     Examples
     --------
@@ -77,8 +81,7 @@ def kept_memory() -> Iterator[bool]:
     try:
         yield kept
     finally:
-        libc.mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT)
-        libc.mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)
+        libc.mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_BLOCK_MAX)
         libc.malloc_trim(0)
 
 
