@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from refimpl.losses import LossTerms
 from refimpl.losses.sequence import gmpo_loss, gspo_loss, gspo_token_loss
+from refimpl.losses.sequence_product import sequence_ppo_clip_loss
 from refimpl.testing import strategies as rst
 
 Array = NDArray[np.float64]
@@ -184,9 +185,10 @@ def test_a_tie_outside_the_band_splits_the_gradient_as_torch_does() -> None:
     s = float(np.exp(x))
     eps_high = float(np.nextafter(s, 0.0)) - 1.0
     a = 1.9
-    assert s > 1.0 + eps_high and -a * s == -a * (1.0 + eps_high)  # the tie this test is about
-    c = Case(np.array([[x]]), np.zeros((1, 1)), np.ones((1, 1)), np.array([a]), np.ones((1, 1)),
-             0.2, eps_high)  # fmt: skip
+    assert s > 1.0 + eps_high  # outside the band,
+    assert -a * s == -a * (1.0 + eps_high)  # yet the two terms are one float: the tie
+    one = np.ones((1, 1))
+    c = Case(np.array([[x]]), np.zeros((1, 1)), one, np.array([a]), one, 0.2, eps_high)
     for fn, token in ((gspo_loss, False), (gspo_token_loss, True)):
         terms = _call(fn, c, cotangent=c.cot)
         loss, grad = torch_gspo(c, token=token)
@@ -529,6 +531,27 @@ def test_overflowing_geometric_mean_is_refused() -> None:
     gmpo_loss(np.full((1, 2), 700.0), np.zeros((1, 2)), [-1.0], eps_low=0.2)
     with pytest.raises(ValueError, match=r"overflows float64"):
         gmpo_loss(np.full((1, 2), 800.0), np.zeros((1, 2)), [-1.0], eps_low=0.2)
+
+
+@pytest.mark.parametrize(
+    ("fn", "reduce", "value"),
+    [
+        (gspo_loss, "mean", 800.0),
+        (gspo_token_loss, "mean", 800.0),
+        (gmpo_loss, "mean", 800.0),
+        (sequence_ppo_clip_loss, "summed", 1600.0),
+    ],
+)
+def test_an_overflow_names_the_first_sequence_that_overflows(
+    fn: Loss, reduce: str, value: float
+) -> None:
+    """Rows 0 and 1 are finite; row 2's two valid tokens (columns 1 and 2) overflow. The refusal
+    names row 2 and its log-ratio, not the first column that holds a non-finite value."""
+    logp = np.array([[0.1, 0.0, 0.0], [0.0, -0.2, 0.0], [0.0, 800.0, 800.0]])
+    mask = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    kw: dict[str, Any] = {} if fn is gmpo_loss else {"eps_high": 0.2}
+    with pytest.raises(ValueError, match=rf"Sequence 2 has {reduce} log-ratio {value!r}"):
+        fn(logp, np.zeros((3, 3)), [1.0, 1.0, -1.0], eps_low=0.2, mask=mask, **kw)
 
 
 @pytest.mark.parametrize("fn", [gspo_loss, gspo_token_loss])
