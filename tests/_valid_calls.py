@@ -250,6 +250,7 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
             cotangent=_MASK,
         ),
         _c(_LP, _LQ, _LP, _ADV, cap=1.5, above_cap="clip"),
+        _c(_LP, _LQ, _LQ, _ADV, cap=2.0, lower=0.5, level="geometric", mask=_MASK),
     ),
     "refimpl.losses reverse_kl_distillation_loss": (
         _c(_LP, _LQ, _LQ, mask=_MASK, cotangent=_MASK),

@@ -56,15 +56,6 @@ _OVERFLOW = Divergence(
 )
 
 
-_OVERFLOW_REAL = Divergence(
-    "numerical limit",
-    "AReaL does not clamp the log-ratio before exp: at a real token with log π_θ − log π_prox = "
-    "100 the float32 ratio is inf, and with a zero advantage −A·ratio is 0·inf = NaN where the "
-    "exact loss is 0 (the row's geometric weight e^-100 is a float32 subnormal, not 0, so the "
-    "token is kept and multiplied).",
-)
-
-
 def _rejection(cap: Any, lower: Any, action: str) -> Any:
     """The ``RejectionSamplingConfig`` of a drawn cap and lower bound. AReaL refuses ``upper <= 1``
     and ``lower <= 0`` for the ratio metric: the next double above 1 keeps the same float32
@@ -76,6 +67,18 @@ def _rejection(cap: Any, lower: Any, action: str) -> Any:
     low = None if lower is None or float(lower) == 0.0 else float(lower)
     return RejectionSamplingConfig(
         level="token", action=action, metric="ratio", upper=upper, lower=low
+    )
+
+
+def _sequence_rejection(cap: Any, lower: Any, action: str, agg: str) -> Any:
+    """The sequence-level ``RejectionSamplingConfig`` (``metric="ratio"``) of a drawn cap and
+    lower bound, with the token level's mapping of the bounds (:func:`_rejection`)."""
+    from areal.api.cli_args import RejectionSamplingConfig
+
+    upper = math.inf if cap is None else max(float(cap), math.nextafter(1.0, 2.0))
+    low = None if lower is None or float(lower) == 0.0 else float(lower)
+    return RejectionSamplingConfig(
+        level="sequence", action=action, metric="ratio", agg=agg, upper=upper, lower=low
     )
 
 
@@ -179,14 +182,9 @@ def areal_decoupled_ppo_sequence_mean(
     """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: mask, metric: ratio,
     agg: mean, upper: cap, lower})`` on the padded 2-D layout: every token weighted by its row's
     geometric-mean behaviour ratio, the row rejected when that mean leaves the bounds."""
-    from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import ppo_actor_loss_fn
 
-    base = _rejection(cap, lower, "mask")
-    config = RejectionSamplingConfig(
-        level="sequence", action="mask", metric="ratio", agg="mean", upper=base.upper,
-        lower=base.lower,
-    )  # fmt: skip
+    config = _sequence_rejection(cap, lower, "mask", "mean")
     loss, _ = ppo_actor_loss_fn(
         logprobs=logp,
         proximal_logprobs=logp_prox,
@@ -216,14 +214,9 @@ def areal_decoupled_ppo_sequence_sum(
 ) -> Any:
     """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: mask, metric: ratio,
     agg: sum, ...})``: the row's product of ratios decides, the geometric mean weighs."""
-    from areal.api.cli_args import RejectionSamplingConfig
     from areal.utils.functional import ppo_actor_loss_fn
 
-    base = _rejection(cap, lower, "mask")
-    config = RejectionSamplingConfig(
-        level="sequence", action="mask", metric="ratio", agg="sum", upper=base.upper,
-        lower=base.lower,
-    )  # fmt: skip
+    config = _sequence_rejection(cap, lower, "mask", "sum")
     loss, _ = ppo_actor_loss_fn(
         logprobs=logp,
         proximal_logprobs=logp_prox,
@@ -234,6 +227,70 @@ def areal_decoupled_ppo_sequence_sum(
         eps_clip_higher=eps_high,
         c_clip=dual_clip,
         rejection_sampling=config,
+    )
+    return loss
+
+
+def areal_decoupled_ppo_sequence_clamp_mean(
+    logp: Any,
+    logp_prox: Any,
+    logp_behavior: Any,
+    advantages: Any,
+    *,
+    eps_low: Any,
+    eps_high: Any,
+    dual_clip: Any,
+    cap: Any,
+    lower: Any,
+    mask: Any,
+) -> Any:
+    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: clamp, metric: ratio,
+    agg: mean, ...})``: the row's geometric-mean weight clamped to ``[lower or 0, cap]`` in the
+    rows whose geometric mean leaves the bounds."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    loss, _ = ppo_actor_loss_fn(
+        logprobs=logp,
+        proximal_logprobs=logp_prox,
+        old_logprobs=logp_behavior,
+        advantages=advantages,
+        eps_clip=eps_low,
+        loss_mask=mask > 0,
+        eps_clip_higher=eps_high,
+        c_clip=dual_clip,
+        rejection_sampling=_sequence_rejection(cap, lower, "clamp", "mean"),
+    )
+    return loss
+
+
+def areal_decoupled_ppo_sequence_clamp_sum(
+    logp: Any,
+    logp_prox: Any,
+    logp_behavior: Any,
+    advantages: Any,
+    *,
+    eps_low: Any,
+    eps_high: Any,
+    dual_clip: Any,
+    cap: Any,
+    lower: Any,
+    mask: Any,
+) -> Any:
+    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: clamp, metric: ratio,
+    agg: sum, ...})``: the row's geometric-mean weight clamped to ``[lower or 0, cap]`` in the
+    rows whose product of ratios leaves the bounds."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    loss, _ = ppo_actor_loss_fn(
+        logprobs=logp,
+        proximal_logprobs=logp_prox,
+        old_logprobs=logp_behavior,
+        advantages=advantages,
+        eps_clip=eps_low,
+        loss_mask=mask > 0,
+        eps_clip_higher=eps_high,
+        c_clip=dual_clip,
+        rejection_sampling=_sequence_rejection(cap, lower, "clamp", "sum"),
     )
     return loss
 
@@ -300,32 +357,46 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
     *(
         Adapter(
-            key=f"areal.ppo_actor_loss_decoupled_sequence_{agg}",
+            key=f"areal.ppo_actor_loss_decoupled_sequence_{'' if action == 'mask' else 'clamp_'}"
+            f"{agg}",
             framework="areal",
             function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
             settings={
                 **_SETTINGS,
                 "rejection_sampling.level": "sequence",
-                "rejection_sampling.action": "mask",
+                "rejection_sampling.action": action,
                 "rejection_sampling.metric": "ratio",
                 "rejection_sampling.agg": agg,
                 "rejection_sampling.upper": "cap",
                 "rejection_sampling.lower": "lower",
             },
             spec="decoupled_ppo_clip",
-            conventions={**_SCALAR, "above_cap": "mask", "level": level},
+            conventions={
+                **_SCALAR,
+                "above_cap": "mask" if action == "mask" else "clip",
+                "level": level,
+            },
             candidate=candidate,
             dtype="float32",
             divergences={
                 "padding_contributes_nothing": _PADDING_NAN,
-                "huge_log_ratios_stay_finite": _OVERFLOW_REAL,
+                "huge_log_ratios_stay_finite": _OVERFLOW,
             },
-            note=f"Decoupled PPO with sequence-level rejection: the row's geometric-mean weight "
-            f"on every token, the row dropped when its {what} leaves [lower, cap].",
+            note=f"Decoupled PPO with sequence-level rejection sampling: the row's geometric-mean "
+            f"weight on every token, the row {'dropped' if action == 'mask' else 'clamped'} when "
+            f"its {what} leaves [lower, cap].",
         )
-        for agg, level, candidate, what in (
-            ("mean", "geometric", areal_decoupled_ppo_sequence_mean, "geometric mean"),
-            ("sum", "sequence", areal_decoupled_ppo_sequence_sum, "product of ratios"),
+        for action, agg, level, candidate, what in (
+            ("mask", "mean", "geometric", areal_decoupled_ppo_sequence_mean, "geometric mean"),
+            ("mask", "sum", "sequence", areal_decoupled_ppo_sequence_sum, "product of ratios"),
+            (
+                "clamp",
+                "mean",
+                "geometric",
+                areal_decoupled_ppo_sequence_clamp_mean,
+                "geometric mean",
+            ),
+            ("clamp", "sum", "sequence", areal_decoupled_ppo_sequence_clamp_sum, "product"),
         )
     ),
 )

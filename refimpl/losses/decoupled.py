@@ -18,12 +18,13 @@ their count *before* rejection (a rejected token still counts in the denominator
 
 from __future__ import annotations
 
-from typing import Literal, cast
+import math
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from refimpl._validation import invalid
+from refimpl._validation import as_real, invalid
 from refimpl.losses._common import (
     LossTerms,
     as_choice,
@@ -34,7 +35,7 @@ from refimpl.losses._common import (
     token_mask,
 )
 from refimpl.losses.clipped import ppo_clip_loss
-from refimpl.staleness.importance_weights import decoupled_ppo_weights, masked_is_weights
+from refimpl.staleness.importance_weights import decoupled_ppo_weights
 
 __all__ = ["decoupled_ppo_loss"]
 
@@ -58,6 +59,25 @@ def _weighted(w: Array, values: Array, m: Array, *, what: str, cap: float | None
     return out
 
 
+def _row_weight(
+    lq: Array, lb: Array, m: Array, *, low: float, high: float, clip: bool, product: bool
+) -> Array:
+    """Every valid token's weight: its row's geometric-mean ratio, rejected with the row (the
+    row's mean, or its sum for the product, outside ``[log low, log high]``) or clipped."""
+    with np.errstate(over="ignore", invalid="ignore"):  # padding may hold any finite value
+        d = np.where(m > 0, lq - lb, 0.0)
+    total = d.sum(axis=1, keepdims=True)
+    mean = total / np.maximum(m.sum(axis=1, keepdims=True), 1.0)
+    top = math.log(high)
+    if clip:  # a row inside the bounds keeps its weight, so clamping every row is AReaL's clamp
+        w = np.clip(np.exp(np.minimum(mean, top + 1.0)), low, high)
+        return np.asarray(np.where(m > 0, w, 0.0), dtype=np.float64)
+    stat = total if product else mean
+    bottom = -math.inf if low == 0.0 else math.log(low)
+    kept = (stat >= bottom) & (stat <= top) & (m > 0)
+    return np.asarray(np.where(kept, np.exp(np.minimum(mean, top)), 0.0), dtype=np.float64)
+
+
 def _behaviour_weight(
     lq: Array,
     lb: Array,
@@ -68,25 +88,24 @@ def _behaviour_weight(
     lower: float | None,
     level: str,
 ) -> Array:
-    """The detached weight: per token, or the row's geometric mean with the row rejected."""
+    """The detached weight: per token, or the row's geometric mean (the row rejected whole)."""
     where = as_choice(level, name="level", choices=("token", "geometric", "sequence"))
     if where == "token":
         return decoupled_ppo_weights(lq, lb, cap=cap, mask=m, above_cap=above_cap, lower=lower)
-    if above_cap != "mask" or cap is None:
+    action = as_choice(above_cap, name="above_cap", choices=("mask", "clip"))
+    if cap is None:
         raise invalid(
-            "cap" if cap is None else "above_cap",
-            f"be given with above_cap='mask' at level={where!r} (a row is rejected whole)",
-            cap if cap is None else above_cap,
-            "Pass cap= and above_cap='mask', or level='token' for a clamped weight.",
+            "cap",
+            f"be given at level={where!r} (the row's statistic is compared with it)",
+            cap,
+            "Pass cap=, e.g. cap=5.0 (AReaL's rejection_sampling.upper).",
         )
-    return masked_is_weights(
-        lq,
-        lb,
-        low=0.0 if lower is None else lower,
-        high=cap,
-        level=cast(Literal["geometric", "sequence"], where),
-        weight="geometric",
-        mask=m,
+    high = as_real(cap, name="cap", low=1.0, meaning="the upper bound of the row's statistic")
+    low = 0.0
+    if lower is not None:
+        low = as_real(lower, name="lower", low=0.0, high=1.0, meaning="its lower bound")
+    return _row_weight(
+        lq, lb, m, low=low, high=high, clip=action == "clip", product=where == "sequence"
     )
 
 
@@ -154,8 +173,9 @@ def decoupled_ppo_loss(
         row's geometric-mean ratio :math:`\exp(\frac1L\sum_t\log v_t)` and the whole row
         rejected when the statistic leaves ``[lower, cap]``: the geometric mean itself
         (``"geometric"``, AReaL ``agg="mean"``) or the product of the row's ratios
-        (``"sequence"``, ``agg="sum"``). The sequence levels reject only (``above_cap="mask"``)
-        and need a cap.
+        (``"sequence"``, ``agg="sum"``). With ``above_cap="clip"`` the row's weight is clamped
+        to ``[lower, cap]`` instead (AReaL clamps the rows outside the bounds; a row inside them
+        has its weight inside them too, at either statistic). The row levels need a cap.
     mask, cotangent : array_like, shape (B, T), optional
         Padding mask and VJP weights (default: the mask).
 
@@ -169,8 +189,7 @@ def decoupled_ppo_loss(
     ValueError
         Invalid arrays (non-finite, shape, mask); the PPO clip's and the weight's parameters out
         of range (see :func:`refimpl.ppo_clip_loss` and :func:`refimpl.decoupled_ppo_weights`);
-        ``above_cap="clip"`` without a cap; a sequence level without a cap or with
-        ``above_cap="clip"``; a kept token whose weighted loss or gradient overflows float64.
+        ``above_cap="clip"`` or a row level without a cap; a kept token whose weighted loss or gradient overflows float64.
 
     Notes
     -----

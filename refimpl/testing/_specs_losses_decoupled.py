@@ -66,7 +66,8 @@ LEVEL = Convention(
     ("token", "geometric", "sequence"),
     "where the behaviour ratio is measured: per token, or per row (the row's geometric-mean "
     "weight on every token, the row rejected whole when its geometric mean, or the product of "
-    "its ratios for 'sequence', leaves [lower, cap]; with above_cap='mask' only)",
+    "its ratios for 'sequence', leaves [lower, cap]; with above_cap='clip' the row's weight "
+    "clamped to [lower, cap])",
     who="token: AReaL 1.0.4 rejection_sampling level='token'; geometric: level='sequence', "
     "agg='mean'; sequence: level='sequence', agg='sum'",
 )
@@ -112,27 +113,38 @@ def _unclipped(p: Parts, conv: Conventions) -> Terms:
     return _reference(p, conv, **_OPEN)
 
 
+def _row_weight(p: Parts, conv: Conventions, low: float, high: float) -> Array:
+    """The row levels' weight: the geometric mean, its row rejected (the mean or the sum out of
+    ``[log low, log high]``) or clamped to ``[low, high]``; empty rows have none."""
+    lq, lb = np.asarray(p.arrays["logp_prox"]), np.asarray(p.arrays["logp_behavior"])
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.where(p.mask > 0, lq - lb, 0.0)
+    total = d.sum(axis=1, keepdims=True)
+    mean = total / np.maximum(p.mask.sum(axis=1, keepdims=True), 1.0)
+    top = math.log(high)
+    if conv["above_cap"] == "clip":
+        w = np.clip(np.exp(np.minimum(mean, top + 1.0)), low, high)
+        return np.asarray(np.where(p.mask > 0, w, 0.0), dtype=np.float64)
+    stat = total if conv["level"] == "sequence" else mean
+    kept = (stat >= (math.log(low) if low > 0.0 else -math.inf)) & (stat <= top) & (p.mask > 0)
+    return np.asarray(np.where(kept, np.exp(np.minimum(mean, top)), 0.0), dtype=np.float64)
+
+
 def _weight(p: Parts, conv: Conventions) -> Array:
     """The behaviour weight the reference applies (0 where rejected and at padding)."""
-    lq, lb = p.arrays["logp_prox"], p.arrays["logp_behavior"]
     cap, lower = p.params.get("cap"), p.params.get("lower")
     if conv["level"] != "token":
-        weights = resolve("staleness.importance_weights.masked_is_weights")
-        return np.asarray(
-            weights(
-                lq,
-                lb,
-                low=0.0 if lower is None else lower,
-                high=cap,
-                level=conv["level"],
-                weight="geometric",
-                mask=p.mask,
-            ),
-            dtype=np.float64,
-        )
+        return _row_weight(p, conv, 0.0 if lower is None else float(lower), float(cap or 1.0))
     weights = resolve("staleness.importance_weights.decoupled_ppo_weights")
     return np.asarray(
-        weights(lq, lb, cap=cap, lower=lower, above_cap=conv["above_cap"], mask=p.mask),
+        weights(
+            p.arrays["logp_prox"],
+            p.arrays["logp_behavior"],
+            cap=cap,
+            lower=lower,
+            above_cap=conv["above_cap"],
+            mask=p.mask,
+        ),
         dtype=np.float64,
     )
 
