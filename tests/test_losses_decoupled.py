@@ -279,3 +279,60 @@ def test_refusals_name_the_parameter() -> None:
         decoupled_ppo_loss(lp, lp, lp, [1.0], eps_low=1.0)
     with pytest.raises(ValueError, match="cap"):  # w·loss beyond float64: a cap is the fix
         decoupled_ppo_loss([[0.0]], [[0.0]], [[-700.0]], [[1e10]])
+
+
+# ---------------------------------------------------------------------------------------------
+# (6) the row levels: the geometric-mean weight, the row rejected or clamped whole
+# ---------------------------------------------------------------------------------------------
+
+
+def test_hand_worked_row_levels() -> None:
+    zero = np.zeros((3, 2))
+    # log2 of π_prox/μ per token: rows (2, 0), (1, 1), (3, -3): geometric means 2, 2, 1 and
+    # products 4, 4, 1; on-policy, A = 1 everywhere, so the gradient is −w per token
+    behav = -LN2 * np.array([[2.0, 0.0], [1.0, 1.0], [3.0, -3.0]])
+    mask = np.ones((3, 2))
+    adv = np.ones((3, 2))
+    geo = decoupled_ppo_loss(zero, zero, behav, adv, cap=2.0, level="geometric", mask=mask)
+    assert geo.grad.tolist() == [[-2.0, -2.0], [-2.0, -2.0], [-1.0, -1.0]]  # means <= 2: kept
+    seq = decoupled_ppo_loss(zero, zero, behav, adv, cap=2.0, level="sequence", mask=mask)
+    assert seq.grad.tolist() == [[0.0, 0.0], [0.0, 0.0], [-1.0, -1.0]]  # products 4 > 2
+    clip = decoupled_ppo_loss(zero, zero, behav, adv, cap=1.5, level="sequence", above_cap="clip")
+    assert clip.grad.tolist() == [[-1.5, -1.5], [-1.5, -1.5], [-1.0, -1.0]]
+    # an all-padding row has no weight and contributes nothing
+    empty = decoupled_ppo_loss(zero, zero, behav, adv, cap=2.0, level="geometric", mask=mask * 0)
+    assert empty.grad.tolist() == [[0.0, 0.0]] * 3
+
+
+def _wrong_token_weight_in_rows(lp: Any, lq: Any, lb: Any, a: Any, **k: Any) -> LossTerms:
+    """Each token's own ratio as its weight, the row's statistic deciding only the rejection."""
+    rows = decoupled_ppo_loss(lp, lq, lb, a, level="geometric", **k)
+    own = decoupled_ppo_loss(lp, lq, lb, a, **{**k, "cap": None, "lower": None})
+    kept = rows.grad != 0.0
+    return LossTerms(np.where(kept, own.loss, 0.0), np.where(kept, own.grad, 0.0))
+
+
+def _right_rows(lp: Any, lq: Any, lb: Any, a: Any, **k: Any) -> LossTerms:
+    return decoupled_ppo_loss(lp, lq, lb, a, level="geometric", **k)
+
+
+def check_a_row_shares_one_weight(loss: Loss) -> Callable[[], None]:
+    @given(token_batches(), st.lists(st.floats(-1.0, 1.0, allow_nan=False), min_size=1))
+    def prop(batch: TokenBatch, shifts: list[float]) -> None:
+        behav = _behaviour(batch, shifts)
+        lq = batch.logp_old
+        terms = loss(lq, lq, behav, batch.advantages, cap=3.0, mask=batch.mask)
+        w = np.where(batch.mask > 0, terms.grad / -batch.advantages, 0.0)  # on-policy: −w·A
+        for row, m in zip(w, batch.mask, strict=True):
+            kept = row[m > 0]
+            np.testing.assert_allclose(kept, kept[0], rtol=1e-14)
+
+    return prop
+
+
+def test_a_row_shares_one_weight() -> None:
+    run_property(check_a_row_shares_one_weight(_right_rows))
+
+
+def test_row_weight_property_rejects_the_token_weights() -> None:
+    rejects(check_a_row_shares_one_weight(_wrong_token_weight_in_rows))
