@@ -24,6 +24,13 @@ $K$ are kept, the token mean is $\frac1N\sum_{\text{kept}} w\ell^{\text{PPO}}$, 
 $\frac KN$ times the mean over the kept tokens (dividing by $K$ would scale every kept token's
 gradient up by $N/K$ as the staleness grows).
 
+**Clamping a row (DP3).** At the row levels every valid token carries the row's geometric-mean
+ratio $g = (\prod_t v_t)^{1/L}$. AReaL's clamp acts on the rows whose statistic ($g$ itself, or
+the product $P = g^L$) leaves $[\lambda, C]$, with $\lambda \le 1 \le C$. A row whose
+statistic is inside has $g$ inside too: for the product, $\lambda \le P \le C$ gives
+$\lambda \le \lambda^{1/L} \le g \le C^{1/L} \le C$. So clamping *every* row's $g$ to
+$[\lambda, C]$ is the same weight, whichever statistic AReaL reads.
+
 The checks evaluate `refimpl.losses.decoupled_ppo_loss` at exact dyadic points (ratios and
 weights powers of two, advantages dyadic) against values computed here independently, in
 `Fraction` arithmetic, from the definition.
@@ -147,3 +154,36 @@ def rejection_truncation_and_the_denominator() -> None:
             kept_mean = sum(want[i][j] for i, j in kept) / len(kept)
             assert mean == Fraction(len(kept), n) * kept_mean, "DP2 K/N"
             assert got.grad[0, 0] == 0.0, "DP2 the rejected weight 8 carries no gradient"
+
+
+@claim(
+    "DP3",
+    r"Row levels: with $\lambda \le 1 \le C$, a row whose product of ratios lies in "
+    r"$[\lambda, C]$ has its geometric mean in $[\lambda, C]$, so AReaL's clamp of the rows out "
+    r"of bounds is the clamp of every row; refimpl's clamped weight is that, for both statistics.",
+    method="exact",
+    scope="rows of 1 to 4 tokens with log2-ratios in -3..3, bounds 1/4, 1/2, 1 and 1, 2, 4 "
+    "(refimpl evaluated on the rows of 1 and 2 tokens)",
+)
+def clamping_every_row_is_clamping_the_rows_out_of_bounds() -> None:
+    import itertools
+
+    ln2 = math.log(2.0)
+    for length in range(1, 5):
+        for ks in itertools.product(range(-3, 4), repeat=length):
+            total = Fraction(sum(ks))
+            for low, cap in itertools.product((-2, -1, 0), (0, 1, 2)):  # log2 of the bounds
+                inside_product = low <= total <= cap
+                mean = total / length
+                if inside_product:
+                    assert low <= mean <= cap, f"DP3 {ks} bounds 2^{low}, 2^{cap}"
+                if length > 2:  # the inequality at every length; refimpl on the short rows
+                    continue
+                want = 2.0 ** float(min(max(mean, Fraction(low)), Fraction(cap)))
+                lb = [[-k * ln2 for k in ks]]
+                for level in ("geometric", "sequence"):
+                    got = decoupled_ppo_loss(
+                        [[0.0] * length], [[0.0] * length], lb, [[-1.0] * length],
+                        cap=2.0**cap, lower=2.0**low, above_cap="clip", level=level,
+                    )  # fmt: skip
+                    assert_close(float(got.grad[0, 0]), want, rel=4e-15, label=f"DP3 {ks}")
