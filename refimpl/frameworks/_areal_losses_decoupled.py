@@ -10,7 +10,11 @@ with ``action="mask"``, drops the tokens with ``w`` outside ``[lower, upper]`` f
 ``w`` is 0 where the updated mask is 0. The PPO loss on ``r = exp(logp − prox)``
 (``torch.where(loss_mask, exp, 0)`` with the updated mask; clip-higher; dual clip
 ``min(loss, c|A|)``) is multiplied by ``w`` and summed over the updated mask, divided by the
-count before rejection: a rejected token still counts in the denominator.
+count before rejection: a rejected token still counts in the denominator. At
+``level="sequence"`` (2-D padded layout) every valid token carries its row's geometric-mean
+weight ``exp(Σ log-ratio / max(count, 1))``; ``agg="mean"`` compares that mean, ``agg="sum"``
+the product ``exp(Σ log-ratio)``, with the bounds, and the row is dropped (mask) or its weight
+clamped (clamp, only in rows out of bounds).
 """
 
 from __future__ import annotations
