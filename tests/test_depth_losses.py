@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _rules import bind, call_with, public_function
+from _valid_calls import VALID_CALLS, Call
 from _wrong_variants import rejects, run_property
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -783,3 +785,74 @@ def test_the_stated_weight_ratio_of_a_micro_batch_is_one_number_or_a_range() -> 
         assert ".." not in part
     ratios = gap.sequence_ratio
     assert shown[1] == f"rank 0 micro-batch 1: x{ratios[2]:.6g}"
+
+
+# --- padding may hold any finite value: every function with a mask, from the valid-call table ----
+
+#: Functions whose own rules read the padding too: each still refuses an impossible value there
+#: (checked below, so the list cannot go stale). The library's convention elsewhere is that
+#: padding is never read.
+READS_PADDING = {
+    "refimpl.losses optimal_token_baseline_advantages": "logp_old <= 0 and sum_pi_squared in "
+    "[0, 1] are checked at every entry, padding included",
+}
+
+#: Calls with padding for functions whose valid call has none.
+_PADDED_EXTRA = {
+    "refimpl.losses divergence_gated_weights": Call(
+        (np.log([[0.5, 0.6, 0.9], [0.4, 0.3, 0.2]]), np.log([[0.5, 0.3, 0.1], [0.3, 0.4, 0.2]])),
+        {
+            "delta": 0.5,
+            "divergence": "binary_kl",
+            "level": "sequence",
+            "mask": [[1, 1, 0], [1, 0, 0]],
+        },
+    ),
+}
+
+
+def _padded_calls() -> list[tuple[str, Call]]:
+    out = []
+    for key, calls in sorted(
+        {**VALID_CALLS, **{k: (c,) for k, c in _PADDED_EXTRA.items()}}.items()
+    ):
+        if not key.startswith(("refimpl.losses", "refimpl.staleness")):
+            continue
+        for call in calls:
+            mask = call.kwargs.get("mask")
+            if mask is not None and np.ndim(mask) == 2 and np.min(mask) == 0:
+                out.append((key, call))
+    return out
+
+
+def _outputs(x: Any) -> list[NDArray[np.float64]]:
+    parts = x if isinstance(x, tuple) else (x,)
+    return [
+        np.asarray(v, dtype=np.float64) for v in parts if v is not None and not isinstance(v, str)
+    ]
+
+
+@pytest.mark.parametrize(("key", "call"), _padded_calls(), ids=[k for k, _ in _padded_calls()])
+def test_padding_may_hold_any_finite_value(key: str, call: Call) -> None:
+    """Each (B, T) array of the call set to 3.0 at padding (an impossible log-probability, a
+    version or reward no real token has): the results are the same, to the bit."""
+    fn = public_function(key)
+    arguments = bind(fn, call.args, call.kwargs)
+    mask = np.asarray(arguments["mask"], dtype=np.float64)
+    moved = dict(arguments)
+    for name, value in arguments.items():
+        if name == "mask" or isinstance(value, (str, bool)) or value is None:
+            continue
+        arr = np.array(value, dtype=np.float64) if np.shape(value) == mask.shape else None
+        if arr is not None:
+            arr[mask == 0] = 3.0
+            moved[name] = arr
+    assert moved.keys() == arguments.keys()
+    if key in READS_PADDING:
+        with pytest.raises(ValueError, match=r" must "):
+            call_with(fn, moved)
+        return
+    want, got = _outputs(call_with(fn, dict(arguments))), _outputs(call_with(fn, moved))
+    assert len(want) == len(got)
+    for w, g in zip(want, got, strict=True):
+        assert np.array_equal(w, g), key
