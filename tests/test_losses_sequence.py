@@ -536,22 +536,23 @@ def test_overflowing_geometric_mean_is_refused() -> None:
 @pytest.mark.parametrize(
     ("fn", "reduce", "value"),
     [
-        (gspo_loss, "mean", 800.0),
-        (gspo_token_loss, "mean", 800.0),
-        (gmpo_loss, "mean", 800.0),
-        (sequence_ppo_clip_loss, "summed", 1600.0),
+        (gspo_loss, "mean", 760.0),
+        (gspo_token_loss, "mean", 760.0),
+        (gmpo_loss, "mean", 760.0),
+        (sequence_ppo_clip_loss, "summed", 2280.0),
     ],
 )
 def test_an_overflow_names_the_first_sequence_that_overflows(
     fn: Loss, reduce: str, value: float
 ) -> None:
-    """Rows 0 and 1 are finite; row 2's two valid tokens (columns 1 and 2) overflow. The refusal
-    names row 2 and its log-ratio, not the first column that holds a non-finite value."""
-    logp = np.array([[0.1, 0.0, 0.0], [0.0, -0.2, 0.0], [0.0, 800.0, 800.0]])
+    """Row 0 is finite; rows 1 and 2 overflow, and row 2's tokens start a column later. The refusal
+    names row 1 and its log-ratio: neither the last overflowing row nor the row of the first
+    non-finite column's index."""
+    logp = np.array([[0.1, 0.0, 0.0], [760.0, 760.0, 760.0], [0.0, 800.0, 800.0]])
     mask = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
     kw: dict[str, Any] = {} if fn is gmpo_loss else {"eps_high": 0.2}
-    with pytest.raises(ValueError, match=rf"Sequence 2 has {reduce} log-ratio {value!r}"):
-        fn(logp, np.zeros((3, 3)), [1.0, 1.0, -1.0], eps_low=0.2, mask=mask, **kw)
+    with pytest.raises(ValueError, match=rf"Sequence 1 has {reduce} log-ratio {value!r}"):
+        fn(logp, np.zeros((3, 3)), [1.0, -1.0, -1.0], eps_low=0.2, mask=mask, **kw)
 
 
 @pytest.mark.parametrize("fn", [gspo_loss, gspo_token_loss])
