@@ -338,3 +338,21 @@ def test_a_depth_1_clone_is_refused_with_the_fix(tmp_path: Path) -> None:
         mutate.changed_files(None, root=clone)
     _git(clone, "fetch", "-q", "--deepen", "1")
     assert mutate.changed_files(None, root=clone) == ["refimpl/tiny.py"]
+
+
+def test_a_sigint_ignored_by_the_shell_is_not_passed_on_to_the_tests(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Started as a background job (SIGINT ignored, inherited by every test process), the tool
+    puts SIGINT back to Python's default first: a test that sends itself a real Ctrl-C failed
+    the unmutated run of refimpl/losses that way."""
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert mutate.main(["refimpl/penalties.py", "--list"]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert "refimpl/penalties.py:" in capsys.readouterr().out

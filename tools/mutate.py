@@ -101,6 +101,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -841,6 +842,10 @@ def _targets(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A shell starts a background job with SIGINT ignored, and the test processes would
+        # inherit that: a test that interrupts itself (a real Ctrl-C) would then fail unmutated.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.fresh:
         if args.seed is not None:
             parser.error("--fresh draws its own seed: give --fresh or --seed, not both")
