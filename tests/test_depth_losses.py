@@ -856,3 +856,26 @@ def test_padding_may_hold_any_finite_value(key: str, call: Call) -> None:
     assert len(want) == len(got)
     for w, g in zip(want, got, strict=True):
         assert np.array_equal(w, g), key
+
+
+@pytest.mark.parametrize("std", ["sample", "population", "none"])
+def test_a_sequence_without_tokens_changes_no_other_advantage(std: Any) -> None:
+    """A row of the mask with no valid token weighs 0 in the batch statistics: whatever reward it
+    holds, the other rows' advantages are the same bits, and constant rewards over the valid
+    rows give exactly 0 (the batch mean is shifted by the smallest reward *of positive weight*;
+    shifting by the empty row's reward left 4e-16, 4e-13 after the std)."""
+    from refimpl.losses import reinforce_pp_advantages
+
+    mask = [[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]]
+    for c in (0.1, 0.3, 0.7, 2.9):
+        got = [
+            reinforce_pp_advantages([c, c, c, empty], mask=mask, std=std, eps=1e-6)
+            for empty in (-7.3, 0.0, 1e6)
+        ]
+        for g in got:
+            assert g.tolist() == [0.0, 0.0, 0.0, 0.0], (c, g)
+    varied = [
+        reinforce_pp_advantages([0.1, 0.4, 0.25, empty], mask=mask, std=std, eps=1e-6)
+        for empty in (-7.3, 0.0, 1e6)
+    ]
+    assert all(np.array_equal(v, varied[0]) for v in varied)
