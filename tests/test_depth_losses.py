@@ -879,3 +879,13 @@ def test_a_sequence_without_tokens_changes_no_other_advantage(std: Any) -> None:
         for empty in (-7.3, 0.0, 1e6)
     ]
     assert all(np.array_equal(v, varied[0]) for v in varied)
+
+
+def test_vespo_refuses_a_gradient_past_float64_naming_advantages() -> None:
+    """Advantages of 1e308 and a cotangent of 1e10: the gradient c·φ·A is past float64; the
+    refusal names advantages (without it the call returned inf)."""
+    call = VALID_CALLS["refimpl.losses vespo_loss"][0]
+    kwargs = {**call.kwargs, "cotangent": [[1e10] * 3, [1e10] * 3]}
+    logp, logp_old, _ = call.args
+    with pytest.raises(ValueError, match=r"^advantages must keep the weighted loss and gradient"):
+        public_function("refimpl.losses vespo_loss")(logp, logp_old, [1e308, -1e308], **kwargs)
