@@ -483,6 +483,23 @@ def _decoupled_loss(value: Any) -> Callable[[], None]:
     return check
 
 
+def _decoupled_level(value: Any) -> Callable[[], None]:
+    """One row on policy against π_prox (ratio 1), behaviour weights 2 and 8 with C = 5: per token
+    the 8 is rejected; the row's geometric mean 4 is inside the cap, so both tokens weigh 4; the
+    row's product 16 is outside it, so the row is rejected (loss and gradient -A w, A = 1)."""
+
+    def check() -> None:
+        prox = np.log([[0.5, 0.5]])
+        terms = L.decoupled_ppo_loss(
+            prox, prox, np.log([[0.25, 0.0625]]), [[1.0, 1.0]], cap=5.0, level=value
+        )
+        want = {"token": [-2.0, 0.0], "geometric": [-4.0, -4.0], "sequence": [0.0, 0.0]}[value]
+        _close(terms.loss, [want], rtol=1e-14)
+        _close(terms.grad, [want], rtol=1e-14)
+
+    return check
+
+
 def _reinforce_pp(option: str, value: Any) -> Callable[[], None]:
     def check() -> None:
         if option == "eps_placement":
@@ -887,6 +904,10 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
     **{
         ("refimpl.losses decoupled_ppo_loss", "above_cap", s): _decoupled_loss(s)
         for s in ("mask", "clip")
+    },
+    **{
+        ("refimpl.losses decoupled_ppo_loss", "level", s): _decoupled_level(s)
+        for s in ("token", "geometric", "sequence")
     },
     **{
         ("refimpl.losses optimal_token_baseline_advantages", "positions", p): _token_baseline(p)
