@@ -1,6 +1,6 @@
 """``pytest --refimpl-framework NAME``: the shipped adapters of a framework as pytest items, run on
 its installed code as the conformance matrix runs them (in-process pytester: the frameworks stay
-imported once per stage)."""
+imported once per worker)."""
 
 from __future__ import annotations
 
