@@ -216,30 +216,36 @@ def _token_inputs(
     mask: ArrayLike,
     is_weights: ArrayLike | None,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """``(rewards, per-token weight w_t, mask, lengths)`` after validation."""
+    """``(rewards, per-token weight w_t, mask, lengths)`` after validation.
+
+    Padding is never read: the rules hold at real tokens only, and ``w_t`` is 0 at padding
+    whatever the arrays hold there (so any finite value is accepted).
+    """
     r = as_float_array(token_rewards, name="token_rewards", ndim=2)
     shape = r.shape
     logp = _as_token_array(logp_old, name="logp_old", shape=shape)
+    s2 = _as_token_array(sum_pi_squared, name="sum_pi_squared", shape=shape)
+    m = _as_mask(mask, shape)
+    real = m > 0
     require_entries(
         logp,
-        logp > 0,
+        real & (logp > 0),
         name="logp_old",
-        rule="be <= 0 (a log-probability)",
+        rule="be <= 0 at real tokens (a log-probability)",
         fix="; pass the sampler's log-probabilities of the sampled tokens.",
     )
-    s2 = _as_token_array(sum_pi_squared, name="sum_pi_squared", shape=shape)
     require_entries(
         s2,
-        (s2 < 0) | (s2 > 1),
+        real & ((s2 < 0) | (s2 > 1)),
         name="sum_pi_squared",
-        rule="lie in [0, 1] (a sum of squared probabilities)",
+        rule="lie in [0, 1] at real tokens (a sum of squared probabilities)",
         fix="; pass Σ_v π(v)² of the sampler's distribution at each position.",
     )
-    m = _as_mask(mask, shape)
-    pi = np.exp(logp)
-    w = 1.0 - 2.0 * pi + s2
+    pi = np.exp(np.where(real, logp, 0.0))
+    w = np.where(real, 1.0 - 2.0 * pi + s2, 0.0)
     if is_weights is not None:
         rho = _as_token_array(is_weights, name="is_weights", shape=shape)
+        rho = np.where(real, rho, 0.0)
         w = w * rho * rho
     return r, w, m, m.sum(axis=1)
 
@@ -333,9 +339,10 @@ def optimal_token_baseline_advantages(
     Raises
     ------
     ValueError
-        If an array is not finite or not of the rewards' ``(B, T)`` shape, ``logp_old > 0``,
-        ``sum_pi_squared`` outside [0, 1], ``mask`` not 0/1, ``group`` not one integer per row,
-        ``eps < 0``, or ``positions`` is unknown.
+        If an array is not finite or not of the rewards' ``(B, T)`` shape, ``logp_old > 0`` or
+        ``sum_pi_squared`` outside [0, 1] at a real token (padding may hold any finite value),
+        ``mask`` not 0/1, ``group`` not one integer per row, ``eps < 0``, or ``positions`` is
+        unknown.
 
     Notes
     -----
