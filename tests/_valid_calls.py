@@ -457,6 +457,7 @@ HAND_RULES: dict[str, tuple[Rule, ...]] = {
             "selected_pmf",
         )
     },
+    "refimpl.dispatch inclusion_probability #0": (_FLOAT_N,),
     "refimpl.dispatch inclusion_probability_pmf #1": (_FLOAT_N,),
     "refimpl.dispatch selected_pmf #1": (_FLOAT_N,),
     "refimpl.dispatch length_bias #1": (_QUADRATURE_N,),

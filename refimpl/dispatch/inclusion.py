@@ -43,7 +43,7 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
     cdf : array_like of float, any shape
         CDF values :math:`F(\ell)` of the lengths, in :math:`[0, 1]`.
     n : int
-        Number of rollouts launched at once, ``n >= 1``.
+        Number of rollouts launched at once, ``1 <= n <= 2^53``.
     k : int
         Number trained (the first ``k`` to finish), ``1 <= k <= n``.
 
@@ -57,7 +57,9 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
     TypeError
         If ``n`` or ``k`` is not an integer or ``cdf`` is not numeric.
     ValueError
-        If ``n < 1``, ``k < 1``, ``k > n``, or ``cdf`` has NaN, infinite or out-of-[0, 1] values.
+        If ``n < 1``, ``k < 1``, ``k > n``, ``n > 2^53`` (scipy takes ``n - k`` and ``k`` as
+        float64, which past 2^53 is no longer the integer given), or ``cdf`` has NaN, infinite or
+        out-of-[0, 1] values.
 
     Notes
     -----
@@ -81,6 +83,7 @@ def inclusion_probability(cdf: ArrayLike, *, n: int, k: int) -> FloatArray:
     array([1. , 0.5, 0. ])
     """
     n_, k_ = _check_n_k(n, k)
+    _check_float_n(n_)
     arr = as_float_array(cdf, name="cdf")
     require_in_unit_interval(arr, name="cdf", meaning="CDF values F(length)")
     if k_ == n_:
