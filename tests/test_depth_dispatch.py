@@ -137,7 +137,9 @@ def batches(draw: st.DrawFn) -> tuple[list[Fraction], list[Fraction], int, int]:
 Estimator = Callable[..., Any]
 
 
-def _check_estimators(ht: Estimator, hajek: Estimator, clipped: Estimator) -> None:
+def _estimator_property(ht: Estimator, hajek: Estimator, clipped: Estimator) -> Callable[[], None]:
+    """The three estimators against their exact formulas (a Hypothesis test to run)."""
+
     @given(batches(), st.integers(1, 4096))
     def prop(batch: tuple[list[Fraction], list[Fraction], int, int], c: int) -> None:
         values, pi, n, k = batch
@@ -151,12 +153,14 @@ def _check_estimators(ht: Estimator, hajek: Estimator, clipped: Estimator) -> No
         found = float(clipped(v, p, n=n, k=k, clip=float(clip)))
         assert _close(found, _exact_clipped(values, pi, n, k, clip), scale * clip)
 
-    run_property(prop)
+    return prop
 
 
 def test_the_estimators_equal_their_formulas_on_unequal_propensities() -> None:
-    _check_estimators(
-        refimpl.horvitz_thompson_estimate, refimpl.hajek_estimate, refimpl.clipped_ipw_estimate
+    run_property(
+        _estimator_property(
+            refimpl.horvitz_thompson_estimate, refimpl.hajek_estimate, refimpl.clipped_ipw_estimate
+        )
     )
 
 
@@ -189,13 +193,15 @@ def test_the_estimator_property_rejects_wrong_variants(wrong: str) -> None:
         "ht": (_ht_by_k, hajek, clipped),
         "clipped": (ht, hajek, _clipped_after_scaling),
     }
-    rejects(_check_estimators, *variants[wrong])
+    rejects(_estimator_property(*variants[wrong]))
 
 
 # --- data without symmetry: the float path against the exact path ------------------------------
 
 
-def _check_float_path(pi_of: Callable[..., Any]) -> None:
+def _float_path_property(pi_of: Callable[..., Any]) -> Callable[[], None]:
+    """The float path against the exact one (a Hypothesis test to run)."""
+
     @given(asymmetric_pmfs(min_size=2, max_size=7), st.data())
     def prop(pmf: list[Fraction], data: st.DataObject) -> None:
         n = data.draw(st.integers(1, 12))
@@ -211,11 +217,11 @@ def _check_float_path(pi_of: Callable[..., Any]) -> None:
                 k,
             )
 
-    run_property(prop)
+    return prop
 
 
 def test_the_float_path_equals_the_exact_one_on_unequal_masses() -> None:
-    _check_float_path(refimpl.inclusion_probability_pmf)
+    run_property(_float_path_property(refimpl.inclusion_probability_pmf))
 
 
 def _pi_mirrored(pmf: Array, *, n: int, k: int) -> Array:
@@ -224,7 +230,7 @@ def _pi_mirrored(pmf: Array, *, n: int, k: int) -> Array:
 
 
 def test_the_float_path_property_rejects_a_mirrored_law() -> None:
-    rejects(_check_float_path, _pi_mirrored)
+    rejects(_float_path_property(_pi_mirrored))
 
 
 # --- outputs of degenerate branches ------------------------------------------------------------
