@@ -82,7 +82,9 @@ def ragged_huge_versions(draw: st.DrawFn) -> tuple[int, list[list[int]]]:
     return step, rows
 
 
-def _check_exact_staleness(staleness_of: Callable[..., Any]) -> None:
+def _exact_staleness_property(staleness_of: Callable[..., Any]) -> Callable[[], None]:
+    """Staleness past 2^53 against Python integers (a Hypothesis test to run)."""
+
     @given(ragged_huge_versions())
     def prop(case: tuple[int, list[list[int]]]) -> None:
         step, rows = case
@@ -96,11 +98,11 @@ def _check_exact_staleness(staleness_of: Callable[..., Any]) -> None:
             assert found.token[i, : len(row)].tolist() == [float(step - v) for v in row]
             assert found.mask[i].tolist() == [1.0] * len(row) + [0.0] * (width - len(row))
 
-    run_property(prop)
+    return prop
 
 
 def test_staleness_past_2_53_is_exact_on_ragged_rows() -> None:
-    _check_exact_staleness(refimpl.sample_staleness)
+    run_property(_exact_staleness_property(refimpl.sample_staleness))
 
 
 def _staleness_via_floats(step: int, rows: list[list[int]]) -> Any:
@@ -111,13 +113,15 @@ def _staleness_via_floats(step: int, rows: list[list[int]]) -> Any:
 
 
 def test_the_exact_staleness_property_rejects_reading_floats() -> None:
-    rejects(_check_exact_staleness, _staleness_via_floats)
+    rejects(_exact_staleness_property(_staleness_via_floats))
 
 
 # --- data without symmetry: asymmetric masked-IS bands ----------------------------------------
 
 
-def _check_band(weights_of: Callable[..., Any]) -> None:
+def _band_property(weights_of: Callable[..., Any]) -> Callable[[], None]:
+    """Masked IS weights on an asymmetric band, exactly (a Hypothesis test to run)."""
+
     @given(
         asymmetric_bands(max_eps=Fraction(1, 2)),
         st.lists(st.integers(-400, 400), min_size=1, max_size=12),
@@ -136,11 +140,11 @@ def _check_band(weights_of: Callable[..., Any]) -> None:
             inside = float(low) <= rho <= float(high)
             assert w == (pytest.approx(rho, rel=1e-15) if inside else 0.0), (r, low, high)
 
-    run_property(prop)
+    return prop
 
 
 def test_masked_is_weights_keep_exactly_the_band_when_it_is_not_symmetric() -> None:
-    _check_band(refimpl.masked_is_weights)
+    run_property(_band_property(refimpl.masked_is_weights))
 
 
 def _band_swapped(target: Array, behavior: Array, *, low: float, high: float) -> Array:
@@ -155,7 +159,7 @@ def _band_on_reciprocal(target: Array, behavior: Array, *, low: float, high: flo
 
 @pytest.mark.parametrize("wrong", [_band_swapped, _band_on_reciprocal])
 def test_the_band_property_rejects_symmetric_readings(wrong: Callable[..., Array]) -> None:
-    rejects(_check_band, wrong)
+    rejects(_band_property(wrong))
 
 
 # --- outputs of degenerate branches ------------------------------------------------------------
