@@ -253,6 +253,65 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
             "name RayActorGroup, which nothing tested calls."
         ),
     ),
+    SourceLoad(
+        framework="skyrl",
+        source="skyrl.backends.skyrl_train.workers.worker",
+        names=("DistributedTorchRayActor", "Worker", "PolicyWorkerBase"),
+        imports=(
+            "from __future__ import annotations\n"
+            "import logging\n"
+            "import os\n"
+            "import socket\n"
+            "from collections import defaultdict\n"
+            "from contextlib import contextmanager\n"
+            "from typing import Any, Callable, Dict, List, Optional\n"
+            "import ray\n"
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "from loguru import logger\n"
+            "from omegaconf import OmegaConf\n"
+            "from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean\n"
+            "from skyrl.backends.skyrl_train.workers.worker_utils import (\n"
+            "    BaseBatchIterator, all_reduce_metrics,\n"
+            "    compute_minibatch_rollout_logprob_diff_metrics, get_microbatch_iterator,\n"
+            "    reduce_metrics)\n"
+            "from refimpl.frameworks._stubs import load_from_source\n"
+            "_ppo = load_from_source('skyrl.backends.skyrl_train.utils.ppo_utils')\n"
+            "PolicyLossRegistry = _ppo['PolicyLossRegistry']\n"
+            "compute_approx_kl = _ppo['compute_approx_kl']\n"
+        ),
+        reason=(
+            "skyrl 0.3.0's workers/worker.py imports skyrl.train.config (TrainerConfig, an "
+            "annotation only), whose config.py imports skyrl_gym, which the skyrl wheel ships "
+            "only as a non-importable data folder. PolicyWorkerBase._forward_backward_micro "
+            "(the policy loss, the KL and entropy terms, the micro-batch weighting) uses torch, "
+            "masked_mean, the worker_utils metrics and ppo_utils' PolicyLossRegistry and "
+            "compute_approx_kl, bound here to ppo_utils' own source load; its bases are loaded "
+            "with it (their __init__ is never run)."
+        ),
+    ),
+    SourceLoad(
+        framework="skyrl",
+        source="skyrl.train.trainer",
+        names=("RayPPOTrainer",),
+        imports=(
+            "from __future__ import annotations\n"
+            "import torch\n"
+            "from refimpl.frameworks._stubs import load_from_source\n"
+            "_ppo = load_from_source('skyrl.backends.skyrl_train.utils.ppo_utils')\n"
+            "apply_loss_reduction_to_advantages_minibatch = "
+            "_ppo['apply_loss_reduction_to_advantages_minibatch']\n"
+        ),
+        reason=(
+            "skyrl 0.3.0's train/trainer.py imports skyrl.train.config (skyrl_gym, not importable "
+            "here) and, through skyrl.train.evaluate and the generators package, "
+            "skyrl.tinker.types (pydantic refuses its typing.TypedDict on Python < 3.12). "
+            "RayPPOTrainer._normalize_advantages (advantage_batch_normalize, then the loss "
+            "reduction's pre-scaling per mini-batch) uses torch and ppo_utils' "
+            "apply_loss_reduction_to_advantages_minibatch only, bound here to ppo_utils' own "
+            "source load; the class's decorators need torch alone."
+        ),
+    ),
 )
 
 
