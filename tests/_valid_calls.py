@@ -251,6 +251,8 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         ),
         _c(_LP, _LQ, _LP, _ADV, cap=1.5, above_cap="clip"),
         _c(_LP, _LQ, _LQ, _ADV, cap=2.0, lower=0.5, level="geometric", mask=_MASK),
+        _c(_LP, _LQ, _LP, _ADV, cap=0.5, lower=0.1, level="max", metric="kl_k2", mask=_MASK),
+        _c(_LP, _LQ, _LP, _ADV, cap=-0.5, lower=-1.0, metric="kl_k1"),
     ),
     "refimpl.losses reverse_kl_distillation_loss": (
         _c(_LP, _LQ, _LQ, mask=_MASK, cotangent=_MASK),

@@ -249,6 +249,35 @@ COUPLED: dict[tuple[str, int | None, str], Coupling] = {
             "the smallest cache_length: its own finiteness rule refuses it"
         )
     ),
+    **{
+        ("refimpl.losses decoupled_ppo_loss", 1, f"metric={m!r}"): Coupling(
+            "a KL estimate only rejects (above_cap='mask'): the clamp is the ratio's",
+            {"above_cap": "mask"},
+        )
+        for m in ("kl_k1", "kl_k2", "kl_k3")
+    },
+    **{
+        ("refimpl.losses decoupled_ppo_loss", i, "above_cap='clip'"): Coupling(
+            "a KL metric refuses the clamp: the rule 'above_cap must be mask' refuses it"
+        )
+        for i in (3, 4)
+    },
+    ("refimpl.losses decoupled_ppo_loss", 3, "metric='ratio'"): Coupling(
+        "a ratio's cap is >= 1, a KL cap (0.5 here) is not", {"cap": 1.5}
+    ),
+    ("refimpl.losses decoupled_ppo_loss", 3, "real: cap > 0.0: low inside 5e-324"): Coupling(
+        "lower <= cap: the smallest cap needs no lower bound", {"lower": None}
+    ),
+    ("refimpl.losses decoupled_ppo_loss", 4, "metric='ratio'"): Coupling(
+        "a ratio's bounds are cap >= 1 and lower in [0, 1], k1's may be negative",
+        {"cap": 1.5, "lower": None},
+    ),
+    **{
+        ("refimpl.losses decoupled_ppo_loss", 4, f"metric={m!r}"): Coupling(
+            "k2 and k3 are >= 0, so their cap is > 0 (k1's may be negative)", {"cap": 0.5}
+        )
+        for m in ("kl_k2", "kl_k3")
+    },
     ("refimpl.staleness masked_is_weights", 0, "low <= high: equal"): Coupling(
         "the band [low, high] must contain ratio 1 (low <= 1 <= high): equal only at 1",
         {"low": 1.0, "high": 1.0},

@@ -4,7 +4,9 @@ r"""Spec of decoupled PPO: the PPO clip against the proximal policy times the be
 :math:`\ell_t = w_t\,\ell^{\text{PPO}}_t(\log\pi_\theta - \log\pi_{\text{prox}})` with the
 detached weight :math:`w_t = \pi_{\text{prox}}/\mu` rejected (``above_cap="mask"``) or clamped
 (``"clip"``) outside :math:`[\lambda, C]`, per token or per row (convention ``level``: the row's
-geometric-mean weight, the row rejected whole). It is built by
+geometric-mean weight, the row rejected whole when its mean, sum or maximum log-ratio leaves the
+bounds; convention ``metric``: a KL estimate of the log-ratio, per token or its row's mean, sum or
+maximum, decides instead, the weight staying the token's own ratio). It is built by
 :func:`~refimpl.testing._specs_losses_checks.loss_spec` from a
 :class:`~refimpl.testing._specs_losses.LossDesc`, so it carries the loss family's checks (value,
 gradient, padding, the clipped region's zero gradient, huge log-ratios, the clip boundaries) and
@@ -63,14 +65,30 @@ ABOVE_CAP = Convention(
 LEVEL = Convention(
     "level",
     "token",
-    ("token", "geometric", "sequence"),
+    ("token", "geometric", "sequence", "max"),
     "where the behaviour ratio is measured: per token, or per row (the row's geometric-mean "
-    "weight on every token, the row rejected whole when its geometric mean, or the product of "
-    "its ratios for 'sequence', leaves [lower, cap]; with above_cap='clip' the row's weight "
-    "clamped to [lower, cap])",
+    "weight on every token, the row rejected whole when its geometric mean, the product of "
+    "its ratios for 'sequence' or its largest ratio for 'max' leaves [lower, cap]; with "
+    "above_cap='clip' the weight of a row outside the bounds clamped to [lower, cap]); with a "
+    "KL metric the row's mean, sum or maximum of the estimates decides",
     who="token: AReaL 1.0.4 rejection_sampling level='token'; geometric: level='sequence', "
-    "agg='mean'; sequence: level='sequence', agg='sum'",
+    "agg='mean'; sequence: level='sequence', agg='sum'; max: level='sequence', agg='max'",
 )
+
+METRIC = Convention(
+    "metric",
+    "ratio",
+    ("ratio", "kl_k1", "kl_k2", "kl_k3"),
+    "what is compared with [lower, cap]: the behaviour ratio, or a KL estimate of "
+    "d = log(π_prox/μ) (k1 d, k2 d²/2, k3 e^-d − 1 + d), the weight then the token's own ratio "
+    "and the action 'mask' only",
+    who="ratio: AReaL 1.0.4 rejection_sampling metric='ratio'; kl_k1, kl_k2, kl_k3: "
+    "metric='kl_k1', 'kl_k2', 'kl_k3' (KLEstimator._compute_approx_kl, apply_clamp=False)",
+)
+
+#: KL bounds away from the estimates of the drawn log-ratios 0, ±1/2, 2 (and their float32
+#: roundings): k1 0, ±0.5, 2; k2 0, 0.125, 2; k3 0.107, 0.149, 1.14.
+_KL_CAPS = {"kl_k1": (-0.25, 0.25, 1.0, 3.0), "kl_k2": (0.05, 0.3, 1.0, 3.0)}
 
 _OPEN = {"eps_low": 1.0 - 2.0**-40, "eps_high": 1e300, "dual_clip": None}
 
@@ -83,6 +101,13 @@ def _params(conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     eps = st.one_of(st.sampled_from([0.2, 0.1, 0.28]), _floats(0.01, 0.6))
     high = st.one_of(st.none(), st.sampled_from([0.28, 0.2]), _floats(0.01, 1.0))
     dual = st.one_of(st.none(), st.just(3.0), _floats(1.1, 10.0))
+    if conv["metric"] != "ratio":
+        kl_caps = _KL_CAPS.get(conv["metric"], _KL_CAPS["kl_k2"])
+        low_cap = -1.0 if conv["metric"] == "kl_k1" else 0.01
+        kl = {"cap": st.one_of(st.sampled_from(kl_caps), _floats(low_cap, 3.0))}
+        kl["lower"] = st.one_of(st.none(), st.just(0.1), _floats(-1.0, 1.0))
+        fixed = {"eps_low": eps, "eps_high": high, "dual_clip": dual, **kl}
+        return st.fixed_dictionaries(fixed).map(_lower_below_cap)
     caps = st.one_of(st.sampled_from([1.0, 1.5, 2.0, 5.0]), _floats(1.0, 10.0))
     needs_cap = conv["above_cap"] == "clip" or conv["level"] != "token"
     cap = caps if needs_cap else st.one_of(st.none(), caps)
@@ -92,6 +117,12 @@ def _params(conv: Conventions) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def _lower_below_cap(params: dict[str, Any]) -> dict[str, Any]:
+    """A KL metric's lower bound above its cap is dropped (refused by the reference)."""
+    lower = params["lower"]
+    return {**params, "lower": None if lower is not None and lower > params["cap"] else lower}
+
+
 def _reference(p: Parts, conv: Conventions, **override: Any) -> Terms:
     params = {**p.params, **override}
     loss, grad = resolve("losses.decoupled.decoupled_ppo_loss")(
@@ -99,6 +130,7 @@ def _reference(p: Parts, conv: Conventions, **override: Any) -> Terms:
         **params,
         above_cap=conv["above_cap"],
         level=conv["level"],
+        metric=conv["metric"],
         mask=p.mask,
         cotangent=p.cotangent,
     )
@@ -113,37 +145,21 @@ def _unclipped(p: Parts, conv: Conventions) -> Terms:
     return _reference(p, conv, **_OPEN)
 
 
-def _row_weight(p: Parts, conv: Conventions, low: float, high: float) -> Array:
-    """The row levels' weight: the geometric mean, its row rejected (the mean or the sum out of
-    ``[log low, log high]``) or clamped to ``[low, high]``; empty rows have none."""
-    lq, lb = np.asarray(p.arrays["logp_prox"]), np.asarray(p.arrays["logp_behavior"])
-    with np.errstate(over="ignore", invalid="ignore"):
-        d = np.where(p.mask > 0, lq - lb, 0.0)
-    total = d.sum(axis=1, keepdims=True)
-    mean = total / np.maximum(p.mask.sum(axis=1, keepdims=True), 1.0)
-    top = math.log(high)
-    if conv["above_cap"] == "clip":
-        w = np.clip(np.exp(np.minimum(mean, top + 1.0)), low, high)
-        return np.asarray(np.where(p.mask > 0, w, 0.0), dtype=np.float64)
-    stat = total if conv["level"] == "sequence" else mean
-    kept = (stat >= (math.log(low) if low > 0.0 else -math.inf)) & (stat <= top) & (p.mask > 0)
-    return np.asarray(np.where(kept, np.exp(np.minimum(mean, top)), 0.0), dtype=np.float64)
-
-
 def _weight(p: Parts, conv: Conventions) -> Array:
-    """The behaviour weight the reference applies (0 where rejected and at padding)."""
-    cap, lower = p.params.get("cap"), p.params.get("lower")
-    if conv["level"] != "token":
-        return _row_weight(p, conv, 0.0 if lower is None else float(lower), float(cap or 1.0))
-    weights = resolve("staleness.importance_weights.decoupled_ppo_weights")
+    """The behaviour weight the reference applies (0 where rejected and at padding): the
+    tolerance and the clip branches need it, the expected values come from the reference."""
+    weight = resolve("losses.decoupled._behaviour_weight")
+    lq, lb = (np.asarray(p.arrays[a], dtype=np.float64) for a in ("logp_prox", "logp_behavior"))
     return np.asarray(
-        weights(
-            p.arrays["logp_prox"],
-            p.arrays["logp_behavior"],
-            cap=cap,
-            lower=lower,
+        weight(
+            lq,
+            lb,
+            np.asarray(p.mask, dtype=np.float64),
+            cap=p.params.get("cap"),
+            lower=p.params.get("lower"),
             above_cap=conv["above_cap"],
-            mask=p.mask,
+            level=conv["level"],
+            metric=conv["metric"],
         ),
         dtype=np.float64,
     )
@@ -170,7 +186,7 @@ def _condition(p: Parts, conv: Conventions, loss: Array, grad: Array) -> Terms:
     on = kept.astype(np.float64)
     k = ratio_error(p, conv, "logp", "logp_prox")
     kw = ratio_error(p, conv, "logp_prox", "logp_behavior")
-    if conv["level"] != "token":  # the row's mean log-ratio: its pairwise sum's rounding
+    if conv["level"] != "token" and conv["metric"] == "ratio":  # the row's mean log-ratio
         kw = kw + row_error(p, conv, kw)
     with np.errstate(all="ignore"):
         ppo_loss, sens = _ppo(p, on, on)
@@ -218,12 +234,12 @@ def decoupled_specs() -> tuple[Spec, ...]:
         "decoupled_ppo_clip",
         "losses.decoupled.decoupled_ppo_loss",
         "candidate(logp, logp_prox, logp_behavior, advantages, *, eps_low, eps_high, dual_clip, "
-        "cap, lower, mask) (above_cap: a convention)",
+        "cap, lower, mask) (above_cap, level, metric: conventions)",
         ARRAYS,
         _terms,
         _condition,
         _params,
-        conventions=(ABOVE_CAP, LEVEL),
+        conventions=(ABOVE_CAP, LEVEL, METRIC),
         edges=_edges,
         on_policy=None,
         clips=_clipped_always,
