@@ -15,13 +15,17 @@ parses are pyarrow's, bit for bit, on many forms (digits, exponents, subnormals)
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from _wrong_variants import rejects
+from _wrong_variants import rejects, run_property
+from hypothesis import given
+from hypothesis import strategies as st
 
 from refimpl.cli import main
 from refimpl.testing import _trace_jsonl, _trace_jsonl_duckdb
@@ -299,3 +303,41 @@ def test_a_duckdb_route_without_the_certificate_is_caught(
     monkeypatch.setattr(_trace_jsonl_duckdb, "plain_bytes", lambda data: True)
     text, argv = CASES["string"]
     rejects(same_every_way, text, argv, tmp_path, monkeypatch, capsys)
+
+
+def _views_are_blocks(views: Callable[[io.BufferedIOBase, int, int], Iterator[memoryview]]) -> Any:
+    """``views`` cuts a trace into the blocks of ``_jsonl_blocks``, byte for byte (each view
+    copied before the next is taken, as the reader uses them)."""
+
+    @given(
+        lines=st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"")), max_size=40),
+        last=st.booleans(),
+        size=st.integers(1, 80),
+        slack=st.integers(0, 40),
+    )
+    def check(lines: list[bytes], last: bool, size: int, slack: int) -> None:
+        data = b"\n".join(lines) + (b"\n" if last and lines else b"")
+        want = list(_trace_jsonl._jsonl_blocks(io.BytesIO(data), size))
+        assert [bytes(v) for v in views(io.BytesIO(data), size, slack)] == want
+
+    return check
+
+
+def _cut_before(handle: io.BufferedIOBase, size: int, slack: int) -> Iterator[memoryview]:
+    """Wrong: blocks cut at the last newline within ``size`` bytes (not the first after)."""
+    rest = b""
+    while data := rest + handle.read(size):
+        cut = data.rfind(b"\n") + 1 or len(data)
+        yield memoryview(data[:cut])
+        rest = data[cut:]
+
+
+def _read_ahead(handle: io.BufferedIOBase, size: int, slack: int) -> Iterator[memoryview]:
+    """Wrong: every view taken before the first is used (the buffer holds the last block)."""
+    return iter(list(_trace_jsonl._jsonl_views(handle, size, slack)))
+
+
+def test_a_large_trace_is_read_into_one_buffer_in_the_same_blocks() -> None:
+    run_property(_views_are_blocks(_trace_jsonl._jsonl_views))
+    rejects(_views_are_blocks(_cut_before))
+    rejects(_views_are_blocks(_read_ahead))

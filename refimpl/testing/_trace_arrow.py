@@ -55,7 +55,7 @@ ACCEPTED = (
 )
 
 
-def count_newlines(data: bytes) -> int:
+def count_newlines(data: bytes | memoryview) -> int:
     """The newlines of a block: numpy's vectorised compare, about 3x faster than ``bytes.count``
     (a byte-at-a-time loop) on a block of megabytes."""
     return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 10))

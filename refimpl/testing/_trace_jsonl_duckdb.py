@@ -114,15 +114,30 @@ def plain_names(numeric: Sequence[str], lists: Sequence[str]) -> bool:
     return all(n.isascii() and not any(ch in n for ch in '"\\:,') for n in [*numeric, *lists])
 
 
-def plain_bytes(data: bytes) -> bool:
+#: a block of a trace: its bytes, or a view of a buffer from the buffer's first byte
+Block = bytes | memoryview
+
+
+def _has(data: Block, part: bytes) -> bool:
+    """Whether ``part`` is in the block (a view is searched in its buffer, up to its end)."""
+    if isinstance(data, memoryview):
+        return bool(data.obj.find(part, 0, data.nbytes) >= 0)  # type: ignore[attr-defined]
+    return part in data
+
+
+def plain_bytes(data: Block) -> bool:
     """The conditions on a block's bytes that need no count: ASCII, no backslash, carriage return
     or NUL byte, no ``true`` or ``false``."""
-    if not data or b"\\" in data or b"\r" in data or b"\0" in data or not data.isascii():
+    if not len(data) or np.frombuffer(data, dtype=np.uint8).max() > 127:
         return False
-    return not ((b"u" in data and b"true" in data) or (b"f" in data and b"false" in data))
+    if _has(data, b"\\") or _has(data, b"\r") or _has(data, b"\0"):
+        return False
+    return not (
+        (_has(data, b"u") and _has(data, b"true")) or (_has(data, b"f") and _has(data, b"false"))
+    )
 
 
-def counts_agree(data: bytes, lines: int, keys: int, list_commas: int) -> bool:
+def counts_agree(data: Block, lines: int, keys: int, list_commas: int) -> bool:
     """Whether the block's colons, quotes and commas are those of ``lines`` objects of ``keys``
     numeric members each (``list_commas`` the commas between the elements of their lists): then
     every line holds the read keys only, no string but the keys and no trailing comma."""
@@ -134,7 +149,7 @@ def counts_agree(data: bytes, lines: int, keys: int, list_commas: int) -> bool:
 
 
 def columns_of(
-    table: Any, data: bytes, numeric: Sequence[str], lists: Sequence[str]
+    table: Any, data: Block, numeric: Sequence[str], lists: Sequence[str]
 ) -> dict[str, Any] | None:
     """The block's columns from duckdb's rows, ``None`` unless certified (the module's text)."""
     out: dict[str, Any] = {}
@@ -160,19 +175,26 @@ def columns_of(
         zero = zero or bool(np.any(values == 0))
     if not counts_agree(data, table.num_rows, len(numeric) + len(lists), list_commas):
         return None
-    if zero and b"-" in data and _NEGATIVE_ZERO.search(data):
+    if zero and _has(data, b"-") and _negative_zero(data):
         return None
     return out
 
 
-def lines_of(data: bytes, newlines: int) -> int:
+def _negative_zero(data: Block) -> bool:
+    """Whether the block holds an integer ``-0``."""
+    if isinstance(data, memoryview):
+        return _NEGATIVE_ZERO.search(data.obj, 0, data.nbytes) is not None
+    return _NEGATIVE_ZERO.search(data) is not None
+
+
+def lines_of(data: Block, newlines: int) -> int:
     """The lines of a block of ``newlines`` newlines (a last line without a newline counts)."""
-    return newlines + (not data.endswith(b"\n"))
+    return newlines + (not len(data) or data[-1] != 10)
 
 
 def duckdb_blocks(
-    path: Path, numeric: Sequence[str], lists: Sequence[str], blocks: Iterator[bytes]
-) -> Iterator[tuple[bytes, int, dict[str, Any] | None]]:
+    path: Path, numeric: Sequence[str], lists: Sequence[str], blocks: Iterator[Block]
+) -> Iterator[tuple[Block, int, dict[str, Any] | None]]:
     """Each block with its count of newlines and its columns from duckdb, or with ``None`` from
     the first block that duckdb is not trusted with on (its stream closed then)."""
     rows: DuckRows | None = None
@@ -197,7 +219,7 @@ def duckdb_blocks(
 
 
 def _block_columns(
-    rows: DuckRows, data: bytes, newlines: int, numeric: Sequence[str], lists: Sequence[str]
+    rows: DuckRows, data: Block, newlines: int, numeric: Sequence[str], lists: Sequence[str]
 ) -> dict[str, Any] | None:
     if not plain_bytes(data):
         return None
