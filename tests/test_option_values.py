@@ -484,18 +484,45 @@ def _decoupled_loss(value: Any) -> Callable[[], None]:
 
 
 def _decoupled_level(value: Any) -> Callable[[], None]:
-    """One row on policy against π_prox (ratio 1), behaviour weights 2 and 8 with C = 5: per token
-    the 8 is rejected; the row's geometric mean 4 is inside the cap, so both tokens weigh 4; the
-    row's product 16 is outside it, so the row is rejected (loss and gradient -A w, A = 1)."""
+    """Two rows on policy against π_prox (ratio 1), behaviour weights (2, 8) and (2, 4), C = 5
+    (loss and gradient −A w, A = 1): per token the 8 is rejected; the geometric means 4 and
+    2√2 are inside the cap, so each row weighs its mean; the products 16 and 8 are outside it,
+    so both rows are rejected; the largest ratios 8 and 4: only the second row is kept."""
 
     def check() -> None:
-        prox = np.log([[0.5, 0.5]])
-        terms = L.decoupled_ppo_loss(
-            prox, prox, np.log([[0.25, 0.0625]]), [[1.0, 1.0]], cap=5.0, level=value
-        )
-        want = {"token": [-2.0, 0.0], "geometric": [-4.0, -4.0], "sequence": [0.0, 0.0]}[value]
-        _close(terms.loss, [want], rtol=1e-14)
-        _close(terms.grad, [want], rtol=1e-14)
+        prox = np.log([[0.5, 0.5], [0.5, 0.5]])
+        behav = np.log([[0.25, 0.0625], [0.25, 0.125]])
+        terms = L.decoupled_ppo_loss(prox, prox, behav, np.ones((2, 2)), cap=5.0, level=value)
+        r2 = -math.sqrt(8.0)
+        want = {
+            "token": [[-2.0, 0.0], [-2.0, -4.0]],
+            "geometric": [[-4.0, -4.0], [r2, r2]],
+            "sequence": [[0.0, 0.0], [0.0, 0.0]],
+            "max": [[0.0, 0.0], [r2, r2]],
+        }[value]
+        _close(terms.loss, want, rtol=1e-14)
+        _close(terms.grad, want, rtol=1e-14)
+
+    return check
+
+
+def _decoupled_metric(value: Any) -> Callable[[], None]:
+    """On policy, A = 1, log(π_prox/μ) = d = ln 2·(1, −1, 2, −2) (weights 2, 1/2, 4, 1/4),
+    bound 1: the ratio keeps 1/2 and 1/4; k1 = d keeps all but 2 ln 2; k2 = d²/2 (at most
+    0.96) keeps all; k3 = e^−d − 1 + d (0.19, 0.31, 0.64, 1.61) drops the last."""
+
+    def check() -> None:
+        zero = np.zeros((1, 4))
+        behav = -LN2 * np.array([[1.0, -1.0, 2.0, -2.0]])
+        terms = L.decoupled_ppo_loss(zero, zero, behav, np.ones((1, 4)), cap=1.0, metric=value)
+        want = {
+            "ratio": [0.0, -0.5, 0.0, -0.25],
+            "kl_k1": [-2.0, -0.5, 0.0, -0.25],
+            "kl_k2": [-2.0, -0.5, -4.0, -0.25],
+            "kl_k3": [-2.0, -0.5, -4.0, 0.0],
+        }[value]
+        _close(terms.loss, [want])
+        _close(terms.grad, [want])
 
     return check
 
@@ -907,7 +934,11 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
     },
     **{
         ("refimpl.losses decoupled_ppo_loss", "level", s): _decoupled_level(s)
-        for s in ("token", "geometric", "sequence")
+        for s in ("token", "geometric", "sequence", "max")
+    },
+    **{
+        ("refimpl.losses decoupled_ppo_loss", "metric", s): _decoupled_metric(s)
+        for s in ("ratio", "kl_k1", "kl_k2", "kl_k3")
     },
     **{
         ("refimpl.losses optimal_token_baseline_advantages", "positions", p): _token_baseline(p)
