@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.cli import main
-from refimpl.testing import _trace_jsonl, _trace_jsonl_duckdb
+from refimpl.testing import _trace_arrow, _trace_jsonl, _trace_jsonl_duckdb
 from refimpl.testing._trace_arrow import float64
 
 TIS = ["--spec", "tis", "--param", "cap=2"]
@@ -341,3 +341,24 @@ def test_a_large_trace_is_read_into_one_buffer_in_the_same_blocks() -> None:
     run_property(_views_are_blocks(_trace_jsonl._jsonl_views))
     rejects(_views_are_blocks(_cut_before))
     rejects(_views_are_blocks(_read_ahead))
+
+
+def _counts_are_counts(counts: Callable[[bytes, Sequence[int]], list[int]]) -> Any:
+    """``counts`` counts each byte value as ``bytes.count`` does, across pieces of 7 bytes."""
+
+    @given(data=st.binary(max_size=60), values=st.lists(st.integers(0, 255), max_size=4))
+    def check(data: bytes, values: list[int]) -> None:
+        assert counts(data, values) == [data.count(bytes([v])) for v in values]
+
+    return check
+
+
+def _whole_pieces(data: bytes, values: Sequence[int]) -> list[int]:
+    """Wrong: the bytes after the last whole piece are not counted."""
+    return _trace_arrow.byte_counts(data[: len(data) // 7 * 7], values)
+
+
+def test_bytes_are_counted_piece_by_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_trace_arrow, "_COUNT_PIECE", 7)
+    run_property(_counts_are_counts(_trace_arrow.byte_counts))
+    rejects(_counts_are_counts(_whole_pieces))

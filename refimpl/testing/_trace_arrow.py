@@ -11,6 +11,7 @@ column and what was found, quoting at most a short excerpt of a value.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,30 @@ ACCEPTED = (
 def count_newlines(data: bytes | memoryview) -> int:
     """The newlines of a block: numpy's vectorised compare, about 3x faster than ``bytes.count``
     (a byte-at-a-time loop) on a block of megabytes."""
-    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 10))
+    return byte_counts(data, (10,))[0]
+
+
+#: bytes compared at once by :func:`byte_counts` (a piece and its mask stay in the CPU's cache)
+_COUNT_PIECE = 1 << 18
+_scratch = threading.local()
+
+
+def byte_counts(data: bytes | memoryview, values: Sequence[int]) -> list[int]:
+    """How many bytes of ``data`` equal each of ``values``, compared piece by piece into one
+    reused mask per thread: no 8 MiB temporary per count (a block's compare allocated one,
+    whose pages the system faulted in and zeroed, about a sixth of a large JSONL check's CPU)."""
+    a = np.frombuffer(data, dtype=np.uint8)
+    mask: NDArray[np.bool_] | None = getattr(_scratch, "mask", None)
+    if mask is None:
+        mask = _scratch.mask = np.empty(_COUNT_PIECE, dtype=bool)
+    out = [0] * len(values)
+    for start in range(0, a.size, _COUNT_PIECE):
+        piece = a[start : start + _COUNT_PIECE]
+        m = mask[: piece.size]
+        for k, value in enumerate(values):
+            np.equal(piece, value, out=m)
+            out[k] += int(np.count_nonzero(m))
+    return out
 
 
 def _require_text(path: Path, data: bytes, fmt: str, first_line: int) -> None:

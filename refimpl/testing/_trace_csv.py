@@ -29,6 +29,7 @@ from refimpl.testing._trace_arrow import (
     _first_bad,
     _missing,
     _require_text,
+    byte_counts,
     count_newlines,
     exact_array,
     excerpt,
@@ -61,7 +62,7 @@ def _csv_blocks(handle: BinaryIO, size: int) -> Iterator[bytes]:
 
 def _quotes(data: bytes) -> int:
     """The ``"`` bytes of a block (numpy's vectorised compare: 3x faster than ``bytes.count``)."""
-    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == 34))
+    return byte_counts(data, (34,))[0]
 
 
 def _csv_row_lines(

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.testing._trace_arrow import arrow_lists, count_newlines, float64
+from refimpl.testing._trace_arrow import arrow_lists, byte_counts, count_newlines, float64
 
 #: duckdb's working memory and threads: the peak RSS of a check stays flat in the trace's size
 MEMORY_LIMIT = "128MB"
@@ -141,11 +141,10 @@ def counts_agree(data: Block, lines: int, keys: int, list_commas: int) -> bool:
     """Whether the block's colons, quotes and commas are those of ``lines`` objects of ``keys``
     numeric members each (``list_commas`` the commas between the elements of their lists): then
     every line holds the read keys only, no string but the keys and no trailing comma."""
-    a = np.frombuffer(data, dtype=np.uint8)
-    colons = int(np.count_nonzero(a == 58))
-    if colons != lines * keys or int(np.count_nonzero(a == 34)) != 2 * colons:
+    colons, quotes, commas = byte_counts(data, (58, 34, 44))
+    if colons != lines * keys or quotes != 2 * colons:
         return False
-    return int(np.count_nonzero(a == 44)) == lines * (keys - 1) + list_commas
+    return commas == lines * (keys - 1) + list_commas
 
 
 def columns_of(
