@@ -34,7 +34,9 @@ from typing import Any
 from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._skyrl_losses_adv import ADAPTERS as _ADV
 from refimpl.frameworks._skyrl_losses_more import ADAPTERS as _MORE
+from refimpl.frameworks._skyrl_losses_normalize import ADAPTERS as _NORMALIZE
 from refimpl.frameworks._skyrl_losses_stats import ADAPTERS as _STATS
+from refimpl.frameworks._skyrl_losses_worker import ADAPTERS as _WORKER
 from refimpl.frameworks._stubs import SOURCE_LOADS
 
 _PPO = "skyrl.backends.skyrl_train.utils.ppo_utils"
@@ -437,7 +439,7 @@ PPO_UTILS_LOADED = any(e.source == _PPO for e in SOURCE_LOADS)
 
 ADAPTERS = tuple(
     a
-    for a in (*ADAPTERS, *_MORE, *_STATS, *_ADV)
+    for a in (*ADAPTERS, *_MORE, *_STATS, *_ADV, *_WORKER, *_NORMALIZE)
     if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
 )
 
