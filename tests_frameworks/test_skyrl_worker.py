@@ -1,0 +1,73 @@
+"""SkyRL's worker-step KL and entropy terms and advantage_batch_normalize, on hand-worked inputs.
+
+The adapters drive ``PolicyWorkerBase._forward_backward_micro`` and
+``RayPPOTrainer._normalize_advantages`` (executed from their installed files); these tests pin the
+numbers those real methods produce and show that a wrong declaration is caught.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from refimpl.frameworks import adapter, check
+
+
+def test_the_worker_kl_term_is_the_mean_over_every_row_of_each_rows_token_mean() -> None:
+    """k3 of d = ref − logp = −0.5 on one token of row 0 (the other 0), row 1 all 0 but one
+    padded token, row 2 empty: (e^−0.5 − 0.5)/2 for row 0, 0, 0; the mean over three rows."""
+    logp = torch.tensor(
+        [[-1.0, -2.0, -0.5], [-0.3, -0.1, -2.0], [-1.0, -1.0, -1.0]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    ref = torch.tensor(
+        [[-1.5, -2.0, 7.0], [-0.3, -1.1, -2.0], [3.0, 3.0, 3.0]], dtype=torch.float64
+    )
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.float64)
+    loss = adapter("skyrl.worker_kl_k3").candidate(logp, ref, mask=mask)
+    assert math.isclose(float(loss.detach()), (math.exp(-0.5) - 0.5) / 6, rel_tol=1e-12)
+    loss.backward()
+    assert logp.grad is not None
+    # d k3 / d logp = 1 − e^(ref − logp), times 1/(2 tokens · 3 rows); 0 wherever mask is 0
+    assert math.isclose(float(logp.grad[0, 0]), (1 - math.exp(-0.5)) / 6, rel_tol=1e-12)
+    assert float(logp.grad.abs().sum()) == float(logp.grad[0, 0].abs())
+
+
+def test_the_worker_kl_term_counts_empty_rows_a_wrong_declaration_fails() -> None:
+    assert check("skyrl.worker_kl_k1", max_examples=25).ok
+    wrong = check("skyrl.worker_kl_k1", max_examples=25, conventions={"sequence_count": "nonempty"})
+    assert not wrong.ok
+
+
+def test_the_worker_entropy_term_is_the_token_mean_of_the_models_entropies() -> None:
+    entropy = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.float64)
+    assert math.isclose(
+        float(adapter("skyrl.worker_entropy").candidate(entropy, mask).detach()),
+        7 / 3,
+        rel_tol=1e-12,
+    )
+    wrong = check(
+        "skyrl.worker_entropy", max_examples=25, conventions={"mode": "seq_mean_token_mean"}
+    )
+    assert not wrong.ok
+
+
+def test_advantage_batch_normalize_is_a_population_z_score_without_padding() -> None:
+    found = adapter("skyrl.advantage_batch_normalize").candidate(torch.tensor([1.0, 2.0, 3.0]))
+    z = math.sqrt(1.5)  # (r − 2) / sqrt(2/3)
+    assert torch.allclose(found, torch.tensor([-z, 0.0, z], dtype=torch.float64), rtol=1e-12)
+    wrong = check("skyrl.advantage_batch_normalize", max_examples=25, conventions={"std": "sample"})
+    assert "values" in {r.name for r in wrong.results if r.status == "failed"}
+
+
+def test_advantage_batch_normalize_centres_on_a_mean_that_counts_the_padding() -> None:
+    """Rewards 1, 2, 3 padded to two positions: mean 6/6 = 1, variance over the three tokens
+    (0 + 1 + 4)/3, so (0, 1, 2)/sqrt(5/3) instead of the z-scores."""
+    found = adapter("skyrl.advantage_batch_normalize_padded").candidate(
+        torch.tensor([1.0, 2.0, 3.0])
+    )
+    s = math.sqrt(5 / 3)
+    assert torch.allclose(found, torch.tensor([0.0, 1 / s, 2 / s], dtype=torch.float64), rtol=1e-12)
