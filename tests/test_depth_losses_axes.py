@@ -1,0 +1,145 @@
+"""Depth tests of refimpl.losses and refimpl.staleness: every per-sequence argument is checked
+against the batch axis, never the token axis.
+
+A function that takes ``(B, T)`` token arrays and a per-sequence array of shape ``(B,)``
+(advantages, rewards, group ids, a rejection flag per row) must refuse one of shape ``(T,)``. On a
+square batch the two axes cannot be told apart, so a check that reads ``shape[1]`` for ``shape[0]``
+goes unseen; the valid calls of ``tests/_valid_calls.py`` are not square (``B = 2``, ``T = 3``),
+and every per-sequence argument of every call is tried here with the token axis' length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from _rules import bind, call_with, public_function
+from _valid_calls import VALID_CALLS, Call
+from _wrong_variants import rejects
+
+PACKAGES = ("refimpl.losses", "refimpl.staleness")
+
+
+#: Calls with a per-sequence argument and a ``(B, T)`` mask for functions whose valid calls have
+#: none (or a square batch).
+_MASK = [[1, 1, 1], [1, 1, 0]]
+EXTRA_CALLS = {
+    "refimpl.losses aggregation_weights": (
+        Call((_MASK,), {"mode": "token_mean", "rejection": [1.0, 0.0]}),
+        Call((_MASK,), {"mode": "group_mean", "group": [4, 7]}),
+    ),
+    "refimpl.losses reinforce_pp_advantages": (Call(([0.5, 1.5],), {"mask": _MASK}),),
+    "refimpl.losses gdpo_advantages": (
+        Call(([[1.0, 0.25], [0.0, 0.5]],), {"group": [0, 0], "mask": _MASK}),
+    ),
+    "refimpl.losses optimal_token_baseline_advantages": (
+        Call(
+            (
+                [[0.0, 1.0, 0.5], [0.5, 0.0, 0.0]],
+                [[-1.0, -2.0, -0.5], [-0.5, -1.5, -1.0]],
+                [[0.25, 0.5, 0.75], [0.75, 0.125, 0.5]],
+            ),
+            {"group": [0, 0], "mask": _MASK},
+        ),
+    ),
+}
+
+
+def _calls() -> dict[str, tuple[Call, ...]]:
+    out = {key: tuple(calls) for key, calls in VALID_CALLS.items() if key.startswith(PACKAGES)}
+    for key, extra in EXTRA_CALLS.items():
+        out[key] = out[key] + extra
+    return out
+
+
+CALLS = _calls()
+
+
+def _batch_shape(arguments: dict[str, Any]) -> tuple[int, int] | None:
+    """``(B, T)`` of the call's token arrays (the mask, else the first 2-D numeric argument)."""
+    ordered = sorted(arguments.items(), key=lambda item: item[0] != "mask")
+    for _, value in ordered:
+        if isinstance(value, (str, bool)) or value is None:
+            continue
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            continue
+        if arr.ndim == 2:
+            return int(arr.shape[0]), int(arr.shape[1])
+    return None
+
+
+def _per_sequence_arguments() -> list[tuple[str, int, str]]:
+    """``(function key, call index, parameter)`` of every 1-D argument of length ``B`` (!= T)."""
+    out = []
+    for key, calls in sorted(CALLS.items()):
+        fn = public_function(key)
+        for i, call in enumerate(calls):
+            arguments = bind(fn, call.args, call.kwargs)
+            shape = _batch_shape(arguments)
+            if shape is None or shape[0] == shape[1]:
+                continue
+            for name, value in arguments.items():
+                if isinstance(value, (str, bool, tuple)) or value is None:
+                    continue  # a tuple is a pair of bounds, never one entry per sequence
+                if np.ndim(value) == 1 and len(value) == shape[0]:
+                    out.append((key, i, name))
+    return out
+
+
+CASES = _per_sequence_arguments()
+
+
+def _with_token_length(fn: Any, key: str, i: int, name: str) -> dict[str, Any]:
+    arguments = bind(fn, CALLS[key][i].args, CALLS[key][i].kwargs)
+    shape = _batch_shape(arguments)
+    assert shape is not None
+    value = np.asarray(arguments[name])
+    moved = dict(arguments)
+    moved[name] = np.resize(value, shape[1])  # the row's values repeated: length T
+    return moved
+
+
+def check_refused(fn: Any, key: str, i: int, name: str) -> None:
+    """The call is valid as it is; with ``name`` of the token axis' length it is refused, and the
+    refusal names ``name``."""
+    call_with(fn, bind(fn, CALLS[key][i].args, CALLS[key][i].kwargs))
+    moved = _with_token_length(fn, key, i, name)
+    try:
+        call_with(fn, moved)
+    except ValueError as error:
+        message = str(error)
+    else:
+        raise AssertionError(f"{key} call {i}: {name} of length T = {len(moved[name])} accepted")
+    assert name in message, (key, name, message)
+
+
+def test_the_cases_are_found() -> None:
+    found = {(key, name) for key, _, name in CASES}
+    assert ("refimpl.losses off_policy_sequence_mask", "advantages") in found
+    assert ("refimpl.losses gspo_loss", "advantages") in found
+    for key, calls in EXTRA_CALLS.items():  # each extra call adds a case
+        assert sum(k == key for k, _, _ in CASES) >= len(calls), key
+    assert len({key for key, _ in found}) >= 10, sorted(found)
+
+
+@pytest.mark.parametrize(("key", "i", "name"), CASES, ids=[f"{k} #{i} {n}" for k, i, n in CASES])
+def test_a_per_sequence_argument_of_the_token_axis_length_is_refused(
+    key: str, i: int, name: str
+) -> None:
+    check_refused(public_function(key), key, i, name)
+
+
+def test_the_check_rejects_a_function_reading_the_token_axis() -> None:
+    """``off_policy_sequence_mask`` checking advantages against ``shape[1]``: a length-T array
+    goes through (and is broadcast over the rows' tokens)."""
+    import refimpl.losses.rejection as rj
+
+    def token_axis(lt: Any, lb: Any, advantages: Any, **kw: Any) -> Any:
+        a = np.asarray(advantages, dtype=np.float64)
+        return rj.off_policy_sequence_mask(lt, lb, a[: np.shape(lt)[0]], **kw)
+
+    key = "refimpl.losses off_policy_sequence_mask"
+    rejects(check_refused, token_axis, key, 0, "advantages")
