@@ -31,6 +31,21 @@ statistic is inside has $g$ inside too: for the product, $\lambda \le P \le C$ g
 $\lambda \le \lambda^{1/L} \le g \le C^{1/L} \le C$. So clamping *every* row's $g$ to
 $[\lambda, C]$ is the same weight, whichever statistic AReaL reads.
 
+**Rejecting on a KL estimate (DP4).** With $d = l_p - l_b$, AReaL's estimates are
+$k_1 = d$, $k_2 = d^2/2$ and $k_3 = e^{-d} - 1 + d$. $k_2 \ge 0$, and $k_3 \ge 0$ with equality
+only at $d = 0$ ($k_3' = 1 - e^{-d}$ vanishes only there and $k_3'' = e^{-d} > 0$). A token, or
+a row by the mean, sum or maximum of its estimates, is kept when the statistic lies in
+$[\lambda, C]$, and a kept token keeps its own weight $v = e^{d}$ (not the row's geometric
+mean). For the non-negative $k_2$ and $k_3$ the mean of a row is at most its sum and its
+maximum, so a row kept by the sum or the maximum is kept by the mean.
+
+**The largest ratio (DP5).** At ``agg="max"`` the row's statistic is its largest log-ratio
+$\max_t d_t$, its weight still the geometric mean $g = e^{\bar d}$. Since $\bar d \le \max_t d_t$,
+a row inside $[\lambda, C]$ has $g \le C$, but $g$ may lie below $\lambda$ (log2-ratios $0$ and
+$-3$ with $\lambda = 1/2$: the maximum $1$ is inside, $g = 2^{-3/2} < 1/2$). AReaL clamps only
+the rows outside the bounds, so unlike DP3 the clamp of every row is a different weight there;
+refimpl keeps $g$ in a row inside.
+
 The checks evaluate `refimpl.losses.decoupled_ppo_loss` at exact dyadic points (ratios and
 weights powers of two, advantages dyadic) against values computed here independently, in
 `Fraction` arithmetic, from the definition.
@@ -187,3 +202,89 @@ def clamping_every_row_is_clamping_the_rows_out_of_bounds() -> None:
                         cap=2.0**cap, lower=2.0**low, above_cap="clip", level=level,
                     )  # fmt: skip
                     assert_close(float(got.grad[0, 0]), want, rel=4e-15, label=f"DP3 {ks}")
+
+
+def _kl(metric: str, d: sp.Expr) -> sp.Expr:
+    """AReaL's estimate of ``d = log(π_prox/μ)`` (KLEstimator k1, k2, k3)."""
+    return {"kl_k1": d, "kl_k2": d**2 / 2, "kl_k3": sp.exp(-d) - 1 + d}[metric]
+
+
+@claim(
+    "DP4",
+    r"KL rejection: $k_2 \ge 0$, $k_3 = e^{-d} - 1 + d \ge 0$ (0 only at $d = 0$); a token, or a "
+    r"row by the mean, sum or maximum of its estimates, is kept iff that lies in $[\lambda, C]$, "
+    r"with the token's own weight $e^{d}$; refimpl's gradients equal the exact ones.",
+    method="exact",
+    scope="the inequalities in general; refimpl on rows of 1 and 2 tokens with log2-ratios in "
+    "-2..2, bounds C in {1/4, 1, 2} and lower None or -1/2",
+)
+def kl_rejection_keeps_the_tokens_inside_the_bounds() -> None:
+    import itertools
+
+    d = sp.Symbol("d", real=True)
+    k3 = _kl("kl_k3", d)
+    assert_zero(sp.diff(k3, d) - (1 - sp.exp(-d)), label="DP4 k3'")
+    assert sp.solve(sp.diff(k3, d), d) == [0], "DP4 k3' vanishes only at 0"
+    assert sp.diff(k3, d, 2).is_positive, "DP4 k3 is convex"
+    assert k3.subs(d, 0) == 0, "DP4 k3(0) = 0"
+    ln2 = math.log(2.0)
+    stat = {"token": None, "geometric": "mean", "sequence": "sum", "max": "max"}
+    for length in range(1, 3):
+        for ks in itertools.product(range(-2, 3), repeat=length):
+            est = {m: [_kl(m, k * sp.log(2)) for k in ks] for m in ("kl_k1", "kl_k2", "kl_k3")}
+            for metric, cap, lower, level in itertools.product(
+                est, (sp.Rational(1, 4), sp.Integer(1), sp.Integer(2)), (None, -0.5), stat
+            ):
+                low = -sp.oo if lower is None else sp.Rational(lower)
+                values = est[metric]
+                row = stat[level]
+                if row is None:
+                    kept = [bool(low <= v) and bool(v <= cap) for v in values]
+                else:
+                    s_ = {"mean": sum(values) / length, "sum": sum(values), "max": sp.Max(*values)}
+                    inside = bool(low <= s_[row]) and bool(s_[row] <= cap)
+                    kept = [inside] * length
+                want = [
+                    -float(Fraction(2) ** k) if keep else 0.0
+                    for k, keep in zip(ks, kept, strict=True)
+                ]
+                got = decoupled_ppo_loss(
+                    [[0.0] * length], [[0.0] * length], [[-k * ln2 for k in ks]],
+                    [[1.0] * length], cap=float(cap), lower=lower, level=level, metric=metric,
+                )  # fmt: skip
+                assert got.grad[0].tolist() == want, f"DP4 {metric} {level} {ks} C={cap}"
+                if metric != "kl_k1" and stat[level] in ("sum", "max") and all(kept):
+                    assert bool(sum(values) / length <= cap), "DP4 kept by sum/max: by the mean"
+
+
+@claim(
+    "DP5",
+    r"Row level, largest ratio: a row whose largest ratio lies in $[\lambda, C]$ keeps its "
+    r"geometric mean $g$ ($g \le C$ but possibly $g < \lambda$); a row outside has $g$ clamped "
+    r"(or is rejected); refimpl's weights equal these, which differ from clamping every row.",
+    method="exact",
+    scope="rows of 1 to 3 tokens with log2-ratios in -3..3, bounds 1/4, 1/2, 1 and 1, 2, 4",
+)
+def the_largest_ratio_clamps_only_the_rows_outside() -> None:
+    import itertools
+
+    ln2 = math.log(2.0)
+    differs = False
+    for length in range(1, 4):
+        for ks in itertools.product(range(-3, 4), repeat=length):
+            mean, top = Fraction(sum(ks), length), max(ks)
+            for low, cap in itertools.product((-2, -1, 0), (0, 1, 2)):  # log2 of the bounds
+                inside = low <= top <= cap
+                assert not inside or mean <= cap, f"DP5 g <= C in a row inside ({ks})"
+                clamped = min(max(mean, Fraction(low)), Fraction(cap))
+                differs |= inside and clamped != mean
+                for action in ("clip", "mask"):
+                    want = mean if inside else (clamped if action == "clip" else None)
+                    got = decoupled_ppo_loss(
+                        [[0.0] * length], [[0.0] * length], [[-k * ln2 for k in ks]],
+                        [[-1.0] * length], cap=2.0**cap, lower=2.0**low, above_cap=action,
+                        level="max",
+                    )  # fmt: skip
+                    expect = 0.0 if want is None else 2.0 ** float(want)
+                    assert_close(float(got.grad[0, 0]), expect, rel=4e-15, label=f"DP5 {ks}")
+    assert differs, "DP5: some row inside the bounds has its geometric mean below lower"

@@ -260,3 +260,100 @@ def test_pure_distillation_differentiates_the_ratio_only() -> None:
     assert loss.item() == pytest.approx(0.0, abs=1e-7)  # +log 2 and −log 2
     assert logp.grad is not None
     assert logp.grad[0].tolist() == pytest.approx([math.log(2) / 2, -math.log(2) / 2, 0.0])
+
+
+# --- KL-metric rejection, the largest ratio, the packed layout, the shared factory -------------
+
+
+def _on_policy(k: list[list[float]]) -> tuple[torch.Tensor, ...]:
+    """π_θ = π_prox = 1 and log(π_prox/μ) = ln 2 · k per token; A = 1 (loss −Σw / count)."""
+    zero = torch.zeros(len(k), len(k[0]), dtype=F64)
+    return zero, zero, -math.log(2.0) * torch.tensor(k, dtype=F64), torch.ones_like(zero)
+
+
+@pytest.mark.parametrize(
+    ("metric", "kept"),
+    [("kl_k1", [2.0, 0.5, 0.0, 0.25]), ("kl_k2", [2.0, 0.5, 4.0, 0.25]),
+     ("kl_k3", [2.0, 0.5, 4.0, 0.0])],
+)  # fmt: skip
+def test_each_kl_estimate_rejects_its_own_tokens(metric: str, kept: list[float]) -> None:
+    from refimpl.frameworks import _areal_losses_decoupled as m
+
+    candidate = getattr(m, f"areal_decoupled_ppo_{metric}")
+    # d = ln 2·(1, −1, 2, −2), bound 1: k1 drops 2 ln 2, k2 (≤ 0.96) none, k3 (1.61) the last;
+    # the kept tokens weigh their own ratios 2, 1/2, 4, 1/4
+    args = _on_policy([[1.0, -1.0, 2.0, -2.0]])
+    got = candidate(*args, **PPO, cap=1.0, lower=None, mask=torch.ones(1, 4, dtype=F64))
+    assert got.item() == pytest.approx(-sum(kept) / 4, rel=1e-6)
+
+
+def test_a_kl_row_statistic_is_arithmetic_and_keeps_the_token_ratios() -> None:
+    from refimpl.frameworks import _areal_losses_decoupled as m
+
+    # k3 per token of d = ln 2·(2, 0): 0.64 and 0 → mean 0.32, sum 0.64, max 0.64; bound 0.5:
+    # only the mean keeps the row, whose tokens weigh 4 and 1 (not the geometric mean 2)
+    args = _on_policy([[2.0, 0.0]])
+    ones = torch.ones(1, 2, dtype=F64)
+    for agg, want in (("mean", -5.0 / 2), ("sum", 0.0), ("max", 0.0)):
+        candidate = getattr(m, f"areal_decoupled_ppo_sequence_kl_k3_{agg}")
+        got = candidate(*args, **PPO, cap=0.5, lower=None, mask=ones)
+        assert got.item() == pytest.approx(want, rel=1e-6), agg
+
+
+def test_the_clamp_at_the_largest_ratio_spares_a_row_inside() -> None:
+    from refimpl.frameworks._areal_losses_decoupled import areal_decoupled_ppo_sequence_clamp_max
+
+    # log2-ratios (0, −2): the largest ratio 1 is inside [3/4, 3/2], the geometric mean 1/2 is
+    # below 3/4 and stays (AReaL clamps only the rows outside the bounds)
+    args = _on_policy([[0.0, -2.0]])
+    ones = torch.ones(1, 2, dtype=F64)
+    got = areal_decoupled_ppo_sequence_clamp_max(*args, **PPO, cap=1.5, lower=0.75, mask=ones)
+    assert got.item() == pytest.approx(-0.5, rel=1e-6)
+
+
+def test_the_packed_layout_gives_the_padded_loss_and_gradient() -> None:
+    from refimpl.frameworks._areal_losses_decoupled import (
+        areal_decoupled_ppo_sequence_mean,
+        areal_decoupled_ppo_sequence_mean_packed,
+    )
+
+    torch.manual_seed(0)
+    logp, prox, behav = (torch.randn(3, 4, dtype=F64) * 0.3 for _ in range(3))
+    adv = torch.randn(3, 4, dtype=F64)
+    out = []
+    for candidate in (areal_decoupled_ppo_sequence_mean, areal_decoupled_ppo_sequence_mean_packed):
+        x = logp.clone().requires_grad_(True)
+        loss = candidate(x, prox, behav, adv, **PPO, cap=1.2, lower=0.9, mask=MASK)
+        loss.backward()
+        out.append((loss.item(), x.grad))
+    assert out[0][0] == pytest.approx(out[1][0], rel=1e-6)
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-6, atol=1e-7)
+
+
+def test_every_decoupled_candidate_is_one_call_of_the_factory() -> None:
+    import inspect
+
+    from refimpl.frameworks import _areal_losses_decoupled as m
+
+    for a in m.ADAPTERS:
+        source = inspect.getsource(a.candidate)
+        assert source.count("rejection_loss(") == 1, a.key
+        assert "ppo_actor_loss_fn" in source, a.key
+
+
+def test_a_generated_reproduction_runs() -> None:
+    from refimpl.frameworks import adapter, check
+    from refimpl.testing import ConformanceError
+
+    report = check(
+        "areal.ppo_actor_loss_decoupled_kl_k2",
+        max_examples=5,
+        checks=["padding_contributes_nothing"],
+    )
+    failed = [r for r in report.results if r.reproduction]
+    assert failed, "the padding defect gives a reproduction"
+    # the reproduction defines the candidate, calls the real function and reports the failure
+    code = compile(failed[0].reproduction, "<reproduction>", "exec")
+    with pytest.raises(ConformanceError, match="padding entries got gradients"):
+        exec(code, {"__name__": "reproduction"})
+    assert adapter("areal.ppo_actor_loss_decoupled_kl_k2").setup.count("rejection_loss") == 2

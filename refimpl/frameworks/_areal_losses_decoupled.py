@@ -13,8 +13,19 @@ with ``action="mask"``, drops the tokens with ``w`` outside ``[lower, upper]`` f
 count before rejection: a rejected token still counts in the denominator. At
 ``level="sequence"`` (2-D padded layout) every valid token carries its row's geometric-mean
 weight ``exp(Σ log-ratio / max(count, 1))``; ``agg="mean"`` compares that mean, ``agg="sum"``
-the product ``exp(Σ log-ratio)``, with the bounds, and the row is dropped (mask) or its weight
-clamped (clamp, only in rows out of bounds).
+the product ``exp(Σ log-ratio)``, ``agg="max"`` the largest ratio ``exp(max log-ratio)``, with
+the bounds, and the row is dropped (mask) or its weight clamped (clamp, only in rows out of
+bounds). With ``metric="kl_k1"|"kl_k2"|"kl_k3"`` the estimate
+``KLEstimator._compute_approx_kl(proximal, old, apply_clamp=False)`` (``d = prox.float() −
+old.float()``: ``d``, ``d²/2``, ``e^{−d} − 1 + d``) is compared with the bounds instead, per token
+or by the row's arithmetic sum, mean or maximum over its valid tokens (0 for a row without one),
+the weight staying the token's own ``exp(d)``; the config refuses ``action="clamp"`` with a KL
+metric. On the packed 1-D layout (``cu_seqlens``) the same rules run with ``scatter_add_`` /
+``scatter_reduce_`` per sequence.
+
+Every adapter is one call of :func:`rejection_loss`, which maps the spec's bounds onto
+``RejectionSamplingConfig`` and calls ``ppo_actor_loss_fn``; a candidate names the real function
+and its config (level, action, metric, agg).
 """
 
 from __future__ import annotations
@@ -59,93 +70,289 @@ _OVERFLOW = Divergence(
     "torch.exp(logprobs - proximal_logprobs), 0) in ppo_actor_loss_fn.",
 )
 
+_OVERFLOW_PACKED = Divergence(
+    "numerical limit",
+    "On the packed layout padding never reaches the loss (only valid tokens are packed), so the "
+    "padding defect does not show; a real token whose log-ratio is beyond float32's exp range "
+    "(logprobs - proximal_logprobs = 100: the ratio is inf) with a zero advantage gives "
+    "0·inf = NaN where the exact loss is 0: the numerical limit of the unclamped exp.",
+)
 
-def _rejection(cap: Any, lower: Any, action: str) -> Any:
-    """The ``RejectionSamplingConfig`` of a drawn cap and lower bound. AReaL refuses ``upper <= 1``
-    and ``lower <= 0`` for the ratio metric: the next double above 1 keeps the same float32
-    weights, and a lower bound of 0 bounds nothing (a weight is >= 0), as ``lower=None`` does (the
-    clamp's default minimum is 0). No cap is ``upper=inf``."""
+
+def rejection_loss(
+    loss_fn: Any,
+    arrays: tuple[Any, Any, Any, Any],
+    params: dict[str, Any],
+    *,
+    level: str,
+    action: str,
+    metric: str = "ratio",
+    agg: str = "mean",
+    packed: bool = False,
+) -> Any:
+    """``loss_fn`` (AReaL's ``ppo_actor_loss_fn``) on the spec's arrays with
+    ``rejection_sampling=RejectionSamplingConfig(level, action, metric, agg, upper=cap,
+    lower=lower)``, π_prox and μ both given (``use_decoupled_loss=True``); ``packed``: the valid
+    tokens of every row concatenated with ``cu_seqlens`` (as ``pack_tensor_dict`` builds them).
+
+    AReaL refuses ``upper <= 1`` and ``lower <= 0`` for the ratio metric: the next double above 1
+    keeps the same float32 weights, a lower bound of 0 bounds nothing (a weight is >= 0), as
+    ``lower=None`` does (the clamp's default minimum is 0), and no cap is ``upper=inf``. A KL
+    metric takes the drawn bounds as they are."""
+    import torch
     from areal.api.cli_args import RejectionSamplingConfig
 
-    upper = math.inf if cap is None else max(float(cap), math.nextafter(1.0, 2.0))
-    low = None if lower is None or float(lower) == 0.0 else float(lower)
-    return RejectionSamplingConfig(
-        level="token", action=action, metric="ratio", upper=upper, lower=low
+    logp, logp_prox, logp_behavior, advantages = arrays
+    cap, lower, mask = params["cap"], params["lower"], params["mask"] > 0
+    if metric == "ratio":
+        cap = math.inf if cap is None else max(float(cap), math.nextafter(1.0, 2.0))
+        lower = None if lower is None or float(lower) == 0.0 else float(lower)
+    config = RejectionSamplingConfig(
+        level=level, action=action, metric=metric, agg=agg, upper=cap, lower=lower
     )
-
-
-def _sequence_rejection(cap: Any, lower: Any, action: str, agg: str) -> Any:
-    """The sequence-level ``RejectionSamplingConfig`` (``metric="ratio"``) of a drawn cap and
-    lower bound, with the token level's mapping of the bounds (:func:`_rejection`)."""
-    from areal.api.cli_args import RejectionSamplingConfig
-
-    upper = math.inf if cap is None else max(float(cap), math.nextafter(1.0, 2.0))
-    low = None if lower is None or float(lower) == 0.0 else float(lower)
-    return RejectionSamplingConfig(
-        level="sequence", action=action, metric="ratio", agg=agg, upper=upper, lower=low
+    cu_seqlens = None
+    if packed:
+        lengths = mask.sum(dim=1).to(torch.int32)
+        cu_seqlens = torch.nn.functional.pad(torch.cumsum(lengths, 0, dtype=torch.int32), (1, 0))
+        logp, logp_prox, logp_behavior = logp[mask], logp_prox[mask], logp_behavior[mask]
+        advantages, mask = advantages.expand_as(mask)[mask], mask[mask]
+    loss, _ = loss_fn(
+        logprobs=logp,
+        proximal_logprobs=logp_prox,
+        old_logprobs=logp_behavior,
+        advantages=advantages,
+        eps_clip=params["eps_low"],
+        loss_mask=mask,
+        eps_clip_higher=params["eps_high"],
+        c_clip=params["dual_clip"],
+        rejection_sampling=config,
+        cu_seqlens=cu_seqlens,
     )
+    return loss
 
 
 def areal_decoupled_ppo_mask(
-    logp: Any,
-    logp_prox: Any,
-    logp_behavior: Any,
-    advantages: Any,
-    *,
-    eps_low: Any,
-    eps_high: Any,
-    dual_clip: Any,
-    cap: Any,
-    lower: Any,
-    mask: Any,
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
 ) -> Any:
-    """``ppo_actor_loss_fn(rejection_sampling={level: token, action: mask, metric: ratio,
-    upper: cap, lower})`` with π_prox and μ both given (``use_decoupled_loss=True``)."""
+    """Token level, ``action="mask"``: the tokens with ``π_prox/μ`` outside the bounds dropped."""
     from areal.utils.functional import ppo_actor_loss_fn
 
-    loss, _ = ppo_actor_loss_fn(
-        logprobs=logp,
-        proximal_logprobs=logp_prox,
-        old_logprobs=logp_behavior,
-        advantages=advantages,
-        eps_clip=eps_low,
-        loss_mask=mask > 0,
-        eps_clip_higher=eps_high,
-        c_clip=dual_clip,
-        rejection_sampling=_rejection(cap, lower, "mask"),
-    )
-    return loss
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token", action="mask")
 
 
 def areal_decoupled_ppo_clamp(
-    logp: Any,
-    logp_prox: Any,
-    logp_behavior: Any,
-    advantages: Any,
-    *,
-    eps_low: Any,
-    eps_high: Any,
-    dual_clip: Any,
-    cap: Any,
-    lower: Any,
-    mask: Any,
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
 ) -> Any:
-    """``ppo_actor_loss_fn(rejection_sampling={level: token, action: clamp, metric: ratio,
-    upper: cap, lower})``: the weight truncated to ``[lower or 0, cap]``, no token dropped."""
+    """Token level, ``action="clamp"``: the weight truncated to ``[lower or 0, cap]``."""
     from areal.utils.functional import ppo_actor_loss_fn
 
-    loss, _ = ppo_actor_loss_fn(
-        logprobs=logp,
-        proximal_logprobs=logp_prox,
-        old_logprobs=logp_behavior,
-        advantages=advantages,
-        eps_clip=eps_low,
-        loss_mask=mask > 0,
-        eps_clip_higher=eps_high,
-        c_clip=dual_clip,
-        rejection_sampling=_rejection(cap, lower, "clamp"),
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token", action="clamp")
+
+
+def areal_decoupled_ppo_sequence_mean(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="mean"``, mask: the row's geometric-mean ratio weighs and decides."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", action="mask")
+
+
+def areal_decoupled_ppo_sequence_sum(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="sum"``, mask: the row's product of ratios decides."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="sequence", action="mask", agg="sum"
     )
-    return loss
+
+
+def areal_decoupled_ppo_sequence_max(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="max"``, mask: the row's largest ratio decides."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="sequence", action="mask", agg="max"
+    )
+
+
+def areal_decoupled_ppo_sequence_clamp_mean(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="mean"``, clamp: the weight of a row out of bounds clamped."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", action="clamp")
+
+
+def areal_decoupled_ppo_sequence_clamp_sum(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="sum"``, clamp: the rows whose product leaves the bounds clamped."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="sequence", action="clamp", agg="sum"
+    )
+
+
+def areal_decoupled_ppo_sequence_clamp_max(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="max"``, clamp: the rows whose largest ratio leaves the bounds
+    clamped (a row inside keeps its geometric mean, even below ``lower``)."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="sequence", action="clamp", agg="max"
+    )
+
+
+def areal_decoupled_ppo_kl_k1(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Token level, ``metric="kl_k1"``, mask: the tokens whose estimate leaves the bounds dropped."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="token", action="mask", metric="kl_k1"
+    )
+
+
+def areal_decoupled_ppo_kl_k2(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Token level, ``metric="kl_k2"``, mask: the tokens whose estimate leaves the bounds dropped."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="token", action="mask", metric="kl_k2"
+    )
+
+
+def areal_decoupled_ppo_kl_k3(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Token level, ``metric="kl_k3"``, mask: the tokens whose estimate leaves the bounds dropped."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="token", action="mask", metric="kl_k3"
+    )
+
+
+def areal_decoupled_ppo_sequence_kl_k3_mean(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``metric="kl_k3"``, ``agg="mean"``, mask: the row's arithmetic mean of
+    the k3 estimates decides, each token weighed by its own ratio."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn,
+        arrays,
+        params,
+        level="sequence",
+        action="mask",
+        metric="kl_k3",
+        agg="mean",
+    )
+
+
+def areal_decoupled_ppo_sequence_kl_k3_sum(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``metric="kl_k3"``, ``agg="sum"``, mask: the row's arithmetic sum of
+    the k3 estimates decides, each token weighed by its own ratio."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn,
+        arrays,
+        params,
+        level="sequence",
+        action="mask",
+        metric="kl_k3",
+        agg="sum",
+    )
+
+
+def areal_decoupled_ppo_sequence_kl_k3_max(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``metric="kl_k3"``, ``agg="max"``, mask: the row's arithmetic max of
+    the k3 estimates decides, each token weighed by its own ratio."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn,
+        arrays,
+        params,
+        level="sequence",
+        action="mask",
+        metric="kl_k3",
+        agg="max",
+    )
+
+
+def areal_decoupled_ppo_sequence_mean_packed(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="mean"``, mask, on the packed 1-D layout with ``cu_seqlens``."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="sequence", action="mask", packed=True
+    )
 
 
 #: Weights 2, 1 and 10 (π_prox/μ) on ratios 1.1, 1, 1: with cap 5 the third token is rejected
@@ -170,135 +377,6 @@ _REJECTED = [
 ]
 
 
-def areal_decoupled_ppo_sequence_mean(
-    logp: Any,
-    logp_prox: Any,
-    logp_behavior: Any,
-    advantages: Any,
-    *,
-    eps_low: Any,
-    eps_high: Any,
-    dual_clip: Any,
-    cap: Any,
-    lower: Any,
-    mask: Any,
-) -> Any:
-    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: mask, metric: ratio,
-    agg: mean, upper: cap, lower})`` on the padded 2-D layout: every token weighted by its row's
-    geometric-mean behaviour ratio, the row rejected when that mean leaves the bounds."""
-    from areal.utils.functional import ppo_actor_loss_fn
-
-    config = _sequence_rejection(cap, lower, "mask", "mean")
-    loss, _ = ppo_actor_loss_fn(
-        logprobs=logp,
-        proximal_logprobs=logp_prox,
-        old_logprobs=logp_behavior,
-        advantages=advantages,
-        eps_clip=eps_low,
-        loss_mask=mask > 0,
-        eps_clip_higher=eps_high,
-        c_clip=dual_clip,
-        rejection_sampling=config,
-    )
-    return loss
-
-
-def areal_decoupled_ppo_sequence_sum(
-    logp: Any,
-    logp_prox: Any,
-    logp_behavior: Any,
-    advantages: Any,
-    *,
-    eps_low: Any,
-    eps_high: Any,
-    dual_clip: Any,
-    cap: Any,
-    lower: Any,
-    mask: Any,
-) -> Any:
-    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: mask, metric: ratio,
-    agg: sum, ...})``: the row's product of ratios decides, the geometric mean weighs."""
-    from areal.utils.functional import ppo_actor_loss_fn
-
-    config = _sequence_rejection(cap, lower, "mask", "sum")
-    loss, _ = ppo_actor_loss_fn(
-        logprobs=logp,
-        proximal_logprobs=logp_prox,
-        old_logprobs=logp_behavior,
-        advantages=advantages,
-        eps_clip=eps_low,
-        loss_mask=mask > 0,
-        eps_clip_higher=eps_high,
-        c_clip=dual_clip,
-        rejection_sampling=config,
-    )
-    return loss
-
-
-def areal_decoupled_ppo_sequence_clamp_mean(
-    logp: Any,
-    logp_prox: Any,
-    logp_behavior: Any,
-    advantages: Any,
-    *,
-    eps_low: Any,
-    eps_high: Any,
-    dual_clip: Any,
-    cap: Any,
-    lower: Any,
-    mask: Any,
-) -> Any:
-    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: clamp, metric: ratio,
-    agg: mean, ...})``: the row's geometric-mean weight clamped to ``[lower or 0, cap]`` in the
-    rows whose geometric mean leaves the bounds."""
-    from areal.utils.functional import ppo_actor_loss_fn
-
-    loss, _ = ppo_actor_loss_fn(
-        logprobs=logp,
-        proximal_logprobs=logp_prox,
-        old_logprobs=logp_behavior,
-        advantages=advantages,
-        eps_clip=eps_low,
-        loss_mask=mask > 0,
-        eps_clip_higher=eps_high,
-        c_clip=dual_clip,
-        rejection_sampling=_sequence_rejection(cap, lower, "clamp", "mean"),
-    )
-    return loss
-
-
-def areal_decoupled_ppo_sequence_clamp_sum(
-    logp: Any,
-    logp_prox: Any,
-    logp_behavior: Any,
-    advantages: Any,
-    *,
-    eps_low: Any,
-    eps_high: Any,
-    dual_clip: Any,
-    cap: Any,
-    lower: Any,
-    mask: Any,
-) -> Any:
-    """``ppo_actor_loss_fn(rejection_sampling={level: sequence, action: clamp, metric: ratio,
-    agg: sum, ...})``: the row's geometric-mean weight clamped to ``[lower or 0, cap]`` in the
-    rows whose product of ratios leaves the bounds."""
-    from areal.utils.functional import ppo_actor_loss_fn
-
-    loss, _ = ppo_actor_loss_fn(
-        logprobs=logp,
-        proximal_logprobs=logp_prox,
-        old_logprobs=logp_behavior,
-        advantages=advantages,
-        eps_clip=eps_low,
-        loss_mask=mask > 0,
-        eps_clip_higher=eps_high,
-        c_clip=dual_clip,
-        rejection_sampling=_sequence_rejection(cap, lower, "clamp", "sum"),
-    )
-    return loss
-
-
 _SETTINGS = {
     "use_decoupled_loss": True,
     "eps_clip": "eps_low",
@@ -307,102 +385,132 @@ _SETTINGS = {
     "importance_sampling_level": "token",
 }
 
-ADAPTERS: tuple[Adapter, ...] = (
-    Adapter(
-        key="areal.ppo_actor_loss_decoupled_mask",
+_DIVERGENCES = {
+    "padding_contributes_nothing": _PADDING_NAN,
+    "huge_log_ratios_stay_finite": _OVERFLOW,
+}
+
+
+def _adapter(
+    key: str,
+    candidate: Any,
+    note: str,
+    *,
+    level: str = "token",
+    action: str = "mask",
+    metric: str = "ratio",
+    agg: str | None = None,
+    **extra: Any,
+) -> Adapter:
+    """The adapter of one ``RejectionSamplingConfig`` (settings and conventions read from it)."""
+    refimpl_level = {None: "token", "mean": "geometric", "sum": "sequence", "max": "max"}[agg]
+    settings = {
+        **_SETTINGS,
+        # flat keys: a rejection_sampling dict marks a weight-level adapter (test_adapters)
+        "rejection_sampling.level": level,
+        "rejection_sampling.action": action,
+        "rejection_sampling.metric": metric,
+        **({"rejection_sampling.agg": agg} if agg else {}),
+        "rejection_sampling.upper": "cap",
+        "rejection_sampling.lower": "lower",
+        **extra.pop("settings", {}),
+    }
+    conventions = {**_SCALAR, "above_cap": "mask" if action == "mask" else "clip"}
+    if agg:
+        conventions["level"] = refimpl_level
+    if metric != "ratio":
+        conventions["metric"] = metric
+    return Adapter(
+        key=f"areal.ppo_actor_loss_decoupled_{key}",
         framework="areal",
         function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
-        settings={
-            **_SETTINGS,
-            # flat keys: a rejection_sampling dict marks a weight-level adapter (test_adapters)
-            "rejection_sampling.level": "token",
-            "rejection_sampling.action": "mask",
-            "rejection_sampling.metric": "ratio",
-            "rejection_sampling.upper": "cap",
-            "rejection_sampling.lower": "lower",
-        },
+        settings=settings,
         spec="decoupled_ppo_clip",
-        conventions={**_SCALAR, "above_cap": "mask"},
-        candidate=areal_decoupled_ppo_mask,
+        conventions=conventions,
+        candidate=candidate,
         # apply_rejection_sampling computes the weight from .float() copies: float32 throughout
         dtype="float32",
-        divergences={
-            "padding_contributes_nothing": _PADDING_NAN,
-            "huge_log_ratios_stay_finite": _OVERFLOW,
-        },
+        divergences=extra.pop("divergences", _DIVERGENCES),
+        note=note,
+        **extra,
+    )
+
+
+_ROW = "Decoupled PPO with sequence-level rejection sampling: the row's geometric-mean weight on "
+_KL = "Decoupled PPO rejected on a KL estimate of log(π_prox/μ), the weight the token's own ratio: "
+
+ADAPTERS: tuple[Adapter, ...] = (
+    _adapter(
+        "mask",
+        areal_decoupled_ppo_mask,
+        "Decoupled PPO: the PPO clip on π_θ/π_prox times the behaviour weight π_prox/μ, tokens "
+        "with the weight outside [lower, cap] rejected, divided by the count before rejection.",
         examples=(_REJECTED,),
-        note="Decoupled PPO: the PPO clip on π_θ/π_prox times the behaviour weight π_prox/μ, "
-        "tokens with the weight outside [lower, cap] rejected, divided by the count before "
-        "rejection.",
     ),
-    Adapter(
-        key="areal.ppo_actor_loss_decoupled_clamp",
-        framework="areal",
-        function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
-        settings={
-            **_SETTINGS,
-            # flat keys: a rejection_sampling dict marks a weight-level adapter (test_adapters)
-            "rejection_sampling.level": "token",
-            "rejection_sampling.action": "clamp",
-            "rejection_sampling.metric": "ratio",
-            "rejection_sampling.upper": "cap",
-            "rejection_sampling.lower": "lower",
-        },
-        spec="decoupled_ppo_clip",
-        conventions={**_SCALAR, "above_cap": "clip"},
-        candidate=areal_decoupled_ppo_clamp,
-        dtype="float32",
-        divergences={
-            "padding_contributes_nothing": _PADDING_NAN,
-            "huge_log_ratios_stay_finite": _OVERFLOW,
-        },
+    _adapter(
+        "clamp",
+        areal_decoupled_ppo_clamp,
+        "Decoupled PPO with the behaviour weight clamped to [lower, cap] (truncated IS).",
+        action="clamp",
         examples=(_REJECTED,),
-        note="Decoupled PPO with the behaviour weight clamped to [lower, cap] (truncated IS).",
     ),
     *(
-        Adapter(
-            key=f"areal.ppo_actor_loss_decoupled_sequence_{'' if action == 'mask' else 'clamp_'}"
-            f"{agg}",
-            framework="areal",
-            function=f"{_FUNCTIONAL}:ppo_actor_loss_fn",
-            settings={
-                **_SETTINGS,
-                "rejection_sampling.level": "sequence",
-                "rejection_sampling.action": action,
-                "rejection_sampling.metric": "ratio",
-                "rejection_sampling.agg": agg,
-                "rejection_sampling.upper": "cap",
-                "rejection_sampling.lower": "lower",
-            },
-            spec="decoupled_ppo_clip",
-            conventions={
-                **_SCALAR,
-                "above_cap": "mask" if action == "mask" else "clip",
-                "level": level,
-            },
-            candidate=candidate,
-            dtype="float32",
-            divergences={
-                "padding_contributes_nothing": _PADDING_NAN,
-                "huge_log_ratios_stay_finite": _OVERFLOW,
-            },
-            note=f"Decoupled PPO with sequence-level rejection sampling: the row's geometric-mean "
-            f"weight on every token, the row {'dropped' if action == 'mask' else 'clamped'} when "
-            f"its {what} leaves [lower, cap].",
+        _adapter(
+            f"sequence_{'' if action == 'mask' else 'clamp_'}{agg}",
+            candidate,
+            f"{_ROW}every token, the row {'dropped' if action == 'mask' else 'clamped'} when its "
+            f"{what} leaves [lower, cap].",
+            level="sequence",
+            action=action,
+            agg=agg,
         )
-        for action, agg, level, candidate, what in (
-            ("mask", "mean", "geometric", areal_decoupled_ppo_sequence_mean, "geometric mean"),
-            ("mask", "sum", "sequence", areal_decoupled_ppo_sequence_sum, "product of ratios"),
-            (
-                "clamp",
-                "mean",
-                "geometric",
-                areal_decoupled_ppo_sequence_clamp_mean,
-                "geometric mean",
-            ),
-            ("clamp", "sum", "sequence", areal_decoupled_ppo_sequence_clamp_sum, "product"),
+        for action, agg, candidate, what in (
+            ("mask", "mean", areal_decoupled_ppo_sequence_mean, "geometric mean"),
+            ("mask", "sum", areal_decoupled_ppo_sequence_sum, "product of ratios"),
+            ("mask", "max", areal_decoupled_ppo_sequence_max, "largest ratio"),
+            ("clamp", "mean", areal_decoupled_ppo_sequence_clamp_mean, "geometric mean"),
+            ("clamp", "sum", areal_decoupled_ppo_sequence_clamp_sum, "product"),
+            ("clamp", "max", areal_decoupled_ppo_sequence_clamp_max, "largest ratio"),
         )
+    ),
+    *(
+        _adapter(
+            metric,
+            candidate,
+            f"{_KL}tokens with {what} outside [lower, cap] dropped.",
+            metric=metric,
+        )
+        for metric, candidate, what in (
+            ("kl_k1", areal_decoupled_ppo_kl_k1, "d = log(π_prox/μ)"),
+            ("kl_k2", areal_decoupled_ppo_kl_k2, "d²/2"),
+            ("kl_k3", areal_decoupled_ppo_kl_k3, "e^-d − 1 + d"),
+        )
+    ),
+    *(
+        _adapter(
+            f"sequence_kl_k3_{agg}",
+            candidate,
+            f"{_KL}rows whose {agg} of k3 = e^-d − 1 + d leaves [lower, cap] dropped.",
+            level="sequence",
+            metric="kl_k3",
+            agg=agg,
+        )
+        for agg, candidate in (
+            ("mean", areal_decoupled_ppo_sequence_kl_k3_mean),
+            ("sum", areal_decoupled_ppo_sequence_kl_k3_sum),
+            ("max", areal_decoupled_ppo_sequence_kl_k3_max),
+        )
+    ),
+    _adapter(
+        "sequence_mean_packed",
+        areal_decoupled_ppo_sequence_mean_packed,
+        f"{_ROW}every token, the row dropped when its geometric mean leaves [lower, cap], on the "
+        "packed 1-D layout (valid tokens concatenated, cu_seqlens per row).",
+        level="sequence",
+        agg="mean",
+        settings={"layout": "packed (cu_seqlens)"},
+        divergences={"huge_log_ratios_stay_finite": _OVERFLOW_PACKED},
     ),
 )
 
-__all__ = ["ADAPTERS"]
+__all__ = ["ADAPTERS", "rejection_loss"]
