@@ -17,8 +17,10 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
    command reports against the warmed rate of 1. Targets: >= 10x the peer's wall time in every
    mode (plain async >= 20x), and a reported rate within 1.5x of the warmed one. The one-time costs
    the command reports apart (start-up, lengths, kernel loading, mapping the run's memory ahead)
-   are printed beside, with the run's own time and the seconds between the command's last report
-   and the process's end (the interpreter's exit: freeing numba's and LLVM's objects).
+   are printed beside, with the run's own time, the seconds between the command's last report
+   and the process's end (the interpreter's exit), and the path its kernels ran by (``aot``: the
+   entry compiled ahead of time, loaded without numba; ``jit``: numba's; ``-``: no kernel). The
+   untimed first call of each mode builds a missing ahead-of-time entry.
 3. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
    subprocess per size (lengths drawn inside it), after a warm-up run of two trainer steps whose
    time (the fixed cost: loading the compiled kernel, first calls) is printed apart; the time per
@@ -423,7 +425,7 @@ def _fresh_calls(
         f"{'mode':36s} {'wall s':>7s} {'x peer':>7s} {'reported r/s':>12s} {'warmed/rep':>10s} "
         f"{'startup s':>9s} {'lengths s':>9s} {'kernel s':>8s} {'memory s':>8s} {'run s':>6s} "
         f"{'exit s':>6s} "
-        f"{'cpu s':>6s} {'cpu x peer':>10s}  target"
+        f"{'cpu s':>6s} {'cpu x peer':>10s} {'kernel':>9s}  target"
     )
     ok = True
     for name in chosen:
@@ -446,7 +448,7 @@ def _fresh_calls(
             f"{got.get('startup_s') or float('nan'):9.2f} {got.get('lengths_s', float('nan')):9.3f} "
             f"{got.get('kernel_s', float('nan')):8.2f} {got.get('memory_s', float('nan')):8.2f} "
             f"{run_s:6.2f} {wall - total:6.2f} "
-            f"{cpu:6.2f} {peer_cpu / cpu:10.1f}"
+            f"{cpu:6.2f} {peer_cpu / cpu:10.1f} {got.get('kernel_path') or '-':>9s}"
             f"  >= {need:g}x, <= 1.5 "
             f"{'meets' if met else 'MISSES'}"
         )  # fmt: skip

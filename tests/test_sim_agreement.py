@@ -593,8 +593,12 @@ def test_auto_compiles_only_a_ready_kernel_or_a_run_long_enough_to_repay_it(
     long = SimConfig(slots=4, batch=4, steps=_compiled.COMPILE_ROLLOUTS // 4)
     monkeypatch.setattr(_compiled, "AVAILABLE", True)  # the rule, whether numba is here or not
     monkeypatch.setattr(_compiled, "_compile", Cold)
+    monkeypatch.setattr(_compiled._runner, "ready", lambda: False)  # no ahead-of-time entry
     assert not _compiled.worth_compiling(short)
     assert _compiled.worth_compiling(long)
+    monkeypatch.setattr(_compiled._runner, "ready", lambda: True)  # an entry built: ready
+    assert _compiled.worth_compiling(short)
+    monkeypatch.setattr(_compiled._runner, "ready", lambda: False)
     monkeypatch.setattr(_compiled, "_compile", Warm)
     assert _compiled.worth_compiling(short)
     monkeypatch.setattr(_compiled, "AVAILABLE", False)

@@ -10,6 +10,7 @@ must catch.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +33,16 @@ with open(sys.argv[1], "w") as f:
 _SMALL = ["--slots", "4", "--batch", "4", "--rollouts", "64", "--json", "--no-progress"]
 
 
-def modules_after(argv: list[str], tmp_path: Path) -> set[str]:
-    """The modules loaded once ``refimpl simulate ARGV`` has run in a fresh interpreter."""
+def modules_after(argv: list[str], tmp_path: Path, **env: str) -> set[str]:
+    """The modules loaded once ``refimpl simulate ARGV`` has run in a fresh interpreter (with
+    ``env`` added to its environment)."""
     out = tmp_path / "modules.json"
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, str(out), "simulate", *argv],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, **env},
     )
     assert done.returncode == 0, done.stderr
     got = json.loads(out.read_text())
@@ -82,9 +85,9 @@ def test_the_check_catches_a_call_that_loads_scipy_stats(tmp_path: Path) -> None
 COMPILER = ("numba", "llvmlite")
 
 
-def check_loads_no_compiler(argv: list[str], tmp_path: Path) -> None:
+def check_loads_no_compiler(argv: list[str], tmp_path: Path, **env: str) -> None:
     """The property: none of :data:`COMPILER` is loaded by the call."""
-    loaded = modules_after(argv, tmp_path)
+    loaded = modules_after(argv, tmp_path, **env)
     assert [m for m in COMPILER if m in loaded] == [], argv
 
 
@@ -97,6 +100,12 @@ def test_a_short_vectorizable_simulate_imports_no_numba(extra: list[str], tmp_pa
     check_loads_no_compiler([*_SMALL, *extra], tmp_path)
 
 
+def test_a_compiled_mode_runs_its_kernel_ahead_of_time_without_numba(tmp_path: Path) -> None:
+    # the command builds the kernel's entry where it is missing (refimpl.sim._aot), then loads it
+    check_loads_no_compiler([*_SMALL, "--partial", "recompute"], tmp_path)
+
+
 def test_the_check_catches_a_call_that_imports_numba(tmp_path: Path) -> None:
-    # partial rollouts take the event loop, whose auto choice asks numba's cache for its kernel
-    rejects(check_loads_no_compiler, [*_SMALL, "--partial", "recompute"], tmp_path)
+    # with the ahead-of-time path off, partial rollouts ask numba's cache for the event kernel
+    argv = [*_SMALL, "--partial", "recompute"]
+    rejects(check_loads_no_compiler, argv, tmp_path, REFIMPL_AOT="0")

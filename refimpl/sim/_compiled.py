@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl.sim import _compiled_heap
+from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import AVAILABLE as _AVAILABLE
 from refimpl.sim._compiled_cache import cached_on_disk as cached_on_disk
 from refimpl.sim._compiled_cache import njit
@@ -660,12 +661,23 @@ def _scatter_rows(src: Any, dest: Any, into: Any) -> None:  # pragma: no cover -
 _scatter_jit: Callable[..., None] | None = None
 
 
-def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> None:
-    """``into[dest] = src`` with :func:`_scatter_rows`, compiled once per process."""
+def _scatter_dispatcher() -> Callable[..., None]:
+    """:func:`_scatter_rows` compiled with numba, once per process."""
     global _scatter_jit
     if _scatter_jit is None:
         _scatter_jit = njit(_scatter_rows, error_model="numpy", _nrt=False)
-    _scatter_jit(src, dest, into)
+    return _scatter_jit
+
+
+#: :func:`_scatter_rows` ahead of time where it can be (:mod:`refimpl.sim._aot`), else on the JIT.
+_scatter_kernel = Kernel(
+    _scatter_rows, "refimpl.sim._compiled:_scatter_dispatcher", _scatter_dispatcher
+)
+
+
+def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> None:
+    """``into[dest] = src`` with :func:`_scatter_rows`."""
+    _scatter_kernel(src, dest, into)
 
 
 _HELPERS = (
@@ -713,6 +725,10 @@ def _compile() -> Callable[..., None]:
     return _compiled
 
 
+#: The kernel ahead of time where it can be (:mod:`refimpl.sim._aot`), else :func:`_compile`'s.
+_runner = Kernel(_kernel, "refimpl.sim._compiled:_compile", _compile)
+
+
 #: Rollouts from which ``simulate(engine="auto")`` compiles the kernel when it is not compiled yet.
 #: Compiling it takes about 30 s (31 s measured on two cores, numba 0.68, empty cache), and the
 #: reference engine runs 0.5 to 1.3 million rollouts a second on the same machine (0.5 with partial
@@ -734,15 +750,16 @@ def kernel_ready(dispatcher: Any) -> bool:
 def worth_compiling(cfg: SimConfig) -> bool:
     """Whether ``simulate(engine="auto")`` should run this engine rather than the reference one.
 
-    True when numba is installed and either the kernel is ready (compiled in this process, or held
-    by numba's cache on disk, where loading it takes a fraction of a second) or the run launches
+    True when numba is installed and either the kernel is ready (built ahead of time, compiled in
+    this process, or held by numba's cache on disk, where loading it takes a fraction of a
+    second) or the run launches
     at least :data:`COMPILE_ROLLOUTS` rollouts (then compiling repays itself within the run). Both
     engines give the same trace, so the choice changes how long a run takes, never its result; a
     short run on a fresh installation does not wait half a minute for a compiler.
     """
     if not AVAILABLE:
         return False
-    if _rows_estimate(cfg) >= COMPILE_ROLLOUTS:
+    if _rows_estimate(cfg) >= COMPILE_ROLLOUTS or _runner.ready():
         return True
     kernel: Any = _compile()  # a numba dispatcher
     return kernel_ready(kernel)
@@ -775,9 +792,8 @@ def run_compiled(
     The driver around the kernel (sizes, growth, reruns, progress, row order) is
     :func:`refimpl.sim._compiled_run.run_kernel`.
     """
-    kernel = _compile()
     return run_kernel(
-        kernel,
+        _runner,
         _scatter,
         cfg,
         supply,

@@ -25,6 +25,7 @@ import hashlib
 import importlib
 import pickle
 import platform
+import re
 import sys
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -39,7 +40,15 @@ import numpy as np
 #: at a kernel's first load) is paid only by a call that compiles or loads a kernel.
 AVAILABLE: bool = find_spec("numba") is not None
 
-__all__ = ["AVAILABLE", "cached_on_disk", "closure_stamp", "kernel_files", "load_numba", "njit"]
+__all__ = [
+    "AVAILABLE",
+    "cached_on_disk",
+    "closure_stamp",
+    "kernel_files",
+    "load_numba",
+    "njit",
+    "numba_version",
+]
 
 
 def load_numba() -> Any:
@@ -47,6 +56,22 @@ def load_numba() -> Any:
     if not AVAILABLE:
         raise RuntimeError("compiling a kernel needs numba: pip install 'refimpl[fast]'")
     return importlib.import_module("numba")
+
+
+@cache
+def numba_version() -> str:
+    """numba's version (``"-"`` without numba), read off its version file without importing it
+    (numba's own ``__version__`` comes from the same text); imported only where that file is not
+    laid out as numba 0.68's is."""
+    spec = find_spec("numba") if AVAILABLE else None
+    if spec is None or spec.origin is None:
+        return "-"
+    try:
+        text = (Path(spec.origin).parent / "_version.py").read_text()
+    except OSError:
+        text = ""
+    found = re.search(r'"version":\s*"([^"]+)"', text)
+    return found.group(1) if found else str(load_numba().__version__)
 
 
 def _python_function(value: Any) -> FunctionType | None:
@@ -149,8 +174,7 @@ def closure_stamp(kernel: Any) -> str:
     """The hash (SHA-256, hex) of the contents of :func:`kernel_files` and of the numba, numpy and
     Python versions: the freshness stamp of ``kernel``'s cache entry."""
     h = hashlib.sha256()
-    numba_version = str(load_numba().__version__) if AVAILABLE else "-"
-    for version in (numba_version, np.__version__, platform.python_version()):
+    for version in (numba_version(), np.__version__, platform.python_version()):
         h.update(version.encode() + b"\0")
     for path in kernel_files(kernel):
         h.update(path.encode() + b"\0")

@@ -26,6 +26,7 @@ import numpy as np
 
 from refimpl.sim import _compiled as _sim_compiled
 from refimpl.sim import _compiled_heap
+from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim.agent._compiled_layout import _A_ADMIT as _A_ADMIT
 from refimpl.sim.agent._compiled_layout import _A_ARRIVE as _A_ARRIVE
@@ -718,6 +719,11 @@ def _compile() -> Callable[..., None]:
     return _compiled
 
 
+#: The kernel ahead of time compiled where it can be (:mod:`refimpl.sim._aot`), else
+#: :func:`_compile`'s.
+_runner = Kernel(_kernel, "refimpl.sim.agent._compiled:_compile", _compile)
+
+
 #: Rollouts from which ``simulate_agent(engine="auto")`` compiles the kernel when it is not compiled
 #: yet. Compiling it took 12.5 s of CPU (numba 0.68, empty cache); at 3.2 x 10^4 rollouts of three
 #: tool calls each the reference engine took 0.45 s of CPU and the compiled one 0.19 s, trace
@@ -728,13 +734,13 @@ COMPILE_ROLLOUTS = 1_000_000
 def worth_compiling(cfg: AgentConfig) -> bool:
     """Whether ``simulate_agent(engine="auto")`` should run this engine rather than the reference.
 
-    True when numba is installed and either the kernel is ready (compiled in this process, or held
-    by numba's cache on disk) or the run trains at least :data:`COMPILE_ROLLOUTS` rollouts. Both
+    True when numba is installed and either the kernel is ready (built ahead of time, compiled in
+    this process, or held by numba's cache on disk) or the run trains at least :data:`COMPILE_ROLLOUTS` rollouts. Both
     engines give the same results; the choice changes how long a run takes, never what it returns.
     """
     if not AVAILABLE:
         return False
-    if cfg.steps * cfg.batch >= COMPILE_ROLLOUTS:
+    if cfg.steps * cfg.batch >= COMPILE_ROLLOUTS or _runner.ready():
         return True
     kernel: Any = _compile()  # a numba dispatcher
     return _sim_compiled.kernel_ready(kernel)
@@ -770,5 +776,4 @@ def run_agent_compiled(
     The driver around the kernel (parameters, draws, room, progress, errors) is
     :func:`refimpl.sim.agent._compiled_run.run_kernel`.
     """
-    kernel = _compile()
-    return run_kernel(kernel, cfg, _first_sizes(cfg), progress=progress)
+    return run_kernel(_runner, cfg, _first_sizes(cfg), progress=progress)

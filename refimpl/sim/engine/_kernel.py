@@ -14,13 +14,14 @@ from __future__ import annotations
 import types
 from collections.abc import Callable
 
+from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import AVAILABLE as _AVAILABLE
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim.engine import _loop
 
 AVAILABLE = _AVAILABLE  # numba installed (imported only when the loop is compiled or loaded)
 
-__all__ = ["AVAILABLE", "compiled_loop"]
+__all__ = ["AVAILABLE", "compiled_loop", "runner"]
 
 _FUNCTIONS = (
     "_cdiv",
@@ -83,3 +84,8 @@ def compiled_loop() -> Callable[..., None]:
             space[name] = njit(copy, error_model="numpy", _nrt=False, inline=inline)
         _compiled["run_loop"] = space["run_loop"]
     return _compiled["run_loop"]
+
+
+#: ``run_loop`` ahead of time compiled where it can be (:mod:`refimpl.sim._aot`: no numba imported),
+#: else :func:`compiled_loop`'s.
+runner = Kernel(_loop.run_loop, "refimpl.sim.engine._kernel:compiled_loop", compiled_loop)

@@ -178,7 +178,7 @@ def run_engine(
     """Run the loop (compiled or the reference), growing its arrays and lengths until it ends."""
     model = cfg.engine_model
     assert model is not None
-    loop = _kernel.compiled_loop() if compiled else L.run_loop
+    loop = _kernel.runner if compiled else L.run_loop
     p, c = _params(cfg, model)
     cap, cap_seg = _capacities(cfg)
     cap_heap = 4 * cfg.slots + 1024  # live entries: about one per seat, and a few stale ones
