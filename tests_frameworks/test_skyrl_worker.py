@@ -71,3 +71,37 @@ def test_advantage_batch_normalize_centres_on_a_mean_that_counts_the_padding() -
     )
     s = math.sqrt(5 / 3)
     assert torch.allclose(found, torch.tensor([0.0, 1 / s, 2 / s], dtype=torch.float64), rtol=1e-12)
+
+
+def _microbatch_gradient(key: str, tokens: int, *, global_sequences: int) -> list[float]:
+    """The gradient of one micro-batch's term (one row of ``tokens`` valid tokens, A = −1,
+    ρ = 1, so the per-token loss is 1 and its gradient is the token's weight)."""
+    a = adapter(key)
+    assert a.partition is not None
+    logp = torch.zeros((1, tokens), dtype=torch.float64, requires_grad=True)
+    loss = a.partition.candidate(
+        logp,
+        torch.zeros((1, tokens), dtype=torch.float64),
+        torch.tensor([-1.0], dtype=torch.float64),
+        torch.ones((1, tokens), dtype=torch.float64),
+        global_sequences=global_sequences,
+        world_size=1,
+    )
+    loss.backward()
+    assert logp.grad is not None
+    return [float(g) for g in logp.grad[0]]
+
+
+def test_the_entropy_terms_micro_batches_are_weighed_by_their_share_of_sequences() -> None:
+    """Two micro-batches on one rank, rows of 1 and 3 tokens: 1/2 and 1/6 per token (the batch's
+    token mean would give 1/4 each), what the partition divergence states."""
+    assert _microbatch_gradient("skyrl.worker_entropy", 1, global_sequences=2) == [0.5]
+    three = _microbatch_gradient("skyrl.worker_entropy", 3, global_sequences=2)
+    assert all(math.isclose(g, 1 / 6, rel_tol=1e-12) for g in three)
+
+
+def test_the_kl_terms_micro_batches_add_up_to_the_mean_over_rows() -> None:
+    """The same split for the KL reduction: each row weighs 1/2, spread over its tokens."""
+    assert _microbatch_gradient("skyrl.worker_kl_reduction", 1, global_sequences=2) == [0.5]
+    three = _microbatch_gradient("skyrl.worker_kl_reduction", 3, global_sequences=2)
+    assert all(math.isclose(g, 1 / 6, rel_tol=1e-12) for g in three)

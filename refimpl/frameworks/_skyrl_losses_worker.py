@@ -38,7 +38,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._registry import Adapter, Divergence, Partition
+from refimpl.losses.partition import ScalingRule
 
 _STEP = "skyrl.backends.skyrl_train.workers.worker:PolicyWorkerBase._forward_backward_micro"
 _TRAINER = "skyrl/backends/skyrl_train/workers/worker.py:PolicyWorkerBase._forward_backward_micro"
@@ -220,6 +221,79 @@ def skyrl_worker_entropy(loss: Any, mask: Any) -> Any:
     return -worker.strategy.losses[0]
 
 
+def skyrl_worker_kl_reduction(loss: Any, mask: Any) -> Any:
+    """The KL term's reduction alone: ``PolicyWorkerBase._forward_backward_micro`` with
+    ``kl_estimator_type="k1"`` against reference log-probs 0, so that the per-token KL it reduces
+    is ``loss`` itself (the model returns ``loss`` as its log-probs; zero advantages)."""
+    import torch
+
+    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
+
+    worker = policy_worker(loss, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k1")
+    experience = worker_experience(loss, mask, logp_ref=torch.zeros_like(loss.detach()))
+    with on_cpu():
+        worker._forward_backward_micro(experience, 1.0)
+    return worker.strategy.losses[0]
+
+
+def skyrl_microbatch_worker_kl(
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    global_sequences: Any,
+    world_size: Any,
+) -> Any:
+    """One micro-batch's KL term as the worker weighs it: ``k1`` against reference 0 of the
+    per-token ``−A·ρ`` (the model's log-probs), ``microbatch_weight = len(microbatch) /
+    len(data)`` with ``len(data) = global_sequences / world_size`` (the dispatch's even shards)."""
+    import torch
+
+    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
+
+    per_token = -advantages[:, None] * torch.exp(logp - logp_old)
+    worker = policy_worker(per_token, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k1")
+    experience = worker_experience(per_token, mask, logp_ref=torch.zeros_like(logp.detach()))
+    weight = mask.shape[0] * int(world_size) / int(global_sequences)
+    with on_cpu():
+        worker._forward_backward_micro(experience, weight)
+    return worker.strategy.losses[0]
+
+
+def skyrl_microbatch_worker_entropy(
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    global_sequences: Any,
+    world_size: Any,
+) -> Any:
+    """One micro-batch's entropy term as the worker weighs it: the model's entropies are the
+    per-token ``−A·ρ``, ``microbatch_weight = len(microbatch) / len(data)`` with ``len(data) =
+    global_sequences / world_size``; minus the loss handed to ``backward``."""
+    import torch
+
+    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
+
+    per_token = -advantages[:, None] * torch.exp(logp - logp_old)
+    zero = torch.zeros_like(logp.detach())
+    worker = policy_worker(zero, entropy=per_token, use_entropy_loss=True, entropy_loss_coef=1.0)
+    weight = mask.shape[0] * int(world_size) / int(global_sequences)
+    with on_cpu():
+        worker._forward_backward_micro(worker_experience(zero, mask), weight)
+    return -worker.strategy.losses[0]
+
+
+#: The KL and entropy terms' scaling: each micro-batch's own reduction times its share of the
+#: rank's sequences, not scaled by dp_size, averaged over the ranks.
+_TERMS = (
+    f"{_TRAINER} (microbatch_weight, passed by PolicyWorkerBase.forward_backward as "
+    "len(microbatch) / len(data); no dp_size factor on the KL and entropy terms)"
+)
+
+
 def _kl(name: str, candidate: Any, **extra: Any) -> Adapter:
     return Adapter(
         key=f"skyrl.worker_kl_{name}",
@@ -240,7 +314,37 @@ def _kl(name: str, candidate: Any, **extra: Any) -> Adapter:
     )
 
 
+_SEQUENCE_SHARE = Divergence(
+    "convention",
+    "the worker weighs each micro-batch's entropy token mean by its share of the rank's "
+    "sequences (microbatch_weight = len(microbatch) / len(data); 'we just average them across "
+    "microbatches and DP workers'), a rule refimpl's ScalingRule cannot declare (micro-batches "
+    "sum, mean or token_share). The step's token weights then depend on the split: one rank, "
+    "micro-batches of one row with 1 token and one row with 3 tokens weigh the first token 1/2 "
+    "and the others 1/6 each, where the batch's token mean weighs every token 1/4. For one "
+    "micro-batch the term is the token mean (the adapter's value and gradient checks).",
+)
+
 ADAPTERS: tuple[Adapter, ...] = (
+    Adapter(
+        key="skyrl.worker_kl_reduction",
+        framework="skyrl",
+        function=_STEP,
+        settings={"use_kl_loss": True, "kl_estimator_type": "k1", "kl_loss_coef": 1.0},
+        spec="aggregation",
+        conventions={"mode": "seq_mean_token_mean", "empty_rows": "counted"},
+        candidate=skyrl_worker_kl_reduction,
+        partition=Partition(
+            candidate=skyrl_microbatch_worker_kl,
+            mode="seq_mean_token_mean",
+            # the factor R: len(data) = B/R in microbatch_weight (SkyRL's even shards), not dp_size
+            rule=ScalingRule("global", "sum", "mean", True, "skyrl_kl_term"),
+            empty_rows="counted",
+            trainer=_TERMS,
+        ),
+        note="the worker step's KL reduction: masked_mean(kl, loss_mask, dim=-1).mean(), every "
+        "row counted; k1 against reference 0 makes the reduced KL the spec's loss.",
+    ),
     _kl("k1", skyrl_worker_kl_k1),
     _kl("k2", skyrl_worker_kl_k2),
     _kl("abs", skyrl_worker_kl_abs),
@@ -253,6 +357,13 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="aggregation",
         conventions={"mode": "token_mean"},
         candidate=skyrl_worker_entropy,
+        partition=Partition(
+            candidate=skyrl_microbatch_worker_entropy,
+            mode="token_mean",
+            rule=ScalingRule("local", "sum", "mean", False, "skyrl_entropy_term"),
+            trainer=_TERMS,
+            divergences={"gradient": _SEQUENCE_SHARE},
+        ),
         note="the worker step's entropy term: masked_mean over the micro-batch's tokens of the "
         "model's entropies (the spec's loss), subtracted; the policy loss and KL term off.",
     ),
