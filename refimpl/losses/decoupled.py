@@ -5,9 +5,10 @@ inference engine, possibly several versions old). Decoupled PPO (AReaL) separate
 the old policy plays in PPO: the *trust region* is taken around the proximal policy
 :math:`\pi_{\text{prox}}` (the weights before this update), and the *off-policy correction* is the
 behaviour weight :math:`\pi_{\text{prox}}/\mu`, detached, with its large values rejected (masked
-to 0) or truncated (clamped). The weight is :func:`refimpl.decoupled_ppo_weights`, the PPO term
-:func:`refimpl.ppo_clip_loss`; this module holds their product, which is what the loss and its
-gradient are.
+to 0) or truncated (clamped). The weight is :func:`refimpl.decoupled_ppo_weights` (or a row's
+geometric mean, or the ratio rejected on a KL estimate of :math:`\log(\pi_{\text{prox}}/\mu)`),
+the PPO term :func:`refimpl.ppo_clip_loss`; this module holds their product, which is what the
+loss and its gradient are.
 
 It returns :class:`~refimpl.losses.LossTerms` (the per-token loss, minimised, 0 at padding and at
 rejected tokens, and its gradient with respect to ``logp`` as a vector–Jacobian product with
@@ -293,10 +294,11 @@ def decoupled_ppo_loss(
     is kept (AReaL's ``_check_bounds``). Rejection removes a token from the numerator only: to
     reproduce AReaL, aggregate with the padding mask, not the kept tokens (the count before
     rejection is AReaL's denominator, which keeps it equal to the trainer's ``loss_weight_fn``).
-    AReaL 1.0.4 computes the weight in float32 (``.float()`` of both log-probabilities) and maps
-    a non-finite log-ratio to weight 1; this reference computes it in float64 from finite inputs.
-    Claims: the product's gradient and the on-policy reduction :ref:`DP1 <dp1>`, rejection and
-    truncation :ref:`DP2 <dp2>`.
+    AReaL 1.0.4 computes the weight and the KL estimates in float32 (``.float()`` of both
+    log-probabilities) and maps a non-finite log-ratio to weight 1; this reference computes them
+    in float64 from finite inputs. Claims: the product's gradient and the on-policy reduction
+    :ref:`DP1 <dp1>`, rejection and truncation :ref:`DP2 <dp2>`, the row clamp :ref:`DP3 <dp3>`,
+    the KL estimates :ref:`DP4 <dp4>`, the largest ratio :ref:`DP5 <dp5>`.
 
     References
     ----------
