@@ -253,3 +253,25 @@ def test_every_compiled_mode_runs_ahead_of_time_without_numba_and_gives_the_refe
     jit = _modes(REFIMPL_AOT="0")  # the wrong variant: the JIT's path imports numba
     assert (jit["paths"], jit["kernels"]) == (["jit"], 4)
     rejects(check_runs_without_numba, jit)
+
+
+def test_each_simulator_kernel_is_keyed_by_numbas_closure_stamp() -> None:
+    from refimpl.sim import _compiled
+    from refimpl.sim._compiled_cache import closure_stamp
+    from refimpl.sim.agent import _compiled as _agent_compiled
+    from refimpl.sim.engine import _kernel as _engine_kernel
+    from refimpl.sim.engine import _loop
+
+    runners = {
+        _compiled._runner: _compiled._kernel,
+        _compiled._scatter_kernel: _compiled._scatter_rows,
+        _engine_kernel.runner: _loop.run_loop,
+        _agent_compiled._runner: _agent_compiled._kernel,
+    }
+    for runner, fn in runners.items():
+        assert isinstance(fn, FunctionType)
+        stamp = closure_stamp(fn)  # the key of numba's own cache entry for the JIT kernel
+        assert runner.stamp() == stamp
+        path = _aot.entry_path(runner.py_func, (("<f8", 1, False),), stamp=runner.stamp())
+        assert path.name.endswith(f".{stamp[:32]}.so")
+        assert path == _aot.entry_path(fn, (("<f8", 1, False),))

@@ -172,12 +172,12 @@ def cache_dir(py_func: FunctionType) -> Path:
     return Path(base) / "refimpl" / "aot"
 
 
-def entry_path(py_func: FunctionType, spec: Spec) -> Path:
+def entry_path(py_func: FunctionType, spec: Spec, *, stamp: str | None = None) -> Path:
     """The shared object of ``py_func`` compiled for arrays of ``spec`` on this CPU, at its
-    current :func:`~refimpl.sim._compiled_cache.closure_stamp` (its metadata: the same name with
-    ``.json``)."""
+    :func:`~refimpl.sim._compiled_cache.closure_stamp` (``stamp``, computed when not given; its
+    metadata: the same name with ``.json``)."""
     spec_hash = hashlib.sha256(json.dumps(spec).encode()).hexdigest()[:12]
-    stamp = closure_stamp(py_func)[:32]
+    stamp = (stamp or closure_stamp(py_func))[:32]
     name = f"{py_func.__module__}.{py_func.__qualname__}.{cpu_fingerprint()}.{spec_hash}.{stamp}.so"
     return cache_dir(py_func) / name
 
@@ -228,7 +228,7 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC") or "cc")
 
 
-def build(py_func: FunctionType, factory: str, spec: Spec, path: Path) -> str | None:
+def build(factory: str, spec: Spec, path: Path, *, stamp: str) -> str | None:
     """Build the entry at ``path`` in a child process; ``None``, or why it was not built.
 
     ``factory`` (``"module:function"``) returns the kernel's numba dispatcher; the child compiles
@@ -244,7 +244,7 @@ def build(py_func: FunctionType, factory: str, spec: Spec, path: Path) -> str | 
     with tempfile.TemporaryDirectory(prefix="refimpl-aot-") as tmp:
         env = dict(os.environ, NUMBA_CACHE_DIR=tmp, CC=cc)
         cmd = [sys.executable, "-m", "refimpl.sim._aot_build", factory, json.dumps(spec), str(path)]
-        cmd.append(closure_stamp(py_func))
+        cmd.append(stamp)
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not path.exists():
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
@@ -270,7 +270,15 @@ class Kernel:
         self._natives: dict[Spec, Native | None] = {}
         self._notes: dict[Spec, str] = {}  # why an entry was not built or loaded
         self._unbuilt: set[Spec] = set()  # not built: numba's cache held the kernel
+        self._stamp: str | None = None
         self.name = f"{py_func.__module__}.{py_func.__qualname__}"
+
+    def stamp(self) -> str:
+        """The kernel's :func:`~refimpl.sim._compiled_cache.closure_stamp`, computed once per
+        process (as numba's cache computes its own once per kernel)."""
+        if self._stamp is None:
+            self._stamp = closure_stamp(self.py_func)
+        return self._stamp
 
     def __call__(self, *arrays: Any) -> None:
         spec = array_spec(arrays)
@@ -295,13 +303,13 @@ class Kernel:
         kernel anyway or is asked to (:data:`BUILD_WHEN_CACHED`); ``None``: the JIT runs it."""
         if not enabled():
             return None
-        path = entry_path(self.py_func, spec)
+        path = entry_path(self.py_func, spec, stamp=self.stamp())
         built = False
         if not path.exists():
             if not (BUILD_WHEN_CACHED or not self._jit_cached()):
                 self._unbuilt.add(spec)  # built when a caller asks for it
                 return None
-            why = build(self.py_func, self._factory, spec, path)
+            why = build(self._factory, spec, path, stamp=self.stamp())
             if why is not None:
                 self._notes[spec] = why
                 return None
@@ -326,7 +334,7 @@ class Kernel:
         """Whether an entry of this kernel, for any arrays, is built for its current closure."""
         if not enabled():
             return False
-        probe = entry_path(self.py_func, ())
+        probe = entry_path(self.py_func, (), stamp=self.stamp())
         stem = probe.name.split(".")
         pattern = ".".join([*stem[:-3], "*", stem[-2], "so"])
         return any(probe.parent.glob(pattern))
