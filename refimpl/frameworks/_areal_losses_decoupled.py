@@ -85,7 +85,7 @@ def rejection_loss(
     params: dict[str, Any],
     *,
     level: str,
-    action: str,
+    action: str = "mask",
     metric: str = "ratio",
     agg: str = "mean",
     packed: bool = False,
@@ -140,7 +140,7 @@ def areal_decoupled_ppo_mask(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token", action="mask")
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token")
 
 
 def areal_decoupled_ppo_clamp(
@@ -164,7 +164,7 @@ def areal_decoupled_ppo_sequence_mean(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", action="mask")
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence")
 
 
 def areal_decoupled_ppo_sequence_sum(
@@ -176,9 +176,7 @@ def areal_decoupled_ppo_sequence_sum(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn, arrays, params, level="sequence", action="mask", agg="sum"
-    )
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", agg="sum")
 
 
 def areal_decoupled_ppo_sequence_max(
@@ -190,9 +188,7 @@ def areal_decoupled_ppo_sequence_max(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn, arrays, params, level="sequence", action="mask", agg="max"
-    )
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", agg="max")
 
 
 def areal_decoupled_ppo_sequence_clamp_mean(
@@ -245,9 +241,7 @@ def areal_decoupled_ppo_kl_k1(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn, arrays, params, level="token", action="mask", metric="kl_k1"
-    )
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token", metric="kl_k1")
 
 
 def areal_decoupled_ppo_kl_k2(
@@ -259,9 +253,7 @@ def areal_decoupled_ppo_kl_k2(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn, arrays, params, level="token", action="mask", metric="kl_k2"
-    )
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token", metric="kl_k2")
 
 
 def areal_decoupled_ppo_kl_k3(
@@ -273,9 +265,7 @@ def areal_decoupled_ppo_kl_k3(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn, arrays, params, level="token", action="mask", metric="kl_k3"
-    )
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="token", metric="kl_k3")
 
 
 def areal_decoupled_ppo_sequence_kl_k3_mean(
@@ -288,15 +278,8 @@ def areal_decoupled_ppo_sequence_kl_k3_mean(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn,
-        arrays,
-        params,
-        level="sequence",
-        action="mask",
-        metric="kl_k3",
-        agg="mean",
-    )
+    config: dict[str, Any] = {"level": "sequence", "metric": "kl_k3", "agg": "mean"}
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, **config)
 
 
 def areal_decoupled_ppo_sequence_kl_k3_sum(
@@ -309,15 +292,8 @@ def areal_decoupled_ppo_sequence_kl_k3_sum(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn,
-        arrays,
-        params,
-        level="sequence",
-        action="mask",
-        metric="kl_k3",
-        agg="sum",
-    )
+    config: dict[str, Any] = {"level": "sequence", "metric": "kl_k3", "agg": "sum"}
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, **config)
 
 
 def areal_decoupled_ppo_sequence_kl_k3_max(
@@ -330,15 +306,8 @@ def areal_decoupled_ppo_sequence_kl_k3_max(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn,
-        arrays,
-        params,
-        level="sequence",
-        action="mask",
-        metric="kl_k3",
-        agg="max",
-    )
+    config: dict[str, Any] = {"level": "sequence", "metric": "kl_k3", "agg": "max"}
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, **config)
 
 
 def areal_decoupled_ppo_sequence_mean_packed(
@@ -350,9 +319,7 @@ def areal_decoupled_ppo_sequence_mean_packed(
     from refimpl.frameworks._areal_losses_decoupled import rejection_loss
 
     arrays = (logp, logp_prox, logp_behavior, advantages)
-    return rejection_loss(
-        ppo_actor_loss_fn, arrays, params, level="sequence", action="mask", packed=True
-    )
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", packed=True)
 
 
 #: Weights 2, 1 and 10 (π_prox/μ) on ratios 1.1, 1, 1: with cap 5 the third token is rejected
