@@ -18,9 +18,9 @@ registered policy loss:
   sequence-count-weighted average of the micro-batches' means.
 
 Only the total reaches ``backward``, so each adapter isolates one term with the others zeroed by
-their own switches: zero advantages make every registered policy loss 0 with gradient 0 (the
-``"regular"`` loss is used; its ratio is 1 since the old log-probs are the detached current ones),
-``use_kl_loss=False`` / ``use_entropy_loss=False`` make the other term ``torch.tensor(0.0)``. The
+their own switches: zero advantages make the ``"regular"`` policy loss 0 with gradient 0 (its
+ratio is 1, the old log-probs being the detached current ones), ``use_kl_loss=False`` /
+``use_entropy_loss=False`` make the other term ``torch.tensor(0.0)``. The
 method runs on ``PolicyWorkerBase.__new__`` (:func:`policy_worker`): ``cfg.algorithm`` holds the
 options it reads, ``mesh_rank.dp_size = 1``, the model is a stand-in returning the given log-probs
 and entropies, the strategy records the loss ``backward`` receives, and ``Experience`` is SkyRL's
@@ -28,6 +28,16 @@ own record (``skyrl/train/dataset/replay_buffer.py``). The method calls
 ``torch.cuda.current_device()`` (an error on a CPU build) for ``experience.to_device``: it is
 answered with ``"cpu"`` for the call; its ``torch.autocast(device_type="cuda")`` disables itself
 on CPU with a warning, silenced for the call.
+
+The entries: ``skyrl.worker_kl_<estimator>`` (``kl_penalty``, the term as a scalar:
+``seq_mean_token_mean`` with every row counted), ``skyrl.worker_kl_reduction`` (the same
+reduction as an ``aggregation``: ``k1`` against reference log-probs 0 reduces the given matrix
+itself) and ``skyrl.worker_entropy`` (``aggregation``, ``token_mean``: the per-token entropy is the
+model's, checked where SkyRL computes it, ``chunked_entropy_from_logits``). Their partitions run
+the step once per micro-batch with ``microbatch_weight = len(microbatch) / len(data)``, ``len(data)``
+the rank's share ``global_sequences / world_size`` (the dispatch shards evenly): the KL term's row
+means add up to the batch's mean over rows, while the entropy term's token means are weighed by
+their share of sequences, not of tokens, so the step depends on the split.
 """
 
 from __future__ import annotations
@@ -87,7 +97,7 @@ def policy_worker(
             }
         )
     )
-    worker.policy_loss_fn = ppo["ppo_policy_loss"]  # PolicyLossRegistry's "regular"
+    worker.policy_loss_fn = ppo["PolicyLossRegistry"].get("regular")  # as __init__ sets it
     worker.mesh_rank = types.SimpleNamespace(dp_size=1)
     worker.optimizer = None
     worker.scheduler = types.SimpleNamespace(get_last_lr=lambda: [0.0])
