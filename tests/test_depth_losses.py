@@ -908,3 +908,55 @@ def test_optimal_token_baseline_never_reads_padding(positions: Any) -> None:
         otb(r, bad_logp, s2, mask=mask, **kw)
     with pytest.raises(ValueError, match=r"^sum_pi_squared must lie in \[0, 1\] at real tokens"):
         otb(r, logp, bad_s2, mask=mask, **kw)
+
+
+# --- a reduction over a row's valid tokens never sees padding, whichever sign the values have --
+
+
+@st.composite
+def one_signed_rows(draw: st.DrawFn) -> tuple[Array, Array, Array]:
+    """Padded rows (B != T, lengths unequal, one row may be empty) whose valid log-ratios all
+    have one sign, drawn per row: a masked 0 at padding would win a max (or a min) there."""
+    b = draw(st.integers(2, 4))
+    t = draw(st.integers(2, 5).filter(lambda x: x != b))
+    lengths = [draw(st.integers(0 if i == b - 1 else 1, t)) for i in range(b)]
+    lb = np.array([[draw(st.integers(-40, -1)) / 16 for _ in range(t)] for _ in range(b)])
+    sign = np.array([draw(st.sampled_from([-1.0, 1.0])) for _ in range(b)])[:, None]
+    d = sign * np.array([[draw(st.integers(1, 24)) / 32 for _ in range(t)] for _ in range(b)])
+    mask = (np.arange(t)[None, :] < np.array(lengths)[:, None]).astype(np.float64)
+    return lb + d, lb, mask
+
+
+def _max_over_valid(lt: Array, lb: Array, mask: Array, estimator: str) -> Array:
+    d = lt - lb
+    k = {"k1": -d, "k2": 0.5 * d * d, "k3": np.expm1(d) - d}[estimator]
+    return np.array([float(np.max(k[i][mask[i] > 0])) if mask[i].any() else 0.0
+                     for i in range(len(k))])  # fmt: skip
+
+
+def check_max_reduction(divergence: Callable[..., Array]) -> Callable[[], None]:
+    @given(one_signed_rows(), st.sampled_from(["k1", "k2", "k3"]))
+    def prop(rows: tuple[Array, Array, Array], estimator: str) -> None:
+        lt, lb, mask = rows
+        found = divergence(lt, lb, estimator=estimator, reduce="max", mask=mask)
+        want = _max_over_valid(lt, lb, mask, estimator)
+        np.testing.assert_allclose(found, want, rtol=1e-13, atol=0.0)
+
+    return prop
+
+
+def test_a_max_over_valid_tokens_of_one_sign_is_theirs() -> None:
+    from refimpl.losses import sequence_divergence
+
+    run_property(check_max_reduction(sequence_divergence))
+
+
+def test_the_max_reduction_property_rejects_a_max_that_sees_padding() -> None:
+    from refimpl.losses import sequence_divergence
+
+    def padded_max(lt: Array, lb: Array, *, mask: Array, **kw: Any) -> Array:
+        out = sequence_divergence(lt, lb, mask=mask, **kw)
+        padded = (mask == 0).any(axis=1) & (mask > 0).any(axis=1)
+        return np.where(padded, np.maximum(out, 0.0), out)  # a masked 0 taking part
+
+    rejects(check_max_reduction(padded_max))
