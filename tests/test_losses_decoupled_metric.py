@@ -92,6 +92,14 @@ def test_a_kl_row_with_negative_estimates() -> None:
     assert _on_policy(k, mask, level="max", **kw).tolist() == [[0.0, 0.0]]
 
 
+def test_the_maximum_of_negative_estimates_ignores_padding() -> None:
+    # k1 of (−1, −2)·ln 2 and a padded token: the maximum is −ln 2 ≤ −0.5, kept; a padded 0
+    # taking part would make it 0 > −0.5 and reject the row
+    k, mask = [[-1.0, -2.0, 0.0]], [[1.0, 1.0, 0.0]]
+    got = _on_policy(k, mask, cap=-0.5, level="max", metric="kl_k1")
+    assert got.tolist() == [[-0.5, -0.25, 0.0]]
+
+
 def test_the_largest_ratio_decides_a_row() -> None:
     # log2 of π_prox/μ: rows (2, 0), (1, 1), (3, −3): largest ratios 4, 2, 8, geometric means
     # 2, 2, 1. Cap 2: only the second row is kept, weighted by its geometric mean.
