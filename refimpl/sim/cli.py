@@ -6,7 +6,9 @@ and the simulator's own (``throughput``, idle fractions, ``length_bias``, tokens
 recomputed, and, with ``--closed-form``, ``closed_form``: what the closed forms of conventions
 §dispatch predict, where one applies). The one-time costs of the call (``startup_s``,
 ``lengths_s``, ``kernel_s``, ``memory_s``, ``total_wall_s``) are reported apart from the run's
-rate. The command imports what the run needs and no more: scipy.stats only for ``--closed-form`` or
+rate, and ``kernel_path`` says how the compiled kernels ran (``aot``: loaded from their entries
+compiled ahead of time, without numba; ``aot-built``: built first; ``jit``: numba's JIT; ``null``:
+no compiled kernel), ``kernel_note`` why the ahead-of-time path was not taken. The command imports what the run needs and no more: scipy.stats only for ``--closed-form`` or
 ``--trainer-time-random``. ``--lengths-npy FILE`` runs on an explicit ``N × K`` float64 matrix (written by
 ``numpy.save``), so a run can be compared sample for sample with the SimPy peer on the same lengths.
 
