@@ -112,7 +112,14 @@ def _imported_names(module: str) -> dict[str, tuple[str, str]]:
 
 def _module_file(module: str) -> str | None:
     path = getattr(sys.modules.get(module), "__file__", None)
-    return None if path is None else str(Path(path).resolve())
+    return None if path is None else _resolved(path)
+
+
+@cache
+def _resolved(path: str) -> str:
+    """``path`` with its links resolved, once per process (a kernel's closure asks for its
+    modules' files several hundred times)."""
+    return str(Path(path).resolve())
 
 
 def _origins(module: str, name: str, top: str) -> Iterator[str]:
