@@ -78,6 +78,20 @@ _OVERFLOW_PACKED = Divergence(
     "0·inf = NaN where the exact loss is 0: the numerical limit of the unclamped exp.",
 )
 
+_REJECTED_NAN_PACKED = Divergence(
+    "defect",
+    "On the packed layout the smallest failing input is a real token that rejection drops (its "
+    "KL estimate above the cap) while logprobs - proximal_logprobs = 100: "
+    "torch.where(loss_mask, exp(logprobs - proximal_logprobs), 0) with the updated mask sends 0 "
+    "to exp's inf and the gradient is NaN where the exact one is 0 (the padding defect's line, "
+    "reached by a rejected token).",
+    draft_report="See padding_contributes_nothing of the padded adapters: the same line, "
+    "torch.where(loss_mask, torch.exp(logprobs - proximal_logprobs), 0) in ppo_actor_loss_fn, "
+    "evaluated after apply_rejection_sampling has removed the token from loss_mask. Failing "
+    "input: one packed token with proximal_logprobs - old_logprobs = -100 (rejected by "
+    "metric='kl_k3') and logprobs - proximal_logprobs = 100.",
+)
+
 
 def rejection_loss(
     loss_fn: Any,
@@ -322,6 +336,46 @@ def areal_decoupled_ppo_sequence_mean_packed(
     return rejection_loss(ppo_actor_loss_fn, arrays, params, level="sequence", packed=True)
 
 
+def areal_decoupled_ppo_sequence_max_packed(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="max"``, mask, packed: the largest ratio by ``scatter_reduce_``."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    return rejection_loss(
+        ppo_actor_loss_fn, arrays, params, level="sequence", agg="max", packed=True
+    )
+
+
+def areal_decoupled_ppo_sequence_clamp_mean_packed(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``agg="mean"``, clamp, packed: the rows out of bounds clamped."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    config: dict[str, Any] = {"level": "sequence", "action": "clamp", "packed": True}
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, **config)
+
+
+def areal_decoupled_ppo_sequence_kl_k3_sum_packed(
+    logp: Any, logp_prox: Any, logp_behavior: Any, advantages: Any, **params: Any
+) -> Any:
+    """Sequence level, ``metric="kl_k3"``, ``agg="sum"``, mask, packed: the k3 sum per sequence."""
+    from areal.utils.functional import ppo_actor_loss_fn
+
+    from refimpl.frameworks._areal_losses_decoupled import rejection_loss
+
+    arrays = (logp, logp_prox, logp_behavior, advantages)
+    config: dict[str, Any] = {"level": "sequence", "metric": "kl_k3", "agg": "sum", "packed": True}
+    return rejection_loss(ppo_actor_loss_fn, arrays, params, **config)
+
+
 #: Weights 2, 1 and 10 (π_prox/μ) on ratios 1.1, 1, 1: with cap 5 the third token is rejected
 #: (mask) or clamped to 5 (clamp), and the token mean divides by 3, the count before rejection.
 _REJECTED = [
@@ -477,6 +531,40 @@ ADAPTERS: tuple[Adapter, ...] = (
         agg="mean",
         settings={"layout": "packed (cu_seqlens)"},
         divergences={"huge_log_ratios_stay_finite": _OVERFLOW_PACKED},
+    ),
+    *(
+        _adapter(
+            f"{key}_packed",
+            candidate,
+            f"{note}, on the packed 1-D layout (valid tokens concatenated, cu_seqlens per row).",
+            level="sequence",
+            settings={"layout": "packed (cu_seqlens)"},
+            divergences={"huge_log_ratios_stay_finite": huge},
+            **config,
+        )
+        for key, candidate, note, config, huge in (
+            (
+                "sequence_max",
+                areal_decoupled_ppo_sequence_max_packed,
+                f"{_ROW}every token, the row dropped when its largest ratio leaves [lower, cap]",
+                {"agg": "max"},
+                _OVERFLOW_PACKED,
+            ),
+            (
+                "sequence_clamp_mean",
+                areal_decoupled_ppo_sequence_clamp_mean_packed,
+                f"{_ROW}every token, clamped in the rows whose geometric mean leaves [lower, cap]",
+                {"agg": "mean", "action": "clamp"},
+                _OVERFLOW_PACKED,
+            ),
+            (
+                "sequence_kl_k3_sum",
+                areal_decoupled_ppo_sequence_kl_k3_sum_packed,
+                f"{_KL}rows whose sum of k3 = e^-d − 1 + d leaves [lower, cap] dropped",
+                {"agg": "sum", "metric": "kl_k3"},
+                _REJECTED_NAN_PACKED,
+            ),
+        )
     ),
 )
 
