@@ -29,6 +29,11 @@ from refimpl.sim import _aot
 
 pytest.importorskip("numba")
 
+#: A build links with the system's C compiler; without one the JIT path is the one to check (below).
+needs_cc = pytest.mark.skipif(
+    _aot._compiler() is None, reason="no C compiler (CC or cc) to link an ahead-of-time entry"
+)
+
 _LAYOUT = "K = 1.0\n"
 _KERNEL = """
 from refimpl.sim._aot import Kernel
@@ -101,6 +106,7 @@ def _entries(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "cache" / "refimpl-aot").glob("*.so"))
 
 
+@needs_cc
 def test_an_entry_is_built_loaded_without_numba_and_rebuilt_when_a_file_it_holds_changes(
     tmp_path: Path,
 ) -> None:
@@ -246,6 +252,7 @@ def _modes(**env: str) -> dict[str, Any]:
     return got
 
 
+@needs_cc
 def test_every_compiled_mode_runs_ahead_of_time_without_numba_and_gives_the_reference_trace() -> (
     None
 ):

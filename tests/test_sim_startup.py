@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from _wrong_variants import rejects
 
+from refimpl.sim import _aot
+
 #: Modules the plain run must not load: scipy's statistics (and with it scipy.integrate and
 #: scipy.optimize), and the property-testing library, which only the tests use.
 HEAVY = ("scipy.stats", "scipy.integrate", "scipy.optimize", "hypothesis")
@@ -100,6 +102,9 @@ def test_a_short_vectorizable_simulate_imports_no_numba(extra: list[str], tmp_pa
     check_loads_no_compiler([*_SMALL, *extra], tmp_path)
 
 
+@pytest.mark.skipif(
+    _aot._compiler() is None, reason="no C compiler (CC or cc) to link an ahead-of-time entry"
+)
 def test_a_compiled_mode_runs_its_kernel_ahead_of_time_without_numba(tmp_path: Path) -> None:
     # the command builds the kernel's entry where it is missing (refimpl.sim._aot), then loads it
     check_loads_no_compiler([*_SMALL, "--partial", "recompute"], tmp_path)
