@@ -153,3 +153,5 @@ ADAPTERS: tuple[Adapter, ...] = (
         "padding enters the mean, not the variance.",
     ),
 )
+
+__all__ = ["ADAPTERS", "advantage_batch", "normalizing_trainer"]

@@ -378,3 +378,5 @@ ADAPTERS: tuple[Adapter, ...] = (
         "model's entropies (the spec's loss), subtracted; the policy loss and KL term off.",
     ),
 )
+
+__all__ = ["ADAPTERS", "on_cpu", "policy_worker", "worker_experience"]
