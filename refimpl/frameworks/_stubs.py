@@ -297,19 +297,22 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
         imports=(
             "from __future__ import annotations\n"
             "import torch\n"
+            "from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean\n"
             "from refimpl.frameworks._stubs import load_from_source\n"
             "_ppo = load_from_source('skyrl.backends.skyrl_train.utils.ppo_utils')\n"
             "apply_loss_reduction_to_advantages_minibatch = "
             "_ppo['apply_loss_reduction_to_advantages_minibatch']\n"
+            "compute_approx_kl = _ppo['compute_approx_kl']\n"
         ),
         reason=(
             "skyrl 0.3.0's train/trainer.py imports skyrl.train.config (skyrl_gym, not importable "
             "here) and, through skyrl.train.evaluate and the generators package, "
             "skyrl.tinker.types (pydantic refuses its typing.TypedDict on Python < 3.12). "
             "RayPPOTrainer._normalize_advantages (advantage_batch_normalize, then the loss "
-            "reduction's pre-scaling per mini-batch) uses torch and ppo_utils' "
-            "apply_loss_reduction_to_advantages_minibatch only, bound here to ppo_utils' own "
-            "source load; the class's decorators need torch alone."
+            "reduction's pre-scaling per mini-batch) and apply_reward_kl_penalty (use_kl_in_reward) "
+            "use torch, masked_mean and ppo_utils' apply_loss_reduction_to_advantages_minibatch "
+            "and compute_approx_kl, bound here to ppo_utils' own source load; the class's "
+            "decorators need torch alone."
         ),
     ),
 )
