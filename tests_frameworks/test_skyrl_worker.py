@@ -12,6 +12,7 @@ import math
 import torch
 
 from refimpl.frameworks import adapter, check
+from refimpl.losses.kl_reward import kl_penalized_rewards
 
 
 def test_the_worker_kl_term_is_the_mean_over_every_row_of_each_rows_token_mean() -> None:
@@ -105,3 +106,17 @@ def test_the_kl_terms_micro_batches_add_up_to_the_mean_over_rows() -> None:
     assert _microbatch_gradient("skyrl.worker_kl_reduction", 1, global_sequences=2) == [0.5]
     three = _microbatch_gradient("skyrl.worker_kl_reduction", 3, global_sequences=2)
     assert all(math.isclose(g, 1 / 6, rel_tol=1e-12) for g in three)
+
+
+def test_the_reward_kl_penalty_is_the_reference_without_a_clip() -> None:
+    """Without a clip range (SkyRL has none) the trainer's token rewards are the reference's:
+    the outcome on the last valid token, minus β·kl on every valid one, 0 at padding."""
+    rewards = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
+    kl = torch.tensor([[0.5, 0.1, 9.0], [1.0, -1.0, 2.0], [4.0, 4.0, 4.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 0, 0]], dtype=torch.float64)
+    found = adapter("skyrl.reward_kl_penalty").candidate(
+        rewards, kl, beta=0.5, reward_clip=None, mask=mask
+    )
+    expected = kl_penalized_rewards(rewards.numpy(), kl.numpy(), beta=0.5, mask=mask.numpy())
+    assert found.tolist() == expected.tolist()
+    assert found.tolist() == [[-0.25, 0.95, 0.0], [-0.5, 0.5, -1.0 - 2.0], [0.0, 0.0, 0.0]]

@@ -1,0 +1,94 @@
+"""SkyRL (skyrl 0.3.0): the KL penalty in the reward, read from ``skyrl/train/trainer.py``
+``RayPPOTrainer.apply_reward_kl_penalty`` (``trainer.algorithm.use_kl_in_reward=True``, exclusive
+with ``use_kl_loss``).
+
+The method computes ``kl = compute_approx_kl(action_log_probs, base_action_log_probs,
+loss_mask=loss_mask, kl_estimator_type=...)`` under ``torch.no_grad`` (0 where the loss mask is 0)
+and replaces the token rewards ``data["rewards"]`` by ``rewards − kl · max(0, kl_loss_coef)``,
+the coefficient being ``reward_kl_controller.value`` when a controller is set (``get_kl_controller``:
+fixed at ``kl_loss_coef``, or adaptive between steps). The outcome reward is already a token
+reward: SkyRL's generators give each response a list of per-token rewards, the scalar one on its
+last token, which ``convert_prompts_responses_to_batch_tensors`` right-aligns. There is no reward
+clipping.
+
+The adapter runs the method on ``RayPPOTrainer.__new__`` with ``reward_kl_controller = None`` (the
+coefficient is then ``kl_loss_coef``, what the fixed controller holds), on SkyRL's own
+``TrainingInputBatch``: the spec's outcome reward on each row's last valid token, 0 elsewhere, and
+its per-token KL passed through ``kl_estimator_type="k1"`` as ``action_log_probs`` against base
+log-probs 0 (``k1`` is their difference, masked). The spec also draws reward clip ranges, which
+SkyRL has no option for: the adapter ignores them, a convention no key of the spec declares.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.frameworks._registry import Adapter, Divergence
+
+_PENALTY = "skyrl.train.trainer:RayPPOTrainer.apply_reward_kl_penalty"
+
+
+def skyrl_reward_kl_penalty(
+    rewards: Any, kl: Any, *, beta: float, reward_clip: Any, mask: Any
+) -> Any:
+    """``RayPPOTrainer.apply_reward_kl_penalty`` with ``kl_loss_coef=beta``, the outcome on each
+    row's last valid token, the KL as k1 against base 0; ``reward_clip`` is not SkyRL's (ignored)."""
+    import types
+
+    import torch
+
+    from refimpl.frameworks import install_stubs, load_from_source
+
+    install_stubs()
+    from skyrl.backends.skyrl_train.training_batch import TrainingInputBatch
+
+    cls = load_from_source("skyrl.train.trainer")["RayPPOTrainer"]
+    trainer = cls.__new__(cls)
+    algorithm = types.SimpleNamespace(kl_estimator_type="k1", kl_loss_coef=float(beta))
+    trainer.cfg = types.SimpleNamespace(trainer=types.SimpleNamespace(algorithm=algorithm))
+    trainer.reward_kl_controller = None
+    trainer.all_metrics = {}
+    m = torch.as_tensor(mask, dtype=torch.float64)
+    last = (m.shape[1] - 1 - torch.flip(m, dims=[1]).argmax(dim=1)).clamp(min=0)
+    outcome = torch.zeros_like(m)
+    outcome[torch.arange(m.shape[0]), last] = torch.as_tensor(rewards, dtype=torch.float64)
+    data = TrainingInputBatch(
+        {
+            "rewards": outcome * m,
+            "loss_mask": m,
+            "action_log_probs": torch.as_tensor(kl, dtype=torch.float64),
+            "base_action_log_probs": torch.zeros_like(m),
+        }
+    )
+    data.metadata = {}
+    return trainer.apply_reward_kl_penalty(data)["rewards"]
+
+
+_NO_CLIP = Divergence(
+    "convention",
+    "SkyRL does not clip the outcome reward (apply_reward_kl_penalty subtracts kl·max(0, "
+    "kl_loss_coef) from the token rewards as they come); the spec draws reward_clip ranges and "
+    "has no convention key for a framework without one, so a reward outside the drawn range is "
+    "compared with its clipped value.",
+)
+
+ADAPTERS: tuple[Adapter, ...] = (
+    Adapter(
+        key="skyrl.reward_kl_penalty",
+        framework="skyrl",
+        function=_PENALTY,
+        settings={"use_kl_in_reward": True, "kl_estimator_type": "k1", "kl_loss_coef": "beta"},
+        spec="kl_reward",
+        conventions={},
+        candidate=skyrl_reward_kl_penalty,
+        divergences={
+            "values": _NO_CLIP,
+            "outcome_on_last_token": _NO_CLIP,
+            "row_sum_is_the_return": _NO_CLIP,
+        },
+        note="token rewards − k1·max(0, kl_loss_coef), the outcome on the last valid token; no "
+        "reward clip.",
+    ),
+)
+
+__all__ = ["ADAPTERS"]
