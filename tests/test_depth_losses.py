@@ -844,8 +844,10 @@ def test_padding_may_hold_any_finite_value(key: str, call: Call) -> None:
     assert len(want) == len(got)
     for w, g in zip(want, got, strict=True):
         assert np.array_equal(w, g), key
-        if w.shape == mask.shape:  # a per-token output is exactly 0 at padding
+        if w.shape == mask.shape:  # a per-token output is exactly +0.0 at padding
             assert np.all(w[mask == 0] == 0.0), key
+            assert not np.any(np.signbit(w[mask == 0])), f"{key}: -0.0 at padding"
+            assert not np.any(np.signbit(g[mask == 0])), f"{key}: -0.0 at padding (moved)"
 
 
 @pytest.mark.parametrize("std", ["sample", "population", "none"])

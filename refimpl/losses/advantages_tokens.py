@@ -377,7 +377,7 @@ def optimal_token_baseline_advantages(
     big_w = np.cumsum(w * m, axis=1)
     if where == "column":
         baselines = _baselines(returns, big_w, m, inverse, counts, lengths, e, zero_tail)
-        return np.asarray((returns - baselines) * m, dtype=np.float64)
+        return np.asarray(np.where(m > 0, returns - baselines, 0.0), dtype=np.float64)
     return _valid_positions(returns, big_w, m, inverse, lengths, e, zero_tail)
 
 
