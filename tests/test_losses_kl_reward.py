@@ -164,6 +164,31 @@ def test_kl_reward_spec_tells_an_unmasked_kl_term_to_declare_padding_ignored() -
     declared.raise_if_failed()
 
 
+def test_kl_reward_spec_tells_a_candidate_without_a_clip_to_declare_reward_clip_none() -> None:
+    def unclipped(rewards: Any, kl: Any, *, beta: float, reward_clip: Any, mask: Any) -> Array:
+        return kl_penalized_rewards(rewards, kl, beta=beta, mask=mask)
+
+    strict = check_conformance(unclipped, spec="kl_reward", max_examples=EXAMPLES, shrink=False)
+    assert "values" in {r.name for r in strict.results if r.status == "failed"}
+    declared = check_conformance(
+        unclipped, spec="kl_reward", conventions={"reward_clip": "none"}, max_examples=EXAMPLES
+    )
+    declared.raise_if_failed()
+
+    # The declaration only narrows the draws: a candidate that mistakes β for −β still fails.
+    def flipped(rewards: Any, kl: Any, *, beta: float, reward_clip: Any, mask: Any) -> Array:
+        return kl_penalized_rewards(rewards, -np.asarray(kl), beta=beta, mask=mask)
+
+    wrong = check_conformance(
+        flipped,
+        spec="kl_reward",
+        conventions={"reward_clip": "none"},
+        max_examples=EXAMPLES,
+        shrink=False,
+    )
+    assert "values" in {r.name for r in wrong.results if r.status == "failed"}
+
+
 def test_batch_mean_spec_refuses_whitening_and_a_group_mean() -> None:
     def whitened(r: Any) -> Array:
         x = np.asarray(r, dtype=np.float64)

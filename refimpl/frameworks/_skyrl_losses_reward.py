@@ -9,21 +9,20 @@ the coefficient being ``reward_kl_controller.value`` when a controller is set (`
 fixed at ``kl_loss_coef``, or adaptive between steps). The outcome reward is already a token
 reward: SkyRL's generators give each response a list of per-token rewards, the scalar one on its
 last token, which ``convert_prompts_responses_to_batch_tensors`` right-aligns. There is no reward
-clipping.
+clipping: the spec's convention ``reward_clip="none"``.
 
 The adapter runs the method on ``RayPPOTrainer.__new__`` with ``reward_kl_controller = None`` (the
 coefficient is then ``kl_loss_coef``, what the fixed controller holds), on SkyRL's own
 ``TrainingInputBatch``: the spec's outcome reward on each row's last valid token, 0 elsewhere, and
 its per-token KL passed through ``kl_estimator_type="k1"`` as ``action_log_probs`` against base
-log-probs 0 (``k1`` is their difference, masked). The spec also draws reward clip ranges, which
-SkyRL has no option for: the adapter ignores them, a convention no key of the spec declares.
+log-probs 0 (``k1`` is their difference, masked).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._registry import Adapter
 
 _PENALTY = "skyrl.train.trainer:RayPPOTrainer.apply_reward_kl_penalty"
 
@@ -32,7 +31,7 @@ def skyrl_reward_kl_penalty(
     rewards: Any, kl: Any, *, beta: float, reward_clip: Any, mask: Any
 ) -> Any:
     """``RayPPOTrainer.apply_reward_kl_penalty`` with ``kl_loss_coef=beta``, the outcome on each
-    row's last valid token, the KL as k1 against base 0; ``reward_clip`` is not SkyRL's (ignored)."""
+    row's last valid token, the KL as k1 against base 0; ``reward_clip`` is always None (no clip)."""
     import types
 
     import torch
@@ -64,14 +63,6 @@ def skyrl_reward_kl_penalty(
     return trainer.apply_reward_kl_penalty(data)["rewards"]
 
 
-_NO_CLIP = Divergence(
-    "convention",
-    "SkyRL does not clip the outcome reward (apply_reward_kl_penalty subtracts kl·max(0, "
-    "kl_loss_coef) from the token rewards as they come); the spec draws reward_clip ranges and "
-    "has no convention key for a framework without one, so a reward outside the drawn range is "
-    "compared with its clipped value.",
-)
-
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="skyrl.reward_kl_penalty",
@@ -79,13 +70,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=_PENALTY,
         settings={"use_kl_in_reward": True, "kl_estimator_type": "k1", "kl_loss_coef": "beta"},
         spec="kl_reward",
-        conventions={},
+        conventions={"reward_clip": "none"},
         candidate=skyrl_reward_kl_penalty,
-        divergences={
-            "values": _NO_CLIP,
-            "outcome_on_last_token": _NO_CLIP,
-            "row_sum_is_the_return": _NO_CLIP,
-        },
         note="token rewards − k1·max(0, kl_loss_coef), the outcome on the last valid token; no "
         "reward clip.",
     ),

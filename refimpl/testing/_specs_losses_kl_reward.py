@@ -35,6 +35,15 @@ PADDING = Convention(
     "row's reward lands on its last position)",
 )
 
+REWARD_CLIP = Convention(
+    "reward_clip",
+    "applied",
+    ("applied", "none"),
+    "whether the candidate clips the outcome reward to the range it is given, or has no clip "
+    "(then every call is drawn with reward_clip=None, which the candidate may ignore)",
+    who="none: SkyRL 0.3.0 RayPPOTrainer.apply_reward_kl_penalty (the token rewards as they come)",
+)
+
 
 def _floats(low: float, high: float) -> st.SearchStrategy[float]:
     return st.floats(low, high, allow_nan=False, allow_infinity=False, allow_subnormal=False)
@@ -66,9 +75,15 @@ def _draw(draw: st.DrawFn, conv: Conventions, beta_zero: bool = False) -> Call:
         if beta_zero
         else draw(st.one_of(st.sampled_from([0.0, 0.01, 0.05, 1.0]), _floats(0.0, 2.0)))
     )
-    clip = draw(
-        st.one_of(
-            st.none(), st.just((-10.0, 10.0)), st.tuples(_floats(-5.0, 0.0), _floats(0.0, 5.0))
+    clip = (
+        None
+        if conv["reward_clip"] == "none"
+        else draw(
+            st.one_of(
+                st.none(),
+                st.just((-10.0, 10.0)),
+                st.tuples(_floats(-5.0, 0.0), _floats(0.0, 5.0)),
+            )
         )
     )
     return (rewards, kl), {"beta": beta, "reward_clip": clip, "mask": mask}
@@ -196,5 +211,5 @@ def kl_reward_spec() -> Spec:
                 applies=_padding_zero_declared,
             ),
         ),
-        conventions=(PADDING,),
+        conventions=(PADDING, REWARD_CLIP),
     )
