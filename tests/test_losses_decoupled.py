@@ -336,3 +336,16 @@ def test_a_row_shares_one_weight() -> None:
 
 def test_row_weight_property_rejects_the_token_weights() -> None:
     rejects(check_a_row_shares_one_weight(_wrong_token_weight_in_rows))
+
+
+def test_an_overflowing_weighted_loss_is_refused_at_its_first_real_token() -> None:
+    """A weight e^700 times an advantage 1e300 overflows: the refusal names the first such real
+    token in row-major order and the cap that would bound it; at padding it is harmless."""
+    zeros = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    behaviour = [[0.0, -700.0, 0.0], [-700.0, 0.0, -700.0]]
+    with pytest.raises(ValueError, match=r"cap must bound the behaviour weight") as err:
+        decoupled_ppo_loss(zeros, zeros, behaviour, [1.0, 1e300])
+    assert "Token (b=1, t=0) overflows with weight 1.01423205473500" in str(err.value)
+    padded = decoupled_ppo_loss(zeros, zeros, behaviour, [1.0, 1e300], mask=[[1, 1, 1], [0, 1, 0]])
+    assert padded.loss[1].tolist() == [0.0, -1e300, 0.0]
+    assert padded.grad[1].tolist() == [0.0, -1e300, 0.0]

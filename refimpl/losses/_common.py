@@ -146,6 +146,16 @@ def masked(values: Array, mask: Array) -> Array:
     return np.asarray(np.where(mask > 0, values, 0.0), dtype=np.float64)
 
 
+def masked_product(a: Array, b: Array, mask: Array) -> tuple[Array, tuple[int, int] | None]:
+    """``a·b`` at real tokens (exactly 0 where ``a == 0``, whatever ``b`` holds; 0 at padding),
+    and the first real token ``(b, t)`` where the product is not finite (``None`` if none is),
+    which the caller refuses in its own words."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = masked(np.asarray(np.where(a == 0.0, 0.0, a * b), dtype=np.float64), mask)
+    bad = np.argwhere(~np.isfinite(out))  # padding is 0 already
+    return out, (int(bad[0][0]), int(bad[0][1])) if bad.size else None
+
+
 def as_choice(value: Any, *, name: str, choices: tuple[str, ...]) -> str:
     """One of ``choices`` (strings), or the standard refusal listing them."""
     if not isinstance(value, str) or value not in choices:

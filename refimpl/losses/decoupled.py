@@ -30,7 +30,7 @@ from refimpl.losses._common import (
     LossTerms,
     as_choice,
     like_tokens,
-    masked,
+    masked_product,
     token_array,
     token_cotangent,
     token_mask,
@@ -45,11 +45,9 @@ Array = NDArray[np.float64]
 
 def _weighted(w: Array, values: Array, m: Array, *, what: str, cap: float | None) -> Array:
     """``w·values`` at real tokens (exactly 0 where ``w == 0``), refused where it overflows."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = masked(np.asarray(np.where(w == 0.0, 0.0, w * values), dtype=np.float64), m)
-    bad = (m > 0) & ~np.isfinite(out)
-    if np.any(bad):
-        b, t = (int(i) for i in np.argwhere(bad)[0])
+    out, first = masked_product(w, values, m)
+    if first is not None:
+        b, t = first
         raise invalid(
             "cap",
             f"bound the behaviour weight so that it times {what} stays finite in float64",

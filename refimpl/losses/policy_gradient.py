@@ -28,6 +28,7 @@ from refimpl._validation import as_real, invalid
 from refimpl.losses._common import (
     LossTerms,
     masked,
+    masked_product,
     policy_inputs,
     token_advantages,
     token_array,
@@ -328,11 +329,9 @@ def _where_passes(r: RatioInputs, values: Array) -> Array:
 
 def _vjp(c: Array, local: Array, m: Array) -> Array:
     """``c·local`` at real tokens, 0 at padding; refused where the product overflows."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = masked(np.asarray(np.where(c == 0.0, 0.0, c * local), dtype=np.float64), m)
-    bad = (m > 0) & ~np.isfinite(out)
-    if np.any(bad):
-        b, t = (int(i) for i in np.argwhere(bad)[0])
+    out, first = masked_product(c, local, m)
+    if first is not None:
+        b, t = first
         raise invalid(
             "cotangent",
             "keep the gradient cotangent * dloss/dlogp finite in float64",
