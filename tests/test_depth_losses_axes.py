@@ -6,10 +6,14 @@ A function that takes ``(B, T)`` token arrays and a per-sequence array of shape 
 square batch the two axes cannot be told apart, so a check that reads ``shape[1]`` for ``shape[0]``
 goes unseen; the valid calls of ``tests/_valid_calls.py`` are not square (``B = 2``, ``T = 3``),
 and every per-sequence argument of every call is tried here with the token axis' length.
+
+Likewise a mask of another shape is refused with a message naming the array it must match (the
+call's first token array): a refusal naming the wrong one sends the user to the wrong argument.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -143,3 +147,87 @@ def test_the_check_rejects_a_function_reading_the_token_axis() -> None:
 
     key = "refimpl.losses off_policy_sequence_mask"
     rejects(check_refused, token_axis, key, 0, "advantages")
+
+
+# --- a mask of another shape is refused naming the array it is compared with ------------------
+
+
+def _masked_calls() -> list[tuple[str, int]]:
+    """Every call with a mask that is not the function's first argument and has the shape of
+    another argument (a per-sequence function's mask only weighs rows: its T is free)."""
+    out = []
+    for key, calls in sorted(CALLS.items()):
+        fn = public_function(key)
+        if next(iter(inspect.signature(fn).parameters)) == "mask":
+            continue
+        for i, call in enumerate(calls):
+            arguments = bind(fn, call.args, call.kwargs)
+            mask = arguments.get("mask")
+            if mask is None or np.ndim(mask) < 1:
+                continue
+            shape = np.shape(mask)
+            if any(
+                np.shape(v)[: len(shape)] == shape
+                for n, v in arguments.items()
+                if n != "mask" and not isinstance(v, (str, bool, tuple)) and v is not None
+            ):
+                out.append((key, i))
+    return out
+
+
+MASKED = _masked_calls()
+
+
+def _compared_with(arguments: dict[str, Any], ndim: int) -> str:
+    """The array a mask is compared with: the first other argument of the mask's number of
+    dimensions (else the first with more, e.g. logits)."""
+    arrays = [
+        (name, np.ndim(value))
+        for name, value in arguments.items()
+        if name != "mask" and not isinstance(value, (str, bool, tuple)) and value is not None
+    ]
+    same = [name for name, d in arrays if d == ndim]
+    return same[0] if same else next(name for name, d in arrays if d > ndim)
+
+
+def check_mask_refusal(fn: Any, key: str, i: int) -> None:
+    """A mask with one more token is refused: ``mask and <first token array> must ...``."""
+    arguments = bind(fn, CALLS[key][i].args, CALLS[key][i].kwargs)
+    mask = np.asarray(arguments["mask"], dtype=np.float64)
+    moved = dict(arguments)
+    moved["mask"] = np.concatenate([mask, np.ones((*mask.shape[:-1], 1))], axis=-1)
+    try:
+        call_with(fn, moved)
+    except ValueError as error:
+        message = str(error)
+    else:
+        raise AssertionError(f"{key} call {i}: a mask of shape {moved['mask'].shape} accepted")
+    other = _compared_with(arguments, mask.ndim)
+    assert message.startswith(f"mask and {other}"), (key, i, message)
+
+
+@pytest.mark.parametrize(("key", "i"), MASKED, ids=[f"{k} #{i}" for k, i in MASKED])
+def test_a_mask_of_another_shape_is_refused_naming_the_array_it_must_match(
+    key: str, i: int
+) -> None:
+    check_mask_refusal(public_function(key), key, i)
+
+
+def test_the_masked_calls_are_found() -> None:
+    keys = {key for key, _ in MASKED}
+    assert "refimpl.staleness decoupled_ppo_weights" in keys
+    assert "refimpl.staleness truncated_is_weights" in keys
+    assert len(keys) >= 30, sorted(keys)
+
+
+def test_the_mask_check_rejects_a_refusal_naming_the_other_array() -> None:
+    """decoupled_ppo_weights naming logp_behavior (its second array) in the mask's refusal."""
+    import refimpl.staleness as st_
+
+    def other_name(logp_prox: Any, logp_behavior: Any, **kw: Any) -> Any:
+        try:
+            return st_.decoupled_ppo_weights(logp_prox, logp_behavior, **kw)
+        except ValueError as error:
+            raise ValueError(str(error).replace("logp_prox", "logp_behavior")) from None
+
+    rejects(check_mask_refusal, other_name, "refimpl.staleness decoupled_ppo_weights", 0)
