@@ -373,3 +373,35 @@ def test_decoupled_weights_take_any_shape_in_both_nonfinite_modes(nonfinite: Any
     np.testing.assert_allclose(got, 2.0, rtol=1e-15)
     empty = refimpl.decoupled_ppo_weights(half[..., :0], quarter[..., :0], nonfinite=nonfinite)
     assert empty.shape == (2, 2, 0)
+
+
+# --- every row of ragged token versions is checked, the first and any later one ---------------
+
+_NOT_NUMERIC_ROWS = (["a", "b"], [object()], [[1, 2], [3]])
+
+
+def check_ragged_rows_refused(staleness_of: Callable[..., Any]) -> None:
+    """A row numpy cannot read as numbers, at index 0 or at a later index, is refused as a type
+    error naming that row (``token_versions[i]``): never skipped, never read as the row before."""
+    for bad in _NOT_NUMERIC_ROWS:
+        for rows, index in (([bad, [1, 2]], 0), ([[1, 2], [3], bad], 2)):
+            with pytest.raises(TypeError, match=rf"^token_versions\[{index}\] must be an array of"):
+                staleness_of(5, rows)
+
+
+def test_a_ragged_row_that_is_not_numeric_is_refused_naming_it() -> None:
+    check_ragged_rows_refused(refimpl.sample_staleness)
+
+
+def test_the_ragged_row_check_rejects_skipping_a_bad_row() -> None:
+    def skipping(step: int, rows: list[Any]) -> Any:
+        kept = []
+        for row in rows:
+            try:
+                kept.append(np.asarray(row, dtype=np.float64))
+            except (TypeError, ValueError):
+                continue
+        return refimpl.sample_staleness(step, kept)
+
+    with pytest.raises(pytest.fail.Exception):
+        check_ragged_rows_refused(skipping)
