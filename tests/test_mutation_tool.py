@@ -204,6 +204,10 @@ def test_the_tests_of_a_package_module_include_its_class_tests(repo: Path) -> No
     assert got == ["tests/test_depth_pkg.py", "tests/test_pkg.py", "tests/test_validation.py"]
     (repo / "tests" / "test_depth_tiny.py").write_text("import refimpl\n")
     assert "tests/test_depth_tiny.py" in mutate.default_tests(repo / "refimpl" / "tiny.py")
+    # the bad calls of a module tested under the name it is re-exported as (no import names it)
+    (repo / "tests" / "test_validation_mod.py").write_text("from refimpl import alias\n")
+    got = mutate.default_tests(repo / "refimpl" / "pkg" / "mod.py")
+    assert "tests/test_validation_mod.py" in got
 
 
 # --- the threshold and the exit status --------------------------------------------------------

@@ -312,8 +312,10 @@ def apply(source: str, mutant: Mutant) -> str:
 
 
 def default_tests(path: Path) -> list[str]:
-    """``tests/test_<name>*.py``, ``tests/test_depth_<name>*.py``, ``tests/test_validation.py`` and
-    every test module that names the module; a module of a package ``refimpl/<pkg>/...`` also gets
+    """``tests/test_<name>*.py``, ``tests/test_depth_<name>*.py``,
+    ``tests/test_validation_<name>*.py`` (the bad calls of a module re-exported under another
+    package, e.g. ``refimpl/staleness/frameworks.py`` as ``refimpl.frameworks``),
+    ``tests/test_validation.py`` and every test module that names the module; a module of a package ``refimpl/<pkg>/...`` also gets
     ``tests/test_<pkg>*.py``, ``tests/test_depth_<pkg>*.py`` (the tests written per class of hole),
     ``tests/test_validation_<pkg>*.py`` and every test module that names the package
     (``refimpl.<pkg>`` followed by a space or a line end, ``import refimpl.<pkg> as``): the
@@ -330,7 +332,7 @@ def default_tests(path: Path) -> list[str]:
     parent, _, leaf = dotted.rpartition(".")
     found = {
         p.relative_to(ROOT).as_posix()
-        for pattern in (f"test_{name}*.py", f"test_depth_{name}*.py")
+        for pattern in (f"test_{name}*.py", f"test_depth_{name}*.py", f"test_validation_{name}*.py")
         for p in (ROOT / "tests").glob(pattern)
     }
     found.add("tests/test_validation.py")
