@@ -21,6 +21,7 @@ another file's class (``tests/test_validation_*``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
@@ -405,3 +406,35 @@ def test_the_ragged_row_check_rejects_skipping_a_bad_row() -> None:
 
     with pytest.raises(pytest.fail.Exception):
         check_ragged_rows_refused(skipping)
+
+
+# --- a refusal of token versions points at the offending token, not the first one -------------
+
+
+def check_offender_named(staleness_of: Callable[..., Any]) -> None:
+    """Each rule on the real tokens' versions, broken by one token after valid ones (and after
+    padding holding anything): the message names that token's sample, position and version."""
+    mask = [[1, 1, 0], [1, 1, 1]]
+    cases = [
+        ([[2, 3, 9], [1, 2, -3]], r"be >= 0 .*Sample 1, token 2 has version -3"),
+        ([[2, 3, -9], [1, 2.5, 4]], r"hold whole numbers .*Sample 1, token 1 has version 2\.5"),
+        ([[2, 3, -9], [6, 1, 2]], r"be <= trained_step .*Sample 1, token 0 has version 6"),
+    ]
+    for versions, message in cases:
+        with pytest.raises(ValueError, match=rf"(?s)^token_versions must {message}"):
+            staleness_of(5, np.array(versions, dtype=np.float64), mask=mask)
+
+
+def test_a_refusal_of_token_versions_names_the_offending_token() -> None:
+    check_offender_named(refimpl.sample_staleness)
+
+
+def test_the_offender_check_rejects_a_message_naming_the_first_token() -> None:
+    def first_token(step: int, versions: Any, **kw: Any) -> Any:
+        try:
+            return refimpl.sample_staleness(step, versions, **kw)
+        except ValueError as error:
+            text = re.sub(r"Sample \d+, token \d+", "Sample 0, token 0", str(error))
+            raise ValueError(text) from None
+
+    rejects(check_offender_named, first_token)
