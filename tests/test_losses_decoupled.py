@@ -349,3 +349,19 @@ def test_an_overflowing_weighted_loss_is_refused_at_its_first_real_token() -> No
     padded = decoupled_ppo_loss(zeros, zeros, behaviour, [1.0, 1e300], mask=[[1, 1, 1], [0, 1, 0]])
     assert padded.loss[1].tolist() == [0.0, -1e300, 0.0]
     assert padded.grad[1].tolist() == [0.0, -1e300, 0.0]
+
+
+@pytest.mark.parametrize("level", ["token", "geometric", "sequence", "max"])
+def test_a_dropped_token_is_never_read_by_the_ppo_term(level: str) -> None:
+    """A token rejected by the weight, and a padded one, each hold log π_θ − log π_prox = 1000,
+    whose ratio overflows float64: neither enters the PPO term, so the call is not refused and
+    both come out exactly 0 (AReaL's exp before the mask turns the same input into NaN)."""
+    logp = [[0.0, 1000.0, 1000.0], [0.0, 0.0, 1000.0]]
+    prox = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    behaviour = [[0.0, -4.0, 0.0], [0.0, 0.0, 0.0]]  # e^4, e^2 > cap: row 0 or its token 1 out
+    terms = decoupled_ppo_loss(
+        logp, prox, behaviour, [-1.0, -2.0], cap=5.0, level=level, mask=[[1, 1, 0], [1, 1, 0]]
+    )  # negative advantages: a ratio of e^1000 read anywhere would make the loss +inf
+    row0 = [1.0, 0.0, 0.0] if level == "token" else [0.0, 0.0, 0.0]
+    assert terms.loss.tolist() == [row0, [2.0, 2.0, 0.0]]
+    assert terms.grad.tolist() == [row0, [2.0, 2.0, 0.0]]
