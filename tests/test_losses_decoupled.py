@@ -352,7 +352,9 @@ def test_an_overflowing_weighted_loss_is_refused_at_its_first_real_token() -> No
 
 
 @pytest.mark.parametrize("level", ["token", "geometric", "sequence", "max"])
-def test_a_dropped_token_is_never_read_by_the_ppo_term(level: str) -> None:
+def test_a_dropped_token_is_never_read_by_the_ppo_term(
+    level: Literal["token", "geometric", "sequence", "max"],
+) -> None:
     """A token rejected by the weight, and a padded one, each hold log π_θ − log π_prox = 1000,
     whose ratio overflows float64: neither enters the PPO term, so the call is not refused and
     both come out exactly 0 (AReaL's exp before the mask turns the same input into NaN)."""
