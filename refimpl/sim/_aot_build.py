@@ -1,8 +1,9 @@
 """Build a kernel's ahead-of-time entry (:mod:`refimpl.sim._aot`): run as a child process,
-``python -m refimpl.sim._aot_build FACTORY SPEC PATH STAMP``.
+``python -m refimpl.sim._aot_build FACTORY ARRAYS PATH STAMP``.
 
-numba compiles the kernel for the arrays of ``SPEC`` (in the empty cache the parent gives this
-process, so that the final module holds every callee's IR, not object code read back from a cache).
+numba compiles the kernel for the arrays ``ARRAYS`` describes (dtypes, dimensions, layouts), in
+the empty cache the parent gives this process, so that the final module holds every callee's IR,
+not object code read back from a cache.
 Its final LLVM module, without numba's CPython and cfunc wrappers (the only code that calls into
 Python or numba's helpers), is compiled to a position-independent object with the target numba
 itself uses (CPU name, features, optimisation level) and linked into a shared object with the C

@@ -669,15 +669,11 @@ def _scatter_dispatcher() -> Callable[..., None]:
     return _scatter_jit
 
 
-#: :func:`_scatter_rows` ahead of time where it can be (:mod:`refimpl.sim._aot`), else on the JIT.
+#: ``into[dest] = src`` by :func:`_scatter_rows`: ahead of time where it can be
+#: (:mod:`refimpl.sim._aot`), else on the JIT.
 _scatter_kernel = Kernel(
     _scatter_rows, "refimpl.sim._compiled:_scatter_dispatcher", _scatter_dispatcher
 )
-
-
-def _scatter(src: NDArray[Any], dest: NDArray[np.int64], into: NDArray[Any]) -> None:
-    """``into[dest] = src`` with :func:`_scatter_rows`."""
-    _scatter_kernel(src, dest, into)
 
 
 _HELPERS = (
@@ -751,11 +747,11 @@ def worth_compiling(cfg: SimConfig) -> bool:
     """Whether ``simulate(engine="auto")`` should run this engine rather than the reference one.
 
     True when numba is installed and either the kernel is ready (built ahead of time, compiled in
-    this process, or held by numba's cache on disk, where loading it takes a fraction of a
-    second) or the run launches
-    at least :data:`COMPILE_ROLLOUTS` rollouts (then compiling repays itself within the run). Both
-    engines give the same trace, so the choice changes how long a run takes, never its result; a
-    short run on a fresh installation does not wait half a minute for a compiler.
+    this process, or held by numba's cache on disk, where loading it takes a fraction of a second)
+    or the run launches at least :data:`COMPILE_ROLLOUTS` rollouts (then compiling repays itself
+    within the run). Both engines give the same trace, so the choice changes how long a run
+    takes, never its result; a short run on a fresh installation does not wait half a minute for
+    a compiler.
     """
     if not AVAILABLE:
         return False
@@ -794,7 +790,7 @@ def run_compiled(
     """
     return run_kernel(
         _runner,
-        _scatter,
+        _scatter_kernel,
         cfg,
         supply,
         trainer_times,
