@@ -169,52 +169,42 @@ def on_cpu() -> Iterator[None]:
         yield
 
 
-def skyrl_worker_kl_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """``PolicyWorkerBase._forward_backward_micro`` with only its KL term on
-    (``kl_estimator_type="k1"``, ``kl_loss_coef=1``, zero advantages, one micro-batch of weight
-    1): the loss it hands to ``strategy.backward``."""
-    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
-
-    worker = policy_worker(logp, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k1")
+def kl_term(logp: Any, logp_ref: Any, mask: Any, *, estimator: str) -> Any:
+    """The loss ``PolicyWorkerBase._forward_backward_micro`` hands to ``strategy.backward`` with
+    only its KL term on (``kl_estimator_type=estimator``, ``kl_loss_coef=1``, zero advantages, one
+    micro-batch of weight 1)."""
+    worker = policy_worker(logp, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type=estimator)
     with on_cpu():
         worker._forward_backward_micro(worker_experience(logp, mask, logp_ref=logp_ref), 1.0)
     return worker.strategy.losses[0]
+
+
+def skyrl_worker_kl_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
+    """``PolicyWorkerBase._forward_backward_micro``'s KL term alone, ``kl_estimator_type="k1"``."""
+    from refimpl.frameworks._skyrl_losses_worker import kl_term
+
+    return kl_term(logp, logp_ref, mask, estimator="k1")
 
 
 def skyrl_worker_kl_k2(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """``PolicyWorkerBase._forward_backward_micro`` with only its KL term on
-    (``kl_estimator_type="k2"``, ``kl_loss_coef=1``, zero advantages, one micro-batch of weight
-    1): the loss it hands to ``strategy.backward``."""
-    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
+    """``PolicyWorkerBase._forward_backward_micro``'s KL term alone, ``kl_estimator_type="k2"``."""
+    from refimpl.frameworks._skyrl_losses_worker import kl_term
 
-    worker = policy_worker(logp, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k2")
-    with on_cpu():
-        worker._forward_backward_micro(worker_experience(logp, mask, logp_ref=logp_ref), 1.0)
-    return worker.strategy.losses[0]
+    return kl_term(logp, logp_ref, mask, estimator="k2")
 
 
 def skyrl_worker_kl_k3(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """``PolicyWorkerBase._forward_backward_micro`` with only its KL term on
-    (``kl_estimator_type="k3"``, ``kl_loss_coef=1``, zero advantages, one micro-batch of weight
-    1): the loss it hands to ``strategy.backward``."""
-    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
+    """``PolicyWorkerBase._forward_backward_micro``'s KL term alone, ``kl_estimator_type="k3"``."""
+    from refimpl.frameworks._skyrl_losses_worker import kl_term
 
-    worker = policy_worker(logp, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k3")
-    with on_cpu():
-        worker._forward_backward_micro(worker_experience(logp, mask, logp_ref=logp_ref), 1.0)
-    return worker.strategy.losses[0]
+    return kl_term(logp, logp_ref, mask, estimator="k3")
 
 
 def skyrl_worker_kl_abs(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """``PolicyWorkerBase._forward_backward_micro`` with only its KL term on
-    (``kl_estimator_type="abs"``, ``kl_loss_coef=1``, zero advantages, one micro-batch of weight
-    1): the loss it hands to ``strategy.backward``."""
-    from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
+    """``PolicyWorkerBase._forward_backward_micro``'s KL term alone, ``kl_estimator_type="abs"``."""
+    from refimpl.frameworks._skyrl_losses_worker import kl_term
 
-    worker = policy_worker(logp, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="abs")
-    with on_cpu():
-        worker._forward_backward_micro(worker_experience(logp, mask, logp_ref=logp_ref), 1.0)
-    return worker.strategy.losses[0]
+    return kl_term(logp, logp_ref, mask, estimator="abs")
 
 
 def skyrl_worker_entropy(loss: Any, mask: Any) -> Any:
@@ -379,4 +369,4 @@ ADAPTERS: tuple[Adapter, ...] = (
     ),
 )
 
-__all__ = ["ADAPTERS", "on_cpu", "policy_worker", "worker_experience"]
+__all__ = ["ADAPTERS", "kl_term", "on_cpu", "policy_worker", "worker_experience"]
