@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _fresh_kernels import run_fresh
 from _wrong_variants import rejects
 
 from refimpl.sim import _compiled, _compiled_heap, _compiled_layout, _vector_compiled
@@ -80,19 +81,8 @@ print(ready, value, hits, misses, plain)
 
 
 def _run(root: Path) -> str:
-    """The tiny package's kernels in a fresh interpreter (no bytecode: a file rewritten within
-    the same second must be read again)."""
-    env = {
-        **os.environ,
-        "NUMBA_CACHE_DIR": str(root / "cache"),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
+    """The tiny package's kernels in a fresh interpreter: their output."""
+    return run_fresh(root, _RUN, timeout=600)
 
 
 def test_a_changed_dependency_compiles_the_kernel_again(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _fresh_kernels import run_fresh
 from _wrong_variants import rejects
 
 from refimpl.sim import _aot
@@ -85,20 +86,8 @@ def _package(root: Path) -> Path:
 
 
 def _run(root: Path, script: str = _RUN, **env: str) -> dict[str, Any]:
-    """``script`` in a fresh interpreter with the tiny package on its path and a cache of its
-    own (no bytecode: a file rewritten within the same second must be read again)."""
-    full = {
-        **os.environ,
-        "NUMBA_CACHE_DIR": str(root / "cache"),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-        **env,
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=full, capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    """``script`` in a fresh interpreter beside the tiny package: its last line, read as JSON."""
+    got: dict[str, Any] = json.loads(run_fresh(root, script, timeout=900, **env).splitlines()[-1])
     return got
 
 
