@@ -17,13 +17,17 @@ import pytest
 #: modules a trace check must not import: the conformance machinery and what it brings
 HEAVY = ("hypothesis", "scipy.stats", "pandas", "refimpl.testing._conformance")
 
+# The probe runs the ``refimpl`` command's own entry point (``refimpl.cli.console``), which runs the
+# ``atexit`` handlers and then leaves without the interpreter's teardown; the probe's report is one of
+# those handlers. Calling ``main`` and returning instead would add a teardown that the command never
+# runs, and with it the native thread pools' destructors (pyarrow's can abort a process at exit:
+# apache/arrow#34314).
 _PROBE = """
-import json, sys
+import atexit, json, sys
 {preload}
-from refimpl.cli import main
-code = main(sys.argv[1:])
-heavy = [m for m in {heavy!r} if m in sys.modules]
-print(json.dumps({{"code": code, "heavy": heavy}}))
+from refimpl.cli import console
+atexit.register(lambda: print(json.dumps([m for m in {heavy!r} if m in sys.modules]), flush=True))
+console()
 """
 
 
@@ -38,9 +42,8 @@ def run_isolated(*argv: str, preload: str = "") -> dict[str, object]:
         check=False,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr
-    out: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return out
+    heavy: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"code": done.returncode, "heavy": heavy, "stderr": done.stderr}
 
 
 TRACES = {
@@ -89,7 +92,7 @@ def test_a_one_row_check_imports_neither_hypothesis_nor_scipy_stats(
     trace = tmp_path / f"t.{suffix}"
     trace.write_text(text)
     got = run_isolated("check", str(trace), "--spec", spec, "--no-progress", *params)
-    assert got == {"code": 0, "heavy": []}
+    assert (got["code"], got["heavy"]) == (0, []), got["stderr"]
 
 
 def test_help_imports_nothing_heavy() -> None:
@@ -116,7 +119,7 @@ def test_the_probe_sees_an_import_of_the_conformance_machinery(tmp_path: Path) -
     trace.write_text('{"weight": [1.0, 1.0], "ess": 2.0}\n')
     argv = ("check", str(trace), "--spec", "effective_sample_size", "--no-progress")
     got = run_isolated(*argv, preload="refimpl.testing._specs_more")
-    assert got["code"] == 0
+    assert got["code"] == 0, got["stderr"]
     assert "hypothesis" in got["heavy"]  # type: ignore[operator]
 
 
