@@ -78,14 +78,16 @@ def test_agent_cli_rate_is_rollouts_over_wall_seconds_and_none_for_a_zero_wall(
 ) -> None:
     # mutants (survivors of the run): wall > 0 -> wall >= 0 (a zero wall divided by zero) and
     # -> wall < 0 (no rate at all)
-    import time
+    import types
 
     import scipy.stats as st
 
-    from refimpl.sim.agent import AgentConfig, run_agent_cli
+    from refimpl.sim.agent import AgentConfig, _cli, run_agent_cli
 
+    # the CLI module's clock only: a patched time.perf_counter would also feed the two ticks to
+    # whatever else reads it during the run (numba's compiler lock does, when the kernel compiles)
     ticks = iter(clock)
-    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(_cli, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks)))
     out = run_agent_cli(AgentConfig(slots=2, batch=2, steps=3, lengths=st.expon(), turns=1))
     assert out["rollouts_trained"] == 6
     assert out["wall_s"] == clock[1] - clock[0]
