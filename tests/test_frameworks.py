@@ -184,6 +184,30 @@ def test_every_defect_carries_a_draft_report_for_upstream(committed: dict[str, A
                 assert d["draft_report"].strip() in page
 
 
+def test_one_draft_report_per_defect_links_every_adapter_that_meets_it(
+    committed: dict[str, Any],
+) -> None:
+    """A defect that many settings of one loss run into (AReaL's padding line, 14 adapters) is one
+    report with 14 links, not 14 reports under one heading; every heading is distinct."""
+    section = render_markdown(committed).split("## Draft reports for upstream")[1]
+    section = section.split("\n## ")[0]
+    reports = section.split("\n### ")[1:]
+    headings = [r.splitlines()[0] for r in reports]
+    assert len(headings) == len(set(headings))
+    met: dict[str, set[str]] = {}
+    for e in committed["entries"]:
+        for d in [*e["divergences"], *((e["partition"] or {}).get("divergences", []))]:
+            if d["classification"] == "defect":
+                met.setdefault(d["draft_report"].strip(), set()).add(e["key"])
+    assert len(reports) == len(met)
+    for report in reports:
+        body = report.split("\n\n", 1)[1]
+        text = next(t for t in met if body.startswith(t))
+        links = body.rsplit("\n\nReproduction", 1)[1]
+        assert {k for k in met[text] if f"[{k}](#" in links} == met[text]
+    assert max(len(keys) for keys in met.values()) > 1  # the grouping is exercised
+
+
 def test_every_divergence_is_classified_and_every_declared_one_occurs(
     committed: dict[str, Any],
 ) -> None:

@@ -17,6 +17,7 @@ import inspect
 import json
 import math
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -537,14 +538,19 @@ def _weights_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _draft_reports(entries: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The defects, each as a short report for upstream (written here, not filed)."""
-    reports = [
-        (e, d)
-        for e in entries
-        for d in _all_divergences(e)
-        if d["classification"] == "defect" and d.get("draft_report")
-    ]
-    if not reports:
+    """The defects, each as a short report for upstream (written here, not filed).
+
+    Adapters that meet one defect (the same report: one line that every setting of a loss runs,
+    failing several checks) share one report, which names the functions and checks and links each
+    adapter's reproduction. A heading that two reports would share also names the first adapter.
+    """
+    groups: dict[tuple[str, str], list[tuple[Mapping[str, Any], str]]] = {}
+    for e in entries:
+        for d in _all_divergences(e):
+            if d["classification"] == "defect" and d.get("draft_report"):
+                key = (f"{e['framework']} {e['version']}", d["draft_report"].strip())
+                groups.setdefault(key, []).append((e, d["check"]))
+    if not groups:
         return []
     lines = [
         "",
@@ -552,18 +558,23 @@ def _draft_reports(entries: Sequence[Mapping[str, Any]]) -> list[str]:
         "",
         "Each defect below is written as a report a maintainer could act on: what the code "
         "does, what the reference and the framework's own documentation or paper say, and the "
-        "reproduction (in the divergence's section). They are drafts, not filed.",
+        "reproduction (in the divergence's section of each adapter that meets it). They are "
+        "drafts, not filed.",
     ]
-    for e, d in reports:
-        lines += [
-            "",
-            f"### {e['framework']} {e['version']}: `{e['function']}` ({d['check']})",
-            "",
-            d["draft_report"].strip(),
-            "",
-            f"Reproduction: [{e['key']}](#{_anchor(e['key'])}).",
-        ]
+    headings = {key: _report_heading(key[0], met) for key, met in groups.items()}
+    seen = Counter(headings.values())
+    for key, met in groups.items():
+        keys = list(dict.fromkeys(e["key"] for e, _ in met))
+        heading = headings[key] + (f", as `{keys[0]}` meets it" if seen[headings[key]] > 1 else "")
+        links = ", ".join(f"[{k}](#{_anchor(k)})" for k in keys)
+        many = f"Reproductions ({len(keys)} adapters): " if len(keys) > 1 else "Reproduction: "
+        lines += ["", f"### {heading}", "", key[1], "", f"{many}{links}."]
     return lines
+
+
+def _report_heading(release: str, met: Sequence[tuple[Mapping[str, Any], str]]) -> str:
+    functions = ", ".join(f"`{f}`" for f in dict.fromkeys(e["function"] for e, _ in met))
+    return f"{release}: {functions} ({', '.join(sorted({check for _, check in met}))})"
 
 
 def _divergence_sections(entries: Sequence[Mapping[str, Any]]) -> list[str]:
