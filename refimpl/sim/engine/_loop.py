@@ -1,8 +1,12 @@
 """The engine mode's loop: continuous batching over discrete decode steps, on preallocated arrays.
 
 Written in the subset of Python that numba compiles without its reference counting (arrays,
-integers, floats; the heaps are binary heaps in rows of an array), so that :mod:`refimpl.sim.engine._kernel` compiles these very functions: the plain
-Python run is the reference, the compiled one the fast path, and they agree bit for bit.
+integers, floats; the queues are rows of an array), so that :mod:`refimpl.sim.engine._kernel`
+compiles these very functions: the plain Python run is the reference, the compiled one the fast
+path, and they agree bit for bit. Completions and preempted rollouts wait in binary heaps; the
+running rollouts, for preemption newest first, on a stack: they are pushed as they are scheduled,
+so the last pushed is the newest (a heap keyed by the schedule number popped them in the same
+order, with a sift over its whole depth at every push and pop).
 
 One engine step: every running sequence generates one token; the step takes the roofline time of the
 batch (or a constant). Between two steps (a *boundary*): the step's completions (in launch order),
@@ -144,14 +148,17 @@ def _hpop(H: I64, IS: I64, k: int) -> tuple[int, int]:
 
 
 def _compact_newest(IS: I64, R: I32, W: I64, WF: F64, H: I64) -> None:
-    """Drop the entries of the newest-running heap whose rollout stopped or was admitted again
-    (only a preemption pops that heap, so they pile up)."""
+    """Drop the entries of the newest-running stack whose rollout stopped or was admitted again
+    (only a preemption pops that stack, so they pile up); the rest keep their order."""
     n = int(IS[_HN + 1])
-    IS[_HN + 1] = 0
+    m = 0
     for i in range(n):
         key, r = H[1, 0, i], H[1, 1, i]
         if W[_STATE, R[_SLOT, r]] == _RUN and W[_ADM, R[_SLOT, r]] == -key:
-            _hpush(H, IS, 1, key, r)
+            H[1, 0, m] = key
+            H[1, 1, m] = r
+            m += 1
+    IS[_HN + 1] = m
 
 
 def _alloc(IS: I64, P: I64, PR: I64, LRU: I64, k: int) -> None:
@@ -275,10 +282,16 @@ def _start(
     WF[_SINCE, R[_SLOT, r]] = F[_T]
     q = _schedule(IS, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
     W[_ADM, R[_SLOT, r]] = q
-    if P[_BLOCKS] >= 0:  # preemption needs the newest running sequence
+    if P[_BLOCKS] >= 0:  # preemption needs the newest running sequence: pushed on its stack
         if IS[_HN + 1] >= H.shape[2]:
             _compact_newest(IS, R, W, WF, H)
-        _hpush(H, IS, 1, -q, r)
+        i = IS[_HN + 1]
+        if i >= H.shape[2]:
+            IS[_ERR] = ERR_SCHEDULE
+            return
+        H[1, 0, i] = -q
+        H[1, 1, i] = r
+        IS[_HN + 1] = i + 1
 
 
 def _stop(
@@ -405,7 +418,9 @@ def _make_room(
     s, bs = IS[_S], P[_BS]
     need = cnt[s % bs]
     while need > IS[_FREE] + IS[_CACHED]:
-        key, r = _hpop(H, IS, 1)
+        top = IS[_HN + 1] - 1  # the newest running: the top of its stack
+        key, r = H[1, 0, top], H[1, 1, top]
+        IS[_HN + 1] = top
         if W[_STATE, R[_SLOT, r]] != _RUN or W[_ADM, R[_SLOT, r]] != -key:
             continue  # gone, or admitted again since
         if IS[_NRUN] == 1:  # the last one outgrows the whole budget
@@ -616,8 +631,8 @@ def run_loop(
     """Run the engine until the last publication or an error code in ``IS[_ERR]`` (see module).
 
     ``seats`` holds ``0 .. slots - 1``, ``seat_rid`` ``-1``, ``nxt`` and ``cnt`` zeros (``cnt`` of
-    length ``block_size``), ``H`` room for the three heaps: completions, newest running (negated
-    schedule numbers), preempted."""
+    length ``block_size``), ``H`` room for the two heaps and the stack: completions, newest running (a
+    stack of negated schedule numbers, the newest on top), preempted."""
     n = P[_SEATS]
     IS[_SEAT_N] = n
     IS[_FREE] = P[_BLOCKS]
