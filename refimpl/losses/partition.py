@@ -36,6 +36,8 @@ __all__ = [
 
 Array = NDArray[np.float64]
 Splits = Sequence[Sequence[ArrayLike]]
+#: How a rank combines its micro-batch losses (:attr:`ScalingRule.accumulation`).
+ACCUMULATIONS = ("sum", "mean", "token_share", "sequence_share")
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,12 @@ class ScalingRule:
         micro-batch of every rank, e.g. verl's ``batch_num_tokens``), the micro-batch's own
         (``local``), or the micro-batch's summed over the ranks that run it at the same
         accumulation step (``across_ranks``: an all-reduce per micro-batch, not per step).
-    accumulation : {"sum", "mean", "token_share"}
+    accumulation : {"sum", "mean", "token_share", "sequence_share"}
         How micro-batch losses combine on one rank: summed (the loss already carries the
-        normalisation), divided by the number of accumulation steps ``K`` (``mean``), or weighted
-        by the micro-batch's share of the step's valid tokens (``token_share``, AReaL).
+        normalisation), divided by the number of accumulation steps ``K`` (``mean``), weighted
+        by the micro-batch's share of the step's valid tokens (``token_share``, AReaL), or by its
+        share of the rank's sequences, every row counted, empty ones too (``sequence_share``:
+        SkyRL's worker weighs its KL and entropy terms by ``len(microbatch) / len(data)``).
     ranks : {"mean", "sum"}
         How the all-reduce combines the ranks' gradients: averaged (DDP, FSDP, DeepSpeed) or
         summed.
@@ -64,14 +68,14 @@ class ScalingRule:
     """
 
     denominator: Literal["global", "local", "across_ranks"] = "global"
-    accumulation: Literal["sum", "mean", "token_share"] = "sum"
+    accumulation: Literal["sum", "mean", "token_share", "sequence_share"] = "sum"
     ranks: Literal["mean", "sum"] = "mean"
     world_scale: bool = True
     name: str = ""
 
     def __post_init__(self) -> None:
         as_choice(self.denominator, name="denominator", choices=("global", "local", "across_ranks"))
-        as_choice(self.accumulation, name="accumulation", choices=("sum", "mean", "token_share"))
+        as_choice(self.accumulation, name="accumulation", choices=ACCUMULATIONS)
         as_choice(self.ranks, name="ranks", choices=("mean", "sum"))
         if not isinstance(self.world_scale, bool):
             raise wrong_type(
@@ -96,6 +100,7 @@ SCALING_RULES: dict[str, ScalingRule] = {
         ScalingRule("global", "sum", "mean", True, "openrlhf"),
         ScalingRule("global", "sum", "mean", True, "skyrl"),
         ScalingRule("local", "mean", "mean", False, "skyrl_token_mean_legacy"),
+        ScalingRule("local", "sequence_share", "mean", False, "skyrl_worker_terms"),
         ScalingRule("local", "token_share", "mean", True, "areal"),
         ScalingRule("global", "sum", "mean", True, "trl_dapo"),
         ScalingRule("local", "mean", "mean", False, "trl_bnpo"),
@@ -189,7 +194,9 @@ def split_weights(
     where :math:`w^{(k)}` is :func:`aggregation_weights` of micro-batch :math:`I_{r,k}` with the
     rule's counts (global: the full batch's, so :math:`w^{(k)} = w^{\text{full}}` on its rows;
     local: the micro-batch's own; across ranks: those of :math:`\bigcup_r I_{r,k}`),
-    :math:`a_k = 1` (sum), :math:`1/K` (mean) or :math:`N_{r,k}/N` (token share),
+    :math:`a_k = 1` (sum), :math:`1/K` (mean), :math:`N_{r,k}/N` (token share) or
+    :math:`|I_{r,k}| / |I_r|` (sequence share: the micro-batch's rows over the rank's, empty
+    rows counted),
     :math:`c_{\text{world}} = R` when the loss is scaled by the world size, and
     :math:`c_{\text{rank}} = 1/R` when the all-reduce averages.
 
@@ -230,6 +237,16 @@ def split_weights(
     array([0.25, 0.25])
     >>> split_weights(mask, splits=split, mode="token_mean", rule="trl_bnpo")[:, 0]
     array([0.16666667, 0.5       ])
+
+    SkyRL's worker terms: each micro-batch's token mean weighted by its share of the rank's
+    rows, here 1/3 and 2/3, so the tokens weigh 1/9 and 2/9 where the batch's token mean
+    gives 1/6 to each:
+
+    >>> mask = np.array([[1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    >>> split_weights(mask, splits=[[[0], [1, 2]]], mode="token_mean", rule="skyrl_worker_terms")
+    array([[0.11111111, 0.11111111, 0.11111111],
+           [0.22222222, 0.        , 0.        ],
+           [0.22222222, 0.22222222, 0.        ]])
     """
     m = token_mask(token_array(mask, name="mask"), np.shape(mask), like="mask")
     as_choice(mode, name="mode", choices=AGGREGATION_MODES)
@@ -245,7 +262,6 @@ def split_weights(
     parts = as_splits(splits, m.shape[0])
     full = aggregation_weights(m, mode=mode, **options)
     tokens = _counting_mask(m, options)
-    total = float(tokens.sum())
     n_ranks, n_steps = len(parts), len(parts[0])
     world = float(n_ranks) if chosen.world_scale else 1.0
     rank_factor = 1.0 / n_ranks if chosen.ranks == "mean" else 1.0
@@ -262,14 +278,28 @@ def split_weights(
                 where = np.zeros(m.shape[0], dtype=np.int64)
                 where[pool] = np.arange(pool.size)
                 base = pooled[where[rows]]
-            if chosen.accumulation == "mean":
-                acc = 1.0 / n_steps
-            elif chosen.accumulation == "token_share":
-                acc = float(tokens[rows].sum()) / total if total > 0 else 0.0
-            else:
-                acc = 1.0
+            acc = _accumulation_factor(chosen, rows, rank, tokens, n_steps)
             out[rows] = rank_factor * world * acc * base
     return out
+
+
+def _accumulation_factor(
+    rule: ScalingRule,
+    rows: NDArray[np.int64],
+    rank: list[NDArray[np.int64]],
+    tokens: Array,
+    n_steps: int,
+) -> float:
+    """``a_k`` of micro-batch ``rows`` on ``rank``: 1 (sum), ``1/K`` (mean), its share of the
+    step's counted tokens (token share) or of the rank's rows (sequence share)."""
+    if rule.accumulation == "mean":
+        return 1.0 / n_steps
+    if rule.accumulation == "token_share":
+        total = float(tokens.sum())
+        return float(tokens[rows].sum()) / total if total > 0 else 0.0
+    if rule.accumulation == "sequence_share":  # rows is non-empty, so the rank's count is >= 1
+        return rows.size / sum(mb.size for mb in rank)
+    return 1.0
 
 
 def _counting_mask(m: Array, options: dict[str, Any]) -> Array:
@@ -322,7 +352,12 @@ class PartitionGap(NamedTuple):
 
 
 def intent_of(mode: str, rule: ScalingRule) -> Literal["global", "split"]:
-    """``global`` for token means and sums and for global denominators; else ``split``."""
+    """``global`` for token means and sums and for global denominators, else ``split``; and
+    ``split`` for every mode whose micro-batches are weighted by their share of the rank's
+    sequences with local counts: such a rule states an average of micro-batch averages (SkyRL:
+    "we just average them across microbatches and DP workers"), a quantity of the split."""
+    if rule.accumulation == "sequence_share" and rule.denominator != "global":
+        return "split"
     if mode in ("token_sum", "token_mean") or rule.denominator == "global":
         return "global"
     return "split"
@@ -423,7 +458,9 @@ def _dependence(
             )
             shown.append(f"rank {r} micro-batch {k}: x{value}")
     ranks, steps = len(parts), len(parts[0])
-    if rule.denominator == "global" or mode == "token_sum":
+    if rule.accumulation == "sequence_share" and rule.denominator != "global":
+        law = _SEQUENCE_SHARE_LAW.get(mode, _SEQUENCE_SHARE_LAW["other"])
+    elif rule.denominator == "global" or mode == "token_sum":
         law = (
             "every token's weight is scaled by the same factor: the rule's scaling (1/K "
             f"accumulation mean with K={steps}, world size R={ranks}, ranks mean or sum) does "
@@ -449,3 +486,27 @@ def _dependence(
             "only when every micro-batch holds the same number of counted sequences"
         )
     return f"{mode} under {rule.describe()}: {law}. Weight ratios: " + "; ".join(shown)
+
+
+#: The split dependence of a sequence-share rule with local counts, by mode (rank r holding
+#: n_r rows; micro-batch k holding n_k rows and N_k valid tokens; the step B rows, N tokens).
+_SEQUENCE_SHARE_LAW = {
+    "token_mean": (
+        "each micro-batch's token mean is weighted by its share of the rank's rows, so a token "
+        "of micro-batch k weighs n_k / (R n_r N_k) instead of 1/N: equal to the step's token "
+        "mean only when every micro-batch's tokens per row N_k / n_k equal the step's N/B and "
+        "every rank holds B/R rows"
+    ),
+    "seq_mean_token_mean": (
+        "each micro-batch's mean over its rows is weighted by its share of the rank's rows, so "
+        "(empty rows counted) the micro-batches of a rank add up to the rank's mean over rows "
+        "whatever their sizes; "
+        "a row of rank r weighs 1/(R n_r) instead of 1/B: equal only when every rank holds B/R "
+        "rows (an even dispatch)"
+    ),
+    "other": (
+        "each micro-batch's own aggregate is weighted by its share of the rank's rows: "
+        "invariant only when that aggregate's counts are proportional to the micro-batch's rows "
+        "and every rank holds the same number of rows"
+    ),
+}

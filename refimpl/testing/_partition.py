@@ -17,7 +17,9 @@ with ``logp``, ``logp_old``, ``mask`` of shape ``(b, T)`` (the micro-batch's row
 of shape ``(b,)``, ``global_tokens`` the step's valid tokens over every micro-batch and rank,
 ``global_sequences`` the step's counted sequences (or groups, for ``group_mean``), and the number
 of accumulation steps and ranks. Only the keywords the candidate's signature accepts are passed
-(all of them if it takes ``**kwargs``); ``step_tokens`` (the valid tokens of this micro-batch's
+(all of them if it takes ``**kwargs``); ``rank_sequences`` (the rows on this micro-batch's
+rank, empty rows included: what a worker that splits its own shard sees as ``len(data)``),
+``step_tokens`` (the valid tokens of this micro-batch's
 accumulation step summed over the ranks, what a framework that all-reduces its count per
 micro-batch divides by), ``constant`` (Dr GRPO's ``H``), ``group`` and ``group_tokens``
 (``group_mean``: each row's label and its group's token count in the step) are passed when
@@ -65,6 +67,7 @@ from refimpl.losses._common import as_choice
 from refimpl.losses.aggregation import AGGREGATION_MODES, aggregation_weights
 from refimpl.losses.clipped import ppo_clip_loss
 from refimpl.losses.partition import (
+    ACCUMULATIONS,
     SCALING_RULES,
     ScalingRule,
     as_rule,
@@ -100,6 +103,7 @@ _KEYWORDS = (
     "global_tokens",
     "step_tokens",
     "global_sequences",
+    "rank_sequences",
     "accumulation_steps",
     "world_size",
     "constant",
@@ -291,6 +295,7 @@ def partition_case_outcome(
                 continue
             idx = np.asarray(rows, dtype=np.int64)
             extra = {
+                "rank_sequences": sum(len(mb) for mb in rank),
                 "group": case.group[idx],
                 "group_tokens": group_tokens[idx],
                 "step_tokens": step_tokens[k],
@@ -347,7 +352,7 @@ def _all_rules() -> list[ScalingRule]:
         ScalingRule(d, a, r, w)  # type: ignore[arg-type]
         for d, a, r, w in itertools.product(
             ("global", "local", "across_ranks"),
-            ("sum", "mean", "token_share"),
+            ACCUMULATIONS,
             ("mean", "sum"),
             (True, False),
         )
