@@ -12,7 +12,9 @@ import math
 import torch
 
 from refimpl.frameworks import adapter, check
+from refimpl.frameworks._matrix import partition_entry
 from refimpl.losses.kl_reward import kl_penalized_rewards
+from refimpl.testing import check_partition_invariance
 
 
 def test_the_worker_kl_term_is_the_mean_over_every_row_of_each_rows_token_mean() -> None:
@@ -74,7 +76,7 @@ def test_advantage_batch_normalize_centres_on_a_mean_that_counts_the_padding() -
     assert torch.allclose(found, torch.tensor([0.0, 1 / s, 2 / s], dtype=torch.float64), rtol=1e-12)
 
 
-def _microbatch_gradient(key: str, tokens: int, *, global_sequences: int) -> list[float]:
+def _microbatch_gradient(key: str, tokens: int, *, rank_sequences: int) -> list[float]:
     """The gradient of one micro-batch's term (one row of ``tokens`` valid tokens, A = −1,
     ρ = 1, so the per-token loss is 1 and its gradient is the token's weight)."""
     a = adapter(key)
@@ -85,8 +87,7 @@ def _microbatch_gradient(key: str, tokens: int, *, global_sequences: int) -> lis
         torch.zeros((1, tokens), dtype=torch.float64),
         torch.tensor([-1.0], dtype=torch.float64),
         torch.ones((1, tokens), dtype=torch.float64),
-        global_sequences=global_sequences,
-        world_size=1,
+        rank_sequences=rank_sequences,
     )
     loss.backward()
     assert logp.grad is not None
@@ -95,17 +96,40 @@ def _microbatch_gradient(key: str, tokens: int, *, global_sequences: int) -> lis
 
 def test_the_entropy_terms_micro_batches_are_weighed_by_their_share_of_sequences() -> None:
     """Two micro-batches on one rank, rows of 1 and 3 tokens: 1/2 and 1/6 per token (the batch's
-    token mean would give 1/4 each), what the partition divergence states."""
-    assert _microbatch_gradient("skyrl.worker_entropy", 1, global_sequences=2) == [0.5]
-    three = _microbatch_gradient("skyrl.worker_entropy", 3, global_sequences=2)
+    token mean would give 1/4 each), the rule skyrl_worker_terms."""
+    assert _microbatch_gradient("skyrl.worker_entropy", 1, rank_sequences=2) == [0.5]
+    three = _microbatch_gradient("skyrl.worker_entropy", 3, rank_sequences=2)
     assert all(math.isclose(g, 1 / 6, rel_tol=1e-12) for g in three)
 
 
 def test_the_kl_terms_micro_batches_add_up_to_the_mean_over_rows() -> None:
     """The same split for the KL reduction: each row weighs 1/2, spread over its tokens."""
-    assert _microbatch_gradient("skyrl.worker_kl_reduction", 1, global_sequences=2) == [0.5]
-    three = _microbatch_gradient("skyrl.worker_kl_reduction", 3, global_sequences=2)
+    assert _microbatch_gradient("skyrl.worker_kl_reduction", 1, rank_sequences=2) == [0.5]
+    three = _microbatch_gradient("skyrl.worker_kl_reduction", 3, rank_sequences=2)
     assert all(math.isclose(g, 1 / 6, rel_tol=1e-12) for g in three)
+
+
+def test_the_worker_terms_partitions_use_the_sequence_share_rule() -> None:
+    """Both terms' partitions follow skyrl_worker_terms and pass it; the entropy term reports
+    its dependence on the stated workload (its last micro-batch's tokens weigh 87/52 of the
+    batch's token mean), the KL term none there (4 rows on each rank, as SkyRL's dispatch
+    guarantees), and a rank's share taken from the wrong count is caught."""
+    entropy = partition_entry(adapter("skyrl.worker_entropy"), max_examples=25)
+    assert entropy["intent"] == "split"
+    assert entropy["divergences"] == []
+    assert math.isclose(entropy["workload_gap"], 0.6731, rel_tol=1e-12)
+    assert entropy["verdict"] == "depends on the split (token weights off by up to 67%)"
+    kl = partition_entry(adapter("skyrl.worker_kl_reduction"), max_examples=25)
+    assert (kl["intent"], kl["divergences"], kl["workload_gap"]) == ("split", [], 0.0)
+    assert kl["verdict"] == "invariant"
+    assert "every rank holds B/R rows" in kl["dependence"]
+    p = adapter("skyrl.worker_kl_reduction").partition
+    assert p is not None
+    wrong = check_partition_invariance(
+        p.candidate, mode=p.mode, rule="skyrl_token_mean_legacy", dtype="float64",
+        empty_rows="counted", max_examples=25,
+    )  # fmt: skip
+    assert not wrong.ok
 
 
 def test_the_reward_kl_penalty_is_the_reference_without_a_clip() -> None:

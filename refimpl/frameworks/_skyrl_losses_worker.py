@@ -34,10 +34,33 @@ The entries: ``skyrl.worker_kl_<estimator>`` (``kl_penalty``, the term as a scal
 reduction as an ``aggregation``: ``k1`` against reference log-probs 0 reduces the given matrix
 itself) and ``skyrl.worker_entropy`` (``aggregation``, ``token_mean``: the per-token entropy is the
 model's, checked where SkyRL computes it, ``chunked_entropy_from_logits``). Their partitions run
-the step once per micro-batch with ``microbatch_weight = len(microbatch) / len(data)``, ``len(data)``
-the rank's share ``global_sequences / world_size`` (the dispatch shards evenly): the KL term's row
-means add up to the batch's mean over rows, while the entropy term's token means are weighed by
-their share of sequences, not of tokens, so the step depends on the split.
+the step once per micro-batch with ``microbatch_weight = len(microbatch) / len(data)``, ``data``
+the rank's shard (the partition's ``rank_sequences``): the rule ``skyrl_worker_terms`` (local
+reductions, micro-batches weighted by their share of the rank's rows, ranks averaged, no
+``dp_size`` factor). The KL term's row means then add up to the rank's mean over rows, equal to
+the step's when every rank holds the same number of rows; the entropy term's token means are
+weighed by their share of rows, not of tokens, so the step depends on the split.
+
+How SkyRL 0.3.0 splits a mini-batch, as read:
+
+- over ranks, ``MeshDispatch.stage_chunks`` (``skyrl/backends/skyrl_train/distributed/
+  dispatch.py``; ``MeshDispatch.dispatch`` asserts the same divisibility) pads each mini-batch
+  to a multiple of ``dp_size`` with ``pad_training_input_batch`` (copies of row 0 with
+  ``loss_mask = 0``; only step-wise training needs any) and cuts it into ``dp_size`` contiguous
+  chunks of equal length: every rank's ``len(data)`` is the same, padding rows included (they
+  count in the KL term's mean over rows with 0, as empty rows);
+- over micro-batches, ``PolicyWorkerBase.forward_backward`` takes
+  ``get_microbatch_iterator`` (``skyrl/backends/skyrl_train/workers/worker_utils.py``): chunks
+  of ``micro_train_batch_size_per_gpu`` rows (``validate_batch_sizes`` in
+  ``skyrl/train/utils/utils.py`` requires the rank's mini-batch to divide into them: equal
+  micro-batches), or with ``max_tokens_per_microbatch > 0`` the ``TokenBasedBatchIterator``,
+  which bin-packs rows by token count (micro-batches of uneven rows and tokens) and appends
+  one-row padding micro-batches with ``loss_mask = 0`` so every rank runs as many (they add 0:
+  both terms are 0 on them).
+
+So uneven micro-batches happen (token-based batching), uneven ranks do not: the partition's
+drawn splits with uneven ranks go beyond SkyRL's dispatch, and the candidates take the rank's
+real row count, so that the check compares the rule itself.
 """
 
 from __future__ import annotations
@@ -48,8 +71,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter, Divergence, Partition
-from refimpl.losses.partition import ScalingRule
+from refimpl.frameworks._registry import Adapter, Partition
 
 _STEP = "skyrl.backends.skyrl_train.workers.worker:PolicyWorkerBase._forward_backward_micro"
 _TRAINER = "skyrl/backends/skyrl_train/workers/worker.py:PolicyWorkerBase._forward_backward_micro"
@@ -242,12 +264,11 @@ def skyrl_microbatch_worker_kl(
     advantages: Any,
     mask: Any,
     *,
-    global_sequences: Any,
-    world_size: Any,
+    rank_sequences: Any,
 ) -> Any:
     """One micro-batch's KL term as the worker weighs it: ``k1`` against reference 0 of the
     per-token ``−A·ρ`` (the model's log-probs), ``microbatch_weight = len(microbatch) /
-    len(data)`` with ``len(data) = global_sequences / world_size`` (the dispatch's even shards)."""
+    len(data)``, ``len(data)`` the rows of the rank's shard."""
     import torch
 
     from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
@@ -255,7 +276,7 @@ def skyrl_microbatch_worker_kl(
     per_token = -advantages[:, None] * torch.exp(logp - logp_old)
     worker = policy_worker(per_token, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k1")
     experience = worker_experience(per_token, mask, logp_ref=torch.zeros_like(logp.detach()))
-    weight = mask.shape[0] * int(world_size) / int(global_sequences)
+    weight = mask.shape[0] / int(rank_sequences)
     with on_cpu():
         worker._forward_backward_micro(experience, weight)
     return worker.strategy.losses[0]
@@ -267,12 +288,11 @@ def skyrl_microbatch_worker_entropy(
     advantages: Any,
     mask: Any,
     *,
-    global_sequences: Any,
-    world_size: Any,
+    rank_sequences: Any,
 ) -> Any:
     """One micro-batch's entropy term as the worker weighs it: the model's entropies are the
-    per-token ``−A·ρ``, ``microbatch_weight = len(microbatch) / len(data)`` with ``len(data) =
-    global_sequences / world_size``; minus the loss handed to ``backward``."""
+    per-token ``−A·ρ``, ``microbatch_weight = len(microbatch) / len(data)``, ``len(data)`` the
+    rows of the rank's shard; minus the loss handed to ``backward``."""
     import torch
 
     from refimpl.frameworks._skyrl_losses_worker import on_cpu, policy_worker, worker_experience
@@ -280,14 +300,14 @@ def skyrl_microbatch_worker_entropy(
     per_token = -advantages[:, None] * torch.exp(logp - logp_old)
     zero = torch.zeros_like(logp.detach())
     worker = policy_worker(zero, entropy=per_token, use_entropy_loss=True, entropy_loss_coef=1.0)
-    weight = mask.shape[0] * int(world_size) / int(global_sequences)
+    weight = mask.shape[0] / int(rank_sequences)
     with on_cpu():
         worker._forward_backward_micro(worker_experience(zero, mask), weight)
     return -worker.strategy.losses[0]
 
 
-#: The KL and entropy terms' scaling: each micro-batch's own reduction times its share of the
-#: rank's sequences, not scaled by dp_size, averaged over the ranks.
+#: The KL and entropy terms' scaling (the preset ``skyrl_worker_terms``): each micro-batch's own
+#: reduction times its share of the rank's rows, not scaled by dp_size, averaged over the ranks.
 _TERMS = (
     f"{_TRAINER} (microbatch_weight, passed by PolicyWorkerBase.forward_backward as "
     "len(microbatch) / len(data); no dp_size factor on the KL and entropy terms)"
@@ -314,17 +334,6 @@ def _kl(name: str, candidate: Any, **extra: Any) -> Adapter:
     )
 
 
-_SEQUENCE_SHARE = Divergence(
-    "convention",
-    "the worker weighs each micro-batch's entropy token mean by its share of the rank's "
-    "sequences (microbatch_weight = len(microbatch) / len(data); 'we just average them across "
-    "microbatches and DP workers'), a rule refimpl's ScalingRule cannot declare (micro-batches "
-    "sum, mean or token_share). The step's token weights then depend on the split: one rank, "
-    "micro-batches of one row with 1 token and one row with 3 tokens weigh the first token 1/2 "
-    "and the others 1/6 each, where the batch's token mean weighs every token 1/4. For one "
-    "micro-batch the term is the token mean (the adapter's value and gradient checks).",
-)
-
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="skyrl.worker_kl_reduction",
@@ -337,8 +346,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         partition=Partition(
             candidate=skyrl_microbatch_worker_kl,
             mode="seq_mean_token_mean",
-            # the factor R: len(data) = B/R in microbatch_weight (SkyRL's even shards), not dp_size
-            rule=ScalingRule("global", "sum", "mean", True, "skyrl_kl_term"),
+            rule="skyrl_worker_terms",
             empty_rows="counted",
             trainer=_TERMS,
         ),
@@ -360,9 +368,8 @@ ADAPTERS: tuple[Adapter, ...] = (
         partition=Partition(
             candidate=skyrl_microbatch_worker_entropy,
             mode="token_mean",
-            rule=ScalingRule("local", "sum", "mean", False, "skyrl_entropy_term"),
+            rule="skyrl_worker_terms",
             trainer=_TERMS,
-            divergences={"gradient": _SEQUENCE_SHARE},
         ),
         note="the worker step's entropy term: masked_mean over the micro-batch's tokens of the "
         "model's entropies (the spec's loss), subtracted; the policy loss and KL term off.",

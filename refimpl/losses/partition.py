@@ -494,8 +494,8 @@ _SEQUENCE_SHARE_LAW = {
     "token_mean": (
         "each micro-batch's token mean is weighted by its share of the rank's rows, so a token "
         "of micro-batch k weighs n_k / (R n_r N_k) instead of 1/N: equal to the step's token "
-        "mean only when every micro-batch's tokens per row N_k / n_k equal the step's N/B and "
-        "every rank holds B/R rows"
+        "mean only when n_k N = R n_r N_k for every micro-batch (under an even dispatch, "
+        "n_r = B/R: when every micro-batch's tokens per row N_k / n_k equal the step's N/B)"
     ),
     "seq_mean_token_mean": (
         "each micro-batch's mean over its rows is weighted by its share of the rank's rows, so "
