@@ -2,10 +2,11 @@
 
 It is :class:`refimpl.sim.agent._engine._Engine` transcribed line for line onto preallocated arrays
 (``refimpl[fast]``): the heap of :mod:`refimpl.sim._compiled` (time, ``(priority, sequence)`` key,
-payload) instead of tuples, the rollout, call and attempt columns as array rows, each shard's FIFO
-queue as a linked list through the attempts and each shard's free containers as a stack linked
-through the containers (both in the reference's order), and the router's "visited" set as a stamp
-per shard. It processes the same events in the same order and does the same float operations in the
+payload) instead of tuples (and for the ends of tool calls of one constant delay a ring that
+skips the heap, :mod:`refimpl.sim.agent._compiled_fifo`: the same order), the rollout, call and
+attempt columns as array rows, each shard's FIFO queue as a linked list through the attempts and
+each shard's free containers as a stack linked through the containers (both in the reference's
+order), and the router's "visited" set as a stamp per shard. It processes the same events in the same order and does the same float operations in the
 same order, so its columns are the reference engine's, bit for bit (``tests/test_sim_agent_engines.py``
 checks this with Hypothesis over the agent's parameters, ties included).
 
@@ -28,6 +29,7 @@ from refimpl.sim import _compiled as _sim_compiled
 from refimpl.sim import _compiled_heap
 from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import njit
+from refimpl.sim.agent._compiled_fifo import _fifo_first, _fifo_pop, _fifo_push
 from refimpl.sim.agent._compiled_layout import _A_ADMIT as _A_ADMIT
 from refimpl.sim.agent._compiled_layout import _A_ARRIVE as _A_ARRIVE
 from refimpl.sim.agent._compiled_layout import (
@@ -277,6 +279,9 @@ def _admit(
         if life < occupancy:
             _push(ht, hk, hp, hn, S, t + life, _PRIO_EVENT, _CRASH, a)
             return
+    if P[_P_ONE_ATTEMPT] and not cold and not P[_P_SVC_LAW]:  # a constant delay: the ring
+        _fifo_push(ht, hk, hp, hn, S, t + occupancy, _PRIO_EVENT, _DONE, a)
+        return
     _push(ht, hk, hp, hn, S, t + occupancy, _PRIO_EVENT, _DONE, a)
 
 
@@ -593,13 +598,14 @@ def _kernel(
         BXF.shape[0],
         ht.shape[1],
     )
-    while hn[0] > 0:
+    while hn[0] > 0 or hn[2] > 0:
         if (
             rows - S[_NR] < _ROOM
             or calls - S[_NC] < _ROOM
             or attempts - S[_NA] < _ROOM
             or boxes - S[_NBOX] < _ROOM
             or heap - hn[0] < _HEAP_ROOM
+            or heap - hn[2] < _HEAP_ROOM
             or (P[_P_LEN_LAW] and lengths.shape[1] - S[_LEN_USED] < _ROOM)
             or (P[_P_TURNS_LAW] and turns_buf.shape[0] - S[_TURN_USED] < _ROOM)
             or (P[_P_SVC_LAW] and svc.shape[0] - S[_SVC_USED] < _ROOM)
@@ -607,7 +613,8 @@ def _kernel(
         ):
             S[_ERR] = _NEED_ROOM
             return
-        t = _hpop(ht, hk, hp, 0, hn, ev)
+        fifo = _fifo_first(ht, hk, hn)
+        t = _fifo_pop(ht, hp, hn, ev) if fifo else _hpop(ht, hk, hp, 0, hn, ev)
         ref = ev[1]
         kind = ev[2]
         if kind == _SEG_END:
@@ -641,7 +648,7 @@ def _kernel(
                 return
             continue
         else:  # _REFRESH: the snapshot at ref·δ; the next one while anything else is pending
-            if hn[0] > 0:
+            if hn[0] > 0 or hn[2] > 0:
                 for s in range(n_shards):
                     SH[_S_VIEW, s] = SH[_S_NQ, s] + SH[_S_BUSY, s]
                 _push(
@@ -667,6 +674,9 @@ def _kernel(
 
 _HELPERS = (
     "_push",
+    "_fifo_push",
+    "_fifo_first",
+    "_fifo_pop",
     "_segment",
     "_call_of",
     "_load",
@@ -687,6 +697,9 @@ _HELPERS = (
 #: keeps the compile time near 13 s of CPU (inlining all of them triples it).
 _INLINE = (
     "_push",
+    "_fifo_push",
+    "_fifo_first",
+    "_fifo_pop",
     "_segment",
     "_call_of",
     "_load",

@@ -419,10 +419,10 @@ def _allocate(cfg: AgentConfig, sizes: tuple[int, int, int, int, int, int]) -> _
             for name in _AI_NAMES
         ),
         AF=_attempt_floats(CF, np.empty(n_att), own),
-        ht=np.empty((1, heap), dtype=np.float64),
-        hk=np.empty((1, heap), dtype=np.int64),
-        hp=np.empty((1, heap), dtype=np.int64),
-        hn=np.zeros(1, dtype=np.int64),
+        ht=np.empty((2, heap), dtype=np.float64),  # row 0 the heap, row 1 the ring
+        hk=np.empty((2, heap), dtype=np.int64),
+        hp=np.empty((2, heap), dtype=np.int64),
+        hn=np.zeros(3, dtype=np.int64),  # the heap's size, the ring's head and size
         ev=np.zeros(3, dtype=np.int64),
         rows=rows,
         n_calls=n_calls,
@@ -458,9 +458,19 @@ def _grow(cfg: AgentConfig, a: _Arrays) -> None:
     if a.n_box - S[_NBOX] < _ROOM:
         a.n_box = 2 * a.n_box + _ROOM
         a.BX, a.BXF = _grown(a.BX, a.n_box), _grown(a.BXF, a.n_box)
-    if a.heap - a.hn[0] < _HEAP_ROOM:
+    if a.heap - a.hn[0] < _HEAP_ROOM or a.heap - a.hn[2] < _HEAP_ROOM:
+        ring = (a.hn[1] + np.arange(a.hn[2])) % a.heap  # the ring's entries, head first
         a.heap = 2 * a.heap + _HEAP_ROOM
-        a.ht, a.hk, a.hp = _grown(a.ht, a.heap), _grown(a.hk, a.heap), _grown(a.hp, a.heap)
+        a.ht, a.hk, a.hp = (_unwrapped(x, a.heap, ring) for x in (a.ht, a.hk, a.hp))
+        a.hn[1] = 0
+
+
+def _unwrapped(x: NDArray[Any], size: int, ring: NDArray[np.int64]) -> NDArray[Any]:
+    """Heap and ring arrays ``x`` grown to ``size``: the heap row as it was, the ring's entries
+    (at ``ring``, head first) from the start of its row."""
+    out = _grown(x, size)
+    out[1, : ring.size] = x[1, ring]
+    return out
 
 
 def _draw_more(d: _Streams, S: NDArray[np.int64]) -> None:
