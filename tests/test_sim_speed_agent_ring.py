@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats as st
+from _wrong_variants import rejects
 
 from refimpl.sim.agent import (
     AgentConfig,
@@ -29,7 +30,6 @@ from refimpl.sim.agent import (
     simulate_agent,
 )
 from refimpl.sim.agent import _compiled as agent_compiled
-from tests._wrong_variants import rejects
 
 _RING = AgentConfig(
     slots=6, batch=4, steps=30, lengths=st.expon(scale=6.0), turns=2, tool_latency=1.5,

@@ -45,6 +45,7 @@ _FUNCTIONS = (
     "_try_train",
     "_publish",
     "_complete",
+    "_finish",
     "_step_time",
     "_account",
     "_advance",
@@ -63,7 +64,7 @@ _INLINE = frozenset(
     {
         "_cdiv", "_fits", "_quiet", "_advance", "_account", "_step_time", "_alloc",
         "_hpush", "_hpop", "_schedule", "_prompt_plan", "_start", "_stop",
-        "_complete", "_try_train", "_publish", "_make_room", "_admit",
+        "_complete", "_finish", "_try_train", "_publish", "_make_room", "_admit",
     }
 )  # fmt: skip
 _compiled: dict[str, Callable[..., None]] = {}

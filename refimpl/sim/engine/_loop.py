@@ -3,10 +3,14 @@
 Written in the subset of Python that numba compiles without its reference counting (arrays,
 integers, floats; the queues are rows of an array), so that :mod:`refimpl.sim.engine._kernel`
 compiles these very functions: the plain Python run is the reference, the compiled one the fast
-path, and they agree bit for bit. Completions and preempted rollouts wait in binary heaps; the
-running rollouts, for preemption newest first, on a stack: they are pushed as they are scheduled,
-so the last pushed is the newest (a heap keyed by the schedule number popped them in the same
-order, with a sift over its whole depth at every push and pop).
+path, and they agree bit for bit. Completions wait in a calendar, a list per step (bucket
+``step % M``, ``M`` a power of two above the longest length: :data:`CALENDAR_MAX`), appended in
+schedule order, so a step's completions are taken in the order a heap keyed by (step, schedule
+number) gives, without its sifts; a binary heap holds them when the lengths are longer than that.
+Preempted rollouts wait in a binary heap; the running rollouts, for preemption newest first, on a
+stack: they are pushed as they are scheduled, so the last pushed is the newest (a heap keyed by
+the schedule number popped them in the same order, with a sift over its whole depth at every push
+and pop).
 
 One engine step: every running sequence generates one token; the step takes the roofline time of the
 batch (or a constant). Between two steps (a *boundary*): the step's completions (in launch order),
@@ -40,14 +44,15 @@ F64 = NDArray[np.float64]
 _S, _VERSION, _J, _TRAINING, _RANK, _NL, _BUF_H, _BUF_T, _SEAT_H, _SEAT_N = range(10)
 _FREE, _CACHED, _LRU_H, _LRU_T, _NSEG, _ERR, _ERR_A, _APPLIED, _SWAP, _NSHARE = range(10, 20)
 _NPROMPT, _NRUN, _DONE, _SEQNO, _HN = range(20, 25)  # _HN.._HN+2: the three H' sizes
-N_I = 27
+_EFREE = 27  # the first free entry of the completion calendar (H[4])
+N_I = 28
 # float state F[...]: time, next publication, context tokens of the running batch, prefill tokens
 _T, _NEXT_PUB, _CTX, _PREFILL = range(4)
 N_F = 4
 # integer parameters P[...]
 _SEATS, _B, _STEPS, _PARTIAL, _PROMPT, _BS, _BLOCKS, _WM, _GROUP, _POOL, _SHARE = range(11)
-_SWAPPING, _ROOF = range(11, 13)
-N_P = 13
+_SWAPPING, _ROOF, _CAL = range(11, 14)  # _CAL: the calendar's buckets (0: the heap instead)
+N_P = 14
 # float parameters C[...]: roofline (base, per context token, per processed token, overhead) or
 # constant step (step time, 0, per prefilled token, 0); seconds per swapped block
 _BASE, _PER_CTX, _PER_TOK, _OVER, _SWAP_T = range(5)
@@ -98,6 +103,12 @@ ERR_ROLLOUTS, ERR_LENGTHS, ERR_SEGMENTS, ERR_STUCK, ERR_SCHEDULE = 1, 2, 3, 4, 5
 # 2^32), so the completions of one step come in the order they were scheduled: launch order, as
 # in the slot mode, where a rollout recomputed at a publication is scheduled anew.
 KEY = 1 << 31
+#: The most buckets of the completion calendar. A completion is due less than the longest rollout's
+#: length of steps ahead, so with a power of two ``M`` of buckets above that length, bucket
+#: ``step % M`` holds the completions of that step alone, appended in schedule order: a step's
+#: completions are one list, taken in the heap's order, with no sift. Longer rollouts than this
+#: (a length file's) keep the heap (``P[_CAL] = 0``).
+CALENDAR_MAX = 1 << 22
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -249,12 +260,29 @@ def _fits(IS: I64, P: I64, cnt: I64, took: int, tokens: int) -> bool:
     return bool(room >= P[_WM])
 
 
-def _schedule(IS: I64, R: I32, W: I64, WF: F64, H: I64, r: int, fin: int) -> int:
-    """Give rollout ``r`` a new schedule number and push its completion at step ``fin``."""
+def _schedule(IS: I64, P: I64, R: I32, W: I64, WF: F64, H: I64, r: int, fin: int) -> int:
+    """Give rollout ``r`` a new schedule number and schedule its completion at step ``fin``: at
+    the tail of the calendar's bucket for that step (its entries ``H[4]``: number and rollout,
+    next entry; its buckets ``H[3]``: first and last entry), or on the heap without a calendar."""
     q = int(IS[_SEQNO])
     IS[_SEQNO] = q + 1
     W[_SEQ, R[_SLOT, r]] = q
-    _hpush(H, IS, 0, fin * KEY + q, r)
+    if P[_CAL] == 0:
+        _hpush(H, IS, 0, fin * KEY + q, r)
+        return q
+    e = IS[_EFREE]
+    if e < 0:
+        IS[_ERR] = ERR_SCHEDULE
+        return q
+    IS[_EFREE] = H[4, 1, e]
+    H[4, 0, e] = q * KEY + r
+    H[4, 1, e] = -1
+    b = fin & (P[_CAL] - 1)
+    if H[3, 1, b] < 0:
+        H[3, 0, b] = e
+    else:
+        H[4, 1, H[3, 1, b]] = e
+    H[3, 1, b] = e
     return q
 
 
@@ -280,7 +308,7 @@ def _start(
     IS[_NRUN] += 1
     F[_CTX] += P[_PROMPT] + g
     WF[_SINCE, R[_SLOT, r]] = F[_T]
-    q = _schedule(IS, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
+    q = _schedule(IS, P, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
     W[_ADM, R[_SLOT, r]] = q
     if P[_BLOCKS] >= 0:  # preemption needs the newest running sequence: pushed on its stack
         if IS[_HN + 1] >= H.shape[2]:
@@ -502,7 +530,7 @@ def _interrupt(
             if running:  # rescheduled, at the same step: its completion now follows the others'
                 F[_PREFILL] += P[_PROMPT] + g
                 ST[ST_PREFILL] += P[_PROMPT] + g
-                _schedule(IS, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
+                _schedule(IS, P, R, W, WF, H, r, s + W[_LEN, R[_SLOT, r]] - g - 1)
             else:
                 W[_ONCPU, R[_SLOT, r]] = 0  # its swapped KV is stale: recomputed when it resumes
 
@@ -544,21 +572,42 @@ def _publish(IS: I64, P: I64, F: F64, pub: F64) -> None:
 def _complete(
     IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, buf: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64, step: int,
 ) -> None:  # fmt: skip
-    """The rollouts whose last token came in ``step`` finish, in launch order."""
+    """The rollouts whose last token came in ``step`` finish, in launch order: the calendar's
+    bucket of the step, first to last, or the heap's entries of the step."""
+    if P[_CAL] > 0:
+        b = step & (P[_CAL] - 1)
+        while H[3, 0, b] >= 0:
+            e = H[3, 0, b]
+            H[3, 0, b] = H[4, 1, e]
+            entry = H[4, 0, e]
+            H[4, 1, e] = IS[_EFREE]
+            IS[_EFREE] = e
+            q, r = entry // KEY, entry % KEY
+            _finish(IS, P, F, R, W, WF, RF, PR, LRU, buf, seats, seat_rid, cnt, r, q)
+        H[3, 1, b] = -1
+        return
     while IS[_HN] > 0 and H[0, 0, 0] // KEY == step:
         key, r = _hpop(H, IS, 0)
-        if W[_STATE, R[_SLOT, r]] != _RUN or W[_SEQ, R[_SLOT, r]] != key % KEY:
-            continue  # preempted, restarted or rescheduled since this entry
-        _stop(IS, P, F, R, W, WF, RF, PR, LRU, cnt, r, W[_LEN, R[_SLOT, r]])
-        W[_STATE, R[_SLOT, r]] = _OFF
-        R[_STATUS, r] = _PENDING
-        RF[_FINISH, r] = F[_T]
-        buf[IS[_BUF_T]] = r
-        IS[_BUF_T] += 1
-        seat = R[_SLOT, r]
-        seat_rid[seat] = -1
-        seats[(IS[_SEAT_H] + IS[_SEAT_N]) % P[_SEATS]] = seat
-        IS[_SEAT_N] += 1
+        _finish(IS, P, F, R, W, WF, RF, PR, LRU, buf, seats, seat_rid, cnt, r, key % KEY)
+
+
+def _finish(
+    IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, buf: I64, seats: I64, seat_rid: I64, cnt: I64, r: int, q: int,
+) -> None:  # fmt: skip
+    """Rollout ``r``'s completion under schedule number ``q`` comes due: it finishes, unless it
+    was preempted, restarted or rescheduled since (another number)."""
+    if W[_STATE, R[_SLOT, r]] != _RUN or W[_SEQ, R[_SLOT, r]] != q:
+        return
+    _stop(IS, P, F, R, W, WF, RF, PR, LRU, cnt, r, W[_LEN, R[_SLOT, r]])
+    W[_STATE, R[_SLOT, r]] = _OFF
+    R[_STATUS, r] = _PENDING
+    RF[_FINISH, r] = F[_T]
+    buf[IS[_BUF_T]] = r
+    IS[_BUF_T] += 1
+    seat = R[_SLOT, r]
+    seat_rid[seat] = -1
+    seats[(IS[_SEAT_H] + IS[_SEAT_N]) % P[_SEATS]] = seat
+    IS[_SEAT_N] += 1
 
 
 def _step_time(IS: I64, P: I64, F: F64, C: F64, ST: F64) -> float:
@@ -605,7 +654,10 @@ def _quiet(IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, H: I64, cnt: I64, t
     done."""
     if F[_NEXT_PUB] <= t:
         return False
-    if IS[_HN] > 0 and H[0, 0, 0] // KEY < IS[_S]:
+    if P[_CAL] > 0:  # a completion due at the step just run
+        if H[3, 0, (IS[_S] - 1) & (P[_CAL] - 1)] >= 0:
+            return False
+    elif IS[_HN] > 0 and H[0, 0, 0] // KEY < IS[_S]:
         return False
     if P[_PARTIAL] != _NONE and IS[_APPLIED] != IS[_VERSION]:
         return False
@@ -632,11 +684,21 @@ def run_loop(
 
     ``seats`` holds ``0 .. slots - 1``, ``seat_rid`` ``-1``, ``nxt`` and ``cnt`` zeros (``cnt`` of
     length ``block_size``), ``H`` room for the two heaps and the stack: completions, newest running (a
-    stack of negated schedule numbers, the newest on top), preempted."""
+    stack of negated schedule numbers, the newest on top), preempted; with a calendar
+    (``P[_CAL] > 0``), two more rows: its buckets, and its entries in place of the completions'
+    heap."""
     n = P[_SEATS]
     IS[_SEAT_N] = n
     IS[_FREE] = P[_BLOCKS]
     F[_NEXT_PUB] = math.inf
+    if P[_CAL] > 0:  # the calendar's buckets empty, its entries all free
+        for b in range(P[_CAL]):
+            H[3, 0, b] = -1
+            H[3, 1, b] = -1
+        for e in range(H.shape[2]):
+            H[4, 1, e] = e + 1
+        H[4, 1, H.shape[2] - 1] = -1
+        IS[_EFREE] = 0
     while True:
         _admit(IS, P, F, R, W, WF, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H)
         _make_room(IS, P, F, R, W, WF, RF, PR, LRU, ST, cnt, H)

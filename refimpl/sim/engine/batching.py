@@ -114,7 +114,7 @@ def _params(cfg: SimConfig, model: EngineModel) -> tuple[NDArray[np.int64], NDAr
     p = np.zeros(L.N_P, dtype=np.int64)
     total = model.total_blocks
     pool = model.prompts or 0
-    p[:] = (
+    p[: L._CAL] = (  # the calendar's size: set per run of the loop (run_engine)
         cfg.slots,
         cfg.batch,
         cfg.steps,
@@ -168,6 +168,15 @@ def _capacities(cfg: SimConfig) -> tuple[int, int]:
     return rollouts, segments
 
 
+def _calendar_size(lengths: NDArray[np.int64]) -> int:
+    """Buckets of the loop's completion calendar: the least power of two above the longest length
+    (a completion is due less than that many steps ahead), or 0 (the heap) past
+    :data:`~refimpl.sim.engine._loop.CALENDAR_MAX`."""
+    top = int(lengths.max()) if lengths.size else 0
+    size = 1 << max(top, 1).bit_length()
+    return size if size <= L.CALENDAR_MAX else 0
+
+
 def run_engine(
     cfg: SimConfig,
     supply: LengthSupply,
@@ -184,8 +193,11 @@ def run_engine(
     cap_heap = 4 * cfg.slots + 1024  # live entries: about one per seat, and a few stale ones
     while True:
         lengths = np.ceil(supply.matrix).astype(np.int64)
+        p[L._CAL] = _calendar_size(lengths)
         n_prompts = (model.prompts or cap) if model.prefix_sharing else 1
         arrays = _arrays(cap, cap_seg, cap_heap, n_prompts, cfg, model.block_size)
+        if p[L._CAL]:  # the calendar's buckets and entries: two more rows of H
+            arrays["H"] = np.zeros((5, 2, max(cap_heap, int(p[L._CAL]))), dtype=np.int64)
         i_state, f_state, stats = arrays["I"], arrays["F"], arrays["ST"]
         loop(p, c, trainer_times, lengths, *[arrays[k] for k in _ORDER])
         err = int(i_state[L._ERR])
