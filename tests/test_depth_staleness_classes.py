@@ -407,3 +407,128 @@ def test_policy_version_with_zero_to_three_publications(count: int) -> None:
         bad = [*pub[:-1], pub[-2] - 0.25]
         with pytest.raises(ValueError, match=rf"publish_times\[{count - 1}\] < publish_times"):
             refimpl.policy_version(times, publish_times=bad)
+
+
+# --- the diagnostics against an exact model --------------------------------------------------
+
+
+def _diagnostics_model(s: list[int], w: list[F], lengths: list[int], bins: int) -> dict[str, Any]:
+    """Every field of :class:`refimpl.MaskingDiagnostics` from its definition, in Fractions: the
+    length bins' interior edges are the ``i/bins`` quantiles of ``method="inverted_cdf"`` (the
+    sorted value at index ``ceil(q n) − 1``), without duplicates or the maximum; a length falls in
+    the bin of the interior edges strictly below it."""
+    n = len(s)
+    kept = [x > 0 for x in w]
+    on = [i for i in range(n) if s[i] == 0]
+    values = sorted(set(s))
+    by_s = [[i for i in range(n) if s[i] == v] for v in values]
+    bins = min(bins, n)
+    ordered = sorted(lengths)
+    qs = [F(i, bins) for i in range(1, bins)]
+    interior = sorted({ordered[math.ceil(q * n) - 1] for q in qs} - {max(lengths)})
+    edges = [min(lengths), *interior, max(lengths)]
+    index = [sum(e < ell for e in interior) for ell in lengths]
+    members = [[i for i in range(n) if index[i] == b] for b in range(len(edges) - 1)]
+    total = sum(w, F(0))
+    squares = sum((x * x for x in w), F(0))
+    return {
+        "kept_fraction": F(sum(kept), n),
+        "on_policy_dropped_fraction": F(sum(not kept[i] for i in on), len(on)) if on else F(0),
+        "on_policy_count": len(on),
+        "effective_sample_size": total * total / squares if squares else F(0),
+        "staleness_values": values,
+        "keep_rate_by_staleness": [F(sum(kept[i] for i in g), len(g)) for g in by_s],
+        "count_by_staleness": [len(g) for g in by_s],
+        "length_edges": edges,
+        "keep_rate_by_length": [F(sum(kept[i] for i in g), len(g)) for g in members],
+        "count_by_length": [len(g) for g in members],
+    }
+
+
+@st.composite
+def diagnostics_cases(draw: st.DrawFn) -> tuple[list[int], list[F], list[int], int]:
+    """Unequal classes: staleness values with unequal counts, weights that are 0 or not 1,
+    lengths with ties, and any number of bins (more than samples included)."""
+    n = draw(st.integers(1, 9))
+    s = [draw(st.sampled_from([0, 0, 1, 3])) for _ in range(n)]
+    w = [draw(st.sampled_from([F(0), F(1, 4), F(3, 2), F(5)])) for _ in range(n)]
+    lengths = [draw(st.sampled_from([1, 2, 7, 7, 30, 64])) for _ in range(n)]
+    return s, w, lengths, draw(st.integers(1, 12))
+
+
+def _diagnostics_property(diagnose: Callable[..., Any]) -> Callable[[], None]:
+    @given(diagnostics_cases())
+    def prop(case: tuple[list[int], list[F], list[int], int]) -> None:
+        s, w, lengths, bins = case
+        got = diagnose(s, [float(x) for x in w], lengths=lengths, length_bins=bins)
+        want = _diagnostics_model(s, w, lengths, bins)
+        for name, value in want.items():
+            found = getattr(got, name)
+            if isinstance(value, list):
+                assert np.asarray(found).tolist() == [float(x) for x in value], name
+            elif name == "effective_sample_size":
+                assert math.isclose(found, float(value), rel_tol=1e-15), name  # a few roundings
+            else:
+                assert found == float(value), name
+
+    return prop
+
+
+def test_masking_diagnostics_is_the_exact_model() -> None:
+    run_property(_diagnostics_property(refimpl.masking_diagnostics))
+
+
+def _bins_closed_on_the_left(s: Any, w: Any, *, lengths: Any, length_bins: int) -> Any:
+    """A length equal to an interior edge counted in the bin above it (``side="right"``)."""
+    out = refimpl.masking_diagnostics(s, w, lengths=lengths, length_bins=length_bins)
+    interior = out.length_edges[1:-1]
+    ell = np.asarray(lengths, dtype=float)
+    index = np.searchsorted(interior, ell, side="right")
+    nb = out.length_edges.size - 1
+    kept = np.asarray(w, dtype=float) > 0
+    count = np.bincount(index, minlength=nb)[:nb]
+    rate = np.bincount(index, weights=kept, minlength=nb)[:nb] / np.maximum(count, 1)
+    return out._replace(keep_rate_by_length=rate, count_by_length=count)
+
+
+def _dropped_over_all_samples(s: Any, w: Any, *, lengths: Any, length_bins: int) -> Any:
+    """The on-policy dropped fraction divided by n instead of the on-policy count."""
+    out = refimpl.masking_diagnostics(s, w, lengths=lengths, length_bins=length_bins)
+    return out._replace(
+        on_policy_dropped_fraction=out.on_policy_dropped_fraction * out.on_policy_count / len(s)
+    )
+
+
+@pytest.mark.parametrize("wrong", [_bins_closed_on_the_left, _dropped_over_all_samples])
+def test_the_diagnostics_property_rejects_a_wrong_variant(wrong: Callable[..., Any]) -> None:
+    rejects(_diagnostics_property(wrong))
+
+
+def test_masking_diagnostics_refuses_a_2d_staleness() -> None:
+    with pytest.raises(
+        ValueError, match=r"s must be 1-D \(one staleness per sample\).*shape \(n,\)"
+    ):
+        refimpl.masking_diagnostics([[0, 1]], [[1.0, 1.0]])
+
+
+@pytest.mark.parametrize("scale", [2.0**-1000, 1.0, 2.0**1000, 5e307])
+def test_effective_sample_size_is_exact_at_any_scale(scale: float) -> None:
+    """The Notes' claim: computed on ``w / max(w)``, so weights near the float64 limits neither
+    overflow (``w²`` of 1.5e308) nor underflow (``w²`` of 2^-1000) and the ESS stays the exact
+    81/41 of ``[1, 0, 3, 1/2]`` to a rounding or two, and 81/164 as a fraction."""
+    w = np.array([1.0, 0.0, 3.0, 0.5]) * scale
+    assert math.isclose(refimpl.effective_sample_size(w), 81 / 41, rel_tol=1e-15)
+    frac = refimpl.effective_sample_size(w, ess="fraction")
+    assert math.isclose(frac, 81 / 164, rel_tol=1e-15)
+
+
+# --- refusals no valid call reaches --------------------------------------------------------------
+
+
+def test_ragged_versions_with_a_mask_and_an_empty_batch_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"mask must be None for ragged token_versions.*Drop mask"):
+        refimpl.sample_staleness(5, [[1, 2], [3]], mask=[[1, 1], [1, 0]])
+    with pytest.raises(ValueError, match=r"token_versions must hold at least one sample.*B >= 1"):
+        refimpl.sample_staleness(5, np.zeros((0, 3)))
+    one = refimpl.sample_staleness(5, np.array([[2.0]]))
+    assert one.sample.tolist() == [3.0]
