@@ -34,7 +34,7 @@ Array = NDArray[np.float64]
 EDGE = 1e-9
 #: Every option value crossed with every other: more draws than the profile's default (each is
 #: a few milliseconds), so that each pair of option values meets in several drawn cases.
-MANY = settings(max_examples=400)
+MANY = settings(max_examples=250)
 
 
 @st.composite
@@ -133,7 +133,6 @@ truncated_options = st.fixed_dictionaries(
 
 
 def _truncated_property(fn: Callable[..., Array]) -> Callable[[], None]:
-    @MANY
     @given(st.data())
     def prop(data: st.DataObject) -> None:
         opts = data.draw(truncated_options)
@@ -165,7 +164,7 @@ def _truncated_via_model(defect: str) -> Callable[..., Array]:
 
 
 def test_truncated_is_weights_is_the_model_for_every_option() -> None:
-    run_property(_truncated_property(refimpl.truncated_is_weights))
+    run_property(MANY(_truncated_property(refimpl.truncated_is_weights)))
 
 
 @pytest.mark.parametrize(
@@ -243,7 +242,6 @@ masked_options = st.fixed_dictionaries(
 
 
 def _masked_property(fn: Callable[..., Array]) -> Callable[[], None]:
-    @MANY
     @given(st.data())
     def prop(data: st.DataObject) -> None:
         opts = data.draw(masked_options)
@@ -280,7 +278,7 @@ def _masked_via_model(defect: str) -> Callable[..., Array]:
 
 
 def test_masked_is_weights_is_the_model_for_every_option() -> None:
-    run_property(_masked_property(refimpl.masked_is_weights))
+    run_property(MANY(_masked_property(refimpl.masked_is_weights)))
 
 
 @pytest.mark.parametrize(
@@ -338,7 +336,6 @@ decoupled_options = st.fixed_dictionaries(
 
 
 def _decoupled_property(fn: Callable[..., Array]) -> Callable[[], None]:
-    @MANY
     @given(st.data())
     def prop(data: st.DataObject) -> None:
         opts = data.draw(decoupled_options)
@@ -366,7 +363,7 @@ def _decoupled_via_model(defect: str) -> Callable[..., Array]:
 
 
 def test_decoupled_ppo_weights_is_the_model_for_every_option() -> None:
-    run_property(_decoupled_property(refimpl.decoupled_ppo_weights))
+    run_property(MANY(_decoupled_property(refimpl.decoupled_ppo_weights)))
 
 
 @pytest.mark.parametrize("defect", ["clip read as mask", "lower ignored", "clamp ignored"])
