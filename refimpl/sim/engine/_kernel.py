@@ -33,6 +33,7 @@ _FUNCTIONS = (
     "_prompt_plan",
     "_acquire_prompt",
     "_fits",
+    "_fits_plan",
     "_schedule",
     "_start",
     "_stop",
@@ -62,7 +63,7 @@ _FUNCTIONS = (
 #: sites, they took the compilation past a minute for 15% more speed).
 _INLINE = frozenset(
     {
-        "_cdiv", "_fits", "_quiet", "_advance", "_account", "_step_time", "_alloc",
+        "_cdiv", "_fits", "_fits_plan", "_quiet", "_advance", "_account", "_step_time", "_alloc",
         "_hpush", "_hpop", "_schedule", "_prompt_plan", "_start", "_stop",
         "_complete", "_finish", "_try_train", "_publish", "_make_room", "_admit",
     }

@@ -420,21 +420,38 @@ def _resume(
 def _admit(
     IS: I64, P: I64, F: F64, R: I32, W: I64, WF: F64, RF: F64, PR: I64, LRU: I64, ST: F64, lengths: I64, nxt: I64, seats: I64, seat_rid: I64, cnt: I64, H: I64,
 ) -> None:  # fmt: skip
-    """Fill the engine: preempted rollouts first (oldest first), then new ones in free seats."""
+    """Fill the engine: preempted rollouts first (oldest first), then new ones in free seats.
+    Whether the next one fits is checked here first, as :func:`_resume` and :func:`_launch`
+    check it: under memory pressure most boundaries end on one that does not, and the check
+    costs less than their call."""
     while IS[_ERR] == 0:
         if IS[_HN + 2] > 0:
             r = int(H[2, 1, 0])
             if W[_STATE, R[_SLOT, r]] != _PAUSED or W[_RID, R[_SLOT, r]] != r:
                 _hpop(H, IS, 2)  # restarted meanwhile
                 continue
-            if not _resume(IS, P, F, R, W, WF, RF, PR, LRU, ST, cnt, H, r):
+            if not _fits_plan(IS, P, PR, cnt, r, W[_G0, R[_SLOT, r]]):
                 return  # first come, first served: nothing overtakes it
+            if not _resume(IS, P, F, R, W, WF, RF, PR, LRU, ST, cnt, H, r):
+                return
             _hpop(H, IS, 2)
             continue
         if IS[_SEAT_N] == 0:
             return
+        r = IS[_NL]  # the next launch, unless it is out of room (_launch reports that)
+        room = r < R.shape[1] and nxt[seats[IS[_SEAT_H]]] < lengths.shape[1]
+        if room and not _fits_plan(IS, P, PR, cnt, r, 0):
+            return
         if not _launch(IS, P, F, R, W, WF, RF, PR, LRU, ST, lengths, nxt, seats, seat_rid, cnt, H):
             return
+
+
+def _fits_plan(IS: I64, P: I64, PR: I64, cnt: I64, r: int, g: int) -> bool:
+    """Whether rollout ``r``, ``g`` tokens generated, can join now: its prompt's plan
+    (:func:`_prompt_plan`), then :func:`_fits`."""
+    p, took, _, _ = _prompt_plan(IS, P, PR, r)
+    own = P[_PROMPT] % P[_BS] if p >= 0 else P[_PROMPT]
+    return _fits(IS, P, cnt, took, own + g)
 
 
 def _make_room(
