@@ -330,12 +330,52 @@ def test_the_packed_layout_gives_the_padded_loss_and_gradient() -> None:
     torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("packed", ["", "_packed"])
+@pytest.mark.parametrize("agg", ["mean", "sum", "max"])
+@pytest.mark.parametrize(("metric", "want"), [("kl_k1", -0.75), ("kl_k2", -1.0)])
+def test_a_row_statistic_below_lower_drops_the_row_only_for_k1(
+    metric: str, want: float, agg: str, packed: str
+) -> None:
+    from refimpl.frameworks import _areal_losses_decoupled_sequence as m
+
+    # d = ln 2·(−1, −1) and ln 2·(1, 0): k1's row mean, sum and max are −0.69, −1.39, −0.69 and
+    # 0.35, 0.69, 0.69, so lower −0.5 drops the first row and keeps the second (weights 2, 1:
+    # −3/4, the count before rejection); k2 (0.24, 0.24 and 0.24, 0) is never below −0.5 and
+    # keeps both (weights 1/2, 1/2, 2, 1: −4/4)
+    candidate = getattr(m, f"areal_decoupled_ppo_sequence_{metric}_{agg}{packed}")
+    args = _on_policy([[-1.0, -1.0], [1.0, 0.0]])
+    got = candidate(*args, **PPO, cap=1.0, lower=-0.5, mask=torch.ones(2, 2, dtype=F64))
+    assert got.item() == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("agg", ["sum", "max"])
+def test_the_packed_clamp_of_a_row_statistic_gives_the_padded_loss_and_gradient(agg: str) -> None:
+    from refimpl.frameworks import _areal_losses_decoupled as padded
+    from refimpl.frameworks import _areal_losses_decoupled_sequence as packed
+
+    torch.manual_seed(1)
+    logp, prox, behav = (torch.randn(3, 4, dtype=F64) * 0.3 for _ in range(3))
+    adv = torch.randn(3, 4, dtype=F64)
+    out = []
+    for candidate in (
+        getattr(padded, f"areal_decoupled_ppo_sequence_clamp_{agg}"),
+        getattr(packed, f"areal_decoupled_ppo_sequence_clamp_{agg}_packed"),
+    ):
+        x = logp.clone().requires_grad_(True)
+        loss = candidate(x, prox, behav, adv, **PPO, cap=1.1, lower=0.9, mask=MASK)
+        loss.backward()
+        out.append((loss.item(), x.grad))
+    assert out[0][0] == pytest.approx(out[1][0], rel=1e-6)
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-6, atol=1e-7)
+
+
 def test_every_decoupled_candidate_is_one_call_of_the_factory() -> None:
     import inspect
 
     from refimpl.frameworks import _areal_losses_decoupled as m
+    from refimpl.frameworks import _areal_losses_decoupled_sequence as more
 
-    for a in m.ADAPTERS:
+    for a in (*m.ADAPTERS, *more.ADAPTERS):
         source = inspect.getsource(a.candidate)
         assert source.count("rejection_loss(") == 1, a.key
         assert "ppo_actor_loss_fn" in source, a.key

@@ -42,6 +42,7 @@ import numpy as np
 from refimpl.frameworks import (
     _areal_losses_actor,
     _areal_losses_decoupled,
+    _areal_losses_decoupled_sequence,
     _areal_losses_sequence,
 )
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
@@ -639,6 +640,10 @@ ADAPTERS = (
 
 # M2PO's mask lives in areal/trainer/ppo/actor.py, importable only with the areal.trainer stub
 ADAPTERS = (*ADAPTERS, *_areal_losses_actor.ADAPTERS, *_areal_losses_sequence.ADAPTERS)
-ADAPTERS = (*ADAPTERS, *_areal_losses_decoupled.ADAPTERS)
+ADAPTERS = (
+    *ADAPTERS,
+    *_areal_losses_decoupled.ADAPTERS,
+    *_areal_losses_decoupled_sequence.ADAPTERS,
+)
 
 __all__ = ["ADAPTERS"]

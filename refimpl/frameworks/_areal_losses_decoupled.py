@@ -70,7 +70,7 @@ _OVERFLOW = Divergence(
     "torch.exp(logprobs - proximal_logprobs), 0) in ppo_actor_loss_fn.",
 )
 
-_OVERFLOW_PACKED = Divergence(
+OVERFLOW_PACKED = Divergence(
     "numerical limit",
     "On the packed layout padding never reaches the loss (only valid tokens are packed), so the "
     "padding defect does not show; a real token whose log-ratio is beyond float32's exp range "
@@ -78,7 +78,7 @@ _OVERFLOW_PACKED = Divergence(
     "0·inf = NaN where the exact loss is 0: the numerical limit of the unclamped exp.",
 )
 
-_REJECTED_NAN_PACKED = Divergence(
+REJECTED_NAN_PACKED = Divergence(
     "defect",
     "On the packed layout the smallest failing input is a real token that rejection drops (its "
     "KL estimate above the cap) while logprobs - proximal_logprobs = 100: "
@@ -412,7 +412,7 @@ _DIVERGENCES = {
 }
 
 
-def _adapter(
+def decoupled_adapter(
     key: str,
     candidate: Any,
     note: str,
@@ -461,14 +461,14 @@ _ROW = "Decoupled PPO with sequence-level rejection sampling: the row's geometri
 _KL = "Decoupled PPO rejected on a KL estimate of log(π_prox/μ), the weight the token's own ratio: "
 
 ADAPTERS: tuple[Adapter, ...] = (
-    _adapter(
+    decoupled_adapter(
         "mask",
         areal_decoupled_ppo_mask,
         "Decoupled PPO: the PPO clip on π_θ/π_prox times the behaviour weight π_prox/μ, tokens "
         "with the weight outside [lower, cap] rejected, divided by the count before rejection.",
         examples=(_REJECTED,),
     ),
-    _adapter(
+    decoupled_adapter(
         "clamp",
         areal_decoupled_ppo_clamp,
         "Decoupled PPO with the behaviour weight clamped to [lower, cap] (truncated IS).",
@@ -476,7 +476,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         examples=(_REJECTED,),
     ),
     *(
-        _adapter(
+        decoupled_adapter(
             f"sequence_{'' if action == 'mask' else 'clamp_'}{agg}",
             candidate,
             f"{_ROW}every token, the row {'dropped' if action == 'mask' else 'clamped'} when its "
@@ -495,7 +495,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         )
     ),
     *(
-        _adapter(
+        decoupled_adapter(
             metric,
             candidate,
             f"{_KL}tokens with {what} outside [lower, cap] dropped.",
@@ -508,7 +508,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         )
     ),
     *(
-        _adapter(
+        decoupled_adapter(
             f"sequence_kl_k3_{agg}",
             candidate,
             f"{_KL}rows whose {agg} of k3 = e^-d − 1 + d leaves [lower, cap] dropped.",
@@ -522,7 +522,7 @@ ADAPTERS: tuple[Adapter, ...] = (
             ("max", areal_decoupled_ppo_sequence_kl_k3_max),
         )
     ),
-    _adapter(
+    decoupled_adapter(
         "sequence_mean_packed",
         areal_decoupled_ppo_sequence_mean_packed,
         f"{_ROW}every token, the row dropped when its geometric mean leaves [lower, cap], on the "
@@ -530,10 +530,10 @@ ADAPTERS: tuple[Adapter, ...] = (
         level="sequence",
         agg="mean",
         settings={"layout": "packed (cu_seqlens)"},
-        divergences={"huge_log_ratios_stay_finite": _OVERFLOW_PACKED},
+        divergences={"huge_log_ratios_stay_finite": OVERFLOW_PACKED},
     ),
     *(
-        _adapter(
+        decoupled_adapter(
             f"{key}_packed",
             candidate,
             f"{note}, on the packed 1-D layout (valid tokens concatenated, cu_seqlens per row).",
@@ -548,24 +548,30 @@ ADAPTERS: tuple[Adapter, ...] = (
                 areal_decoupled_ppo_sequence_max_packed,
                 f"{_ROW}every token, the row dropped when its largest ratio leaves [lower, cap]",
                 {"agg": "max"},
-                _OVERFLOW_PACKED,
+                OVERFLOW_PACKED,
             ),
             (
                 "sequence_clamp_mean",
                 areal_decoupled_ppo_sequence_clamp_mean_packed,
                 f"{_ROW}every token, clamped in the rows whose geometric mean leaves [lower, cap]",
                 {"agg": "mean", "action": "clamp"},
-                _OVERFLOW_PACKED,
+                OVERFLOW_PACKED,
             ),
             (
                 "sequence_kl_k3_sum",
                 areal_decoupled_ppo_sequence_kl_k3_sum_packed,
                 f"{_KL}rows whose sum of k3 = e^-d − 1 + d leaves [lower, cap] dropped",
                 {"agg": "sum", "metric": "kl_k3"},
-                _REJECTED_NAN_PACKED,
+                REJECTED_NAN_PACKED,
             ),
         )
     ),
 )
 
-__all__ = ["ADAPTERS", "rejection_loss"]
+__all__ = [
+    "ADAPTERS",
+    "OVERFLOW_PACKED",
+    "REJECTED_NAN_PACKED",
+    "decoupled_adapter",
+    "rejection_loss",
+]
