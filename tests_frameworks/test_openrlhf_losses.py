@@ -124,3 +124,33 @@ def test_group_norm_and_rloo_on_two_groups() -> None:
     s = math.sqrt(0.5)  # torch.std of (0, 1)
     assert a.tolist() == pytest.approx([-0.5 / (s + 1e-9), 0.5 / (s + 1e-9), 0.0, 0.0], rel=1e-12)
     assert openrlhf_rloo(rewards, group=group).tolist() == [-1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.skipif(
+    not _openrlhf_losses_advantages.ADAPTERS,
+    reason="needs the SOURCE_LOADS entry of openrlhf.trainer.ppo_utils.experience_maker",
+)
+def test_no_std_norm_centres_on_the_token_weighted_mean_without_scaling() -> None:
+    from refimpl.frameworks._openrlhf_losses_advantages import (
+        openrlhf_gae_centred,
+        openrlhf_reinforce_baseline_centred,
+        openrlhf_reinforce_centred,
+    )
+
+    # rewards 1 and 3 on rows of 1 and 3 valid tokens: the token mean is (1 + 9)/4 = 2.5, not
+    # the row mean 2, and nothing divides the centred values
+    mask = _t([[1, 0, 0], [1, 1, 1]])
+    got = openrlhf_reinforce_centred(torch.tensor([1.0, 3.0], dtype=_T), mask=mask)
+    assert got.tolist() == [-1.5, 0.5]
+    # one group of two: r − group mean gives −1 and 1, then their token mean (−1 + 3)/4 = 0.5
+    got = openrlhf_reinforce_baseline_centred(
+        torch.tensor([1.0, 3.0], dtype=_T), mask=mask, group=torch.tensor([0, 0])
+    )
+    assert got.tolist() == [-1.5, 0.5]
+    # GAE with γ = λ = 1 and values 0: each token's return-to-go (1; 3, 2, 1) minus their mean 7/4
+    rewards = _t([[1, 0, 0], [1, 1, 1]])
+    adv, ret = openrlhf_gae_centred(
+        rewards, torch.zeros_like(rewards), gamma=1.0, lam=1.0, mask=mask
+    )
+    assert (adv * mask).tolist() == [[-0.75, 0.0, 0.0], [1.25, 0.25, -0.75]]
+    assert ret.tolist() == [[1.0, 0.0, 0.0], [3.0, 2.0, 1.0]]

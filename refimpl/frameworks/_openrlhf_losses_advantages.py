@@ -27,13 +27,15 @@ from refimpl.frameworks._stubs import SOURCE_LOADS
 _MAKER = "openrlhf.trainer.ppo_utils.experience_maker"
 
 
-def openrlhf_advantages(estimator: str, rewards: Any, group: Any, mask: Any) -> Any:
+def openrlhf_advantages(
+    estimator: str, rewards: Any, group: Any, mask: Any, *, no_std_norm: bool = False
+) -> Any:
     """``RemoteExperienceMaker.compute_advantages_and_returns`` on one experience of B rows.
 
     The smallest objects the method reads: an instance made with ``__new__``, its
     ``strategy.args`` (``n_samples_per_prompt`` = the group size, γ = 1, no reward clip, no length
-    penalty), ``kl_ctl.value = 0`` and one experience. Returns each row's advantage at its first
-    valid token (the value every valid token of the row carries).
+    penalty, ``advantage.no_std_norm``), ``kl_ctl.value = 0`` and one experience. Returns each
+    row's advantage at its first valid token (the value every valid token of the row carries).
     """
     import types
 
@@ -49,7 +51,7 @@ def openrlhf_advantages(estimator: str, rewards: Any, group: Any, mask: Any) -> 
     n = rows if group is None else rows // len(torch.unique(group))  # contiguous equal groups
     args = ns(
         rollout=ns(n_samples_per_prompt=n),
-        algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=False)),
+        algo=ns(advantage=ns(estimator=estimator, gamma=1.0, lambd=1.0, no_std_norm=no_std_norm)),
         reward=ns(clip_range=None),
     )
     maker = maker_class.__new__(maker_class)
@@ -116,12 +118,15 @@ def openrlhf_gae(rewards: Any, values: Any, *, gamma: float, lam: float, mask: A
     return maker.get_advantages_and_returns(values, rewards, mask, float(gamma), float(lam))
 
 
-def openrlhf_gae_whitened(rewards: Any, values: Any, *, gamma: float, lam: float, mask: Any) -> Any:
+def openrlhf_gae_advantages(
+    rewards: Any, values: Any, gamma: float, lam: float, mask: Any, *, no_std_norm: bool
+) -> Any:
     """``RemoteExperienceMaker.compute_advantages_and_returns`` with ``estimator="gae"``.
 
     The per-token rewards enter as ``compute_reward``'s KL term: a zero outcome reward, ``kl =
     −rewards`` and ``kl_ctl.value = 1`` give ``reward_t = 0·[t = eos] − 1·kl_t = rewards_t``.
-    Returns ``(advantages, returns)``: whitened advantages, returns of the unwhitened ones.
+    Returns ``(advantages, returns)``: the advantages centred over the batch's valid tokens (and
+    scaled by ``rsqrt(max(var, 1e-8))`` unless ``no_std_norm``), returns of the raw ones.
     """
     import types
 
@@ -134,12 +139,9 @@ def openrlhf_gae_whitened(rewards: Any, values: Any, *, gamma: float, lam: float
     ]
     ns = types.SimpleNamespace
     rows = rewards.shape[0]
+    advantage = ns(estimator="gae", gamma=gamma, lambd=lam, no_std_norm=no_std_norm)
     args = ns(
-        rollout=ns(n_samples_per_prompt=1),
-        algo=ns(
-            advantage=ns(estimator="gae", gamma=float(gamma), lambd=float(lam), no_std_norm=False)
-        ),
-        reward=ns(clip_range=None),
+        rollout=ns(n_samples_per_prompt=1), algo=ns(advantage=advantage), reward=ns(clip_range=None)
     )
     maker = maker_class.__new__(maker_class)
     maker.strategy = ns(args=args)
@@ -157,6 +159,38 @@ def openrlhf_gae_whitened(rewards: Any, values: Any, *, gamma: float, lam: float
     return experience.advantages, experience.returns
 
 
+def openrlhf_gae_whitened(rewards: Any, values: Any, *, gamma: float, lam: float, mask: Any) -> Any:
+    """``compute_advantages_and_returns``, ``advantage.estimator="gae"``: GAE, then whitened."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_gae_advantages
+
+    return openrlhf_gae_advantages(
+        rewards, values, float(gamma), float(lam), mask, no_std_norm=False
+    )
+
+
+def openrlhf_gae_centred(rewards: Any, values: Any, *, gamma: float, lam: float, mask: Any) -> Any:
+    """``compute_advantages_and_returns``, ``estimator="gae"``, ``no_std_norm=True``: centred only."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_gae_advantages
+
+    return openrlhf_gae_advantages(
+        rewards, values, float(gamma), float(lam), mask, no_std_norm=True
+    )
+
+
+def openrlhf_reinforce_centred(rewards: Any, *, mask: Any) -> Any:
+    """``compute_advantages_and_returns``, ``estimator="reinforce"``, ``no_std_norm=True``."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("reinforce", rewards, None, mask, no_std_norm=True)
+
+
+def openrlhf_reinforce_baseline_centred(rewards: Any, *, mask: Any, group: Any) -> Any:
+    """``compute_advantages_and_returns``, ``estimator="reinforce_baseline"``, ``no_std_norm``."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
+
+    return openrlhf_advantages("reinforce_baseline", rewards, group, mask, no_std_norm=True)
+
+
 _GROUPS = {"groups": "contiguous", "singleton": "excluded"}
 _WHITEN = {"std": "population", "eps": 1e-8, "eps_placement": "floor"}
 
@@ -169,12 +203,19 @@ def _adapter(
     candidate: Any,
     note: str,
     dtype: str = "float64",
+    no_std_norm: bool = False,
 ) -> Adapter:
+    settings: dict[str, Any] = {
+        "advantage.estimator": estimator,
+        "n_samples_per_prompt": "group size",
+    }
+    if no_std_norm:
+        settings["advantage.no_std_norm"] = True
     return Adapter(
         key=f"openrlhf.{key}",
         framework="openrlhf",
         function=f"{_MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
-        settings={"advantage.estimator": estimator, "n_samples_per_prompt": "group size"},
+        settings=settings,
         spec=spec,
         conventions=conventions,
         candidate=candidate,
@@ -226,6 +267,28 @@ _ADAPTERS: tuple[Adapter, ...] = (
         "r − group mean at every valid token, then whitened in float32 over the valid tokens.",
         dtype="float32",  # the whitening casts the advantages with .float(); the spec has no compute_dtype
     ),
+    _adapter(
+        "advantages_reinforce_no_std_norm",
+        "reinforce",
+        "reinforce_pp_advantages",
+        {"std": "none"},
+        openrlhf_reinforce_centred,
+        "no_std_norm=True: the reward at every valid token minus its float32 mean over the "
+        "batch's valid tokens, not scaled.",
+        dtype="float32",  # the centring casts the advantages with .float()
+        no_std_norm=True,
+    ),
+    _adapter(
+        "advantages_reinforce_baseline_no_std_norm",
+        "reinforce_baseline",
+        "reinforce_pp_advantages",
+        {**_GROUPS, "baseline": "group", "std": "none"},
+        openrlhf_reinforce_baseline_centred,
+        "no_std_norm=True: r − group mean at every valid token, then minus its float32 mean over "
+        "the batch's valid tokens, not scaled.",
+        dtype="float32",  # the centring casts the advantages with .float()
+        no_std_norm=True,
+    ),
     Adapter(
         key="openrlhf.gae",
         framework="openrlhf",
@@ -256,6 +319,29 @@ _ADAPTERS: tuple[Adapter, ...] = (
         candidate=openrlhf_gae_whitened,
         note="The trainer's path: GAE, then (A − mean)·rsqrt(max(var, 1e-8)) over the batch's "
         "valid tokens in float32; returns from the unwhitened advantages.",
+    ),
+    Adapter(
+        key="openrlhf.gae_no_std_norm",
+        framework="openrlhf",
+        function=f"{_MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
+        settings={
+            "advantage.estimator": "gae",
+            "gamma": "gamma",
+            "lambd": "lam",
+            "no_std_norm": True,
+        },
+        spec="gae_advantages",
+        conventions={
+            "output": "both",
+            "gaps": "steps",
+            "padding": "ignored",
+            "whiten": "batch",
+            "whiten_std": "none",
+            "compute_dtype": "float32",  # the centring casts the advantages with .float()
+        },
+        candidate=openrlhf_gae_centred,
+        note="no_std_norm=True: GAE, then A − its mean over the batch's valid tokens in float32, "
+        "not scaled; returns from the uncentred advantages.",
     ),
 )
 
