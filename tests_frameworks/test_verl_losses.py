@@ -156,3 +156,28 @@ def test_partition_on_the_trainers_scaling_path(mode: str) -> None:
     )  # fmt: skip
     assert report.ok, report
     assert report.intent == "global"
+
+
+def test_the_kl_penalty_in_the_reward_masks_in_the_trainer_and_not_in_compute_rewards() -> None:
+    from refimpl.frameworks._verl_losses_reward import verl_apply_kl_penalty, verl_compute_rewards
+
+    # outcomes 1 and 2 on rows of 2 and 1 valid tokens, k1 = 0.5 everywhere, β = 0.1
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    rewards = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    kl = torch.full((2, 2), 0.5, dtype=torch.float64)
+    got = verl_apply_kl_penalty(rewards, kl, beta=0.1, reward_clip=None, mask=mask)
+    want = torch.tensor([[-0.05, 0.95], [1.95, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=0.0, atol=1e-15)
+    # compute_rewards has no mask: the padded token carries −β·kl
+    got = verl_compute_rewards(rewards, kl, beta=0.1, reward_clip=None, mask=mask)
+    want = torch.tensor([[-0.05, 0.95], [1.95, -0.05]], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=0.0, atol=1e-15)
+
+
+def test_masked_mean_adds_1e8_to_the_count() -> None:
+    from refimpl.frameworks._verl_losses_agg import verl_masked_mean
+
+    loss = torch.tensor([[1.0, 3.0, 1e30]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
+    assert verl_masked_mean(loss, mask).item() == 4.0 / (2.0 + 1e-8)
+    assert verl_masked_mean(loss, torch.zeros_like(mask)).item() == 0.0

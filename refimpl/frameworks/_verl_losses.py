@@ -794,7 +794,7 @@ from refimpl.frameworks import _verl_losses_agg  # noqa: E402
 
 ADAPTERS = (*ADAPTERS, *_verl_losses_agg.ADAPTERS)
 
-# the outcome advantage estimators and the log-probability helpers
-from refimpl.frameworks import _verl_losses_adv  # noqa: E402
+# the outcome advantage estimators, the log-probability helpers and the KL penalty in the reward
+from refimpl.frameworks import _verl_losses_adv, _verl_losses_reward  # noqa: E402
 
-ADAPTERS = (*ADAPTERS, *_verl_losses_adv.ADAPTERS)
+ADAPTERS = (*ADAPTERS, *_verl_losses_adv.ADAPTERS, *_verl_losses_reward.ADAPTERS)

@@ -614,3 +614,38 @@ ADAPTERS = (
         note="exp(clip(log π_ref − log π, ±20)) − clip(…) − 1, clamped to ±10.",
     ),
 )
+
+
+_MASK_SUM_EPSILON = Divergence(
+    "numerical limit",
+    "masked_mean (verl/utils/torch_functional.py) divides the masked sum by mask.sum() + 1e-8, "
+    "so the mean of N valid tokens is shrunk by a relative 1e-8/N (one token of value 1 gives "
+    "0.99999999), and its gradient 1/(N + 1e-8) likewise: beyond float64's rounding, far below "
+    "float32's. The epsilon keeps a batch without a valid token at 0 instead of 0/0.",
+)
+
+
+def verl_masked_mean(loss: Any, mask: Any) -> Any:
+    """verl ``masked_mean(values, mask)`` (``axis=None``): the token mean its metrics and the
+    rollout-correction statistics use."""
+    from verl.utils.torch_functional import masked_mean
+
+    return masked_mean(loss, mask)
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    Adapter(
+        key="verl.masked_mean",
+        framework="verl",
+        function="verl.utils.torch_functional:masked_mean",
+        settings={"axis": None},
+        spec="aggregation",
+        conventions={"mode": "token_mean"},
+        candidate=verl_masked_mean,
+        divergences=dict.fromkeys(
+            ("values", "gradient", "padding_contributes_nothing", "empty_rows"), _MASK_SUM_EPSILON
+        ),
+        note="Σ where(mask, values, 0)·mask / (Σ mask + 1e-8): 0 on a batch without a valid token.",
+    ),
+)
