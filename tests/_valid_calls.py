@@ -23,7 +23,7 @@ from _rules import Rule, hand_rule
 
 from refimpl.losses import LogprobSemantics
 
-__all__ = ["FORMULA_MODULES", "HAND_RULES", "VALID_CALLS", "Call"]
+__all__ = ["ALSO_PUBLISHED", "FORMULA_MODULES", "HAND_RULES", "VALID_CALLS", "Call"]
 
 #: The packages whose public functions must each have a valid call.
 FORMULA_MODULES = (
@@ -32,6 +32,21 @@ FORMULA_MODULES = (
     "refimpl.effort",
     "refimpl.penalties",
     "refimpl.losses",
+)
+
+#: Functions of the formula packages published only under another package's name (the framework
+#: settings of ``refimpl/staleness/frameworks.py``, re-exported as ``refimpl.frameworks``; that
+#: package's own adapters are not formulas): each needs a valid call like a formula function.
+ALSO_PUBLISHED = tuple(
+    f"refimpl.frameworks {name}"
+    for name in (
+        "areal_staleness_bound",
+        "framework_staleness_bound",
+        "skyrl_staleness_bound",
+        "trl_staleness_bound",
+        "verl_off_policy_bound",
+        "verl_staleness_bound",
+    )
 )
 
 
@@ -106,6 +121,7 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.staleness effective_sample_size": (_c([1.0, 0.5, 0.0, 3.0]),),
     "refimpl.staleness masked_is_weights": (
         _c(_LP, _LQ, low=0.5, high=2.0, mask=_MASK, log_ratio_clamp=20.0),
+        _c(_LP, _LQ, low=0.5, high=2.0, level="geometric", log_ratio_clamp=1.0, clamp_at="token"),
     ),
     "refimpl.staleness masking_diagnostics": (
         _c([0, 0, 1, 2, 3], [1, 1, 1, 0, 0], lengths=[10, 20, 30, 40, 50], length_bins=2),
@@ -122,6 +138,7 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.staleness staleness_mask": (_c([0, 1, 2, 3], eta=1),),
     "refimpl.staleness truncated_is_weights": (
         _c(_LP, _LQ, cap=2.0, mask=_MASK, lower=0.1, log_ratio_clamp=20.0),
+        _c(_LP, _LQ, cap=2.0, level="sequence", log_ratio_clamp=1.0, clamp_at="token"),
     ),
     "refimpl.staleness vtrace": (
         _c(
@@ -147,6 +164,17 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
             clip_pg_rho_threshold=1.1,
         ),
     ),
+    # the framework settings (refimpl/staleness/frameworks.py, published as refimpl.frameworks)
+    "refimpl.frameworks areal_staleness_bound": (_c(max_head_offpolicyness=2),),
+    "refimpl.frameworks framework_staleness_bound": (
+        _c(framework="areal", value=2),
+        _c(framework="verl", value=8, setting="max_off_policy_threshold"),
+        _c(framework="verl", value=0.5),
+    ),
+    "refimpl.frameworks skyrl_staleness_bound": (_c(max_staleness_steps=2),),
+    "refimpl.frameworks trl_staleness_bound": (_c(max_staleness=2),),
+    "refimpl.frameworks verl_off_policy_bound": (_c(max_off_policy_threshold=3),),
+    "refimpl.frameworks verl_staleness_bound": (_c(staleness_threshold=0.5),),
     # effort
     "refimpl.effort adaptive_gap": (_c([0.5, 1.0], k0=0.005, b_min=0.0, tau=1.0, **_MIX),),
     "refimpl.effort budget_frontier": (_c([50.0, 150.0], **_MIX),),

@@ -29,6 +29,7 @@ import pytest
 from _rules import bind, discover, load_formula_modules, public_function, spying
 from _valid_calls import FORMULA_MODULES, VALID_CALLS
 from _wrong_variants import rejects
+from test_depth_staleness_classes import _ROUTES
 
 import refimpl as r
 import refimpl.losses as L
@@ -664,6 +665,20 @@ _KL = "test_losses_kl"
 _REJ = "test_losses_rejection"
 _SUR = "test_losses_surrogates"
 _STA = "test_staleness"
+_ROUTE = "test_depth_staleness_classes"
+
+
+def _route(framework: str) -> Ref:
+    """The framework's first setting routed to its own function (same record, both cases)."""
+    row = next(r for r in _ROUTES if r[0] == framework)
+    names = ("framework", "setting", "own", "direct", "minimum")
+    return Ref(
+        _ROUTE,
+        "test_every_framework_setting_routes_to_its_own_function",
+        dict(zip(names, row, strict=True)),
+    )
+
+
 _PEN = "test_penalties"
 _MODES = ("token_sum", "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "token_sum_norm")
 
@@ -679,6 +694,10 @@ def _by_hand_weights(mode: str) -> Ref:
 Check = Callable[[], None]
 
 OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
+    **{
+        ("refimpl.frameworks framework_staleness_bound", "framework", f): _route(f)
+        for f in ("areal", "skyrl", "trl", "verl")
+    },
     # aggregation
     **{("refimpl.losses aggregation_weights", "mode", m): _by_hand_weights(m) for m in _MODES},
     ("refimpl.losses aggregation_weights", "mode", "group_mean"): Ref(
