@@ -320,10 +320,15 @@ def _raw(
     order, row = _canonical(a["R"][:, :n], n_slots)
     vmin = a["R"][L._VMIN, :n][order]
     segments = _segments(a, vmin, row)
-    del row
+    del order
 
     def col(table: str, field: int, dtype: Any) -> NDArray[Any]:
-        return np.asarray(a[table][field, :n][order], dtype=dtype)
+        # scattered to the canonical rows: the loop's rows read in order, one write stream per
+        # slot (a gather by canonical row reads them at random: 26 ms for 12 columns of 1.1 x
+        # 10^6 rows here, against 15 ms)
+        out = np.empty(n, dtype=dtype)
+        out[row] = a[table][field, :n]
+        return out
 
     floats = {
         "launch_time": col("RF", L._LAUNCH, np.float64),
