@@ -43,6 +43,7 @@ FRAMEWORK_MODULES = (
     "openrlhf.utils.loss_utils",
     "areal.engine.fsdp_engine",
     "areal.trainer.ppo.actor",
+    "megatron.core.pipeline_parallel",
 )
 
 install_stubs()

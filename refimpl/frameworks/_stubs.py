@@ -315,6 +315,64 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
             "decorators need torch alone."
         ),
     ),
+    SourceLoad(
+        framework="skyrl",
+        source="skyrl.backends.skyrl_train.workers.megatron.megatron_model_wrapper",
+        names=(
+            "_build_packed_targets",
+            "_build_packed_valid_mask",
+            "_fused_lm_head_output_processor",
+            "MegatronModelWrapper",
+        ),
+        imports=(
+            "from __future__ import annotations\n"
+            "from dataclasses import asdict\n"
+            "from functools import partial\n"
+            "from typing import Any, Callable, Dict, List, Optional\n"
+            "import megatron.core.parallel_state as mpu\n"
+            "import torch\n"
+            "import torch.nn as nn\n"
+            "from megatron.core.distributed import finalize_model_grads\n"
+            "from megatron.core.pipeline_parallel import get_forward_backward_func\n"
+            "from omegaconf import OmegaConf\n"
+            "from skyrl.backends.skyrl_train.distributed.megatron.megatron_utils import (\n"
+            "    get_model_config, make_batch_generator, model_packs_sequences_internally,\n"
+            "    preprocess_packed_seqs, recover_left_padding, remove_left_padding,\n"
+            "    to_te_attention_mask)\n"
+            "from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (\n"
+            "    _fused_vocab_parallel_entropy_from_hidden,\n"
+            "    from_parallel_hidden_to_entropy_packed_sequences,\n"
+            "    from_parallel_hidden_to_logprobs,\n"
+            "    from_parallel_hidden_to_logprobs_packed_sequences,\n"
+            "    from_parallel_logits_to_logprobs,\n"
+            "    from_parallel_logits_to_logprobs_packed_sequences,\n"
+            "    vocab_parallel_entropy, vocab_parallel_entropy_packed_sequences)\n"
+            "from skyrl.backends.skyrl_train.distributed.megatron.packing_utils import is_fp8_enabled\n"
+            "from skyrl.backends.skyrl_train.mtp.adapter import project_mtp_hidden_to_logits\n"
+            "from skyrl.backends.skyrl_train.mtp.hidden_capture import maybe_capture_mtp_hidden\n"
+            "from skyrl.backends.skyrl_train.mtp.soft_ce import (\n"
+            "    build_teacher_logits, draft_soft_ce, draft_soft_ce_topk, shift_mask_for_mtp,\n"
+            "    unpadded_vocab_shard_width)\n"
+            "from skyrl.backends.skyrl_train.utils.replay_utils import (\n"
+            "    setup_per_microbatch_replay_backward, setup_per_microbatch_replay_forward)\n"
+            "from skyrl.backends.skyrl_train.utils.torch_utils import masked_mean\n"
+            "from skyrl.backends.skyrl_train.workers.worker_utils import (\n"
+            "    compute_minibatch_rollout_logprob_diff_metrics)\n"
+            "from refimpl.frameworks._stubs import load_from_source\n"
+            "_ppo = load_from_source('skyrl.backends.skyrl_train.utils.ppo_utils')\n"
+            "PolicyLossRegistry = _ppo['PolicyLossRegistry']\n"
+            "compute_approx_kl = _ppo['compute_approx_kl']\n"
+        ),
+        reason=(
+            "skyrl 0.3.0's workers/megatron/megatron_model_wrapper.py imports skyrl.train.config "
+            "(TrainerConfig, an annotation only) and ppo_utils, whose imports reach skyrl_gym, which "
+            "the skyrl wheel ships only as a non-importable data folder. "
+            "MegatronModelWrapper.forward_backward_mini_batch (its loss_func: the policy loss, the KL "
+            "and entropy terms and their micro-batch scaling, run by megatron.core's schedule) uses "
+            "megatron.core, the wrapper's own megatron utilities and ppo_utils' PolicyLossRegistry "
+            "and compute_approx_kl, bound here to ppo_utils' own source load."
+        ),
+    ),
 )
 
 
@@ -350,9 +408,15 @@ def load_from_source(module: str) -> dict[str, Any]:
         )
     package, _, leaf = module.rpartition(".")
     spec = importlib.util.find_spec(package)
-    if spec is None or spec.origin is None:
+    # a namespace package (a folder without __init__.py, as SkyRL's workers/megatron) has no
+    # origin: its folder is its one search location
+    folder = None
+    if spec is not None:
+        folders = spec.submodule_search_locations or []
+        folder = os.path.dirname(spec.origin) if spec.origin else next(iter(folders), None)
+    if folder is None:
         raise ModuleNotFoundError(f"{package} is not installed", name=package)
-    path = os.path.join(os.path.dirname(spec.origin), f"{leaf}.py")
+    path = os.path.join(folder, f"{leaf}.py")
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), filename=path)
     nodes = {
