@@ -532,3 +532,66 @@ def test_ragged_versions_with_a_mask_and_an_empty_batch_are_refused() -> None:
         refimpl.sample_staleness(5, np.zeros((0, 3)))
     one = refimpl.sample_staleness(5, np.array([[2.0]]))
     assert one.sample.tolist() == [3.0]
+
+
+def test_a_refusal_quoting_ragged_versions_shows_padding_as_zero() -> None:
+    """The same refusal reached from ragged rows (the exact re-read of each row), whose padding
+    the function makes itself."""
+    with pytest.raises(TypeError, match=r"float past 2\^53") as info:
+        refimpl.sample_staleness(2**60, [[2.0**54], [5.0, 7.0]])
+    message = str(info.value)
+    assert "-1" not in message
+    assert "[[1.8014398509481984e+16 0]" in message
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+def test_versions_at_two_to_the_53_are_read_exactly(offset: int) -> None:
+    """At ``2^53 + 1`` the float reading rounds (to ``2^53``): the exact path must take over from
+    ``2^53`` on, so that a version equal to the trainer step is staleness 0, not 1."""
+    v = 2**53 + offset
+    for rows in ([[v, v]], [[v], [v, v]], np.array([[v, v]], dtype=np.int64)):
+        got = refimpl.sample_staleness(v, rows)
+        assert got.sample.tolist() == [0.0] * len(rows)
+        got = refimpl.sample_staleness(v + 2, rows)
+        assert got.sample.tolist() == [2.0] * len(rows)
+
+
+def test_staleness_at_padding_is_positive_zero_in_every_layout() -> None:
+    """``Staleness.token`` is 0.0 at padding (its sign bit clear), whatever the padding holds and
+    whether the function pads (ragged rows) or the caller does (a mask), below and past 2^53."""
+    big = 2**60
+    cases: list[tuple[int, Any, Any]] = [
+        (5, [[3, 4], [5]], None),
+        (5, np.array([[3.0, 4.0], [5.0, 9.0]]), [[1, 1], [1, 0]]),
+        (big, [[big - 3, big], [big]], None),
+        (big, np.array([[big - 3, big], [big, 7]]), [[1, 1], [1, 0]]),
+    ]
+    for step, rows, mask in cases:
+        token = refimpl.sample_staleness(step, rows, mask=mask).token
+        assert token[1, 1] == 0.0
+        assert not np.signbit(token[1, 1])
+        spanned = refimpl.sample_staleness(
+            step, rows, mask=mask, staleness_count="versions_spanned"
+        ).token
+        assert spanned[1, 1] == 0.0
+        assert not np.signbit(spanned[1, 1])
+
+
+@pytest.mark.parametrize("ndim", [0, 3])
+def test_arrays_of_another_rank_are_refused_naming_them(ndim: int) -> None:
+    """Every (T,) or (B, T) input refuses a scalar and a 3-D array, naming the argument."""
+    arr = np.zeros((1,) * ndim)
+    ok = np.zeros((1,) * 2)
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("logp_target", lambda: refimpl.truncated_is_weights(arr, arr, cap=2.0)),
+        ("logp_behavior", lambda: refimpl.truncated_is_weights(ok, arr, cap=2.0)),
+        ("logp_target", lambda: refimpl.masked_is_weights(arr, arr, low=0.5, high=2.0)),
+        ("logp_behavior", lambda: refimpl.masked_is_weights(ok, arr, low=0.5, high=2.0)),
+        ("v_tm1", lambda: refimpl.vtrace(arr, arr, arr, arr, arr)),
+        ("rho_tm1", lambda: refimpl.vtrace(ok, ok, ok, ok, arr)),
+        ("token_versions", lambda: refimpl.sample_staleness(3, arr)),
+    ]
+    for name, call in calls:
+        with pytest.raises(ValueError, match=rf"{name} must") as info:
+            call()
+        assert isinstance(info.value, RefimplError)
