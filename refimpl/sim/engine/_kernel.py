@@ -58,14 +58,17 @@ _FUNCTIONS = (
 #: functions a boundary calls, whose many array arguments made each call cost more than its work
 #: (inlining these took the engine's time at 10^6 rollouts from 0.49 to 0.21 s of CPU with the
 #: Qwen2.5-7B/H100 preset, and from 1.06 to 0.54 s under memory pressure, and its first
-#: compilation from 53 s to 26 s: fewer functions to compile). The rest stay calls: a weight
-#: update's (rare), and admission's launch and resumption (inlined too, at each of ``_admit``'s
-#: sites, they took the compilation past a minute for 15% more speed).
+#: compilation from 53 s to 26 s: fewer functions to compile). Admission's launch and resumption
+#: are inlined too, at each of ``_admit``'s sites: each call passed 16 arrays (over a hundred
+#: fields in numba's calling convention) for a few dozen operations; under 8 GiB, 2.2 million of
+#: them at 10^6 rollouts, the loop went from 0.27 to 0.22 s of CPU, its first compilation took
+#: 32 s of CPU (an empty cache, a loaded machine). The rest stay calls: a weight update's (rare),
+#: the stack's compaction, and the shared prompts' and version segments' bookkeeping.
 _INLINE = frozenset(
     {
         "_cdiv", "_fits", "_fits_plan", "_quiet", "_advance", "_account", "_step_time", "_alloc",
         "_hpush", "_hpop", "_schedule", "_prompt_plan", "_start", "_stop",
-        "_complete", "_finish", "_try_train", "_publish", "_make_room", "_admit",
+        "_complete", "_finish", "_try_train", "_publish", "_make_room", "_admit", "_launch", "_resume",
     }
 )  # fmt: skip
 _compiled: dict[str, Callable[..., None]] = {}
