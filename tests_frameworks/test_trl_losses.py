@@ -123,3 +123,16 @@ def test_partition_on_the_trainers_scaling_path(
     )  # fmt: skip
     assert report.ok is ok, report
     assert report.intent == intent
+
+
+def test_the_entropy_bonus_is_the_token_mean_entropy_whatever_the_loss_type_normalises() -> None:
+    from refimpl.frameworks._trl_losses_more import trl_entropy_bonus
+
+    # row 0: uniform over 2 (H = ln 2), one valid token; row 1: p = (1/4, 3/4) at T = 1, two valid
+    # tokens: the bonus is the token mean (ln 2 + 2 h)/3, not the row mean (ln 2 + h)/2
+    h = -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))
+    logits = torch.zeros(2, 2, 2, dtype=torch.float64)
+    logits[1, :, 1] = math.log(3.0)
+    mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    got = trl_entropy_bonus(logits, temperature=1.0, mask=mask)
+    assert got.item() == pytest.approx((math.log(2.0) + 2 * h) / 3, rel=1e-12)

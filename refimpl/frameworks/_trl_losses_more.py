@@ -15,6 +15,10 @@ other RL trainers that run on CPU, read from its installed sources.
   selected (``token_index >= 0``) tokens of a packed row, the clipped surrogate per token, summed and
   divided by ``max(global_n_tokens / num_processes, 1)`` and K; ``global_n_tokens`` is the
   micro-batch's trained tokens over every rank (its collator).
+- ``GRPOTrainer._compute_loss``'s entropy bonus (``entropy_coef != 0`` or
+  ``use_adaptive_entropy``): ``loss − coef·Σ H·m / max(Σ m, 1) / K`` with ``m`` the completion
+  mask (times the high-entropy mask when ``top_entropy_quantile < 1``), the same lines for every
+  ``loss_type``; the adaptive controller changes only which coefficient applies next step.
 """
 
 from __future__ import annotations
@@ -59,6 +63,31 @@ def trl_selective_log_softmax_and_entropy(logits: Any, *, temperature: Any, mask
         logits, index, temperature=float(temperature), row_mask=row_mask
     )
     return entropy
+
+
+def trl_entropy_bonus(logits: Any, *, temperature: Any, mask: Any) -> Any:
+    """TRL ``entropy_coef=1`` (static): the real ``GRPOTrainer._compute_loss`` with zero
+    advantages (its policy term is 0), the model forward replaced by TRL's own
+    ``selective_log_softmax_and_entropy`` of ``logits`` at ``temperature`` (what
+    ``_get_per_token_logps_and_entropies`` computes from the model's logits); returns ``−loss``,
+    the token-mean entropy the bonus subtracts."""
+    import torch
+    from trl.trainer.utils import selective_log_softmax_and_entropy
+
+    from refimpl.frameworks._trl_losses import grpo_inputs, grpo_trainer
+
+    index = torch.zeros(logits.shape[:-1], dtype=torch.long)
+    logp, entropy = selective_log_softmax_and_entropy(logits, index, temperature=float(temperature))
+    trainer = grpo_trainer(logp, loss_type="grpo")
+    trainer._entropy_bonus_enabled, trainer.entropy_coef, trainer.use_adaptive_entropy = (
+        True,
+        1.0,
+        False,
+    )
+    trainer._get_per_token_logps_and_entropies = lambda *_a, **_k: (logp, entropy, None)
+    trainer.accelerator.sync_gradients = True  # read to log the coefficient
+    zero = torch.zeros(logits.shape[0], dtype=logits.dtype)
+    return -trainer._compute_loss(None, grpo_inputs(logp, mask, zero))
 
 
 def trl_off_policy_sequence_mask(
@@ -292,6 +321,17 @@ ADAPTERS: tuple[Adapter, ...] = (
         conventions={},
         candidate=trl_selective_log_softmax_and_entropy,
         note="The entropy output: logits / T, entropy_from_logits, zero where row_mask is 0.",
+    ),
+    Adapter(
+        key="trl.entropy_bonus",
+        framework="trl",
+        function="trl.trainer.grpo_trainer:GRPOTrainer._compute_loss",
+        settings={"entropy_coef": 1.0, "use_adaptive_entropy": False, "temperature": "temperature"},
+        spec="token_entropy",
+        conventions={"output": "scalar", "aggregation": "token_mean"},
+        candidate=trl_entropy_bonus,
+        note="The entropy bonus of _compute_loss: Σ H·m / max(Σ m, 1) of logits / T, subtracted "
+        "from the policy loss times entropy_coef (K = 1).",
     ),
     Adapter(
         key="trl.off_policy_sequence_mask",
