@@ -22,6 +22,23 @@ import refimpl
 # Run in the child: import each module named on stdin alone; print the failures as JSON.
 _CHILD = r"""
 import importlib, json, sys, traceback
+from importlib.machinery import SourceFileLoader
+
+# Each source is compiled once: where no bytecode is kept (a fresh checkout, PYTHONDONTWRITEBYTECODE
+# set) every import of a module would compile it again. Importing it anew runs the same code object
+# in a fresh module, as an import from bytecode would.
+_codes = {}
+_compile = SourceFileLoader.source_to_code
+
+
+def _source_to_code(self, data, path, *, _optimize=-1):
+    key = (path, bytes(data), _optimize)
+    if key not in _codes:
+        _codes[key] = _compile(self, data, path, _optimize=_optimize)
+    return _codes[key]
+
+
+SourceFileLoader.source_to_code = _source_to_code
 
 failures = {}
 for name in json.loads(sys.stdin.read()):
