@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from _wrong_variants import rejects
+from conftest import QuickLab
 
 import refimpl
 from refimpl.cli import main
@@ -992,19 +993,14 @@ def test_a_kernel_in_numbas_cache_counts_as_ready_and_a_stale_one_does_not(tmp_p
     assert _on_disk(module, cache, call=False) == "False"
 
 
-def test_the_quick_lab_on_an_empty_numba_cache_compiles_nothing(tmp_path: Path) -> None:
+def test_the_quick_lab_on_an_empty_numba_cache_compiles_nothing(quick_lab: QuickLab) -> None:
     """A first run after installation does not wait for a compiler: its runs are short, and the
-    reference engines give the same numbers (tests/test_sim_agreement.py)."""
+    reference engines give the same numbers (tests/test_sim_agreement.py). The run is the
+    ``quick_lab`` fixture's (``refimpl lab --quick`` in a fresh process, on an empty numba cache)."""
     pytest.importorskip("numba")
-    cache = tmp_path / "numba-cache"
-    cache.mkdir()
-    code = (
-        "from refimpl.cli import main\n"
-        f"raise SystemExit(main(['lab', '--quick', '--out', {str(tmp_path / 'report')!r}]))"
-    )
-    _python(code, cache, codes=(0, 1))  # 1: a check disagreed (other tests say which)
-    compiled = sorted(p.name for p in cache.rglob("*.nbi"))
-    assert not compiled, f"the quick lab compiled {compiled}"
+    # 1: a check disagreed (other tests say which)
+    assert quick_lab.result.returncode in (0, 1), quick_lab.result.stderr[-3000:]
+    assert not quick_lab.compiled, f"the quick lab compiled {quick_lab.compiled}"
 
 
 def _titles_fit(fig: Any) -> None:
