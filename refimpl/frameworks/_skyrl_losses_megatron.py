@@ -29,10 +29,9 @@ CUDA-only line, its token counter ``torch.zeros([], dtype=torch.int, device="cud
 (``megatron/core/pipeline_parallel/schedules.py:forward_backward_no_pipelining``), is answered on
 CPU for the call.
 
-Needs megatron-core (0.16.1 imports and runs on the CPU build; skyrl 0.3.0 declares no version)
-and the wrapper's source load (its module imports ppo_utils and skyrl.train.config, which reach
-skyrl_gym): these adapters are not registered until both are in the frameworks' lock and
-:data:`refimpl.frameworks.SOURCE_LOADS`.
+Needs megatron-core (0.16.1, pinned with ``--no-deps``: it imports and runs on the CPU build;
+skyrl 0.3.0 declares no version) and the wrapper's source load (its module imports ppo_utils and
+skyrl.train.config, which reach skyrl_gym; :data:`refimpl.frameworks.SOURCE_LOADS`).
 """
 
 from __future__ import annotations
@@ -114,9 +113,6 @@ def megatron_loss(
     from refimpl.frameworks import install_stubs, load_from_source
 
     install_stubs()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        transformer = importlib.import_module("megatron.core.transformer")
     cls = load_from_source(_MODULE)["MegatronModelWrapper"]
     recorded: list[Any] = []
 
@@ -124,7 +120,10 @@ def megatron_loss(
         recorded.append(loss)
         return loss.detach().requires_grad_()
 
-    config = transformer.TransformerConfig(num_layers=1, hidden_size=1, num_attention_heads=1)
+    with warnings.catch_warnings():  # megatron warns of its deprecated defaults
+        warnings.simplefilter("ignore")
+        transformer = importlib.import_module("megatron.core.transformer")
+        config = transformer.TransformerConfig(num_layers=1, hidden_size=1, num_attention_heads=1)
     config.grad_scale_func = record
     wrapper = cls.__new__(cls)
     settings = {"policy_loss_type": "regular", "eps_clip_low": 0.2, "eps_clip_high": 0.2}
@@ -169,7 +168,8 @@ def megatron_loss(
 
 
 def skyrl_megatron_kl_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """The Megatron step's KL term alone, ``kl_estimator_type="k1"``."""
+    """``MegatronModelWrapper.forward_backward_mini_batch``'s KL term alone,
+    ``kl_estimator_type="k1"``."""
     from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
 
     return megatron_loss(logp, mask, logp_ref=logp_ref, use_kl_loss=True, kl_loss_coef=1.0,
@@ -177,7 +177,8 @@ def skyrl_megatron_kl_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
 
 
 def skyrl_megatron_kl_k2(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """The Megatron step's KL term alone, ``kl_estimator_type="k2"``."""
+    """``MegatronModelWrapper.forward_backward_mini_batch``'s KL term alone,
+    ``kl_estimator_type="k2"``."""
     from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
 
     return megatron_loss(logp, mask, logp_ref=logp_ref, use_kl_loss=True, kl_loss_coef=1.0,
@@ -185,7 +186,8 @@ def skyrl_megatron_kl_k2(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
 
 
 def skyrl_megatron_kl_k3(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """The Megatron step's KL term alone, ``kl_estimator_type="k3"``."""
+    """``MegatronModelWrapper.forward_backward_mini_batch``'s KL term alone,
+    ``kl_estimator_type="k3"``."""
     from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
 
     return megatron_loss(logp, mask, logp_ref=logp_ref, use_kl_loss=True, kl_loss_coef=1.0,
@@ -193,7 +195,8 @@ def skyrl_megatron_kl_k3(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
 
 
 def skyrl_megatron_kl_abs(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
-    """The Megatron step's KL term alone, ``kl_estimator_type="abs"``."""
+    """``MegatronModelWrapper.forward_backward_mini_batch``'s KL term alone,
+    ``kl_estimator_type="abs"``."""
     from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
 
     return megatron_loss(logp, mask, logp_ref=logp_ref, use_kl_loss=True, kl_loss_coef=1.0,
@@ -201,15 +204,17 @@ def skyrl_megatron_kl_abs(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
 
 
 def skyrl_megatron_kl_reduction(loss: Any, mask: Any) -> Any:
-    """The Megatron step's KL reduction alone: ``k1`` against reference log-probs 0, so the
-    per-token KL it reduces is ``loss`` itself (the model's log-probs)."""
+    """The KL reduction of ``MegatronModelWrapper.forward_backward_mini_batch`` alone: ``k1``
+    against reference log-probs 0, so the per-token KL it reduces is ``loss`` itself (the
+    model's log-probs)."""
     from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
 
     return megatron_loss(loss, mask, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k1")
 
 
 def skyrl_megatron_entropy(loss: Any, mask: Any) -> Any:
-    """The Megatron step with only its entropy term on (``entropy_loss_coef=1``): the model's
+    """``MegatronModelWrapper.forward_backward_mini_batch`` with only its entropy term on
+    (``entropy_loss_coef=1``): the model's
     entropies are ``loss``; returns minus what the schedule differentiates (a bonus)."""
     from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
 
@@ -237,7 +242,6 @@ def _kl(name: str, candidate: Any, **extra: Any) -> Adapter:
     )
 
 
-#: Registered (in ``_skyrl_losses.py``) once megatron-core and the wrapper's source load are in.
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="skyrl.megatron_kl_reduction",

@@ -1,0 +1,54 @@
+"""SkyRL's Megatron copy of the worker KL and entropy terms, on hand-worked inputs.
+
+The adapters run ``MegatronModelWrapper.forward_backward_mini_batch`` through megatron.core's own
+schedule on one gloo rank (needs megatron-core and the wrapper's source load).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from refimpl.frameworks import adapter, check
+from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
+
+
+def test_the_megatron_kl_term_is_the_mean_over_every_row_of_each_rows_token_mean() -> None:
+    """The FSDP worker's hand-worked case: k3 of d = −0.5 on one token of row 0, the mean over
+    three rows of each row's token mean: (e^−0.5 − 0.5) / 6."""
+    logp = torch.tensor(
+        [[-1.0, -2.0, -0.5], [-0.3, -0.1, -2.0], [-1.0, -1.0, -1.0]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    ref = torch.tensor(
+        [[-1.5, -2.0, 7.0], [-0.3, -1.1, -2.0], [3.0, 3.0, 3.0]], dtype=torch.float64
+    )
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 0, 0]], dtype=torch.float64)
+    loss = adapter("skyrl.megatron_kl_k3").candidate(logp, ref, mask=mask)
+    assert math.isclose(float(loss.detach()), (math.exp(-0.5) - 0.5) / 6, rel_tol=1e-12)
+    loss.backward()
+    assert logp.grad is not None
+    assert math.isclose(float(logp.grad[0, 0]), (1 - math.exp(-0.5)) / 6, rel_tol=1e-12)
+    assert float(logp.grad.abs().sum()) == float(logp.grad[0, 0].abs())
+
+
+def test_the_megatron_entropy_term_is_the_token_mean_and_a_wrong_declaration_fails() -> None:
+    entropy = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.float64)
+    found = adapter("skyrl.megatron_entropy").candidate(entropy, mask)
+    assert math.isclose(float(found.detach()), 7 / 3, rel_tol=1e-12)
+    assert check("skyrl.megatron_entropy", max_examples=25).ok
+    wrong = check(
+        "skyrl.megatron_entropy", max_examples=25, conventions={"mode": "seq_mean_token_mean"}
+    )
+    assert not wrong.ok
+
+
+def test_the_process_group_is_torn_down_after_each_call() -> None:
+    import torch.distributed as dist
+
+    logp = torch.zeros((1, 2), dtype=torch.float64, requires_grad=True)
+    megatron_loss(logp, torch.ones((1, 2)), use_kl_loss=True, kl_loss_coef=1.0)
+    assert not dist.is_initialized()
