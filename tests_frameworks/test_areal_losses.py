@@ -246,6 +246,25 @@ def test_the_actor_gae_skips_a_masked_position_and_bootstraps_zero() -> None:
     reason="needs the areal.trainer stub in refimpl.frameworks.STUBS (actor.py's package imports "
     "swanlab)",
 )
+def test_the_kl_reward_puts_the_outcome_on_the_last_token_or_a_masked_one() -> None:
+    from refimpl.frameworks._areal_losses_actor import areal_kl_reward
+
+    # β = 1/8, k1 = 1/2 at the two valid tokens of row 0 (garbage at its padding): −1/16 each, the
+    # outcome 1 on the second; row 1 has no response token: its outcome 2 sits at position 0,
+    # masked (the one-token prompt's position), and GAE never reads it
+    kl = torch.tensor([[0.5, 0.5, 7.0], [0.25, 1e3, 1e3]], dtype=F64)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]], dtype=F64)
+    got = areal_kl_reward(
+        torch.tensor([1.0, 2.0], dtype=F64), kl, beta=0.125, reward_clip=None, mask=mask
+    )
+    assert got.tolist() == [[-0.0625, 0.9375, 0.0], [2.0, 0.0, 0.0]]
+
+
+@pytest.mark.skipif(
+    not any(s.package == "areal.trainer" for s in STUBS),
+    reason="needs the areal.trainer stub in refimpl.frameworks.STUBS (actor.py's package imports "
+    "swanlab)",
+)
 def test_pure_distillation_differentiates_the_ratio_only() -> None:
     from refimpl.frameworks._areal_losses_actor import areal_pure_distillation
 

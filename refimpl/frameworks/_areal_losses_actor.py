@@ -147,6 +147,43 @@ def areal_gae_adv_norm(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask:
     return _compute_advantages(rewards, values, mask, gamma=gamma, lam=lam, adv_norm=norm)
 
 
+def areal_kl_reward(rewards: Any, kl: Any, *, beta: Any, reward_clip: Any, mask: Any) -> Any:
+    """``PPOActor._compute_advantages``'s ``tot_rewards``: ``kl_ctl = beta``, the estimator
+    ``KLEstimator("k1")`` on ``logprobs`` holding ``kl`` (rolled by −1 onto the response tokens)
+    against ``ref_logp = 0``, the outcome ``rewards`` with no bias, scaling or clip (``reward_clip
+    = inf``: AReaL clips symmetrically, the spec's bounds need not be), in the layout of
+    :func:`_compute_advantages` (one prompt token, then the T response tokens)."""
+    import math
+
+    import torch
+    from areal.trainer.ppo.actor import PPOActor
+    from areal.utils.data import KLEstimator
+
+    class Config:
+        overlong_reward_penalty = False
+        use_decoupled_loss = False
+        recompute_logprob = False
+
+    actor = PPOActor.__new__(PPOActor)
+    actor.config = Config()
+    actor.reward_bias, actor.reward_scaling, actor.reward_clip = 0.0, 1.0, math.inf
+    actor.reward_norm, actor.adv_norm = None, None
+    actor.kl_ctl, actor.kl_estimator = float(beta), KLEstimator("k1")
+    actor.discount, actor.gae_lambda, actor.mask_no_eos_with_zero = 1.0, 1.0, False
+    batch, time = kl.shape
+    one = torch.zeros((batch, 1), dtype=kl.dtype)
+    last = (mask > 0).float().cumsum(-1).argmax(-1)  # each row's last valid token (0 if none)
+    seqlens = torch.where((mask > 0).any(-1), last + 2, 1)  # prompt + response up to it
+    data = {
+        "input_ids": torch.zeros((batch, time + 1), dtype=torch.long),
+        "rewards": torch.as_tensor(rewards, dtype=kl.dtype),
+        "loss_mask": torch.cat([one, (mask > 0).to(kl.dtype)], dim=1),
+        "logprobs": torch.cat([one, kl], dim=1),
+        "attention_mask": (torch.arange(time + 1)[None, :] < seqlens[:, None]).long(),
+    }
+    return actor._compute_advantages(data)["tot_rewards"][:, :time]
+
+
 _ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="areal.m2po_mask",
@@ -214,6 +251,25 @@ _ADAPTERS: tuple[Adapter, ...] = (
         },
         note="Pure distillation (rl_loss_weight = 0): the importance-weighted policy gradient of "
         "the reward log π_T − sg[log π], token-mean over the mask.",
+    ),
+    Adapter(
+        key="areal.kl_reward",
+        framework="areal",
+        function="areal.trainer.ppo.actor:PPOActor._compute_advantages",
+        settings={
+            "kl_ctl": "beta",
+            "kl_estimator": "k1",
+            "reward_bias": 0.0,
+            "reward_scaling": 1.0,
+            "reward_clip": "inf (AReaL's default 20 clips symmetrically)",
+            "mask_no_eos_with_zero": False,
+        },
+        spec="kl_reward",
+        conventions={"reward_clip": "none", "padding": "ignored"},
+        candidate=areal_kl_reward,
+        dtype="float32",  # KLEstimator computes the KL from .float() copies
+        note="tot_rewards: −kl_ctl·k1 at every valid token, the outcome added at the last one; "
+        "a row without a response token carries its outcome at a masked position (GAE skips it).",
     ),
     Adapter(
         key="areal.gae",
