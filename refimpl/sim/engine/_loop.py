@@ -107,8 +107,10 @@ KEY = 1 << 31
 #: length of steps ahead, so with a power of two ``M`` of buckets above that length, bucket
 #: ``step % M`` holds the completions of that step alone, appended in schedule order: a step's
 #: completions are one list, taken in the heap's order, with no sift. Longer rollouts than this
-#: (a length file's) keep the heap (``P[_CAL] = 0``).
-CALENDAR_MAX = 1 << 22
+#: (a length file's) keep the heap (``P[_CAL] = 0``). ``H`` then takes 80 bytes a bucket: 5 MiB
+#: for lognormal(6, 1) lengths at 10^6 rollouts (the longest near 50,000 tokens: 65,536
+#: buckets), 20 MiB at this bound.
+CALENDAR_MAX = 1 << 18
 
 
 def _cdiv(a: int, b: int) -> int:
