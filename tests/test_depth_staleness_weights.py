@@ -132,10 +132,14 @@ truncated_options = st.fixed_dictionaries(
 )
 
 
-def _truncated_property(fn: Callable[..., Array]) -> Callable[[], None]:
+def _truncated_property(
+    fn: Callable[..., Array], pin: dict[str, Any] | None = None
+) -> Callable[[], None]:
+    """``pin`` fixes some options (a defect's own), so that every draw exercises them."""
+
     @given(st.data())
     def prop(data: st.DataObject) -> None:
-        opts = data.draw(truncated_options)
+        opts = {**data.draw(truncated_options), **(pin or {})}
         case = data.draw(log_probs(plant=opts["nonfinite"] == "one"))
         lp, lq, m = _arrays(case)
         got = fn(lp, lq, mask=m, **opts)
@@ -167,11 +171,17 @@ def test_truncated_is_weights_is_the_model_for_every_option() -> None:
     run_property(MANY(_truncated_property(refimpl.truncated_is_weights)))
 
 
-@pytest.mark.parametrize(
-    "defect", ["clamp_at ignored", "geometric as the product", "lower ignored", "padding read"]
-)
+_TRUNCATED_PINS: dict[str, dict[str, Any]] = {
+    "clamp_at ignored": {"clamp_at": "token", "level": "sequence", "log_ratio_clamp": 0.4},
+    "geometric as the product": {"level": "geometric"},
+    "lower ignored": {"lower": 1.0},
+    "padding read": {},
+}
+
+
+@pytest.mark.parametrize("defect", sorted(_TRUNCATED_PINS))
 def test_the_truncated_property_rejects_a_defect(defect: str) -> None:
-    rejects(_truncated_property(_truncated_via_model(defect)))
+    rejects(_truncated_property(_truncated_via_model(defect), _TRUNCATED_PINS[defect]))
 
 
 def test_the_truncated_model_without_a_defect_passes() -> None:
@@ -241,10 +251,14 @@ masked_options = st.fixed_dictionaries(
 )
 
 
-def _masked_property(fn: Callable[..., Array]) -> Callable[[], None]:
+def _masked_property(
+    fn: Callable[..., Array], pin: dict[str, Any] | None = None
+) -> Callable[[], None]:
+    """``pin`` fixes some options (a defect's own), so that every draw exercises them."""
+
     @given(st.data())
     def prop(data: st.DataObject) -> None:
-        opts = data.draw(masked_options)
+        opts = {**data.draw(masked_options), **(pin or {})}
         case = data.draw(log_probs(plant=opts["nonfinite"] == "one"))
         want = masked_model(case, opts)
         lp, lq, m = _arrays(case)
@@ -281,18 +295,18 @@ def test_masked_is_weights_is_the_model_for_every_option() -> None:
     run_property(MANY(_masked_property(refimpl.masked_is_weights)))
 
 
-@pytest.mark.parametrize(
-    "defect",
-    [
-        "clamp_at ignored",
-        "band on the ratio always",
-        "token weight as the ratio",
-        "geometric weight as the token",
-        "geometric level as the sequence",
-    ],
-)
+_MASKED_PINS: dict[str, dict[str, Any]] = {
+    "clamp_at ignored": {"clamp_at": "token", "level": "sequence", "log_ratio_clamp": 0.4},
+    "band on the ratio always": {"band_on": "reciprocal"},
+    "token weight as the ratio": {"weight": "token"},
+    "geometric weight as the token": {"weight": "geometric"},
+    "geometric level as the sequence": {"level": "geometric"},
+}
+
+
+@pytest.mark.parametrize("defect", sorted(_MASKED_PINS))
 def test_the_masked_property_rejects_a_defect(defect: str) -> None:
-    rejects(_masked_property(_masked_via_model(defect)))
+    rejects(_masked_property(_masked_via_model(defect), _MASKED_PINS[defect]))
 
 
 def test_the_masked_model_without_a_defect_passes() -> None:
@@ -335,10 +349,14 @@ decoupled_options = st.fixed_dictionaries(
 ).filter(lambda o: o["cap"] is not None or o["above_cap"] == "mask")
 
 
-def _decoupled_property(fn: Callable[..., Array]) -> Callable[[], None]:
+def _decoupled_property(
+    fn: Callable[..., Array], pin: dict[str, Any] | None = None
+) -> Callable[[], None]:
+    """``pin`` fixes some options (a defect's own), so that every draw exercises them."""
+
     @given(st.data())
     def prop(data: st.DataObject) -> None:
-        opts = data.draw(decoupled_options)
+        opts = {**data.draw(decoupled_options), **(pin or {})}
         case = data.draw(log_probs(plant=opts["nonfinite"] == "one"))
         want = decoupled_model(case, opts)
         lp, lq, m = _arrays(case)
@@ -366,9 +384,16 @@ def test_decoupled_ppo_weights_is_the_model_for_every_option() -> None:
     run_property(MANY(_decoupled_property(refimpl.decoupled_ppo_weights)))
 
 
-@pytest.mark.parametrize("defect", ["clip read as mask", "lower ignored", "clamp ignored"])
+_DECOUPLED_PINS: dict[str, dict[str, Any]] = {
+    "clip read as mask": {"above_cap": "clip", "cap": 1.5},
+    "lower ignored": {"lower": 1.0},
+    "clamp ignored": {"log_ratio_clamp": 0.4},
+}
+
+
+@pytest.mark.parametrize("defect", sorted(_DECOUPLED_PINS))
 def test_the_decoupled_property_rejects_a_defect(defect: str) -> None:
-    rejects(_decoupled_property(_decoupled_via_model(defect)))
+    rejects(_decoupled_property(_decoupled_via_model(defect), _DECOUPLED_PINS[defect]))
 
 
 def test_clip_without_a_cap_is_refused_with_the_fix() -> None:
