@@ -136,3 +136,17 @@ def test_the_entropy_bonus_is_the_token_mean_entropy_whatever_the_loss_type_norm
     mask = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
     got = trl_entropy_bonus(logits, temperature=1.0, mask=mask)
     assert got.item() == pytest.approx((math.log(2.0) + 2 * h) / 3, rel=1e-12)
+
+
+@pytest.mark.parametrize("chunk_size", [32768, 2])
+def test_the_fused_lm_head_folds_the_vocabulary_tiles_into_one_softmax(chunk_size: int) -> None:
+    from refimpl.frameworks._trl_losses_fused import fused_lm_head
+
+    # logits (0, 0, ln 2, 0) / T = 2: p ∝ (1, 1, √2, 1); with tiles of 2 the running max and sum
+    # of the first tile are merged with the second's, giving the one-tile values
+    logits = torch.tensor([[[0.0, 0.0, math.log(2.0), 0.0]]], dtype=F64)
+    logp, entropy = fused_lm_head(logits, torch.tensor([[2]]), 2.0, chunk_size)
+    z = 3.0 + math.sqrt(2.0)
+    p = [1 / z, 1 / z, math.sqrt(2.0) / z, 1 / z]
+    assert logp.item() == pytest.approx(math.log(p[2]), rel=1e-6)
+    assert entropy.item() == pytest.approx(-sum(q * math.log(q) for q in p), rel=1e-6)

@@ -68,9 +68,9 @@ def trl_selective_log_softmax_and_entropy(logits: Any, *, temperature: Any, mask
 def trl_entropy_bonus(logits: Any, *, temperature: Any, mask: Any) -> Any:
     """TRL ``entropy_coef=1`` (static): the real ``GRPOTrainer._compute_loss`` with zero
     advantages (its policy term is 0), the model forward replaced by TRL's own
-    ``selective_log_softmax_and_entropy`` of ``logits`` at ``temperature`` (what
-    ``_get_per_token_logps_and_entropies`` computes from the model's logits); returns ``−loss``,
-    the token-mean entropy the bonus subtracts."""
+    ``selective_log_softmax_and_entropy`` of ``logits`` at ``temperature`` (the trainer's forward
+    computes the same entropies in its fused LM head, ``trl.fused_lm_head_entropy``); returns
+    ``−loss``, the token-mean entropy the bonus subtracts."""
     import torch
     from trl.trainer.utils import selective_log_softmax_and_entropy
 
