@@ -4,11 +4,12 @@ The ends of tool calls served warm, with a constant service time and one attempt
 the heap for a first-in, first-out ring; the kernel takes whichever of the ring's head and the
 heap's top orders first by (time, key). The run must stay the reference engine's bit for bit:
 with ties between the two queues (integer times), with the ring wrapping around its row, and when
-the kernel pauses for room and the driver grows the heap (the ring's entries moved to the start
-of its row, head first: checked on a ring wrapped past the end of its row, since in a run the
-ring never holds more than the slots and the heap grows only at the start, the ring empty); and the kernel run as plain Python pushes some ends through the ring, others
-(cold starts) through the heap. Each check is also shown to fail on a wrong variant: a ring taken first on equal
-times whatever the keys, and a ring grown without moving its entries.
+the kernel pauses for room and the driver grows the heap. Growing keeps the ring's entries in
+order at the start of its row, head first: checked on a ring wrapped past the end of its row,
+since in a run the ring never holds more entries than there are slots and the heap grows only at
+the start, the ring empty. The kernel run as plain Python pushes some ends through the ring and
+others (cold starts) through the heap. Each check is also shown to fail on a wrong variant: a
+ring taken first on equal times whatever the keys, and a ring grown without moving its entries.
 """
 
 from __future__ import annotations
