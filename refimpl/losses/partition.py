@@ -335,7 +335,9 @@ class PartitionGap(NamedTuple):
     intent : {"global", "split"}
         ``global``: the mode and rule mean a quantity of the whole step (a token mean or sum,
         or global denominators), so any gap is a bug. ``split``: a per-sequence mode with local
-        counts, whose value legitimately depends on how many sequences each micro-batch holds.
+        counts, whose value legitimately depends on how many sequences each micro-batch holds,
+        or any mode under a sequence-share rule with local counts (an average of micro-batch
+        averages).
     invariant : bool
         True when the effective weights equal the full-batch ones (relative ``1e-12``).
     dependence : str
