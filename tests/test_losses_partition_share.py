@@ -329,3 +329,100 @@ def test_the_check_fails_a_candidate_weighted_otherwise(
     )  # fmt: skip
     assert not report.ok
     assert report["gradient"].status == "failed"
+
+
+# ---------------------------------------------------------------------------------------------
+# the micro-batch mean over a rank's micro-batches that hold rows (SkyRL's Megatron wrapper)
+# ---------------------------------------------------------------------------------------------
+
+MEAN = ScalingRule("local", "microbatch_mean", "mean", False)
+
+
+def exact_mean_weights(mask: Array, splits: Any, mode: str) -> list[list[Fraction]]:
+    """A token of row b in micro-batch k (n_k rows, N_k tokens) of a rank with K_r micro-batches
+    holding rows weighs ``1/(R K_r N_k)`` (token mean) or ``1/(R K_r n_k T_b)`` (row means)."""
+    rows, width = mask.shape
+    out = [[Fraction(0)] * width for _ in range(rows)]
+    for rank in splits:
+        held = sum(1 for mb in rank if mb)
+        for mb in rank:
+            n_tokens = int(sum(mask[b].sum() for b in mb))
+            for b in mb:
+                for t in range(width):
+                    if mask[b, t]:
+                        size = n_tokens if mode == "token_mean" else len(mb) * int(mask[b].sum())
+                        out[b][t] = Fraction(1, len(splits) * held * size)
+    return out
+
+
+def test_the_microbatch_mean_preset_and_weights_by_hand() -> None:
+    preset = SCALING_RULES["skyrl_megatron_terms"]
+    assert (preset.accumulation, preset.denominator, preset.world_scale) == (
+        "microbatch_mean",
+        "local",
+        False,
+    )
+    assert intent_of("token_mean", preset) == "split"
+    # rank 0: micro-batches {0} (3 tokens), {1} (1 token); rank 1: {2, 3} and an empty one,
+    # which does not count: 1/(2*2*3), 1/(2*2*1), 1/(2*1*2)
+    split = [[[0], [1]], [[2, 3], []]]
+    got = split_weights(MASK, splits=split, mode="token_mean", rule="skyrl_megatron_terms")
+    assert (got[0, 0], got[1, 0], got[2, 0]) == (1 / 12, 1 / 4, 1 / 4)
+    gap = partition_gap(MASK, splits=split, mode="token_mean", rule="skyrl_megatron_terms")
+    assert "averaged over the rank's K_r micro-batches that hold rows" in gap.dependence
+
+
+def _agrees_with_the_exact_mean(weights: Weights) -> Callable[[], None]:
+    @given(case=partition_cases(), mode=st.sampled_from(MODES))
+    def check(case: PartitionCase, mode: str) -> None:
+        got = weights(case.mask, splits=case.splits, mode=mode, rule=MEAN, empty_rows="counted")
+        exact = _as_float(exact_mean_weights(case.mask, case.splits, mode))
+        np.testing.assert_allclose(got, exact, rtol=1e-14, atol=0.0)
+
+    return check
+
+
+def _sequence_share_labelled(mask: Any, *, splits: Any, mode: str, rule: Any, **kw: Any) -> Array:
+    """Wrong: the micro-batches weighted by their share of the rank's rows (the FSDP worker)."""
+    return split_weights(mask, splits=splits, mode=mode, rule=SHARE, **kw)
+
+
+def test_the_weights_are_the_exact_microbatch_mean_weights() -> None:
+    run_property(_agrees_with_the_exact_mean(split_weights))
+    rejects(_agrees_with_the_exact_mean(_sequence_share_labelled))
+
+
+def test_a_micro_batch_without_rows_is_not_counted_unlike_the_accumulation_mean() -> None:
+    """The drawn splits give every micro-batch a row (there K_r = K, as for "mean"); a padding
+    micro-batch (no rows) is where the two differ: rank 1's one micro-batch weighs 1/(R*1),
+    not 1/(R*2)."""
+    split = [[[0], [1]], [[2, 3], []]]
+    mean = split_weights(MASK, splits=split, mode="token_mean", rule="local_mean")
+    got = split_weights(MASK, splits=split, mode="token_mean", rule="skyrl_megatron_terms")
+    assert (mean[2, 0], got[2, 0]) == (1 / 8, 1 / 4)
+    np.testing.assert_array_equal(got[:2], mean[:2])
+
+
+def share_of_real_microbatches(
+    logp: Any, logp_old: Any, advantages: Any, mask: Any, *, rank_microbatches: int
+) -> Any:
+    """The micro-batch's mean of row means over the rank's micro-batches that hold rows."""
+    loss = _surrogate(logp, logp_old, advantages)
+    rows = (loss * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
+    return rows.mean() / rank_microbatches
+
+
+def test_the_check_passes_a_microbatch_mean_and_fails_one_over_every_step() -> None:
+    options: dict[str, Any] = {"mode": "seq_mean_token_mean", "empty_rows": "counted"}
+    report = check_partition_invariance(
+        share_of_real_microbatches, rule="skyrl_megatron_terms", dtype="float64",
+        max_examples=25, **options,
+    )  # fmt: skip
+    assert report.ok, report.summary()
+    assert report.intent == "split"
+    assert report.max_gap > 0.0
+    wrong = check_partition_invariance(
+        share_of_real_microbatches, rule="skyrl_worker_terms", dtype="float64",
+        max_examples=25, **options,
+    )  # fmt: skip
+    assert not wrong.ok

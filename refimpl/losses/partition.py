@@ -37,7 +37,9 @@ __all__ = [
 Array = NDArray[np.float64]
 Splits = Sequence[Sequence[ArrayLike]]
 #: How a rank combines its micro-batch losses (:attr:`ScalingRule.accumulation`).
-ACCUMULATIONS = ("sum", "mean", "token_share", "sequence_share")
+ACCUMULATIONS = ("sum", "mean", "token_share", "sequence_share", "microbatch_mean")
+#: The accumulations that state an average of micro-batch averages (split intent when local).
+_AVERAGES = ("sequence_share", "microbatch_mean")
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,14 @@ class ScalingRule:
         micro-batch of every rank, e.g. verl's ``batch_num_tokens``), the micro-batch's own
         (``local``), or the micro-batch's summed over the ranks that run it at the same
         accumulation step (``across_ranks``: an all-reduce per micro-batch, not per step).
-    accumulation : {"sum", "mean", "token_share", "sequence_share"}
+    accumulation : {"sum", "mean", "token_share", "sequence_share", "microbatch_mean"}
         How micro-batch losses combine on one rank: summed (the loss already carries the
         normalisation), divided by the number of accumulation steps ``K`` (``mean``), weighted
         by the micro-batch's share of the step's valid tokens (``token_share``, AReaL), or by its
         share of the rank's sequences, every row counted, empty ones too (``sequence_share``:
-        SkyRL's worker weighs its KL and entropy terms by ``len(microbatch) / len(data)``).
+        SkyRL's worker weighs its KL and entropy terms by ``len(microbatch) / len(data)``), or
+        averaged over the rank's micro-batches that hold rows (``microbatch_mean``: SkyRL's
+        Megatron wrapper, whose padding micro-batches do not count).
     ranks : {"mean", "sum"}
         How the all-reduce combines the ranks' gradients: averaged (DDP, FSDP, DeepSpeed) or
         summed.
@@ -68,7 +72,7 @@ class ScalingRule:
     """
 
     denominator: Literal["global", "local", "across_ranks"] = "global"
-    accumulation: Literal["sum", "mean", "token_share", "sequence_share"] = "sum"
+    accumulation: Literal["sum", "mean", "token_share", "sequence_share", "microbatch_mean"] = "sum"
     ranks: Literal["mean", "sum"] = "mean"
     world_scale: bool = True
     name: str = ""
@@ -101,6 +105,7 @@ SCALING_RULES: dict[str, ScalingRule] = {
         ScalingRule("global", "sum", "mean", True, "skyrl"),
         ScalingRule("local", "mean", "mean", False, "skyrl_token_mean_legacy"),
         ScalingRule("local", "sequence_share", "mean", False, "skyrl_worker_terms"),
+        ScalingRule("local", "microbatch_mean", "mean", False, "skyrl_megatron_terms"),
         ScalingRule("local", "token_share", "mean", True, "areal"),
         ScalingRule("global", "sum", "mean", True, "trl_dapo"),
         ScalingRule("local", "mean", "mean", False, "trl_bnpo"),
@@ -196,7 +201,8 @@ def split_weights(
     local: the micro-batch's own; across ranks: those of :math:`\bigcup_r I_{r,k}`),
     :math:`a_k = 1` (sum), :math:`1/K` (mean), :math:`N_{r,k}/N` (token share) or
     :math:`|I_{r,k}| / |I_r|` (sequence share: the micro-batch's rows over the rank's, empty
-    rows counted),
+    rows counted) or :math:`1/K_r` (micro-batch mean: :math:`K_r` the rank's micro-batches
+    holding rows),
     :math:`c_{\text{world}} = R` when the loss is scaled by the world size, and
     :math:`c_{\text{rank}} = 1/R` when the all-reduce averages.
 
@@ -291,7 +297,8 @@ def _accumulation_factor(
     n_steps: int,
 ) -> float:
     """``a_k`` of micro-batch ``rows`` on ``rank``: 1 (sum), ``1/K`` (mean), its share of the
-    step's counted tokens (token share) or of the rank's rows (sequence share)."""
+    step's counted tokens (token share) or of the rank's rows (sequence share), or one over the
+    rank's micro-batches that hold rows (micro-batch mean)."""
     if rule.accumulation == "mean":
         return 1.0 / n_steps
     if rule.accumulation == "token_share":
@@ -299,6 +306,8 @@ def _accumulation_factor(
         return float(tokens[rows].sum()) / total if total > 0 else 0.0
     if rule.accumulation == "sequence_share":  # rows is non-empty, so the rank's count is >= 1
         return rows.size / sum(mb.size for mb in rank)
+    if rule.accumulation == "microbatch_mean":
+        return 1.0 / sum(1 for mb in rank if mb.size)
     return 1.0
 
 
@@ -336,8 +345,8 @@ class PartitionGap(NamedTuple):
         ``global``: the mode and rule mean a quantity of the whole step (a token mean or sum,
         or global denominators), so any gap is a bug. ``split``: a per-sequence mode with local
         counts, whose value legitimately depends on how many sequences each micro-batch holds,
-        or any mode under a sequence-share rule with local counts (an average of micro-batch
-        averages).
+        or any mode under a sequence-share or micro-batch-mean rule with local counts (an
+        average of micro-batch averages).
     invariant : bool
         True when the effective weights equal the full-batch ones (relative ``1e-12``).
     dependence : str
@@ -356,9 +365,10 @@ class PartitionGap(NamedTuple):
 def intent_of(mode: str, rule: ScalingRule) -> Literal["global", "split"]:
     """``global`` for token means and sums and for global denominators, else ``split``; and
     ``split`` for every mode whose micro-batches are weighted by their share of the rank's
-    sequences with local counts: such a rule states an average of micro-batch averages (SkyRL:
-    "we just average them across microbatches and DP workers"), a quantity of the split."""
-    if rule.accumulation == "sequence_share" and rule.denominator != "global":
+    sequences, or averaged over the rank's micro-batches, with local counts: such a rule states
+    an average of micro-batch averages (SkyRL: "we just average them across microbatches and DP
+    workers"), a quantity of the split."""
+    if rule.accumulation in _AVERAGES and rule.denominator != "global":
         return "split"
     if mode in ("token_sum", "token_mean") or rule.denominator == "global":
         return "global"
@@ -462,6 +472,8 @@ def _dependence(
     ranks, steps = len(parts), len(parts[0])
     if rule.accumulation == "sequence_share" and rule.denominator != "global":
         law = _SEQUENCE_SHARE_LAW.get(mode, _SEQUENCE_SHARE_LAW["other"])
+    elif rule.accumulation == "microbatch_mean" and rule.denominator != "global":
+        law = _MICROBATCH_MEAN_LAW
     elif rule.denominator == "global" or mode == "token_sum":
         law = (
             "every token's weight is scaled by the same factor: the rule's scaling (1/K "
@@ -512,3 +524,11 @@ _SEQUENCE_SHARE_LAW = {
         "and every rank holds the same number of rows"
     ),
 }
+
+#: The split dependence of a micro-batch mean over the rank's micro-batches that hold rows.
+_MICROBATCH_MEAN_LAW = (
+    "each micro-batch's own aggregate is averaged over the rank's K_r micro-batches that hold "
+    "rows, whatever their rows or tokens: a token (or row) of micro-batch k weighs 1/(R K_r) "
+    "times its weight in that micro-batch alone, equal to the step's only when every "
+    "micro-batch holds the same share of the step's counted tokens (or rows)"
+)

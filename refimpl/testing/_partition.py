@@ -19,6 +19,8 @@ of shape ``(b,)``, ``global_tokens`` the step's valid tokens over every micro-ba
 of accumulation steps and ranks. Only the keywords the candidate's signature accepts are passed
 (all of them if it takes ``**kwargs``); ``rank_sequences`` (the rows on this micro-batch's
 rank, empty rows included: what a worker that splits its own shard sees as ``len(data)``),
+``rank_microbatches`` (that rank's micro-batches holding rows: SkyRL's Megatron
+``num_real_microbatches``),
 ``step_tokens`` (the valid tokens of this micro-batch's
 accumulation step summed over the ranks, what a framework that all-reduces its count per
 micro-batch divides by), ``constant`` (Dr GRPO's ``H``), ``group`` and ``group_tokens``
@@ -104,6 +106,7 @@ _KEYWORDS = (
     "step_tokens",
     "global_sequences",
     "rank_sequences",
+    "rank_microbatches",
     "accumulation_steps",
     "world_size",
     "constant",
@@ -296,6 +299,7 @@ def partition_case_outcome(
             idx = np.asarray(rows, dtype=np.int64)
             extra = {
                 "rank_sequences": sum(len(mb) for mb in rank),
+                "rank_microbatches": sum(1 for mb in rank if mb),
                 "group": case.group[idx],
                 "group_tokens": group_tokens[idx],
                 "step_tokens": step_tokens[k],
