@@ -52,3 +52,25 @@ def test_the_process_group_is_torn_down_after_each_call() -> None:
     logp = torch.zeros((1, 2), dtype=torch.float64, requires_grad=True)
     megatron_loss(logp, torch.ones((1, 2)), use_kl_loss=True, kl_loss_coef=1.0)
     assert not dist.is_initialized()
+
+
+def test_each_micro_batch_weighs_one_over_the_ranks_real_micro_batches() -> None:
+    """One row of 2 valid tokens, A = −1, ρ = 1 (per-token loss 1): among K = 3 micro-batches of
+    which 2 hold rows, megatron divides by 3 and the wrapper multiplies by 3/2, so each token
+    weighs 1/(2·2) in the KL term's row mean and in the entropy term's token mean, whatever
+    the micro-batch's rows (the FSDP worker would weigh it by its share of the rank's rows)."""
+    for key in ("skyrl.megatron_kl_reduction", "skyrl.megatron_entropy"):
+        a = adapter(key)
+        assert a.partition is not None
+        logp = torch.zeros((1, 2), dtype=torch.float64, requires_grad=True)
+        loss = a.partition.candidate(
+            logp,
+            torch.zeros((1, 2), dtype=torch.float64),
+            torch.tensor([-1.0], dtype=torch.float64),
+            torch.ones((1, 2), dtype=torch.float64),
+            accumulation_steps=3,
+            rank_microbatches=2,
+        )
+        loss.backward()
+        assert logp.grad is not None
+        assert all(math.isclose(float(g), 1 / 4, rel_tol=1e-12) for g in logp.grad[0]), key

@@ -29,6 +29,15 @@ CUDA-only line, its token counter ``torch.zeros([], dtype=torch.int, device="cud
 (``megatron/core/pipeline_parallel/schedules.py:forward_backward_no_pipelining``), is answered on
 CPU for the call.
 
+The partitions (on ``skyrl.megatron_kl_reduction`` and ``skyrl.megatron_entropy``) run the
+schedule with the rank's ``accumulation_steps`` micro-batches, the given one and padding ones
+with ``loss_mask`` 0, and ``num_real_microbatches`` the rank's micro-batches holding rows: the
+rule ``skyrl_megatron_terms`` (local reductions, averaged over those micro-batches, ranks
+averaged, no ``dp_size`` factor). SkyRL's Megatron worker
+(``skyrl/backends/skyrl_train/workers/megatron/megatron_worker.py``) sets both counts per
+micro-batch; its shards come from the same ``MeshDispatch`` as the FSDP worker's (equal rows per
+rank), its micro-batches from the same ``get_microbatch_iterator``.
+
 Needs megatron-core (0.16.1, pinned with ``--no-deps``: it imports and runs on the CPU build;
 skyrl 0.3.0 declares no version) and the wrapper's source load (its module imports ppo_utils and
 skyrl.train.config, which reach skyrl_gym; :data:`refimpl.frameworks.SOURCE_LOADS`).
@@ -43,7 +52,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._registry import Adapter, Partition
 
 _MODULE = "skyrl.backends.skyrl_train.workers.megatron.megatron_model_wrapper"
 _STEP = f"{_MODULE}:MegatronModelWrapper.forward_backward_mini_batch"
@@ -99,12 +108,22 @@ class _Model:
 
 
 def megatron_loss(
-    logp: Any, mask: Any, *, entropy: Any = None, logp_ref: Any = None, **algorithm: Any
+    logp: Any,
+    mask: Any,
+    *,
+    entropy: Any = None,
+    logp_ref: Any = None,
+    micro_batches: int = 1,
+    real_micro_batches: int = 1,
+    **algorithm: Any,
 ) -> Any:
     """The loss megatron's schedule differentiates for one micro-batch ``(B, T)`` of responses
     after a one-token prompt, ``MegatronModelWrapper.forward_backward_mini_batch`` on
     ``__new__`` with only what it reads; ``algorithm`` are SkyRL's ``AlgorithmConfig`` names
-    (zero advantages: the ``"regular"`` policy loss is 0 with gradient 0)."""
+    (zero advantages: the ``"regular"`` policy loss is 0 with gradient 0). With
+    ``micro_batches`` K > 1 the schedule runs K micro-batches, this one and K − 1 padding ones
+    (``loss_mask`` 0, as SkyRL's token-based batching appends), each carrying
+    ``num_microbatches = K`` and ``num_real_microbatches`` as the worker sets them."""
     import types
 
     import torch
@@ -144,7 +163,27 @@ def megatron_loss(
     m = torch.as_tensor(mask).to(logp.dtype)
     h = torch.zeros_like(logp.detach()) if entropy is None else entropy
     ref = torch.zeros_like(logp.detach()) if logp_ref is None else logp_ref
-    batch = {
+    batches = [
+        _micro_batch(logp, w, ref, micro_batches, real_micro_batches)
+        for w in (m, *[torch.zeros_like(m)] * (micro_batches - 1))
+    ]
+    stand_ins = {
+        "from_parallel_logits_to_logprobs": lambda *_a, **_k: logp,
+        "vocab_parallel_entropy": lambda *_a, **_k: h,
+    }
+    step = cls.forward_backward_mini_batch
+    with megatron_on_cpu(), unittest.mock.patch.dict(step.__globals__, stand_ins):
+        step(wrapper, batches, seq_len=width + 1, micro_batch_size=rows)
+    return recorded[0]
+
+
+def _micro_batch(logp: Any, m: Any, ref: Any, total: int, real: int) -> dict[str, Any]:
+    """The micro-batch dict ``forward_backward_mini_batch`` reads (as the Megatron worker builds
+    it): responses after a one-token prompt, zero advantages, old log-probs ``logp`` detached."""
+    import torch
+
+    rows, width = logp.shape
+    return {
         "sequences": torch.zeros((rows, width + 1), dtype=torch.long),
         "attention_mask": torch.ones((rows, width + 1), dtype=torch.long),
         "position_ids": torch.arange(width + 1).expand(rows, -1),
@@ -155,16 +194,9 @@ def megatron_loss(
         "loss_mask": m,
         "rollout_action_logprobs": None,
         "action_mask": (m > 0).to(torch.long),
-        "num_microbatches": 1,
+        "num_microbatches": total,
+        "num_real_microbatches": real,
     }
-    stand_ins = {
-        "from_parallel_logits_to_logprobs": lambda *_a, **_k: logp,
-        "vocab_parallel_entropy": lambda *_a, **_k: h,
-    }
-    step = cls.forward_backward_mini_batch
-    with megatron_on_cpu(), unittest.mock.patch.dict(step.__globals__, stand_ins):
-        step(wrapper, [batch], seq_len=width + 1, micro_batch_size=rows)
-    return recorded[0]
 
 
 def skyrl_megatron_kl_k1(logp: Any, logp_ref: Any, *, mask: Any) -> Any:
@@ -222,6 +254,64 @@ def skyrl_megatron_entropy(loss: Any, mask: Any) -> Any:
     return -megatron_loss(zero, mask, entropy=loss, use_entropy_loss=True, entropy_loss_coef=1.0)
 
 
+def skyrl_microbatch_megatron_kl(
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    accumulation_steps: Any,
+    rank_microbatches: Any,
+) -> Any:
+    """One micro-batch's KL term as megatron's schedule scales it in
+    ``MegatronModelWrapper.forward_backward_mini_batch``: ``k1`` against reference 0 of the
+    per-token ``−A·ρ`` (the model's log-probs), one of the rank's ``accumulation_steps``
+    micro-batches, ``rank_microbatches`` of which hold rows (``num_real_microbatches``)."""
+    import torch
+
+    from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
+
+    per_token = -advantages[:, None] * torch.exp(logp - logp_old)
+    return megatron_loss(
+        per_token, mask, use_kl_loss=True, kl_loss_coef=1.0, kl_estimator_type="k1",
+        micro_batches=int(accumulation_steps), real_micro_batches=int(rank_microbatches),
+    )  # fmt: skip
+
+
+def skyrl_microbatch_megatron_entropy(
+    logp: Any,
+    logp_old: Any,
+    advantages: Any,
+    mask: Any,
+    *,
+    accumulation_steps: Any,
+    rank_microbatches: Any,
+) -> Any:
+    """One micro-batch's entropy term as megatron's schedule scales it in
+    ``MegatronModelWrapper.forward_backward_mini_batch``: the model's entropies are the
+    per-token ``−A·ρ``; minus the loss the schedule differentiates."""
+    import torch
+
+    from refimpl.frameworks._skyrl_losses_megatron import megatron_loss
+
+    per_token = -advantages[:, None] * torch.exp(logp - logp_old)
+    zero = logp.detach() * 0.0
+    return -megatron_loss(
+        zero, mask, entropy=per_token, use_entropy_loss=True, entropy_loss_coef=1.0,
+        micro_batches=int(accumulation_steps), real_micro_batches=int(rank_microbatches),
+    )  # fmt: skip
+
+
+#: Where the two terms' scaling is computed and passed.
+_TERMS = (
+    "skyrl/backends/skyrl_train/workers/megatron/megatron_model_wrapper.py:"
+    "MegatronModelWrapper.forward_backward_mini_batch (loss_func: kl_entropy_microbatch_scale = "
+    "num_microbatches / max(1, num_real_microbatches), both set per micro-batch by "
+    "skyrl/backends/skyrl_train/workers/megatron/megatron_worker.py; megatron.core's "
+    "forward_step_calc_loss divides by num_microbatches; no dp_size factor on the two terms)"
+)
+
+
 def _kl(name: str, candidate: Any, **extra: Any) -> Adapter:
     return Adapter(
         key=f"skyrl.megatron_kl_{name}",
@@ -251,6 +341,13 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="aggregation",
         conventions={"mode": "seq_mean_token_mean", "empty_rows": "counted"},
         candidate=skyrl_megatron_kl_reduction,
+        partition=Partition(
+            candidate=skyrl_microbatch_megatron_kl,
+            mode="seq_mean_token_mean",
+            rule="skyrl_megatron_terms",
+            empty_rows="counted",
+            trainer=_TERMS,
+        ),
         note="the Megatron step's KL reduction: masked_mean(kl, loss_mask, dim=-1).mean(), every "
         "row counted; k1 against reference 0 makes the reduced KL the spec's loss.",
     ),
@@ -266,6 +363,12 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="aggregation",
         conventions={"mode": "token_mean"},
         candidate=skyrl_megatron_entropy,
+        partition=Partition(
+            candidate=skyrl_microbatch_megatron_entropy,
+            mode="token_mean",
+            rule="skyrl_megatron_terms",
+            trainer=_TERMS,
+        ),
         note="the Megatron step's entropy term: masked_mean over the micro-batch's tokens of the "
         "model's entropies (the spec's loss), subtracted; the policy loss and KL term off.",
     ),
