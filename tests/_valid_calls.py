@@ -424,6 +424,10 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses sapo_loss": (
         _c(_LP, _LQ, _ADV, tau_pos=1.0, tau_neg=1.05, log_ratio_clamp=20.0, mask=_MASK),
     ),
+    "refimpl.losses divergence_rejection_mask": (
+        _c(_LP, _LQ, estimator="k1", reduce="mean", upper=0.5, lower=-0.5, mask=_MASK),
+        _c(_LP, _LQ, estimator="k3", reduce="token", upper=0.1, log_ratio_clamp=20.0),
+    ),
     "refimpl.losses sequence_divergence": (
         _c(_LP, _LQ, estimator="k3", reduce="max", mask=_MASK, log_ratio_clamp=20.0),
     ),

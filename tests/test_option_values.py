@@ -818,6 +818,22 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
         )
         for e, red, first in (("k2", "sum", 0.15625), ("k2", "mean", 0.078125), ("k1", "max", 0.25))
     },
+    **{
+        ("refimpl.losses divergence_rejection_mask", option, value): Ref(
+            "test_losses_rejection_mask",
+            "test_divergence_rejection_mask_by_hand",
+            {"estimator": e, "reduce": red, "upper": up, "lower": lo, "expected": want},
+        )
+        for option, value, (e, red, up, lo, want) in (
+            ("estimator", "k1", ("k1", "mean", 0.25, -0.25, [[0, 0, 0], [1, 1, 0]])),
+            ("estimator", "k2", ("k2", "sum", 0.125, None, [[0, 0, 0], [1, 1, 0]])),
+            ("estimator", "k3", ("k3", "token", 0.1, None, [[0, 1, 0], [0, 1, 0]])),
+            ("reduce", "token", ("k2", "token", 0.125, None, [[1, 1, 0], [1, 1, 0]])),
+            ("reduce", "sum", ("k1", "sum", 0.0, -1.25, [[1, 1, 1], [0, 0, 0]])),
+            ("reduce", "mean", ("k2", "mean", 0.0625, None, [[0, 0, 0], [1, 1, 0]])),
+            ("reduce", "max", ("k3", "max", 0.7, None, [[0, 0, 0], [1, 1, 0]])),
+        )
+    },
     ("refimpl.losses is_batch_normalize", "level", "token"): Ref(
         _REJ, "test_is_batch_normalize_by_hand"
     ),

@@ -105,6 +105,7 @@ from refimpl.losses.policy_gradient import (
 )
 from refimpl.losses.rejection import (
     any_token_veto,
+    divergence_rejection_mask,
     is_batch_normalize,
     m2po_mask,
     off_policy_sequence_mask,
@@ -137,6 +138,7 @@ __all__ = [
     "cispo_sequence_loss",
     "decoupled_ppo_loss",
     "divergence_gated_weights",
+    "divergence_rejection_mask",
     "dppo_loss",
     "gae_advantages",
     "gdpo_advantages",

@@ -10,7 +10,9 @@ live in :mod:`refimpl.staleness`; this module holds the other statistics:
 - :func:`any_token_veto`: reject a sequence if any token's ratio falls below a threshold;
 - :func:`is_batch_normalize`: rescale importance weights to mean 1 over the batch;
 - :func:`off_policy_sequence_mask`: DeepSeek-V3.2's off-policy sequence mask (OPSM);
-- :func:`m2po_mask`: M2PO's second-moment token mask.
+- :func:`m2po_mask`: M2PO's second-moment token mask;
+- :func:`divergence_rejection_mask`: keep tokens or sequences whose k1/k2/k3 statistic is within
+  bounds (verl's rollout rejection).
 
 Masks are *keep* masks: 1.0 = kept, 0.0 = rejected (multiply them into the loss mask); padding
 (``mask == 0``) is 0 in every (B, T) output. The inputs are arrays of shape (B, T) whose padding
@@ -38,6 +40,7 @@ from refimpl.losses._common import as_choice, like_tokens, masked, token_array, 
 
 __all__ = [
     "any_token_veto",
+    "divergence_rejection_mask",
     "is_batch_normalize",
     "m2po_mask",
     "off_policy_sequence_mask",
@@ -210,7 +213,11 @@ def sequence_divergence(
     d, m = _log_ratio(logp_target, logp_behavior, mask)
     kind = as_choice(estimator, name="estimator", choices=("k1", "k2", "k3"))
     how = as_choice(reduce, name="reduce", choices=("sum", "mean", "max"))
-    c = _as_clamp(log_ratio_clamp)
+    return _sequence_statistic(d, m, kind, how, _as_clamp(log_ratio_clamp))
+
+
+def _sequence_statistic(d: FloatArray, m: FloatArray, kind: str, how: str, c: float) -> FloatArray:
+    """:func:`sequence_divergence` on validated inputs (shared with the rejection mask)."""
     k = masked(_token_estimator(np.clip(d, -c, c), kind), m)
     count = m.sum(axis=1)
     if how == "max":
@@ -573,3 +580,116 @@ def m2po_mask(
     keep[valid] = 1.0
     keep[valid[order[:dropped]]] = 0.0
     return keep.reshape(m.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# divergence rejection mask
+# ---------------------------------------------------------------------------------------------
+
+RejectReduce = Literal["token", "sum", "mean", "max"]
+
+
+def divergence_rejection_mask(
+    logp_target: ArrayLike,
+    logp_behavior: ArrayLike,
+    *,
+    estimator: Estimator,
+    reduce: RejectReduce,
+    upper: float,
+    lower: float | None = None,
+    mask: ArrayLike | None = None,
+    log_ratio_clamp: float | None = None,
+) -> FloatArray:
+    r"""A 0/1 keep mask: tokens or sequences whose KL-estimator statistic lies within bounds.
+
+    With :math:`d_t = \log\pi_t - \log\mu_t` (clipped to :math:`[-c, c]` if ``log_ratio_clamp``
+    is given) and the token estimator :math:`k_t \in \{-d_t,\ \tfrac12 d_t^2,\ e^{d_t} - 1 - d_t\}`
+    (k1, k2, k3), the statistic :math:`s` is :math:`k_t` itself (``reduce="token"``) or the
+    sequence's :func:`sequence_divergence` (sum, mean or max over its valid tokens), and
+
+    .. math::
+
+        \mathrm{keep}_{bt} = m_{bt}\,\mathbb{1}\bigl[\ell \le s \le u\bigr],
+
+    both bounds inclusive (:math:`\ell = -\infty` when ``lower`` is omitted). A sequence-level
+    decision is broadcast to every valid token of the sequence.
+
+    This is verl 0.9.1's rollout rejection
+    (``trainer/ppo/rollout_corr_helper.compute_rollout_rejection_mask``; options ``token_k*``,
+    ``seq_sum_k*``, ``seq_mean_k*``, ``seq_max_k2``/``k3`` with ``rollout_rs_threshold``), which
+    returns ``response_mask`` times the keep decision. verl clips :math:`d` to ``[−20, 20]``
+    (``SAFETY_BOUND``; pass ``log_ratio_clamp=20.0``), keeps ``k2``/``k3`` statistics ``<=``
+    the threshold and a ``k1`` statistic in ``[log lo, log hi]`` (``lower=log(lo)``,
+    ``upper=log(hi)`` here); its means divide by ``n + 1e-8``.
+
+    Parameters
+    ----------
+    logp_target : array_like, shape (B, T)
+        :math:`\log\pi` of the sampled tokens under the trainer; finite.
+    logp_behavior : array_like, shape (B, T)
+        :math:`\log\mu` under the behaviour (rollout) policy; finite.
+    estimator : {"k1", "k2", "k3"}
+        The token estimator.
+    reduce : {"token", "sum", "mean", "max"}
+        ``"token"``: each token is judged on its own estimator; otherwise each sequence on the
+        sum, mean or max over its valid tokens.
+    upper : float
+        :math:`u`: the largest statistic kept (inclusive); finite.
+    lower : float, optional
+        :math:`\ell \le u`: the smallest statistic kept (inclusive). Default: no lower bound.
+    mask : array_like, shape (B, T), optional
+        0/1 padding mask (1 = a real token). Default: every token is real.
+    log_ratio_clamp : float, optional
+        ``c > 0``: clip :math:`d_t` to ``[−c, c]`` before the estimator (verl: 20).
+
+    Returns
+    -------
+    ndarray of float64, shape (B, T)
+        1.0 = kept, 0.0 = rejected or padding. A sequence without a valid token is all 0.
+
+    Raises
+    ------
+    ValueError
+        If an input is not finite or not 2-D, shapes differ, ``mask`` is not 0/1, an option is
+        unknown, ``lower > upper``, or ``log_ratio_clamp <= 0``.
+
+    Notes
+    -----
+    A statistic that exceeds float64 (``k3`` with :math:`d_t > 709.78` and no clamp, a ``k2``
+    square or a sum past ``1.8e308``) is ``+inf`` and is rejected by every finite ``upper``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import refimpl.losses.rejection as rj
+    >>> d = np.array([[0.5, -1.0, 2.0], [0.25, 0.5, 9.0]])
+    >>> rj.divergence_rejection_mask(d, np.zeros_like(d), estimator="k2", reduce="token",
+    ...                              upper=0.5)
+    array([[1., 1., 0.],
+           [1., 1., 0.]])
+    >>> rj.divergence_rejection_mask(d, np.zeros_like(d), estimator="k2", reduce="max",
+    ...                              upper=0.5, mask=[[1, 1, 1], [1, 1, 0]])
+    array([[0., 0., 0.],
+           [1., 1., 0.]])
+    """
+    d, m = _log_ratio(logp_target, logp_behavior, mask)
+    kind = as_choice(estimator, name="estimator", choices=("k1", "k2", "k3"))
+    how = as_choice(reduce, name="reduce", choices=("token", "sum", "mean", "max"))
+    high = as_real(upper, name="upper", meaning="the largest statistic kept")
+    low = -math.inf
+    if lower is not None:
+        low = as_real(
+            lower,
+            name="lower",
+            high=high,
+            meaning=f"the smallest statistic kept, at most upper={high!r}",
+        )
+    c = _as_clamp(log_ratio_clamp)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if how == "token":
+            stat = _token_estimator(np.clip(d, -c, c), kind)
+        else:
+            seq = _sequence_statistic(d, m, kind, how, c)
+            stat = np.broadcast_to(seq[:, None], d.shape)
+        keep = (stat >= low) & (stat <= high) & (m > 0)
+    return np.asarray(keep, dtype=np.float64)
