@@ -554,6 +554,9 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "is_batch_normalize": rj.is_batch_normalize,
     "off_policy_sequence_mask": rj.off_policy_sequence_mask,
     "m2po_mask": rj.m2po_mask,
+    "divergence_rejection_mask": functools.partial(
+        rj.divergence_rejection_mask, estimator="k1", reduce="token"
+    ),
     "token_entropy": _entropy_terms,
     "gae_advantages": _gae_advantages,
     "gpg_advantages": ab.gpg_advantages,
@@ -586,6 +589,7 @@ VALUE_ONLY = (
     "is_batch_normalize",
     "off_policy_sequence_mask",
     "m2po_mask",
+    "divergence_rejection_mask",
     "gae_advantages",
     "gpg_advantages",
     "opo_advantages",

@@ -53,6 +53,7 @@ from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
+from refimpl.testing._specs_losses_rejection_mask import rejection_mask_specs
 from refimpl.testing._specs_losses_sequence_gamma import vespo_specs
 from refimpl.testing._specs_losses_sequence_soft import sequence_soft_specs
 from refimpl.testing._specs_losses_stats import aggregation_spec
@@ -746,6 +747,7 @@ def specs() -> tuple[Spec, ...]:
         *more_advantage_specs(),
         *token_advantage_specs(),
         *rejection_specs(),
+        *rejection_mask_specs(),
         entropy_spec(),
         gae_spec(),
         *sequence_product_specs(),
