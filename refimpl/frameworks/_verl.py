@@ -489,3 +489,184 @@ ADAPTERS = (
         "min(−(ℓ − (L_max − L_buf))/L_buf · factor, 0), with no floor below −factor.",
     ),
 )
+
+
+# Rollout rejection on a k2/k3 statistic (rollout_corr_helper.py:compute_rollout_rejection_mask):
+# log_ratio clamped to ±20, token_k2 = 0.5·lr², token_k3 = exp(lr) − 1 − lr, a sequence's masked
+# sum / mean (÷ n + 1e-8) / max, kept iff statistic <= rollout_rs_threshold; the mask returned is
+# response_mask × keep. Each candidate computes the log-ratio as the trainer does
+# (compute_rollout_correction_and_rejection_mask: old_log_prob − rollout_log_prob).
+
+
+def verl_rollout_rs_token_k2(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="token_k2"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior, mask, rollout_rs="token_k2", rollout_rs_threshold=float(upper)
+    )
+    return kept
+
+
+def verl_rollout_rs_token_k3(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="token_k3"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior, mask, rollout_rs="token_k3", rollout_rs_threshold=float(upper)
+    )
+    return kept
+
+
+def verl_rollout_rs_seq_sum_k2(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="seq_sum_k2"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior,
+        mask,
+        rollout_rs="seq_sum_k2",
+        rollout_rs_threshold=float(upper),
+    )
+    return kept
+
+
+def verl_rollout_rs_seq_sum_k3(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="seq_sum_k3"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior,
+        mask,
+        rollout_rs="seq_sum_k3",
+        rollout_rs_threshold=float(upper),
+    )
+    return kept
+
+
+def verl_rollout_rs_seq_mean_k2(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="seq_mean_k2"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior,
+        mask,
+        rollout_rs="seq_mean_k2",
+        rollout_rs_threshold=float(upper),
+    )
+    return kept
+
+
+def verl_rollout_rs_seq_mean_k3(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="seq_mean_k3"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior,
+        mask,
+        rollout_rs="seq_mean_k3",
+        rollout_rs_threshold=float(upper),
+    )
+    return kept
+
+
+def verl_rollout_rs_seq_max_k2(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="seq_max_k2"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior,
+        mask,
+        rollout_rs="seq_max_k2",
+        rollout_rs_threshold=float(upper),
+    )
+    return kept
+
+
+def verl_rollout_rs_seq_max_k3(
+    logp_target: Any, logp_behavior: Any, *, upper: float, mask: Any
+) -> Any:
+    """verl ``rollout_rs="seq_max_k3"``, ``rollout_rs_threshold=upper``."""
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_rejection_mask
+
+    kept, _ = compute_rollout_rejection_mask(
+        logp_target - logp_behavior,
+        mask,
+        rollout_rs="seq_max_k3",
+        rollout_rs_threshold=float(upper),
+    )
+    return kept
+
+
+_MEAN_EPSILON_KEEPS = Divergence(
+    "numerical limit",
+    "verl_F.masked_mean divides by mask.sum() + 1e-8 (verl/utils/torch_functional.py l.308), so a "
+    "sequence's mean k2/k3 statistic is shrunk by a relative 1e-8/n: a sequence whose mean is "
+    "above the threshold by less than that (here one token with log ρ = 1, the threshold 1e-10 "
+    "below its statistic) is kept.",
+)
+#: One token with log ρ = 1 (k2 = 0.5, k3 = e − 2) and a threshold 1e-10 below its statistic:
+#: rejected by the exact mean, kept by verl's mean over n + 1e-8. Rarely drawn, so pinned.
+_MEAN_EDGE_K2 = [
+    ((np.array([[-0.5]]), np.array([[-1.5]])), {"upper": 0.4999999999, "mask": np.array([[1.0]])})
+]
+_MEAN_EDGE_K3 = [
+    ((np.array([[-0.5]]), np.array([[-1.5]])), {"upper": 0.7182818284, "mask": np.array([[1.0]])})
+]
+#: every check that compares the mask meets the pinned input first
+_MEAN_DIVERGENCES = dict.fromkeys(("values", "padding_ignored", "empty_rows"), _MEAN_EPSILON_KEEPS)
+
+
+def _rollout_rs(option: str, candidate: Any, **extra: Any) -> Adapter:
+    """The adapter of one k2/k3 ``rollout_rs`` option (``token_k2``, ``seq_mean_k3``, …)."""
+    level, estimator = option.rsplit("_", 1)
+    reduce = "token" if level == "token" else level.removeprefix("seq_")
+    statistic = "each token's" if reduce == "token" else f"the sequence's {reduce} of the token"
+    return Adapter(
+        key=f"verl.rollout_rs_{option}",
+        framework="verl",
+        function=f"{_HELPER}:compute_rollout_rejection_mask",
+        settings={"rollout_rs": option, "rollout_rs_threshold": "upper"},
+        spec="divergence_rejection_mask",
+        conventions={"estimator": estimator, "reduce": reduce, "log_ratio_clamp": 20.0},
+        candidate=candidate,
+        note=f"A 0/1 mask keeping {statistic} {estimator} <= upper, each log ρ clamped to ±20.",
+        **extra,
+    )
+
+
+ADAPTERS = (
+    *ADAPTERS,
+    _rollout_rs("token_k2", verl_rollout_rs_token_k2),
+    _rollout_rs("token_k3", verl_rollout_rs_token_k3),
+    _rollout_rs("seq_sum_k2", verl_rollout_rs_seq_sum_k2),
+    _rollout_rs("seq_sum_k3", verl_rollout_rs_seq_sum_k3),
+    _rollout_rs(
+        "seq_mean_k2",
+        verl_rollout_rs_seq_mean_k2,
+        examples=(_MEAN_EDGE_K2,),
+        divergences=_MEAN_DIVERGENCES,
+    ),
+    _rollout_rs(
+        "seq_mean_k3",
+        verl_rollout_rs_seq_mean_k3,
+        examples=(_MEAN_EDGE_K3,),
+        divergences=_MEAN_DIVERGENCES,
+    ),
+    _rollout_rs("seq_max_k2", verl_rollout_rs_seq_max_k2),
+    _rollout_rs("seq_max_k3", verl_rollout_rs_seq_max_k3),
+)
