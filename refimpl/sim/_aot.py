@@ -241,15 +241,34 @@ def build(factory: str, spec: Spec, path: Path, *, stamp: str) -> str | None:
     if cc is None:
         return "no C compiler to link it (set CC, or install cc)"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="refimpl-aot-") as tmp:
-        env = dict(os.environ, NUMBA_CACHE_DIR=tmp, CC=cc)
-        cmd = [sys.executable, "-m", "refimpl.sim._aot_build", factory, json.dumps(spec), str(path)]
-        cmd.append(stamp)
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    with _one_builder(path):
+        if path.exists():  # built by another process while this one waited
+            return None
+        with tempfile.TemporaryDirectory(prefix="refimpl-aot-") as tmp:
+            env = dict(os.environ, NUMBA_CACHE_DIR=tmp, CC=cc)
+            cmd = [sys.executable, "-m", "refimpl.sim._aot_build", factory, json.dumps(spec)]
+            cmd += [str(path), stamp]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0 or not path.exists():
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         return f"the build failed ({last})"
     return None
+
+
+@contextmanager
+def _one_builder(path: Path) -> Iterator[None]:
+    """Held while the entry at ``path`` is built, so that processes needing one missing entry at
+    once (two test workers, two commands) compile it once: the others wait, then load it. Where
+    ``fcntl`` is missing, each builds its own copy (an entry is renamed into place whole, so
+    either copy is right)."""
+    try:
+        import fcntl  # POSIX only; loaded for a build only
+    except ImportError:
+        yield
+        return
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 class Kernel:
