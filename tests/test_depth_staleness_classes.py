@@ -595,3 +595,25 @@ def test_arrays_of_another_rank_are_refused_naming_them(ndim: int) -> None:
         with pytest.raises(ValueError, match=rf"{name} must") as info:
             call()
         assert isinstance(info.value, RefimplError)
+
+
+@pytest.mark.parametrize(
+    ("rows", "mask", "where"),
+    [
+        ([[0, 3, -2]], None, "Sample 0, token 2 has version -2"),
+        ([[0], [0, 0, -1]], None, "Sample 1, token 2 has version -1"),
+        (
+            np.array([[0.0, -7.0], [0.0, -1.0]]),
+            [[1, 0], [1, 1]],
+            "Sample 1, token 1 has version -1",
+        ),
+    ],
+)
+def test_a_negative_version_is_named_past_versions_at_zero(
+    rows: Any, mask: Any, where: str
+) -> None:
+    """Version 0 (the initial weights) is valid: the refusal of a negative version names the first
+    negative one, not a version-0 token before it, nor a negative one at padding."""
+    with pytest.raises(ValueError, match=r"token_versions must be >= 0") as info:
+        refimpl.sample_staleness(5, rows, mask=mask)
+    assert where in str(info.value)
