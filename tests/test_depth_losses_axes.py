@@ -231,3 +231,51 @@ def test_the_mask_check_rejects_a_refusal_naming_the_other_array() -> None:
             raise ValueError(str(error).replace("logp_prox", "logp_behavior")) from None
 
     rejects(check_mask_refusal, other_name, "refimpl.staleness decoupled_ppo_weights", 0)
+
+
+# --- an empty batch (B = 0) or an empty token axis (T = 0) is refused, not computed -----------
+# (optimal_token_baseline_advantages returned an empty array for both, where every other loss
+# refuses them by name)
+
+
+def _emptied(arguments: dict[str, Any], shape: tuple[int, int], axis: int) -> dict[str, Any]:
+    """The call with every ``(B, T)`` array cut to length 0 along ``axis`` (and, for ``B = 0``,
+    every per-sequence ``(B,)`` array cut to length 0)."""
+    out = dict(arguments)
+    for name, value in arguments.items():
+        if isinstance(value, (str, bool, tuple)) or value is None:
+            continue
+        arr = np.asarray(value)
+        if arr.dtype == object:
+            continue
+        if arr.shape[:2] == shape:  # token arrays, and logits (B, T, V)
+            out[name] = arr[:0] if axis == 0 else arr[:, :0]
+        elif axis == 0 and arr.shape == (shape[0],):
+            out[name] = arr[:0]
+    return out
+
+
+EMPTY_CASES = [
+    (key, i, axis)
+    for key, calls in sorted(CALLS.items())
+    if key.startswith("refimpl.losses")
+    for i, call in enumerate(calls)
+    if _batch_shape(bind(public_function(key), call.args, call.kwargs)) is not None
+    for axis in (0, 1)
+]
+
+
+def check_empty_refused(fn: Any, key: str, i: int, axis: int) -> None:
+    arguments = bind(fn, CALLS[key][i].args, CALLS[key][i].kwargs)
+    shape = _batch_shape(arguments)
+    assert shape is not None
+    with pytest.raises(ValueError, match=r"(?i)pass") as refused:  # a refusal, with its fix
+        call_with(fn, _emptied(arguments, shape, axis))
+    assert "shape (" in str(refused.value) or "got" in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "i", "axis"), EMPTY_CASES, ids=[f"{k} #{i} axis {a}" for k, i, a in EMPTY_CASES]
+)
+def test_an_empty_batch_or_token_axis_is_refused(key: str, i: int, axis: int) -> None:
+    check_empty_refused(public_function(key), key, i, axis)

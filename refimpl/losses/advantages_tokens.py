@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from refimpl._validation import as_float_array, as_real, invalid, mismatch, require_entries
-from refimpl.losses._common import as_choice
+from refimpl.losses._common import as_choice, token_array
 from refimpl.losses.advantages import (
     _PLACEMENTS,
     EpsPlacement,
@@ -221,7 +221,7 @@ def _token_inputs(
     Padding is never read: the rules hold at real tokens only, and ``w_t`` is 0 at padding
     whatever the arrays hold there (so any finite value is accepted).
     """
-    r = as_float_array(token_rewards, name="token_rewards", ndim=2)
+    r = token_array(token_rewards, name="token_rewards")
     shape = r.shape
     logp = _as_token_array(logp_old, name="logp_old", shape=shape)
     s2 = _as_token_array(sum_pi_squared, name="sum_pi_squared", shape=shape)
