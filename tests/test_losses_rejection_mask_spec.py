@@ -14,14 +14,14 @@ import pytest
 import refimpl.losses.rejection as R
 from refimpl.testing import check_conformance, check_names, conventions, spec_names
 
-SPEC = "divergence_rejection_mask"
+SPEC_NAME = "divergence_rejection_mask"
 EXAMPLES = 20
 
 
 def test_the_spec_is_listed_with_its_checks_and_conventions() -> None:
-    assert SPEC in spec_names(losses=True)
-    assert check_names(SPEC) == ("values", "padding_ignored", "bound_inclusive", "empty_rows")
-    assert {c.key: c.default for c in conventions(SPEC)} == {
+    assert SPEC_NAME in spec_names(losses=True)
+    assert check_names(SPEC_NAME) == ("values", "padding_ignored", "bound_inclusive", "empty_rows")
+    assert {c.key: c.default for c in conventions(SPEC_NAME)} == {
         "estimator": "k1",
         "reduce": "token",
         "lower": "absent",
@@ -44,7 +44,7 @@ def test_refimpls_own_mask_passes(
     options: dict[str, Any] = {"estimator": estimator, "reduce": reduce, "log_ratio_clamp": clamp}
     candidate = functools.partial(R.divergence_rejection_mask, **options)
     conv = {"estimator": estimator, "reduce": reduce, "lower": lower, "log_ratio_clamp": clamp}
-    report = check_conformance(candidate, spec=SPEC, conventions=conv, max_examples=EXAMPLES)
+    report = check_conformance(candidate, spec=SPEC_NAME, conventions=conv, max_examples=EXAMPLES)
     report.raise_if_failed()
 
 
@@ -84,5 +84,5 @@ def keeps_empty_rows(lt: Any, lb: Any, *, upper: float, mask: Any) -> Any:
 def test_each_check_fails_its_wrong_variant(
     candidate: Any, conv: dict[str, Any], check: str
 ) -> None:
-    report = check_conformance(candidate, spec=SPEC, conventions=conv, max_examples=50)
+    report = check_conformance(candidate, spec=SPEC_NAME, conventions=conv, max_examples=50)
     assert report[check].status == "failed", report.summary()
