@@ -45,6 +45,7 @@ import json
 import math
 import os
 import signal
+import stat
 import sys
 import tempfile
 import traceback
@@ -628,6 +629,9 @@ def run_case(case: Case) -> None:
                 assert after.get(path, b"<gone>") == content, f"{argv} changed or removed {path}"
         stray = [p for p in after if p not in before and not _allowed(p, outputs)]
         assert not stray, f"{argv} wrote outside its outputs: {stray}"
+        # an output at /dev/null is written through, never replaced by a file (as root, a rename
+        # would take /dev/null from every process on the machine)
+        assert stat.S_ISCHR(os.stat(os.devnull).st_mode), f"{argv} replaced {os.devnull}"
         for path in outputs:
             if path == Path(os.devnull):
                 continue

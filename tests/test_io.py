@@ -340,3 +340,22 @@ def test_an_input_that_cannot_be_examined_is_left_to_its_reader(tmp_path: Path) 
     refuse_output_naming_input(tmp_path / "report.json", [a], option="--report")  # no error here
     with pytest.raises(OSError, match="symbolic links"):
         refuse_output_naming_input(a, [tmp_path / "trace.csv"], option="--report")
+
+
+def test_a_pipe_is_written_in_place_not_replaced_by_a_file(tmp_path: Path) -> None:
+    """An output path that is a device or a pipe (``--out /dev/null``) is written through: a
+    rename onto it would replace it with a regular file (as root, ``/dev/null`` itself)."""
+    import stat
+    import threading
+
+    from refimpl._io import atomic_write
+
+    pipe = tmp_path / "out.json"
+    os.mkfifo(pipe)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+    reader.start()
+    atomic_write(pipe, "through the pipe\n")
+    reader.join(timeout=60)
+    assert got == [b"through the pipe\n"]
+    assert stat.S_ISFIFO(os.stat(pipe).st_mode)

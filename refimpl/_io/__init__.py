@@ -70,6 +70,17 @@ def _target(path: StrPath) -> Path:
     return Path(os.path.realpath(p))
 
 
+def _special(target: Path) -> bool:
+    """Whether ``target`` exists and is neither a regular file nor a directory (a device such as
+    ``/dev/null``, a pipe, a socket). A rename onto it would replace the device with a regular
+    file (run as root, ``--out /dev/null`` would end ``/dev/null`` for every process)."""
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def _new_temp(target: Path) -> tuple[int, Path]:
     """Create an empty temporary file next to ``target``, with the mode a new file would get.
 
@@ -174,7 +185,8 @@ def atomic_path(path: StrPath) -> Iterator[Path]:
     ``Figure.savefig``): the temporary name keeps the suffix of ``path``. The file is flushed
     to disk before the rename. On any exception, including ``KeyboardInterrupt``, the temporary
     file is removed and ``path`` is untouched; an ``OSError`` of the write (which names no file,
-    or the temporary one) is re-raised naming ``path``.
+    or the temporary one) is re-raised naming ``path``. A ``path`` that is a device or a pipe
+    (``/dev/null``, a FIFO) is written in place: renaming onto it would replace it.
 
     Examples
     --------
@@ -188,6 +200,9 @@ def atomic_path(path: StrPath) -> Iterator[Path]:
     ['table.csv']
     """
     target = _target(path)
+    if _special(target):  # /dev/null, a pipe, a terminal: written in place, never replaced
+        yield target
+        return
     fd, tmp = _new_temp(target)
     try:
         _keep_mode(target, fd)
