@@ -132,26 +132,40 @@ truncated_options = st.fixed_dictionaries(
 )
 
 
-def _truncated_property(
-    fn: Callable[..., Array], pin: dict[str, Any] | None = None
+def _model_property(
+    options: st.SearchStrategy[dict[str, Any]],
+    model: Callable[[dict[str, Any], dict[str, Any]], Array],
+    fn: Callable[..., Array],
+    pin: dict[str, Any] | None = None,
 ) -> Callable[[], None]:
-    """``pin`` fixes some options (a defect's own), so that every draw exercises them."""
+    """``fn`` equals ``model`` on drawn options and log-probabilities; ``pin`` fixes some options
+    (a defect's own), so that every draw exercises them."""
 
     @given(st.data())
     def prop(data: st.DataObject) -> None:
-        opts = {**data.draw(truncated_options), **(pin or {})}
+        opts = {**data.draw(options), **(pin or {})}
         case = data.draw(log_probs(plant=opts["nonfinite"] == "one"))
         lp, lq, m = _arrays(case)
-        got = fn(lp, lq, mask=m, **opts)
-        _close(np.asarray(got), truncated_model(case, opts))
+        _close(np.asarray(fn(lp, lq, mask=m, **opts)), model(case, opts))
 
     return prop
 
 
+def _case(lp: Array, lq: Array, mask: Array) -> dict[str, Any]:
+    """The model's case (rows as lists) of a call's arrays."""
+    lp2, lq2, m2 = (np.atleast_2d(x).tolist() for x in (lp, lq, mask))
+    return {"lp": lp2, "lq": lq2, "mask": m2, "one_d": lp.ndim == 1}
+
+
+def _truncated_property(
+    fn: Callable[..., Array], pin: dict[str, Any] | None = None
+) -> Callable[[], None]:
+    return _model_property(truncated_options, truncated_model, fn, pin)
+
+
 def _truncated_via_model(defect: str) -> Callable[..., Array]:
     def run(lp: Array, lq: Array, *, mask: Array, **opts: Any) -> Array:
-        lp2, lq2, m2 = (np.atleast_2d(x).tolist() for x in (lp, lq, mask))
-        case = {"lp": lp2, "lq": lq2, "mask": m2, "one_d": lp.ndim == 1}
+        case = _case(lp, lq, mask)
         if defect == "clamp_at ignored":
             opts = {**opts, "clamp_at": "level"}
         elif defect == "geometric as the product":
@@ -159,7 +173,7 @@ def _truncated_via_model(defect: str) -> Callable[..., Array]:
         elif defect == "lower ignored":
             opts = {**opts, "lower": None}
         elif defect == "padding read":
-            case["mask"] = [[1.0] * len(row) for row in m2]
+            case["mask"] = [[1.0] * len(row) for row in case["mask"]]
             out = truncated_model(case, opts)
             return np.where(mask > 0, out, 0.0) if opts["level"] == "token" else out
         return truncated_model(case, opts)
@@ -254,23 +268,12 @@ masked_options = st.fixed_dictionaries(
 def _masked_property(
     fn: Callable[..., Array], pin: dict[str, Any] | None = None
 ) -> Callable[[], None]:
-    """``pin`` fixes some options (a defect's own), so that every draw exercises them."""
-
-    @given(st.data())
-    def prop(data: st.DataObject) -> None:
-        opts = {**data.draw(masked_options), **(pin or {})}
-        case = data.draw(log_probs(plant=opts["nonfinite"] == "one"))
-        want = masked_model(case, opts)
-        lp, lq, m = _arrays(case)
-        _close(np.asarray(fn(lp, lq, mask=m, **opts)), want)
-
-    return prop
+    return _model_property(masked_options, masked_model, fn, pin)
 
 
 def _masked_via_model(defect: str) -> Callable[..., Array]:
     def run(lp: Array, lq: Array, *, mask: Array, **opts: Any) -> Array:
-        lp2, lq2, m2 = (np.atleast_2d(x).tolist() for x in (lp, lq, mask))
-        case = {"lp": lp2, "lq": lq2, "mask": m2, "one_d": lp.ndim == 1}
+        case = _case(lp, lq, mask)
         swap = {
             "clamp_at ignored": ("clamp_at", "level"),
             "band on the ratio always": ("band_on", "ratio"),
@@ -352,23 +355,12 @@ decoupled_options = st.fixed_dictionaries(
 def _decoupled_property(
     fn: Callable[..., Array], pin: dict[str, Any] | None = None
 ) -> Callable[[], None]:
-    """``pin`` fixes some options (a defect's own), so that every draw exercises them."""
-
-    @given(st.data())
-    def prop(data: st.DataObject) -> None:
-        opts = {**data.draw(decoupled_options), **(pin or {})}
-        case = data.draw(log_probs(plant=opts["nonfinite"] == "one"))
-        want = decoupled_model(case, opts)
-        lp, lq, m = _arrays(case)
-        _close(np.asarray(fn(lp, lq, mask=m, **opts)), want)
-
-    return prop
+    return _model_property(decoupled_options, decoupled_model, fn, pin)
 
 
 def _decoupled_via_model(defect: str) -> Callable[..., Array]:
     def run(lp: Array, lq: Array, *, mask: Array, **opts: Any) -> Array:
-        lp2, lq2, m2 = (np.atleast_2d(x).tolist() for x in (lp, lq, mask))
-        case = {"lp": lp2, "lq": lq2, "mask": m2, "one_d": lp.ndim == 1}
+        case = _case(lp, lq, mask)
         if defect == "clip read as mask":
             opts = {**opts, "above_cap": "mask"}
         elif defect == "lower ignored":
