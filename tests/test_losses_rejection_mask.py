@@ -233,6 +233,13 @@ def test_statistic_is_sequence_divergence() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _keywords(options: tuple[str, str, float, float | None, float | None]) -> dict[str, Any]:
+    """The keyword arguments of one drawn ``OPTIONS`` tuple."""
+    return dict(
+        zip(("estimator", "reduce", "upper", "lower", "log_ratio_clamp"), options, strict=True)
+    )
+
+
 def _check_matches_torch(fn: Mask) -> Callable[[], None]:
     @given(batches(), OPTIONS)
     def check(
@@ -240,19 +247,12 @@ def _check_matches_torch(fn: Mask) -> Callable[[], None]:
         options: tuple[str, str, float, float | None, float | None],
     ) -> None:
         a, b, m = batch
-        est, red, upper, lower, clamp = options
-        kw: dict[str, Any] = {
-            "estimator": est,
-            "reduce": red,
-            "upper": upper,
-            "lower": lower,
-            "log_ratio_clamp": clamp,
-        }
+        kw = _keywords(options)
         want, stat = _torch_mask(a, b, m, **kw)
         got = fn(a, b, mask=m, **kw)
         # a statistic within rounding of a bound may go either way (torch's expm1 vs a series)
         near = np.zeros_like(stat, dtype=bool)
-        for bound in (upper, lower):
+        for bound in (kw["upper"], kw["lower"]):
             if bound is not None:
                 with np.errstate(invalid="ignore"):
                     near |= np.abs(stat - bound) <= 1e-12 * (1.0 + np.abs(stat))
@@ -299,15 +299,7 @@ def _check_padding_is_ignored(fn: Mask) -> Callable[[], None]:
         garbage: float,
     ) -> None:
         a, b, m = batch
-        est, red, upper, lower, clamp = options
-        kw: dict[str, Any] = {
-            "estimator": est,
-            "reduce": red,
-            "upper": upper,
-            "lower": lower,
-            "log_ratio_clamp": clamp,
-            "mask": m,
-        }
+        kw = {**_keywords(options), "mask": m}
         first = fn(a, b, **kw)
         second = fn(np.where(m > 0, a, garbage), b, **kw)
         assert np.array_equal(first, second)
