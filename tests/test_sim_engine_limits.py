@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, cast
 
 import numpy as np
+import pytest
 import scipy.stats
 from _wrong_variants import rejects, run_property
 from hypothesis import given, note, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from refimpl.sim import SimConfig, SimTrace, simulate, simulate_engine
 from refimpl.sim.engine import EngineModel, EngineRun
+from refimpl.sim.engine import _loop as engine_loop
 
 _FIELDS = (*SimTrace.COLUMNS, "segment_offsets", "segment_tokens", "segment_versions")
 
@@ -122,6 +124,24 @@ def _run_or_stuck(cfg: SimConfig, engine: str) -> EngineRun | None:
         if "cannot make progress" not in str(err):
             raise
         return None
+
+
+def event_loop_run(cfg: SimConfig, **patched: Any) -> EngineRun | None:
+    """The loop in plain Python with attributes of ``refimpl.sim.engine._loop`` replaced (a
+    constant or a loop function), or ``None`` when a sequence outgrows the budget."""
+    with pytest.MonkeyPatch.context() as m:
+        for name, value in patched.items():
+            m.setattr(engine_loop, name, value)
+        return _run_or_stuck(cfg, "event")
+
+
+def assert_same_outcome(a: EngineRun | None, b: EngineRun | None) -> None:
+    """Both stuck, or the same trace and statistics bit for bit."""
+    assert (a is None) == (b is None)
+    if a is None or b is None:
+        return
+    assert _same(a.trace, b.trace) == []
+    assert a.stats == b.stats
 
 
 def check_compiled_is_reference(cfg: SimConfig, flip: bool = False) -> None:

@@ -11,27 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from _wrong_variants import rejects
 from hypothesis import given, note, settings
-from test_sim_engine_limits import _same, engine_runs
+from test_sim_engine_limits import assert_same_outcome, engine_runs, event_loop_run
 
-from refimpl.sim import SimConfig, simulate_engine
-from refimpl.sim.engine import EngineRun
+from refimpl.sim import SimConfig
 from refimpl.sim.engine import _loop as L
-
-
-def _run(cfg: SimConfig, fits_plan: Any) -> EngineRun | None:
-    """The loop in plain Python with ``fits_plan`` as its admission check; ``None`` when a
-    sequence outgrows the budget."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(L, "_fits_plan", fits_plan)
-        try:
-            return simulate_engine(cfg, engine="event")
-        except RuntimeError as err:
-            if "cannot make progress" not in str(err):
-                raise
-            return None
 
 
 def _always(*args: Any) -> bool:
@@ -47,13 +32,9 @@ def _one_token_more(IS: Any, P: Any, PR: Any, cnt: Any, r: int, g: int) -> bool:
 
 
 def check_the_check_changes_nothing(cfg: SimConfig, fits_plan: Any = L._fits_plan) -> None:
-    alone = _run(cfg, _always)
-    checked = _run(cfg, fits_plan)
-    assert (alone is None) == (checked is None)
-    if alone is None or checked is None:
-        return
-    assert _same(alone.trace, checked.trace) == []
-    assert alone.stats == checked.stats
+    alone = event_loop_run(cfg, _fits_plan=_always)
+    checked = event_loop_run(cfg, _fits_plan=fits_plan)
+    assert_same_outcome(alone, checked)
 
 
 @settings(max_examples=60, deadline=None)

@@ -17,36 +17,18 @@ import numpy as np
 import pytest
 from _wrong_variants import rejects
 from hypothesis import given, note, settings
-from test_sim_engine_limits import _same, engine_runs
+from test_sim_engine_limits import assert_same_outcome, engine_runs, event_loop_run
 
-from refimpl.sim import SimConfig, simulate_engine
-from refimpl.sim.engine import EngineModel, EngineRun, batching
+from refimpl.sim import SimConfig
+from refimpl.sim.engine import EngineModel, batching
 from refimpl.sim.engine import _loop as L
 
 
-def _run(cfg: SimConfig, calendar_max: int, **replaced: Any) -> EngineRun | None:
-    """The loop in plain Python with ``CALENDAR_MAX`` (0: the heap) and loop functions replaced;
-    ``None`` when a sequence outgrows the budget."""
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(L, "CALENDAR_MAX", calendar_max)
-        for name, f in replaced.items():
-            m.setattr(L, name, f)
-        try:
-            return simulate_engine(cfg, engine="event")
-        except RuntimeError as err:
-            if "cannot make progress" not in str(err):
-                raise
-            return None
-
-
 def check_calendar_is_heap(cfg: SimConfig, **replaced: Any) -> None:
-    heap = _run(cfg, 0)
-    calendar = _run(cfg, L.CALENDAR_MAX, **replaced)
-    assert (heap is None) == (calendar is None)
-    if heap is None or calendar is None:
-        return
-    assert _same(heap.trace, calendar.trace) == []
-    assert heap.stats == calendar.stats
+    """The run with the calendar (and loop functions replaced) is the heap's run."""
+    heap = event_loop_run(cfg, CALENDAR_MAX=0)
+    calendar = event_loop_run(cfg, **replaced)
+    assert_same_outcome(heap, calendar)
 
 
 @settings(max_examples=60, deadline=None)
