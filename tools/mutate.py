@@ -185,23 +185,23 @@ def _sites(tree: ast.Module) -> Iterator[tuple[str, ast.AST, ast.AST]]:
     parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp) and type(node.op) in _SWAP_BINOP:
-            new = copy.deepcopy(node)
-            new.op = _SWAP_BINOP[type(node.op)]()
-            yield "binop", node, new
+            binop = copy.deepcopy(node)
+            binop.op = _SWAP_BINOP[type(node.op)]()
+            yield "binop", node, binop
         elif isinstance(node, ast.Compare) and len(node.ops) == 1:
             for replacement in _SWAP_CMP.get(type(node.ops[0]), []):
-                new = copy.deepcopy(node)
-                new.ops = [replacement()]
-                yield "compare", node, new
+                compare = copy.deepcopy(node)
+                compare.ops = [replacement()]
+                yield "compare", node, compare
         elif isinstance(node, ast.BoolOp):
-            new = copy.deepcopy(node)
-            new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
-            yield "boolop", node, new
+            boolop = copy.deepcopy(node)
+            boolop.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+            yield "boolop", node, boolop
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             yield "not", node, copy.deepcopy(node.operand)
         elif isinstance(node, ast.If | ast.While) and not _is_type_checking(node.test):
-            new = copy.deepcopy(node.test)
-            yield "negate", node.test, ast.UnaryOp(op=ast.Not(), operand=new)
+            test = copy.deepcopy(node.test)
+            yield "negate", node.test, ast.UnaryOp(op=ast.Not(), operand=test)
         elif (
             isinstance(node, ast.Constant)
             and type(node.value) is int
@@ -210,18 +210,28 @@ def _sites(tree: ast.Module) -> Iterator[tuple[str, ast.AST, ast.AST]]:
             for delta in (1, -1):
                 yield f"int{delta:+d}", node, ast.Constant(node.value + delta)
         elif isinstance(node, ast.Name) and node.id in _SWAP_NAMES:
-            if isinstance(parents.get(node), ast.Call) and parents[node].func is node:  # type: ignore[attr-defined]
+            parent = parents.get(node)
+            if isinstance(parent, ast.Call) and parent.func is node:
                 yield "swap", node, ast.Name(id=_SWAP_NAMES[node.id], ctx=ast.Load())
         elif (
             isinstance(node, ast.Attribute)
             and node.attr in _SWAP_NAMES
             and isinstance(parents.get(node), ast.Call)
         ):
-            new = copy.deepcopy(node)
-            new.attr = _SWAP_NAMES[node.attr]
-            yield "swap", node, new
+            attribute = copy.deepcopy(node)
+            attribute.attr = _SWAP_NAMES[node.attr]
+            yield "swap", node, attribute
         elif isinstance(node, ast.Raise):
             yield "no-raise", node, ast.Pass()
+
+
+def _span(node: ast.AST) -> tuple[int, int, int, int] | None:
+    """(line, column, end line, end column) of a node of the source, ``None`` for one without
+    an end (made by the mutator, not parsed)."""
+    if not isinstance(node, ast.expr | ast.stmt) or node.end_lineno is None:
+        return None
+    assert node.end_col_offset is not None
+    return node.lineno, node.col_offset, node.end_lineno, node.end_col_offset
 
 
 def _scopes(tree: ast.Module) -> list[tuple[int, int, str]]:
@@ -265,30 +275,18 @@ def mutants(path: Path) -> list[Mutant]:
     found: list[Mutant] = []
     seen: set[tuple[int, int, int, int, str]] = set()
     for kind, old, new in _sites(tree):
-        if getattr(old, "end_lineno", None) is None:
+        span = _span(old)
+        if span is None:
             continue
-        segment = data[
-            offsets[old.lineno - 1] + old.col_offset : offsets[old.end_lineno - 1]  # type: ignore[attr-defined]
-            + old.end_col_offset  # type: ignore[attr-defined]
-        ].decode()
+        first, col, end_line, end_col = span
+        segment = data[offsets[first - 1] + col : offsets[end_line - 1] + end_col].decode()
         text = _unparse(new)
-        where = (old.lineno, old.col_offset, old.end_lineno, old.end_col_offset, text)  # type: ignore[attr-defined]
+        where = (first, col, end_line, end_col, text)
         if where in seen or text == _unparse(old):
             continue
         seen.add(where)
-        found.append(
-            Mutant(
-                rel,
-                _scope_of(old, scopes),
-                kind,
-                old.lineno,
-                old.col_offset,
-                old.end_lineno,
-                old.end_col_offset,
-                segment,
-                text,
-            )  # type: ignore[attr-defined]
-        )
+        scope = _scope_of(old, scopes)
+        found.append(Mutant(rel, scope, kind, first, col, end_line, end_col, segment, text))
     found.sort(key=lambda m: (m.line, m.col, m.kind, m.new))
     counts: dict[tuple[str, str, str], int] = {}
     numbered = []
