@@ -571,3 +571,18 @@ def test_m2po_validation() -> None:
         R.m2po_mask(LP, LP, tau=0)
     with pytest.raises(TypeError, match=r"strict must be a bool; got strict=1"):
         R.m2po_mask(LP, LP, tau=1.0, strict=1)  # type: ignore[arg-type]
+
+
+def test_k3_is_finite_up_to_the_largest_log_ratio_whose_exp_is_finite() -> None:
+    """k3 = e^d − 1 − d is finite, and exact to rounding, at the largest double d with a finite
+    e^d, and +inf one double above it, where the true value exceeds every float64."""
+    top = float(np.log(np.finfo(np.float64).max))
+    assert math.isfinite(math.exp(top))
+    with mpmath.workdps(40):
+        exact = float(mpmath.exp(mpmath.mpf(top)) - 1 - mpmath.mpf(top))
+    at_top = R.sequence_divergence([[top]], [[0.0]], estimator="k3", reduce="sum")
+    assert at_top[0] == pytest.approx(exact, rel=1e-14)
+    above = np.nextafter(top, math.inf)
+    with np.errstate(over="ignore"):
+        beyond = R.sequence_divergence([[above]], [[0.0]], estimator="k3", reduce="sum")
+    assert beyond[0] == math.inf
