@@ -449,6 +449,10 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
             mask=[[1, 1]],
         ),
     ),
+    "refimpl.losses token_sum_pi_squared": (_c(_Z, temperature=0.9, mask=[[1, 1]]),),
+    "refimpl.losses token_sum_pi_squared_grad": (
+        _c(_Z, temperature=0.9, cotangent=[[1.0, 0.5]], mask=[[1, 1]]),
+    ),
 }
 
 

@@ -141,8 +141,20 @@ COUPLED: dict[tuple[str, int | None, str], Coupling] = {
             "logits / temperature overflows for the smallest temperature unless the logits are 0",
             {"logits": np.zeros((1, 2, 4))},
         )
-        for name in ("token_entropy", "token_logprobs", "token_logprobs_grad")
+        for name in (
+            "token_entropy",
+            "token_logprobs",
+            "token_logprobs_grad",
+            "token_sum_pi_squared",
+        )
     },
+    ("refimpl.losses token_sum_pi_squared_grad", 0, "real: temperature > 0.0: low inside 5e-324"): (
+        Coupling(
+            "logits / temperature and 2·cotangent / temperature overflow for the smallest "
+            "temperature unless the logits and the cotangent are 0",
+            {"logits": np.zeros((1, 2, 4)), "cotangent": np.zeros((1, 2))},
+        )
+    ),
     **{
         (f"refimpl.losses {name}", 0, f"real: {tau} > 0.0: low inside 5e-324"): Coupling(
             "the gate's 4 / tau overflows for the smallest tau at any token: the loss's own "

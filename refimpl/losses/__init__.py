@@ -31,7 +31,8 @@ One module per family; this package re-exports their public names, and so does t
   variation of the sampled token's probabilities.
 - :mod:`refimpl.losses.logprobs`: a token's log-probability under temperature and top-k / top-p
   as a sampler assigns it, and the ratio that a sampler/trainer mismatch leaves on identical
-  weights.
+  weights; :mod:`refimpl.losses.collision`: the collision probability Σπ² of the tempered
+  softmax and its gradient.
 
 Every loss returns :class:`LossTerms` (the per-token loss and the gradient with respect to the
 current log-probabilities, as a vector–Jacobian product with the aggregation's weights); see
@@ -68,6 +69,7 @@ from refimpl.losses.clipped import (
     ppo_clip_loss,
     sapo_loss,
 )
+from refimpl.losses.collision import token_sum_pi_squared, token_sum_pi_squared_grad
 from refimpl.losses.decoupled import decoupled_ppo_loss
 from refimpl.losses.distillation import reverse_kl_distillation_loss
 from refimpl.losses.divergence_gate import divergence_gated_weights
@@ -179,5 +181,7 @@ __all__ = [
     "token_entropy",
     "token_logprobs",
     "token_logprobs_grad",
+    "token_sum_pi_squared",
+    "token_sum_pi_squared_grad",
     "vespo_loss",
 ]
