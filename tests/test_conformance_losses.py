@@ -28,6 +28,7 @@ import refimpl.losses.advantages_tokens as at
 import refimpl.losses.aggregation as agg
 import refimpl.losses.band_masked as bm
 import refimpl.losses.clipped as cl
+import refimpl.losses.collision as collision_mod
 import refimpl.losses.divergence_gate as dg
 import refimpl.losses.entropy_mask as em_mod
 import refimpl.losses.gae as gae_mod
@@ -506,6 +507,13 @@ def _entropy_terms(logits: Any, **kwargs: Any) -> tuple[Any, Any]:
     return value, token_entropy_vjp(np.asarray(logits), cotangent=cotangent, **kwargs)
 
 
+def _sum_pi_squared_terms(logits: Any, **kwargs: Any) -> tuple[Any, Any]:
+    value = collision_mod.token_sum_pi_squared(
+        logits, temperature=kwargs["temperature"], mask=kwargs["mask"]
+    )
+    return value, collision_mod.token_sum_pi_squared_grad(logits, **kwargs)
+
+
 def _gae_advantages(rewards: Any, values: Any, **kwargs: Any) -> Any:
     return gae_mod.gae_advantages(rewards, values, **kwargs).advantages
 
@@ -558,6 +566,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
         rj.divergence_rejection_mask, estimator="k1", reduce="token"
     ),
     "token_entropy": _entropy_terms,
+    "token_sum_pi_squared": _sum_pi_squared_terms,
     "gae_advantages": _gae_advantages,
     "gpg_advantages": ab.gpg_advantages,
     "opo_advantages": _opo_advantages,

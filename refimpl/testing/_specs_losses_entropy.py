@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,7 @@ from refimpl.testing._specs_losses import (
 from refimpl.testing._specs_losses_checks import loss_spec
 from refimpl.testing.tolerances import largest_finite, summation_factor
 
-__all__ = ["entropy_spec", "token_entropy_vjp"]
+__all__ = ["entropy_spec", "huge_logits_stay_finite", "token_entropy_vjp"]
 
 Array = NDArray[np.float64]
 
@@ -255,12 +256,21 @@ def _fixed(conv: Conventions) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _huge_logits_stay_finite(case: Case) -> None:
+def huge_logits_stay_finite(values: str) -> Callable[[Case], None]:
+    """The huge-logits check of a per-position quantity of the logits (``values`` names it)."""
+
+    def check(case: Case) -> None:
+        _huge_logits_check(case, values)
+
+    return check
+
+
+def _huge_logits_check(case: Case, values: str) -> None:
     top = largest_finite(case.dtype)
     for i, (_, kwargs) in enumerate(case.calls):
         mask = np.asarray(kwargs["mask"]) > 0
         expected, condition = case.expected(i), case.condition(i)
-        for which, what in ((0, "entropies"), (1, "gradients")):
+        for which, what in ((0, values), (1, "gradients")):
             found = np.asarray(case.found[i][which], dtype=np.float64)
             ref = np.asarray(expected[which], dtype=np.float64)
             assert found.shape == ref.shape, f"{what}: shape {found.shape}, expected {ref.shape}"
@@ -308,7 +318,7 @@ def entropy_spec() -> Spec:
         "logits offset by ±89, ±1000 or ±1e4 and spread by up to ±800 give finite entropies and "
         "gradients that agree with the reference (the log-sum-exp is shifted by the largest logit)",
         calls(desc, "huge"),
-        _huge_logits_stay_finite,
+        huge_logits_stay_finite("entropies"),
     )
     checks = tuple(
         huge if c.name == "huge_log_ratios_stay_finite" else c

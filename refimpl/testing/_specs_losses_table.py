@@ -44,6 +44,7 @@ from refimpl.testing._specs_losses_advantages_tokens import token_advantage_spec
 from refimpl.testing._specs_losses_band_masked import band_masked_specs
 from refimpl.testing._specs_losses_batch_mean import batch_mean_spec
 from refimpl.testing._specs_losses_checks import loss_spec
+from refimpl.testing._specs_losses_collision import sum_pi_squared_spec
 from refimpl.testing._specs_losses_decoupled import decoupled_specs
 from refimpl.testing._specs_losses_distillation import distillation_specs
 from refimpl.testing._specs_losses_divergence_gate import divergence_gate_specs
@@ -749,6 +750,7 @@ def specs() -> tuple[Spec, ...]:
         *rejection_specs(),
         *rejection_mask_specs(),
         entropy_spec(),
+        sum_pi_squared_spec(),
         gae_spec(),
         *sequence_product_specs(),
         *band_masked_specs(),
