@@ -355,6 +355,16 @@ def verl_entropy_from_logits(logits: Any) -> Any:
     return entropy_from_logits(logits)
 
 
+def verl_sum_pi_squared(logits: Any) -> Any:
+    """verl ``calculate_sum_pi_squared_from_logits``: ``exp(logsumexp(2z) − 2·logsumexp(z))`` per
+    position, no temperature, no mask. Its callers (the FSDP engine's forward, padded and
+    no-padding paths, under ``actor.calculate_sum_pi_squared``) divide the logits by the
+    temperature first; it feeds the optimal token baseline's ``sum_pi_squared``."""
+    from verl.utils.torch_functional import calculate_sum_pi_squared_from_logits
+
+    return calculate_sum_pi_squared_from_logits(logits)
+
+
 def verl_entropy_from_logits_with_chunking(logits: Any) -> Any:
     """verl ``entropy_from_logits_with_chunking`` on the (B·T, V) rows, reshaped to (B, T)."""
     from verl.utils.torch_functional import entropy_from_logits_with_chunking
@@ -398,6 +408,17 @@ ADAPTERS = (
         candidate=verl_entropy_from_logits_with_chunking,
         note="The same formula over chunks of 2048 rows, each cast to float32, written into a "
         "float32 tensor.",
+    ),
+    Adapter(
+        key="verl.sum_pi_squared_from_logits",
+        framework="verl",
+        function=f"{_TF}:calculate_sum_pi_squared_from_logits",
+        settings={"actor.calculate_sum_pi_squared": True},
+        spec="token_sum_pi_squared",
+        conventions=_ENTROPY,
+        candidate=verl_sum_pi_squared,
+        note="exp(logsumexp(2z) − 2·logsumexp(z)) at every position (no mask), in the logits' "
+        "dtype; the caller divides the logits by the temperature.",
     ),
     Adapter(
         key="verl.adv_gae",
