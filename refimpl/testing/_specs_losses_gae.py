@@ -2,7 +2,11 @@ r"""The spec ``gae_advantages``: GAE advantages (and returns) against
 :func:`refimpl.losses.gae.gae_advantages` (value only: advantages are computed under no_grad).
 
 The candidate is ``candidate(rewards, values, *, gamma, lam, mask)`` with (B, T) arrays and
-returns the advantages (B, T), or ``(advantages, returns)`` with ``output='both'``. Conventions
+returns the advantages (B, T), or ``(advantages, returns)`` with ``output='both'``. A candidate
+without a critic (``critic='none'``: the discounted return of a REINFORCE estimator, OpenRLHF's
+``reinforce`` at ``gamma < 1``) is ``candidate(rewards, *, gamma, mask)`` and is checked against
+the same reference at :math:`V = 0`, :math:`\lambda = 1`, where GAE is the discounted return
+:math:`\sum_{l \ge 0}\gamma^l r_{t+l}` (claim GAE2). Conventions
 express what frameworks do around the recursion: whitening the advantages over the batch's valid
 tokens (which variance, which ε, where ε sits), what a masked position between valid tokens is,
 where the value after the last valid token comes from, and whether padded inputs may hold
@@ -127,7 +131,19 @@ PADDING = Convention(
     "advantage at masked positions), OpenRLHF 0.11.2 (advantages at gaps, whitening at padding)",
 )
 
+CRITIC = Convention(
+    "critic",
+    "values",
+    ("values", "none"),
+    "'values': the candidate takes the critic's values and lam; 'none': it takes neither "
+    "(candidate(rewards, *, gamma, mask)) and returns the discounted return per token, checked "
+    "as GAE at V = 0, λ = 1",
+    who="none: OpenRLHF 0.11.2 compute_advantages_and_returns with advantage.estimator="
+    "'reinforce' (get_cumulative_returns with advantage.gamma, then the batch whitening)",
+)
+
 CONVENTIONS = (
+    CRITIC,
     OUTPUT,
     WHITEN,
     WHITEN_STD,
@@ -190,6 +206,8 @@ def _gae_calls(
 ) -> list[Call]:
     gamma = draw(_discount([1.0, 0.99, 0.9, 0.5, 0.0]))
     lam_ = lam if lam is not None else draw(_discount([1.0, 0.95, 0.9, 0.5, 0.0]))
+    if conv["critic"] == "none":
+        lam_ = 1.0
     if long:
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         batch, time = 2, 512
@@ -224,6 +242,8 @@ def _gae_calls(
     pads = np.broadcast_to(pad, (2, *mask.shape))
     rewards = np.where(mask > 0, rewards, pads[0])
     values = np.where(mask > 0, values, pads[1])
+    if conv["critic"] == "none":
+        return [((rewards,), {"gamma": gamma, "mask": mask})]
     kwargs: dict[str, Any] = {"gamma": gamma, "lam": lam_, "mask": mask}
     if conv["bootstrap"] == "keyword":
         boot = draw(st.lists(st.floats(-5.0, 5.0, allow_nan=False), min_size=batch, max_size=batch))
@@ -245,14 +265,24 @@ def _strategy(**flags: Any) -> Strategy:
 # ---------------------------------------------------------------------------------------------
 
 
+def _inputs(call: Call) -> tuple[Array, Array, float]:
+    """``(rewards, values, lam)`` of a call; a call without a critic has V = 0 and λ = 1."""
+    args, kwargs = call
+    rewards = np.asarray(args[0], dtype=np.float64)
+    if len(args) == 1:
+        return rewards, np.zeros_like(rewards), 1.0
+    return rewards, np.asarray(args[1], dtype=np.float64), float(kwargs["lam"])
+
+
 def _raw(call: Call, conv: Conventions) -> tuple[Array, Array]:
-    (rewards, values), kwargs = call
+    rewards, values, lam = _inputs(call)
+    kwargs = call[1]
     gaps: Gaps = "steps" if conv["gaps"] == "steps" else "skip"
     out = gae_advantages(
-        np.asarray(rewards, dtype=np.float64),
-        np.asarray(values, dtype=np.float64),
+        rewards,
+        values,
         gamma=float(kwargs["gamma"]),
-        lam=float(kwargs["lam"]),
+        lam=lam,
         mask=kwargs["mask"],
         bootstrap=kwargs.get("bootstrap"),
         gaps=gaps,
@@ -283,11 +313,12 @@ def _expected(call: Call, conv: Conventions) -> tuple[Array, Array]:
 
 def _steps_condition(call: Call, conv: Conventions) -> Array:
     """(n_t + 4)·S_t, with S the recursion on absolute values (the raw advantages' condition)."""
-    (rewards, values), kwargs = call
+    rewards, values, lam = _inputs(call)
+    kwargs = call[1]
     mask = np.asarray(kwargs["mask"])
-    r = np.where(mask > 0, np.abs(np.asarray(rewards, dtype=np.float64)), 0.0)
-    v = np.where(mask > 0, np.abs(np.asarray(values, dtype=np.float64)), 0.0)
-    gamma, lam = float(kwargs["gamma"]), float(kwargs["lam"])
+    r = np.where(mask > 0, np.abs(rewards), 0.0)
+    v = np.where(mask > 0, np.abs(values), 0.0)
+    gamma = float(kwargs["gamma"])
     boot = np.abs(np.asarray(kwargs.get("bootstrap", np.zeros(mask.shape[0])), dtype=np.float64))
     gaps: Gaps = "steps" if conv["gaps"] == "steps" else "skip"
     s = gae_advantages(r + 2.0 * v, v, gamma=gamma, lam=lam, mask=mask, bootstrap=boot, gaps=gaps)
@@ -304,7 +335,7 @@ def _condition(call: Call, conv: Conventions, expected: Any) -> tuple[Array, Arr
     if conv["compute_dtype"] is not None:  # the inputs rounded once more
         cond = cond * 2.0
     adv, ret = expected
-    (_, values), _ = call
+    _, values, _ = _inputs(call)
     cond_ret = cond + np.where(mask > 0, np.abs(values) + np.abs(ret), 0.0)
     if conv["whiten"] == "none":
         return cond, cond_ret
@@ -467,6 +498,10 @@ def _gaps_apply(conv: Conventions) -> str | None:
     return "gaps='excluded' is declared" if conv["gaps"] == "excluded" else None
 
 
+def _critic_applies(conv: Conventions) -> str | None:
+    return "critic='none' is declared (λ = 1 always)" if conv["critic"] == "none" else None
+
+
 def _padding_applies(conv: Conventions) -> str | None:
     if conv["padding_inputs"] == "zero":
         return "padding_inputs='zero' is declared (padded rewards and values are 0)"
@@ -479,7 +514,8 @@ def gae_spec() -> Spec:
         name="gae_advantages",
         reference="losses.gae.gae_advantages",
         signature="candidate(rewards, values, *, gamma, lam, mask[, bootstrap]) -> (B, T) "
-        "advantages, or (advantages, returns) with output='both'",
+        "advantages, or (advantages, returns) with output='both'; candidate(rewards, *, gamma, "
+        "mask) with critic='none'",
         read=_read,
         expected=_expected,
         condition=_condition,
@@ -508,6 +544,7 @@ def gae_spec() -> Spec:
                 "off-by-one bootstrap, or γ and λ swapped, shows here)",
                 _strategy(lam=0.0),
                 _td_error,
+                applies=_critic_applies,
             ),
             Check(
                 "lambda_one_is_discounted_return",
