@@ -6,7 +6,9 @@ casts the rewards to at least float32, reshapes them to ``(-1, n_samples_per_pro
 (``/(n − 1)``), ``reinforce_baseline`` and ``dr_grpo`` the group mean, ``group_norm`` divides the
 centred rewards by ``torch.std`` (sample) ``+ 1e-9``; ``reinforce`` leaves them. Each reward is put
 at the row's last valid token (``compute_reward``) and summed backwards (``get_cumulative_returns``,
-γ forced to 1 except for ``reinforce``), so every valid token up to the last carries it.
+γ forced to 1 except for ``reinforce``), so every valid token up to the last carries it. At
+``advantage.gamma < 1`` the ``reinforce`` returns are discounted per token (rewards times the mask,
+``R_t = r_t + γ·R_{t+1}`` over every position): the ``gae_advantages`` spec without a critic.
 ``gae``, ``reinforce`` and ``reinforce_baseline`` are then whitened over every valid token of the
 batch: ``(A − mean)·rsqrt(max(var, 1e-8))`` with the population variance. ``get_advantages_and_returns``
 is GAE on ``rewards·m`` and ``values·m`` (a masked gap is a step with reward and value 0; the value
@@ -119,9 +121,17 @@ def openrlhf_gae(rewards: Any, values: Any, *, gamma: float, lam: float, mask: A
 
 
 def openrlhf_gae_advantages(
-    rewards: Any, values: Any, gamma: float, lam: float, mask: Any, *, no_std_norm: bool
+    rewards: Any,
+    values: Any,
+    gamma: float,
+    lam: float,
+    mask: Any,
+    *,
+    no_std_norm: bool,
+    estimator: str = "gae",
 ) -> Any:
-    """``RemoteExperienceMaker.compute_advantages_and_returns`` with ``estimator="gae"``.
+    """``RemoteExperienceMaker.compute_advantages_and_returns`` with ``estimator="gae"`` (or
+    ``"reinforce"``: ``get_cumulative_returns`` with ``gamma``; ``values`` and ``lam`` unread).
 
     The per-token rewards enter as ``compute_reward``'s KL term: a zero outcome reward, ``kl =
     −rewards`` and ``kl_ctl.value = 1`` give ``reward_t = 0·[t = eos] − 1·kl_t = rewards_t``.
@@ -139,13 +149,13 @@ def openrlhf_gae_advantages(
     ]
     ns = types.SimpleNamespace
     rows = rewards.shape[0]
-    advantage = ns(estimator="gae", gamma=gamma, lambd=lam, no_std_norm=no_std_norm)
+    advantage = ns(estimator=estimator, gamma=gamma, lambd=lam, no_std_norm=no_std_norm)
     args = ns(
         rollout=ns(n_samples_per_prompt=1), algo=ns(advantage=advantage), reward=ns(clip_range=None)
     )
     maker = maker_class.__new__(maker_class)
     maker.strategy = ns(args=args)
-    maker.advantage_estimator = "gae"
+    maker.advantage_estimator = estimator
     maker.kl_ctl = ns(value=1.0)
     experience = ns(
         index=list(range(rows)),
@@ -177,6 +187,25 @@ def openrlhf_gae_centred(rewards: Any, values: Any, *, gamma: float, lam: float,
     )
 
 
+def openrlhf_reinforce_discounted(rewards: Any, *, gamma: float, mask: Any) -> Any:
+    """``compute_advantages_and_returns``, ``estimator="reinforce"``, ``advantage.gamma=gamma``:
+    per-token rewards (as the KL term), the discounted return, then whitened."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_gae_advantages
+
+    return openrlhf_gae_advantages(
+        rewards, None, float(gamma), 1.0, mask, no_std_norm=False, estimator="reinforce"
+    )
+
+
+def openrlhf_reinforce_discounted_centred(rewards: Any, *, gamma: float, mask: Any) -> Any:
+    """``estimator="reinforce"``, ``advantage.gamma=gamma``, ``no_std_norm=True``: centred only."""
+    from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_gae_advantages
+
+    return openrlhf_gae_advantages(
+        rewards, None, float(gamma), 1.0, mask, no_std_norm=True, estimator="reinforce"
+    )
+
+
 def openrlhf_reinforce_centred(rewards: Any, *, mask: Any) -> Any:
     """``compute_advantages_and_returns``, ``estimator="reinforce"``, ``no_std_norm=True``."""
     from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_advantages
@@ -192,6 +221,19 @@ def openrlhf_reinforce_baseline_centred(rewards: Any, *, mask: Any, group: Any) 
 
 
 _GROUPS = {"groups": "contiguous", "singleton": "excluded"}
+#: the reinforce estimator at advantage.gamma: the discounted return (GAE at V = 0, λ = 1; a gap
+#: is a step: get_cumulative_returns multiplies the rewards by the mask), whitened in float32
+_DISCOUNTED = {
+    "critic": "none",
+    "output": "both",
+    "gaps": "steps",
+    "padding": "ignored",
+    "whiten": "batch",
+    "whiten_std": "population",
+    "whiten_eps": 1e-8,
+    "eps_placement": "floor",
+    "compute_dtype": "float32",  # the whitening casts the advantages with .float()
+}
 _WHITEN = {"std": "population", "eps": 1e-8, "eps_placement": "floor"}
 
 
@@ -288,6 +330,29 @@ _ADAPTERS: tuple[Adapter, ...] = (
         "the batch's valid tokens, not scaled.",
         dtype="float32",  # the centring casts the advantages with .float()
         no_std_norm=True,
+    ),
+    Adapter(
+        key="openrlhf.advantages_reinforce_gamma",
+        framework="openrlhf",
+        function=f"{_MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
+        settings={"advantage.estimator": "reinforce", "gamma": "gamma"},
+        spec="gae_advantages",
+        conventions=_DISCOUNTED,
+        candidate=openrlhf_reinforce_discounted,
+        note="get_cumulative_returns: Σ γ^l·r_{t+l} over every position (rewards times the mask), "
+        "then (A − mean)·rsqrt(max(var, 1e-8)) over the batch's valid tokens in float32; returns "
+        "the unwhitened discounted return.",
+    ),
+    Adapter(
+        key="openrlhf.advantages_reinforce_gamma_no_std_norm",
+        framework="openrlhf",
+        function=f"{_MAKER}:RemoteExperienceMaker.compute_advantages_and_returns",
+        settings={"advantage.estimator": "reinforce", "gamma": "gamma", "no_std_norm": True},
+        spec="gae_advantages",
+        conventions={**_DISCOUNTED, "whiten_std": "none"},
+        candidate=openrlhf_reinforce_discounted_centred,
+        note="no_std_norm=True: the discounted return minus its float32 mean over the batch's "
+        "valid tokens, not scaled.",
     ),
     Adapter(
         key="openrlhf.gae",
