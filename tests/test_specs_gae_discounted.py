@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from refimpl.losses.gae import gae_advantages
+from refimpl.losses.gae import Gaps, gae_advantages
 from refimpl.testing import ConformanceReport, check_conformance
 
 Tensor = torch.Tensor
@@ -30,10 +30,12 @@ HALF = Fraction(1, 2)
 # ---------------------------------------------------------------------------------------------
 
 
-def _returns(rewards: list[list[Any]], mask: list[list[int]], gaps: str) -> list[list[Fraction]]:
-    zeros = [[0] * len(row) for row in rewards]
-    out = gae_advantages(rewards, zeros, gamma=HALF, lam=1, mask=mask, gaps=gaps)  # type: ignore[arg-type]
-    return out.advantages
+def _returns(
+    rewards: list[list[Fraction]], mask: list[list[int]], gaps: Gaps
+) -> list[list[Fraction]]:
+    zeros: list[list[Fraction | int]] = [[0] * len(row) for row in rewards]
+    exact: list[list[Fraction | int]] = [list(row) for row in rewards]
+    return gae_advantages(exact, zeros, gamma=HALF, lam=1, mask=mask, gaps=gaps).advantages
 
 
 def test_an_outcome_reward_is_discounted_back_from_the_last_valid_token() -> None:

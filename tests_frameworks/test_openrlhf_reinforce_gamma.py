@@ -28,7 +28,10 @@ pytestmark = pytest.mark.skipif(
 REWARDS = [[0.0, 0.0, 1.0, 99.0], [2.0, 7.0, 4.0, 0.0]]
 MASK = [[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 1.0, 1.0]]
 # γ = 1/2, by hand: row 0 (1/4, 1/2, 1, ·); row 1: R_3 = 0, R_2 = 4, R_1 = 0 + 2 = 2, R_0 = 2 + 1 = 3
-RETURNS = [[Fraction(1, 4), Fraction(1, 2), Fraction(1), None], [Fraction(3), None, Fraction(4), 0]]
+RETURNS: list[list[Fraction | None]] = [
+    [Fraction(1, 4), Fraction(1, 2), Fraction(1), None],
+    [Fraction(3), None, Fraction(4), Fraction(0)],
+]
 
 
 def _run(fn: object) -> tuple[np.ndarray, np.ndarray]:
