@@ -17,7 +17,7 @@ from refimpl.testing import ConformanceReport, check_conformance, check_names, s
 
 Tensor = torch.Tensor
 EXAMPLES = 25
-SPEC = "token_sum_pi_squared"
+SPEC_NAME = "token_sum_pi_squared"
 NO_T = {"temperature": "none", "mask": "none", "padding": "ignored"}
 
 
@@ -50,7 +50,7 @@ def test_a_correct_torch_candidate_passes_every_check(
     name: str, candidate: Callable[..., Any], dtype: str, conventions: dict[str, Any]
 ) -> None:
     report = check_conformance(
-        candidate, spec=SPEC, xp="torch", dtype=dtype, conventions=conventions,
+        candidate, spec=SPEC_NAME, xp="torch", dtype=dtype, conventions=conventions,
         max_examples=EXAMPLES,
     )  # fmt: skip
     report.raise_if_failed()
@@ -58,8 +58,8 @@ def test_a_correct_torch_candidate_passes_every_check(
 
 
 def test_the_spec_is_listed_with_its_checks() -> None:
-    assert SPEC in spec_names(losses=True)
-    assert check_names(SPEC) == (
+    assert SPEC_NAME in spec_names(losses=True)
+    assert check_names(SPEC_NAME) == (
         "values",
         "gradient",
         "padding_contributes_nothing",
@@ -110,7 +110,7 @@ def wrong_reports() -> dict[str, ConformanceReport]:
     return {
         f.__name__: check_conformance(
             f,
-            spec=SPEC,
+            spec=SPEC_NAME,
             xp="torch",
             dtype="float32",
             max_examples=EXAMPLES * 2,

@@ -21,7 +21,7 @@ from refimpl.testing import ConformanceReport, check_conformance
 
 Tensor = torch.Tensor
 EXAMPLES = 25
-SPEC = "gae_advantages"
+SPEC_NAME = "gae_advantages"
 F = Fraction
 HALF = Fraction(1, 2)
 
@@ -121,7 +121,7 @@ def test_a_correct_discounted_return_passes_every_check(
     name: str, candidate: Callable[..., Any], conventions: dict[str, Any]
 ) -> None:
     report = check_conformance(
-        candidate, spec=SPEC, xp="torch", dtype="float64", conventions=conventions,
+        candidate, spec=SPEC_NAME, xp="torch", dtype="float64", conventions=conventions,
         max_examples=EXAMPLES,
     )  # fmt: skip
     report.raise_if_failed()
@@ -172,7 +172,7 @@ def wrong_reports() -> dict[str, ConformanceReport]:
     return {
         f"{f.__name__}:{check}": check_conformance(
             f,
-            spec=SPEC,
+            spec=SPEC_NAME,
             xp="torch",
             dtype="float64",
             conventions=conv,
