@@ -221,6 +221,8 @@ def gae_advantages(
         verl, SkyRL and OpenRLHF (later, in the experience maker) whiten the advantages; this
         function does not (see :func:`refimpl.losses.reinforce_pp_advantages` for the
         token-weighted whitening, and the docs page for each framework's variance and ε).
+        OpenRLHF's ``reinforce`` estimator at ``advantage.gamma < 1`` is this function at
+        ``values = 0``, ``lam = 1``, ``gaps="steps"`` (the discounted return), then whitened.
 
     Parameters
     ----------
