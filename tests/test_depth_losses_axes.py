@@ -178,16 +178,24 @@ def _masked_calls() -> list[tuple[str, int]]:
 MASKED = _masked_calls()
 
 
-def _compared_with(arguments: dict[str, Any], ndim: int) -> str:
-    """The array a mask is compared with: the first other argument of the mask's number of
-    dimensions (else the first with more, e.g. logits)."""
+def _compared_with(fn: Any, arguments: dict[str, Any], ndim: int) -> str:
+    """The array a mask is compared with: the first positional array argument of the mask's
+    number of dimensions, else the first positional one with more (e.g. logits); among the
+    keyword-only arguments (an optional cotangent) only when no positional array qualifies."""
+    kinds = {n: p.kind for n, p in inspect.signature(fn).parameters.items()}
     arrays = [
-        (name, np.ndim(value))
+        (name, np.ndim(value), kinds.get(name) != inspect.Parameter.KEYWORD_ONLY)
         for name, value in arguments.items()
         if name != "mask" and not isinstance(value, (str, bool, tuple)) and value is not None
     ]
-    same = [name for name, d in arrays if d == ndim]
-    return same[0] if same else next(name for name, d in arrays if d > ndim)
+    for positional in (True, False):
+        for more in (False, True):
+            names = [
+                n for n, d, p in arrays if p == positional and (d > ndim if more else d == ndim)
+            ]
+            if names:
+                return names[0]
+    raise AssertionError(f"no array to compare a mask with among {sorted(arguments)}")
 
 
 def check_mask_refusal(fn: Any, key: str, i: int) -> None:
@@ -202,7 +210,7 @@ def check_mask_refusal(fn: Any, key: str, i: int) -> None:
         message = str(error)
     else:
         raise AssertionError(f"{key} call {i}: a mask of shape {moved['mask'].shape} accepted")
-    other = _compared_with(arguments, mask.ndim)
+    other = _compared_with(fn, arguments, mask.ndim)
     assert message.startswith(f"mask and {other}"), (key, i, message)
 
 
