@@ -311,6 +311,7 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses maxrl_advantages": (_c([1.0, 0.0, 0.5, 0.0], group=[0, 0, 0, 0], eps=1e-6),),
     "refimpl.losses kl_penalized_rewards": (
         _c(_ADV, _LQ, beta=0.05, mask=_MASK, reward_clip=(-1.0, 1.0)),
+        _c(_ADV, _LQ, beta=0.05, reward_clip=(-5.0, 5.0), reward_bias=-0.5, reward_scaling=2.0),
     ),
     "refimpl.losses nll_loss": (_c(_LP, mask=_MASK, cotangent=_MASK),),
     "refimpl.losses opo_advantages": (_c([1.0, 0.0, 0.5], group=[0, 0, 0], lengths=[1, 3, 2]),),

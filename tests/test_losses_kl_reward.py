@@ -52,6 +52,29 @@ def test_beta_zero_puts_the_outcome_on_the_last_real_token() -> None:
     assert got.tolist() == [[0.0, 0.0, 1.5, 0.0]]
 
 
+def test_reward_shaping_shifts_then_scales_then_clips() -> None:
+    got = kl_penalized_rewards(
+        [3.0, -1.0, 0.5],
+        [[0.5, 0.0], [0.0, 2.0], [0.0, 0.0]],
+        beta=0.25,
+        mask=[[1, 1], [1, 0], [1, 1]],
+        reward_bias=-0.5,
+        reward_scaling=4.0,
+        reward_clip=(-5.0, 5.0),
+    )
+    shaped = [min(max((Fraction(r) - Fraction(1, 2)) * 4, -5), 5) for r in (3, -1, Fraction(1, 2))]
+    assert shaped == [5, -5, 0]  # (3 - 1/2)·4 = 10 → 5; (−1 − 1/2)·4 = −6 → −5; 0
+    want = [[-0.125, 5.0], [-5.0, 0.0], [0.0, 0.0]]
+    assert got.tolist() == want
+
+
+def test_identity_shaping_is_the_unshaped_reward() -> None:
+    args = ([1.5, -2.0], [[0.5, 0.25], [1.0, 3.0]])
+    plain = kl_penalized_rewards(*args, beta=0.5)
+    shaped = kl_penalized_rewards(*args, beta=0.5, reward_bias=0.0, reward_scaling=1.0)
+    assert shaped.tolist() == plain.tolist()
+
+
 # ---------------------------------------------------------------------------------------------
 # (2) properties, each paired with a wrong variant it rejects
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +149,80 @@ def test_padding_property_rejects_an_unmasked_kl_term() -> None:
     rejects(check_padding_is_zero(_wrong_unmasked))
 
 
+@st.composite
+def shaped_batches(draw: st.DrawFn) -> tuple[Array, Array, Array, float, float, float, float]:
+    """:func:`batches` with a dyadic bias, a power-of-two scaling and a symmetric clip."""
+    rewards, kl, mask, beta = draw(batches())
+    bias = draw(st.integers(-16, 16).map(lambda k: k / 4.0))
+    scaling = draw(st.sampled_from([0.25, 0.5, 2.0, 4.0, -1.0]))
+    clip = draw(st.sampled_from([0.5, 2.0, 8.0, 1e9]))
+    return rewards, kl, mask, beta, bias, scaling, clip
+
+
+def _wrong_scale_first(
+    rewards: Any,
+    kl: Any,
+    *,
+    beta: float,
+    mask: Any,
+    reward_bias: float,
+    reward_scaling: float,
+    reward_clip: tuple[float, float],
+) -> Array:
+    """Scales before it shifts: ``r·s + c``."""
+    r = np.asarray(rewards) * reward_scaling + reward_bias
+    return kl_penalized_rewards(r, kl, beta=beta, mask=mask, reward_clip=reward_clip)
+
+
+def _wrong_clip_first(
+    rewards: Any,
+    kl: Any,
+    *,
+    beta: float,
+    mask: Any,
+    reward_bias: float,
+    reward_scaling: float,
+    reward_clip: tuple[float, float],
+) -> Array:
+    """Clips the raw reward, then shifts and scales it."""
+    r = (np.clip(np.asarray(rewards), *reward_clip) + reward_bias) * reward_scaling
+    return kl_penalized_rewards(r, kl, beta=beta, mask=mask)
+
+
+def check_shaped_outcome(fn: Rewards) -> Callable[[], None]:
+    @given(shaped_batches())
+    def prop(batch: tuple[Array, Array, Array, float, float, float, float]) -> None:
+        rewards, kl, mask, beta, bias, scaling, clip = batch
+        got = fn(
+            rewards,
+            kl,
+            beta=beta,
+            mask=mask,
+            reward_bias=bias,
+            reward_scaling=scaling,
+            reward_clip=(-clip, clip),
+        )
+        rows = mask.any(axis=1)
+        returns = np.where(mask > 0, got, 0.0).sum(axis=1)
+        c = Fraction(clip)
+        outcome = [
+            min(max((Fraction(r) + Fraction(bias)) * Fraction(scaling), -c), c) for r in rewards
+        ]
+        want = np.asarray([float(o) for o in outcome]) - beta * (kl * mask).sum(axis=1)
+        np.testing.assert_array_equal(returns[rows], want[rows])
+
+    return prop
+
+
+def test_shaped_outcome_is_clip_of_shift_then_scale() -> None:
+    run_property(check_shaped_outcome(kl_penalized_rewards))
+
+
+@pytest.mark.parametrize("wrong", [_wrong_scale_first, _wrong_clip_first])
+def test_shaped_outcome_property_rejects_a_wrong_order(wrong: Rewards) -> None:
+    rejects(check_shaped_outcome(wrong))
+
+
 # ---------------------------------------------------------------------------------------------
 # (3) the specs refuse wrong candidates
 # ---------------------------------------------------------------------------------------------
@@ -189,6 +286,34 @@ def test_kl_reward_spec_tells_a_candidate_without_a_clip_to_declare_reward_clip_
     assert "values" in {r.name for r in wrong.results if r.status == "failed"}
 
 
+SHAPED = {"reward_shaping": "bias_scale", "reward_clip": "symmetric"}
+
+
+def test_kl_reward_spec_passes_the_reference_with_shaping_and_a_symmetric_clip() -> None:
+    report = check_conformance(
+        kl_penalized_rewards, spec="kl_reward", conventions=SHAPED, max_examples=EXAMPLES
+    )
+    report.raise_if_failed()
+
+
+def test_kl_reward_spec_refuses_shaping_in_the_wrong_order_or_ignored() -> None:
+    def scale_first(rewards: Any, kl: Any, *, reward_bias: float, **kw: Any) -> Array:
+        r = np.asarray(rewards) * kw["reward_scaling"] + reward_bias
+        return kl_penalized_rewards(r, kl, **{**kw, "reward_scaling": 1.0})
+
+    def unshaped(
+        rewards: Any, kl: Any, *, reward_bias: float, reward_scaling: float, **kw: Any
+    ) -> Array:
+        return kl_penalized_rewards(rewards, kl, **kw)
+
+    for wrong in (scale_first, unshaped):
+        report = check_conformance(
+            wrong, spec="kl_reward", conventions=SHAPED, max_examples=EXAMPLES, shrink=False
+        )
+        failed = {r.name for r in report.results if r.status == "failed"}
+        assert {"values", "row_sum_is_the_return"} <= failed, report.summary()
+
+
 def test_batch_mean_spec_refuses_whitening_and_a_group_mean() -> None:
     def whitened(r: Any) -> Array:
         x = np.asarray(r, dtype=np.float64)
@@ -217,6 +342,9 @@ def test_batch_mean_spec_refuses_whitening_and_a_group_mean() -> None:
         ({"beta": -1e-12}, "beta"),
         ({"beta": 0.1, "reward_clip": (1.0, -1.0)}, "reward_clip"),
         ({"beta": 0.1, "reward_clip": (1.0,)}, "reward_clip"),
+        ({"beta": 0.1, "reward_bias": float("nan")}, "reward_bias"),
+        ({"beta": 0.1, "reward_scaling": float("inf")}, "reward_scaling"),
+        ({"beta": 0.1, "reward_bias": 1e308, "reward_scaling": 10.0}, "reward_scaling"),
     ],
 )
 def test_parameters_are_validated(kwargs: dict[str, Any], name: str) -> None:

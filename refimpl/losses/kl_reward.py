@@ -32,15 +32,18 @@ def kl_penalized_rewards(
     beta: float,
     mask: ArrayLike | None = None,
     reward_clip: tuple[float, float] | None = None,
+    reward_bias: float = 0.0,
+    reward_scaling: float = 1.0,
 ) -> Array:
     r"""Per-token rewards: the outcome reward on each row's last real token, minus β·KL on every one.
 
     .. math::
 
-        r_{bt} = -\beta\,\mathrm{kl}_{bt} + \mathbb{1}[t = t_b]\,\operatorname{clip}(R_b,
-        \ell, h), \qquad t_b = \max\{t : m_{bt} = 1\},
+        r_{bt} = -\beta\,\mathrm{kl}_{bt} + \mathbb{1}[t = t_b]\,\operatorname{clip}\big((R_b
+        + c)\,s, \ell, h\big), \qquad t_b = \max\{t : m_{bt} = 1\},
 
-    and :math:`r_{bt} = 0` at padding. A row with no real token gets no reward at all.
+    with the bias :math:`c` and the scaling :math:`s` (0 and 1 by default), and
+    :math:`r_{bt} = 0` at padding. A row with no real token gets no reward at all.
 
     Parameters
     ----------
@@ -54,7 +57,13 @@ def kl_penalized_rewards(
     mask : array_like, shape (B, T), optional
         0/1 padding mask (1 = a real token). Default: every token is real.
     reward_clip : (float, float), optional
-        ``(low, high)`` with ``low <= high``: clip each outcome reward to it first. Default: none.
+        ``(low, high)`` with ``low <= high``: clip each (shifted and scaled) outcome reward to it.
+        Default: none.
+    reward_bias : float, optional
+        Added to each outcome reward first (AReaL: ``reward_bias``); finite, default 0.
+    reward_scaling : float, optional
+        Multiplies the shifted outcome reward before the clip (AReaL: ``reward_scaling``);
+        finite, default 1.
 
     Returns
     -------
@@ -64,8 +73,9 @@ def kl_penalized_rewards(
     Raises
     ------
     ValueError
-        A non-finite entry, mismatched shapes, a mask that is not 0/1, ``beta < 0``, or a clip
-        range with ``low > high``.
+        A non-finite entry, mismatched shapes, a mask that is not 0/1, ``beta < 0``, a clip
+        range with ``low > high``, a non-finite bias or scaling, or a shaped reward
+        :math:`(R_b + c)\,s` that overflows float64.
 
     Notes
     -----
@@ -79,6 +89,11 @@ def kl_penalized_rewards(
     under the policy is :math:`\mathrm{KL}(\pi\,\|\,\pi_{\text{ref}})` (derivation:
     ``proofs/loss_kl_reward.py``).
 
+    AReaL 1.0.4 ``areal/trainer/ppo/actor.py:PPOActor._compute_advantages`` shapes the outcome
+    in this order, ``clip((r + reward_bias) * reward_scaling, -reward_clip, reward_clip)``
+    (a symmetric clip, default ``reward_clip = 20``), before its optional ``reward_norm``; pass
+    ``reward_clip=(-c, c)``. OpenRLHF and SkyRL neither shift nor scale.
+
     Examples
     --------
     >>> import refimpl.losses.kl_reward as kr
@@ -88,6 +103,10 @@ def kl_penalized_rewards(
            [-0.5  , -0.5  ,  1.5  ]])
     >>> kr.kl_penalized_rewards([3.0], [[0.0, 0.0]], beta=0.1, reward_clip=(-1.0, 1.0))
     array([[0., 1.]])
+    >>> kr.kl_penalized_rewards([1.0, 0.0], [[0.0], [0.0]], beta=0.1, reward_bias=-0.5,
+    ...                         reward_scaling=4.0, reward_clip=(-1.0, 1.0))
+    array([[ 1.],
+           [-1.]])
     """
     k = token_array(kl, name="kl")
     shape = (k.shape[0], k.shape[1])
@@ -101,7 +120,7 @@ def kl_penalized_rewards(
             f"Pass rewards of shape ({shape[0]},), one outcome reward per sequence.",
         )
     b = as_real(beta, name="beta", low=0.0, meaning="the KL coefficient (OpenRLHF: kl_coef)")
-    r = _clipped(r, reward_clip)
+    r = _clipped(_shaped(r, reward_bias, reward_scaling), reward_clip)
     last = _last_token(m)
     with np.errstate(over="ignore", invalid="ignore"):
         out = -b * np.where(m > 0, k, 0.0) + last * r[:, None]
@@ -113,6 +132,24 @@ def kl_penalized_rewards(
             "Check the scale of kl, beta and rewards.",
         )
     return masked(np.asarray(out, dtype=np.float64), m) + 0.0
+
+
+def _shaped(r: Array, bias: Any, scaling: Any) -> Array:
+    """``(r + bias) * scaling``, refused where it overflows."""
+    c = as_real(bias, name="reward_bias", meaning="added to each outcome reward")
+    s = as_real(scaling, name="reward_scaling", meaning="multiplies the shifted outcome reward")
+    if c == 0.0 and s == 1.0:
+        return r
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = np.asarray((r + c) * s, dtype=np.float64)
+    if not np.all(np.isfinite(out)):
+        raise invalid(
+            "reward_scaling",
+            "keep (rewards + reward_bias) * reward_scaling finite in float64",
+            scaling,
+            "Check the scale of rewards, reward_bias and reward_scaling.",
+        )
+    return out
 
 
 def _clipped(r: Array, reward_clip: Any) -> Array:

@@ -7,6 +7,8 @@ its experience maker, under ``torch.no_grad``), so there is no gradient to compa
 Derived tolerance (per entry, units of :math:`u`, before the engine's safety factor): the product
 :math:`\beta\,\mathrm{kl}` rounds once and the sum with the outcome reward once, so the error is
 at most :math:`|\beta\,\mathrm{kl}| + |r|` with :math:`r` the token reward (clipping is exact).
+The shaped outcome :math:`(R + c)\,s` (``reward_shaping="bias_scale"``) rounds twice more, by at
+most :math:`2(|R| + |c|)\,|s|`, which the condition adds at each row's last real token.
 """
 
 from __future__ import annotations
@@ -38,10 +40,21 @@ PADDING = Convention(
 REWARD_CLIP = Convention(
     "reward_clip",
     "applied",
-    ("applied", "none"),
+    ("applied", "none", "symmetric"),
     "whether the candidate clips the outcome reward to the range it is given, or has no clip "
-    "(then every call is drawn with reward_clip=None, which the candidate may ignore)",
-    who="none: SkyRL 0.3.0 RayPPOTrainer.apply_reward_kl_penalty (the token rewards as they come)",
+    "(then every call is drawn with reward_clip=None, which the candidate may ignore), or clips "
+    "only to symmetric ranges (-c, c) (drawn so, or None)",
+    who="none: SkyRL 0.3.0 RayPPOTrainer.apply_reward_kl_penalty (the token rewards as they "
+    "come); symmetric: AReaL 1.0.4 PPOActor._compute_advantages (±reward_clip)",
+)
+
+REWARD_SHAPING = Convention(
+    "reward_shaping",
+    "none",
+    ("none", "bias_scale"),
+    "'bias_scale': the candidate also takes reward_bias= and reward_scaling= (drawn) and clips "
+    "(R + reward_bias)·reward_scaling; 'none': it is called without them",
+    who="bias_scale: AReaL 1.0.4 PPOActor._compute_advantages (reward_bias, reward_scaling)",
 )
 
 
@@ -75,18 +88,35 @@ def _draw(draw: st.DrawFn, conv: Conventions, beta_zero: bool = False) -> Call:
         if beta_zero
         else draw(st.one_of(st.sampled_from([0.0, 0.01, 0.05, 1.0]), _floats(0.0, 2.0)))
     )
-    clip = (
-        None
-        if conv["reward_clip"] == "none"
-        else draw(
-            st.one_of(
-                st.none(),
-                st.just((-10.0, 10.0)),
-                st.tuples(_floats(-5.0, 0.0), _floats(0.0, 5.0)),
-            )
+    kwargs: dict[str, Any] = {"beta": beta, "reward_clip": _clip(draw, conv), "mask": mask}
+    if conv["reward_shaping"] == "bias_scale":
+        kwargs["reward_bias"] = draw(st.one_of(st.sampled_from([0.0, -0.5, 1.0]), _floats(-5, 5)))
+        kwargs["reward_scaling"] = draw(
+            st.one_of(st.sampled_from([1.0, 0.5, 2.0, -1.0]), _floats(-4.0, 4.0))
+        )
+    return (rewards, kl), kwargs
+
+
+def _clip(draw: st.DrawFn, conv: Conventions) -> tuple[float, float] | None:
+    if conv["reward_clip"] == "none":
+        return None
+    if conv["reward_clip"] == "symmetric":
+        c = draw(st.one_of(st.none(), st.just(10.0), _floats(0.0, 5.0)))
+        return None if c is None else (-c, c)
+    return draw(
+        st.one_of(
+            st.none(), st.just((-10.0, 10.0)), st.tuples(_floats(-5.0, 0.0), _floats(0.0, 5.0))
         )
     )
-    return (rewards, kl), {"beta": beta, "reward_clip": clip, "mask": mask}
+
+
+def _outcome(call: Call) -> Array:
+    """Each row's shaped and clipped outcome reward, as the reference computes it."""
+    (rewards, _), kw = call
+    r = np.asarray(rewards, dtype=np.float64)
+    r = (r + float(kw.get("reward_bias", 0.0))) * float(kw.get("reward_scaling", 1.0))
+    clip = kw["reward_clip"]
+    return r if clip is None else np.clip(r, clip[0], clip[1])
 
 
 def _calls(beta_zero: bool = False) -> Any:
@@ -102,7 +132,10 @@ def _condition(call: Call, conv: Conventions, expected: Any) -> Array:
     (_, kl), kw = call
     m = np.asarray(kw["mask"])
     penalty = np.abs(float(kw["beta"]) * np.where(m > 0, np.asarray(kl), 0.0))
-    return np.asarray(penalty + np.abs(np.asarray(expected)), dtype=np.float64)
+    shaping = 2.0 * (np.abs(call[0][0]) + abs(kw.get("reward_bias", 0.0)))
+    shaping = shaping * abs(kw.get("reward_scaling", 1.0)) * ("reward_bias" in kw)
+    last = kl_penalized_rewards(np.ones(m.shape[0]), np.zeros(m.shape), beta=0.0, mask=m)
+    return np.asarray(penalty + np.abs(np.asarray(expected)) + last * shaping[:, None])
 
 
 def _compared(case: Case, i: int = 0) -> NDArray[np.bool_]:
@@ -134,7 +167,8 @@ def _outcome_on_last(case: Case) -> None:
     found, keep = _found(case), _compared(case)
     expected = case.expected()
     m = np.asarray(case.calls[0][1]["mask"]) > 0
-    bad = keep & m & (found != expected)
+    # exact where the outcome is not shaped (clipping is exact); the shaping's two roundings else
+    bad = keep & m & ~case.close(found, expected, case.condition())
     assert not bad.any(), (
         f"with beta = 0 the rewards {found.tolist()} are not the outcome on the last real token "
         f"{expected.tolist()}"
@@ -144,12 +178,9 @@ def _outcome_on_last(case: Case) -> None:
 def _row_sums(case: Case) -> None:
     """Each nonempty row's real tokens sum to clip(R) − β·Σ kl: the return from its first token."""
     found = _found(case)
-    (rewards, kl), kw = case.calls[0]
+    (_, kl), kw = case.calls[0]
     m = np.asarray(kw["mask"]) > 0
-    clip = kw["reward_clip"]
-    r = np.asarray(rewards, dtype=np.float64)
-    if clip is not None:
-        r = np.clip(r, clip[0], clip[1])
+    r = _outcome(case.calls[0])
     penalty = float(kw["beta"]) * np.where(m, np.asarray(kl), 0.0)
     want = r - penalty.sum(axis=1)
     got = np.where(m, found, 0.0).sum(axis=1)
@@ -179,7 +210,8 @@ def kl_reward_spec() -> Spec:
     return Spec(
         name="kl_reward",
         reference="losses.kl_reward.kl_penalized_rewards",
-        signature="candidate(rewards, kl, *, beta, reward_clip, mask) -> (B, T)",
+        signature="candidate(rewards, kl, *, beta, reward_clip, mask[, reward_bias, "
+        "reward_scaling]) -> (B, T)",
         read=lambda raw, call, conv: ArrayBridge.to_numpy(raw),
         expected=_expected,
         condition=_condition,
@@ -199,7 +231,7 @@ def kl_reward_spec() -> Spec:
             ),
             Check(
                 "row_sum_is_the_return",
-                "a row's real-token rewards sum to clip(R) − β·Σ_t kl_t (its return with γ = 1)",
+                "a row's real-token rewards sum to clip((R + c)·s) − β·Σ_t kl_t (its return with γ = 1)",
                 _calls(),
                 _row_sums,
             ),
@@ -211,5 +243,5 @@ def kl_reward_spec() -> Spec:
                 applies=_padding_zero_declared,
             ),
         ),
-        conventions=(PADDING, REWARD_CLIP),
+        conventions=(PADDING, REWARD_CLIP, REWARD_SHAPING),
     )
