@@ -255,9 +255,38 @@ def test_the_kl_reward_puts_the_outcome_on_the_last_token_or_a_masked_one() -> N
     kl = torch.tensor([[0.5, 0.5, 7.0], [0.25, 1e3, 1e3]], dtype=F64)
     mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]], dtype=F64)
     got = areal_kl_reward(
-        torch.tensor([1.0, 2.0], dtype=F64), kl, beta=0.125, reward_clip=None, mask=mask
+        torch.tensor([1.0, 2.0], dtype=F64),
+        kl,
+        beta=0.125,
+        reward_clip=None,
+        mask=mask,
+        reward_bias=0.0,
+        reward_scaling=1.0,
     )
     assert got.tolist() == [[-0.0625, 0.9375, 0.0], [2.0, 0.0, 0.0]]
+
+
+@pytest.mark.skipif(
+    not any(s.package == "areal.trainer" for s in STUBS),
+    reason="needs the areal.trainer stub in refimpl.frameworks.STUBS (actor.py's package imports "
+    "swanlab)",
+)
+def test_the_kl_reward_shifts_then_scales_then_clips_the_outcome() -> None:
+    from refimpl.frameworks._areal_losses_actor import areal_kl_reward
+
+    # (r + 1/2)·4 clipped to ±5: r = 3 → 14 → 5; r = −1 → −2; r = −3 → −10 → −5 (scaling
+    # before the bias would give 12.5 → 5, −3.5, −11.5 → −5: row 1 tells them apart)
+    mask = torch.ones(3, 1, dtype=F64)
+    got = areal_kl_reward(
+        torch.tensor([3.0, -1.0, -3.0], dtype=F64),
+        torch.zeros(3, 1, dtype=F64),
+        beta=0.0,
+        reward_clip=(-5.0, 5.0),
+        mask=mask,
+        reward_bias=0.5,
+        reward_scaling=4.0,
+    )
+    assert got.tolist() == [[5.0], [-2.0], [-5.0]]
 
 
 @pytest.mark.skipif(

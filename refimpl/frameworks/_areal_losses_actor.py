@@ -147,11 +147,21 @@ def areal_gae_adv_norm(rewards: Any, values: Any, *, gamma: Any, lam: Any, mask:
     return _compute_advantages(rewards, values, mask, gamma=gamma, lam=lam, adv_norm=norm)
 
 
-def areal_kl_reward(rewards: Any, kl: Any, *, beta: Any, reward_clip: Any, mask: Any) -> Any:
+def areal_kl_reward(
+    rewards: Any,
+    kl: Any,
+    *,
+    beta: Any,
+    reward_clip: Any,
+    mask: Any,
+    reward_bias: Any,
+    reward_scaling: Any,
+) -> Any:
     """``PPOActor._compute_advantages``'s ``tot_rewards``: ``kl_ctl = beta``, the estimator
     ``KLEstimator("k1")`` on ``logprobs`` holding ``kl`` (rolled by −1 onto the response tokens)
-    against ``ref_logp = 0``, the outcome ``rewards`` with no bias, scaling or clip (``reward_clip
-    = inf``: AReaL clips symmetrically, the spec's bounds need not be), in the layout of
+    against ``ref_logp = 0``, the outcome ``rewards`` shaped by the actor's own
+    ``clip((r + reward_bias) * reward_scaling, ±reward_clip)`` (``reward_clip = c`` for the
+    spec's symmetric ``(−c, c)``, ``inf`` for none), in the layout of
     :func:`_compute_advantages` (one prompt token, then the T response tokens)."""
     import math
 
@@ -166,7 +176,8 @@ def areal_kl_reward(rewards: Any, kl: Any, *, beta: Any, reward_clip: Any, mask:
 
     actor = PPOActor.__new__(PPOActor)
     actor.config = Config()
-    actor.reward_bias, actor.reward_scaling, actor.reward_clip = 0.0, 1.0, math.inf
+    actor.reward_bias, actor.reward_scaling = float(reward_bias), float(reward_scaling)
+    actor.reward_clip = math.inf if reward_clip is None else float(reward_clip[1])
     actor.reward_norm, actor.adv_norm = None, None
     actor.kl_ctl, actor.kl_estimator = float(beta), KLEstimator("k1")
     actor.discount, actor.gae_lambda, actor.mask_no_eos_with_zero = 1.0, 1.0, False
@@ -259,17 +270,21 @@ _ADAPTERS: tuple[Adapter, ...] = (
         settings={
             "kl_ctl": "beta",
             "kl_estimator": "k1",
-            "reward_bias": 0.0,
-            "reward_scaling": 1.0,
-            "reward_clip": "inf (AReaL's default 20 clips symmetrically)",
+            "reward_bias": "reward_bias",
+            "reward_scaling": "reward_scaling",
+            "reward_clip": "c of the spec's (−c, c), inf for none",
             "mask_no_eos_with_zero": False,
         },
         spec="kl_reward",
-        conventions={"reward_clip": "none", "padding": "ignored"},
+        conventions={
+            "reward_clip": "symmetric",
+            "reward_shaping": "bias_scale",
+            "padding": "ignored",
+        },
         candidate=areal_kl_reward,
         dtype="float32",  # KLEstimator computes the KL from .float() copies
-        note="tot_rewards: −kl_ctl·k1 at every valid token, the outcome added at the last one; "
-        "a row without a response token carries its outcome at a masked position (GAE skips it).",
+        note="tot_rewards: −kl_ctl·k1 at every valid token, the outcome shaped as "
+        "clip((r + reward_bias)·reward_scaling, ±reward_clip) added at the last one; a row without a response token carries its outcome at a masked position (GAE skips it).",
     ),
     Adapter(
         key="areal.gae",
