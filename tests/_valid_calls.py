@@ -313,6 +313,14 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c(_ADV, _LQ, beta=0.05, mask=_MASK, reward_clip=(-1.0, 1.0)),
         _c(_ADV, _LQ, beta=0.05, reward_clip=(-5.0, 5.0), reward_bias=-0.5, reward_scaling=2.0),
     ),
+    "refimpl.losses proximal_logprobs": (
+        _c(_LP, _LQ, [[2, 3, -1], [0, 4, 4]], current_version=4, method="loglinear"),
+        _c(_LP, _LQ, [[2, 3, -1], [0, 4, 4]], current_version=4, method="linear", floor=1e-10),
+        _c(_LP, _LQ, [[2, 3, -1], [0, 1, 1]], current_version=4, proximal_version=2),
+    ),
+    "refimpl.losses proximal_interpolation_weight": (
+        _c([[2, 3, -1], [0, 1, 1]], current_version=4, proximal_version=3),
+    ),
     "refimpl.losses nll_loss": (_c(_LP, mask=_MASK, cotangent=_MASK),),
     "refimpl.losses opo_advantages": (_c([1.0, 0.0, 0.5], group=[0, 0, 0], lengths=[1, 3, 2]),),
     "refimpl.losses optimal_token_baseline_advantages": (

@@ -834,6 +834,15 @@ OPTION_CHECKS: dict[tuple[str, str, Any], Check] = {
             ("reduce", "max", ("k3", "max", 0.7, None, [[0, 0, 0], [1, 1, 0]])),
         )
     },
+    ("refimpl.losses proximal_logprobs", "method", "loglinear"): Ref(
+        "test_losses_proximal", "test_loglinear_by_hand"
+    ),
+    ("refimpl.losses proximal_logprobs", "method", "linear"): Ref(
+        "test_losses_proximal", "test_linear_by_hand"
+    ),
+    ("refimpl.losses proximal_logprobs", "method", "rollout"): Ref(
+        "test_losses_proximal", "test_rollout_is_the_behaviour_policy_without_gradient"
+    ),
     ("refimpl.losses is_batch_normalize", "level", "token"): Ref(
         _REJ, "test_is_batch_normalize_by_hand"
     ),

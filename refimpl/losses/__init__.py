@@ -15,7 +15,8 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.sequence_product` (PPO-clip on the sequence-likelihood ratio),
   :mod:`refimpl.losses.sequence_soft` (CISPO and SAPO on the sequence ratio) and
   :mod:`refimpl.losses.sequence_gamma` (VESPO's gamma-kernel weight) and
-  :mod:`refimpl.losses.decoupled` (decoupled PPO: the PPO clip times the behaviour weight) and
+  :mod:`refimpl.losses.decoupled` (decoupled PPO: the PPO clip times the behaviour weight;
+  :mod:`refimpl.losses.proximal` approximates its proximal log-probabilities) and
   :mod:`refimpl.losses.distillation` (the reverse KL to a teacher as a reward): the surrogates;
   :mod:`refimpl.losses.entropy_mask`: the high-entropy token mask.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
@@ -105,6 +106,12 @@ from refimpl.losses.policy_gradient import (
     log_ratio_penalty_loss,
     reinforce_loss,
 )
+from refimpl.losses.proximal import (
+    PROXIMAL_METHODS,
+    ProximalLogprobs,
+    proximal_interpolation_weight,
+    proximal_logprobs,
+)
 from refimpl.losses.rejection import (
     any_token_veto,
     divergence_rejection_mask,
@@ -125,12 +132,14 @@ from refimpl.losses.sequence_soft import cispo_sequence_loss, sapo_sequence_loss
 __all__ = [
     "AGGREGATION_MODES",
     "GAE",
+    "PROXIMAL_METHODS",
     "SCALING_RULES",
     "ExactGAE",
     "LogprobMismatch",
     "LogprobSemantics",
     "LossTerms",
     "PartitionGap",
+    "ProximalLogprobs",
     "ScalingRule",
     "aggregate_loss",
     "aggregation_weights",
@@ -167,6 +176,8 @@ __all__ = [
     "partition_gap",
     "passk_advantages",
     "ppo_clip_loss",
+    "proximal_interpolation_weight",
+    "proximal_logprobs",
     "reinforce_loss",
     "reinforce_pp_advantages",
     "remax_advantages",
