@@ -45,6 +45,7 @@ import refimpl.losses.sequence_soft as ss_mod
 from refimpl.losses.advantages_normalized import rloo_normalized_advantages
 from refimpl.losses.decoupled import decoupled_ppo_loss
 from refimpl.losses.distillation import reverse_kl_distillation_loss
+from refimpl.losses.proximal import proximal_logprobs
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 from refimpl.testing._specs_losses_entropy import token_entropy_vjp
 
@@ -586,6 +587,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "rloo_normalized_advantages": rloo_normalized_advantages,
     "decoupled_ppo_clip": decoupled_ppo_loss,
     "reverse_kl_distillation": reverse_kl_distillation_loss,
+    "proximal_logprobs": proximal_logprobs,
 }
 #: the declared conventions of refimpl's own candidate: a returned gradient where the spec has one
 #: (the value-only statistics have none)

@@ -1,0 +1,129 @@
+"""The ``proximal_logprobs`` spec: refimpl's own approximation passes under every method, a torch
+transcription passes through autograd, and each check fails a candidate wrong in the way it
+targets (the weight inverted, the log-linear derivative under method='linear', a prompt token
+interpolated, the probabilities exponentiated without a floor)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from refimpl.losses import ProximalLogprobs, proximal_interpolation_weight, proximal_logprobs
+from refimpl.testing import check_conformance, check_names, conventions, spec_names
+
+SPEC_NAME = "proximal_logprobs"
+EXAMPLES = 30
+
+
+def test_the_spec_is_listed_with_its_checks_and_conventions() -> None:
+    assert SPEC_NAME in spec_names(losses=True)
+    assert check_names(SPEC_NAME) == (
+        "values",
+        "gradient",
+        "no_gradient_without_a_step",
+        "huge_log_ratios_stay_finite",
+    )
+    assert {c.key: c.default for c in conventions(SPEC_NAME)} == {
+        "method": "loglinear",
+        "floor": 0.0,
+        "gradient": "autodiff",
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "floor"), [("loglinear", 0.0), ("linear", 0.0), ("linear", 1e-10), ("rollout", 0.0)]
+)
+def test_refimpls_own_approximation_passes(method: Any, floor: float) -> None:
+    candidate = functools.partial(proximal_logprobs, method=method, floor=floor)
+    conv = {"method": method, "floor": floor, "gradient": "returned"}
+    report = check_conformance(candidate, spec=SPEC_NAME, conventions=conv, max_examples=EXAMPLES)
+    report.raise_if_failed()
+
+
+def torch_loglinear(lp: Any, lb: Any, v: Any, *, current_version: int) -> Any:
+    """A torch transcription of the documented formula, differentiated by autograd."""
+    vb = v.to(lp.dtype)
+    gen = (v >= 0) & (v < current_version)
+    safe = torch.where(gen, current_version - vb, torch.ones_like(vb))
+    alpha = torch.where(gen, (current_version - 1 - vb) / safe, torch.zeros_like(vb))
+    return lb + alpha * (lp - lb)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_torch_transcription_passes_through_autograd(dtype: str) -> None:
+    report = check_conformance(
+        torch_loglinear, spec=SPEC_NAME, xp="torch", dtype=dtype, max_examples=EXAMPLES
+    )
+    report.raise_if_failed()
+
+
+def inverted(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
+    """Wrong: 1 − α on the current policy."""
+    a = proximal_interpolation_weight(v, current_version=current_version)
+    w = np.where(np.asarray(v) >= 0, 1.0 - a, 0.0)
+    lb = np.asarray(lb)
+    return ProximalLogprobs(lb + w * (np.asarray(lp) - lb), w)
+
+
+def loglinear_derivative(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
+    """Wrong under method='linear': the linear value with the log-linear derivative α."""
+    out = proximal_logprobs(lp, lb, v, current_version=current_version, method="linear")
+    a = proximal_interpolation_weight(v, current_version=current_version)
+    return ProximalLogprobs(out.logp_prox, a)
+
+
+def prompt_interpolated(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
+    """Wrong: a prompt token's version −1 read as a version."""
+    vv = np.asarray(v, dtype=np.float64)
+    w = np.clip((current_version - 1 - vv) / np.maximum(current_version - vv, 1.0), 0.0, 1.0)
+    lb = np.asarray(lb)
+    return ProximalLogprobs(lb + w * (np.asarray(lp) - lb), w)
+
+
+def naive_linear(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
+    """Wrong on extreme log-probabilities: log of the exponentials, no floor (log 0 = −inf)."""
+    a = proximal_interpolation_weight(v, current_version=current_version)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mean = (1.0 - a) * np.exp(np.asarray(lb)) + a * np.exp(np.asarray(lp))
+        return ProximalLogprobs(np.log(mean), a * np.exp(np.asarray(lp)) / mean)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "method", "check"),
+    [
+        (inverted, "loglinear", "values"),
+        (loglinear_derivative, "linear", "gradient"),
+        (prompt_interpolated, "loglinear", "no_gradient_without_a_step"),
+        (naive_linear, "linear", "huge_log_ratios_stay_finite"),
+    ],
+)
+def test_each_check_fails_its_wrong_variant(candidate: Any, method: str, check: str) -> None:
+    conv = {"method": method, "gradient": "returned"}
+    report = check_conformance(
+        candidate, spec=SPEC_NAME, conventions=conv, max_examples=50, shrink=False
+    )
+    assert report[check].status == "failed", report.summary()
+
+
+def test_a_floor_must_be_declared() -> None:
+    """AReaL's log(p + 1e-10) fails the exact interpolation and passes with floor=1e-10."""
+    floored = functools.partial(proximal_logprobs, method="linear", floor=1e-10)
+    strict = check_conformance(
+        floored,
+        spec=SPEC_NAME,
+        conventions={"method": "linear", "gradient": "returned"},
+        max_examples=EXAMPLES,
+        shrink=False,
+    )
+    assert strict["values"].status == "failed", strict.summary()
+    declared = check_conformance(
+        floored,
+        spec=SPEC_NAME,
+        conventions={"method": "linear", "floor": 1e-10, "gradient": "returned"},
+        max_examples=EXAMPLES,
+    )
+    declared.raise_if_failed()
