@@ -43,6 +43,7 @@ from refimpl.frameworks import (
     _areal_losses_actor,
     _areal_losses_decoupled,
     _areal_losses_decoupled_sequence,
+    _areal_losses_proximal,
     _areal_losses_sequence,
 )
 from refimpl.frameworks._registry import Adapter, Divergence, Partition
@@ -644,6 +645,7 @@ ADAPTERS = (
     *ADAPTERS,
     *_areal_losses_decoupled.ADAPTERS,
     *_areal_losses_decoupled_sequence.ADAPTERS,
+    *_areal_losses_proximal.ADAPTERS,
 )
 
 __all__ = ["ADAPTERS"]

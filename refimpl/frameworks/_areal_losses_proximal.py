@@ -1,0 +1,108 @@
+"""AReaL 1.0.4: the proximal log-probabilities approximated from the token versions (A-3PO).
+
+``areal/trainer/ppo/actor.py:compute_prox_logp_approximations(old_logp, logprobs, versions,
+current_version, method)`` takes the proximal version to be ``current_version - 1`` and each
+token's weight ``alpha = clamp((v_prox − v_behave)/(v_theta − v_behave), 0, 1)`` where
+``v_theta − v_behave > 0`` and ``versions >= 0``, else 0 (``v_behave = versions.float()``).
+``"loglinear"`` returns ``old_logp + alpha·(logprobs − old_logp)``, ``"linear"``
+``log((1 − alpha)·exp(old_logp) + alpha·exp(logprobs) + 1e-10)``, ``"rollout"``
+``old_logp.clone()``. ``grpo_loss_fn`` with ``prox_logp_method="loglinear"`` and no recomputed
+``prox_logp`` trains on the ``"loglinear"`` one (``_resolve_proximal_logp``), computed from
+``logprobs.detach()``: the decoupled loss treats it as a constant; ``"metrics"`` trains on the
+recomputed one and logs all three.
+
+Importable only with the ``areal.trainer`` stub (see :mod:`refimpl.frameworks._areal_losses_actor`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._stubs import STUBS
+
+_FUNCTION = "areal.trainer.ppo.actor:compute_prox_logp_approximations"
+
+
+def _approximation(logp: Any, logp_behavior: Any, versions: Any, version: int, method: str) -> Any:
+    """``compute_prox_logp_approximations(old_logp=μ, logprobs=π_θ, versions, current_version,
+    method)[method]``: the one approximation, differentiable in ``logprobs``."""
+    from areal.trainer.ppo.actor import compute_prox_logp_approximations
+
+    out = compute_prox_logp_approximations(
+        old_logp=logp_behavior,
+        logprobs=logp,
+        versions=versions,
+        current_version=int(version),
+        method=method,
+    )
+    return out[method]
+
+
+def areal_prox_loglinear(
+    logp: Any, logp_behavior: Any, versions: Any, *, current_version: Any
+) -> Any:
+    """``compute_prox_logp_approximations(..., method="loglinear")``: what
+    ``prox_logp_method="loglinear"`` trains on."""
+    return _approximation(logp, logp_behavior, versions, current_version, "loglinear")
+
+
+def areal_prox_linear(logp: Any, logp_behavior: Any, versions: Any, *, current_version: Any) -> Any:
+    """``compute_prox_logp_approximations(..., method="linear")``: the probabilities
+    interpolated, ``log(p + 1e-10)`` (logged under ``prox_logp_method="metrics"``)."""
+    return _approximation(logp, logp_behavior, versions, current_version, "linear")
+
+
+def areal_prox_rollout(
+    logp: Any, logp_behavior: Any, versions: Any, *, current_version: Any
+) -> Any:
+    """``compute_prox_logp_approximations(..., method="rollout")``: the behaviour log-probs
+    (logged under ``prox_logp_method="metrics"``)."""
+    return _approximation(logp, logp_behavior, versions, current_version, "rollout")
+
+
+def _adapter(method: str, candidate: Any, note: str, **conventions: Any) -> Adapter:
+    # the weight comes from versions.float(): float32 whatever the log-probs' dtype, so the
+    # interpolations are checked in float32 (the rollout copy has no weight: float64)
+    dtype = "float64" if method == "rollout" else "float32"
+    return Adapter(
+        key=f"areal.prox_logp_{method}",
+        framework="areal",
+        function=_FUNCTION,
+        settings={"method": method, "v_proximal": "current_version - 1"},
+        spec="proximal_logprobs",
+        conventions={"method": method, **conventions},
+        candidate=candidate,
+        dtype=dtype,
+        note=note,
+    )
+
+
+_ADAPTERS: tuple[Adapter, ...] = (
+    _adapter(
+        "loglinear",
+        areal_prox_loglinear,
+        "A-3PO: the proximal log-probs interpolated in log space between behaviour and current "
+        "policy by staleness, α = (v_θ − 1 − v_b)/(v_θ − v_b); what prox_logp_method='loglinear' "
+        "trains on (detached there).",
+    ),
+    _adapter(
+        "linear",
+        areal_prox_linear,
+        "The probabilities interpolated by the same α, log(p + 1e-10): a comparison logged under "
+        "prox_logp_method='metrics'.",
+        floor=1e-10,
+    ),
+    _adapter(
+        "rollout",
+        areal_prox_rollout,
+        "The behaviour log-probs as the proximal ones: the baseline logged under "
+        "prox_logp_method='metrics'.",
+    ),
+)
+
+ADAPTERS: tuple[Adapter, ...] = (
+    _ADAPTERS if any(s.package == "areal.trainer" for s in STUBS) else ()
+)
+
+__all__ = ["ADAPTERS"]
