@@ -127,3 +127,26 @@ def test_a_floor_must_be_declared() -> None:
         max_examples=EXAMPLES,
     )
     declared.raise_if_failed()
+
+
+def test_a_stopped_gradient_is_checked_as_zero() -> None:
+    """gradient='stopped': a detached transcription passes, the differentiable one fails."""
+
+    def detached(lp: Any, lb: Any, v: Any, *, current_version: int) -> Any:
+        return torch_loglinear(lp.detach(), lb, v, current_version=current_version)
+
+    stopped = {"gradient": "stopped"}
+    ok = check_conformance(
+        detached, spec=SPEC_NAME, xp="torch", conventions=stopped, max_examples=EXAMPLES
+    )
+    ok.raise_if_failed()
+    wrong = check_conformance(
+        torch_loglinear,
+        spec=SPEC_NAME,
+        xp="torch",
+        conventions=stopped,
+        max_examples=EXAMPLES,
+        shrink=False,
+    )
+    assert wrong["gradient"].status == "failed", wrong.summary()
+    assert wrong["values"].status == "passed", wrong.summary()

@@ -108,3 +108,17 @@ def test_the_actor_trains_on_the_detached_approximation() -> None:
     )
     through_prox = (bumped.loss * weights).sum() - (terms.loss * weights).sum()
     assert abs(through_prox) > 1e-8  # the attached variant would differ: AReaL detaches
+
+
+def test_the_actor_path_entry_fails_if_declared_differentiable() -> None:
+    """areal.grpo_loss_prox_loglinear passes with gradient='stopped' (the matrix) and fails the
+    gradient check under 'autodiff': the approximation reaches the loss detached."""
+    from refimpl.frameworks import check
+
+    report = check(
+        "areal.grpo_loss_prox_loglinear",
+        max_examples=10,
+        conventions={"method": "loglinear", "gradient": "autodiff"},
+    )
+    assert report["gradient"].status == "failed", report.summary()
+    assert report["values"].status == "passed", report.summary()

@@ -61,6 +61,48 @@ def areal_prox_rollout(
     return _approximation(logp, logp_behavior, versions, current_version, "rollout")
 
 
+def areal_grpo_loss_prox_loglinear(
+    logp: Any, logp_behavior: Any, versions: Any, *, current_version: Any
+) -> Any:
+    """``grpo_loss_fn`` (``use_decoupled_loss=True``, ``prox_logp_method="loglinear"``, no
+    ``prox_logp`` in the batch, zero advantages): the proximal log-probs it hands to
+    ``ppo_actor_loss_fn``, read by wrapping that function in the actor module for the call (the
+    loss itself is discarded). The approximation comes from ``_resolve_proximal_logp`` on
+    ``logprobs.detach()``, so autograd finds no path back to ``logp``."""
+    import torch
+    from areal.trainer.ppo import actor
+
+    seen: list[Any] = []
+    real = actor.ppo_actor_loss_fn
+
+    def spy(**kwargs: Any) -> Any:
+        seen.append(kwargs["proximal_logprobs"])
+        return real(**kwargs)
+
+    data = {
+        "logprobs": logp_behavior,
+        "advantages": torch.zeros_like(logp_behavior),
+        "loss_mask": torch.ones_like(logp_behavior, dtype=torch.bool),
+        "versions": versions,
+    }
+    actor.ppo_actor_loss_fn = spy
+    try:
+        actor.grpo_loss_fn(
+            logp,
+            torch.zeros_like(logp),
+            data,
+            eps_clip=0.2,
+            eps_clip_higher=None,
+            c_clip=None,
+            current_version=int(current_version),
+            prox_logp_method="loglinear",
+            use_decoupled_loss=True,
+        )
+    finally:
+        actor.ppo_actor_loss_fn = real
+    return seen[0]
+
+
 def _adapter(method: str, candidate: Any, note: str, **conventions: Any) -> Adapter:
     # the weight comes from versions.float(): float32 whatever the log-probs' dtype, so the
     # interpolations are checked in float32 (the rollout copy has no weight: float64)
@@ -98,6 +140,27 @@ _ADAPTERS: tuple[Adapter, ...] = (
         areal_prox_rollout,
         "The behaviour log-probs as the proximal ones: the baseline logged under "
         "prox_logp_method='metrics'.",
+    ),
+)
+
+_ADAPTERS = (
+    *_ADAPTERS,
+    Adapter(
+        key="areal.grpo_loss_prox_loglinear",
+        framework="areal",
+        function="areal.trainer.ppo.actor:grpo_loss_fn",
+        settings={
+            "use_decoupled_loss": True,
+            "prox_logp_method": "loglinear",
+            "prox_logp": None,
+            "current_version": "current_version",
+        },
+        spec="proximal_logprobs",
+        conventions={"method": "loglinear", "gradient": "stopped"},
+        candidate=areal_grpo_loss_prox_loglinear,
+        dtype="float32",  # grpo_loss_fn's stats_tracker.stat refuses float64 tensors
+        note="The actor's path: the proximal log-probs grpo_loss_fn trains on when it skips the "
+        "recompute, the log-linear approximation of logprobs.detach() (no gradient through it).",
     ),
 )
 

@@ -55,10 +55,12 @@ FLOOR = Convention(
 GRADIENT = Convention(
     "gradient",
     "autodiff",
-    ("autodiff", "returned", "none"),
+    ("autodiff", "returned", "none", "stopped"),
     "'autodiff': d logp_prox / d logp by torch or jax autograd; 'returned': the candidate "
-    "returns (logp_prox, grad) itself; 'none': the value only",
-    who="returned: refimpl (proximal_logprobs)",
+    "returns (logp_prox, grad) itself; 'none': the value only; 'stopped': autograd, and the "
+    "candidate declares the approximation detached from logp (its derivative must be 0)",
+    who="returned: refimpl (proximal_logprobs); stopped: AReaL 1.0.4 grpo_loss_fn (it "
+    "approximates from logprobs.detach())",
 )
 
 HUGE = (-1e30, -1e4, -700.0, -120.0, -90.0)
@@ -94,6 +96,8 @@ def _reference(call: Call, conv: Conventions) -> tuple[Array, Array]:
     (lp, lb, v), kw = call
     floor = float(conv["floor"]) if conv["method"] == "linear" else 0.0
     out = proximal_logprobs(lp, lb, v, method=conv["method"], floor=floor, **kw)
+    if conv["gradient"] == "stopped":  # sg[·]: the value, and no derivative
+        return out.logp_prox, np.zeros_like(out.grad)
     return out.logp_prox, out.grad
 
 
@@ -101,11 +105,15 @@ def _condition(call: Call, conv: Conventions, expected: Any) -> tuple[Array, Arr
     (lp, lb, v), kw = call
     value, grad = expected
     if conv["method"] == "rollout":
-        return np.abs(value), np.zeros_like(grad)
-    if conv["method"] == "linear":
-        return np.abs(value) + 6.0, 8.0 * np.abs(grad)
-    alpha = proximal_interpolation_weight(v, **kw)
-    return np.abs(value) + 3.0 * alpha * np.abs(np.asarray(lp) - np.asarray(lb)), 2.0 * alpha
+        cond = np.abs(value), np.zeros_like(grad)
+    elif conv["method"] == "linear":
+        cond = np.abs(value) + 6.0, 8.0 * np.abs(grad)
+    else:
+        alpha = proximal_interpolation_weight(v, **kw)
+        cond = np.abs(value) + 3.0 * alpha * np.abs(np.asarray(lp) - np.asarray(lb)), 2.0 * alpha
+    if conv["gradient"] == "stopped":  # a detached approximation's derivative is exactly 0
+        return cond[0], np.zeros_like(grad)
+    return cond
 
 
 def _read(raw: Any, call: Call, conv: Conventions) -> tuple[Array, Array | None]:
@@ -116,7 +124,7 @@ def _read(raw: Any, call: Call, conv: Conventions) -> tuple[Array, Array | None]
 
 
 def _vjp(call: Call, conv: Conventions) -> tuple[Call, Any]:
-    if conv["gradient"] != "autodiff":
+    if conv["gradient"] not in ("autodiff", "stopped"):
         return call, None
     return call, np.ones(np.asarray(call[0][0]).shape)
 
@@ -190,7 +198,8 @@ def proximal_logprobs_spec() -> Spec:
             ),
             Check(
                 "gradient",
-                "d logp_prox / d logp agrees with the reference's derivative",
+                "d logp_prox / d logp agrees with the reference's derivative (0 where the "
+                "candidate declares gradient='stopped')",
                 _calls(),
                 _gradient,
                 applies=_with_gradient,
