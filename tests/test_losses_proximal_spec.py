@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from test_losses_proximal import _inverted as inverted
+from test_losses_proximal import _prompt_interpolated as prompt_interpolated
 
 from refimpl.losses import ProximalLogprobs, proximal_interpolation_weight, proximal_logprobs
 from refimpl.testing import check_conformance, check_names, conventions, spec_names
@@ -61,27 +63,11 @@ def test_a_torch_transcription_passes_through_autograd(dtype: str) -> None:
     report.raise_if_failed()
 
 
-def inverted(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
-    """Wrong: 1 − α on the current policy."""
-    a = proximal_interpolation_weight(v, current_version=current_version)
-    w = np.where(np.asarray(v) >= 0, 1.0 - a, 0.0)
-    lb = np.asarray(lb)
-    return ProximalLogprobs(lb + w * (np.asarray(lp) - lb), w)
-
-
 def loglinear_derivative(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
     """Wrong under method='linear': the linear value with the log-linear derivative α."""
     out = proximal_logprobs(lp, lb, v, current_version=current_version, method="linear")
     a = proximal_interpolation_weight(v, current_version=current_version)
     return ProximalLogprobs(out.logp_prox, a)
-
-
-def prompt_interpolated(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
-    """Wrong: a prompt token's version −1 read as a version."""
-    vv = np.asarray(v, dtype=np.float64)
-    w = np.clip((current_version - 1 - vv) / np.maximum(current_version - vv, 1.0), 0.0, 1.0)
-    lb = np.asarray(lb)
-    return ProximalLogprobs(lb + w * (np.asarray(lp) - lb), w)
 
 
 def naive_linear(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
