@@ -60,6 +60,7 @@ def test_the_actor_trains_on_the_detached_approximation() -> None:
     gradient is the one with π_prox constant; a differentiable π_prox would give another."""
     from areal.api.cli_args import RejectionSamplingConfig
     from areal.trainer.ppo.actor import grpo_loss_fn
+    from areal.utils import stats_tracker  # a scope of its own: earlier calls leave statistics
 
     lp_np = np.asarray([[-0.25, -1.5, -0.5, -2.0], [-1.0, -0.75, -3.0, -0.5]])
     lb_np = np.asarray([[-0.5, -1.0, -1.0, -1.5], [-2.0, -1.0, -2.5, -0.25]])
@@ -73,20 +74,21 @@ def test_the_actor_trains_on_the_detached_approximation() -> None:
         "loss_mask": torch.tensor(mask_np > 0),
         "versions": torch.tensor(versions),
     }
-    loss = grpo_loss_fn(
-        lp,
-        torch.zeros_like(lp),
-        data,
-        eps_clip=0.2,
-        eps_clip_higher=None,
-        c_clip=None,
-        rejection_sampling=RejectionSamplingConfig(
-            level="token", action="mask", metric="ratio", upper=math.inf
-        ),
-        current_version=4,
-        prox_logp_method="loglinear",
-        use_decoupled_loss=True,
-    )
+    with stats_tracker.scope("test_the_actor_trains_on_the_detached_approximation"):
+        loss = grpo_loss_fn(
+            lp,
+            torch.zeros_like(lp),
+            data,
+            eps_clip=0.2,
+            eps_clip_higher=None,
+            c_clip=None,
+            rejection_sampling=RejectionSamplingConfig(
+                level="token", action="mask", metric="ratio", upper=math.inf
+            ),
+            current_version=4,
+            prox_logp_method="loglinear",
+            use_decoupled_loss=True,
+        )
     loss.backward()
     assert lp.grad is not None
 

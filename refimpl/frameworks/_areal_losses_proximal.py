@@ -68,9 +68,14 @@ def areal_grpo_loss_prox_loglinear(
     ``prox_logp`` in the batch, zero advantages): the proximal log-probs it hands to
     ``ppo_actor_loss_fn``, read by wrapping that function in the actor module for the call (the
     loss itself is discarded). The approximation comes from ``_resolve_proximal_logp`` on
-    ``logprobs.detach()``, so autograd finds no path back to ``logp``."""
+    ``logprobs.detach()``, so autograd finds no path back to ``logp``. The call runs in a scope
+    of its own of AReaL's stats tracker: the trainer exports (and resets) the tracker after each
+    step, and statistics left by earlier calls of other shapes would fail its shape checks."""
+    import uuid
+
     import torch
     from areal.trainer.ppo import actor
+    from areal.utils import stats_tracker
 
     seen: list[Any] = []
     real = actor.ppo_actor_loss_fn
@@ -87,17 +92,18 @@ def areal_grpo_loss_prox_loglinear(
     }
     actor.ppo_actor_loss_fn = spy
     try:
-        actor.grpo_loss_fn(
-            logp,
-            torch.zeros_like(logp),
-            data,
-            eps_clip=0.2,
-            eps_clip_higher=None,
-            c_clip=None,
-            current_version=int(current_version),
-            prox_logp_method="loglinear",
-            use_decoupled_loss=True,
-        )
+        with stats_tracker.scope(f"refimpl-{uuid.uuid4().hex}"):
+            actor.grpo_loss_fn(
+                logp,
+                torch.zeros_like(logp),
+                data,
+                eps_clip=0.2,
+                eps_clip_higher=None,
+                c_clip=None,
+                current_version=int(current_version),
+                prox_logp_method="loglinear",
+                use_decoupled_loss=True,
+            )
     finally:
         actor.ppo_actor_loss_fn = real
     return seen[0]
