@@ -321,6 +321,10 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
     "refimpl.losses proximal_interpolation_weight": (
         _c([[2, 3, -1], [0, 1, 1]], current_version=4, proximal_version=3),
     ),
+    "refimpl.losses rloo_kl_advantages": (
+        _c(_ADV, _LP, _LQ, group=[0, 0], beta=0.05, mask=_MASK, reward_clip=(-1.0, 1.0)),
+        _c(_ADV, _LP, _LQ, group=[0, 0], beta=0.05, normalize=True, eps=1e-4),
+    ),
     "refimpl.losses nll_loss": (_c(_LP, mask=_MASK, cotangent=_MASK),),
     "refimpl.losses opo_advantages": (_c([1.0, 0.0, 0.5], group=[0, 0, 0], lengths=[1, 3, 2]),),
     "refimpl.losses optimal_token_baseline_advantages": (

@@ -20,7 +20,8 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.distillation` (the reverse KL to a teacher as a reward): the surrogates;
   :mod:`refimpl.losses.entropy_mask`: the high-entropy token mask.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
-  off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards.
+  off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards, and RLOO on the KL-penalised
+  sequence reward.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
   :mod:`refimpl.losses.advantages_normalized`: RLOO standardised over the batch;
   :mod:`refimpl.losses.advantages_baselines`: GPG, OPO, ReMax, MaxRL, Pass@k;
@@ -84,7 +85,7 @@ from refimpl.losses.kl import (
     importance_weighted_kl,
     kl_penalty,
 )
-from refimpl.losses.kl_reward import kl_penalized_rewards
+from refimpl.losses.kl_reward import kl_penalized_rewards, rloo_kl_advantages
 from refimpl.losses.likelihood import nll_loss
 from refimpl.losses.logprobs import (
     LogprobMismatch,
@@ -183,6 +184,7 @@ __all__ = [
     "remax_advantages",
     "reverse_kl_distillation_loss",
     "rloo_advantages",
+    "rloo_kl_advantages",
     "rloo_normalized_advantages",
     "sapo_loss",
     "sapo_sequence_loss",
