@@ -325,6 +325,10 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c(_ADV, _LP, _LQ, group=[0, 0], beta=0.05, mask=_MASK, reward_clip=(-1.0, 1.0)),
         _c(_ADV, _LP, _LQ, group=[0, 0], beta=0.05, normalize=True, eps=1e-4),
     ),
+    "refimpl.losses optimal_value_estimate": (_c([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], beta1=0.5),),
+    "refimpl.losses optimal_advantage_regression_loss": (
+        _c(_LP, _LQ, _ADV, beta2=0.5, mask=_MASK, cotangent=_MASK),
+    ),
     "refimpl.losses nll_loss": (_c(_LP, mask=_MASK, cotangent=_MASK),),
     "refimpl.losses opo_advantages": (_c([1.0, 0.0, 0.5], group=[0, 0, 0], lengths=[1, 3, 2]),),
     "refimpl.losses optimal_token_baseline_advantages": (

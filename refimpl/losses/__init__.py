@@ -26,6 +26,7 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.advantages_normalized`: RLOO standardised over the batch;
   :mod:`refimpl.losses.advantages_baselines`: GPG, OPO, ReMax, MaxRL, Pass@k;
   :mod:`refimpl.losses.advantages_tokens`: GDPO (several rewards) and the optimal token baseline;
+  :mod:`refimpl.losses.optimal_advantage`: A*-PO's optimal value estimate and its regression loss;
   :mod:`refimpl.losses.gae`: GAE advantages and returns from per-token rewards and a critic.
 - :mod:`refimpl.losses.rejection`: per-sequence divergences, the any-token veto, IS batch
   normalisation, the off-policy sequence mask and M2PO's mask;
@@ -94,6 +95,10 @@ from refimpl.losses.logprobs import (
     token_entropy,
     token_logprobs,
     token_logprobs_grad,
+)
+from refimpl.losses.optimal_advantage import (
+    optimal_advantage_regression_loss,
+    optimal_value_estimate,
 )
 from refimpl.losses.partition import (
     SCALING_RULES,
@@ -173,7 +178,9 @@ __all__ = [
     "nll_loss",
     "off_policy_sequence_mask",
     "opo_advantages",
+    "optimal_advantage_regression_loss",
     "optimal_token_baseline_advantages",
+    "optimal_value_estimate",
     "partition_gap",
     "passk_advantages",
     "ppo_clip_loss",
