@@ -585,6 +585,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
         dg.divergence_gated_weights, level="sequence"
     ),
     "rloo_normalized_advantages": rloo_normalized_advantages,
+    "rloo_kl_advantages": kr.rloo_kl_advantages,
     "decoupled_ppo_clip": decoupled_ppo_loss,
     "reverse_kl_distillation": reverse_kl_distillation_loss,
     "proximal_logprobs": proximal_logprobs,
@@ -614,6 +615,7 @@ VALUE_ONLY = (
     "divergence_gated_is",
     "divergence_gated_is_sequence",
     "rloo_normalized_advantages",
+    "rloo_kl_advantages",
     "high_entropy_mask",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}

@@ -56,6 +56,7 @@ from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_proximal import proximal_logprobs_spec
 from refimpl.testing._specs_losses_rejection_mask import rejection_mask_specs
+from refimpl.testing._specs_losses_rloo_kl import rloo_kl_spec
 from refimpl.testing._specs_losses_sequence_gamma import vespo_specs
 from refimpl.testing._specs_losses_sequence_soft import sequence_soft_specs
 from refimpl.testing._specs_losses_stats import aggregation_spec
@@ -757,6 +758,7 @@ def specs() -> tuple[Spec, ...]:
         *band_masked_specs(),
         kl_reward_spec(),
         *normalized_advantage_specs(),
+        rloo_kl_spec(),
         batch_mean_spec(),
         *divergence_gate_specs(),
         *sequence_soft_specs(),
