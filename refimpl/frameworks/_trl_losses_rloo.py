@@ -10,6 +10,11 @@
 - ``RLOOTrainer._generate_and_score_completions`` with ``normalize_advantages=True``: the
   leave-one-out advantages (float32 rewards, contiguous groups of ``num_generations``), then
   ``(A − nanmean(A)) / (nanstd(A) + 1e-4)`` over the generation batch (``nanstd`` Bessel-corrected).
+- The same method with ``beta > 0`` and ``reward_clip_range``: the float32 rewards clamped to the
+  range, then ``rewards − beta·kl`` with ``kl = ((old_per_token_logps − ref_per_token_logps) *
+  completion_mask).sum(-1)`` (the k1 estimate summed over the completion, the RLOO paper's
+  sequence-level penalty; the clamp does not touch it), then the leave-one-out baseline on the
+  penalised rewards (:func:`refimpl.losses.kl_reward.rloo_kl_advantages`).
 """
 
 from __future__ import annotations
@@ -90,6 +95,65 @@ def trl_rloo_normalized_advantages(rewards: Any, *, group: Any) -> Any:
 
     t = scoring_trainer(RLOOTrainer, rewards, group, normalize_advantages=True)
     return t._generate_and_score_completions(_prompts(rewards))["advantages"]
+
+
+def trl_rloo_kl_advantages(
+    rewards: Any, logp: Any, logp_ref: Any, *, group: Any, beta: Any, reward_clip: Any, mask: Any
+) -> Any:
+    """TRL ``RLOOTrainer`` with ``beta > 0`` and ``reward_clip_range``: the real
+    ``RLOOTrainer._generate_and_score_completions`` on the scoring stand-in of
+    :func:`refimpl.frameworks._trl_losses_advantages.scoring_trainer`, its ``advantages``, with
+    :func:`_with_completions` giving each row its completion length and log-probabilities."""
+    from trl.trainer.rloo_trainer import RLOOTrainer
+
+    from refimpl.frameworks._trl_losses_advantages import _prompts, scoring_trainer
+    from refimpl.frameworks._trl_losses_rloo import _with_completions
+
+    t = scoring_trainer(
+        RLOOTrainer, rewards, group, normalize_advantages=False, beta=float(beta),
+        reward_clip_range=None if reward_clip is None else tuple(reward_clip),
+    )  # fmt: skip
+    _with_completions(t, logp, logp_ref, mask)
+    return t._generate_and_score_completions(_prompts(rewards))["advantages"]
+
+
+def trl_rloo_kl_normalized_advantages(
+    rewards: Any, logp: Any, logp_ref: Any, *, group: Any, beta: Any, reward_clip: Any, mask: Any
+) -> Any:
+    """As :func:`trl_rloo_kl_advantages` with ``normalize_advantages=True``."""
+    from trl.trainer.rloo_trainer import RLOOTrainer
+
+    from refimpl.frameworks._trl_losses_advantages import _prompts, scoring_trainer
+    from refimpl.frameworks._trl_losses_rloo import _with_completions
+
+    t = scoring_trainer(
+        RLOOTrainer, rewards, group, normalize_advantages=True, beta=float(beta),
+        reward_clip_range=None if reward_clip is None else tuple(reward_clip),
+    )  # fmt: skip
+    _with_completions(t, logp, logp_ref, mask)
+    return t._generate_and_score_completions(_prompts(rewards))["advantages"]
+
+
+def _with_completions(t: Any, logp: Any, logp_ref: Any, mask: Any) -> None:
+    """Give the scoring stand-in completions of each row's length (``mask``'s valid prefix; TRL
+    pads them on the right into ``completion_mask``), a reference model, and a forward
+    ``_get_per_token_logps_and_entropies`` that returns ``logp`` for the policy and ``logp_ref``
+    for ``ref_model``, cut to the padded width; the accelerator's ``reduce`` (read only for the
+    logged mean KL) is the single-process identity."""
+    lengths = [int(n) for n in mask.sum(dim=1).tolist()]
+    width = max(lengths)
+
+    def generate(prompts: Any) -> tuple[Any, ...]:
+        return [[1]] * len(lengths), [[1] * n for n in lengths], ["c"] * len(lengths)
+
+    def logps(model: Any, *_args: Any, **_kwargs: Any) -> tuple[Any, None, None]:
+        chosen = logp_ref if model is t.ref_model else logp
+        return chosen[:, :width], None, None
+
+    t.ref_model = object()
+    t.accelerator.reduce = lambda x, reduction="sum": x  # the logged KL metric, one process
+    t._generate = generate
+    t._get_per_token_logps_and_entropies = logps
 
 
 _EMPTY_ROW = [
@@ -184,6 +248,40 @@ ADAPTERS: tuple[Adapter, ...] = (
         dtype="float32",
         note="Leave-one-out advantages, then (A − nanmean) / (nanstd + 1e-4) over the batch, "
         "float32.",
+    ),
+    Adapter(
+        key="trl.rloo_kl_advantages",
+        framework="trl",
+        function=_SCORE,
+        settings={
+            "beta": "beta",
+            "reward_clip_range": "reward_clip",
+            "normalize_advantages": False,
+            "num_generations": "the group size",
+        },
+        spec="rloo_kl_advantages",
+        conventions={"groups": "contiguous", "normalize": "none"},
+        candidate=trl_rloo_kl_advantages,
+        dtype="float32",
+        note="clamp(r, *reward_clip_range) − beta·Σ m·(old − ref logps), then leave-one-out, "
+        "float32.",
+    ),
+    Adapter(
+        key="trl.rloo_kl_advantages_normalized",
+        framework="trl",
+        function=_SCORE,
+        settings={
+            "beta": "beta",
+            "reward_clip_range": "reward_clip",
+            "normalize_advantages": True,
+            "num_generations": "the group size",
+        },
+        spec="rloo_kl_advantages",
+        conventions={"groups": "contiguous", "normalize": "batch", "eps": 1e-4},
+        candidate=trl_rloo_kl_normalized_advantages,
+        dtype="float32",
+        note="The KL-penalised leave-one-out advantages standardised over the batch (nanstd + "
+        "1e-4), float32.",
     ),
 )
 
