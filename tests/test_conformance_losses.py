@@ -36,6 +36,7 @@ import refimpl.losses.kl as kl
 import refimpl.losses.kl_reward as kr
 import refimpl.losses.likelihood as lk
 import refimpl.losses.logprobs as lp_mod
+import refimpl.losses.optimal_advantage as oa
 import refimpl.losses.policy_gradient as pg
 import refimpl.losses.rejection as rj
 import refimpl.losses.sequence as sq
@@ -586,6 +587,8 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     ),
     "rloo_normalized_advantages": rloo_normalized_advantages,
     "rloo_kl_advantages": kr.rloo_kl_advantages,
+    "optimal_value_estimate": oa.optimal_value_estimate,
+    "optimal_advantage_regression": oa.optimal_advantage_regression_loss,
     "decoupled_ppo_clip": decoupled_ppo_loss,
     "reverse_kl_distillation": reverse_kl_distillation_loss,
     "proximal_logprobs": proximal_logprobs,
@@ -616,6 +619,7 @@ VALUE_ONLY = (
     "divergence_gated_is_sequence",
     "rloo_normalized_advantages",
     "rloo_kl_advantages",
+    "optimal_value_estimate",
     "high_entropy_mask",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}

@@ -54,6 +54,7 @@ from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
 from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
+from refimpl.testing._specs_losses_optimal_advantage import optimal_advantage_specs
 from refimpl.testing._specs_losses_proximal import proximal_logprobs_spec
 from refimpl.testing._specs_losses_rejection_mask import rejection_mask_specs
 from refimpl.testing._specs_losses_rloo_kl import rloo_kl_spec
@@ -767,4 +768,5 @@ def specs() -> tuple[Spec, ...]:
         *decoupled_specs(),
         *distillation_specs(),
         proximal_logprobs_spec(),
+        *optimal_advantage_specs(),
     )
