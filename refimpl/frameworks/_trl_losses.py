@@ -617,6 +617,7 @@ ADAPTERS: tuple[Adapter, ...] = (
 )
 
 
+from refimpl.frameworks._trl_losses_a2po import ADAPTERS as _A2PO  # noqa: E402
 from refimpl.frameworks._trl_losses_advantages import ADAPTERS as _ADVANTAGES  # noqa: E402
 from refimpl.frameworks._trl_losses_aggregation import ADAPTERS as _AGGREGATION  # noqa: E402
 from refimpl.frameworks._trl_losses_fused import ADAPTERS as _FUSED  # noqa: E402
@@ -625,6 +626,8 @@ from refimpl.frameworks._trl_losses_more import ADAPTERS as _MORE  # noqa: E402
 from refimpl.frameworks._trl_losses_rloo import ADAPTERS as _RLOO  # noqa: E402
 from refimpl.frameworks._trl_losses_sequence_soft import ADAPTERS as _SOFT  # noqa: E402
 
-ADAPTERS = (*ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES, *_RLOO, *_SOFT, *_GDPO, *_FUSED)
+ADAPTERS = (
+    *ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES, *_RLOO, *_SOFT, *_GDPO, *_FUSED, *_A2PO
+)  # fmt: skip
 
 __all__ = ["ADAPTERS", "grpo_inputs", "grpo_trainer"]

@@ -217,6 +217,8 @@ DESC = LossDesc(
     _params,
     on_policy=None,
     sequence_advantages=True,
+    # D_b is a sum over the row: the huge draws' advantage signs follow the row, not the token
+    sequence_ratio=True,
     boundaries=False,
 )
 
