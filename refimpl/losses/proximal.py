@@ -235,6 +235,13 @@ def _versions(
             meaning="current_version: the proximal policy is not newer than the current one",
         )
     v = as_int_array(versions, name="versions", ndim=2)
+    if v.shape[0] == 0 or v.shape[1] == 0:
+        raise invalid(
+            "versions",
+            "have at least one sequence and one token",
+            v,
+            f"Pass a (B, T) array with B >= 1 and T >= 1 (got shape {v.shape}).",
+        )
     if shape is not None and v.shape != shape:
         raise invalid(
             "versions",
