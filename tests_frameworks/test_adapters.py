@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,14 +73,38 @@ def test_the_skyrl_stub_is_needed_and_enough() -> None:
     assert stub.package == "skyrl.backends"
 
 
+#: Imports each module named on stdin (a JSON list), after install_stubs, in a child forked from
+#: one interpreter that has imported torch and nothing else of the frameworks', and prints each
+#: child's exit code (1: the import raised). Each module imports torch anyway: one fresh
+#: interpreter per module imported it again, most of this test's CPU.
+_IMPORTS = """
+import json, os, sys
+import torch
+codes = []
+for source in json.load(sys.stdin):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            from refimpl.frameworks import install_stubs
+            install_stubs()
+            __import__(source)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    codes.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(codes))
+"""
+
+
 def test_every_source_load_is_of_a_module_that_cannot_be_imported() -> None:
-    for entry in SOURCE_LOADS:
-        done = subprocess.run(
-            [sys.executable, "-W", "ignore", "-c",
-             f"from refimpl.frameworks import install_stubs; install_stubs(); import {entry.source}"],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        assert done.returncode != 0, f"{entry.source} imports: drop its source load"
+    sources = [entry.source for entry in SOURCE_LOADS]
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", _IMPORTS],
+        input=json.dumps(sources), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    codes = json.loads(done.stdout.strip().splitlines()[-1])
+    for source, code in zip(sources, codes, strict=True):
+        assert code != 0, f"{source} imports: drop its source load"
 
 
 # the adapters of AReaL's rejection sampling (the function, or the loss's behaviour weight under
