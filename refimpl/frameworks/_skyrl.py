@@ -1,9 +1,17 @@
-"""SkyRL (skyrl 0.3.0): off-policy correction (TIS, token and sequence masks), read from its installed sources.
+"""SkyRL (skyrl 0.3.0): off-policy correction (TIS, token, outlier-token and sequence masks), read
+from its installed sources.
 
 ``skyrl.backends.skyrl_train.utils.off_policy_correction_utils`` computes ``π_old/π_rollout`` with
 ``safe_exp_delta`` (``skyrl_train/utils/torch_utils.py``): the log-ratio is cast to float32, clamped
 to ±20 and exponentiated, then cast back, so a float64 call gets float32 accuracy. Its sequence
 results are ``(B, 1)``. Importing it needs the stub of :mod:`refimpl.frameworks._stubs`.
+
+``compute_outlier_token_mask`` (on whenever ``outlier_token_is_threshold_low`` or ``..._high`` is
+set; ``compute_off_policy_correction`` multiplies it into the loss mask before the token mask, the
+TIS ratio and the sequence mask) keeps a row when no valid token has ``ρ < low`` or ``ρ > high``:
+the any-token veto, ``any_token_veto(threshold=low, upper=high)``, decided on the float32
+``exp(clamp(d, ±20))`` rather than in log space. An unset threshold checks nothing on its side;
+the high-only setting (``low`` unset) has no entry, the reference's floor being required.
 """
 
 from __future__ import annotations
@@ -49,6 +57,27 @@ def skyrl_token_mask(
     )
     kept, _ = compute_token_mask(logp_old, logp_rollout, mask, config)
     return kept
+
+
+def skyrl_outlier_token_mask(
+    logp_old: Any, logp_rollout: Any, *, threshold: float, mask: Any, upper: float | None = None
+) -> Any:
+    """SkyRL ``compute_outlier_token_mask`` with ``outlier_token_is_threshold_low=threshold`` and
+    ``outlier_token_is_threshold_high=upper`` (unset when ``None``); its ``(B, 1)`` mask squeezed."""
+    from omegaconf import OmegaConf
+    from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import (
+        compute_outlier_token_mask,
+    )
+
+    high = None if upper is None else float(upper)
+    config = OmegaConf.create(
+        {
+            "outlier_token_is_threshold_low": float(threshold),
+            "outlier_token_is_threshold_high": high,
+        }
+    )
+    kept, _ = compute_outlier_token_mask(logp_old, logp_rollout, mask, config)
+    return kept[:, 0]
 
 
 def skyrl_geometric_sequence_mask(
@@ -105,6 +134,32 @@ ADAPTERS: tuple[Adapter, ...] = (
         conventions={**_SAFE_EXP, "weight": "indicator", "padding": "one"},
         candidate=skyrl_token_mask,
         note="A 0/1 mask lo ≤ ρ ≤ hi per token, 1 at padding (multiplied into the loss mask).",
+    ),
+    Adapter(
+        key="skyrl.outlier_token_mask",
+        framework="skyrl",
+        function=f"{_UTILS}:compute_outlier_token_mask",
+        settings={
+            "outlier_token_is_threshold_low": "threshold",
+            "outlier_token_is_threshold_high": "upper",
+        },
+        spec="any_token_veto",
+        conventions={"upper": "given"},
+        candidate=skyrl_outlier_token_mask,
+        note="A row is kept when no valid token has ρ < low or ρ > high, ρ = exp(clamp(d, ±20)) in "
+        "float32 (a ratio within float32 rounding of a threshold may go the other way); the (B, 1) "
+        "mask squeezed.",
+    ),
+    Adapter(
+        key="skyrl.outlier_token_mask_low",
+        framework="skyrl",
+        function=f"{_UTILS}:compute_outlier_token_mask",
+        settings={"outlier_token_is_threshold_low": "threshold"},
+        spec="any_token_veto",
+        conventions={"upper": "absent"},
+        candidate=skyrl_outlier_token_mask,
+        note="outlier_token_is_threshold_high unset: a row is kept when no valid token has "
+        "ρ < low (float32 ρ, as above); the (B, 1) mask squeezed.",
     ),
     Adapter(
         key="skyrl.sequence_mask_geometric",
