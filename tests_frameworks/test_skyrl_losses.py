@@ -25,6 +25,7 @@ from refimpl.frameworks._skyrl_losses import (
 from refimpl.frameworks._skyrl_losses_stats import (
     skyrl_grpo,
     skyrl_logprobs,
+    skyrl_logprobs_v2,
     skyrl_microbatch_token_mean,
     skyrl_microbatch_token_mean_legacy,
     skyrl_reduction_prompt_mean,
@@ -58,8 +59,8 @@ def _skyrl_loss_adapters() -> list[object]:
 @needs_ppo_utils
 def test_the_loss_adapters_have_distinct_keys_and_loss_specs() -> None:
     keys = [a.key for a in _skyrl_loss_adapters()]  # type: ignore[attr-defined]
-    # 30 + worker terms 6, their Megatron copy 6, normalisation 2, reward 1, outlier masks 2
-    assert len(keys) == len(set(keys)) == 47, keys
+    # 31 + worker terms 6, their Megatron copy 6, normalisation 2, reward 1, outlier masks 2
+    assert len(keys) == len(set(keys)) == 48, keys
 
 
 @needs_ppo_utils
@@ -199,3 +200,20 @@ def test_the_trainer_log_probabilities_are_the_full_tempered_softmax() -> None:
     expected = torch.log_softmax(logits / 0.5, dim=-1).gather(-1, tokens[..., None])[..., 0]
     got = skyrl_logprobs(logits, tokens, temperature=0.5, mask=None)  # no top-k/top-p to take
     assert torch.allclose(got, expected, rtol=1e-12, atol=0.0)
+
+
+def test_float32_logits_take_the_gather_minus_logsumexp_branch() -> None:
+    # the float32 branch keeps float32 and its output and gradient are the softmax's to float32
+    # rounding (the bfloat16 branch of the same function is off by more than 2^-9 here)
+    logits = torch.tensor([[[0.5, 0.25, -1.0], [4.0, 0.0, 0.0]]], requires_grad=True)
+    tokens = torch.tensor([[1, 0]])
+    got = skyrl_logprobs_v2(logits, tokens, temperature=1.0, mask=None)
+    assert got.dtype == torch.float32
+    wide = logits.detach().double()
+    expected = (wide.gather(-1, tokens[..., None])[..., 0] - torch.logsumexp(wide, -1)).float()
+    # z_x − logsumexp(z) cancels: its error is float32 rounding of the terms (<= 4.1), not of it
+    assert torch.allclose(got, expected, rtol=0.0, atol=4 * 2**-21)
+    got.sum().backward()
+    grad = torch.nn.functional.one_hot(tokens, 3).double() - torch.softmax(wide, -1)
+    assert logits.grad is not None
+    assert torch.allclose(logits.grad.double(), grad, rtol=0.0, atol=2**-22)

@@ -605,6 +605,18 @@ ADAPTERS: tuple[Adapter, ...] = (
         note="The bfloat16 branch: log_softmax(z/T) row by row, gathered; padding not masked.",
     ),
     Adapter(
+        key="skyrl.logprobs_from_logits_v2_float32",
+        framework="skyrl",
+        function=f"{_TORCH_UTILS}:logprobs_from_logits_v2",
+        settings={"temperature": "temperature"},
+        spec="token_logprobs",
+        conventions={"padding": "ignored", "truncation": "none"},
+        candidate=skyrl_logprobs_v2,
+        dtype="float32",
+        note="The float32 branch on float32 logits (the model wrapper passes the model's logits "
+        "uncast): gather − logsumexp row by row; padding not masked.",
+    ),
+    Adapter(
         key="skyrl.chunked_entropy_from_logits",
         framework="skyrl",
         function=f"{_TORCH_UTILS}:chunked_entropy_from_logits",
