@@ -34,6 +34,7 @@ from typing import Any
 from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._skyrl_losses_adv import ADAPTERS as _ADV
 from refimpl.frameworks._skyrl_losses_megatron import ADAPTERS as _MEGATRON
+from refimpl.frameworks._skyrl_losses_megatron_logprobs import ADAPTERS as _MEGATRON_LOGPROBS
 from refimpl.frameworks._skyrl_losses_more import ADAPTERS as _MORE
 from refimpl.frameworks._skyrl_losses_normalize import ADAPTERS as _NORMALIZE
 from refimpl.frameworks._skyrl_losses_reward import ADAPTERS as _REWARD
@@ -441,7 +442,17 @@ PPO_UTILS_LOADED = any(e.source == _PPO for e in SOURCE_LOADS)
 
 ADAPTERS = tuple(
     a
-    for a in (*ADAPTERS, *_MORE, *_STATS, *_ADV, *_WORKER, *_MEGATRON, *_NORMALIZE, *_REWARD)
+    for a in (
+        *ADAPTERS,
+        *_MORE,
+        *_STATS,
+        *_ADV,
+        *_WORKER,
+        *_MEGATRON,
+        *_MEGATRON_LOGPROBS,
+        *_NORMALIZE,
+        *_REWARD,
+    )
     if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
 )
 
