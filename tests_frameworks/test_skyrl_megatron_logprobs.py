@@ -44,3 +44,21 @@ def test_the_log_probability_of_each_given_token_and_its_softmax_gradient(
     # float32 inside: |y| <= 8 and log-sum-exp near 8, rounded at 2^-24 each
     assert torch.allclose(value.double(), expected.detach(), rtol=0.0, atol=2**-19)
     assert torch.allclose(grad.double(), want, rtol=0.0, atol=2**-19)
+
+
+def test_the_vocab_parallel_entropy_and_its_own_backward() -> None:
+    from refimpl.frameworks import eager
+    from refimpl.frameworks._skyrl_losses_megatron_logprobs import (
+        skyrl_megatron_entropy_from_logits,
+    )
+
+    z = LOGITS.clone().requires_grad_(True)
+    with eager():
+        got = skyrl_megatron_entropy_from_logits(z)
+    (grad,) = torch.autograd.grad(got, z, grad_outputs=COTANGENT)
+    w = LOGITS.clone().requires_grad_(True)
+    p = torch.softmax(w, dim=-1)
+    expected = -(p * torch.log_softmax(w, dim=-1)).sum(-1)
+    (want,) = torch.autograd.grad(expected, w, grad_outputs=COTANGENT)
+    assert torch.allclose(got.detach(), expected.detach(), rtol=1e-14, atol=1e-15)
+    assert torch.allclose(grad, want, rtol=1e-13, atol=1e-15)

@@ -1,6 +1,6 @@
-"""SkyRL (skyrl 0.3.0): the Megatron backend's log-probabilities, read from
+"""SkyRL (skyrl 0.3.0): the Megatron backend's log-probabilities and entropies, read from
 ``skyrl/backends/skyrl_train/distributed/megatron/model_utils.py``
-``from_parallel_logits_to_logprobs``.
+``from_parallel_logits_to_logprobs`` and ``vocab_parallel_entropy``.
 
 ``MegatronModelWrapper.forward_backward_mini_batch`` (``workers/megatron/megatron_model_wrapper.py``)
 divides the logits by the temperature in place, ``logits.div_(temperature)``, then calls
@@ -19,6 +19,14 @@ shifted right by one, so that the function's output is the log-probability of th
 every position. The chunked backward all-reduces within the group, so the candidate takes the
 cotangent and returns the value and its gradient with respect to the logits, both computed while
 the group exists (``gradient="returned"``, the gradient torch's autograd of SkyRL's own backward).
+
+With the entropy loss on, the step computes ``vocab_parallel_entropy(logits[:, -num_actions - 1 :
+-1, :])`` (``_VocabParallelEntropy``: max, sum of exponentials and ``Σ softmax·logits`` each
+all-reduced over the tensor-parallel group, its own backward ``softmax·(Σ softmax·z − z)``, in the
+logits' dtype) on the tempered logits, then ``masked_mean`` with the loss mask (the term checked by
+``skyrl.megatron_entropy``). Its adapter takes the logits of the response positions, no mask and
+no temperature; its forward reads the group from megatron's model-parallel state, its backward
+none, so autograd runs it after the call.
 """
 
 from __future__ import annotations
@@ -108,6 +116,18 @@ def skyrl_megatron_logprobs_chunked(
     )
 
 
+def skyrl_megatron_entropy_from_logits(logits: Any) -> Any:
+    """``vocab_parallel_entropy`` of the logits on one gloo rank (the whole vocabulary)."""
+    from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (
+        vocab_parallel_entropy,
+    )
+
+    from refimpl.frameworks._skyrl_losses_megatron import megatron_on_cpu
+
+    with megatron_on_cpu():
+        return vocab_parallel_entropy(logits)
+
+
 _CONVENTIONS = {
     "padding": "ignored",
     "truncation": "none",
@@ -137,6 +157,19 @@ ADAPTERS: tuple[Adapter, ...] = (
         candidate=skyrl_megatron_logprobs_chunked,
         note="ChunkedDistributedLogprob on one rank, one position per chunk: the softmax "
         "recomputed in the backward; padding not masked.",
+    ),
+    Adapter(
+        key="skyrl.megatron_vocab_parallel_entropy",
+        framework="skyrl",
+        function=(
+            "skyrl.backends.skyrl_train.distributed.megatron.model_utils:vocab_parallel_entropy"
+        ),
+        settings={"use_entropy_loss": True},
+        spec="token_entropy",
+        conventions={"temperature": "none", "mask": "none", "padding": "ignored"},
+        candidate=skyrl_megatron_entropy_from_logits,
+        note="_VocabParallelEntropy on one rank: max + log Σ e^(z − max) − Σ softmax·z at every "
+        "position, its own backward; the step's masked_mean applies the loss mask.",
     ),
 )
 
