@@ -198,7 +198,8 @@ def openrlhf_reinforce_discounted(rewards: Any, *, gamma: float, mask: Any) -> A
 
 
 def openrlhf_reinforce_discounted_centred(rewards: Any, *, gamma: float, mask: Any) -> Any:
-    """``estimator="reinforce"``, ``advantage.gamma=gamma``, ``no_std_norm=True``: centred only."""
+    """``compute_advantages_and_returns``, ``estimator="reinforce"``, ``advantage.gamma=gamma``,
+    ``no_std_norm=True``: the discounted return centred only."""
     from refimpl.frameworks._openrlhf_losses_advantages import openrlhf_gae_advantages
 
     return openrlhf_gae_advantages(
