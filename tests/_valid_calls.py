@@ -325,6 +325,9 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c(_ADV, _LP, _LQ, group=[0, 0], beta=0.05, mask=_MASK, reward_clip=(-1.0, 1.0)),
         _c(_ADV, _LP, _LQ, group=[0, 0], beta=0.05, normalize=True, eps=1e-4),
     ),
+    "refimpl.losses adaptive_kl_coefficient": (
+        _c(0.5, 0.11, target=0.1, horizon=10.0, n_steps=2, error_clip=0.2),
+    ),
     "refimpl.losses optimal_value_estimate": (_c([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]], beta1=0.5),),
     "refimpl.losses optimal_advantage_regression_loss": (
         _c(_LP, _LQ, _ADV, beta2=0.5, mask=_MASK, cotangent=_MASK),

@@ -21,7 +21,8 @@ One module per family; this package re-exports their public names, and so does t
   :mod:`refimpl.losses.entropy_mask`: the high-entropy token mask.
 - :mod:`refimpl.losses.kl`: the k1, |k1|, k2, k3 and straight-through estimators, on- and
   off-policy; :mod:`refimpl.losses.kl_reward`: the KL penalty folded into per-token rewards, and RLOO on the KL-penalised
-  sequence reward.
+  sequence reward; :mod:`refimpl.losses.kl_control`: the adaptive KL coefficient of Ziegler et
+  al. 2019.
 - :mod:`refimpl.losses.advantages`: GRPO, Dr GRPO, RLOO, REINFORCE++;
   :mod:`refimpl.losses.advantages_normalized`: RLOO standardised over the batch;
   :mod:`refimpl.losses.advantages_baselines`: GPG, OPO, ReMax, MaxRL, Pass@k;
@@ -86,6 +87,7 @@ from refimpl.losses.kl import (
     importance_weighted_kl,
     kl_penalty,
 )
+from refimpl.losses.kl_control import adaptive_kl_coefficient
 from refimpl.losses.kl_reward import kl_penalized_rewards, rloo_kl_advantages
 from refimpl.losses.likelihood import nll_loss
 from refimpl.losses.logprobs import (
@@ -147,6 +149,7 @@ __all__ = [
     "PartitionGap",
     "ProximalLogprobs",
     "ScalingRule",
+    "adaptive_kl_coefficient",
     "aggregate_loss",
     "aggregation_weights",
     "any_token_veto",
