@@ -46,6 +46,7 @@ import refimpl.losses.sequence_soft as ss_mod
 from refimpl.losses.advantages_normalized import rloo_normalized_advantages
 from refimpl.losses.decoupled import decoupled_ppo_loss
 from refimpl.losses.distillation import reverse_kl_distillation_loss
+from refimpl.losses.kl_control import adaptive_kl_coefficient
 from refimpl.losses.proximal import proximal_logprobs
 from refimpl.testing import ConformanceReport, check_conformance, check_names, spec_names
 from refimpl.testing._specs_losses_entropy import token_entropy_vjp
@@ -589,6 +590,7 @@ REFERENCE: dict[str, Callable[..., Any]] = {
     "rloo_kl_advantages": kr.rloo_kl_advantages,
     "optimal_value_estimate": oa.optimal_value_estimate,
     "optimal_advantage_regression": oa.optimal_advantage_regression_loss,
+    "adaptive_kl_coefficient": adaptive_kl_coefficient,
     "decoupled_ppo_clip": decoupled_ppo_loss,
     "reverse_kl_distillation": reverse_kl_distillation_loss,
     "proximal_logprobs": proximal_logprobs,
@@ -621,6 +623,7 @@ VALUE_ONLY = (
     "rloo_kl_advantages",
     "optimal_value_estimate",
     "high_entropy_mask",
+    "adaptive_kl_coefficient",
 )
 OWN_CONVENTIONS: dict[str, dict[str, Any]] = {name: {} for name in VALUE_ONLY}
 #: the specs of per-token losses, whose candidates return (loss, grad) terms

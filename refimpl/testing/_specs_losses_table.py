@@ -52,6 +52,7 @@ from refimpl.testing._specs_losses_entropy import entropy_spec
 from refimpl.testing._specs_losses_entropy_mask import entropy_mask_specs
 from refimpl.testing._specs_losses_gae import gae_spec
 from refimpl.testing._specs_losses_kl import kl_descs
+from refimpl.testing._specs_losses_kl_control import adaptive_kl_spec
 from refimpl.testing._specs_losses_kl_reward import kl_reward_spec
 from refimpl.testing._specs_losses_logprobs import logprobs_spec
 from refimpl.testing._specs_losses_optimal_advantage import optimal_advantage_specs
@@ -769,4 +770,5 @@ def specs() -> tuple[Spec, ...]:
         *distillation_specs(),
         proximal_logprobs_spec(),
         *optimal_advantage_specs(),
+        adaptive_kl_spec(),
     )
