@@ -18,6 +18,11 @@
 - ``compute_entropy(logits)`` (``@torch.compile``): ``logsumexp(z) − Σ softmax(z)·z``; the actor
   (``openrlhf/models/actor.py:Actor.forward``) divides the logits by the temperature first.
 
+``openrlhf/trainer/ppo_utils/kl_controller.py:AdaptiveKLController(init_kl_coef, target,
+horizon)``: ``update(current, n_steps)`` multiplies ``value`` by ``1 + clip(current/target − 1,
+−0.2, 0.2)·n_steps/horizon`` (``ppo_trainer.py`` passes the rollout batch size times the samples
+per prompt as ``n_steps``).
+
 Importing ``openrlhf.models.utils`` needs two stubs (``deepspeed`` is not installed; the package
 ``openrlhf.models`` imports ``flash_attn`` through ``actor.py``): see the report of this round.
 """
@@ -131,6 +136,18 @@ def openrlhf_entropy(logits: Any) -> Any:
     return compute_entropy(logits)
 
 
+def openrlhf_adaptive_kl_controller(
+    coef: Any, current_kl: Any, *, target: Any, horizon: Any, n_steps: Any
+) -> float:
+    """``AdaptiveKLController(coef, target, horizon)``, one ``update(current_kl, n_steps)``, then
+    its ``value``."""
+    from openrlhf.trainer.ppo_utils.kl_controller import AdaptiveKLController
+
+    ctrl = AdaptiveKLController(float(coef), float(target), int(horizon))
+    ctrl.update(float(current_kl), int(n_steps))
+    return float(ctrl.value)
+
+
 def _kl(estimator: str, candidate: Any, *, unbiased: bool = False) -> Adapter:
     name = estimator + ("_unbiased_gradient" if unbiased else "")
     return Adapter(
@@ -205,6 +222,16 @@ ADAPTERS: tuple[Adapter, ...] = (
         conventions={"temperature": "none", "mask": "none", "padding": "ignored"},
         candidate=openrlhf_entropy,
         note="lse(z) − Σ softmax(z)·z at every position; the caller divides by T and masks.",
+    ),
+    Adapter(
+        key="openrlhf.adaptive_kl_controller",
+        framework="openrlhf",
+        function="openrlhf.trainer.ppo_utils.kl_controller:AdaptiveKLController.update",
+        settings={"kl_target": "target", "kl_horizon": "horizon"},
+        spec="adaptive_kl_coefficient",
+        conventions={},
+        candidate=openrlhf_adaptive_kl_controller,
+        note="value·(1 + clip(KL/target − 1, ±0.2)·n_steps/horizon).",
     ),
 )
 

@@ -11,7 +11,14 @@ reward: SkyRL's generators give each response a list of per-token rewards, the s
 last token, which ``convert_prompts_responses_to_batch_tensors`` right-aligns. There is no reward
 clipping: the spec's convention ``reward_clip="none"``.
 
-The adapter runs the method on ``RayPPOTrainer.__new__`` with ``reward_kl_controller = None`` (the
+The controller itself, ``skyrl/backends/skyrl_train/utils/ppo_utils.py:AdaptiveKLController``
+(chosen by ``get_kl_controller`` when ``kl_ctrl.type == "adaptive"``, with ``init_kl_coef =
+kl_loss_coef``, ``target = kl_ctrl.kl_target``, ``horizon = kl_ctrl.horizon``): ``update(current,
+n_steps)`` multiplies ``value`` by ``1 + clip(current/target − 1, −0.2, 0.2)·n_steps/horizon``; the
+trainer passes the batch's mean KL and the batch size. ``ppo_utils`` is loaded from its source
+(see :mod:`refimpl.frameworks._skyrl_losses`).
+
+The first adapter runs the method on ``RayPPOTrainer.__new__`` with ``reward_kl_controller = None`` (the
 coefficient is then ``kl_loss_coef``, what the fixed controller holds), on SkyRL's own
 ``TrainingInputBatch``: the spec's outcome reward on each row's last valid token, 0 elsewhere, and
 its per-token KL passed through ``kl_estimator_type="k1"`` as ``action_log_probs`` against base
@@ -63,6 +70,24 @@ def skyrl_reward_kl_penalty(
     return trainer.apply_reward_kl_penalty(data)["rewards"]
 
 
+def skyrl_adaptive_kl_controller(
+    coef: Any, current_kl: Any, *, target: Any, horizon: Any, n_steps: Any
+) -> float:
+    """``get_kl_controller`` with ``kl_ctrl.type="adaptive"`` (an ``AdaptiveKLController``), one
+    ``update(current_kl, n_steps)``, then its ``value``."""
+    import types
+
+    from refimpl.frameworks import load_from_source
+
+    ppo = load_from_source("skyrl.backends.skyrl_train.utils.ppo_utils")
+    kl_ctrl = types.SimpleNamespace(type="adaptive", kl_target=float(target), horizon=int(horizon))
+    cfg = types.SimpleNamespace(kl_ctrl=kl_ctrl, kl_loss_coef=float(coef))
+    ctrl = ppo["get_kl_controller"](cfg)
+    assert isinstance(ctrl, ppo["AdaptiveKLController"]), type(ctrl)
+    ctrl.update(current=float(current_kl), n_steps=int(n_steps))
+    return float(ctrl.value)
+
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="skyrl.reward_kl_penalty",
@@ -74,6 +99,16 @@ ADAPTERS: tuple[Adapter, ...] = (
         candidate=skyrl_reward_kl_penalty,
         note="token rewards − k1·max(0, kl_loss_coef), the outcome on the last valid token; no "
         "reward clip.",
+    ),
+    Adapter(
+        key="skyrl.adaptive_kl_controller",
+        framework="skyrl",
+        function="skyrl.backends.skyrl_train.utils.ppo_utils:AdaptiveKLController.update",
+        settings={"kl_ctrl.type": "adaptive", "kl_ctrl.kl_target": "target"},
+        spec="adaptive_kl_coefficient",
+        conventions={},
+        candidate=skyrl_adaptive_kl_controller,
+        note="value·(1 + clip(KL/target − 1, ±0.2)·n_steps/horizon); n_steps the batch size.",
     ),
 )
 

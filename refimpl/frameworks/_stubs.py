@@ -205,6 +205,9 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
             "compute_gae_advantage_return",
             "compute_grpo_outcome_advantage",
             "compute_maxrl_advantage",
+            "AdaptiveKLController",
+            "FixedKLController",
+            "get_kl_controller",
         ),
         imports=(
             "from __future__ import annotations\n"

@@ -9,6 +9,11 @@
   ref_log_prob, kl_ratio)``: ``token_level_scores − (old_log_prob − ref_log_prob) · kl_ratio``
   with no mask (padding carries ``−kl_ratio·kl``); no caller in verl 0.9.1 uses it.
 
+- ``verl/trainer/ppo/core_algos.py:AdaptiveKLController(init_kl_coef, target_kl, horizon)``
+  (``algorithm.kl_ctrl.type="adaptive"``): ``update(current_kl, n_steps)`` multiplies ``value`` by
+  ``1 + clip(current_kl/target − 1, −0.2, 0.2)·n_steps/horizon``; ``apply_kl_penalty`` calls it
+  with the batch size as ``n_steps``.
+
 The outcome enters as verl's reward managers write it, on each row's last valid token
 (``valid_response_length − 1``); the KL as k1 against a reference log-probability of 0.
 """
@@ -68,6 +73,18 @@ def verl_compute_rewards(rewards: Any, kl: Any, *, beta: float, reward_clip: Any
     )
 
 
+def verl_adaptive_kl_controller(
+    coef: Any, current_kl: Any, *, target: Any, horizon: Any, n_steps: Any
+) -> float:
+    """``AdaptiveKLController(init_kl_coef=coef, target_kl=target, horizon=horizon)``, one
+    ``update(current_kl, n_steps)``, then its ``value``."""
+    from verl.trainer.ppo.core_algos import AdaptiveKLController
+
+    ctrl = AdaptiveKLController(float(coef), float(target), int(horizon))
+    ctrl.update(current_kl=float(current_kl), n_steps=int(n_steps))
+    return float(ctrl.value)
+
+
 ADAPTERS: tuple[Adapter, ...] = (
     Adapter(
         key="verl.apply_kl_penalty",
@@ -88,6 +105,16 @@ ADAPTERS: tuple[Adapter, ...] = (
         conventions={"reward_clip": "none", "padding": "ignored"},
         candidate=verl_compute_rewards,
         note="token_level_scores − (old − ref)·kl_ratio, unmasked (no caller in verl 0.9.1).",
+    ),
+    Adapter(
+        key="verl.adaptive_kl_controller",
+        framework="verl",
+        function="verl.trainer.ppo.core_algos:AdaptiveKLController.update",
+        settings={"kl_ctrl.type": "adaptive", "kl_ctrl.target_kl": "target"},
+        spec="adaptive_kl_coefficient",
+        conventions={},
+        candidate=verl_adaptive_kl_controller,
+        note="value·(1 + clip(KL/target − 1, ±0.2)·n_steps/horizon); n_steps the batch size.",
     ),
 )
 
