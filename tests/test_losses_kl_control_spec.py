@@ -12,12 +12,12 @@ import pytest
 from refimpl.losses import adaptive_kl_coefficient
 from refimpl.testing import check_conformance, check_names, spec_names
 
-SPEC = "adaptive_kl_coefficient"
+NAME = "adaptive_kl_coefficient"
 
 
 def test_the_spec_is_listed_with_its_checks() -> None:
-    assert SPEC in spec_names(losses=True)
-    assert check_names(SPEC) == (
+    assert NAME in spec_names(losses=True)
+    assert check_names(NAME) == (
         "values",
         "grows_above_target",
         "shrinks_below_target",
@@ -26,7 +26,7 @@ def test_the_spec_is_listed_with_its_checks() -> None:
 
 
 def test_refimpls_own_controller_passes() -> None:
-    check_conformance(adaptive_kl_coefficient, spec=SPEC, max_examples=60).raise_if_failed()
+    check_conformance(adaptive_kl_coefficient, spec=NAME, max_examples=60).raise_if_failed()
 
 
 def unclipped(coef: float, kl: float, *, target: float, horizon: int, n_steps: int) -> float:
@@ -53,6 +53,6 @@ def inverted(coef: float, kl: float, *, target: float, horizon: int, n_steps: in
 def test_each_wrong_variant_fails_its_checks(
     candidate: Callable[..., float], failing: set[str]
 ) -> None:
-    report = check_conformance(candidate, spec=SPEC, max_examples=60, shrink=False)
+    report = check_conformance(candidate, spec=NAME, max_examples=60, shrink=False)
     failed = {r.name for r in report.results if r.status == "failed"}
     assert failed == failing, report.summary()
