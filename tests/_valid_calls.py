@@ -256,7 +256,10 @@ VALID_CALLS: dict[str, tuple[Call, ...]] = {
         _c(np.array(_MASK), mode="token_sum_norm", constant=4),
         _c(np.array(_MASK), mode="token_mean", token_count=5),
     ),
-    "refimpl.losses any_token_veto": (_c(_LP, _LQ, threshold=0.1, mask=_MASK, upper=10.0),),
+    "refimpl.losses any_token_veto": (
+        _c(_LP, _LQ, threshold=0.1, mask=_MASK, upper=10.0),
+        _c(_LP, _LQ, threshold=None, mask=_MASK, upper=10.0),
+    ),
     "refimpl.losses band_masked_pg_loss": (
         _c(_LP, _LQ, _ADV, eps_low=0.2, eps_high=0.28, log_ratio_clamp=20.0, mask=_MASK),
     ),

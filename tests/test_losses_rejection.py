@@ -405,6 +405,74 @@ def test_veto_property_rejects_a_veto_by_the_mean() -> None:
     rejects(_check_one_bad_token_vetoes(veto_by_mean))
 
 
+def test_ceiling_only_veto_by_hand() -> None:
+    # ratios 2^e, exact in float64: rows (1, 1/1024), (1, 4), (2, 1/2^40), (8, 1/8) with 8 padded
+    e = np.array([[0, -10], [0, 2], [1, -40], [3, -3]], dtype=np.float64)
+    lq = np.zeros(e.shape)
+    lp = np.log(2.0**e)  # d = lp exactly, and log(2^1) is the reference's log(upper)
+    mask = [[1, 1], [1, 1], [1, 1], [0, 1]]
+    # no floor: only ρ > 2 vetoes (ρ = 2 is kept; ρ = 2^-40 is kept, as is padding's 8)
+    found = R.any_token_veto(lp, lq, threshold=None, upper=2.0, mask=mask)
+    np.testing.assert_array_equal(found, [1.0, 0.0, 1.0, 1.0])
+    # the same ceiling with a floor of 1/16 also vetoes rows 0 and 2 (row 3 has 1/8)
+    both = R.any_token_veto(lp, lq, threshold=0.0625, upper=2.0, mask=mask)
+    np.testing.assert_array_equal(both, [0.0, 0.0, 0.0, 1.0])
+    assert (
+        R.any_token_veto(lp, lq, threshold=None, upper=2.0, mask=np.zeros((4, 2))).tolist()
+        == [1.0] * 4
+    )
+
+
+def _veto_floor_anyway(floor: float) -> Callable[..., Array]:
+    """Wrong variant: ``threshold=None`` read as the floor ``floor``."""
+
+    def veto(a: Any, b: Any, *, threshold: float | None, upper: float, mask: Any) -> Array:
+        return R.any_token_veto(
+            a, b, threshold=floor if threshold is None else threshold, upper=upper, mask=mask
+        )
+
+    return veto
+
+
+def _check_ceiling_only_veto(impl: Callable[..., Array]) -> Callable[[], None]:
+    """With no floor a sequence is kept exactly when no valid token's ratio 2^e exceeds 1.5·2^k."""
+
+    @given(
+        e=hnp.arrays(np.int64, SHAPES, elements=st.integers(-60, 8)),
+        k=st.integers(0, 6),
+        data=st.data(),
+    )
+    def check(e: NDArray[np.int64], k: int, data: st.DataObject) -> None:
+        mask = data.draw(hnp.arrays(np.float64, e.shape, elements=st.sampled_from([0.0, 1.0])))
+        lq = np.full(e.shape, -70.0 * math.log(2.0))
+        lp = lq + e * math.log(2.0)  # ρ = 2^e within a few ulps: the ceiling 1.5·2^k is far
+        over = (e > k) & (mask > 0)
+        expected = [float(not row.any()) for row in over]
+        found = impl(lp, lq, threshold=None, upper=1.5 * 2.0**k, mask=mask)
+        assert found.tolist() == expected, (e.tolist(), mask.tolist(), k, found.tolist())
+
+    return check
+
+
+def test_ceiling_only_veto_is_the_ceiling() -> None:
+    run_property(_check_ceiling_only_veto(R.any_token_veto))
+
+
+@pytest.mark.parametrize("floor", [1.0, 2.0**-30])
+def test_ceiling_only_property_rejects_a_floor_applied_anyway(floor: float) -> None:
+    rejects(_check_ceiling_only_veto(_veto_floor_anyway(floor)))
+
+
+def test_a_floor_of_zero_is_no_floor() -> None:
+    # the other reading of "None": ρ < 0 never happens, so it is the same function, not a wrong one
+    e = np.array([[-60.0, 0.0], [-1.0, 3.0]])
+    lp, lq = e * math.log(2.0), np.zeros((2, 2))
+    np.testing.assert_array_equal(
+        R.any_token_veto(lp, lq, threshold=None, upper=4.0),
+        (np.exp(lp - lq) <= 4.0).all(axis=1).astype(np.float64),
+    )
+
+
 def _check_normalized_mean_is_one(impl: Callable[..., Array]) -> Callable[[], None]:
     @given(
         w=hnp.arrays(np.float64, SHAPES, elements=st.floats(0.01, 10.0, allow_subnormal=False)),
@@ -535,6 +603,14 @@ def test_veto_threshold_validation() -> None:
         R.any_token_veto(LP, LP, threshold=0.0)
     with pytest.raises(ValueError, match=r"upper must be >= 1 \(a ratio ceiling\)"):
         R.any_token_veto(LP, LP, threshold=0.5, upper=0.99)
+    with pytest.raises(
+        ValueError,
+        match=r"threshold must be a ratio floor in \(0, 1\] when upper is None; got threshold="
+        r"None\. Pass threshold= .*upper= .*or both",
+    ):
+        R.any_token_veto(LP, LP, threshold=None)
+    with pytest.raises(ValueError, match=r"upper must be >= 1 \(a ratio ceiling\)"):
+        R.any_token_veto(LP, LP, threshold=None, upper=0.5)
 
 
 def test_batch_normalize_validation() -> None:

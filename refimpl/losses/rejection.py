@@ -238,7 +238,7 @@ def any_token_veto(
     logp_target: ArrayLike,
     logp_behavior: ArrayLike,
     *,
-    threshold: float,
+    threshold: float | None,
     mask: ArrayLike | None = None,
     upper: float | None = None,
 ) -> FloatArray:
@@ -249,7 +249,9 @@ def any_token_veto(
         \mathrm{keep}_b = \mathbb{1}\Bigl[\min_{t:\,m_{bt}=1} \rho_{bt} \ge \tau\Bigr]
         \;\Bigl(\cdot\, \mathbb{1}\bigl[\max_{t} \rho_{bt} \le U\bigr] \text{ with ``upper``}\Bigr),
 
-    decided in log space (:math:`d_t < \log\tau` rejects), so no ratio is exponentiated.
+    decided in log space (:math:`d_t < \log\tau` rejects), so no ratio is exponentiated. With
+    ``threshold=None`` there is no floor (the first factor is 1) and ``upper`` is required: the
+    veto is then the ceiling alone, :math:`\mathbb{1}[\max_t \rho_{bt} \le U]`.
 
     A single token that the trainer finds far less likely than the sampler did (a catastrophic
     mismatch) vetoes its sequence, however ordinary the other tokens are: a mean over tokens would
@@ -262,7 +264,7 @@ def any_token_veto(
         (``compute_outlier_token_mask`` in ``off_policy_correction_utils.py`` under
         ``backends/skyrl_train/utils/``) rejects a sequence if any valid token has
         :math:`\rho < \tau` (``outlier_token_is_threshold_low``) or :math:`\rho > U`
-        (``..._high``), comparing ``exp(clamp(d, ±20))`` in float32: the same
+        (``..._high``; either may be unset: ``threshold=None`` or no ``upper``), comparing ``exp(clamp(d, ±20))`` in float32: the same
         decision except at a ratio within float32 rounding of a threshold or beyond
         :math:`e^{\pm 20}`.
 
@@ -270,8 +272,9 @@ def any_token_veto(
     ----------
     logp_target, logp_behavior : array_like, shape (B, T)
         Log-probabilities under the trainer :math:`\pi` and the behaviour policy :math:`\mu`.
-    threshold : float
+    threshold : float or None
         :math:`0 < \tau \le 1`: the smallest ratio a token may have (``ρ = τ`` is kept).
+        ``None``: no floor (only with ``upper``).
     mask : array_like, shape (B, T), optional
         0/1 padding mask; padding never vetoes.
     upper : float, optional
@@ -286,7 +289,7 @@ def any_token_veto(
     ------
     ValueError
         If an input is not finite, shapes differ, ``mask`` is not 0/1, ``threshold`` is not in
-        ``(0, 1]`` or ``upper < 1``.
+        ``(0, 1]``, ``upper < 1``, or both ``threshold`` and ``upper`` are ``None``.
 
     Examples
     --------
@@ -298,12 +301,24 @@ def any_token_veto(
     array([0., 1.])
     >>> rj.any_token_veto(lp, lq, threshold=0.1, mask=[[1, 0, 1], [1, 1, 1]])
     array([1., 1.])
+    >>> rj.any_token_veto(lq, lp, threshold=None, upper=10.0)  # ρ = 50 in row 0: over the ceiling
+    array([0., 1.])
     """
     d, m = _log_ratio(logp_target, logp_behavior, mask)
-    tau = as_real(
-        threshold, name="threshold", low=0.0, high=1.0, low_open=True, meaning="a ratio floor"
-    )
-    bad = (d < math.log(tau)) & (m > 0)
+    if threshold is None and upper is None:
+        raise invalid(
+            "threshold",
+            "be a ratio floor in (0, 1] when upper is None",
+            threshold,
+            "Pass threshold= (e.g. 0.1), upper= (a ratio ceiling >= 1, for a veto above it only), "
+            "or both; with neither nothing would ever be vetoed.",
+        )
+    bad = np.zeros(d.shape, dtype=np.bool_)
+    if threshold is not None:
+        tau = as_real(
+            threshold, name="threshold", low=0.0, high=1.0, low_open=True, meaning="a ratio floor"
+        )
+        bad |= (d < math.log(tau)) & (m > 0)
     if upper is not None:
         u = as_real(upper, name="upper", low=1.0, meaning="a ratio ceiling")
         bad |= (d > math.log(u)) & (m > 0)
