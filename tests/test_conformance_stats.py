@@ -255,6 +255,7 @@ OWN: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
         {"estimator": "k2", "reduce": "max"},
     ),
     ("any_token_veto", rj.any_token_veto, {"upper": "given"}),
+    ("any_token_veto", rj.any_token_veto, {"upper": "only"}),
     (
         "is_batch_normalize",
         functools.partial(rj.is_batch_normalize, level="sequence"),
@@ -396,6 +397,15 @@ def veto_drops_empty_rows(
     return veto(lt, lb, threshold=threshold, mask=mask) * (mask.sum(-1) > 0).to(lt.dtype)
 
 
+def veto_with_a_floor_of_one(
+    lt: torch.Tensor, lb: torch.Tensor, *, threshold: float | None, mask: torch.Tensor, upper: float
+) -> torch.Tensor:
+    """Wrong under upper='only': the missing floor read as 1 (ρ < 1 vetoes)."""
+    d = lt - lb
+    bad = ((d < 0.0) | (d > math.log(upper))) & (mask > 0)
+    return (~bad.any(-1)).to(lt.dtype)
+
+
 def opsm_strictly_positive(
     lt: torch.Tensor, lb: torch.Tensor, a: torch.Tensor, *, delta: float, mask: torch.Tensor
 ) -> torch.Tensor:
@@ -443,6 +453,8 @@ PLANTED: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ("aggregation", token_mean_0_over_0, {}, "no_valid_token_gives_zero"),
     ("any_token_veto", veto_by_the_mean, {}, "any_token_vetoes"),
     ("any_token_veto", veto_drops_empty_rows, {}, "empty_rows"),
+    ("any_token_veto", veto_with_a_floor_of_one, {"upper": "only"}, "any_token_vetoes"),
+    ("any_token_veto", veto_with_a_floor_of_one, {"upper": "only"}, "values"),
     ("sequence_divergence", divergence_unmasked, {}, "padding_ignored"),
     ("sequence_divergence", divergence_mean_for_sum, {}, "length_scaling"),
     ("off_policy_sequence_mask", opsm_strictly_positive, {}, "keeps_non_negative_advantages"),

@@ -3,7 +3,7 @@
 ``compute_outlier_token_mask`` keeps a row when no valid token has ``ρ < low`` or ``ρ > high``;
 the matrix checks it against ``any_token_veto`` on drawn inputs, where a ratio within float32
 rounding of a threshold is not drawn. These pin the rule on chosen rows, the unset high threshold,
-and the one place it departs from the reference: SkyRL compares ``exp(clamp(d, ±20))`` rounded to
+the unset low threshold, and the one place it departs from the reference: SkyRL compares ``exp(clamp(d, ±20))`` rounded to
 float32, the reference compares ``d`` with ``log τ`` in float64.
 """
 
@@ -47,6 +47,16 @@ def test_one_valid_token_outside_the_bounds_masks_its_row() -> None:
 def test_an_unset_high_threshold_checks_no_ceiling() -> None:
     got = skyrl_outlier_token_mask(LOGP_OLD, LOGP_ROLLOUT, threshold=0.125, mask=MASK)
     assert got.tolist() == [0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_an_unset_low_threshold_checks_only_the_ceiling() -> None:
+    # by hand: with ρ > 8 the only veto, row 1 (a 16) goes; row 0's 1/16 and row 4's 1e-9 stay
+    got = skyrl_outlier_token_mask(LOGP_OLD, LOGP_ROLLOUT, threshold=None, upper=8.0, mask=MASK)
+    assert got.tolist() == [1.0, 0.0, 1.0, 1.0, 1.0]
+    expected = any_token_veto(
+        LOGP_OLD.numpy(), LOGP_ROLLOUT.numpy(), threshold=None, upper=8.0, mask=MASK.numpy()
+    )
+    assert np.array_equal(got.numpy(), expected)
 
 
 def test_the_decision_is_taken_on_the_float32_ratio() -> None:

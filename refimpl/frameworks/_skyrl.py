@@ -10,8 +10,8 @@ results are ``(B, 1)``. Importing it needs the stub of :mod:`refimpl.frameworks.
 set; ``compute_off_policy_correction`` multiplies it into the loss mask before the token mask, the
 TIS ratio and the sequence mask) keeps a row when no valid token has ``ρ < low`` or ``ρ > high``:
 the any-token veto, ``any_token_veto(threshold=low, upper=high)``, decided on the float32
-``exp(clamp(d, ±20))`` rather than in log space. An unset threshold checks nothing on its side;
-the high-only setting (``low`` unset) has no entry, the reference's floor being required.
+``exp(clamp(d, ±20))`` rather than in log space. An unset threshold checks nothing on its side:
+``low`` unset is ``any_token_veto(threshold=None, upper=high)``, the ceiling alone.
 """
 
 from __future__ import annotations
@@ -60,21 +60,25 @@ def skyrl_token_mask(
 
 
 def skyrl_outlier_token_mask(
-    logp_old: Any, logp_rollout: Any, *, threshold: float, mask: Any, upper: float | None = None
+    logp_old: Any,
+    logp_rollout: Any,
+    *,
+    threshold: float | None,
+    mask: Any,
+    upper: float | None = None,
 ) -> Any:
     """SkyRL ``compute_outlier_token_mask`` with ``outlier_token_is_threshold_low=threshold`` and
-    ``outlier_token_is_threshold_high=upper`` (unset when ``None``); its ``(B, 1)`` mask squeezed."""
+    ``outlier_token_is_threshold_high=upper`` (each unset when ``None``); its ``(B, 1)`` mask
+    squeezed."""
     from omegaconf import OmegaConf
     from skyrl.backends.skyrl_train.utils.off_policy_correction_utils import (
         compute_outlier_token_mask,
     )
 
+    low = None if threshold is None else float(threshold)
     high = None if upper is None else float(upper)
     config = OmegaConf.create(
-        {
-            "outlier_token_is_threshold_low": float(threshold),
-            "outlier_token_is_threshold_high": high,
-        }
+        {"outlier_token_is_threshold_low": low, "outlier_token_is_threshold_high": high}
     )
     kept, _ = compute_outlier_token_mask(logp_old, logp_rollout, mask, config)
     return kept[:, 0]
@@ -160,6 +164,17 @@ ADAPTERS: tuple[Adapter, ...] = (
         candidate=skyrl_outlier_token_mask,
         note="outlier_token_is_threshold_high unset: a row is kept when no valid token has "
         "ρ < low (float32 ρ, as above); the (B, 1) mask squeezed.",
+    ),
+    Adapter(
+        key="skyrl.outlier_token_mask_high",
+        framework="skyrl",
+        function=f"{_UTILS}:compute_outlier_token_mask",
+        settings={"outlier_token_is_threshold_high": "upper"},
+        spec="any_token_veto",
+        conventions={"upper": "only"},
+        candidate=skyrl_outlier_token_mask,
+        note="outlier_token_is_threshold_low unset: a row is kept when no valid token has "
+        "ρ > high (float32 ρ, as above), however low its other ratios; the (B, 1) mask squeezed.",
     ),
     Adapter(
         key="skyrl.sequence_mask_geometric",

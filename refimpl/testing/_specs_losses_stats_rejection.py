@@ -72,9 +72,11 @@ CLAMP = Convention(
 UPPER = Convention(
     "upper",
     "absent",
-    ("absent", "given"),
-    "'given': the candidate also rejects a sequence with a token ratio above upper= (drawn)",
-    who="given: SkyRL 0.3.0 compute_outlier_token_mask (outlier_token_is_threshold_high)",
+    ("absent", "given", "only"),
+    "'given': the candidate also rejects a sequence with a token ratio above upper= (drawn); "
+    "'only': it is called with threshold=None and rejects only above upper= (no floor)",
+    who="given: SkyRL 0.3.0 compute_outlier_token_mask (outlier_token_is_threshold_high); only: "
+    "the same with outlier_token_is_threshold_low unset",
 )
 LEVEL = Convention(
     "level",
@@ -337,17 +339,25 @@ def _divergence() -> Spec:
 def _veto_call(draw: st.DrawFn, conv: Conventions, *, lone: bool = False) -> list[Call]:
     lt, lb, mask = draw(_pair(conv))
     tau = draw(st.sampled_from([0.5, 0.1, 0.9]))
-    kwargs: dict[str, Any] = {"mask": mask, "threshold": tau}
-    if conv["upper"] == "given":
+    kwargs: dict[str, Any] = {"mask": mask, "threshold": None if conv["upper"] == "only" else tau}
+    if conv["upper"] != "absent":
         kwargs["upper"] = draw(st.sampled_from([2.0, 10.0, 200.0]))
-    if lone:  # one token far below τ, every other one well above it (and below the ceiling)
+    if lone and conv["upper"] == "only":  # one token far above U, every other one far below 1
+        lt = np.where(mask > 0, lb - 8.0, lt)
+        _lone_token(draw, lt, lb, mask, math.log(kwargs["upper"]) + 2.0)
+    elif lone:  # one token far below τ, every other one well above it (and below the ceiling)
         up = min(math.log(kwargs.get("upper", 200.0)), 6.0) * 0.5
         lt = np.where(mask > 0, lb + up, lt)
-        b = draw(st.integers(0, mask.shape[0] - 1))
-        t = draw(st.integers(0, max(int(mask[b].sum()) - 1, 0)))
-        if mask[b, t] > 0:
-            lt[b, t] = lb[b, t] + math.log(tau) - 2.0
+        _lone_token(draw, lt, lb, mask, math.log(tau) - 2.0)
     return [((lt, lb), kwargs)]
+
+
+def _lone_token(draw: st.DrawFn, lt: Array, lb: Array, mask: Array, log_ratio: float) -> None:
+    """Give one drawn valid token (if its row has one) the log-ratio ``log_ratio``, in place."""
+    b = draw(st.integers(0, mask.shape[0] - 1))
+    t = draw(st.integers(0, max(int(mask[b].sum()) - 1, 0)))
+    if mask[b, t] > 0:
+        lt[b, t] = lb[b, t] + log_ratio
 
 
 def _veto_expected(call: Call, conv: Conventions) -> Array:
@@ -359,7 +369,9 @@ def _veto_edge(case: Case, i: int) -> Bools:
     d, size, mask = _d(case.calls[i])
     _, kwargs = case.calls[i]
     zone = SAFETY * case.u * (size + np.abs(d) + 1.0)
-    near = np.abs(d - math.log(kwargs["threshold"])) <= zone
+    near = np.zeros(d.shape, dtype=np.bool_)
+    if kwargs["threshold"] is not None:
+        near |= np.abs(d - math.log(kwargs["threshold"])) <= zone
     if "upper" in kwargs:
         near |= np.abs(d - math.log(kwargs["upper"])) <= zone
     return np.asarray((near & (mask > 0)).any(axis=1), dtype=np.bool_)
@@ -371,9 +383,10 @@ def _veto_any(case: Case) -> None:
     bad = (found != expected) & ~_exempt(case, 0)
     case.show("found:", found, "expected:", expected)
     assert not bad.any(), (
-        f"rows {np.flatnonzero(bad).tolist()} with one token below the threshold (the others "
-        f"well above) got {found[bad].tolist()}, expected {expected[bad].tolist()}: one token "
-        "must veto its sequence, not the mean ratio"
+        f"rows {np.flatnonzero(bad).tolist()} with one token past a threshold (the others "
+        f"well inside, or below 1 without a floor) got {found[bad].tolist()}, expected "
+        f"{expected[bad].tolist()}: one token must veto its sequence, not the mean ratio, and "
+        "without a floor no low ratio may"
     )
 
 
@@ -381,7 +394,8 @@ def _veto() -> Spec:
     calls: Strategy = lambda conv: _veto_call(conv)  # noqa: E731
     return _value_spec(
         "any_token_veto",
-        "candidate(logp_target, logp_behavior, *, threshold, mask[, upper]) -> (B,) 1 = kept",
+        "candidate(logp_target, logp_behavior, *, threshold, mask[, upper]) -> (B,) 1 = kept "
+        "(threshold=None under upper='only')",
         _veto_expected,
         lambda call, conv, expected: np.zeros(np.shape(expected)),
         [
@@ -389,7 +403,8 @@ def _veto() -> Spec:
             Check(
                 "any_token_vetoes",
                 "a single token below the threshold rejects its sequence however high the "
-                "others (and their mean) are",
+                "others (and their mean) are; without a floor, a single token above the ceiling "
+                "does, and tokens of ratio e^-8 do not",
                 lambda conv: _veto_call(conv, lone=True),
                 _veto_any,
             ),
