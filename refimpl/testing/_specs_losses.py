@@ -227,107 +227,60 @@ def near(edge: float, k: int, step: str) -> float:
     return float(edge + k * ulp)
 
 
-#: The strategies the draws below use, each built once. Hypothesis validates a strategy object
-#: when it is first drawn from; one built anew inside a draw (a one_of, a mapped strategy, a list
-#: of them) was validated again at every draw, about a tenth of the conformance matrix's CPU. The
-#: strategies are the same objects' equals, so every draw (and the matrix) is what it was.
-_BUILT: dict[tuple[Any, ...], st.SearchStrategy[Any]] = {}
-
-
-def _built(key: tuple[Any, ...], build: Callable[[], st.SearchStrategy[Any]]) -> Any:
-    """The strategy ``build()`` made once for ``key`` (ints and names only: no float in a key)."""
-    strategy = _BUILT.get(key)
-    if strategy is None:
-        strategy = _BUILT[key] = build()
-    return strategy
-
-
-def _list_of(name: str, element: st.SearchStrategy[Any], n: int) -> Any:
-    """``n`` draws of ``element`` (named ``name`` in the cache)."""
-    return _built(("list", name, n), lambda: st.lists(element, min_size=n, max_size=n))
-
-
 def _dyadic(draw: st.DrawFn, shape: tuple[int, ...]) -> Array:
     """Cotangent weights k/16, k in 0..32: uneven, zeros allowed, exact in every dtype."""
-    ks = draw(_list_of("dyadic", st.integers(0, 32), int(np.prod(shape))))
+    ks = draw(
+        st.lists(st.integers(0, 32), min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))
+    )
     return np.asarray(ks, dtype=np.float64).reshape(shape) / 16.0
 
 
 _GARBAGE = (0.0, -1e4, 1e4, 1e30, -1e30, 88.0, -88.0, 1000.0)
-_BASE = st.floats(-20.0, 0.0, allow_nan=False, allow_subnormal=False)
-_BEHAVIOUR = st.sampled_from([0.0, 0.5, -0.5, 2.0])
 
 
 def _lengths(
     draw: st.DrawFn, batch: int, time: int, conv: Conventions, kind: Kind
 ) -> NDArray[np.int64]:
     low = 1 if conv["empty_rows"] == "excluded" else 0
-    if kind == "padding":  # at least one padded entry
+    if kind == "padding":
         low = min(max(low, 0), time - 1)
+    each = st.one_of(st.sampled_from(sorted({low, max(low, 1), time})), st.integers(low, time))
+    if kind == "padding":  # at least one padded entry
         each = st.integers(low, max(time - 1, low))
-    else:
-        each = _built(
-            ("lengths", low, time),
-            lambda: st.one_of(
-                st.sampled_from(sorted({low, max(low, 1), time})), st.integers(low, time)
-            ),
-        )
-    lengths = np.asarray(draw(_list_of(f"lengths {kind} {low} {time}", each, batch)), np.int64)
+    lengths = np.asarray(draw(st.lists(each, min_size=batch, max_size=batch)), dtype=np.int64)
     if conv["empty_batch"] == "excluded" and lengths.max() == 0:
         lengths[0] = 1
     return lengths
 
 
-class _NearEdge(NamedTuple):
-    """A drawn log-ratio at a regime's edge: which edge, moved by ``k`` units of ``step``."""
-
-    edge: int
-    k: int
-    step: str
-
-
-def _near_edges(count: int) -> Any:
-    """Draws at one of ``count`` edges (their indices: the edges themselves are drawn numbers, so
-    the strategy is built once per count), mapped as the edges' own strategy was."""
-    return _built(
-        ("near", count),
-        lambda: st.tuples(
-            st.sampled_from(tuple(range(count))),
-            st.integers(-1, 1),
-            st.sampled_from(["float64", "float32", "bfloat16"]),
-        ).map(lambda e: _NearEdge(*e)),
-    )
-
-
-def _log_ratio_values(kind: Kind, count: int) -> Any:
-    """The values of one log-ratio for the kind of draw (a :class:`_NearEdge` for an edge)."""
+def _log_ratios(draw: st.DrawFn, shape: tuple[int, int], edges: list[float], kind: Kind) -> Array:
+    """Per-token log-ratios d for the kind of draw (rows may be constant: a sequence statistic)."""
+    near_edges = st.tuples(
+        st.sampled_from(edges or [0.0]),
+        st.integers(-1, 1),
+        st.sampled_from(["float64", "float32", "bfloat16"]),
+    ).map(lambda e: near(*e))
+    if kind == "on_policy":
+        return np.zeros(shape)
     if kind == "huge":
-        return st.sampled_from([100.0, -100.0, 1000.0, -1000.0, 89.0, -89.0, 0.0])
-    if kind == "boundary":
-        return _near_edges(count)
-    if kind == "clipped":
-        return st.one_of(
+        values = st.sampled_from([100.0, -100.0, 1000.0, -1000.0, 89.0, -89.0, 0.0])
+    elif kind == "boundary":
+        values = near_edges
+    elif kind == "clipped":
+        values = st.one_of(
             st.sampled_from([0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 25.0, -25.0]),
             st.floats(-30.0, 30.0, allow_nan=False),
         )
-    wide = kind == "wide"
-    return st.one_of(
-        st.just(0.0),
-        st.floats(-50.0 if wide else -3.0, 50.0 if wide else 3.0, allow_nan=False),
-        st.sampled_from([25.0, -25.0, 50.0, -50.0] if wide else [0.1, -0.1, 1.0, -1.0]),
-        _near_edges(count),
-    )
-
-
-def _log_ratios(draw: st.DrawFn, shape: tuple[int, int], edges: list[float], kind: Kind) -> Array:
-    """Per-token log-ratios d for the kind of draw (rows may be constant: a sequence statistic)."""
-    if kind == "on_policy":
-        return np.zeros(shape)
-    at = edges or [0.0]
-    values = _built(("log-ratios", kind, len(at)), lambda: _log_ratio_values(kind, len(at)))
-    drawn = draw(_list_of(f"log-ratios {kind} {len(at)}", values, shape[0] * shape[1]))
+    else:
+        wide = kind == "wide"
+        values = st.one_of(
+            st.just(0.0),
+            st.floats(-50.0 if wide else -3.0, 50.0 if wide else 3.0, allow_nan=False),
+            st.sampled_from([25.0, -25.0, 50.0, -50.0] if wide else [0.1, -0.1, 1.0, -1.0]),
+            near_edges,
+        )
     out = np.asarray(
-        [near(at[v.edge], v.k, v.step) if isinstance(v, _NearEdge) else v for v in drawn]
+        draw(st.lists(values, min_size=shape[0] * shape[1], max_size=shape[0] * shape[1]))
     )
     out = out.reshape(shape)
     for i in range(shape[0]):
@@ -336,16 +289,14 @@ def _log_ratios(draw: st.DrawFn, shape: tuple[int, int], edges: list[float], kin
     return out
 
 
-_ADVANTAGES = st.one_of(
-    st.sampled_from([0.0, 1.0, -1.0, 0.5, -2.0]),
-    st.floats(-5.0, 5.0, allow_nan=False, allow_subnormal=False),
-)
-
-
 def _advantages(draw: st.DrawFn, d: Array, desc: LossDesc, kind: Kind) -> Array:
     shape = d.shape
+    values = st.one_of(
+        st.sampled_from([0.0, 1.0, -1.0, 0.5, -2.0]),
+        st.floats(-5.0, 5.0, allow_nan=False, allow_subnormal=False),
+    )
     n = shape[0] if desc.sequence_advantages else shape[0] * shape[1]
-    a = np.asarray(draw(_list_of("advantages", _ADVANTAGES, n)), dtype=np.float64)
+    a = np.asarray(draw(st.lists(values, min_size=n, max_size=n)), dtype=np.float64)
     a = np.broadcast_to(a[:, None], shape).copy() if desc.sequence_advantages else a.reshape(shape)
     if kind in ("huge", "clipped") and draw(st.integers(0, 4)) > 0:
         # the sign that makes the clipped branch active, so that the loss stays finite
@@ -385,19 +336,28 @@ def ratio_draw(draw: st.DrawFn, desc: LossDesc, conv: Conventions, kind: Kind) -
         batch, time = draw(st.integers(1, 3)), draw(st.integers(1, 6))
         d = _log_ratios(draw, (batch, time), desc.edges(params, conv), kind)
         base_at_zero = kind == "boundary" and draw(st.booleans())
+        elements = st.floats(-20.0, 0.0, allow_nan=False, allow_subnormal=False)
         base = (
             np.zeros((batch, time))
             if base_at_zero
-            else np.asarray(draw(_list_of("base", _BASE, batch * time))).reshape(batch, time)
+            else np.asarray(
+                draw(st.lists(elements, min_size=batch * time, max_size=batch * time))
+            ).reshape(batch, time)
         )
         logp = base + np.minimum(d, 0.0)
         anchor = base - np.maximum(d, 0.0)
         adv = _advantages(draw, d, desc, kind)
         lengths = _lengths(draw, batch, time, conv, kind).astype(np.float64)
         cot = _dyadic(draw, (batch, time))
-        other = base - np.asarray(draw(_list_of("behaviour", _BEHAVIOUR, batch * time))).reshape(
-            batch, time
-        )
+        other = base - np.asarray(
+            draw(
+                st.lists(
+                    st.sampled_from([0.0, 0.5, -0.5, 2.0]),
+                    min_size=batch * time,
+                    max_size=batch * time,
+                )
+            )
+        ).reshape(batch, time)
     mask = (np.arange(time)[None, :] < np.asarray(lengths)[:, None]).astype(np.float64)
     pools = {"logp": logp, "advantages": adv, "logp_behavior": other}
     arrays = {name: pools.get(name, anchor) for name in desc.arrays}
