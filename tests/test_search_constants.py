@@ -60,29 +60,3 @@ def test_the_hook_is_restored_after_the_block() -> None:
     with without_local_constants():
         assert len(providers._get_local_constants()) == 0
     assert providers._get_local_constants is before
-
-
-def test_the_block_keeps_its_own_constants_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Within the block the permitted constants come from a cache of its own, kept between
-    searches: an entry the cache outside holds (with a local constant in it) is never read there,
-    and the cache outside is given back as it was."""
-    _plant(monkeypatch, PLANTED)
-    assert PLANTED in _draws(hypothesis.find)  # fills the cache outside, the planted value in it
-    outside = providers.CONSTANTS_CACHE
-    held = dict(outside.cache)
-    assert PLANTED not in _draws(find)
-    assert providers.CONSTANTS_CACHE is outside
-    assert dict(outside.cache) == held
-    with without_local_constants():
-        kept = providers.CONSTANTS_CACHE
-        assert kept is not outside
-        assert len(kept.cache) > 0  # filled by the search above
-
-
-def test_a_block_that_shares_the_cache_outside_draws_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The wrong variant: the hook set aside, but the entries outside read within the block."""
-    _plant(monkeypatch, PLANTED)
-    _draws(hypothesis.find)
-    empty = Constants()
-    monkeypatch.setattr(providers, "_get_local_constants", lambda: empty)
-    assert PLANTED in _draws(hypothesis.find)

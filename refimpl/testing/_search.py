@@ -29,10 +29,6 @@ __all__ = ["find", "without_local_constants"]
 
 T = TypeVar("T")
 
-#: The permitted-constants cache used within :func:`without_local_constants` (by module, should
-#: Hypothesis's providers module be reloaded).
-_GLOBAL_ONLY: dict[int, Any] = {}
-
 
 def _providers() -> Any:
     try:
@@ -59,20 +55,14 @@ def without_local_constants() -> Iterator[None]:
         yield
         return
     empty = providers.Constants()
-    # The permitted-constants cache holds, by draw constraints, the constants a draw may take,
-    # local ones included: within the block it is swapped for one of its own, whose entries hold
-    # none. Those depend on the constraints alone, so the block's cache is kept from one search to
-    # the next (emptied at every search, each one filtered every constant again: about 4 % of the
-    # conformance matrix's CPU), and the one outside keeps what it held.
-    outside = providers.CONSTANTS_CACHE
-    own = _GLOBAL_ONLY.setdefault(id(providers), type(outside)(outside.max_size))
-    providers.CONSTANTS_CACHE = own
+    # The permitted-constants cache holds local constants by key: empty it on the way in and out.
+    providers.CONSTANTS_CACHE.cache.clear()
     providers._get_local_constants = lambda: empty
     try:
         yield
     finally:
         providers._get_local_constants = original
-        providers.CONSTANTS_CACHE = outside
+        providers.CONSTANTS_CACHE.cache.clear()
 
 
 def find(strategy: SearchStrategy[T], condition: Callable[[T], bool], *, settings: Settings) -> T:
