@@ -1,4 +1,4 @@
-r"""# The collision probability $\sum_v \pi_v^2$ of a softmax and its gradient
+r"""# The collision probability Σπ² of a softmax and its gradient
 
 Let $z \in \mathbb{R}^V$ be the logits of one position, $T > 0$ the temperature, $y = z/T$,
 $L(v) = \log\sum_j e^{v_j}$ and $\pi = \mathrm{softmax}(y)$, so $\log\pi_j = y_j - L(y)$.
