@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter, Divergence
+from refimpl.frameworks._registry import Adapter
 
 _VALUE = "trl.experimental.a2po.a2po_trainer:A2POTrainer._estimate_optimal_values"
 _LOSS = "trl.experimental.a2po.a2po_trainer:A2POTrainer.compute_loss"
@@ -136,17 +136,10 @@ ADAPTERS: tuple[Adapter, ...] = (
             "empty_batch": "excluded",
         },
         candidate=trl_a2po_loss,
-        divergences={
-            "padding_contributes_nothing": Divergence(
-                "convention",
-                "A2POTrainer._prepare_inputs builds completion_mask = (index <= first EOS), so "
-                "every completion holds at least its first token and an all-padding row cannot "
-                "reach compute_loss (empty_rows='excluded'). The padding check still draws one "
-                "when T = 1 (its one token padded): compute_loss then counts the row in its "
-                "mean over every sequence with policy_logps = ref_logps = 0, (0 − A)², where A is "
-                "the garbage the check puts at padding, and the reference gives 0.",
-            )
-        },
+        # An all-padding row never reaches compute_loss (_prepare_inputs keeps each completion's
+        # first token: empty_rows='excluded'); given one, compute_loss would count it in its mean
+        # over the sequences as (0 − A)², where the reference gives 0. The matrix's padding
+        # check draws none under this declaration.
         note="(beta2·(Σ m·logp − ref_logps) − (r − V*))², mean over the sequences.",
     ),
 )
