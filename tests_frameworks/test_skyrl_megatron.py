@@ -7,6 +7,7 @@ schedule on one gloo rank (needs megatron-core and the wrapper's source load).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -74,3 +75,24 @@ def test_each_micro_batch_weighs_one_over_the_ranks_real_micro_batches() -> None
         loss.backward()
         assert logp.grad is not None
         assert all(math.isclose(float(g), 1 / 4, rel_tol=1e-12) for g in logp.grad[0]), key
+
+
+def test_a_check_starts_one_process_group_and_leaves_none(monkeypatch: Any) -> None:
+    """The Megatron adapters' session holds one gloo group for the whole check (a group per call
+    waits about 0.1 s in gloo's teardown, every call), and the check ends with none left up, so
+    that the next adapter's framework code sees no process group."""
+    import torch.distributed as dist
+
+    started: list[int] = []
+    init = dist.init_process_group
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        started.append(1)
+        return init(*args, **kwargs)
+
+    monkeypatch.setattr(dist, "init_process_group", counted)
+    for key in ("skyrl.megatron_kl_k1", "skyrl.megatron_logprobs"):
+        started.clear()
+        assert check(key, max_examples=3).ok
+        assert started == [1], f"{key}: {len(started)} process groups started"
+        assert not dist.is_initialized()

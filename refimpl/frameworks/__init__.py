@@ -201,7 +201,7 @@ def check(key: str, **options: Any) -> ConformanceReport:
     if a.examples:
         kwargs["examples"] = a.examples
     kwargs.update(options)
-    with eager():
+    with eager(), a.held():
         return check_conformance(a.candidate, **kwargs)
 
 
@@ -264,7 +264,7 @@ def check_partition(key: str, **options: Any) -> PartitionReport:
     if p.ratio != "token":
         kwargs["ratio"] = p.ratio
     kwargs.update(options)
-    with eager():
+    with eager(), a.held():
         return check_partition_invariance(p.candidate, **kwargs)
 
 

@@ -6,6 +6,7 @@ import importlib
 import importlib.metadata
 import warnings
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -190,6 +191,11 @@ class Adapter:
         For an aggregation (or an aggregated loss): the framework's real scaling path across
         micro-batches, accumulation steps and ranks, checked by
         :func:`refimpl.testing.check_partition_invariance`.
+    session : callable or None
+        A context manager factory entered once around the adapter's whole check and partition
+        check: state the candidate sets up on every call, held for the run instead (SkyRL's
+        Megatron copy starts a gloo process group per call, and gloo's teardown waits about
+        0.1 s). The candidate must not need it: its reproduction calls it without the session.
     """
 
     key: str
@@ -205,6 +211,13 @@ class Adapter:
     max_examples: int | None = None
     examples: tuple[list[tuple[tuple[Any, ...], dict[str, Any]]], ...] = ()
     partition: Partition | None = None
+    session: Callable[[], AbstractContextManager[Any]] | None = None
+
+    def held(self) -> AbstractContextManager[Any]:
+        """The adapter's :attr:`session`, or a block that does nothing when it has none."""
+        import contextlib
+
+        return contextlib.nullcontext() if self.session is None else self.session()
 
     @property
     def setup(self) -> str:

@@ -61,7 +61,11 @@ _STEP = f"{_MODULE}:MegatronModelWrapper.forward_backward_mini_batch"
 @contextlib.contextmanager
 def megatron_on_cpu() -> Iterator[None]:
     """One gloo rank (an in-memory store, no port) with megatron's model-parallel state on it, the
-    schedule's CUDA token counter made on CPU, both undone after; megatron's warnings silenced."""
+    schedule's CUDA token counter made on CPU, each undone after; megatron's warnings silenced.
+
+    Re-entrant: within an outer block it starts and tears down nothing, so the adapters' session
+    (:attr:`Adapter.session`) holds one process group for a whole check, where a block per call
+    pays gloo's teardown (about 0.1 s of waiting) on every call."""
     import torch
     import torch.distributed as dist
 
@@ -80,12 +84,15 @@ def megatron_on_cpu() -> Iterator[None]:
         if started:
             store = dist.HashStore()  # type: ignore[attr-defined]
             dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-        mpu.initialize_model_parallel()
+        owned = not mpu.model_parallel_is_initialized()
+        if owned:
+            mpu.initialize_model_parallel()
         try:
             with unittest.mock.patch("torch.zeros", cpu_zeros):
                 yield
         finally:
-            mpu.destroy_model_parallel()
+            if owned:
+                mpu.destroy_model_parallel()
             if started:
                 dist.destroy_process_group()
 
@@ -317,6 +324,7 @@ def _kl(name: str, candidate: Any, **extra: Any) -> Adapter:
         key=f"skyrl.megatron_kl_{name}",
         framework="skyrl",
         function=_STEP,
+        session=megatron_on_cpu,
         settings={"use_kl_loss": True, "kl_estimator_type": name, "kl_loss_coef": 1.0},
         spec="kl_penalty",
         conventions={
@@ -337,6 +345,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         key="skyrl.megatron_kl_reduction",
         framework="skyrl",
         function=_STEP,
+        session=megatron_on_cpu,
         settings={"use_kl_loss": True, "kl_estimator_type": "k1", "kl_loss_coef": 1.0},
         spec="aggregation",
         conventions={"mode": "seq_mean_token_mean", "empty_rows": "counted"},
@@ -359,6 +368,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         key="skyrl.megatron_entropy",
         framework="skyrl",
         function=_STEP,
+        session=megatron_on_cpu,
         settings={"use_entropy_loss": True, "entropy_loss_coef": 1.0},
         spec="aggregation",
         conventions={"mode": "token_mean"},

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._skyrl_losses_megatron import megatron_on_cpu
 
 _FUNCTION = (
     "skyrl.backends.skyrl_train.distributed.megatron.model_utils:from_parallel_logits_to_logprobs"
@@ -144,6 +145,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="token_logprobs",
         conventions=_CONVENTIONS,
         candidate=skyrl_megatron_logprobs,
+        session=megatron_on_cpu,
         note="DistributedLogprob on one rank: log_softmax(z/T) in float32, gathered; its own "
         "backward (softmax saved); padding not masked.",
     ),
@@ -155,6 +157,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="token_logprobs",
         conventions=_CONVENTIONS,
         candidate=skyrl_megatron_logprobs_chunked,
+        session=megatron_on_cpu,
         note="ChunkedDistributedLogprob on one rank, one position per chunk: the softmax "
         "recomputed in the backward; padding not masked.",
     ),
@@ -168,6 +171,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="token_entropy",
         conventions={"temperature": "none", "mask": "none", "padding": "ignored"},
         candidate=skyrl_megatron_entropy_from_logits,
+        session=megatron_on_cpu,
         note="_VocabParallelEntropy on one rank: max + log Σ e^(z − max) − Σ softmax·z at every "
         "position, its own backward; the step's masked_mean applies the loss mask.",
     ),
