@@ -66,3 +66,42 @@ def test_each_defect_reproduction_fails_when_pasted() -> None:
     for (key, d), error in zip(defects.items(), raised, strict=True):
         assert error is not None, f"{key}: the reproduction of {d['check']} passes"
         assert d["message"].split(":")[0].split()[-1] in error, error[-800:]
+
+
+def _entry(key: str) -> dict[str, Any]:
+    return next(e for e in load_matrix(MATRIX_PATH)["entries"] if e["key"] == key)
+
+
+def test_a_replayed_counterexample_stands_for_the_search_and_a_stale_one_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--check` tries each committed counterexample first. One that still fails is the check's
+    counterexample and nothing is searched for it; one that now passes does not hide the
+    divergence: the check searches and finds the committed counterexample again."""
+    from refimpl.frameworks import adapter
+    from refimpl.frameworks._matrix import changes, matrix_entry
+    from refimpl.frameworks._replay import counterexamples
+    from refimpl.testing import _conformance_checks
+    from refimpl.testing._search import find
+
+    committed = _entry("areal.kl_k3")  # one divergence: huge_log_ratios_stay_finite
+    searched: list[str] = []
+
+    def counted(strategy: Any, condition: Any, **kwargs: Any) -> Any:
+        searched.append(condition.__self__.check.name)
+        return find(strategy, condition, **kwargs)
+
+    monkeypatch.setattr(_conformance_checks, "find", counted)
+    replay = counterexamples(committed)
+    fresh = matrix_entry(adapter("areal.kl_k3"), replay=replay)
+    versions = {"versions": {"areal": committed["version"]}}
+    assert changes({**versions, "entries": [fresh]}, {**versions, "entries": [committed]}) == []
+    assert "huge_log_ratios_stay_finite" not in searched
+    assert {"values", "gradient"} <= set(searched)  # the checks that passed are searched
+
+    (args, kwargs), *_ = replay["huge_log_ratios_stay_finite"]
+    benign = [((args[0] * 0.0, args[1] * 0.0), kwargs)]  # log-ratio 0: the check passes on it
+    searched.clear()
+    stale = matrix_entry(adapter("areal.kl_k3"), replay={"huge_log_ratios_stay_finite": benign})
+    assert changes({**versions, "entries": [stale]}, {**versions, "entries": [committed]}) == []
+    assert "huge_log_ratios_stay_finite" in searched

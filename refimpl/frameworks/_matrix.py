@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from refimpl.frameworks._registry import TESTED_VERSIONS, Adapter, installed_version
+from refimpl.frameworks._replay import counterexamples
 
 __all__ = [
     "MATRIX_EXAMPLES",
@@ -50,7 +51,12 @@ MATRIX_PATH = Path("docs") / "conformance-matrix.json"
 _OK = ("passed", "skipped")
 
 
-def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str, Any]:
+def matrix_entry(
+    a: Adapter,
+    *,
+    max_examples: int = MATRIX_EXAMPLES,
+    replay: Mapping[str, list[Any]] | None = None,
+) -> dict[str, Any]:
     """Run adapter ``a``'s checks on the installed function and describe the outcome as a matrix entry.
 
     Parameters
@@ -59,6 +65,9 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
         The adapter (:func:`refimpl.frameworks.adapters`).
     max_examples : int
         Hypothesis examples per check (and of the partition check).
+    replay : mapping, optional
+        Check name → calls tried first by that check (the committed counterexamples,
+        :mod:`refimpl.frameworks._replay`): a check that still fails on them is not searched.
 
     Returns
     -------
@@ -69,12 +78,10 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
         explanation, draft_report``), ``partition`` (see :func:`partition_entry`, or ``None``) and
         ``adapter_lines`` (:func:`adapter_lines` of the candidate).
     """
-    from refimpl.frameworks import check
-
-    report = check(a.key, max_examples=max(max_examples, a.max_examples or 0))
-    checks = {r.name: r.status for r in report.results}
+    results = _results(a, max(max_examples, a.max_examples or 0), replay or {})
+    checks = {r.name: r.status for r in results}
     divergences = [
-        _divergence(r, a.divergences.get(r.name)) for r in report.results if r.status not in _OK
+        _divergence(r, a.divergences.get(r.name)) for r in results if r.status not in _OK
     ]
     partition = None if a.partition is None else partition_entry(a, max_examples=max_examples)
     every = divergences + ([] if partition is None else partition["divergences"])
@@ -100,6 +107,35 @@ def matrix_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str
         "partition": partition,
         "adapter_lines": adapter_lines(a.candidate),
     }
+
+
+def _results(a: Adapter, max_examples: int, replay: Mapping[str, list[Any]]) -> list[Any]:
+    """The check results of ``a``, in the spec's order; a check in ``replay`` tries its calls
+    first, then searches only if they pass (or the reference now refuses them)."""
+    from refimpl.frameworks import check
+    from refimpl.testing import check_names
+
+    names = check_names(a.spec)
+    searched = [name for name in names if name not in replay]
+    found = {}
+    if searched:
+        found = {
+            r.name: r for r in check(a.key, max_examples=max_examples, checks=searched).results
+        }
+    for name in names:
+        if name not in replay:
+            continue
+        try:
+            report = check(
+                a.key,
+                max_examples=max_examples,
+                checks=[name],
+                examples=(replay[name], *a.examples),
+            )
+        except ValueError:  # the reference refuses the committed input now: search instead
+            report = check(a.key, max_examples=max_examples, checks=[name])
+        found[name] = report.results[0]
+    return [found[name] for name in names]
 
 
 def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[str, Any]:
@@ -130,18 +166,19 @@ def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[
     }
     if p.ratio != "token":  # one ratio per sequence: the sequence surrogate is the reference
         options["ratio"] = p.ratio
-    report = check_partition_invariance(
-        p.candidate, max_examples=max(max_examples, a.max_examples or 0), rtol=p.rtol, **options
-    )
-    divergences = [
-        _divergence(r, p.divergences.get(r.name), prefix="partition.") for r in report.failures
-    ]
-    try:
-        gap = split_dependence(p.candidate, **options)
-    except Exception:
-        if report.ok:  # the search ran it without a fault, so this one is unexpected
-            raise
-        gap = math.nan  # the candidate raises, as the report's divergence shows
+    with a.held():
+        report = check_partition_invariance(
+            p.candidate, max_examples=max(max_examples, a.max_examples or 0), rtol=p.rtol, **options
+        )
+        divergences = [
+            _divergence(r, p.divergences.get(r.name), prefix="partition.") for r in report.failures
+        ]
+        try:
+            gap = split_dependence(p.candidate, **options)
+        except Exception:
+            if report.ok:  # the search ran it without a fault, so this one is unexpected
+                raise
+            gap = math.nan  # the candidate raises, as the report's divergence shows
     workload_gap = None if math.isnan(gap) else round(gap, 4)
     if divergences:
         kinds = sorted({d["classification"] for d in divergences})
@@ -251,6 +288,7 @@ def run_matrix(
     *,
     max_examples: int = MATRIX_EXAMPLES,
     progress: Any = None,
+    replay_from: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The conformance matrix of the installed frameworks (all shipped ones, or those named).
 
@@ -262,6 +300,10 @@ def run_matrix(
         Hypothesis examples per check.
     progress : callable, optional
         Called with each finished entry (the CLI prints a line).
+    replay_from : mapping, optional
+        A committed matrix whose counterexamples each divergent check tries first
+        (:mod:`refimpl.frameworks._replay`; what ``refimpl conformance --check`` does). Without
+        it every check searches from scratch (``--write``).
 
     Returns
     -------
@@ -271,10 +313,12 @@ def run_matrix(
     from refimpl.frameworks import adapters
 
     names = list(TESTED_VERSIONS) if frameworks is None else list(frameworks)
+    committed = {e["key"]: e for e in (replay_from or {}).get("entries", [])}
     entries = []
     for name in names:
         for a in adapters(name):
-            entry = matrix_entry(a, max_examples=max_examples)
+            replay = counterexamples(committed[a.key]) if a.key in committed else None
+            entry = matrix_entry(a, max_examples=max_examples, replay=replay)
             entries.append(entry)
             if progress is not None:
                 progress(entry)
