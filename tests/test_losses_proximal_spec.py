@@ -33,6 +33,7 @@ def test_the_spec_is_listed_with_its_checks_and_conventions() -> None:
         "method": "loglinear",
         "floor": 0.0,
         "gradient": "autodiff",
+        "proximal_version": "previous",
     }
 
 
@@ -136,3 +137,40 @@ def test_a_stopped_gradient_is_checked_as_zero() -> None:
     )
     assert wrong["gradient"].status == "failed", wrong.summary()
     assert wrong["values"].status == "passed", wrong.summary()
+
+
+def engine_loglinear(lp: Any, lb: Any, v: Any, *, current_version: int) -> ProximalLogprobs:
+    """The log-linear approximation with the proximal policy at ``current_version`` itself (the
+    engine's version) and the current policy one version past it."""
+    return proximal_logprobs(
+        lp, lb, v, current_version=current_version + 1, proximal_version=current_version
+    )
+
+
+def test_the_engines_version_as_the_proximal_one_hand_worked() -> None:
+    """Engine version 4: a token generated at 4 is the proximal policy's own (α = 0), one at 3
+    is half-way to the policy being trained (version 5), one at 2 two thirds, a prompt token 0."""
+    lp, lb = np.full((1, 4), -1.0), np.full((1, 4), -4.0)
+    out = engine_loglinear(lp, lb, np.array([[4, 3, 2, -1]]), current_version=4)
+    assert out.grad.tolist() == [[0.0, 0.5, 2.0 / 3.0, 0.0]]
+    assert out.logp_prox.tolist() == [[-4.0, -2.5, -2.0, -4.0]]
+
+
+@pytest.mark.parametrize(
+    ("candidate", "declared", "ok"),
+    [
+        (engine_loglinear, "engine", True),
+        (engine_loglinear, "previous", False),
+        (proximal_logprobs, "engine", False),
+    ],
+)
+def test_the_declared_proximal_version_is_the_one_checked(
+    candidate: Any, declared: str, ok: bool
+) -> None:
+    """Each bookkeeping passes under its own declaration and fails under the other's: a token
+    one version older than the engine's gets α = 0 under 'previous' and 1/2 under 'engine'."""
+    conv = {"gradient": "returned", "proximal_version": declared}
+    report = check_conformance(candidate, spec=SPEC_NAME, conventions=conv, max_examples=EXAMPLES)
+    assert report.ok is ok, str(report)
+    if not ok:
+        assert report["values"].status == "failed"

@@ -3,7 +3,9 @@ the behaviour and current policies from the token versions, against
 :func:`refimpl.losses.proximal_logprobs`.
 
 A candidate is called as ``candidate(logp, logp_behavior, versions, *, current_version)`` and
-returns the (B, T) approximation (the proximal version is ``current_version - 1``); its gradient
+returns the (B, T) approximation (the proximal version is ``current_version - 1``, or
+``current_version`` itself under ``proximal_version='engine'``, the current policy then one version
+past it); its gradient
 with respect to ``logp`` comes from its own autograd (cotangent 1: each token's derivative), or
 it returns ``(logp_prox, grad)`` itself (``gradient='returned'``). The method (log-linear, linear
 in probability, the behaviour policy) and the floor added to the probability are conventions.
@@ -62,8 +64,28 @@ GRADIENT = Convention(
     who="returned: refimpl (proximal_logprobs); stopped: AReaL 1.0.4 grpo_loss_fn (it "
     "approximates from logprobs.detach())",
 )
+PROXIMAL_VERSION = Convention(
+    "proximal_version",
+    "previous",
+    ("previous", "engine"),
+    "which version the proximal policy is: 'previous', current_version − 1 (the current policy "
+    "one version past it); 'engine', current_version itself, the version of the weights the "
+    "exact proximal log-probs are recomputed with, the policy being trained one version past it",
+    who="previous: AReaL 1.0.4 compute_prox_logp_approximations (v_proximal = current_version "
+    "- 1); engine: AReaL 1.0.4's trainer, which passes engine.get_version() "
+    "(PPOActor.ppo_update) and recomputes prox_logp with those weights (rl_trainer.py)",
+)
 
 HUGE = (-1e30, -1e4, -700.0, -120.0, -90.0)
+
+
+def _versions_kw(kw: dict[str, Any], conv: Conventions) -> dict[str, Any]:
+    """The reference's version keywords: under ``proximal_version='engine'`` the drawn
+    ``current_version`` is the proximal one, and the current policy one version past it."""
+    if conv["proximal_version"] == "previous":
+        return dict(kw)
+    engine = int(kw["current_version"])
+    return {"current_version": engine + 1, "proximal_version": engine}
 
 
 def _floats(low: float, high: float) -> st.SearchStrategy[float]:
@@ -95,7 +117,7 @@ def _calls(huge: bool = False) -> Any:
 def _reference(call: Call, conv: Conventions) -> tuple[Array, Array]:
     (lp, lb, v), kw = call
     floor = float(conv["floor"]) if conv["method"] == "linear" else 0.0
-    out = proximal_logprobs(lp, lb, v, method=conv["method"], floor=floor, **kw)
+    out = proximal_logprobs(lp, lb, v, method=conv["method"], floor=floor, **_versions_kw(kw, conv))
     if conv["gradient"] == "stopped":  # sg[·]: the value, and no derivative
         return out.logp_prox, np.zeros_like(out.grad)
     return out.logp_prox, out.grad
@@ -109,7 +131,7 @@ def _condition(call: Call, conv: Conventions, expected: Any) -> tuple[Array, Arr
     elif conv["method"] == "linear":
         cond = np.abs(value) + 6.0, 8.0 * np.abs(grad)
     else:
-        alpha = proximal_interpolation_weight(v, **kw)
+        alpha = proximal_interpolation_weight(v, **_versions_kw(kw, conv))
         cond = np.abs(value) + 3.0 * alpha * np.abs(np.asarray(lp) - np.asarray(lb)), 2.0 * alpha
     if conv["gradient"] == "stopped":  # a detached approximation's derivative is exactly 0
         return cond[0], np.zeros_like(grad)
@@ -151,12 +173,12 @@ def _gradient(case: Case) -> None:
 
 
 def _no_gradient_without_a_step(case: Case) -> None:
-    """Where α = 0 (prompt tokens, staleness 0 or 1) the approximation is the behaviour policy:
-    its derivative in the current log-probabilities is exactly 0."""
+    """Where α = 0 (prompt tokens, tokens not older than the proximal policy) the approximation
+    is the behaviour policy: its derivative in the current log-probabilities is exactly 0."""
     _, grad = _found(case)
     assert grad is not None
     (_, _, v), kw = case.calls[0]
-    still = proximal_interpolation_weight(v, **kw) == 0.0
+    still = proximal_interpolation_weight(v, **_versions_kw(kw, case.conventions)) == 0.0
     bad = still & (grad != 0.0)
     assert not bad.any(), (
         f"tokens without a policy step between behaviour and proximal version got gradients "
@@ -192,7 +214,7 @@ def proximal_logprobs_spec() -> Spec:
             Check(
                 "values",
                 "the approximation agrees with refimpl.proximal_logprobs (proximal version "
-                "current_version − 1)",
+                "current_version − 1, or current_version under proximal_version='engine')",
                 _calls(),
                 _values,
             ),
@@ -206,7 +228,8 @@ def proximal_logprobs_spec() -> Spec:
             ),
             Check(
                 "no_gradient_without_a_step",
-                "prompt tokens and tokens of staleness 0 or 1 (α = 0) have derivative exactly 0",
+                "prompt tokens and tokens that are not older than the proximal policy (α = 0) "
+                "have derivative exactly 0",
                 _calls(),
                 _no_gradient_without_a_step,
                 applies=_with_gradient,
@@ -219,5 +242,5 @@ def proximal_logprobs_spec() -> Spec:
                 _huge,
             ),
         ),
-        conventions=(METHOD, FLOOR, GRADIENT),
+        conventions=(METHOD, FLOOR, GRADIENT, PROXIMAL_VERSION),
     )
