@@ -124,3 +124,50 @@ def test_the_actor_path_entry_fails_if_declared_differentiable() -> None:
     )
     assert report["gradient"].status == "failed", report.summary()
     assert report["values"].status == "passed", report.summary()
+
+
+def _source(module: str) -> str:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None
+    assert spec.origin is not None
+    return Path(spec.origin).read_text(encoding="utf-8")
+
+
+def test_the_trainer_passes_the_version_of_the_proximal_weights() -> None:
+    """What ``areal.ppo_update_prox_loglinear`` declares (``proximal_version="engine"``), read
+    from the pinned sources: ``ppo_update`` passes the engine's version; the training loop
+    recomputes ``prox_logp`` with the current weights, then updates them, broadcasts them as
+    ``global_step + 1`` and sets that version, so during a step the engine's version is the
+    proximal weights'. The approximation still assumes the one before it."""
+    actor, loop = _source("areal.trainer.ppo.actor"), _source("areal.trainer.rl_trainer")
+    update = actor[actor.index("    def ppo_update(") :]
+    assert "current_version = self.engine.get_version()" in update
+    assert "current_version=current_version," in update
+    assert "    v_proximal = current_version - 1\n" in actor
+    order = [
+        loop.index("prox_logps = self.actor.compute_logp(rollout_batch)"),
+        loop.index("self.actor.ppo_update(adv_batch)"),
+        loop.index("new_version = global_step + 1"),
+        loop.index("self.actor.update_weights(versioned_meta)"),
+        loop.index("self.actor.set_version(new_version)"),
+        loop.index("self.rollout.set_version(new_version)"),
+    ]
+    assert order == sorted(order), order
+
+
+def test_the_trainers_versions_shift_every_stale_tokens_weight_by_one_version() -> None:
+    """The defect's failing input by hand: engine version 1, a token of version 0, ℓ = 0,
+    μ = −1. AReaL's actor path returns μ (α = 0); with the proximal policy at the engine's
+    version and the trained one past it, α = 1/2."""
+    from refimpl.frameworks._areal_losses_proximal import areal_grpo_loss_prox_loglinear
+
+    lp, lb = torch.zeros((1, 1), dtype=F32), torch.full((1, 1), -1.0, dtype=F32)
+    got = areal_grpo_loss_prox_loglinear(lp, lb, torch.tensor([[0]]), current_version=1)
+    assert got.tolist() == [[-1.0]]
+    aligned = proximal_logprobs(
+        lp.numpy(), lb.numpy(), [[0]], current_version=2, proximal_version=1
+    )
+    assert aligned.logp_prox.tolist() == [[-0.5]]

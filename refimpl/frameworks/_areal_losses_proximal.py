@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._stubs import STUBS
 
 _FUNCTION = "areal.trainer.ppo.actor:compute_prox_logp_approximations"
@@ -167,6 +167,68 @@ _ADAPTERS = (
         dtype="float32",  # grpo_loss_fn's stats_tracker.stat refuses float64 tensors
         note="The actor's path: the proximal log-probs grpo_loss_fn trains on when it skips the "
         "recompute, the log-linear approximation of logprobs.detach() (no gradient through it).",
+    ),
+)
+
+#: What the trainer passes as ``current_version``, and which weights the proximal policy is.
+_BOOKKEEPING = (
+    "areal/trainer/ppo/actor.py:PPOActor.ppo_update passes current_version=self.engine.get_version(); "
+    "areal/trainer/rl_trainer.py sets it, after each step's update_weights, to new_version = "
+    "global_step + 1 on the actor and the rollout (so during step s it is s, the last broadcast), "
+    "and recomputes prox_logp (actor.compute_logp) with those weights before ppo_update"
+)
+
+_ONE_VERSION_BEHIND = Divergence(
+    "defect",
+    "compute_prox_logp_approximations takes the proximal version to be current_version − 1 (its "
+    "comment: 'the last broadcast'), but the trainer's current_version is the engine's version, "
+    "the last broadcast itself and the weights prox_logp is recomputed with. A token generated one "
+    "version before them gets α = 0, its behaviour log-probability, as the proximal one; with the "
+    "trainer's versions (proximal = engine version, the policy being trained one past it) it is "
+    "half-way, and every older token's weight is shifted the same way.",
+    draft_report=(
+        "areal/trainer/ppo/actor.py: compute_prox_logp_approximations sets `v_proximal = "
+        "current_version - 1` ('Assume proximal version is current_version - 1 (last broadcast)'), "
+        "and PPOActor.ppo_update passes `current_version = self.engine.get_version()`. In "
+        "areal/trainer/rl_trainer.py, each step ends with `update_weights` of `new_version = "
+        "global_step + 1` and `set_version(new_version)` on the actor and the rollout, so during "
+        "step s the engine's version is s: the last broadcast is version s, not s − 1, and the "
+        "recomputed `prox_logp` (actor.compute_logp before ppo_update, what prox_logp_method="
+        "'metrics' trains on) is the log-probability under those version-s weights. The "
+        "approximation therefore places the proximal policy one version too early: a token "
+        "generated at version s − 1 gets alpha = 0 and its behaviour log-probability (version "
+        "s − 1) stands for the version-s proximal log-probability; with the proximal policy at the "
+        "engine version and the trained policy one past it, alpha = (v_prox − v_behave) / (v_theta "
+        "− v_behave) is 1/2 for it, 2/3 for a token of version s − 2, and so on. Passing "
+        "`current_version = self.engine.get_version() + 1` from ppo_update (or taking v_proximal "
+        "= current_version) aligns the two. Failing input: current_version = 1 (engine version), "
+        "one token of version 0, log-probabilities ℓ = 0, μ = −1: AReaL returns −1, the aligned "
+        "approximation −0.5."
+    ),
+)
+
+_ADAPTERS = (
+    *_ADAPTERS,
+    Adapter(
+        key="areal.ppo_update_prox_loglinear",
+        framework="areal",
+        function="areal.trainer.ppo.actor:grpo_loss_fn",
+        settings={
+            "use_decoupled_loss": True,
+            "prox_logp_method": "loglinear",
+            "prox_logp": None,
+            "current_version": "engine.get_version() (PPOActor.ppo_update)",
+        },
+        spec="proximal_logprobs",
+        conventions={"method": "loglinear", "gradient": "stopped", "proximal_version": "engine"},
+        candidate=areal_grpo_loss_prox_loglinear,
+        dtype="float32",
+        divergences={
+            "values": _ONE_VERSION_BEHIND,
+            "huge_log_ratios_stay_finite": _ONE_VERSION_BEHIND,
+        },
+        note="The actor's path with the trainer's versions: the current_version it is given is the "
+        f"engine's, the proximal weights' ({_BOOKKEEPING}).",
     ),
 )
 
