@@ -27,9 +27,9 @@ except ImportError:  # no POSIX file locks (Windows): each worker runs what it n
 
 # The generators of reference data run in their own environments (rlax and jax for V-trace), not
 # in the test suite: never import them here, not even for their doctests.
-# jax_cases.py and jax_loss_cases.py run in their own interpreter (see test_conformance_jax.py):
-# never import them here.
-collect_ignore = ["data", "jax_cases.py", "jax_loss_cases.py"]
+# jax_cases.py and jax_loss_cases.py run in their own interpreter (see test_conformance_jax.py),
+# jax_adapter_cases.py too (see test_frameworks_xp.py): never import them here.
+collect_ignore = ["data", "jax_cases.py", "jax_loss_cases.py", "jax_adapter_cases.py"]
 
 settings.register_profile(
     "ci",

@@ -157,8 +157,9 @@ def check(key: str, **options: Any) -> ConformanceReport:
     """Check one framework function against refimpl, in one call: its adapter's spec and conventions.
 
     Runs :func:`refimpl.testing.check_conformance` on the installed function through the adapter
-    ``key``, with torch tensors in the adapter's dtype, its declared conventions, and the adapter's
-    source as the reproduction's ``setup``.
+    ``key``, with arrays of the adapter's library (``Adapter.xp``: torch tensors, or jax arrays)
+    in its dtype, its declared conventions, and the adapter's source as the reproduction's
+    ``setup``.
 
     Parameters
     ----------
@@ -177,7 +178,7 @@ def check(key: str, **options: Any) -> ConformanceReport:
     ValueError
         If ``key`` names no adapter.
     ModuleNotFoundError
-        If the framework (or torch) is not installed.
+        If the framework (or its array library) is not installed.
 
     Examples
     --------
@@ -193,7 +194,7 @@ def check(key: str, **options: Any) -> ConformanceReport:
     load_function(a.function)  # fails here, naming the module, if the framework is missing
     kwargs: dict[str, Any] = {
         "spec": a.spec,
-        "xp": "torch",
+        "xp": a.xp,
         "dtype": a.dtype,
         "conventions": dict(a.conventions),
         "setup": a.setup,
@@ -201,7 +202,7 @@ def check(key: str, **options: Any) -> ConformanceReport:
     if a.examples:
         kwargs["examples"] = a.examples
     kwargs.update(options)
-    with eager(), a.held():
+    with eager(a.xp), a.held():
         return check_conformance(a.candidate, **kwargs)
 
 
@@ -210,8 +211,8 @@ def check_partition(key: str, **options: Any) -> PartitionReport:
 
     Runs :func:`refimpl.testing.check_partition_invariance` on the adapter's
     :class:`Partition`: the framework's micro-batch loss called with the numbers its trainer
-    passes, accumulated over simulated ranks and accumulation steps by its scaling rule, against
-    the full batch.
+    passes (arrays of the adapter's ``xp``), accumulated over simulated ranks and accumulation
+    steps by its scaling rule, against the full batch.
 
     Parameters
     ----------
@@ -258,26 +259,31 @@ def check_partition(key: str, **options: Any) -> PartitionReport:
         "rule": p.rule,
         "constant": p.constant,
         "empty_rows": p.empty_rows,
+        "xp": a.xp,
         "dtype": a.dtype,
         "rtol": p.rtol,
     }
     if p.ratio != "token":
         kwargs["ratio"] = p.ratio
     kwargs.update(options)
-    with eager(), a.held():
+    with eager(a.xp), a.held():
         return check_partition_invariance(p.candidate, **kwargs)
 
 
 @contextmanager
-def eager() -> Iterator[None]:
+def eager(xp: str = "torch") -> Iterator[None]:
     """Within the block, torch ignores ``torch.compile`` (``torch.compiler.set_stance("force_eager")``).
 
     Some framework functions are compiled (AReaL's ``gather_logprobs``, OpenRLHF's
     ``compute_entropy``): a compiled graph runs the same operations as the eager code, and
     compiling it costs about a minute per process on two CPU cores, recompiled for each new
     shape. The adapters are checked on the eager code; a torch without ``set_stance`` (before
-    2.6) is left as it is.
+    2.6) is left as it is. An adapter of another array library (``xp``, e.g. ``"jax.numpy"``)
+    runs as it is, without importing torch.
     """
+    if xp != "torch":
+        yield
+        return
     import torch
 
     stance = getattr(torch.compiler, "set_stance", None)

@@ -72,7 +72,8 @@ def matrix_entry(
     Returns
     -------
     dict
-        ``key, framework, version, function, settings, spec, level, dtype, conventions, note,
+        ``key, framework, version, function, settings, spec, level, dtype``, ``xp`` (only for
+        an adapter whose array library is not torch), ``conventions, note,
         verdict, verdicts`` (``value``, ``gradient``, ``partition``), ``checks``, ``divergences``
         (a list: ``check, status, message, counterexample, reproduction, classification,
         explanation, draft_report``), ``partition`` (see :func:`partition_entry`, or ``None``) and
@@ -94,6 +95,7 @@ def matrix_entry(
         "spec": a.spec,
         "level": level_of(a.spec),
         "dtype": a.dtype,
+        **({} if a.xp == "torch" else {"xp": a.xp}),  # torch entries stay as they were
         "conventions": _jsonable(a.conventions),
         "note": a.note,
         "verdict": verdict_of(a.spec, a.conventions, every),
@@ -160,6 +162,7 @@ def partition_entry(a: Adapter, *, max_examples: int = MATRIX_EXAMPLES) -> dict[
     options: dict[str, Any] = {
         "mode": p.mode,
         "rule": p.rule,
+        "xp": a.xp,
         "dtype": a.dtype,
         "constant": p.constant,
         "empty_rows": p.empty_rows,
@@ -346,6 +349,7 @@ _COMPARED = (
     "settings",
     "spec",
     "dtype",
+    "xp",
     "conventions",
     "verdict",
     "verdicts",
@@ -364,8 +368,8 @@ def changes(
     """What differs between a fresh run and the committed matrix, one line each (empty: they agree).
 
     Only the frameworks of the fresh run are compared (``frameworks`` narrows it further). Compared:
-    each entry's version, function, settings, spec, dtype, conventions, verdicts and check
-    statuses; its partition's rule, intent, checks, workload gap and verdict; and each
+    each entry's version, function, settings, spec, dtype, array library, conventions, verdicts
+    and check statuses; its partition's rule, intent, checks, workload gap and verdict; and each
     divergence's status, counterexample and classification.
 
     Examples
@@ -521,8 +525,9 @@ def _loss_table(entries: Sequence[Mapping[str, Any]]) -> list[str]:
             v = e["verdicts"]
             conventions = _named_conventions(e)
             spec = e["spec"] if conventions == "none" else f"{e['spec']}: {conventions}"
+            library = f" ({e['xp']})" if "xp" in e else ""  # torch unless the entry says
             lines.append(
-                f"| `{e['key']}` | {_cell(spec)} | {_short(e, v['value'])} "
+                f"| `{e['key']}`{library} | {_cell(spec)} | {_short(e, v['value'])} "
                 f"| {_short(e, v['gradient'])} | {_short(e, v['partition'])} "
                 f"| {e['adapter_lines']} |"
             )

@@ -172,12 +172,17 @@ class Adapter:
         The declared conventions (:func:`refimpl.testing.conventions`), each read from the
         framework's code.
     candidate : callable
-        The adapter: the spec's signature on torch tensors in, the framework's result out. Its
+        The adapter: the spec's signature on arrays of ``xp`` in, the framework's result out. Its
         source is self-contained (imports inside), so a reproduction can paste it.
     divergences : mapping
         Check name → :class:`Divergence`, for the checks it is known to fail under its conventions.
     dtype : str
         The precision of the inputs it is checked in.
+    xp : str
+        The array library the framework function computes in, and so the one the inputs are
+        given in (``check_conformance(xp=...)``): ``"torch"`` (default) or ``"jax.numpy"``
+        (SkyRL's JAX backend). Its autograd differentiates the candidate, and the
+        reproduction, the partition check and the matrix entry name it.
     note : str
         What the mapping does, in a sentence.
     max_examples : int or None
@@ -207,6 +212,7 @@ class Adapter:
     candidate: Callable[..., Any]
     divergences: Mapping[str, Divergence] = field(default_factory=dict)
     dtype: str = "float64"
+    xp: str = "torch"
     note: str = ""
     max_examples: int | None = None
     examples: tuple[list[tuple[tuple[Any, ...], dict[str, Any]]], ...] = ()
