@@ -33,6 +33,7 @@ from typing import Any
 
 from refimpl.frameworks._registry import Adapter, Divergence
 from refimpl.frameworks._skyrl_losses_adv import ADAPTERS as _ADV
+from refimpl.frameworks._skyrl_losses_jax import ADAPTERS as _JAX
 from refimpl.frameworks._skyrl_losses_megatron import ADAPTERS as _MEGATRON
 from refimpl.frameworks._skyrl_losses_megatron_logprobs import ADAPTERS as _MEGATRON_LOGPROBS
 from refimpl.frameworks._skyrl_losses_more import ADAPTERS as _MORE
@@ -452,6 +453,7 @@ ADAPTERS = tuple(
         *_MEGATRON_LOGPROBS,
         *_NORMALIZE,
         *_REWARD,
+        *_JAX,
     )
     if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
 )

@@ -233,6 +233,26 @@ SOURCE_LOADS: tuple[SourceLoad, ...] = (
         ),
     ),
     SourceLoad(
+        framework="skyrl",
+        source="skyrl.tinker.loss_fns",
+        names=(
+            "LossFnConfig",
+            "safe_loss_mask",
+            "cross_entropy_loss",
+            "importance_sampling_loss",
+            "ppo_loss",
+            "cispo_loss",
+        ),
+        imports="from dataclasses import dataclass\nimport jax\nimport jax.numpy as jnp\n",
+        reason=(
+            "skyrl 0.3.0's tinker/loss_fns.py (the JAX backend's per-token losses) imports "
+            "LOSS_TYPES from skyrl.tinker.types, whose pydantic models use typing.TypedDict, which "
+            "pydantic refuses on Python < 3.12; LOSS_TYPES only orders the LOSS_FUNCTIONS list "
+            "that the backend's jax.lax.switch indexes. The loss config and the four losses need "
+            "jax and dataclasses alone."
+        ),
+    ),
+    SourceLoad(
         framework="openrlhf",
         source="openrlhf.trainer.ppo_utils.experience_maker",
         names=("RemoteExperienceMaker",),
