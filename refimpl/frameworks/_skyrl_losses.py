@@ -36,6 +36,7 @@ from refimpl.frameworks._skyrl_losses_adv import ADAPTERS as _ADV
 from refimpl.frameworks._skyrl_losses_jax import ADAPTERS as _JAX
 from refimpl.frameworks._skyrl_losses_megatron import ADAPTERS as _MEGATRON
 from refimpl.frameworks._skyrl_losses_megatron_logprobs import ADAPTERS as _MEGATRON_LOGPROBS
+from refimpl.frameworks._skyrl_losses_megatron_packed import ADAPTERS as _MEGATRON_PACKED
 from refimpl.frameworks._skyrl_losses_more import ADAPTERS as _MORE
 from refimpl.frameworks._skyrl_losses_normalize import ADAPTERS as _NORMALIZE
 from refimpl.frameworks._skyrl_losses_reward import ADAPTERS as _REWARD
@@ -451,6 +452,7 @@ ADAPTERS = tuple(
         *_WORKER,
         *_MEGATRON,
         *_MEGATRON_LOGPROBS,
+        *_MEGATRON_PACKED,
         *_NORMALIZE,
         *_REWARD,
         *_JAX,
