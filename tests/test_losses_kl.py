@@ -523,14 +523,21 @@ def test_weight_cap_and_weighting_are_checked() -> None:
         importance_weighted_kl(Z, Z, Z, estimator="k3", weighting="live")  # type: ignore[arg-type]
 
 
-def test_weight_overflow_is_refused_without_a_cap() -> None:
-    importance_weighted_kl([[0.0]], [[-1.0]], [[-700.0]], estimator="k1")
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_weight_overflow_is_refused_without_a_cap(weighting: str) -> None:
+    """Under every weighting, a weight that overflows is refused, though under "gradient_only"
+    only the gradient holds it (the value is k itself): the check reads loss and gradient."""
+    kw: dict[str, Any] = {"estimator": "k1", "weighting": weighting}
+    t = importance_weighted_kl([[0.0]], [[-1.0]], [[-700.0]], **kw)
+    assert np.all(np.isfinite(t.loss))
+    assert np.all(np.isfinite(t.grad))
     with pytest.raises(
         ValueError, match=r"weight exp\(logp - logp_behavior\) overflows.*weight_cap"
     ):
-        importance_weighted_kl([[0.0]], [[-1.0]], [[-710.0]], estimator="k1")
-    t = importance_weighted_kl([[0.0]], [[-1.0]], [[-710.0]], estimator="k1", weight_cap=10.0)
-    assert t.loss[0, 0] == 10.0
+        importance_weighted_kl([[0.0]], [[-1.0]], [[-710.0]], **kw)
+    t = importance_weighted_kl([[0.0]], [[-1.0]], [[-710.0]], weight_cap=10.0, **kw)
+    assert t.loss[0, 0] == (1.0 if weighting == "gradient_only" else 10.0)
+    assert t.grad[0, 0] == 10.0
 
 
 def test_shapes_masks_and_values_are_checked() -> None:
