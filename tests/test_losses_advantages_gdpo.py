@@ -236,3 +236,17 @@ def test_the_spec_passes_trls_form_under_its_conventions_and_rejects_verls() -> 
     assert not bad.ok
     failed = {r.name for r in bad.results if r.status == "failed"}
     assert "values" in failed
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"std": "bogus"}, {"eps": -1.0}, {"whiten_eps": -1.0}, {"whiten_placement": "bogus"}],
+)
+def test_a_mask_of_other_sequences_is_refused_before_any_option(fault: dict[str, Any]) -> None:
+    """The mask's shape is checked first (shape before domain), so a call with a wrong mask and a
+    wrong option is sent to the mask, before any reward column is normalized."""
+    r, group = [[1.0, 0.0], [0.0, 0.5], [1.0, 1.0]], [0, 0, 1]
+    with pytest.raises(InvalidArgument, match=r"^mask and rewards must have one row per sequence"):
+        gdpo_advantages(r, group=group, mask=[[1, 1], [1, 0]], **fault)
+    with pytest.raises(InvalidArgument, match=rf"^{next(iter(fault))} "):
+        gdpo_advantages(r, group=group, mask=[[1, 1], [1, 0], [1, 1]], **fault)
