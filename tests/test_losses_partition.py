@@ -455,3 +455,24 @@ def test_a_per_step_count_is_passed_and_named_across_ranks() -> None:
         max_examples=25,
     )  # fmt: skip
     assert fixed.ok, fixed.summary()
+
+
+@pytest.mark.parametrize("rule", sorted(SCALING_RULES))
+def test_a_step_without_a_counted_token_weighs_nothing(rule: str) -> None:
+    """A step with no counted token (all padding, or every token rejected under
+    denominator='after_rejection') gets exact zeros of the mask's shape under every rule and mode,
+    with no division by its zero token count (warnings are errors here)."""
+    mask = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    splits = [[[0, 2], [1]], [[], []]]
+    for mode in AGGREGATION_MODES:
+        kw: dict[str, Any] = {"constant": 4.0} if mode == "token_sum_norm" else {}
+        if mode == "group_mean":
+            kw["group"] = [0, 0, 1]
+        for m, extra in (
+            (np.zeros_like(mask), {}),
+            (mask, {"rejection": [0.0, 0.0, 1.0], "denominator": "after_rejection"}),
+        ):
+            w = split_weights(m, splits=splits, mode=mode, rule=rule, **kw, **extra)
+            assert w.shape == mask.shape
+            assert w.dtype == np.float64
+            assert np.all(w == 0.0), (mode, extra)
