@@ -790,3 +790,34 @@ def test_a_wrong_estimator_fails_the_check_that_reads_it(
 ) -> None:
     report = check_conformance(wrong, spec=spec, checks=[check], max_examples=30, shrink=False)
     assert [r.status for r in report.results] == ["failed"], report.summary()
+
+
+def _otb_exact(r: list[list[F]], w: list[list[F]], eps: F) -> list[list[F]]:
+    """The optimal token baseline's advantages of one group of full-length rows, in Fractions
+    from the docstring's formula: G the reward-to-go, W the running sum of w, and
+    B_t = Σ_i W_it G_it / (Σ_i W_it + ε)."""
+    n = len(r[0])
+    g = [[sum(row[t:], F(0)) for t in range(n)] for row in r]
+    big_w = [[sum(row[: t + 1], F(0)) for t in range(n)] for row in w]
+    base = [
+        sum((big_w[i][t] * g[i][t] for i in range(len(r))), F(0))
+        / (sum((big_w[i][t] for i in range(len(r))), F(0)) + eps)
+        for t in range(n)
+    ]
+    return [[g[i][t] - base[t] for t in range(n)] for i in range(len(r))]
+
+
+@pytest.mark.parametrize("eps", [F(0), F(1, 4), F(3)])
+def test_the_optimal_token_baseline_with_eps_by_exact_fractions(eps: F) -> None:
+    """ε in the baseline's denominator, against exact Fractions on a group without symmetry:
+    π = 1/2 with Σπ² = 1/2 (w = 1/2) and π = 1/4 with Σπ² = 3/8 (w = 7/8), rewards of unequal
+    sums (ε = 1/4: B = (40/13, 3))."""
+    logp = np.log([[0.5, 0.5], [0.25, 0.25]])
+    sq = [[0.5, 0.5], [0.375, 0.375]]
+    r = [[F(1), F(2)], [F(0), F(4)]]
+    w = [[F(1, 2), F(1, 2)], [F(7, 8), F(7, 8)]]
+    got = at.optimal_token_baseline_advantages(
+        np.array(r, dtype=float), logp, sq, group=[0, 0], mask=np.ones((2, 2)), eps=float(eps)
+    )
+    want = [[float(x) for x in row] for row in _otb_exact(r, w, eps)]
+    np.testing.assert_allclose(got, want, rtol=1e-15, atol=1e-15)
