@@ -463,7 +463,7 @@ def test_a_step_without_a_counted_token_weighs_nothing(rule: str) -> None:
     denominator='after_rejection') gets exact zeros of the mask's shape under every rule and mode,
     with no division by its zero token count (warnings are errors here)."""
     mask = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
-    splits = [[[0, 2], [1]], [[], []]]
+    splits: list[list[list[int]]] = [[[0, 2], [1]], [[], []]]
     for mode in AGGREGATION_MODES:
         kw: dict[str, Any] = {"constant": 4.0} if mode == "token_sum_norm" else {}
         if mode == "group_mean":
