@@ -149,18 +149,17 @@ _ADAPTERS: tuple[Adapter, ...] = (
     ),
 )
 
+#: grpo_loss_fn's settings on the path that skips the recompute and approximates the proximal
+#: log-probabilities.
+_LOSS_PATH = {"use_decoupled_loss": True, "prox_logp_method": "loglinear", "prox_logp": None}
+
 _ADAPTERS = (
     *_ADAPTERS,
     Adapter(
         key="areal.grpo_loss_prox_loglinear",
         framework="areal",
         function="areal.trainer.ppo.actor:grpo_loss_fn",
-        settings={
-            "use_decoupled_loss": True,
-            "prox_logp_method": "loglinear",
-            "prox_logp": None,
-            "current_version": "current_version",
-        },
+        settings={**_LOSS_PATH, "current_version": "current_version"},
         spec="proximal_logprobs",
         conventions={"method": "loglinear", "gradient": "stopped"},
         candidate=areal_grpo_loss_prox_loglinear,
@@ -214,9 +213,7 @@ _ADAPTERS = (
         framework="areal",
         function="areal.trainer.ppo.actor:grpo_loss_fn",
         settings={
-            "use_decoupled_loss": True,
-            "prox_logp_method": "loglinear",
-            "prox_logp": None,
+            **_LOSS_PATH,
             "current_version": "engine.get_version() (PPOActor.ppo_update)",
         },
         spec="proximal_logprobs",

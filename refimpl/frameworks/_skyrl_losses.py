@@ -307,6 +307,17 @@ _OVERFLOW = Divergence(
         "sum would keep it finite."
     ),
 )
+
+#: The uncapped ratio surrogates of an unclamped log-ratio (compute_policy_loss_kl_cov and
+#: importance_sampling_loss): the spec's drawn cap is a convention they cannot take, the overflow a
+#: defect.
+_UNCAPPED_UNCLAMPED = {
+    "values": _NO_CAP,
+    "gradient": _NO_CAP,
+    "ratios_at_clip_boundaries": _NO_CAP,
+    "padding_contributes_nothing": _OVERFLOW,
+    "huge_log_ratios_stay_finite": _OVERFLOW,
+}
 _UNCLAMPED = "exp(logp − logp_old) of the unclamped log-ratio"
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -409,13 +420,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="importance_weighted_pg",
         conventions={**_SCALAR},
         candidate=skyrl_kl_cov,
-        divergences={
-            "values": _NO_CAP,
-            "gradient": _NO_CAP,
-            "ratios_at_clip_boundaries": _NO_CAP,
-            "padding_contributes_nothing": _OVERFLOW,
-            "huge_log_ratios_stay_finite": _OVERFLOW,
-        },
+        divergences=_UNCAPPED_UNCLAMPED,
         note=f"ppo_kl_coef = 0: −A·ρ with {_UNCLAMPED}, summed.",
     ),
     Adapter(
@@ -426,13 +431,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         spec="importance_weighted_pg",
         conventions={**_SCALAR},
         candidate=skyrl_importance_sampling,
-        divergences={
-            "values": _NO_CAP,
-            "gradient": _NO_CAP,
-            "ratios_at_clip_boundaries": _NO_CAP,
-            "padding_contributes_nothing": _OVERFLOW,
-            "huge_log_ratios_stay_finite": _OVERFLOW,
-        },
+        divergences=_UNCAPPED_UNCLAMPED,
         note=f"Σ −A·ρ·mask with {_UNCLAMPED}.",
     ),
 )
