@@ -55,6 +55,22 @@ def verl_k1_sequence_mask(log_ratio: Tensor, *, low: float, high: float, mask: T
     return keep.to(log_ratio.dtype)
 
 
+def ppo_row_means(
+    logp: Tensor, logp_old: Tensor, advantages: Tensor, *, eps_low: float, eps_high: float | None,
+    dual_clip: float | None, mask: Tensor,
+) -> Tensor:  # fmt: skip
+    """PPO's clipped loss, each row's token mean as OpenRLHF 0.11.2's ``masked_mean(dim=-1)``
+    takes it (``openrlhf/models/utils.py``: ``(x·mask).sum(-1) / mask.sum(-1)``, no guard: an
+    empty row is 0/0), averaged over the rows; the log-ratio clamped to ±20."""
+    r = torch.exp(torch.clamp(logp - logp_old, -20.0, 20.0))
+    high = eps_low if eps_high is None else eps_high
+    loss = torch.maximum(-advantages * r, -advantages * torch.clamp(r, 1 - eps_low, 1 + high))
+    if dual_clip is not None:
+        loss = torch.where(advantages < 0, torch.minimum(loss, -advantages * dual_clip), loss)
+    loss = torch.where(mask > 0, loss, torch.zeros_like(loss))
+    return (loss.sum(-1) / mask.sum(-1)).mean()
+
+
 def areal_geometric(
     logp_prox: Tensor, logp_old: Tensor, *, low: float, high: float, cu_seqlens: Tensor
 ) -> Tensor:
@@ -121,6 +137,18 @@ CASES: list[tuple[str, Any, dict[str, Any], str]] = [
         "masked_is_geometric",
         areal_geometric,
         {"layout": "packed", "weight": "geometric", "nonfinite": "one"},
+        "",
+    ),
+    (
+        "ppo_clip",
+        ppo_row_means,
+        {
+            "log_ratio_clamp": 20.0,
+            "output": "scalar",
+            "aggregation": "seq_mean_token_mean",
+            "empty_rows": "excluded",
+            "empty_batch": "excluded",
+        },
         "",
     ),
     # the smallest counterexample has eta = 0, where counting versions spanned is undefined

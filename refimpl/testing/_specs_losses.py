@@ -241,11 +241,9 @@ _GARBAGE = (0.0, -1e4, 1e4, 1e30, -1e30, 88.0, -88.0, 1000.0)
 def _lengths(
     draw: st.DrawFn, batch: int, time: int, conv: Conventions, kind: Kind
 ) -> NDArray[np.int64]:
-    low = 1 if conv["empty_rows"] == "excluded" else 0
-    if kind == "padding":
-        low = min(max(low, 0), time - 1)
+    low = 1 if conv["empty_rows"] == "excluded" else 0  # no row of padding alone where excluded
     each = st.one_of(st.sampled_from(sorted({low, max(low, 1), time})), st.integers(low, time))
-    if kind == "padding":  # at least one padded entry
+    if kind == "padding":  # a padded entry in every row that can hold one
         each = st.integers(low, max(time - 1, low))
     lengths = np.asarray(draw(st.lists(each, min_size=batch, max_size=batch)), dtype=np.int64)
     if conv["empty_batch"] == "excluded" and lengths.max() == 0:
