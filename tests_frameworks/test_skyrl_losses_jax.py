@@ -44,13 +44,15 @@ def test_the_four_losses_load_from_the_installed_file_with_jax() -> None:
     assert jax.__version__ == "0.10.2"
 
 
-def test_there_is_one_jax_adapter_per_loss() -> None:
+def test_the_jax_adapters_are_the_four_losses_and_the_model_log_probabilities() -> None:
     jax_adapters = [a for a in adapters("skyrl") if a.xp == "jax.numpy"]
     assert sorted(a.key for a in jax_adapters) == [
         "skyrl.jax_cispo_loss",
         "skyrl.jax_cross_entropy_loss",
         "skyrl.jax_importance_sampling_loss",
         "skyrl.jax_ppo_loss",
+        "skyrl.tx_logprobs",  # the JAX models' log-probabilities (test_skyrl_tx_logprobs.py)
+        "skyrl.tx_logprobs_chunked",
     ]
     assert {a.dtype for a in jax_adapters} == {"float32"}
 

@@ -41,6 +41,7 @@ from refimpl.frameworks._skyrl_losses_more import ADAPTERS as _MORE
 from refimpl.frameworks._skyrl_losses_normalize import ADAPTERS as _NORMALIZE
 from refimpl.frameworks._skyrl_losses_reward import ADAPTERS as _REWARD
 from refimpl.frameworks._skyrl_losses_stats import ADAPTERS as _STATS
+from refimpl.frameworks._skyrl_losses_tx import ADAPTERS as _TX
 from refimpl.frameworks._skyrl_losses_worker import ADAPTERS as _WORKER
 from refimpl.frameworks._stubs import SOURCE_LOADS
 
@@ -455,6 +456,7 @@ ADAPTERS = tuple(
         *_NORMALIZE,
         *_REWARD,
         *_JAX,
+        *_TX,
     )
     if PPO_UTILS_LOADED or not a.function.startswith(f"{_PPO}:")
 )
