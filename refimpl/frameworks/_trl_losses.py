@@ -625,9 +625,11 @@ from refimpl.frameworks._trl_losses_gdpo import ADAPTERS as _GDPO  # noqa: E402
 from refimpl.frameworks._trl_losses_more import ADAPTERS as _MORE  # noqa: E402
 from refimpl.frameworks._trl_losses_rloo import ADAPTERS as _RLOO  # noqa: E402
 from refimpl.frameworks._trl_losses_sequence_soft import ADAPTERS as _SOFT  # noqa: E402
+from refimpl.frameworks._trl_losses_vllm_is import ADAPTERS as _VLLM_IS  # noqa: E402
 
 ADAPTERS = (
-    *ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES, *_RLOO, *_SOFT, *_GDPO, *_FUSED, *_A2PO
+    *ADAPTERS, *_AGGREGATION, *_MORE, *_ADVANTAGES, *_RLOO, *_SOFT, *_GDPO, *_FUSED, *_A2PO,
+    *_VLLM_IS,
 )  # fmt: skip
 
 __all__ = ["ADAPTERS", "grpo_inputs", "grpo_trainer"]
