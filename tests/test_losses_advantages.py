@@ -205,6 +205,46 @@ def test_grpo_z_score_of_fractions_is_float_from_the_exact_moments() -> None:
     np.testing.assert_array_equal(out, [-1.0, 0.0, 1.0])
 
 
+#: Rational rewards without symmetry (groups of 3, 2 and 1 of unequal spread, no value ±1).
+EXACT_REWARDS = [
+    Fraction(1, 3),
+    Fraction(5, 7),
+    Fraction(9, 4),
+    Fraction(-3, 8),
+    Fraction(2),
+    Fraction(7, 5),
+]
+EXACT_GROUPS = [0, 0, 0, 1, 1, 2]
+
+
+def _exact_mode_calls() -> list[tuple[str, dict[str, Any]]]:
+    """Every option of the advantage functions that take Fractions, with a float result."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+    for std in ("sample", "population"):
+        for placement in A._PLACEMENTS:
+            for eps in (0.0, 0.25):
+                common = {"std": std, "eps": eps, "eps_placement": placement}
+                for scope in A._SCOPES:
+                    for alone in ("zero", "raw"):
+                        options = {**common, "std_scope": scope, "singleton": alone}
+                        calls.append(("grpo_advantages", {"group": EXACT_GROUPS, **options}))
+                calls.append(("reinforce_pp_advantages", common))
+                calls.append(("reinforce_pp_advantages", {"group": EXACT_GROUPS, **common}))
+    return calls
+
+
+@pytest.mark.parametrize(("name", "options"), _exact_mode_calls())
+def test_fraction_rewards_give_the_float_result_under_every_option(
+    name: str, options: dict[str, Any]
+) -> None:
+    """Fraction rewards take the exact path for the mean and variance (group or batch scope);
+    its float result is the float path's up to rounding, under every option: a moment wrong only
+    in the exact path (a sum started at -1 instead of 0) moves it by far more."""
+    exact = getattr(A, name)(EXACT_REWARDS, **options)
+    floats = getattr(A, name)(np.array([float(x) for x in EXACT_REWARDS]), **options)
+    np.testing.assert_allclose(np.asarray(exact, dtype=np.float64), floats, rtol=1e-13, atol=1e-15)
+
+
 def test_grpo_batch_scope_uses_the_batch_std_of_raw_rewards_and_the_group_mean() -> None:
     # group means 1 and 4; batch mean 5/2, Σ(r − 5/2)² = 11, sample var 11/3 (TRL "batch")
     out = A.grpo_advantages([0.0, 2.0, 4.0, 4.0], group=[0, 0, 1, 1], eps=0.0, std_scope="batch")
