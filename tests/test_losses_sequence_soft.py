@@ -238,16 +238,19 @@ def test_padding_contributes_nothing() -> None:
     rejects(padding_is_inert(sapo_unmasked_mean))
 
 
+@pytest.mark.parametrize("size", [1e-300, 0.5, 3.0, 1e300])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_an_overflowing_gate_names_the_temperature_of_its_sign(sign: float) -> None:
+def test_an_overflowing_gate_names_the_temperature_of_its_sign(sign: float, size: float) -> None:
     """4/τ overflows at τ = 1e-320: the refusal names the temperature of the rows that overflow
     (tau_pos for A > 0, tau_neg for A < 0), with the other row and a zero advantage beside them;
-    the same τ on the other sign's rows, and on a row of A = 0, is accepted."""
+    the same τ on the other sign's rows, and on a row of A = 0, is accepted. The overflowing
+    advantage is sized from 1e-300 to 1e300, never ±1: the sign test reads A against 0, not
+    against ±1 (A = -0.5 is negative, A = 0.5 positive)."""
     z = np.zeros((3, 2))
     tiny, name = ("tau_pos", "tau_neg") if sign > 0 else ("tau_neg", "tau_pos")
-    adv = [sign, -sign, 0.0]
+    adv = [sign * size, -sign * 2.0, 0.0]
     with pytest.raises(InvalidArgument, match=rf"^{tiny} must give a finite gated loss"):
         sapo_sequence_loss(z, z, adv, **{tiny: 1e-320, name: 1.0})
-    terms = sapo_sequence_loss(z, z, [-sign, 0.0, -sign], **{tiny: 1e-320, name: 1.0})
+    terms = sapo_sequence_loss(z, z, [-sign * size, 0.0, -sign * 2.0], **{tiny: 1e-320, name: 1.0})
     assert np.all(np.isfinite(terms.loss))
     assert np.all(np.isfinite(terms.grad))
