@@ -4,7 +4,7 @@ With ``use_vllm=True`` and ``vllm_importance_sampling_correction=True``,
 ``GRPOTrainer._generate_and_score_completions`` (``trl/trainer/grpo_trainer.py``) weighs each
 completion by ``π_old/μ``, the trainer's recomputed log-probabilities against vLLM's sampling
 ones, in about forty inline lines between generation and reward scoring: there is no function to
-import. The adapters run that REAL method on the trainer
+import. The adapters run that method itself on the trainer
 :func:`~refimpl.frameworks._trl_losses_advantages.scoring_trainer` builds (made with ``__new__``:
 text only, single process, no environments, tools, images or KL), with the correction switched
 on, ``_generate`` returning each row's completion (its valid prefix of ``mask``) and the drawn
