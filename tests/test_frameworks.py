@@ -24,6 +24,8 @@ from refimpl.frameworks import (
     verl_off_policy_bound,
 )
 from refimpl.frameworks._matrix import (
+    CHECK_EXAMPLES,
+    MATRIX_EXAMPLES,
     MATRIX_PATH,
     SCHEMA,
     adapter_lines,
@@ -287,6 +289,31 @@ def committed_verdict(committed: dict[str, Any], key: str) -> str:
 def test_conformance_refuses_a_bad_example_count(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["conformance", "--max-examples", "0"]) == 2  # a bad option: a usage error
     assert "--max-examples must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ([], MATRIX_EXAMPLES),
+        (["--write"], MATRIX_EXAMPLES),
+        (["--check", "--write"], MATRIX_EXAMPLES),  # a written matrix is always searched in full
+        (["--check"], CHECK_EXAMPLES),  # CI's rerun: every committed divergence is replayed first
+        (["--check", "--max-examples", "7"], 7),
+    ],
+)
+def test_the_examples_per_check_default_to_fewer_only_for_cis_rerun(
+    flags: list[str], expected: int
+) -> None:
+    import argparse
+
+    from refimpl.frameworks.cli import _default_examples, configure
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(flags)
+    got = _default_examples(args) if args.max_examples is None else args.max_examples
+    assert got == expected
+    assert CHECK_EXAMPLES < MATRIX_EXAMPLES
 
 
 def test_conformance_names_what_to_install(

@@ -28,7 +28,7 @@ __all__ = ["configure", "run"]
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``refimpl conformance``."""
-    from refimpl.frameworks._matrix import MATRIX_EXAMPLES, MATRIX_PATH
+    from refimpl.frameworks._matrix import CHECK_EXAMPLES, MATRIX_EXAMPLES, MATRIX_PATH
     from refimpl.frameworks._registry import TESTED_VERSIONS
 
     parser.add_argument(
@@ -59,10 +59,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-examples",
         type=int,
-        default=MATRIX_EXAMPLES,
+        default=None,
         help=f"Hypothesis examples per check (default {MATRIX_EXAMPLES}, what the committed "
-        "matrix uses; another value is compared all the same)",
+        f"matrix is written with; {CHECK_EXAMPLES} under --check alone, where each committed "
+        "divergence is replayed first; another value is compared all the same)",
     )
+
+
+def _default_examples(args: argparse.Namespace) -> int:
+    """Examples per check when ``--max-examples`` is not given: fewer for CI's rerun
+    (``--check`` without ``--write``), which replays every committed divergence first."""
+    from refimpl.frameworks._matrix import CHECK_EXAMPLES, MATRIX_EXAMPLES
+
+    return CHECK_EXAMPLES if args.check and not args.write else MATRIX_EXAMPLES
 
 
 #: the exit status when torch or the frameworks to rerun are not installed: the gate fails
@@ -82,10 +91,11 @@ def run(args: argparse.Namespace) -> int:
     from refimpl.frameworks._registry import TESTED_VERSIONS, installed_version
     from refimpl.testing._conformance_plan import MAX_EXAMPLES
 
-    if not 1 <= args.max_examples <= MAX_EXAMPLES:
+    examples = _default_examples(args) if args.max_examples is None else args.max_examples
+    if not 1 <= examples <= MAX_EXAMPLES:
         return _fail(
             f"--max-examples must be >= 1 and <= {MAX_EXAMPLES}; got "
-            f"--max-examples={args.max_examples}. Pass e.g. --max-examples 100."
+            f"--max-examples={examples}. Pass e.g. --max-examples 100."
         )
     if importlib.util.find_spec("torch") is None:
         return _fail(
@@ -124,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
     # --check (CI) tries each committed counterexample first; --write searches every check anew
     replay = committed if args.check and not args.write else None
-    fresh = run_matrix(names, max_examples=args.max_examples, progress=progress, replay_from=replay)
+    fresh = run_matrix(names, max_examples=examples, progress=progress, replay_from=replay)
     found = changes(fresh, committed or {}, frameworks=names)
     if found:
         print(f"\n{len(found)} change(s) against {args.matrix}:")
