@@ -1,6 +1,6 @@
 """Conventions that say what a framework's loss does not do: token_logprobs under
 truncation='none' (a trainer's full-softmax log-probability: verl, TRL, OpenRLHF, AReaL) and
-ppo_clip under dual_clip=None (a clipped surrogate without a dual clip: TRL's async GRPO) pass with
+temperature='none' (no temperature= keyword, checked at T = 1: SkyRL's JAX models), and ppo_clip under dual_clip=None (a clipped surrogate without a dual clip: TRL's async GRPO) pass with
 the convention declared, and only then."""
 
 from __future__ import annotations
@@ -45,6 +45,72 @@ def test_ignoring_a_drawn_top_k_or_top_p_fails() -> None:
     report = check_conformance(
         ignores_the_sampler, spec="token_logprobs", xp="torch", dtype="float32", max_examples=10
     )
+    assert report["values"].status == "failed", report.summary()
+    assert report["gradient"].status == "failed", report.summary()
+
+
+def untempered(logits: Tensor, tokens: Tensor, *, mask: Tensor) -> Tensor:
+    """A full softmax that takes no temperature= (its caller divides, or nothing does)."""
+    return full_softmax(logits, tokens, temperature=1.0, mask=mask)
+
+
+def ignores_the_temperature(
+    logits: Tensor, tokens: Tensor, *, temperature: float, mask: Tensor
+) -> Tensor:
+    """The wrong variant under 'keyword': it takes temperature= and ignores it."""
+    return untempered(logits, tokens, mask=mask)
+
+
+def divides_anyway(logits: Tensor, tokens: Tensor, *, mask: Tensor) -> Tensor:
+    """The wrong variant under 'none': it divides by a temperature of its own, 0.7."""
+    return full_softmax(logits, tokens, temperature=0.7, mask=mask)
+
+
+FULL = {"truncation": "none"}
+
+
+def test_the_temperature_convention_is_the_entropys() -> None:
+    (mine,) = [c for c in conventions("token_logprobs") if c.key == "temperature"]
+    (entropy,) = [c for c in conventions("token_entropy") if c.key == "temperature"]
+    assert (mine.default, mine.choices, mine.meaning) == (
+        entropy.default, entropy.choices, entropy.meaning,
+    )  # fmt: skip
+    assert (mine.default, mine.choices) == ("keyword", ("keyword", "none"))
+    assert "SkyRL 0.3.0" in mine.who
+
+
+def test_a_log_softmax_without_temperature_passes_under_temperature_none() -> None:
+    report = check_conformance(
+        untempered, spec="token_logprobs", xp="torch", dtype="float32",
+        conventions={**FULL, "temperature": "none"}, max_examples=10,
+    )  # fmt: skip
+    report.raise_if_failed()
+    assert sum(r.status == "passed" for r in report.results) >= 4
+
+
+def test_a_missing_temperature_keyword_is_named_by_the_failure() -> None:
+    result = check_conformance(
+        untempered, spec="token_logprobs", xp="torch", dtype="float32", conventions=FULL,
+        max_examples=10, checks=["values"],
+    )["values"]  # fmt: skip
+    assert result.status == "raised", result.message
+    assert "conventions={'temperature': 'none'}" in result.message
+
+
+def test_ignoring_a_drawn_temperature_fails() -> None:
+    report = check_conformance(
+        ignores_the_temperature, spec="token_logprobs", xp="torch", dtype="float32",
+        conventions=FULL, max_examples=10,
+    )  # fmt: skip
+    assert report["values"].status == "failed", report.summary()
+    assert report["gradient"].status == "failed", report.summary()
+
+
+def test_dividing_by_a_temperature_of_its_own_fails_under_temperature_none() -> None:
+    report = check_conformance(
+        divides_anyway, spec="token_logprobs", xp="torch", dtype="float32",
+        conventions={**FULL, "temperature": "none"}, max_examples=10,
+    )  # fmt: skip
     assert report["values"].status == "failed", report.summary()
     assert report["gradient"].status == "failed", report.summary()
 

@@ -5,6 +5,9 @@ semantics: temperature on the logits, then top-k, then top-p on the renormalised
 The candidate is ``candidate(logits, tokens, *, temperature, top_k, top_p, mask)`` with logits
 ``(B, T, V)`` and integer tokens ``(B, T)``; it returns the per-token log-probability ``(B, T)``
 (``−inf`` for a token outside the kept support), differentiated with respect to the logits.
+Conventions say what it does not take: ``truncation="none"`` withholds ``top_k=`` and ``top_p=``
+(a trainer's full softmax), ``temperature="none"`` withholds ``temperature=`` (its caller divides
+the logits first, or nothing does) and checks it at ``T = 1``, as for ``token_entropy``.
 The drawn logits of a position are distinct (a shuffled grid), so top-k has no ties; a top-p
 boundary within the candidate's rounding of the cumulative mass may fall either way (the reference
 is also evaluated with ``top_p`` moved by that rounding).
@@ -17,6 +20,7 @@ Rounding-error model, with :math:`y = z/T`, :math:`\mu` the kept distribution: t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -33,6 +37,7 @@ from refimpl.testing._specs_losses import (
     resolve,
 )
 from refimpl.testing._specs_losses_checks import loss_spec
+from refimpl.testing._specs_losses_entropy import TEMPERATURE as _ENTROPY_TEMPERATURE
 from refimpl.testing.tolerances import summation_factor
 
 Array = NDArray[np.float64]
@@ -55,14 +60,25 @@ TRUNCATION = Convention(
     "is the full softmax's, whatever top-k or top-p the sampler used",
 )
 
+#: Whether the candidate takes ``temperature=`` (the meaning of ``token_entropy``'s convention).
+TEMPERATURE = dataclasses.replace(
+    _ENTROPY_TEMPERATURE,
+    who="none: SkyRL 0.3.0 LogitsProcessorMixin.logits_to_logprobs and compute_logprobs "
+    "(skyrl/tx/utils/logits_processor.py): the JAX backend's training step and its sampler's "
+    "reported log-probability (tx/utils/generator.py, _prefill_and_decode) pass the untempered "
+    "logits",
+)
+
 
 def _params(draw: st.DrawFn, vocab: int, conv: Conventions) -> dict[str, Any]:
-    temperature = draw(
-        st.one_of(
-            st.sampled_from([1.0, 0.7, 0.5, 2.0]),
-            st.floats(0.3, 3.0, allow_nan=False, allow_subnormal=False),
+    temperature = 1.0
+    if conv["temperature"] == "keyword":
+        temperature = draw(
+            st.one_of(
+                st.sampled_from([1.0, 0.7, 0.5, 2.0]),
+                st.floats(0.3, 3.0, allow_nan=False, allow_subnormal=False),
+            )
         )
-    )
     if conv["truncation"] == "none":
         return {"temperature": temperature, "top_k": None, "top_p": None}
     top_k = draw(st.one_of(st.none(), st.integers(1, vocab)))
@@ -204,7 +220,7 @@ def logprobs_spec() -> Spec:
         _no_params,
         on_policy=None,
         boundaries=False,
-        conventions=(TRUNCATION,),
+        conventions=(TRUNCATION, TEMPERATURE),
         draws=logprob_draw,
         shifted=_shift_top_p,
     )
@@ -213,4 +229,5 @@ def logprobs_spec() -> Spec:
 
 def _withheld(conv: Conventions) -> tuple[str, ...]:
     """The keywords a convention withholds from the candidate."""
-    return ("top_k", "top_p") if conv["truncation"] == "none" else ()
+    truncation = ("top_k", "top_p") if conv["truncation"] == "none" else ()
+    return truncation + (("temperature",) if conv["temperature"] == "none" else ())
