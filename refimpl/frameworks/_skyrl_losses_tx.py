@@ -10,11 +10,11 @@ which flattens the ``B·T`` positions, pads them with zeros to a multiple of the
 ``lm_head`` and ``logits_to_logprobs`` over the chunks with ``jax.lax.map`` (through
 ``jax.checkpoint`` when ``gradient_checkpointing`` is set) and drops the padding.
 
-Neither takes a temperature; the JAX backend has none on its log-probability path (training and
-the sampler's reported log-probability both use the untempered logits, ``tx/utils/generator.py``).
-The adapters divide the drawn logits by the drawn temperature before the call, as the adapters of
-the torch helpers without one do (``skyrl.logprobs_from_logits``): at ``T = 1``, SkyRL's own
-case, the division is the identity.
+Neither takes a temperature, and nothing divides the logits before them: the JAX backend has
+no temperature on its log-probability path (``_model_forward`` passes the model's untempered
+logits, and the sampler reports ``logits_to_logprobs`` of the untempered logits whatever
+temperature it sampled with, ``tx/utils/generator.py``). The adapters therefore declare
+``temperature="none"``: they receive no ``temperature=`` and are checked at ``T = 1``.
 
 The chunked adapter's model is the smallest object the mixin accepts: a subclass whose LM head is
 the identity (the hidden states are the drawn logits, so ``H = V`` and the chunk's logits are the
@@ -42,19 +42,18 @@ from refimpl.frameworks._registry import Adapter
 _MIXIN = "skyrl.tx.utils.logits_processor:LogitsProcessorMixin"
 
 
-def skyrl_tx_logprobs(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
-    """``LogitsProcessorMixin.logits_to_logprobs`` (the static gather − logsumexp) of
-    ``logits / temperature``, under ``jax.jit``; the mask is not read (padding is scored like any
-    position)."""
+def skyrl_tx_logprobs(logits: Any, tokens: Any, *, mask: Any) -> Any:
+    """``LogitsProcessorMixin.logits_to_logprobs`` (the static gather − logsumexp) of the logits,
+    under ``jax.jit``; the mask is not read (padding is scored like any position)."""
     import jax.numpy as jnp
 
-    return _jitted(0)(logits, jnp.asarray(tokens), temperature)
+    return _jitted(0)(logits, jnp.asarray(tokens))
 
 
 @functools.cache
 def _jitted(chunk_size: int) -> Any:
     """``logits_to_logprobs`` (``chunk_size = 0``) or ``compute_logprobs`` of the identity-head
-    model with chunks of ``chunk_size``, of ``z / t``, under ``jax.jit`` (as the backend runs them:
+    model with chunks of ``chunk_size``, under ``jax.jit`` (as the backend runs them:
     the generator's decode step and the training step are jitted); one per chunk size, so that
     jax's compilation cache serves every call of a shape it has seen."""
     import jax
@@ -64,7 +63,7 @@ def _jitted(chunk_size: int) -> Any:
         function = LogitsProcessorMixin.logits_to_logprobs
     else:
         function = identity_head_model(chunk_size).compute_logprobs
-    return jax.jit(lambda z, x, t: function(z / t, x))
+    return jax.jit(function)
 
 
 def identity_head_model(chunk_size: int) -> Any:
@@ -89,13 +88,12 @@ def identity_head_model(chunk_size: int) -> Any:
     return type("IdentityHead", (LogitsProcessorMixin,), methods)()
 
 
-def skyrl_tx_logprobs_chunked(logits: Any, tokens: Any, *, temperature: Any, mask: Any) -> Any:
+def skyrl_tx_logprobs_chunked(logits: Any, tokens: Any, *, mask: Any) -> Any:
     """``compute_logprobs`` of a model with the identity LM head and chunks of three positions,
-    under ``jax.jit``: ``_compute_chunked_logprobs`` on ``logits / temperature`` as the hidden
-    states."""
+    under ``jax.jit``: ``_compute_chunked_logprobs`` on the logits as the hidden states."""
     import jax.numpy as jnp
 
-    return _jitted(3)(logits, jnp.asarray(tokens), temperature)
+    return _jitted(3)(logits, jnp.asarray(tokens))
 
 
 ADAPTERS: tuple[Adapter, ...] = (
@@ -105,11 +103,11 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_MIXIN}.logits_to_logprobs",
         settings={},
         spec="token_logprobs",
-        conventions={"padding": "ignored", "truncation": "none"},
+        conventions={"padding": "ignored", "truncation": "none", "temperature": "none"},
         candidate=skyrl_tx_logprobs,
         dtype="float32",
         xp="jax.numpy",
-        note="take_along_axis(z, x) − logsumexp(z) in jax, of z = logits / T; padding not masked.",
+        note="take_along_axis(z, x) − logsumexp(z) in jax, no temperature; padding not masked.",
     ),
     Adapter(
         key="skyrl.tx_logprobs_chunked",
@@ -117,12 +115,13 @@ ADAPTERS: tuple[Adapter, ...] = (
         function=f"{_MIXIN}._compute_chunked_logprobs",
         settings={"loss_chunk_size": 3, "gradient_checkpointing": True},
         spec="token_logprobs",
-        conventions={"padding": "ignored", "truncation": "none"},
+        conventions={"padding": "ignored", "truncation": "none", "temperature": "none"},
         candidate=skyrl_tx_logprobs_chunked,
         dtype="float32",
         xp="jax.numpy",
         note="compute_logprobs with the identity LM head: B·T positions in zero-padded chunks of "
-        "three, jax.lax.map of logits_to_logprobs under jax.checkpoint; padding not masked.",
+        "three, jax.lax.map of logits_to_logprobs under jax.checkpoint, no temperature; padding "
+        "not masked.",
     ),
 )
 
