@@ -33,6 +33,11 @@ a whole check pays the ranks' start once, about a second); a call outside a sess
 stops its own pool. Every wait has a timeout (:data:`WAIT`); a rank that dies raises with its exit
 code, one that raises sends its traceback; after any failure the pool is torn down (and started
 again by the next call), and at the session's end no rank is left.
+
+The fused entry runs chunks of 64 positions, not the three of the one-rank fused entries (which
+check the chunking itself): a drawn row of 4096 positions gives each rank 2050, crossed by 32
+chunk boundaries and ending in a chunk of two, at about a tenth of the CPU of chunks of three
+(0.08 s against 0.8 s of the ranks' CPU per call).
 """
 
 from __future__ import annotations
@@ -334,7 +339,7 @@ def skyrl_megatron_hidden_logprobs_packed_cp(
     logits: Any, tokens: Any, *, temperature: Any, mask: Any, cotangent: Any
 ) -> tuple[Any, Any]:
     """``from_parallel_hidden_to_logprobs_packed_sequences`` (hidden = the packed logits,
-    weight = ``I``), ``chunk_size=3``, ``fused_backend="torch"``, on two context-parallel ranks."""
+    weight = ``I``), ``chunk_size=64``, ``fused_backend="torch"``, on two context-parallel ranks."""
     from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (
         from_parallel_hidden_to_logprobs_packed_sequences as function,
     )
@@ -344,7 +349,7 @@ def skyrl_megatron_hidden_logprobs_packed_cp(
 
     rows = (appended(logits), shifted_tokens(tokens), cotangent)
     value, grad = context_parallel(
-        function, *rows, head=True, chunk_size=3, temperature=float(temperature)
+        function, *rows, head=True, chunk_size=64, temperature=float(temperature)
     )
     return value, grad[:, :-1]
 
@@ -377,7 +382,7 @@ ADAPTERS: tuple[Adapter, ...] = (
         "from_parallel_hidden_to_logprobs_packed_sequences",
         skyrl_megatron_hidden_logprobs_packed_cp,
         "Fused LM head on packed rows on two context-parallel gloo ranks, hidden = logits and "
-        "weight = I, chunks of three positions; the gradient summed over the ranks.",
+        "weight = I, chunks of 64 positions; the gradient summed over the ranks.",
     ),
 )
 
