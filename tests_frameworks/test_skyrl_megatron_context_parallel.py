@@ -29,8 +29,8 @@ import pytest
 import torch
 
 from refimpl.frameworks import _skyrl_megatron_cp as cp
-from refimpl.frameworks import check, install_stubs
-from refimpl.losses.logprobs import token_logprobs
+from refimpl.frameworks import adapter, check, install_stubs
+from refimpl.losses.logprobs import token_logprobs, token_logprobs_grad
 
 install_stubs()
 from skyrl.backends.skyrl_train.distributed.megatron import model_utils  # noqa: E402
@@ -150,6 +150,23 @@ def test_a_call_without_a_session_starts_and_stops_its_own_ranks() -> None:
     expected_value, expected_grad = _expected()
     assert value.numpy() == pytest.approx(expected_value, abs=TOL)
     assert grad.numpy() == pytest.approx(expected_grad, abs=TOL)
+    assert _children() == []
+
+
+@pytest.mark.parametrize(
+    "key", ["skyrl.megatron_logprobs_packed_cp", "skyrl.megatron_hidden_logprobs_packed_cp"]
+)
+def test_the_reproductions_candidate_runs_without_a_session(key: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(adapter(key).setup, namespace)  # the adapter's source, as a reproduction pastes it
+    logits, tokens = LOGITS[:, :4], SEQUENCES[:, 1:]  # position t scores tokens[t] here
+    value, grad = namespace["candidate"](
+        logits, tokens, temperature=0.5, mask=torch.ones(2, 4), cotangent=COTANGENT
+    )
+    z, x = logits.numpy(), tokens.numpy()
+    assert value.numpy() == pytest.approx(token_logprobs(z, x, temperature=0.5), abs=TOL)
+    want = token_logprobs_grad(z, x, temperature=0.5, cotangent=COTANGENT.numpy())
+    assert grad.numpy() == pytest.approx(want, abs=TOL)
     assert _children() == []
 
 
