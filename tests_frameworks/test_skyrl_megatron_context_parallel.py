@@ -170,6 +170,21 @@ def test_the_reproductions_candidate_runs_without_a_session(key: str) -> None:
     assert _children() == []
 
 
+def test_the_ranks_start_after_megatron_ran_here_and_not_inside_its_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from refimpl.frameworks._skyrl_losses_megatron import megatron_on_cpu
+
+    monkeypatch.setattr(cp, "WAIT", 30.0)  # a rank that hangs on an inherited group fails here
+    with megatron_on_cpu(), pytest.raises(RuntimeError, match=r"torch\.distributed group"):
+        _call()
+    # megatron's state was set up and torn down in this process: the forked ranks inherit what
+    # destroy_model_parallel leaves
+    value, _ = _call()
+    assert value.numpy() == pytest.approx(_expected()[0], abs=TOL)
+    assert _children() == []
+
+
 def test_a_rank_that_dies_fails_the_call_with_its_exit_code() -> None:
     with cp.context_parallel_session():
         _call()

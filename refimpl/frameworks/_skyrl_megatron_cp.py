@@ -165,9 +165,9 @@ class RankPool:
 
         if dist.is_available() and dist.is_initialized():
             raise RuntimeError(
-                "the context-parallel ranks are forked from a process without a torch.distributed "
-                "group, and this one has one: call outside megatron_on_cpu() or any "
-                "init_process_group()"
+                "the context-parallel ranks are forked from this process, which is in a "
+                "torch.distributed group: start them outside megatron_on_cpu() (or after "
+                "destroy_process_group())"
             )
         context = multiprocessing.get_context("fork")
         self.folder = tempfile.TemporaryDirectory()
@@ -223,7 +223,10 @@ class RankPool:
                 break
             dead = [p.exitcode for p in self.ranks if p.exitcode is not None]
             if dead:
-                raise RuntimeError(f"a context-parallel rank exited, exit codes {dead}")
+                raise RuntimeError(
+                    f"a context-parallel rank exited, exit codes {dead} (its traceback, if any, "
+                    f"is on stderr; 0: it heard nothing for {IDLE:.0f} s)"
+                )
             if left <= 0.0:
                 raise TimeoutError(f"the context-parallel ranks did not answer in {WAIT:.0f} s")
         return [answers[r] for r in range(CP)]
