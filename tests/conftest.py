@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -136,3 +137,18 @@ def quick_lab(tmp_path_factory: pytest.TempPathFactory) -> QuickLab:
         got["args"], got["returncode"], stdout=got["stdout"], stderr=got["stderr"]
     )
     return QuickLab(Path(got["cwd"]), result, got["compiled"])
+
+
+@pytest.fixture
+def python_ctrl_c() -> Iterator[None]:
+    """Ctrl-C as Python installs it: ``KeyboardInterrupt`` from SIGINT, for the test's length.
+
+    Python installs that handler only when SIGINT was not ignored at its start; a shell without
+    job control (``cmd &``, ``nohup``) starts pytest with SIGINT ignored, and refimpl then leaves
+    the caller's choice alone. The tests of what a Ctrl-C does take Python's handler as given, so
+    they set it here instead of depending on how pytest was started."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -133,6 +133,7 @@ def presses_ctrl_c(s: ArrayLike, *, eta: int) -> Any:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="no SIGINT on this platform")
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_a_real_ctrl_c_during_a_candidate_call_still_stops_the_run() -> None:
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):

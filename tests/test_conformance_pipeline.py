@@ -325,6 +325,7 @@ def test_a_keyboard_interrupt_is_the_candidate_s_only_inside_user_interrupts() -
         call_candidate(interrupt, (), {})
 
 
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_user_interrupts_restores_the_handler_it_wrapped() -> None:
     before = signal.getsignal(signal.SIGINT)
     with user_interrupts():

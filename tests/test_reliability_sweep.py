@@ -225,10 +225,12 @@ def check_ctrl_c_stops_a_serial_sweep() -> None:
     raise AssertionError(f"a Ctrl-C did not stop the sweep: {table.column('status').to_pylist()}")
 
 
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_ctrl_c_still_stops_a_serial_sweep() -> None:
     check_ctrl_c_stops_a_serial_sweep()
 
 
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_the_ctrl_c_check_rejects_a_handler_that_raises_a_plain_keyboard_interrupt(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
