@@ -1,24 +1,39 @@
-"""SkyRL's Megatron packed log-probabilities with context parallelism, run on two gloo ranks.
+"""SkyRL's Megatron packed log-probabilities with context parallelism, on two gloo ranks, and the
+pool of ranks that serves the entries ``skyrl.megatron_logprobs_packed_cp`` and
+``skyrl.megatron_hidden_logprobs_packed_cp``.
 
 ``AllGatherPackedCPTensor`` is reached only with a context-parallel size above one, which the
-one-rank session of the Megatron entries cannot give; two spawned processes take about 25 s of
-wall, too slow for a Hypothesis check per example, so this fixed input pins the path (value and
-gradient) against the reference. Two rows of five positions (four scored: position ``t`` scores
+one-rank session of the Megatron entries cannot give. A fixed input pins the path (value and
+gradient) against the reference: two rows of five positions (four scored: position ``t`` scores
 token ``t + 1``, the last position is dropped) are padded to eight, so each rank holds chunks of
 two positions of each row (rank 0 positions 0–1 and 6–7, rank 1 positions 2–5), and the gathered
 log-probabilities must come back in sequence order. The softmax of each scored position is a table
 of powers of two (logits ``ln p``, plus 4 at one position), so each log-probability is
 ``ln p[x]`` and its gradient ``c·(onehot(x) − p)``, and the unscored last position gets none.
+
+The pool's own tests: one pair of ranks serves a session's calls and none is left after it (nor
+after a check), a call without a session starts and stops its own, a rank that dies, hangs or
+raises ends the call with its exit code, a timeout or its traceback, and two wrong variants (the
+ranks' shares swapped, the gradient of one rank only) fail the entry's checks.
 """
 
 from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from refimpl.frameworks._skyrl_megatron_cp import _sharded, context_parallel_logprobs
-from refimpl.losses.logprobs import token_logprobs
+from refimpl.frameworks import _skyrl_megatron_cp as cp
+from refimpl.frameworks import adapter, check, install_stubs
+from refimpl.losses.logprobs import token_logprobs, token_logprobs_grad
+
+install_stubs()
+from skyrl.backends.skyrl_train.distributed.megatron import model_utils  # noqa: E402
 
 P = np.array(
     [
@@ -46,9 +61,25 @@ def _expected() -> tuple[np.ndarray, np.ndarray]:
     return value, grad
 
 
+FUNCTIONS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "logits": (model_utils.from_parallel_logits_to_logprobs_packed_sequences, {}),
+    "fused_hidden": (  # the torch fused LM head, chunks of three positions
+        model_utils.from_parallel_hidden_to_logprobs_packed_sequences,
+        {"head": True, "chunk_size": 3},
+    ),
+}
+
+
 @pytest.fixture(scope="module")
 def ranks() -> dict[str, tuple[list[torch.Tensor], torch.Tensor]]:
-    return context_parallel_logprobs(LOGITS, SEQUENCES, COTANGENT)
+    out = {}
+    with cp.context_parallel_session():
+        for name, (function, options) in FUNCTIONS.items():
+            values, grads = cp.context_parallel_ranks(
+                function, LOGITS, SEQUENCES, COTANGENT, **options
+            )
+            out[name] = values, sum(grads[1:], grads[0])
+    return out
 
 
 @pytest.fixture(params=["logits", "fused_hidden"])
@@ -79,9 +110,131 @@ def test_the_gradient_summed_over_the_ranks_is_each_logits_once(
 
 
 def test_each_rank_holds_the_first_and_last_chunk_of_its_index() -> None:
-    from refimpl.frameworks import install_stubs
-
-    install_stubs()
     positions = torch.arange(10).reshape(2, 5, 1) + 1  # 0 marks padding
-    shares = [_sharded(positions, rank)[0, :, 0].tolist() for rank in (0, 1)]
+    shares = [cp._sharded(positions, rank)[0, :, 0].tolist() for rank in (0, 1)]
     assert shares == [[1, 2, 0, 0, 6, 7, 0, 0], [3, 4, 5, 0, 8, 9, 10, 0]]
+
+
+def _children() -> list[int]:
+    """The processes this one started that have not been reaped (a zombie counts)."""
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    return [int(pid) for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+
+
+def _call(**keywords: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    function = model_utils.from_parallel_logits_to_logprobs_packed_sequences
+    return cp.context_parallel(function, LOGITS, SEQUENCES, COTANGENT, **keywords)
+
+
+def test_a_session_serves_every_call_from_one_pair_of_ranks_and_leaves_none() -> None:
+    assert _children() == []
+    with cp.context_parallel_session():
+        value, _ = _call()
+        started = _children()
+        with cp.context_parallel_session():  # re-entrant: the outer pool serves the inner block
+            again, _ = _call()
+        assert _children() == started
+        assert len(started) == cp.CP
+    assert _children() == []
+    assert torch.equal(value, again)
+
+
+def test_a_check_leaves_no_rank_alive() -> None:
+    report = check("skyrl.megatron_logprobs_packed_cp", max_examples=5, checks=["values"])
+    assert report.ok, report
+    assert _children() == []
+
+
+def test_a_call_without_a_session_starts_and_stops_its_own_ranks() -> None:
+    value, grad = _call()
+    expected_value, expected_grad = _expected()
+    assert value.numpy() == pytest.approx(expected_value, abs=TOL)
+    assert grad.numpy() == pytest.approx(expected_grad, abs=TOL)
+    assert _children() == []
+
+
+@pytest.mark.parametrize(
+    "key", ["skyrl.megatron_logprobs_packed_cp", "skyrl.megatron_hidden_logprobs_packed_cp"]
+)
+def test_the_reproductions_candidate_runs_without_a_session(key: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(adapter(key).setup, namespace)  # the adapter's source, as a reproduction pastes it
+    logits, tokens = LOGITS[:, :4], SEQUENCES[:, 1:]  # position t scores tokens[t] here
+    value, grad = namespace["candidate"](
+        logits, tokens, temperature=0.5, mask=torch.ones(2, 4), cotangent=COTANGENT
+    )
+    z, x = logits.numpy(), tokens.numpy()
+    assert value.numpy() == pytest.approx(token_logprobs(z, x, temperature=0.5), abs=TOL)
+    want = token_logprobs_grad(z, x, temperature=0.5, cotangent=COTANGENT.numpy())
+    assert grad.numpy() == pytest.approx(want, abs=TOL)
+    assert _children() == []
+
+
+def test_the_ranks_start_after_megatron_ran_here_and_not_inside_its_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from refimpl.frameworks._skyrl_losses_megatron import megatron_on_cpu
+
+    monkeypatch.setattr(cp, "WAIT", 30.0)  # a rank that hangs on an inherited group fails here
+    with megatron_on_cpu(), pytest.raises(RuntimeError, match=r"torch\.distributed group"):
+        _call()
+    # megatron's state was set up and torn down in this process: the forked ranks inherit what
+    # destroy_model_parallel leaves
+    value, _ = _call()
+    assert value.numpy() == pytest.approx(_expected()[0], abs=TOL)
+    assert _children() == []
+
+
+def test_a_rank_that_dies_fails_the_call_with_its_exit_code() -> None:
+    with cp.context_parallel_session():
+        _call()
+        (victim, _) = _children()
+        os.kill(victim, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match=r"exit codes \[-9\]"):
+            _call()
+        value, _ = _call()  # the next call starts a new pair
+        assert value.numpy() == pytest.approx(_expected()[0], abs=TOL)
+    assert _children() == []
+
+
+def test_a_rank_that_does_not_answer_fails_the_call_after_the_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time
+
+    monkeypatch.setattr(cp, "WAIT", 2.0)
+    monkeypatch.setattr(cp, "_answer", lambda *_: time.sleep(60.0))  # forked with the ranks
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not answer in 2 s"):
+        _call()
+    assert time.monotonic() - start < 30.0
+    assert _children() == []
+
+
+def test_a_rank_that_raises_fails_the_call_with_its_traceback() -> None:
+    function = model_utils.from_parallel_logits_to_logprobs_packed_sequences
+    with pytest.raises(RuntimeError, match=r"(?s)rank raised.*Traceback.*grad"):
+        cp.context_parallel(function, LOGITS, SEQUENCES, COTANGENT[:, :2])  # a wrong cotangent
+    assert _children() == []
+
+
+def test_the_ranks_shares_swapped_fail_the_value_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    sharded = cp._sharded
+    # each rank computes the other's positions (the ranks are forked with the patch)
+    monkeypatch.setattr(cp, "_sharded", lambda x, rank: sharded(x, cp.CP - 1 - rank))
+    report = check("skyrl.megatron_logprobs_packed_cp", max_examples=10, checks=["values"])
+    assert report["values"].status == "failed", report
+
+
+def test_the_gradient_of_one_rank_only_fails_the_gradient_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ranks = cp.context_parallel_ranks
+
+    def one_rank(*args: Any, **keywords: Any) -> tuple[list[Any], list[Any]]:
+        values, grads = ranks(*args, **keywords)
+        return values, [grads[0], *(torch.zeros_like(g) for g in grads[1:])]
+
+    monkeypatch.setattr(cp, "context_parallel_ranks", one_rank)
+    report = check("skyrl.megatron_logprobs_packed_cp", max_examples=10, checks=["gradient"])
+    assert report["gradient"].status == "failed", report

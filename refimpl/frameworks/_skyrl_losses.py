@@ -43,6 +43,7 @@ from refimpl.frameworks._skyrl_losses_reward import ADAPTERS as _REWARD
 from refimpl.frameworks._skyrl_losses_stats import ADAPTERS as _STATS
 from refimpl.frameworks._skyrl_losses_tx import ADAPTERS as _TX
 from refimpl.frameworks._skyrl_losses_worker import ADAPTERS as _WORKER
+from refimpl.frameworks._skyrl_megatron_cp import ADAPTERS as _MEGATRON_CP
 from refimpl.frameworks._stubs import SOURCE_LOADS
 
 _PPO = "skyrl.backends.skyrl_train.utils.ppo_utils"
@@ -453,6 +454,7 @@ ADAPTERS = tuple(
         *_MEGATRON,
         *_MEGATRON_LOGPROBS,
         *_MEGATRON_PACKED,
+        *_MEGATRON_CP,
         *_NORMALIZE,
         *_REWARD,
         *_JAX,

@@ -15,29 +15,46 @@ position back in sequence order; its backward hands each rank the cotangent of i
 only (every rank holds the same gathered output and loss, so each logit's gradient is counted once,
 on the rank that owns it).
 
-:func:`context_parallel_logprobs` runs this for real: two spawned processes, a gloo group over a
-file store, megatron's model-parallel state with ``context_parallel_size=2`` (tensor-parallel size
-1, the whole vocabulary on each rank). Each rank pads every row to a multiple of 4, keeps its two
-chunks of each with SkyRL's ``_get_tokens_on_this_cp_rank`` (the same layout as
-``preprocess_packed_seqs``, which pads only the last axis and so takes token ids, not logits),
-calls the function with the full packed targets and the all-ones attention mask, and
-back-propagates the cotangent to its share of the logits; the gradient is the sum of the ranks'.
+:func:`context_parallel_ranks` runs this for real on a :class:`RankPool`: two processes forked from
+this one (which has imported torch, megatron and SkyRL: a spawned rank would import them again,
+about 11 s of CPU each), a gloo group over a file store, megatron's model-parallel state with
+``context_parallel_size=2`` (tensor-parallel size 1, the whole vocabulary on each rank). Each call
+is sent to both ranks over pipes; each rank pads every row to a multiple of 4, keeps its two chunks
+of each with SkyRL's ``_get_tokens_on_this_cp_rank`` (the same layout as ``preprocess_packed_seqs``,
+which pads only the last axis and so takes token ids, not logits), calls the function with the full
+packed targets and the all-ones attention mask, back-propagates the cotangent to its share of the
+logits, and answers its gathered values and its gradient; the gradient is the sum of the ranks'.
 The packed targets are built as ``_build_packed_targets`` builds them (each row's tokens at its
 ``cu_seqlens_padded`` offset), by hand: ``megatron_model_wrapper`` imports ``skyrl_gym``, which is
-not installed. Spawning two processes that import torch, megatron and SkyRL takes about 25 s of
-wall, so the path is checked by a framework test on a fixed input, not by a matrix entry (a
-Hypothesis check would pay it per example, or need a pool of ranks kept alive across calls).
+not installed.
+
+The pool lives for one :func:`context_parallel_session` (the adapters' :attr:`Adapter.session`, so
+a whole check pays the ranks' start once, about a second); a call outside a session starts and
+stops its own pool. Every wait has a timeout (:data:`WAIT`); a rank that dies raises with its exit
+code, one that raises sends its traceback; after any failure the pool is torn down (and started
+again by the next call), and at the session's end no rank is left.
+
+The fused entry runs chunks of 64 positions, not the three of the one-rank fused entries (which
+check the chunking itself): a drawn row of 4096 positions gives each rank 2050, crossed by 32
+chunk boundaries and ending in a chunk of two, at about a tenth of the CPU of chunks of three
+(0.08 s against 0.8 s of the ranks' CPU per call).
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from refimpl.frameworks._registry import Adapter
+from refimpl.frameworks._skyrl_losses_megatron_packed import _LOGPROBS, _UTILS
+
 CP = 2  # the context-parallel size (and number of ranks)
 ALIGN = 2 * CP  # tp · cp · 2 with tp = 1
+WAIT = 120.0  # seconds: the longest wait for a rank's start or answer, and gloo's timeout
+IDLE = 900.0  # seconds: a rank that hears nothing this long (its parent hung) exits
 
 
 def _sharded(x: Any, rank: int) -> Any:
@@ -58,104 +75,324 @@ def _sharded(x: Any, rank: int) -> Any:
     return torch.cat(shares, dim=1)
 
 
-def _rank(rank: int, store: str, args: tuple[Any, Any, Any], queue: Any) -> None:
-    """One context-parallel rank: each function's value and this rank's share of its gradient."""
+def _answer(rank: int, request: tuple[Any, ...], groups: dict[str, Any]) -> tuple[Any, Any]:
+    """One call on one rank: its gathered log-probabilities and its share of the gradient of
+    ``Σ cotangent·logp`` with respect to the (unsharded) logits, as numpy arrays."""
+    import torch
+
+    function, head, keywords, divisor, logits, sequences, cotangent = request
+    z = torch.from_numpy(logits).requires_grad_(True)
+    rows, width, vocab = (int(n) for n in z.shape)
+    padded = -(-width // ALIGN) * ALIGN
+    cu = torch.arange(rows + 1, dtype=torch.int32) * padded
+    targets = torch.nn.functional.pad(torch.from_numpy(sequences), (0, padded - width))
+    weight = (torch.eye(vocab, dtype=z.dtype),) if head else ()  # hidden states = logits
+    mask = torch.ones(rows, width, dtype=torch.bool)
+    logp = function(
+        _sharded(z / divisor, rank), *weight, targets.reshape(1, -1), cu, width, 0, vocab,
+        attention_mask=mask, **groups, **keywords,
+    )  # fmt: skip
+    cot = torch.from_numpy(cotangent).to(logp.dtype)
+    (grad,) = torch.autograd.grad(logp, z, grad_outputs=cot)
+    return logp.detach().numpy(), grad.numpy()
+
+
+_INHERITED: list[Any] = []  # in a rank: the process groups it was forked with, never freed
+
+
+def _serve(rank: int, store: str, conn: Any, inherited: list[Any]) -> None:
+    """One context-parallel rank (a forked process): join the group, then answer each request
+    until told to stop, the parent's end closes, or :data:`IDLE` passes without one."""
+    import datetime
     import importlib
+    import traceback
     import warnings
 
     import torch
     import torch.distributed as dist
 
-    from refimpl.frameworks import install_stubs
-
+    for other in inherited:  # the parent's ends: without them a dead parent reads as EOF here
+        other.close()
+    torch.set_num_threads(1)  # OpenMP's threads are not forked with the process
     warnings.simplefilter("ignore")
-    install_stubs()
-    # megatron is imported by name: it is installed only with the Megatron extra
     mpu = importlib.import_module("megatron.core.parallel_state")
-    from skyrl.backends.skyrl_train.distributed.megatron import model_utils
-
-    logits, sequences, cotangent = args
+    # megatron's destroy_model_parallel leaves _INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP (and its
+    # gloo twin) set: inherited from a parent that ran megatron before, a group freed here would
+    # join threads that were not forked and hang, so the rank keeps them (it ends by os._exit)
+    _INHERITED.extend(v for v in vars(mpu).values() if isinstance(v, dist.ProcessGroup))
     files = dist.FileStore(store, CP)  # type: ignore[attr-defined]
-    dist.init_process_group("gloo", store=files, rank=rank, world_size=CP)
+    timeout = datetime.timedelta(seconds=WAIT)
+    dist.init_process_group("gloo", store=files, rank=rank, world_size=CP, timeout=timeout)
     mpu.initialize_model_parallel(context_parallel_size=CP)
     try:
-        rows, width, vocab = (int(n) for n in logits.shape)
-        padded = -(-width // ALIGN) * ALIGN
-        cu = torch.arange(rows + 1, dtype=torch.int32) * padded
-        targets = torch.nn.functional.pad(sequences, (0, padded - width)).reshape(1, -1)
         groups = {
             "group": mpu.get_tensor_model_parallel_group(),
             "inference_only": False,
             "cp_group": mpu.get_context_parallel_group(),
-            "attention_mask": torch.ones(rows, width, dtype=torch.bool),
         }
-        eye = torch.eye(vocab, dtype=logits.dtype)  # the fused head: hidden states = logits
-        calls: dict[str, Callable[[Any], Any]] = {
-            "logits": lambda z: model_utils.from_parallel_logits_to_logprobs_packed_sequences(
-                _sharded(z, rank), targets, cu, width, 0, vocab, **groups
-            ),
-            "fused_hidden": lambda z: model_utils.from_parallel_hidden_to_logprobs_packed_sequences(
-                _sharded(z, rank), eye, targets, cu, width, 0, vocab, chunk_size=3, **groups
-            ),
-        }
-        for name, call in calls.items():
-            z = logits.detach().clone().requires_grad_(True)
-            logp = call(z)
-            (grad,) = torch.autograd.grad(logp, z, grad_outputs=cotangent.to(logp.dtype))
-            queue.put((name, rank, logp.detach().double().tolist(), grad.double().tolist()))
+        conn.send("ready")
+        while conn.poll(IDLE):
+            request = conn.recv()
+            if request is None:
+                break
+            try:
+                conn.send(("ok", _answer(rank, request, groups)))
+            except Exception:
+                conn.send(("raised", traceback.format_exc()))
+    except EOFError:  # the parent is gone
+        pass
     finally:
         mpu.destroy_model_parallel()
         dist.destroy_process_group()
 
 
-def context_parallel_logprobs(
-    logits: Any, sequences: Any, cotangent: Any
-) -> dict[str, tuple[list[Any], Any]]:
-    """The packed log-probabilities of ``sequences`` (``(B, S)``: position ``t`` scores token
-    ``t + 1``) under ``logits`` (``(B, S, V)``) on two context-parallel gloo ranks: for each
-    function, each rank's value and the gradient of ``Σ cotangent·logp`` (``(B, S − 1)``) summed
-    over the ranks.
+class RankPool:
+    """Two context-parallel ranks kept alive across calls, each served over a pipe.
 
-    ``"logits"`` is ``from_parallel_logits_to_logprobs_packed_sequences``; ``"fused_hidden"`` is
-    ``from_parallel_hidden_to_logprobs_packed_sequences`` (the torch fused LM head, chunks of three
-    positions) with the logits as the hidden states and the identity as the weight.
-    """
-    import torch
-    import torch.multiprocessing as mp
+    Started by the first :meth:`call`; :meth:`close` stops and reaps both (also after a
+    failure, which :meth:`call` follows with a close, so the next call starts afresh)."""
 
-    context = mp.get_context("spawn")
-    queue = context.Queue()
-    with tempfile.TemporaryDirectory() as folder:
-        store = str(Path(folder) / "store")
-        args = (logits.detach(), sequences, cotangent)
-        ranks = [context.Process(target=_rank, args=(r, store, args, queue)) for r in range(CP)]
-        for process in ranks:
+    def __init__(self) -> None:
+        self.ranks: list[Any] = []
+        self.conns: list[Any] = []
+        self.folder: tempfile.TemporaryDirectory[str] | None = None
+
+    def start(self) -> None:
+        """Fork the ranks and wait until both have joined the group."""
+        import multiprocessing
+
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            raise RuntimeError(
+                "the context-parallel ranks are forked from this process, which is in a "
+                "torch.distributed group: start them outside megatron_on_cpu() (or after "
+                "destroy_process_group())"
+            )
+        context = multiprocessing.get_context("fork")
+        self.folder = tempfile.TemporaryDirectory()
+        store = str(Path(self.folder.name) / "store")
+        pipes = [context.Pipe() for _ in range(CP)]
+        parents = [mine for mine, _ in pipes]
+        self.conns = parents
+        for rank, (_, theirs) in enumerate(pipes):
+            process = context.Process(target=_serve, args=(rank, store, theirs, parents))
+            process.daemon = True  # never outlives this process, whatever happens
             process.start()
-        results = sorted(_collect(queue, ranks, 2 * CP))
-    out: dict[str, tuple[list[Any], Any]] = {}
-    for name in ("logits", "fused_hidden"):
-        mine = [(value, grad) for n, _, value, grad in results if n == name]
-        values = [torch.tensor(value, dtype=torch.float64) for value, _ in mine]
-        out[name] = values, sum(torch.tensor(grad, dtype=torch.float64) for _, grad in mine)
-    return out
+            theirs.close()
+            self.ranks.append(process)
+        self._answers()
 
-
-def _collect(queue: Any, ranks: list[Any], count: int) -> list[Any]:
-    """Each rank's result, or the exit codes of the ranks that failed (their traceback is on
-    stderr) rather than a wait for results that will not come."""
-    import queue as queues
-
-    results: list[Any] = []
-    while len(results) < count:
+    def call(self, request: tuple[Any, ...]) -> list[Any]:
+        """Each rank's answer to ``request`` (:func:`_answer`'s), in rank order."""
         try:
-            results.append(queue.get(timeout=1.0))
-        except queues.Empty:
-            failed = [p.exitcode for p in ranks if p.exitcode not in (None, 0)]
-            if failed:
-                raise RuntimeError(f"a context-parallel rank failed, exit codes {failed}") from None
-    for process in ranks:
-        process.join()
-    return results
+            if not self.ranks:
+                self.start()
+            for conn in self.conns:
+                with contextlib.suppress(OSError):  # a rank that died: _answers names its code
+                    conn.send(request)
+            answers = self._answers()
+        except BaseException:
+            self.close(wait=0.0)
+            raise
+        raised = [a[1] for a in answers if a[0] != "ok"]
+        if raised:
+            self.close(wait=0.0)  # the other rank may wait in a collective
+            raise RuntimeError(f"a context-parallel rank raised:\n{raised[0]}")
+        return [a[1] for a in answers]
+
+    def _answers(self) -> list[Any]:
+        """One message from each rank, or an error naming the exit codes of the ranks that died
+        (their traceback is on stderr), or a timeout after :data:`WAIT` seconds."""
+        import time
+        from multiprocessing.connection import wait
+
+        answers: dict[int, Any] = {}
+        deadline = time.monotonic() + WAIT
+        while len(answers) < CP:
+            left = deadline - time.monotonic()
+            waiting = [self.conns[r] for r in range(CP) if r not in answers]
+            ready = wait(waiting + [p.sentinel for p in self.ranks], timeout=max(left, 0.0))
+            for rank, conn in enumerate(self.conns):
+                if conn in ready:
+                    try:
+                        answers[rank] = conn.recv()
+                    except (EOFError, OSError):  # the rank is gone: its exit code below
+                        self.ranks[rank].join(5.0)
+            if len(answers) == CP:
+                break
+            dead = [p.exitcode for p in self.ranks if p.exitcode is not None]
+            if dead:
+                raise RuntimeError(
+                    f"a context-parallel rank exited, exit codes {dead} (its traceback, if any, "
+                    f"is on stderr; 0: it heard nothing for {IDLE:.0f} s)"
+                )
+            if left <= 0.0:
+                raise TimeoutError(f"the context-parallel ranks did not answer in {WAIT:.0f} s")
+        return [answers[r] for r in range(CP)]
+
+    def close(self, wait: float = 10.0) -> None:
+        """Ask each rank to stop; terminate, then kill, any still alive after ``wait`` s."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+            conn.close()
+        for process in self.ranks:
+            process.join(wait)
+            if process.is_alive():
+                process.terminate()
+                process.join(5.0)
+            if process.is_alive():
+                process.kill()
+                process.join(5.0)
+        if self.folder is not None:
+            self.folder.cleanup()
+        self.ranks, self.conns, self.folder = [], [], None
 
 
-__all__ = ["context_parallel_logprobs"]
+_POOL: list[RankPool] = []  # the session's pool, while one is open
+
+
+@contextlib.contextmanager
+def context_parallel_session() -> Iterator[None]:
+    """Within the block, every :func:`context_parallel_ranks` call is served by one
+    :class:`RankPool`, closed at the end. Re-entrant: an inner block uses the outer's pool."""
+    if _POOL:
+        yield
+        return
+    pool = RankPool()
+    _POOL.append(pool)
+    try:
+        yield
+    finally:
+        _POOL.clear()
+        pool.close()
+
+
+def context_parallel_ranks(
+    function: Callable[..., Any],
+    logits: Any,
+    sequences: Any,
+    cotangent: Any,
+    *,
+    divisor: float = 1.0,
+    head: bool = False,
+    **keywords: Any,
+) -> tuple[list[Any], list[Any]]:
+    """Each rank's gathered values and share of the gradient of ``function``, SkyRL's packed
+    log-probabilities of ``sequences`` (``(B, S)``: position ``t`` scores token ``t + 1``) under
+    ``logits / divisor`` (``(B, S, V)``), with ``cotangent`` (``(B, S − 1)``), on two
+    context-parallel ranks.
+
+    With ``head``, ``function`` takes hidden states and an LM-head weight: it gets the logits as
+    the hidden states and the identity as the weight (``keywords`` pass ``chunk_size`` and
+    ``temperature``)."""
+    import numpy as np
+    import torch
+
+    def plain(x: Any, dtype: Any) -> Any:  # numpy crosses the pipe by value, a tensor by handle
+        return np.ascontiguousarray(torch.as_tensor(x).detach().cpu().numpy(), dtype=dtype)
+
+    request = (
+        function, head, keywords, float(divisor), plain(logits, np.float64),
+        plain(sequences, np.int64), plain(cotangent, np.float64),
+    )  # fmt: skip
+    if _POOL:
+        answers = _POOL[0].call(request)
+    else:  # a call on its own (a reproduction): its own ranks, stopped after
+        pool = RankPool()
+        try:
+            answers = pool.call(request)
+        finally:
+            pool.close()
+    return [torch.from_numpy(v) for v, _ in answers], [torch.from_numpy(g) for _, g in answers]
+
+
+def context_parallel(
+    function: Callable[..., Any], logits: Any, sequences: Any, cotangent: Any, **options: Any
+) -> tuple[Any, Any]:
+    """:func:`context_parallel_ranks`' gathered values (the same on every rank, else an error)
+    and the gradient summed over the ranks (each logit is owned by one rank)."""
+    values, grads = context_parallel_ranks(function, logits, sequences, cotangent, **options)
+    for rank, value in enumerate(values[1:], start=1):
+        if not bool((value == values[0]).logical_or(value.isnan() & values[0].isnan()).all()):
+            raise RuntimeError(f"context-parallel rank {rank} gathered other values than rank 0")
+    return values[0], sum(grads[1:], grads[0])
+
+
+def skyrl_megatron_logprobs_packed_cp(
+    logits: Any, tokens: Any, *, temperature: Any, mask: Any, cotangent: Any
+) -> tuple[Any, Any]:
+    """``from_parallel_logits_to_logprobs_packed_sequences`` of ``logits / temperature`` (the
+    wrapper's ``logits.div_``) on two context-parallel ranks: ``DistributedLogprob`` on each
+    rank's share, gathered by ``AllGatherPackedCPTensor``."""
+    from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (
+        from_parallel_logits_to_logprobs_packed_sequences as function,
+    )
+
+    from refimpl.frameworks._skyrl_losses_megatron_packed import appended, shifted_tokens
+    from refimpl.frameworks._skyrl_megatron_cp import context_parallel
+
+    rows = (appended(logits), shifted_tokens(tokens), cotangent)
+    value, grad = context_parallel(function, *rows, divisor=temperature)
+    return value, grad[:, :-1]
+
+
+def skyrl_megatron_hidden_logprobs_packed_cp(
+    logits: Any, tokens: Any, *, temperature: Any, mask: Any, cotangent: Any
+) -> tuple[Any, Any]:
+    """``from_parallel_hidden_to_logprobs_packed_sequences`` (hidden = the packed logits,
+    weight = ``I``), ``chunk_size=64``, ``fused_backend="torch"``, on two context-parallel ranks."""
+    from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (
+        from_parallel_hidden_to_logprobs_packed_sequences as function,
+    )
+
+    from refimpl.frameworks._skyrl_losses_megatron_packed import appended, shifted_tokens
+    from refimpl.frameworks._skyrl_megatron_cp import context_parallel
+
+    rows = (appended(logits), shifted_tokens(tokens), cotangent)
+    value, grad = context_parallel(
+        function, *rows, head=True, chunk_size=64, temperature=float(temperature)
+    )
+    return value, grad[:, :-1]
+
+
+def _adapter(key: str, function: str, candidate: Any, note: str) -> Adapter:
+    return Adapter(
+        key=f"skyrl.{key}",
+        framework="skyrl",
+        function=f"{_UTILS}:{function}",
+        settings={"temperature": "temperature", "context_parallel_size": CP},
+        spec="token_logprobs",
+        conventions=_LOGPROBS,  # the one-rank packed entries' (the same functions)
+        candidate=candidate,
+        session=context_parallel_session,
+        note=note,
+    )
+
+
+ADAPTERS: tuple[Adapter, ...] = (
+    _adapter(
+        "megatron_logprobs_packed_cp",
+        "from_parallel_logits_to_logprobs_packed_sequences",
+        skyrl_megatron_logprobs_packed_cp,
+        "Packed rows on two context-parallel gloo ranks (each its two chunks of every row padded "
+        "to a multiple of 4): DistributedLogprob per rank, AllGatherPackedCPTensor; the gradient "
+        "summed over the ranks.",
+    ),
+    _adapter(
+        "megatron_hidden_logprobs_packed_cp",
+        "from_parallel_hidden_to_logprobs_packed_sequences",
+        skyrl_megatron_hidden_logprobs_packed_cp,
+        "Fused LM head on packed rows on two context-parallel gloo ranks, hidden = logits and "
+        "weight = I, chunks of 64 positions; the gradient summed over the ranks.",
+    ),
+)
+
+__all__ = [
+    "ADAPTERS",
+    "RankPool",
+    "context_parallel",
+    "context_parallel_ranks",
+    "context_parallel_session",
+]
