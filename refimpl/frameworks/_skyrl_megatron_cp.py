@@ -15,9 +15,12 @@ position back in sequence order; its backward hands each rank the cotangent of i
 only (every rank holds the same gathered output and loss, so each logit's gradient is counted once,
 on the rank that owns it).
 
-:func:`context_parallel_ranks` runs this for real on a :class:`RankPool`: two processes forked from
-this one (which has imported torch, megatron and SkyRL: a spawned rank would import them again,
-about 11 s of CPU each), a gloo group over a file store, megatron's model-parallel state with
+:func:`context_parallel_ranks` runs this for real on a :class:`RankPool`: two processes started
+by multiprocessing's fork server, which imports torch and megatron once (:data:`PRELOAD`) and forks
+each rank from its own single thread. Forking this process instead would copy a process that may
+run other threads (JAX's, where the JAX entries ran first, which then warns that the fork may
+deadlock), and spawning a rank would import torch and megatron again, about 9 s of CPU a rank.
+Each pool is a gloo group over a file store, megatron's model-parallel state with
 ``context_parallel_size=2`` (tensor-parallel size 1, the whole vocabulary on each rank). Each call
 is sent to both ranks over pipes; each rank pads every row to a multiple of 4, keeps its two chunks
 of each with SkyRL's ``_get_tokens_on_this_cp_rank`` (the same layout as ``preprocess_packed_seqs``,
@@ -29,8 +32,10 @@ The packed targets are built as ``_build_packed_targets`` builds them (each row'
 not installed.
 
 The pool lives for one :func:`context_parallel_session` (the adapters' :attr:`Adapter.session`, so
-a whole check pays the ranks' start once, about a second); a call outside a session starts and
-stops its own pool. Every wait has a timeout (:data:`WAIT`); a rank that dies raises with its exit
+a whole check starts its ranks once, about a second after the fork server's start, which a process
+pays once); a call outside a session starts and stops its own pool, and a script that makes one
+needs Python's ``if __name__ == "__main__":`` guard, as any script starting processes without
+``fork`` does (each rank imports the script's main module). Every wait has a timeout (:data:`WAIT`); a rank that dies raises with its exit
 code, one that raises sends its traceback; after any failure the pool is torn down (and started
 again by the next call), and at the session's end no rank is left.
 
@@ -55,6 +60,10 @@ CP = 2  # the context-parallel size (and number of ranks)
 ALIGN = 2 * CP  # tp · cp · 2 with tp = 1
 WAIT = 120.0  # seconds: the longest wait for a rank's start or answer, and gloo's timeout
 IDLE = 900.0  # seconds: a rank that hears nothing this long (its parent hung) exits
+#: What the fork server imports before it forks any rank: torch and megatron are most of a rank's
+#: start (about 9.4 s of CPU, paid once per process that starts ranks); SkyRL's module, which
+#: needs refimpl's stubs, each rank imports itself (about 0.1 s).
+PRELOAD = ["torch", "torch.distributed", "megatron.core.parallel_state"]
 
 
 def _sharded(x: Any, rank: int) -> Any:
@@ -97,12 +106,9 @@ def _answer(rank: int, request: tuple[Any, ...], groups: dict[str, Any]) -> tupl
     return logp.detach().numpy(), grad.numpy()
 
 
-_INHERITED: list[Any] = []  # in a rank: the process groups it was forked with, never freed
-
-
-def _serve(rank: int, store: str, conn: Any, inherited: list[Any]) -> None:
-    """One context-parallel rank (a forked process): join the group, then answer each request
-    until told to stop, the parent's end closes, or :data:`IDLE` passes without one."""
+def _serve(rank: int, store: str, conn: Any) -> None:
+    """One context-parallel rank (forked by the fork server): join the group, then answer each
+    request until told to stop, the parent's end closes, or :data:`IDLE` passes without one."""
     import datetime
     import importlib
     import traceback
@@ -111,15 +117,12 @@ def _serve(rank: int, store: str, conn: Any, inherited: list[Any]) -> None:
     import torch
     import torch.distributed as dist
 
-    for other in inherited:  # the parent's ends: without them a dead parent reads as EOF here
-        other.close()
-    torch.set_num_threads(1)  # OpenMP's threads are not forked with the process
+    from refimpl.frameworks import install_stubs
+
+    install_stubs()  # before a request's SkyRL function is unpickled (its module imports them)
+    torch.set_num_threads(1)  # the two ranks share the machine's cores
     warnings.simplefilter("ignore")
     mpu = importlib.import_module("megatron.core.parallel_state")
-    # megatron's destroy_model_parallel leaves _INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP (and its
-    # gloo twin) set: inherited from a parent that ran megatron before, a group freed here would
-    # join threads that were not forked and hang, so the rank keeps them (it ends by os._exit)
-    _INHERITED.extend(v for v in vars(mpu).values() if isinstance(v, dist.ProcessGroup))
     files = dist.FileStore(store, CP)  # type: ignore[attr-defined]
     timeout = datetime.timedelta(seconds=WAIT)
     dist.init_process_group("gloo", store=files, rank=rank, world_size=CP, timeout=timeout)
@@ -158,25 +161,17 @@ class RankPool:
         self.folder: tempfile.TemporaryDirectory[str] | None = None
 
     def start(self) -> None:
-        """Fork the ranks and wait until both have joined the group."""
+        """Start the ranks and wait until both have joined the group."""
         import multiprocessing
 
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            raise RuntimeError(
-                "the context-parallel ranks are forked from this process, which is in a "
-                "torch.distributed group: start them outside megatron_on_cpu() (or after "
-                "destroy_process_group())"
-            )
-        context = multiprocessing.get_context("fork")
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)  # read when this process first starts its server
         self.folder = tempfile.TemporaryDirectory()
         store = str(Path(self.folder.name) / "store")
         pipes = [context.Pipe() for _ in range(CP)]
-        parents = [mine for mine, _ in pipes]
-        self.conns = parents
+        self.conns = [mine for mine, _ in pipes]
         for rank, (_, theirs) in enumerate(pipes):
-            process = context.Process(target=_serve, args=(rank, store, theirs, parents))
+            process = context.Process(target=_serve, args=(rank, store, theirs))
             process.daemon = True  # never outlives this process, whatever happens
             process.start()
             theirs.close()
