@@ -62,8 +62,8 @@ def test_the_loss_adapters_have_distinct_keys_and_loss_specs() -> None:
     # 31 + worker terms 6, their Megatron copy 6 and log-probs and entropy 3, normalisation 2,
     # reward 1, outlier masks 3, the adaptive KL controller 1, the JAX backend's losses 4, the
     # Megatron packed-sequence and fused-LM-head log-probabilities and entropies 6, the two packed
-    # log-probabilities on two context-parallel ranks 2
-    assert len(keys) == len(set(keys)) == 67, keys
+    # log-probabilities and the two packed entropies on two context-parallel ranks 4
+    assert len(keys) == len(set(keys)) == 69, keys
 
 
 @needs_ppo_utils

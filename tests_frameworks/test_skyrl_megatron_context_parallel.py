@@ -1,6 +1,7 @@
-"""SkyRL's Megatron packed log-probabilities with context parallelism, on two gloo ranks, and the
-pool of ranks that serves the entries ``skyrl.megatron_logprobs_packed_cp`` and
-``skyrl.megatron_hidden_logprobs_packed_cp``.
+"""SkyRL's Megatron packed log-probabilities and entropies with context parallelism, on two gloo
+ranks, and the pool of ranks that serves the entries ``skyrl.megatron_logprobs_packed_cp``,
+``skyrl.megatron_hidden_logprobs_packed_cp``, ``skyrl.megatron_entropy_packed_cp`` and
+``skyrl.megatron_hidden_entropy_packed_cp``.
 
 ``AllGatherPackedCPTensor`` is reached only with a context-parallel size above one, which the
 one-rank session of the Megatron entries cannot give. A fixed input pins the path (value and
@@ -10,6 +11,12 @@ two positions of each row (rank 0 positions 0–1 and 6–7, rank 1 positions 2�
 log-probabilities must come back in sequence order. The softmax of each scored position is a table
 of powers of two (logits ``ln p``, plus 4 at one position), so each log-probability is
 ``ln p[x]`` and its gradient ``c·(onehot(x) − p)``, and the unscored last position gets none.
+
+The packed entropies on the same logits, under a loss mask with one zero (seven tokens): each
+rank's loss term is twice (megatron's schedule scales a two-output loss by the context-parallel
+size) its own tokens' ``Σ m·H`` over the count of both, ``H = −Σ p ln p`` a multiple of ``ln 2``;
+the step (their mean, as DDP averages the ranks' gradients) is the token mean ``Σ m·H / 7`` and its
+gradient ``−(m/7)·p·(ln p + H)``, each rank's nonzero only at its own positions.
 
 The pool's own tests: one pair of ranks serves a session's calls and none is left after it (nor
 after a check), a call without a session starts and stops its own, a rank that dies, hangs or
@@ -30,7 +37,8 @@ import torch
 
 from refimpl.frameworks import _skyrl_megatron_cp as cp
 from refimpl.frameworks import adapter, check, install_stubs
-from refimpl.losses.logprobs import token_logprobs, token_logprobs_grad
+from refimpl.losses.logprobs import token_entropy, token_logprobs, token_logprobs_grad
+from refimpl.testing._specs_losses_entropy import token_entropy_vjp
 
 install_stubs()
 from skyrl.backends.skyrl_train.distributed.megatron import model_utils  # noqa: E402
@@ -109,6 +117,70 @@ def test_the_gradient_summed_over_the_ranks_is_each_logits_once(
     assert grad.numpy() == pytest.approx(expected, abs=TOL)
 
 
+MASK = torch.tensor([[1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)
+OWN = [[0, 1], [2, 3]]  # the scored positions each rank holds (position 4 is not scored)
+
+ENTROPIES: dict[str, tuple[Any, dict[str, Any]]] = {
+    "logits": (model_utils.vocab_parallel_entropy_packed_sequences, {}),
+    "fused_hidden": (  # the torch fused LM head, chunks of three positions
+        model_utils.from_parallel_hidden_to_entropy_packed_sequences,
+        {"head": True, "chunk_size": 3},
+    ),
+}
+
+
+def _entropies() -> np.ndarray:
+    """``H = −Σ p ln p`` of each scored position, as a multiple of ``ln 2`` (``p`` is 2^-k)."""
+    return np.asarray(-(P * np.log2(P)).sum(axis=-1) * np.log(2.0), dtype=np.float64)
+
+
+@pytest.fixture(scope="module")
+def entropy_ranks() -> dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]]:
+    with cp.context_parallel_session():
+        return {
+            name: cp.context_parallel_entropy_ranks(function, LOGITS, MASK, **options)
+            for name, (function, options) in ENTROPIES.items()
+        }
+
+
+@pytest.fixture(params=["logits", "fused_hidden"])
+def entropy_run(
+    request: pytest.FixtureRequest,
+    entropy_ranks: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]],
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    return entropy_ranks[request.param]
+
+
+def test_each_ranks_entropy_term_is_twice_its_tokens_sum_over_the_count_of_both(
+    entropy_run: tuple[list[torch.Tensor], list[torch.Tensor]],
+) -> None:
+    values, grads = entropy_run
+    weighted = MASK.numpy() * _entropies()
+    count = float(MASK.sum())
+    assert len(values) == len(grads) == cp.CP
+    for rank, (value, grad) in enumerate(zip(values, grads, strict=True)):
+        assert float(value) == pytest.approx(2.0 * weighted[:, OWN[rank]].sum() / count, abs=TOL)
+        others = [t for t in range(5) if t not in OWN[rank]]
+        assert not grad[:, others].any(), f"rank {rank} has a gradient at positions it lacks"
+
+
+def test_the_step_is_the_token_mean_entropy_and_its_gradient(
+    entropy_run: tuple[list[torch.Tensor], list[torch.Tensor]],
+) -> None:
+    values, grads = entropy_run
+    weights = MASK.numpy() / float(MASK.sum())
+    z, m = np.log(P) + SHIFT, MASK.numpy()
+    expected = (m * _entropies()).sum() / m.sum()
+    assert (weights * token_entropy(z, mask=m)).sum() == pytest.approx(expected, abs=2**-40)
+    want = np.zeros((2, 5, 4))
+    want[:, :4] = -weights[..., None] * P * (np.log(P) + _entropies()[..., None])
+    assert token_entropy_vjp(z, temperature=1.0, cotangent=weights, mask=m) == pytest.approx(
+        want[:, :4], abs=2**-40
+    )
+    assert float(sum(values) / cp.CP) == pytest.approx(expected, abs=TOL)
+    assert (sum(grads[1:], grads[0]) / cp.CP).numpy() == pytest.approx(want, abs=TOL)
+
+
 def test_each_rank_holds_the_first_and_last_chunk_of_its_index() -> None:
     positions = torch.arange(10).reshape(2, 5, 1) + 1  # 0 marks padding
     shares = [cp._sharded(positions, rank)[0, :, 0].tolist() for rank in (0, 1)]
@@ -166,6 +238,26 @@ def test_the_reproductions_candidate_runs_without_a_session(key: str) -> None:
     z, x = logits.numpy(), tokens.numpy()
     assert value.numpy() == pytest.approx(token_logprobs(z, x, temperature=0.5), abs=TOL)
     want = token_logprobs_grad(z, x, temperature=0.5, cotangent=COTANGENT.numpy())
+    assert grad.numpy() == pytest.approx(want, abs=TOL)
+    assert _children() == []
+
+
+@pytest.mark.parametrize(
+    ("key", "temperature"),
+    [("skyrl.megatron_entropy_packed_cp", 1.0), ("skyrl.megatron_hidden_entropy_packed_cp", 0.5)],
+)
+def test_the_entropy_reproductions_candidate_runs_without_a_session(
+    key: str, temperature: float
+) -> None:
+    namespace: dict[str, Any] = {}
+    exec(adapter(key).setup, namespace)  # the adapter's source, as a reproduction pastes it
+    keywords = {"temperature": temperature} if temperature != 1.0 else {}
+    value, grad = namespace["candidate"](LOGITS[:, :4], mask=MASK, **keywords)
+    z, m = LOGITS[:, :4].numpy(), MASK.numpy()
+    weights = m / m.sum()
+    expected = (weights * token_entropy(z, temperature=temperature, mask=m)).sum()
+    assert float(value) == pytest.approx(expected, abs=TOL)
+    want = token_entropy_vjp(z, temperature=temperature, cotangent=weights, mask=m)
     assert grad.numpy() == pytest.approx(want, abs=TOL)
     assert _children() == []
 
@@ -250,4 +342,21 @@ def test_the_gradient_of_one_rank_only_fails_the_gradient_check(
 
     monkeypatch.setattr(cp, "context_parallel_ranks", one_rank)
     report = check("skyrl.megatron_logprobs_packed_cp", max_examples=10, checks=["gradient"])
+    assert report["gradient"].status == "failed", report
+
+
+def test_one_ranks_entropy_term_only_fails_the_value_and_gradient_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ranks = cp.context_parallel_entropy_ranks
+
+    def one_rank(*args: Any, **keywords: Any) -> tuple[list[Any], list[Any]]:
+        values, grads = ranks(*args, **keywords)
+        zeros = [torch.zeros_like(v) for v in values[1:]], [torch.zeros_like(g) for g in grads[1:]]
+        return [values[0], *zeros[0]], [grads[0], *zeros[1]]
+
+    monkeypatch.setattr(cp, "context_parallel_entropy_ranks", one_rank)
+    checks = ["values", "gradient"]
+    report = check("skyrl.megatron_entropy_packed_cp", max_examples=10, checks=checks)
+    assert report["values"].status == "failed", report
     assert report["gradient"].status == "failed", report

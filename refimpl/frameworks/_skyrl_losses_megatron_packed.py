@@ -10,7 +10,8 @@ picks, by ``packed_seq_params`` and ``fused_lm_head``, one of
 ``from_parallel_hidden_to_entropy_packed_sequences`` for the entropy term. The adapters run each on
 one gloo rank (:func:`~refimpl.frameworks._skyrl_losses_megatron.megatron_on_cpu`; tensor- and
 context-parallel size 1, ``cp_group=None``, the whole vocabulary on the rank); the two packed
-log-probabilities with a context-parallel size of two are :mod:`refimpl.frameworks._skyrl_megatron_cp`.
+log-probabilities and the two packed entropies with a context-parallel size of two are
+:mod:`refimpl.frameworks._skyrl_megatron_cp`.
 
 Packed layout: the drawn ``(B, T)`` rows become one packed row of ``B`` sequences of ``T + 1``
 positions each (``cu_seqlens_padded = [0, T + 1, 2 (T + 1), …]``, ``unpacked_seqlen = T + 1``),

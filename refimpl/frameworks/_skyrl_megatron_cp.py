@@ -1,5 +1,5 @@
-"""SkyRL (skyrl 0.3.0): the Megatron backend's packed log-probabilities with context parallelism,
-run on two gloo ranks on CPU.
+"""SkyRL (skyrl 0.3.0): the Megatron backend's packed log-probabilities and entropies with context
+parallelism, run on two gloo ranks on CPU.
 
 ``MegatronModelWrapper.forward_backward_mini_batch`` (``workers/megatron/megatron_model_wrapper.py``)
 calls ``from_parallel_logits_to_logprobs_packed_sequences`` (or, with the fused LM head,
@@ -35,11 +35,44 @@ The pool lives for one :func:`context_parallel_session` (the adapters' :attr:`Ad
 a whole check starts its ranks once, about a second after the fork server's start, which a process
 pays once); a call outside a session starts and stops its own pool, and a script that makes one
 needs Python's ``if __name__ == "__main__":`` guard, as any script starting processes without
-``fork`` does (each rank imports the script's main module). Every wait has a timeout (:data:`WAIT`); a rank that dies raises with its exit
-code, one that raises sends its traceback; after any failure the pool is torn down (and started
-again by the next call), and at the session's end no rank is left.
+``fork`` does (each rank imports the script's main module). Every wait has a timeout
+(:data:`WAIT`); a rank that dies raises with its exit code, one that raises sends its traceback;
+after any failure the pool is torn down (and started again by the next call), and at the
+session's end no rank is left.
 
-The fused entry runs chunks of 64 positions, not the three of the one-rank fused entries (which
+The packed entropies (``vocab_parallel_entropy_packed_sequences``,
+``from_parallel_hidden_to_entropy_packed_sequences``; ``distributed/megatron/model_utils.py``) get
+``cp_group`` too; each rank returns ``(entropy, entropy_for_loss)``: the metric (both ranks' sums
+over both ranks' count, all-reduced: the same on each) and its own tokens' ``Σ m·H`` over the
+all-reduced count. The step's entropy term across the ranks, as read from the pinned code:
+
+- ``workers/megatron/megatron_model_wrapper.py``,
+  ``MegatronModelWrapper.forward_backward_mini_batch``'s ``loss_func``: l. 787 calls the function
+  with ``mpu.get_context_parallel_group()``, l. 804
+  ``entropy_loss_term = entropy_for_loss * entropy_loss_coef``, l. 839–843 subtract it (times
+  ``num_microbatches / num_real_microbatches``, 1 without padding micro-batches) from the rank's
+  loss, l. 886 ``return loss, metrics``: two outputs;
+- megatron-core 0.16.1 ``pipeline_parallel/schedules.py``, ``forward_step_calc_loss``, l. 266–269:
+  a two-output loss is multiplied by ``cp_group_size`` and divided by ``num_microbatches`` before
+  the backward (``calculate_per_token_loss``, default False in ``transformer_config.py`` l. 233, is
+  never set by SkyRL, and only the three-output branch reads it);
+- ``distributed/distributed_data_parallel.py``, ``DistributedDataParallel.__init__``, l. 281–282
+  and 291–292: with ``average_in_collective`` (True in SkyRL's ``MegatronDDPConfig``,
+  ``skyrl/train/config/config.py`` l. 199) no pre-scaling, and
+  ``param_and_grad_buffer.py``, ``_ParamAndGradBucketGroup.start_grad_sync``, l. 395–397,
+  all-reduces the gradients with ``ReduceOp.AVG`` over the data-parallel×context-parallel group.
+
+With one data-parallel rank and one micro-batch, the step's gradient is therefore the mean over the
+two ranks of ``∂(2·entropy_for_loss_r)``, that is ``∂ Σ_r entropy_for_loss_r``: the gradient of the
+token mean ``Σ m·H / max(Σ m, 1)`` over both ranks' tokens, the one-rank entries' quantity. Each
+rank here back-propagates ``CP · entropy_for_loss`` (the schedule's scale) to its share of the
+logits; :func:`context_parallel_entropy` averages the ranks' terms and gradients (DDP's average).
+The wrapper refuses ``use_entropy_loss`` with the fused LM head (l. 547, "the fused entropy is a
+no-grad metric"), so ``from_parallel_hidden_to_entropy_packed_sequences``' loss term is never
+differentiated in SkyRL's step: its entry checks the function under the same combination, as the
+one-rank entry checks it on one rank.
+
+The fused entries run chunks of 64 positions, not the three of the one-rank fused entries (which
 check the chunking itself): a drawn row of 4096 positions gives each rank 2050, crossed by 32
 chunk boundaries and ending in a chunk of two, at about a tenth of the CPU of chunks of three
 (0.08 s against 0.8 s of the ranks' CPU per call).
@@ -54,7 +87,7 @@ from pathlib import Path
 from typing import Any
 
 from refimpl.frameworks._registry import Adapter
-from refimpl.frameworks._skyrl_losses_megatron_packed import _LOGPROBS, _UTILS
+from refimpl.frameworks._skyrl_losses_megatron_packed import _LOGPROBS, _PACKED_ENTROPY, _UTILS
 
 CP = 2  # the context-parallel size (and number of ranks)
 ALIGN = 2 * CP  # tp · cp · 2 with tp = 1
@@ -85,25 +118,35 @@ def _sharded(x: Any, rank: int) -> Any:
 
 
 def _answer(rank: int, request: tuple[Any, ...], groups: dict[str, Any]) -> tuple[Any, Any]:
-    """One call on one rank: its gathered log-probabilities and its share of the gradient of
-    ``Σ cotangent·logp`` with respect to the (unsharded) logits, as numpy arrays."""
+    """One call on one rank: its output (the gathered log-probabilities, or its entropy loss
+    term) and its share of the gradient of ``Σ cotangent·output`` with respect to the
+    (unsharded) logits, as numpy arrays."""
     import torch
 
-    function, head, keywords, divisor, logits, sequences, cotangent = request
+    kind, function, head, keywords, divisor, logits, data, cotangent = request
     z = torch.from_numpy(logits).requires_grad_(True)
     rows, width, vocab = (int(n) for n in z.shape)
     padded = -(-width // ALIGN) * ALIGN
     cu = torch.arange(rows + 1, dtype=torch.int32) * padded
-    targets = torch.nn.functional.pad(torch.from_numpy(sequences), (0, padded - width))
     weight = (torch.eye(vocab, dtype=z.dtype),) if head else ()  # hidden states = logits
     mask = torch.ones(rows, width, dtype=torch.bool)
-    logp = function(
-        _sharded(z / divisor, rank), *weight, targets.reshape(1, -1), cu, width, 0, vocab,
-        attention_mask=mask, **groups, **keywords,
-    )  # fmt: skip
-    cot = torch.from_numpy(cotangent).to(logp.dtype)
-    (grad,) = torch.autograd.grad(logp, z, grad_outputs=cot)
-    return logp.detach().numpy(), grad.numpy()
+    share = _sharded(z / divisor, rank)
+    if kind == "entropy":
+        tp = {"tp_group": groups["group"]} if head else {}
+        _, for_loss = function(
+            share, *weight, cu, width, width - 1, mask, torch.from_numpy(data),
+            groups["cp_group"], **tp, **keywords,
+        )  # fmt: skip
+        out = for_loss * CP  # megatron's schedule scales a two-output loss by the CP size
+    else:
+        targets = torch.nn.functional.pad(torch.from_numpy(data), (0, padded - width))
+        out = function(
+            share, *weight, targets.reshape(1, -1), cu, width, 0, vocab,
+            attention_mask=mask, **groups, **keywords,
+        )  # fmt: skip
+    cot = torch.from_numpy(cotangent).to(out.dtype)
+    (grad,) = torch.autograd.grad(out, z, grad_outputs=cot)
+    return out.detach().numpy(), grad.numpy()
 
 
 def _serve(rank: int, store: str, conn: Any) -> None:
@@ -264,6 +307,30 @@ def context_parallel_session() -> Iterator[None]:
         pool.close()
 
 
+def _plain(x: Any, dtype: Any) -> Any:
+    """``x`` as a contiguous numpy array (numpy crosses the pipe by value, a tensor by handle)."""
+    import numpy as np
+    import torch
+
+    return np.ascontiguousarray(torch.as_tensor(x).detach().cpu().numpy(), dtype=dtype)
+
+
+def _served(request: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    """Each rank's output and gradient for ``request``, from the session's pool or, outside a
+    session (a reproduction), from a pool of its own, stopped after."""
+    import torch
+
+    if _POOL:
+        answers = _POOL[0].call(request)
+    else:
+        pool = RankPool()
+        try:
+            answers = pool.call(request)
+        finally:
+            pool.close()
+    return [torch.from_numpy(v) for v, _ in answers], [torch.from_numpy(g) for _, g in answers]
+
+
 def context_parallel_ranks(
     function: Callable[..., Any],
     logits: Any,
@@ -283,24 +350,31 @@ def context_parallel_ranks(
     the hidden states and the identity as the weight (``keywords`` pass ``chunk_size`` and
     ``temperature``)."""
     import numpy as np
-    import torch
-
-    def plain(x: Any, dtype: Any) -> Any:  # numpy crosses the pipe by value, a tensor by handle
-        return np.ascontiguousarray(torch.as_tensor(x).detach().cpu().numpy(), dtype=dtype)
 
     request = (
-        function, head, keywords, float(divisor), plain(logits, np.float64),
-        plain(sequences, np.int64), plain(cotangent, np.float64),
+        "logprobs", function, head, keywords, float(divisor), _plain(logits, np.float64),
+        _plain(sequences, np.int64), _plain(cotangent, np.float64),
     )  # fmt: skip
-    if _POOL:
-        answers = _POOL[0].call(request)
-    else:  # a call on its own (a reproduction): its own ranks, stopped after
-        pool = RankPool()
-        try:
-            answers = pool.call(request)
-        finally:
-            pool.close()
-    return [torch.from_numpy(v) for v, _ in answers], [torch.from_numpy(g) for _, g in answers]
+    return _served(request)
+
+
+def context_parallel_entropy_ranks(
+    function: Callable[..., Any], logits: Any, mask: Any, *, head: bool = False, **keywords: Any
+) -> tuple[list[Any], list[Any]]:
+    """Each rank's entropy loss term and its gradient with respect to the (unsharded) logits:
+    ``function``, SkyRL's packed entropy, of ``logits`` (``(B, S, V)``) under ``mask``
+    (``(B, S − 1)``: the loss mask of positions ``0 … S − 2``), on two context-parallel ranks.
+
+    A rank's term is its ``entropy_for_loss`` (its own tokens' ``Σ m·H`` over the count all-reduced
+    over the ranks) times ``CP``, as megatron's schedule scales the loss a two-output loss function
+    returns before the backward. With ``head``, as :func:`context_parallel_ranks`."""
+    import numpy as np
+
+    request = (
+        "entropy", function, head, keywords, 1.0, _plain(logits, np.float64),
+        _plain(mask, np.float64), np.ones(()),
+    )  # fmt: skip
+    return _served(request)
 
 
 def context_parallel(
@@ -313,6 +387,17 @@ def context_parallel(
         if not bool((value == values[0]).logical_or(value.isnan() & values[0].isnan()).all()):
             raise RuntimeError(f"context-parallel rank {rank} gathered other values than rank 0")
     return values[0], sum(grads[1:], grads[0])
+
+
+def context_parallel_entropy(
+    function: Callable[..., Any], logits: Any, mask: Any, **options: Any
+) -> tuple[Any, Any]:
+    """The step's entropy term across the ranks and its gradient: the mean over the ranks of
+    :func:`context_parallel_entropy_ranks`' terms and gradients (the data-parallel size is one,
+    so the data-parallel×context-parallel group is the two ranks, whose gradients DDP averages);
+    with the schedule's ``× CP``, ``Σ_r entropy_for_loss_r``, the token mean over both ranks."""
+    values, grads = context_parallel_entropy_ranks(function, logits, mask, **options)
+    return sum(values[1:], values[0]) / CP, sum(grads[1:], grads[0]) / CP
 
 
 def skyrl_megatron_logprobs_packed_cp(
@@ -352,24 +437,65 @@ def skyrl_megatron_hidden_logprobs_packed_cp(
     return value, grad[:, :-1]
 
 
-def _adapter(key: str, function: str, candidate: Any, note: str) -> Adapter:
+def skyrl_megatron_entropy_packed_cp(logits: Any, *, mask: Any) -> tuple[Any, Any]:
+    """``vocab_parallel_entropy_packed_sequences`` on two context-parallel ranks, each on its
+    share of the packed logits: the step's entropy term ``Σ_r CP·entropy_for_loss_r / CP`` and
+    its gradient, the mean of the ranks' (:func:`context_parallel_entropy`)."""
+    from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (
+        vocab_parallel_entropy_packed_sequences as function,
+    )
+
+    from refimpl.frameworks._skyrl_losses_megatron_packed import appended
+    from refimpl.frameworks._skyrl_megatron_cp import context_parallel_entropy
+
+    value, grad = context_parallel_entropy(function, appended(logits), mask)
+    return value, grad[:, :-1]
+
+
+def skyrl_megatron_hidden_entropy_packed_cp(
+    logits: Any, *, temperature: Any, mask: Any
+) -> tuple[Any, Any]:
+    """``from_parallel_hidden_to_entropy_packed_sequences`` (hidden = the packed logits,
+    weight = ``I``), ``chunk_size=64``, on two context-parallel ranks: the step's entropy term
+    and its gradient as :func:`skyrl_megatron_entropy_packed_cp`'s."""
+    from skyrl.backends.skyrl_train.distributed.megatron.model_utils import (
+        from_parallel_hidden_to_entropy_packed_sequences as function,
+    )
+
+    from refimpl.frameworks._skyrl_losses_megatron_packed import appended
+    from refimpl.frameworks._skyrl_megatron_cp import context_parallel_entropy
+
+    options = {"head": True, "chunk_size": 64, "temperature": float(temperature)}
+    value, grad = context_parallel_entropy(function, appended(logits), mask, **options)
+    return value, grad[:, :-1]
+
+
+def _adapter(
+    key: str, function: str, spec: str, conventions: Any, candidate: Any, note: str
+) -> Adapter:
+    keyword = conventions.get("temperature", "keyword") == "keyword"
+    temperature = {"temperature": "temperature"} if keyword else {}
     return Adapter(
         key=f"skyrl.{key}",
         framework="skyrl",
         function=f"{_UTILS}:{function}",
-        settings={"temperature": "temperature", "context_parallel_size": CP},
-        spec="token_logprobs",
-        conventions=_LOGPROBS,  # the one-rank packed entries' (the same functions)
+        settings={**temperature, "context_parallel_size": CP},
+        spec=spec,
+        conventions=conventions,  # the one-rank packed entries' (the same functions)
         candidate=candidate,
         session=context_parallel_session,
         note=note,
     )
 
 
+_RETURNED = {"gradient": "returned"}  # the gradient crosses the pipe: the candidate returns it
+
 ADAPTERS: tuple[Adapter, ...] = (
     _adapter(
         "megatron_logprobs_packed_cp",
         "from_parallel_logits_to_logprobs_packed_sequences",
+        "token_logprobs",
+        _LOGPROBS,
         skyrl_megatron_logprobs_packed_cp,
         "Packed rows on two context-parallel gloo ranks (each its two chunks of every row padded "
         "to a multiple of 4): DistributedLogprob per rank, AllGatherPackedCPTensor; the gradient "
@@ -378,9 +504,30 @@ ADAPTERS: tuple[Adapter, ...] = (
     _adapter(
         "megatron_hidden_logprobs_packed_cp",
         "from_parallel_hidden_to_logprobs_packed_sequences",
+        "token_logprobs",
+        _LOGPROBS,
         skyrl_megatron_hidden_logprobs_packed_cp,
         "Fused LM head on packed rows on two context-parallel gloo ranks, hidden = logits and "
         "weight = I, chunks of 64 positions; the gradient summed over the ranks.",
+    ),
+    _adapter(
+        "megatron_entropy_packed_cp",
+        "vocab_parallel_entropy_packed_sequences",
+        "token_entropy",
+        {**_PACKED_ENTROPY, "temperature": "none", "compute_dtype": None, **_RETURNED},
+        skyrl_megatron_entropy_packed_cp,
+        "Packed rows on two context-parallel gloo ranks: each rank's entropy_for_loss (its "
+        "tokens' Σ m·H over the all-reduced count) times 2 (megatron's schedule), gradients "
+        "averaged over the two ranks (DDP): Σ m·H / max(Σ m, 1).",
+    ),
+    _adapter(
+        "megatron_hidden_entropy_packed_cp",
+        "from_parallel_hidden_to_entropy_packed_sequences",
+        "token_entropy",
+        {**_PACKED_ENTROPY, **_RETURNED},
+        skyrl_megatron_hidden_entropy_packed_cp,
+        "Fused LM head on packed rows on two context-parallel gloo ranks, hidden = logits and "
+        "weight = I, chunks of 64 positions, in float32; each rank's term times 2, averaged.",
     ),
 )
 
@@ -388,6 +535,8 @@ __all__ = [
     "ADAPTERS",
     "RankPool",
     "context_parallel",
+    "context_parallel_entropy",
+    "context_parallel_entropy_ranks",
     "context_parallel_ranks",
     "context_parallel_session",
 ]
