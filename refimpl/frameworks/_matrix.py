@@ -48,9 +48,9 @@ MATRIX_EXAMPLES = 25
 #: Hypothesis examples per check when CI reruns the matrix against the committed file
 #: (``refimpl conformance --check``). A check that diverged in the matrix tries its committed
 #: counterexample first, so every recorded divergence is met whatever this number; a check that
-#: passed is searched over these first examples of the matrix's derandomized sequence. A new
-#: divergence that only the later examples meet is left to the next ``--write``, which searches
-#: with :data:`MATRIX_EXAMPLES`; the conformance how-to gives what a search at this count finds.
+#: passed is searched again with this many derandomized examples. A new divergence that only a
+#: longer search meets is left to the next ``--write``, which searches with
+#: :data:`MATRIX_EXAMPLES`; the conformance how-to gives what a search at this count finds.
 CHECK_EXAMPLES = 10
 #: The committed matrix, relative to a checkout's root.
 MATRIX_PATH = Path("docs") / "conformance-matrix.json"
