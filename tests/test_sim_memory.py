@@ -33,9 +33,18 @@ MIB = 1 << 20
 _FAULTS = """
 import ctypes, json, resource, sys
 import numpy as np
-from refimpl.sim._memory import kept_memory, map_ahead
+import threading
+from refimpl.sim._memory import MapAhead, kept_memory, map_ahead
 
 MIB = 1 << 20
+
+def beside(nbytes):  # the command's way: blocks allocated here, their pages touched by a thread
+    MapAhead(nbytes).join()
+
+def in_a_thread(nbytes):  # the whole of map_ahead in a thread: blocks from the thread's own arena
+    worker = threading.Thread(target=map_ahead, args=(nbytes,))
+    worker.start()
+    worker.join()
 
 def untouched(nbytes):  # the blocks allocated and freed, never written (never mapped)
     blocks = [np.empty(8 * MIB, dtype=np.uint8) for _ in range(-(-nbytes // (8 * MIB)))]
@@ -45,7 +54,10 @@ def given_back(nbytes):  # the pages mapped, then handed back to the system
     map_ahead(nbytes)
     ctypes.CDLL(None).malloc_trim(0)
 
-ahead = {"map_ahead": map_ahead, "untouched": untouched, "given_back": given_back}[sys.argv[1]]
+ahead = {
+    "map_ahead": map_ahead, "beside": beside, "untouched": untouched, "given_back": given_back,
+    "in_a_thread": in_a_thread,
+}[sys.argv[1]]
 with kept_memory() as kept:
     ahead(32 * MIB)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -78,6 +90,17 @@ def glibc_keeps_memory() -> bool:
 
 def test_pages_mapped_ahead_serve_the_next_arrays() -> None:
     next_arrays_fault_little("map_ahead")
+
+
+def test_pages_touched_by_a_thread_beside_the_caller_serve_the_callers_next_arrays() -> None:
+    next_arrays_fault_little("beside")
+
+
+def test_the_check_rejects_pages_a_thread_allocated_for_itself() -> None:
+    """glibc serves a thread's allocations from an arena of its own: pages it maps there do not
+    serve the main thread's arrays, so :class:`MapAhead` allocates the blocks in the caller."""
+    if glibc_keeps_memory():
+        rejects(next_arrays_fault_little, "in_a_thread")
 
 
 def test_the_check_rejects_memory_allocated_but_never_touched() -> None:

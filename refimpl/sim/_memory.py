@@ -9,7 +9,8 @@ returned to the system, and faulted in again, memory that the next array could h
 command keeps what it frees (:func:`kept_memory`), and touches the pages its run will use before
 the run starts (:func:`map_ahead`), a cost it reports apart (``memory_s``) as it reports loading
 the kernels: the run's rate is then the rate of a process whose memory is mapped, as a warmed
-process's is, and the whole call pays the first touch once, where it is seen.
+process's is, and the whole call pays the first touch once, where it is seen. The command touches
+those pages in a thread (:class:`MapAhead`) while it loads the kernels and draws the lengths.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TRACE_BYTES_PER_ROW", "kept_memory", "map_ahead", "run_bytes"]
+__all__ = ["TRACE_BYTES_PER_ROW", "MapAhead", "kept_memory", "map_ahead", "run_bytes"]
 
 _M_TRIM_THRESHOLD = -1  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
@@ -103,7 +105,7 @@ def run_bytes(rows: int) -> int:
 def map_ahead(nbytes: int) -> float:
     """Touch about ``nbytes`` of fresh memory, a byte per 4 KiB page, in blocks of 8 MiB, and free
     it; the seconds it took. Inside :func:`kept_memory` the pages stay mapped for the arrays the
-    process allocates next.
+    process allocates next. :class:`MapAhead` does the same beside other work.
 
     Examples
     --------
@@ -111,10 +113,45 @@ def map_ahead(nbytes: int) -> float:
     True
     """
     start = time.perf_counter()
-    blocks = []
-    for _ in range(-(-nbytes // _BLOCK)):
-        block = np.empty(_BLOCK, dtype=np.uint8)
-        block[::_PAGE] = 0  # one write a page maps it
-        blocks.append(block)
-    del blocks
+    MapAhead(nbytes, beside=False).join()
     return time.perf_counter() - start
+
+
+class MapAhead:
+    """:func:`map_ahead`, its pages touched by a thread while the caller goes on (drawing the
+    run's lengths, loading its kernels): on two cores the call's wall time no longer pays both.
+
+    The blocks are allocated by the caller's thread, untouched (which maps nothing), so that they
+    come from the malloc arena the caller's later arrays come from (glibc gives other threads
+    arenas of their own); the thread only writes a byte a page. :meth:`join` waits, frees the blocks
+    (kept for reuse inside :func:`kept_memory`) and returns the seconds the touching took.
+
+    Examples
+    --------
+    >>> ahead = MapAhead(1 << 20)
+    >>> ahead.join() >= 0.0
+    True
+    """
+
+    def __init__(self, nbytes: int, *, beside: bool = True) -> None:
+        self._blocks = [np.empty(_BLOCK, dtype=np.uint8) for _ in range(-(-nbytes // _BLOCK))]
+        self.seconds = 0.0
+        self._thread: threading.Thread | None = None
+        if beside:
+            self._thread = threading.Thread(target=self._touch, name="refimpl-map-ahead")
+            self._thread.start()
+        else:
+            self._touch()
+
+    def _touch(self) -> None:
+        start = time.perf_counter()
+        for block in self._blocks:
+            block[::_PAGE] = 0  # one write a page maps it
+        self.seconds = time.perf_counter() - start
+
+    def join(self) -> float:
+        """Wait for the pages, free the blocks; the seconds the touching took."""
+        if self._thread is not None:
+            self._thread.join()
+        self._blocks.clear()
+        return self.seconds

@@ -44,7 +44,7 @@ from refimpl.sim._cliopts import (
 from refimpl.sim._config import LOG_TOKEN_RANGE, TOKEN_RANGE
 from refimpl.sim._lengthfiles import load_lengths_npy, parse_pmf, typed_pmf
 from refimpl.sim._lengths import LengthSupply
-from refimpl.sim._memory import kept_memory, map_ahead, run_bytes
+from refimpl.sim._memory import MapAhead, kept_memory, run_bytes
 from refimpl.sim.agent import agent_config_from_args, configure_agent_options, run_agent_cli
 from refimpl.sim.agent._cli import agent_kernel_s
 from refimpl.sim.engine._cli import (
@@ -647,6 +647,40 @@ def run(args: argparse.Namespace) -> int:
         return _run(args, kept=kept)
 
 
+def _head(
+    args: argparse.Namespace,
+    cfg: SimConfig,
+    wall: float,
+    trained: int,
+    timings: dict[str, float | None],
+) -> dict[str, Any]:
+    """The result's first fields: the engine, the configuration, the run's rate and the one-time
+    costs reported apart from it."""
+    engine = args.engine
+    if engine == "auto":
+        from refimpl.sim._compiled import AVAILABLE
+
+        engine = "vector" if cfg.vectorizable else ("compiled" if AVAILABLE else "event")
+    return {
+        "impl": f"refimpl-{engine}",
+        "mode": cfg.mode if cfg.engine_model is None else "engine",
+        "slots": cfg.slots,
+        "batch": cfg.batch,
+        "rollouts_requested": cfg.rollouts,
+        "seed": cfg.seed,
+        "sim_wall_s": wall,
+        "rollouts_per_s": trained / wall if wall > 0 else float("inf"),
+        # one-time costs, apart from the rate above: the interpreter and imports up to the
+        # command's start, reading or drawing the lengths, loading (or compiling) the kernels,
+        # mapping the memory the run will use (beside the last two: see MapAhead)
+        "startup_s": timings.get("startup_s"),
+        "lengths_s": timings.get("lengths_s", 0.0),
+        "kernel_s": timings.get("kernel_s"),
+        "memory_s": timings.get("memory_s"),
+        **_aot.kernel_report(),
+    }
+
+
 def _run(args: argparse.Namespace, *, kept: bool = False) -> int:
     timings: dict[str, float | None] = {"startup_s": since_start()}
     try:
@@ -683,14 +717,16 @@ def _run(args: argparse.Namespace, *, kept: bool = False) -> int:
     def advance(n: int) -> None:
         bar.update(n)
 
-    kernel_s = _warm_up(cfg, args.engine)
-    # the pages the run's trace will take, touched before it (kept for it): reported apart
-    memory_s = map_ahead(run_bytes(cfg.trained_target + cfg.slots)) if kept else 0.0
+    # the pages the run's trace will take, touched before it (kept for it) by a thread while the
+    # kernels load and the lengths are drawn: reported apart, as memory_s
+    ahead = MapAhead(run_bytes(cfg.trained_target + cfg.slots)) if kept else None
     try:
+        kernel_s = _warm_up(cfg, args.engine)
         with numeric_guard():
             t_lengths = time.perf_counter()
             supply = LengthSupply(cfg)  # drawn apart from the run's rate, as a file is read
             timings["lengths_s"] = lengths_s + time.perf_counter() - t_lengths
+            memory_s = ahead.join() if ahead is not None else 0.0
             t0 = time.perf_counter()
             trace, stats = _simulate_any(cfg, engine=args.engine, progress=advance, supply=supply)
             del supply
@@ -707,30 +743,12 @@ def _run(args: argparse.Namespace, *, kept: bool = False) -> int:
         if _is_size_error(err):
             return _fail(_TOO_BIG.format(why=str(err).split(";")[0]))
         return _fail(_option_names(str(err), args))
+    finally:
+        if ahead is not None:
+            ahead.join()  # already joined unless the lengths failed
     bar.close()
-    engine = args.engine
-    if engine == "auto":
-        from refimpl.sim._compiled import AVAILABLE
-
-        engine = "vector" if cfg.vectorizable else ("compiled" if AVAILABLE else "event")
-    out: dict[str, Any] = {
-        "impl": f"refimpl-{engine}",
-        "mode": cfg.mode if cfg.engine_model is None else "engine",
-        "slots": cfg.slots,
-        "batch": cfg.batch,
-        "rollouts_requested": cfg.rollouts,
-        "seed": cfg.seed,
-        "sim_wall_s": wall,
-        "rollouts_per_s": summary.trained / wall if wall > 0 else float("inf"),
-        # one-time costs, apart from the rate above: the interpreter and imports up to the
-        # command's start, reading or drawing the lengths, loading (or compiling) the kernels,
-        # mapping the memory the run will use
-        "startup_s": timings.get("startup_s"),
-        "lengths_s": timings.get("lengths_s", 0.0),
-        "kernel_s": kernel_s,
-        "memory_s": memory_s,
-        **_aot.kernel_report(),
-    }
+    timings.update(kernel_s=kernel_s, memory_s=memory_s)
+    out = _head(args, cfg, wall, summary.trained, timings)
     out.update(summary.to_json_dict())
     if stats is not None:
         out["engine"] = stats.to_json_dict()
