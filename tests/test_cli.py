@@ -269,6 +269,28 @@ def test_the_console_command_waits_for_a_thread_the_command_left_running() -> No
     assert (result.returncode, result.stdout) == (0, "thread finished\n")
 
 
+def _blas_threads_seen(before: str = "") -> str:
+    """What the command's process leaves in ``OPENBLAS_NUM_THREADS`` by the time its command runs
+    (``-`` where it is unset), with ``before`` run first in that process."""
+    result = _console_run(
+        "import os, sys\n"
+        f"{before}\n"
+        "import refimpl.cli as cli\n"  # as the console script imports it: numpy not yet loaded
+        "cli.main = lambda: print(os.environ.get(cli.BLAS_THREADS_VARIABLE, '-')) or 0\n"
+        "cli.console()\n"
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_the_console_command_asks_for_one_blas_thread_before_numpy_is_imported() -> None:
+    env_unset = "os.environ.pop('OPENBLAS_NUM_THREADS', None)"
+    assert _blas_threads_seen(env_unset) == "1"
+    # the user's choice stands, and a numpy imported before (its threads started) is left alone
+    assert _blas_threads_seen("os.environ['OPENBLAS_NUM_THREADS'] = '3'") == "3"
+    assert _blas_threads_seen(f"{env_unset}; import numpy") == "-"
+
+
 def test_version_is_printed_to_standard_output() -> None:
     result = _console_run(
         "import sys; sys.argv = ['refimpl', '--version']\nfrom refimpl import cli\ncli.console()"
