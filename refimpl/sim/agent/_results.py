@@ -307,7 +307,7 @@ def _summarize(
     hist = tuple(int(x) for x in np.bincount(stale))
     launched_mean = float(r.length.mean())
     trained_lengths = r.length[trained]
-    trained_mean = float(trained_lengths.mean())
+    trained_mean = float(trained_lengths.mean())  # before the KS distance sorts them
     util = math.nan
     if cfg.capacity is not None and drain > 0.0:
         util = float(sh.busy_area.sum()) / (cfg.capacity * cfg.shards * drain)
@@ -342,7 +342,7 @@ def _summarize(
         trained_length_mean=trained_mean,
         length_ratio=trained_mean / launched_mean,
         length_bias=trained_mean / launched_mean - 1.0,
-        length_ks=_kolmogorov_distance(trained_lengths, r.length, subset=True),
+        length_ks=_length_ks(trained_lengths, r.length[~trained]),
     )
 
 
@@ -517,35 +517,11 @@ def assemble(
     return AgentResult(config, summary, rollouts, calls, attempts, shards)
 
 
-def _kolmogorov_distance(
-    x: NDArray[np.float64], y: NDArray[np.float64], *, subset: bool = False
-) -> float:
-    """``sup |F_x − F_y|`` of two empirical CDFs (evaluated at every sample point: both are step
-    functions that jump only there). With ``subset`` (every value of ``x`` is a value of ``y``, as
-    the trained lengths are launched ones) the points of ``y`` are all the points. ``x`` is sorted in
-    place when it is writable (a copy the caller does not need in its order)."""
-    if x.flags.writeable:
-        x.sort()
-        xs = x
-    else:
-        xs = np.sort(x)
-    ys = np.sort(y)
+def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
+    """``sup |F_x − F_y|`` of two empirical CDFs, evaluated at every sample point (both are step
+    functions that jump only there), in chunks: small temporaries at 10^7 rollouts."""
+    xs, ys = np.sort(x), np.sort(y)
     best = 0.0
-    if subset:  # the grid is ys itself, where F_y is known: (last index of the value + 1) / n
-        n = ys.size
-        for lo in range(0, n, _CHUNK):  # in chunks: small temporaries at 10^7 rollouts
-            hi = min(lo + _CHUNK, n)
-            last = np.ones(hi - lo, dtype=bool)  # a value's last index (the next one differs)
-            np.not_equal(ys[lo : hi - 1], ys[lo + 1 : hi], out=last[:-1])
-            if hi < n:
-                last[-1] = ys[hi - 1] != ys[hi]
-            at = np.flatnonzero(last)
-            fx = np.searchsorted(xs, ys[lo:hi][at], side="right") / xs.size
-            fy = (at + (lo + 1)) / n
-            if at.size:
-                best = max(best, float(np.max(np.abs(fx - fy))))
-        return best
-    # the grid, in chunks: small temporaries at 10^7 rollouts
     for sample in (xs, ys):
         for lo in range(0, sample.size, _CHUNK):
             grid = sample[lo : lo + _CHUNK]
@@ -553,6 +529,53 @@ def _kolmogorov_distance(
             fy = np.searchsorted(ys, grid, side="right") / ys.size
             best = max(best, float(np.max(np.abs(fx - fy))))
     return best
+
+
+def _length_ks(trained: NDArray[np.float64], rest: NDArray[np.float64]) -> float:
+    """The summary's ``length_ks``: :func:`_kolmogorov_distance` of the trained lengths against
+    the launched ones, which are ``trained`` and ``rest`` (the rollouts not trained: in flight at
+    the end, dropped or aborted; few), without sorting the launched lengths.
+
+    ``F_launched`` jumps only at launched values, and every trained value is one, so the sup is
+    taken over the distinct values of ``trained`` and the values of ``rest``; at a value ``v``
+    the launched count is the trained count plus ``#{rest <= v}``, the same integers
+    :func:`_kolmogorov_distance` finds by sorting both samples, divided the same way: the same
+    float. ``trained`` (a scratch copy, at least one length) is sorted in place."""
+    trained.sort()
+    rs = np.sort(rest)
+    n = trained.size + rest.size
+    return max(_gap_at_rest(trained, rs, n), _gap_at_trained(trained, rs, n))
+
+
+def _gap_at_rest(trained: NDArray[np.float64], rs: NDArray[np.float64], n: int) -> float:
+    """The largest gap of the CDFs at the values of ``rs`` (both samples sorted; ``n`` launched
+    lengths); a value also trained is a point :func:`_gap_at_trained` gives again."""
+    at = np.searchsorted(trained, rs, side="right")
+    return _largest_gap(at, at + np.searchsorted(rs, rs, side="right"), trained.size, n)
+
+
+def _gap_at_trained(trained: NDArray[np.float64], rs: NDArray[np.float64], n: int) -> float:
+    """The largest gap of the CDFs at the distinct values of ``trained`` (both samples sorted;
+    ``n`` launched lengths)."""
+    best, n_x = 0.0, trained.size
+    for lo in range(0, n_x, _CHUNK):  # in chunks: small temporaries at 10^7 rollouts
+        hi = min(lo + _CHUNK, n_x)
+        last = np.ones(hi - lo, dtype=bool)  # a value's last index (the next one differs)
+        np.not_equal(trained[lo : hi - 1], trained[lo + 1 : hi], out=last[:-1])
+        if hi < n_x:
+            last[-1] = trained[hi - 1] != trained[hi]
+        at = np.flatnonzero(last)
+        count = at + (lo + 1)  # trained lengths <= each distinct value
+        launched = count + np.searchsorted(rs, trained[lo:hi][at], side="right")
+        best = max(best, _largest_gap(count, launched, n_x, n))
+    return best
+
+
+def _largest_gap(count: NDArray[np.int64], launched: NDArray[np.int64], n_x: int, n: int) -> float:
+    """``max |count / n_x − launched / n|`` (0 for no points): the CDFs' gap at those points."""
+    if count.size == 0:
+        return 0.0
+    return float(np.max(np.abs(count / n_x - launched / n)))
 
 
 # ---------------------------------------------------------------------------------------------
