@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from refimpl.errors import InvalidArgument
-from refimpl.sim.agent import AgentResult, agent_config_from_args, simulate_agent
+from refimpl.sim.agent import AgentResult, _compiled_run, agent_config_from_args, simulate_agent
 from refimpl.sim.agent._cli import configure_agent_options
 from refimpl.sim.agent._lognormal import LognormalLaw
 
@@ -62,6 +62,36 @@ def test_draws_are_scipys_bit_for_bit() -> None:
 
 def test_the_draw_check_rejects_numpys_lognormal() -> None:
     rejects(check_draws_are_scipys(_NumpyLognormal))
+
+
+def check_compiled_draws_are_the_chunks(more: Any) -> Any:
+    """The property: the compiled engine's length draws (``_Draws.more``, one call for a
+    lognormal law) are the reference's ``rvs(size=512)`` chunks, refill after refill, and leave
+    the generator where the chunks leave it."""
+
+    @given(mu=MUS, sigma=SIGMAS, seed=SEEDS, sizes=hst.lists(hst.integers(1, 3000), max_size=4))
+    def prop(mu: float, sigma: float, seed: int, sizes: list[int]) -> None:
+        law = LognormalLaw(mu=mu, sigma=sigma)
+        g1, g2 = np.random.default_rng(seed), np.random.default_rng(seed)
+        draws = _compiled_run._Draws(law, g1, np.float64)
+        for n in sizes:
+            got = more(draws, n)
+            chunks = [law.rvs(size=512, random_state=g2) for _ in range(-(-n // 512))]
+            assert got.dtype == np.float64
+            assert got.tobytes() == np.concatenate(chunks).tobytes(), (mu, sigma, seed, n)
+        assert g1.bit_generator.state == g2.bit_generator.state
+
+    return prop
+
+
+def _more_of_exactly_n(draws: Any, n: int) -> Any:
+    """Wrong: ``n`` draws, not whole chunks (the next refill starts mid-chunk)."""
+    return draws.law.rvs(size=n, random_state=draws.gen)
+
+
+def test_the_compiled_engines_lognormal_draws_are_the_references_chunks() -> None:
+    run_property(check_compiled_draws_are_the_chunks(_compiled_run._Draws.more))
+    rejects(check_compiled_draws_are_the_chunks(_more_of_exactly_n))
 
 
 def test_hand_worked_values() -> None:

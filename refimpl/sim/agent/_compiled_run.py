@@ -72,17 +72,25 @@ from refimpl.sim.agent._config import (
     _int_dtypes,
     _is_frozen_law,
 )
+from refimpl.sim.agent._lognormal import LognormalLaw
 
 
 class _Draws:
     """One random stream drawn ahead: a constant, or a frozen law drawn ``rvs(size=512)`` at a time
-    from its own generator, exactly the reference's ``_Stream`` chunks."""
+    from its own generator, exactly the reference's ``_Stream`` chunks.
+
+    :class:`~refimpl.sim.agent._lognormal.LognormalLaw` (the command line's length law) is drawn in
+    one call for all the chunks: it maps the generator's normal draws one by one, and the generator
+    fills an array one value after the other, so the numbers are those of the chunks, one Python
+    call instead of thousands (``tests/test_sim_agent_lognormal.py`` compares them)."""
 
     def __init__(self, law: Any, gen: np.random.Generator, dtype: type) -> None:
         self.law, self.gen, self.dtype = law, gen, dtype
 
     def more(self, n: int) -> NDArray[Any]:
         chunks = -(-n // 512)
+        if isinstance(self.law, LognormalLaw):
+            return self.law.rvs(size=512 * chunks, random_state=self.gen).astype(self.dtype)
         return np.concatenate(
             [
                 np.asarray(self.law.rvs(size=512, random_state=self.gen)).astype(self.dtype)
