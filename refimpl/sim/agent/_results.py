@@ -556,8 +556,11 @@ def _gap_at_rest(trained: NDArray[np.float64], rs: NDArray[np.float64], n: int) 
 
 def _gap_at_trained(trained: NDArray[np.float64], rs: NDArray[np.float64], n: int) -> float:
     """The largest gap of the CDFs at the distinct values of ``trained`` (both samples sorted;
-    ``n`` launched lengths)."""
+    ``n`` launched lengths). The other lengths at or below ``trained[i]`` are those whose first
+    place in ``trained`` is at most ``i``: a running count of those places (a search of the few
+    other lengths, not of every trained one)."""
     best, n_x = 0.0, trained.size
+    places = np.searchsorted(trained, rs, side="left")  # sorted, as rs is
     for lo in range(0, n_x, _CHUNK):  # in chunks: small temporaries at 10^7 rollouts
         hi = min(lo + _CHUNK, n_x)
         last = np.ones(hi - lo, dtype=bool)  # a value's last index (the next one differs)
@@ -566,8 +569,9 @@ def _gap_at_trained(trained: NDArray[np.float64], rs: NDArray[np.float64], n: in
             last[-1] = trained[hi - 1] != trained[hi]
         at = np.flatnonzero(last)
         count = at + (lo + 1)  # trained lengths <= each distinct value
-        launched = count + np.searchsorted(rs, trained[lo:hi][at], side="right")
-        best = max(best, _largest_gap(count, launched, n_x, n))
+        first, end = np.searchsorted(places, [lo, hi])
+        rest_below = np.cumsum(np.bincount(places[first:end] - lo, minlength=hi - lo))
+        best = max(best, _largest_gap(count, count + (rest_below[at] + first), n_x, n))
     return best
 
 
