@@ -7,7 +7,9 @@ sorts only the trained ones; it must give the very float that the computation it
 between the trained and the other lengths and among the other lengths, no other lengths at all,
 and chunks that cut runs of tied values. Two wrong variants are rejected: the other lengths below
 one of theirs counted by position (wrong where two of them tie), and their values left out of the
-sup.
+sup. The trained lengths' mean and distance are computed on another thread while the summary
+goes on: its value, exception and numpy error settings must be the caller's (rejected: a thread
+under numpy's default settings).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
 from refimpl.sim.agent import _results
+from refimpl.sim.agent._config import _TRAINED
 from refimpl.sim.agent._results import _kolmogorov_distance, _largest_gap
 
 
@@ -106,3 +109,49 @@ def test_the_comparison_rejects_a_miscounted_or_missing_point(
 ) -> None:
     monkeypatch.setattr(_results, "_gap_at_rest", wrong)
     rejects(given(_samples())(_check_same_float))
+
+
+# -- the trained lengths' statistics, computed on another thread ---------------------------------
+
+
+def _divide_by_zero() -> float:
+    return float(np.float64(1.0) / np.float64(0.0))
+
+
+def _check_background_runs_as_the_caller(in_background: Any) -> None:
+    """The value comes back, an exception is raised in the caller, and the caller's numpy error
+    settings hold in the thread (numpy keeps them per thread)."""
+    assert in_background(sum, [1, 2, 3])() == 6
+    with pytest.raises(ZeroDivisionError):
+        in_background(divmod, 1, 0)()
+    with np.errstate(divide="raise"):
+        try:
+            in_background(_divide_by_zero)()
+        except FloatingPointError:
+            return
+    raise AssertionError("the thread did not divide under the caller's divide='raise'")
+
+
+def _under_numpys_defaults(f: Any, *args: Any) -> Any:
+    with np.errstate(divide="ignore"):
+        return f(*args)
+
+
+def _in_background_under_numpys_defaults(f: Any, *args: Any) -> Any:
+    """Wrong: the thread divides under numpy's own settings, not the caller's (quietly here)."""
+    return _results._in_background(_under_numpys_defaults, f, *args)
+
+
+def test_the_background_computation_runs_as_the_caller_would() -> None:
+    _check_background_runs_as_the_caller(_results._in_background)
+    rejects(_check_background_runs_as_the_caller, _in_background_under_numpys_defaults)
+
+
+def test_the_summary_gets_the_trained_lengths_mean_and_distance_from_the_thread() -> None:
+    rng = np.random.default_rng(2)
+    length = np.round(rng.lognormal(2.0, 1.0, 500))
+    status = np.where(rng.random(500) < 0.9, _TRAINED, _TRAINED + 1).astype(np.int8)
+    mean, ks = _results._trained_length_stats(length, status)
+    trained = length[status == _TRAINED]
+    assert mean == float(trained.mean())
+    assert ks == _subset_ks_before(trained, length)

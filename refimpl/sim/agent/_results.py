@@ -4,8 +4,9 @@ summary computed from them (throughput, staleness, latency, Little's law per sha
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -278,7 +279,10 @@ def _summarize(
     a: AttemptTrace,
     sh: ShardStats,
     drain: float,
+    trained_lengths: Callable[[], tuple[float, float]],
 ) -> AgentSummary:
+    """The summary; ``trained_lengths()`` gives the trained lengths' mean and ``length_ks``
+    (:func:`_trained_length_stats`, computed meanwhile on another thread)."""
     trained = r.status == _TRAINED
     finished = r.status != _ABORTED
     every = bool(finished.all())  # no masked copies then (the same values, less memory)
@@ -306,11 +310,10 @@ def _summarize(
     stale = r.staleness[trained]
     hist = tuple(int(x) for x in np.bincount(stale))
     launched_mean = float(r.length.mean())
-    trained_lengths = r.length[trained]
-    trained_mean = float(trained_lengths.mean())  # before the KS distance sorts them
     util = math.nan
     if cfg.capacity is not None and drain > 0.0:
         util = float(sh.busy_area.sum()) / (cfg.capacity * cfg.shards * drain)
+    trained_mean, length_ks = trained_lengths()
     return AgentSummary(
         steps=cfg.steps,
         end_time=float(end_time),
@@ -342,7 +345,7 @@ def _summarize(
         trained_length_mean=trained_mean,
         length_ratio=trained_mean / launched_mean,
         length_bias=trained_mean / launched_mean - 1.0,
-        length_ks=_length_ks(trained_lengths, r.length[~trained]),
+        length_ks=length_ks,
     )
 
 
@@ -446,6 +449,9 @@ def assemble(
         return _column(column(name), np.float64)
 
     status, step, version = i64("r_status"), i64("r_step"), i64("r_version")
+    length = f64("r_len")
+    # the one sort of the summary, on the other core while this thread does the rest
+    trained_lengths = _in_background(_trained_length_stats, length, status)
     # staleness from refimpl.staleness (conventions §staleness): s = j − min_t v_t, one launch
     # version per rollout
     staleness = np.full(status.size, -1, dtype=dtypes["r_step"])
@@ -460,7 +466,7 @@ def assemble(
         launch_index=i64("r_k"),
         launch_time=f64("r_launch"),
         finish_time=f64("r_finish"),
-        length=f64("r_len"),
+        length=length,
         calls=i64("r_calls"),
         version=version,
         trained_step=step,
@@ -513,8 +519,53 @@ def assemble(
         busy_area=busy_area,
         utilisation=util,
     )
-    summary = _summarize(config, end_time, rollouts, calls, attempts, shards, drain)
+    summary = _summarize(
+        config, end_time, rollouts, calls, attempts, shards, drain, trained_lengths
+    )
     return AgentResult(config, summary, rollouts, calls, attempts, shards)
+
+
+_T = TypeVar("_T")
+
+
+def _in_background(f: Callable[..., _T], *args: Any) -> Callable[[], _T]:
+    """``f(*args)`` started on a thread of its own, under the caller's numpy error settings (they
+    are per thread); the function returned waits for it and returns its value, or raises what it
+    raised. For numpy work that releases the GIL (a sort): on an idle machine it runs on the other
+    core while the caller goes on; on a busy one it costs a thread's start."""
+    errors = np.geterr()
+    done: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            with np.errstate(**errors):
+                done.append((True, f(*args)))
+        except BaseException as err:  # handed to the caller, who raises it
+            done.append((False, err))
+
+    thread = threading.Thread(target=run, name="refimpl-agent-summary", daemon=True)
+    thread.start()
+
+    def result() -> _T:
+        thread.join()
+        ok, value = done[0]
+        if not ok:
+            raise value
+        out: _T = value
+        return out
+
+    return result
+
+
+def _trained_length_stats(
+    length: NDArray[np.float64], status: NDArray[np.signedinteger[Any]]
+) -> tuple[float, float]:
+    """The trained lengths' mean and :func:`_length_ks` (``length`` and ``status``: the rollout
+    columns)."""
+    trained = status == _TRAINED
+    lengths = length[trained]
+    mean = float(lengths.mean())  # before _length_ks sorts them
+    return mean, _length_ks(lengths, length[~trained])
 
 
 def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
