@@ -64,6 +64,7 @@ from refimpl.sim.agent._compiled_layout import (
     _TURN_USED,
     _VERSION,
 )
+from refimpl.sim.agent._compiled_pages import map_in_background
 from refimpl.sim.agent._config import (
     _COMPLETED,
     MAX_TRACE_ROWS,
@@ -276,6 +277,27 @@ def run_kernel(
     P = _int_parameters(cfg, steps_chunk)
     PF = _float_parameters(cfg)
     a = _allocate(cfg, sizes)
+    # their pages mapped on another thread while the kernel fills them (a queue's links are
+    # written only when an attempt waits)
+    columns = (*a.RI, *a.RF, *a.CI, *a.CF, *(x for j, x in enumerate(a.AI) if j != _A_NEXT), *a.AF)
+    mapped = map_in_background(columns)
+    try:
+        return _run(kernel, cfg, streams, P, PF, a, steps_chunk, progress)
+    finally:
+        mapped()
+
+
+def _run(
+    kernel: Callable[..., None],
+    cfg: AgentConfig,
+    streams: _Streams,
+    P: NDArray[np.int64],
+    PF: NDArray[np.float64],
+    a: _Arrays,
+    steps_chunk: int,
+    progress: Callable[[int], None] | None,
+) -> CompiledRun:
+    """Run and resume ``kernel`` until the run ends (:func:`run_kernel`'s loop)."""
     reported = 0
     while True:
         d = streams
