@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
-from refimpl.sim.agent import _results
+from refimpl.sim.agent import _background, _results
 from refimpl.sim.agent._config import _TRAINED
 from refimpl.sim.agent._results import _kolmogorov_distance, _largest_gap
 
@@ -139,11 +139,11 @@ def _under_numpys_defaults(f: Any, *args: Any) -> Any:
 
 def _in_background_under_numpys_defaults(f: Any, *args: Any) -> Any:
     """Wrong: the thread divides under numpy's own settings, not the caller's (quietly here)."""
-    return _results._in_background(_under_numpys_defaults, f, *args)
+    return _background.in_background(_under_numpys_defaults, f, *args)
 
 
 def test_the_background_computation_runs_as_the_caller_would() -> None:
-    _check_background_runs_as_the_caller(_results._in_background)
+    _check_background_runs_as_the_caller(_background.in_background)
     rejects(_check_background_runs_as_the_caller, _in_background_under_numpys_defaults)
 
 

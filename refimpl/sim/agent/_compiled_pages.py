@@ -78,11 +78,14 @@ def page_ranges(columns: Sequence[NDArray[Any]], page: int) -> list[list[tuple[i
 
 def map_in_background(columns: Sequence[NDArray[Any]]) -> Callable[[], None]:
     """Start mapping the pages of ``columns`` on another thread; the function returned waits for
-    it (it holds the columns until then). Nothing is started where ``madvise`` is missing."""
+    it (it holds the columns until then). Nothing is started where ``madvise`` is missing or no
+    column is large enough."""
     madvise = _madvise()
     if madvise is None:
         return lambda: None
     steps = page_ranges(columns, os.sysconf("SC_PAGE_SIZE"))
+    if not any(steps):  # small columns: nothing worth a thread
+        return lambda: None
     keep = list(columns)  # alive while their pages are mapped
 
     def run() -> None:

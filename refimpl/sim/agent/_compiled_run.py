@@ -64,6 +64,7 @@ from refimpl.sim.agent._compiled_layout import (
     _TURN_USED,
     _VERSION,
 )
+from refimpl.sim.agent._compiled_lengths import SortedDraws
 from refimpl.sim.agent._compiled_pages import map_in_background
 from refimpl.sim.agent._config import (
     _COMPLETED,
@@ -212,6 +213,9 @@ class CompiledRun(NamedTuple):
     """When the last trained rollout finished."""
     drain: float
     """When the last event that changed anything happened (the run drained)."""
+    sorted_lengths: Callable[[], NDArray[np.float64]] | None = None
+    """Where the lengths come from a law: the launched lengths sorted (sorted while the kernel ran,
+    :mod:`refimpl.sim.agent._compiled_lengths`); the function waits for them."""
 
 
 @dataclass
@@ -228,6 +232,7 @@ class _Streams:
     turns: NDArray[Any]
     svc: NDArray[Any]
     crash: NDArray[Any]
+    sorted_draws: SortedDraws | None = None  # the length law's draws, sorted meanwhile
 
 
 @dataclass
@@ -272,7 +277,7 @@ def run_kernel(
     ``sizes`` is the first room for rollouts, calls, attempts, containers and heap entries, and the
     draws of each stream to take ahead (``_first_sizes`` of :mod:`refimpl.sim.agent._compiled`).
     """
-    streams = _streams(cfg, first=sizes[5])
+    streams = _streams(cfg, first=sizes[5], lengths=sizes[0])
     steps_chunk = max(1, cfg.steps // 64) if progress is not None else cfg.steps + 2
     P = _int_parameters(cfg, steps_chunk)
     PF = _float_parameters(cfg)
@@ -281,10 +286,16 @@ def run_kernel(
     # written only when an attempt waits)
     columns = (*a.RI, *a.RF, *a.CI, *a.CF, *(x for j, x in enumerate(a.AI) if j != _A_NEXT), *a.AF)
     mapped = map_in_background(columns)
+    if streams.length_draws is not None:
+        streams.sorted_draws = SortedDraws(streams.lengths[0], mapped)
     try:
-        return _run(kernel, cfg, streams, P, PF, a, steps_chunk, progress)
+        run = _run(kernel, cfg, streams, P, PF, a, steps_chunk, progress)
     finally:
         mapped()
+    draws, launched = streams.sorted_draws, run.RI[0].size
+    if draws is None:
+        return run
+    return run._replace(sorted_lengths=lambda: draws.launched(launched))
 
 
 def _run(
@@ -376,8 +387,10 @@ def _one_attempt(cfg: AgentConfig) -> bool:
     return not cfg.crash_rate > 0.0 and cfg.timeout is None
 
 
-def _streams(cfg: AgentConfig, *, first: int) -> _Streams:
-    """The reference's four streams, in its order, and their first ``first`` draws (a margin more)."""
+def _streams(cfg: AgentConfig, *, first: int, lengths: int) -> _Streams:
+    """The reference's four streams, in its order, and their first ``first`` draws (a margin more);
+    of a length law, the run's ``lengths`` at once (they are sorted while the kernel runs:
+    :mod:`refimpl.sim.agent._compiled_lengths`)."""
     gens = np.random.default_rng(cfg.seed).spawn(4)
     n_slots = cfg.slots
     len_draws = _Draws(cfg.lengths, gens[0], np.float64) if _is_frozen_law(cfg.lengths) else None
@@ -388,9 +401,9 @@ def _streams(cfg: AgentConfig, *, first: int) -> _Streams:
     crash_scale = 1.0 / cfg.crash_rate if crash_on else 0.0
     empty_f, empty_i = np.zeros(1, dtype=np.float64), np.zeros(1, dtype=np.int64)
     if len_draws is not None:
-        lengths = len_draws.more(max(first, n_slots) + _ROOM)[None, :]
+        drawn = len_draws.more(max(first, lengths, n_slots) + _ROOM)[None, :]
     else:
-        lengths = np.array(cfg.lengths, dtype=np.float64)  # a writable copy: one numba type
+        drawn = np.array(cfg.lengths, dtype=np.float64)  # a writable copy: one numba type
     return _Streams(
         length_draws=len_draws,
         turn_draws=turn_draws,
@@ -398,7 +411,7 @@ def _streams(cfg: AgentConfig, *, first: int) -> _Streams:
         crash_gen=gens[3],
         crash_on=crash_on,
         crash_scale=crash_scale,
-        lengths=lengths,
+        lengths=drawn,
         turns=turn_draws.more(max(first, n_slots) + _ROOM) if turn_draws is not None else empty_i,
         svc=svc_draws.more(first + _ROOM) if svc_draws is not None else empty_f,
         crash=gens[3].exponential(crash_scale, size=first + _ROOM) if crash_on else empty_f,
@@ -507,6 +520,8 @@ def _draw_more(d: _Streams, S: NDArray[np.int64]) -> None:
     """Draw more of each stream whose buffer is nearly used up (the kernel's pointer restarts)."""
     if d.length_draws is not None and d.lengths.shape[1] - S[_LEN_USED] < _ROOM:
         more = d.length_draws.more(d.lengths.shape[1])[None, :]
+        if d.sorted_draws is not None:
+            d.sorted_draws.add(more[0])
         d.lengths = _refill(d.lengths, int(S[_LEN_USED]), more)
         S[_LEN_USED] = 0
     if d.turn_draws is not None and d.turns.shape[0] - S[_TURN_USED] < _ROOM:

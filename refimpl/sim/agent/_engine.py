@@ -362,7 +362,8 @@ def simulate_agent(
         )
     if engine == "compiled" or (engine == "auto" and _compiled.worth_compiling(config)):
         run = _compiled.run_agent_compiled(config, progress=progress)
-        return assemble(config, compiled_columns(run, config), run.end_time, run.drain)
+        columns = compiled_columns(run, config)
+        return assemble(config, columns, run.end_time, run.drain, run.sorted_lengths)
     eng = _Engine(config)
     eng.progress = progress
     drain = eng.run()

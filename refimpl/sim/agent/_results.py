@@ -4,15 +4,16 @@ summary computed from them (throughput, staleness, latency, Little's law per sha
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import wrong_type
 from refimpl.sim.agent import _compiled as _c
+from refimpl.sim.agent._background import in_background
+from refimpl.sim.agent._compiled_lengths import without
 from refimpl.sim.agent._config import (
     _ABORTED,
     _COMPLETED,
@@ -435,10 +436,15 @@ _CHUNK = 1 << 18
 
 
 def assemble(
-    config: AgentConfig, column: Callable[[str], Any], end_time: float, drain: float
+    config: AgentConfig,
+    column: Callable[[str], Any],
+    end_time: float,
+    drain: float,
+    sorted_lengths: Callable[[], NDArray[np.float64]] | None = None,
 ) -> AgentResult:
     """The traces, shard statistics and summary of a run from its engine's columns (``column(name)``:
-    the reference engine's attribute ``name``, a list, or the compiled engine's row of that name)."""
+    the reference engine's attribute ``name``, a list, or the compiled engine's row of that name);
+    ``sorted_lengths``, where given, returns the launched lengths sorted."""
 
     dtypes = _int_dtypes(config)
 
@@ -451,7 +457,7 @@ def assemble(
     status, step, version = i64("r_status"), i64("r_step"), i64("r_version")
     length = f64("r_len")
     # the one sort of the summary, on the other core while this thread does the rest
-    trained_lengths = _in_background(_trained_length_stats, length, status)
+    trained_lengths = in_background(_trained_length_stats, length, status, sorted_lengths)
     # staleness from refimpl.staleness (conventions §staleness): s = j − min_t v_t, one launch
     # version per rollout
     staleness = np.full(status.size, -1, dtype=dtypes["r_step"])
@@ -525,47 +531,21 @@ def assemble(
     return AgentResult(config, summary, rollouts, calls, attempts, shards)
 
 
-_T = TypeVar("_T")
-
-
-def _in_background(f: Callable[..., _T], *args: Any) -> Callable[[], _T]:
-    """``f(*args)`` started on a thread of its own, under the caller's numpy error settings (they
-    are per thread); the function returned waits for it and returns its value, or raises what it
-    raised. For numpy work that releases the GIL (a sort): on an idle machine it runs on the other
-    core while the caller goes on; on a busy one it costs a thread's start."""
-    errors = np.geterr()
-    done: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            with np.errstate(**errors):
-                done.append((True, f(*args)))
-        except BaseException as err:  # handed to the caller, who raises it
-            done.append((False, err))
-
-    thread = threading.Thread(target=run, name="refimpl-agent-summary", daemon=True)
-    thread.start()
-
-    def result() -> _T:
-        thread.join()
-        ok, value = done[0]
-        if not ok:
-            raise value
-        out: _T = value
-        return out
-
-    return result
-
-
 def _trained_length_stats(
-    length: NDArray[np.float64], status: NDArray[np.signedinteger[Any]]
+    length: NDArray[np.float64],
+    status: NDArray[np.signedinteger[Any]],
+    sorted_lengths: Callable[[], NDArray[np.float64]] | None = None,
 ) -> tuple[float, float]:
     """The trained lengths' mean and :func:`_length_ks` (``length`` and ``status``: the rollout
-    columns)."""
+    columns; ``sorted_lengths``, where given, returns them all sorted: the trained ones sorted are
+    those without the others)."""
     trained = status == _TRAINED
     lengths = length[trained]
     mean = float(lengths.mean())  # before _length_ks sorts them
-    return mean, _length_ks(lengths, length[~trained])
+    if sorted_lengths is None:
+        return mean, _length_ks(lengths, length[~trained])
+    rs = np.sort(length[~trained])
+    return mean, _sorted_length_ks(without(sorted_lengths(), rs), rs)
 
 
 def _kolmogorov_distance(x: NDArray[np.float64], y: NDArray[np.float64]) -> float:
@@ -593,8 +573,12 @@ def _length_ks(trained: NDArray[np.float64], rest: NDArray[np.float64]) -> float
     :func:`_kolmogorov_distance` finds by sorting both samples, divided the same way: the same
     float. ``trained`` (a scratch copy, at least one length) is sorted in place."""
     trained.sort()
-    rs = np.sort(rest)
-    n = trained.size + rest.size
+    return _sorted_length_ks(trained, np.sort(rest))
+
+
+def _sorted_length_ks(trained: NDArray[np.float64], rs: NDArray[np.float64]) -> float:
+    """:func:`_length_ks` of the trained and the other lengths, both sorted."""
+    n = trained.size + rs.size
     return max(_gap_at_rest(trained, rs, n), _gap_at_trained(trained, rs, n))
 
 
