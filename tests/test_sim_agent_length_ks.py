@@ -9,7 +9,8 @@ and chunks that cut runs of tied values. Two wrong variants are rejected: the ot
 one of theirs counted by position (wrong where two of them tie), and their values left out of the
 sup. The trained lengths' mean and distance are computed on another thread while the summary
 goes on: its value, exception and numpy error settings must be the caller's (rejected: a thread
-under numpy's default settings).
+under numpy's default settings). The latency percentiles come from one partition, and must be
+numpy's ``percentile`` bit for bit (rejected: the order statistics read unpartitioned).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
+from refimpl.sim._trace import sorted_percentiles
 from refimpl.sim.agent import _background, _results
 from refimpl.sim.agent._config import _TRAINED
 from refimpl.sim.agent._results import _kolmogorov_distance, _largest_gap
@@ -155,3 +157,26 @@ def test_the_summary_gets_the_trained_lengths_mean_and_distance_from_the_thread(
     trained = length[status == _TRAINED]
     assert mean == float(trained.mean())
     assert ks == _subset_ks_before(trained, length)
+
+
+# -- the latency percentiles, from one partition -------------------------------------------------
+
+
+def _check_percentiles(percentiles: Any) -> Any:
+    @given(_samples(), hst.sampled_from([(50.0, 99.0), (0.0, 100.0), (1.0, 50.0, 75.0)]))
+    def prop(sample: tuple[NDArray[np.float64], NDArray[np.bool_]], q: tuple[float, ...]) -> None:
+        x = sample[0]
+        want = tuple(float(v) for v in np.percentile(x.copy(), list(q), overwrite_input=True))
+        assert percentiles(x.copy(), q) == want
+
+    return prop
+
+
+def _percentiles_unpartitioned(x: NDArray[np.float64], q: tuple[float, ...]) -> tuple[float, ...]:
+    """Wrong: the order statistics read from the values as they lie."""
+    return tuple(float(v) for v in sorted_percentiles(x.size, q, x.__getitem__))
+
+
+def test_the_latency_percentiles_are_numpys_bit_for_bit() -> None:
+    _check_percentiles(_results._percentiles)()
+    rejects(_check_percentiles(_percentiles_unpartitioned))
