@@ -125,3 +125,14 @@ def test_a_length_matrix_has_no_sorted_draws() -> None:
     from refimpl.sim.agent._compiled import run_agent_compiled
 
     assert run_agent_compiled(cfg).sorted_lengths is None
+
+
+def test_a_long_run_leaves_the_sort_to_the_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SORT_AHEAD_ROWS rollouts nothing is sorted ahead, and the summary is the same."""
+    from refimpl.sim.agent import _compiled_run
+    from refimpl.sim.agent._compiled import run_agent_compiled
+
+    ahead = simulate_agent(_TIED, engine="compiled").summary
+    monkeypatch.setattr(_compiled_run, "SORT_AHEAD_ROWS", 10)
+    assert run_agent_compiled(_TIED).sorted_lengths is None
+    assert simulate_agent(_TIED, engine="compiled").summary == ahead

@@ -76,6 +76,12 @@ from refimpl.sim.agent._config import (
 )
 from refimpl.sim.agent._lognormal import LognormalLaw
 
+#: Runs of at most this many rollouts draw a length law's lengths at once and sort them while the
+#: kernel runs (:mod:`refimpl.sim.agent._compiled_lengths`); a longer one keeps its first draws
+#: small and leaves the sort to the summary: the sorted copy, held through the run (8 bytes a
+#: rollout), would add to the peak of a 10^7-rollout run, which fits 2 GiB narrowly.
+SORT_AHEAD_ROWS = 1 << 22
+
 
 class _Draws:
     """One random stream drawn ahead: a constant, or a frozen law drawn ``rvs(size=512)`` at a time
@@ -277,7 +283,8 @@ def run_kernel(
     ``sizes`` is the first room for rollouts, calls, attempts, containers and heap entries, and the
     draws of each stream to take ahead (``_first_sizes`` of :mod:`refimpl.sim.agent._compiled`).
     """
-    streams = _streams(cfg, first=sizes[5], lengths=sizes[0])
+    ahead = sizes[0] <= SORT_AHEAD_ROWS  # the run's lengths drawn at once and sorted meanwhile
+    streams = _streams(cfg, first=sizes[5], lengths=sizes[0] if ahead else 0)
     steps_chunk = max(1, cfg.steps // 64) if progress is not None else cfg.steps + 2
     P = _int_parameters(cfg, steps_chunk)
     PF = _float_parameters(cfg)
@@ -286,7 +293,7 @@ def run_kernel(
     # written only when an attempt waits)
     columns = (*a.RI, *a.RF, *a.CI, *a.CF, *(x for j, x in enumerate(a.AI) if j != _A_NEXT), *a.AF)
     mapped = map_in_background(columns)
-    if streams.length_draws is not None:
+    if ahead and streams.length_draws is not None:
         streams.sorted_draws = SortedDraws(streams.lengths[0], mapped)
     try:
         run = _run(kernel, cfg, streams, P, PF, a, steps_chunk, progress)
