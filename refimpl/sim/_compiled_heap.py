@@ -59,9 +59,11 @@ def _hpush(ht: Any, hk: Any, hp: Any, w: int, hn: Any, t: float, key: int, paylo
 def _hpop(ht: Any, hk: Any, hp: Any, w: int, hn: Any, out: Any) -> float:
     """Pop the least ``(time, key)`` of heap ``w``; its kind, ref, gen go to ``out[0:3]``.
 
-    Floyd's variant: the hole left at the root moves down to a leaf along the smaller children
-    (chosen without a branch), and the last entry is sifted up from there: about half the
-    comparisons of the textbook sift-down, and none that the processor must guess.
+    Floyd's variant: the hole left at the root moves down to a leaf along the smaller children,
+    and the last entry is sifted up from there: about half the comparisons of the textbook
+    sift-down. The smaller child is chosen by its time alone, without a branch; only equal times
+    (rare, but for whole-number times) take a branch to compare the keys, which keeps the keys'
+    loads and comparisons off the path from one level to the next.
     """
     t0 = ht[w, 0]
     payload = hp[w, 0]
@@ -78,7 +80,10 @@ def _hpop(ht: Any, hk: Any, hp: Any, w: int, hn: Any, out: Any) -> float:
         if c + 1 < n:
             tc = ht[w, c]
             tr = ht[w, c + 1]
-            c += (tr < tc) | ((tr == tc) & (hk[w, c + 1] < hk[w, c]))
+            if tr == tc:  # rare but for whole-number times: a branch the processor predicts
+                c += hk[w, c + 1] < hk[w, c]
+            else:
+                c += tr < tc
         elif c >= n:
             break
         ht[w, i] = ht[w, c]
