@@ -20,7 +20,8 @@ Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
    are printed beside, with the run's own time, the seconds between the command's last report
    and the process's end (the interpreter's exit), and the path its kernels ran by (``aot``: the
    entry compiled ahead of time, loaded without numba; ``jit``: numba's; ``-``: no kernel). The
-   untimed first call of each mode builds a missing ahead-of-time entry.
+   untimed first call of each mode, at the timed size, builds a missing ahead-of-time entry, as
+   a user's first call does.
 3. Scaling from 10^5 to 10^7 rollouts, every mode: wall time and peak RSS (VmHWM) of a fresh
    subprocess per size (lengths drawn inside it), after a warm-up run of two trainer steps whose
    time (the fixed cost: loading the compiled kernel, first calls) is printed apart; the time per
@@ -378,8 +379,9 @@ def fresh_calls(
 ) -> bool:
     """Each mode as a user runs it: ``refimpl simulate ... --json`` in a fresh process, its whole
     wall time against the plain peer's whole call, and its reported rate against the warmed one.
-    Every command (the peer's too) first runs once, small and untimed, which writes the bytecode
-    cache of :func:`bytecode_env` (and compiles a kernel numba's cache lacks)."""
+    Every command first runs once untimed (the peer's small, each mode's at the timed size),
+    which writes the bytecode cache of :func:`bytecode_env` and builds each mode's missing
+    ahead-of-time entry, as a user's first call does."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -414,8 +416,10 @@ def _fresh_calls(
         return [sys.executable, "-m", "refimpl", "simulate", "--slots", str(SLOTS), "--batch",
                 str(BATCH), "--rollouts", str(n), "--seed", str(SEED), *flags, "--json"]  # fmt: skip
 
-    for cmd in [peer_call(4 * BATCH), *(call(name, 4 * BATCH) for name in chosen)]:
-        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=env)  # untimed
+    # untimed: the bytecode cache, and each mode's first call at the timed size, which builds
+    # what a user's first call builds (the command compiles from COMMAND_BUILD_ROLLOUTS)
+    for cmd in [peer_call(4 * BATCH), *(call(name, rollouts) for name in chosen)]:
+        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=env)
     t0, c0 = time.perf_counter(), child_cpu()
     subprocess.run(peer_call(rollouts), check=True, capture_output=True, cwd=ROOT, env=env)
     peer_wall, peer_cpu = time.perf_counter() - t0, child_cpu() - c0

@@ -17,7 +17,10 @@ loads with ``ctypes`` in about 2 ms, importing neither numba nor llvmlite.
 - **Built on first use**, in a child process (numba compiles the kernel from source there, in an
   empty cache of its own, so that every callee's IR is at hand), where this process would compile
   the kernel anyway (numba's cache lacks it) or where the caller asks for it (:data:`BUILD_WHEN_CACHED`:
-  ``refimpl simulate`` does, since a command's fresh process is where numba's import costs).
+  ``refimpl simulate`` does, since a command's fresh process is where numba's import costs). The
+  command also takes the compiled kernels of runs from :data:`COMMAND_BUILD_ROLLOUTS` rollouts
+  where nothing is built or cached yet (:func:`command_builds`), and says on standard error that
+  it is compiling.
 - **Otherwise numba's JIT**, as before: where no C compiler is found, where the build or the load
   fails, for arrays of other types or layouts, or with ``REFIMPL_AOT=0`` in the environment.
   :data:`PATHS` records which path each kernel took in this process and :data:`NOTES` why the
@@ -76,6 +79,15 @@ BUILD_WHEN_CACHED: bool = False
 #: The environment variable that switches the ahead-of-time path off (``0``).
 ENV = "REFIMPL_AOT"
 
+#: Rollouts from which ``refimpl simulate`` runs a mode's compiled kernel even where it is neither
+#: built nor in numba's cache, building its entry first: once for the machine (15-60 s), after which
+#: every call loads it in milliseconds. Below it, and in the Python API, the reference engines run
+#: until a run large enough to repay a compilation within itself (the engines' own thresholds): on
+#: a fresh install a command at 10^6 rollouts otherwise ran the reference engines on every call,
+#: 4.5 s for partial recompute and 17 s for agent rollouts against 0.2-0.5 s compiled (6 December
+#: 2026). At this size the reference engines take about 0.5-2 s.
+COMMAND_BUILD_ROLLOUTS = 100_000
+
 _CTYPE_NAMES = {
     "ptr": "c_void_p",
     "i64": "c_int64",
@@ -99,6 +111,19 @@ def building_when_cached() -> Iterator[None]:
         yield
     finally:
         BUILD_WHEN_CACHED = before
+
+
+def command_builds(rollouts: int) -> bool:
+    """Whether a run of ``rollouts`` rollouts should take its compiled kernel and build the
+    kernel's entry where it is missing: inside :func:`building_when_cached` (``refimpl simulate``),
+    with the ahead-of-time path on, from :data:`COMMAND_BUILD_ROLLOUTS` rollouts.
+
+    Examples
+    --------
+    >>> command_builds(10**6)  # outside the command
+    False
+    """
+    return BUILD_WHEN_CACHED and enabled() and rollouts >= COMMAND_BUILD_ROLLOUTS
 
 
 def enabled() -> bool:
@@ -271,6 +296,21 @@ def _one_builder(path: Path) -> Iterator[None]:
         yield
 
 
+_ANNOUNCED: list[str] = []  # the kernel whose build the command announced (one a process)
+
+
+def _announce_build(name: str) -> None:
+    """Say on standard error, once a process, why the command waits: it compiles its kernels."""
+    if not _ANNOUNCED:
+        _ANNOUNCED.append(name)
+        print(
+            f"refimpl simulate: compiling this mode's kernels ({name}, ...) for this machine, "
+            "once (15-60 s); later calls load them",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 class Kernel:
     """A kernel that runs from its ahead-of-time entry where it can, and on numba's JIT otherwise.
 
@@ -328,6 +368,8 @@ class Kernel:
             if not (BUILD_WHEN_CACHED or not self._jit_cached()):
                 self._unbuilt.add(spec)  # built when a caller asks for it
                 return None
+            if BUILD_WHEN_CACHED:
+                _announce_build(self.name)
             why = build(self._factory, spec, path, stamp=self.stamp())
             if why is not None:
                 self._notes[spec] = why

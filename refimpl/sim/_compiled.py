@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.sim import _compiled_heap
+from refimpl.sim import _aot, _compiled_heap
 from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import AVAILABLE as _AVAILABLE
 from refimpl.sim._compiled_cache import cached_on_disk as cached_on_disk
@@ -726,10 +726,9 @@ _runner = Kernel(_kernel, "refimpl.sim._compiled:_compile", _compile)
 
 
 #: Rollouts from which ``simulate(engine="auto")`` compiles the kernel when it is not compiled yet.
-#: Compiling it takes about 30 s (31 s measured on two cores, numba 0.68, empty cache), and the
-#: reference engine runs 0.5 to 1.3 million rollouts a second on the same machine (0.5 with partial
-#: rollouts or synchronous steps, 1.1 to 1.3 for asynchronous ones): below about 10^7 rollouts a
-#: first run compiles for longer than the reference engine takes for the whole run.
+#: Compiling it takes about 30 s (31 s on two cores, numba 0.68, empty cache); the reference engine
+#: runs 0.5 to 1.3 million rollouts a second there (0.5 with partial rollouts or synchronous steps):
+#: below about 10^7 rollouts a first run compiles for longer than the reference engine runs.
 COMPILE_ROLLOUTS = 10_000_000
 
 
@@ -751,11 +750,12 @@ def worth_compiling(cfg: SimConfig) -> bool:
     or the run launches at least :data:`COMPILE_ROLLOUTS` rollouts (then compiling repays itself
     within the run). Both engines give the same trace, so the choice changes how long a run
     takes, never its result; a short run on a fresh installation does not wait half a minute for
-    a compiler.
+    a compiler (``refimpl simulate``, whose entry serves every later call, compiles from fewer).
     """
     if not AVAILABLE:
         return False
-    if _rows_estimate(cfg) >= COMPILE_ROLLOUTS or _runner.ready():
+    rows = _rows_estimate(cfg)
+    if rows >= COMPILE_ROLLOUTS or _runner.ready() or _aot.command_builds(rows):
         return True
     kernel: Any = _compile()  # a numba dispatcher
     return kernel_ready(kernel)

@@ -657,10 +657,15 @@ def _head(
     """The result's first fields: the engine, the configuration, the run's rate and the one-time
     costs reported apart from it."""
     engine = args.engine
-    if engine == "auto":
-        from refimpl.sim._compiled import AVAILABLE
+    if engine == "auto":  # the engine that ran: the run's own choice, asked again
+        from refimpl.sim import _compiled
 
-        engine = "vector" if cfg.vectorizable else ("compiled" if AVAILABLE else "event")
+        if cfg.vectorizable:
+            engine = "vector"
+        elif cfg.engine_model is not None:
+            engine = "compiled" if _compiled.AVAILABLE else "event"
+        else:
+            engine = "compiled" if _compiled.worth_compiling(cfg) else "event"
     return {
         "impl": f"refimpl-{engine}",
         "mode": cfg.mode if cfg.engine_model is None else "engine",

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.sim import _aot, _compiled_heap
 from refimpl.sim import _compiled as _sim_compiled
-from refimpl.sim import _compiled_heap
 from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim.agent._compiled_fifo import _fifo_first, _fifo_pop, _fifo_push
@@ -750,10 +750,12 @@ def worth_compiling(cfg: AgentConfig) -> bool:
     True when numba is installed and either the kernel is ready (built ahead of time, compiled in
     this process, or held by numba's cache on disk) or the run trains at least :data:`COMPILE_ROLLOUTS` rollouts. Both
     engines give the same results; the choice changes how long a run takes, never what it returns.
+    ``refimpl simulate`` compiles from fewer rollouts (:func:`refimpl.sim._aot.command_builds`).
     """
     if not AVAILABLE:
         return False
-    if cfg.steps * cfg.batch >= COMPILE_ROLLOUTS or _runner.ready():
+    trained = cfg.steps * cfg.batch
+    if trained >= COMPILE_ROLLOUTS or _runner.ready() or _aot.command_builds(trained):
         return True
     kernel: Any = _compile()  # a numba dispatcher
     return _sim_compiled.kernel_ready(kernel)
