@@ -4,8 +4,9 @@
 Model (the peer's): N = 256 slots, B = 512, lognormal(6, 1) lengths, seed 0.
 
 1. Ratios at R rollouts (default 10^6), for every mode: our rollouts/s (``simulate``'s ``auto``
-   engine: vectorized for plain async, compiled for the rest, agent rollouts included; best of a
-   few repeats, after WARMUP untimed runs) against the plain
+   engine for plain async, the vectorized one; the compiled engine, asked for by name, for the
+   rest, agent rollouts included, so that a cold numba cache does not hand a mode to the
+   reference engine; best of a few repeats, after WARMUP untimed runs) against the plain
    SimPy peer's (``tests/peers/simpy_queue.py``, ``--variant store``, timed once) and against a
    straightforward SimPy model of that same mode (``benchmarks/simpy_modes.py``), each first checked
    sample for sample against ours on the same length matrix. Targets: plain async >= 100x the peer,
@@ -494,6 +495,8 @@ def main() -> int:
     from refimpl.sim._compiled import AVAILABLE
     from refimpl.sim.agent import AgentConfig, simulate_agent
 
+    compiled: Any = "compiled" if AVAILABLE else "auto"  # the engine of the compiled modes
+
     peer = load_peer()
     models = load_models()
     rollouts = args.rollouts or (100_000 if args.quick else 1_000_000)
@@ -535,7 +538,9 @@ def main() -> int:
                 lambda: models.simulate_agent(lengths, BATCH, steps, **AGENT_OPTIONS),
             )
             t_m, c_m, (m_stale, m_len, m_end) = model_a
-            t, c, res = best_of(args.repeats, lambda cfg_a=cfg_a: simulate_agent(cfg_a), WARMUP)
+            t, c, res = best_of(
+                args.repeats, lambda cfg_a=cfg_a: simulate_agent(cfg_a, engine=compiled), WARMUP
+            )
             r = res.rollouts
             done = np.flatnonzero(r.status == 0)
             order = done[np.argsort(r.completion_rank[done])]
@@ -577,7 +582,10 @@ def main() -> int:
                 1, lambda fn=fn, kw=model_options, m=mode_lengths: fn(m, BATCH, steps, **kw)
             )
         t_m, c_m, (m_stale, m_len, m_end) = model
-        t, c, trace = best_of(args.repeats, lambda cfg=cfg: simulate(cfg), WARMUP)
+        how = "auto" if cfg.vectorizable else compiled
+        t, c, trace = best_of(
+            args.repeats, lambda cfg=cfg, how=how: simulate(cfg, engine=how), WARMUP
+        )
         order = trace.training_order()
         agrees = (
             np.array_equal(trace.staleness[order], m_stale)
