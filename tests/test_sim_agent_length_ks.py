@@ -24,8 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
+from refimpl.sim import _background
 from refimpl.sim._trace import sorted_percentiles
-from refimpl.sim.agent import _background, _results
+from refimpl.sim.agent import _results
 from refimpl.sim.agent._config import _TRAINED
 from refimpl.sim.agent._results import _kolmogorov_distance, _largest_gap
 

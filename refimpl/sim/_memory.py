@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from refimpl.sim._background import in_background
 
 __all__ = ["TRACE_BYTES_PER_ROW", "MapAhead", "kept_memory", "map_ahead", "run_bytes"]
 
@@ -135,23 +136,19 @@ class MapAhead:
 
     def __init__(self, nbytes: int, *, beside: bool = True) -> None:
         self._blocks = [np.empty(_BLOCK, dtype=np.uint8) for _ in range(-(-nbytes // _BLOCK))]
-        self.seconds = 0.0
-        self._thread: threading.Thread | None = None
-        if beside:
-            self._thread = threading.Thread(target=self._touch, name="refimpl-map-ahead")
-            self._thread.start()
-        else:
-            self._touch()
+        self._touched = in_background(self._touch, name="refimpl-map-ahead") if beside else None
+        self.seconds = 0.0 if beside else self._touch()
 
-    def _touch(self) -> None:
+    def _touch(self) -> float:
         start = time.perf_counter()
         for block in self._blocks:
             block[::_PAGE] = 0  # one write a page maps it
-        self.seconds = time.perf_counter() - start
+        return time.perf_counter() - start
 
     def join(self) -> float:
         """Wait for the pages, free the blocks; the seconds the touching took."""
-        if self._thread is not None:
-            self._thread.join()
+        if self._touched is not None:
+            self.seconds = self._touched()
+            self._touched = None
         self._blocks.clear()
         return self.seconds

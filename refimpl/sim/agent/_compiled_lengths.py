@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from refimpl.sim.agent._background import in_background
+from refimpl.sim._background import in_background
 
 __all__ = ["SortedDraws", "without"]
 

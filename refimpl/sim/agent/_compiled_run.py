@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from refimpl._validation import invalid
 from refimpl.errors import InvalidArgument
+from refimpl.sim._pages import map_in_background
 from refimpl.sim.agent._compiled_layout import (
     _A_ADMIT,
     _A_BOX,
@@ -65,7 +66,6 @@ from refimpl.sim.agent._compiled_layout import (
     _VERSION,
 )
 from refimpl.sim.agent._compiled_lengths import SortedDraws
-from refimpl.sim.agent._compiled_pages import map_in_background
 from refimpl.sim.agent._config import (
     _COMPLETED,
     MAX_TRACE_ROWS,

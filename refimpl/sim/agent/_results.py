@@ -11,9 +11,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl._validation import wrong_type
+from refimpl.sim._background import in_background
 from refimpl.sim._trace import sorted_percentiles
 from refimpl.sim.agent import _compiled as _c
-from refimpl.sim.agent._background import in_background
 from refimpl.sim.agent._compiled_lengths import without
 from refimpl.sim.agent._config import (
     _ABORTED,

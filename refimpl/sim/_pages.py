@@ -1,8 +1,8 @@
-"""The compiled agent engine's columns, mapped by another thread while the kernel fills them.
+"""A compiled kernel's columns, mapped by another thread while the kernel fills them.
 
 A fresh process gets each page of a new array from the operating system when it first writes it:
-at :math:`10^6` rollouts of two tool calls the kernel's columns are about 150 MB, some 38 000 page
-faults taken one by one by the kernel's own thread. Linux (5.14 and later) maps a range of pages
+at :math:`10^6` rollouts of two tool calls the agent kernel's columns are about 150 MB, some
+38 000 page faults taken one by one by the kernel's own thread. Linux (5.14 and later) maps a range of pages
 writable without changing what they hold when asked with ``madvise(MADV_POPULATE_WRITE)``; this
 module asks it on another thread, front to back across the columns in 16 steps, while the kernel
 fills them front to back, so that on an idle machine the faults are taken on the other core. The
@@ -18,12 +18,13 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
 from numpy.typing import NDArray
+
+from refimpl.sim._background import in_background
 
 __all__ = ["map_in_background"]
 
@@ -95,6 +96,4 @@ def map_in_background(columns: Sequence[NDArray[Any]]) -> Callable[[], None]:
                     return  # refused (an older kernel): the kernel maps its pages itself
         del keep[:]
 
-    thread = threading.Thread(target=run, name="refimpl-agent-pages", daemon=True)
-    thread.start()
-    return thread.join
+    return in_background(run, name="refimpl-pages")

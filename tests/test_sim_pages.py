@@ -1,4 +1,4 @@
-"""The compiled agent engine's columns mapped on another thread (refimpl.sim.agent._compiled_pages).
+"""A compiled kernel's columns mapped on another thread (refimpl.sim._pages).
 
 Mapping must never change what a column holds (the kernel may have written it already), must stay
 inside each column's whole pages, in steps that go front to back across the columns, and must map
@@ -22,8 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as hst
 from numpy.typing import NDArray
 
-from refimpl.sim.agent import _compiled_pages
-from refimpl.sim.agent._compiled_pages import map_in_background, page_ranges
+from refimpl.sim import _pages
+from refimpl.sim._pages import map_in_background, page_ranges
 
 _LINUX = sys.platform.startswith("linux")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if _LINUX else 4096
@@ -58,7 +58,7 @@ def _check_mapping_keeps_the_values() -> None:
 @pytest.mark.skipif(not _LINUX, reason="madvise(MADV_POPULATE_WRITE) is Linux's")
 def test_mapping_keeps_the_values_and_maps_the_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     _check_mapping_keeps_the_values()
-    monkeypatch.setattr(_compiled_pages, "_MADV_POPULATE_WRITE", 4)  # MADV_DONTNEED: zeros
+    monkeypatch.setattr(_pages, "_MADV_POPULATE_WRITE", 4)  # MADV_DONTNEED: zeros
     rejects(_check_mapping_keeps_the_values)
 
 
@@ -78,11 +78,11 @@ def _check_ranges(ranges: Any) -> Any:
         ]
         columns.append(np.empty(1 << 18)[::2])  # strided: left alone
         steps = ranges(columns, _PAGE)
-        assert len(steps) == _compiled_pages._STEPS
+        assert len(steps) == _pages._STEPS
         for x in columns:
             lo, hi = x.ctypes.data, x.ctypes.data + x.nbytes
             mine = [r for step in steps for r in step if lo <= r[0] < hi]
-            if x.nbytes < _compiled_pages._SMALLEST or not x.flags.c_contiguous:
+            if x.nbytes < _pages._SMALLEST or not x.flags.c_contiguous:
                 assert mine == []
                 continue
             first = -(-lo // _PAGE) * _PAGE
@@ -110,7 +110,7 @@ def test_the_ranges_are_whole_pages_inside_each_column_front_to_back() -> None:
 
 
 def test_without_madvise_nothing_is_started(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_compiled_pages, "_madvise", lambda: None)
+    monkeypatch.setattr(_pages, "_madvise", lambda: None)
     x = np.zeros(1 << 18)
     map_in_background([x])()
     assert not x.any()
