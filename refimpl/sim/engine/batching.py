@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.sim._pages import map_in_background
 from refimpl.sim._trace import RawTrace, SimTrace
 from refimpl.sim.engine import _kernel
 from refimpl.sim.engine import _loop as L
@@ -199,7 +200,12 @@ def run_engine(
         if p[L._CAL]:  # the calendar's buckets and entries: two more rows of H
             arrays["H"] = np.zeros((5, 2, max(cap_heap, int(p[L._CAL]))), dtype=np.int64)
         i_state, f_state, stats = arrays["I"], arrays["F"], arrays["ST"]
-        loop(p, c, trainer_times, lengths, *[arrays[k] for k in _ORDER])
+        # the large columns' pages mapped on another thread while the loop fills them
+        mapped = map_in_background([arrays[k] for k in _MAPPED])
+        try:
+            loop(p, c, trainer_times, lengths, *[arrays[k] for k in _ORDER])
+        finally:
+            mapped()
         err = int(i_state[L._ERR])
         if err == 0:
             break
@@ -219,6 +225,7 @@ def run_engine(
     return _raw(arrays, float(f_state[L._T]), trainer_times, cfg.slots), stats
 
 
+_MAPPED = ("R", "RF", "SEG", "SEGT", "buf", "LRU")  # a row per rollout (or two): the large ones
 _ORDER = (
     "R",
     "W",
