@@ -25,6 +25,7 @@ while it loads reaches :func:`refimpl.cli.main`, which reports it in one line.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0.dev0"
@@ -78,8 +79,16 @@ def _load_flat() -> None:
 _SUBPACKAGES = ("testing", "sim", "lab", "sweep")
 
 
+def _is_submodule(name: str) -> bool:
+    """Whether ``refimpl.<name>`` is a module: ``from refimpl import cli`` looks the name up here
+    before it imports the submodule, and must not load the flat API (numpy, scipy) on the way."""
+    if name.startswith("__") or not name.isidentifier():
+        return False
+    return importlib.util.find_spec(f"refimpl.{name}") is not None
+
+
 def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
+    if name in _SUBPACKAGES or _is_submodule(name):
         return importlib.import_module(f"refimpl.{name}")
     if name == "__all__" or not name.startswith("__"):
         _load_flat()  # imports the submodules, which also binds them as attributes of refimpl

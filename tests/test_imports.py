@@ -213,7 +213,8 @@ def test_the_static_check_finds_a_circle_hidden_inside_a_function(tmp_path: Path
 def test_the_flat_api_loads_on_first_use_and_dunder_lookups_do_not_load_it() -> None:
     """In a fresh interpreter: ``import refimpl`` loads neither numpy nor the flat API; a lookup of
     an unknown dunder (``hasattr(refimpl, "__wrapped__")``, as inspect and pickle do) answers no
-    without loading it; ``refimpl.__all__`` and a flat name load it; an unknown name is an
+    without loading it; ``from refimpl import cli`` (a submodule) imports that module without
+    loading it; ``refimpl.__all__`` and a flat name load it; an unknown name is an
     AttributeError. (tools/mutate.py found the lazy loader's condition untested: each of four
     mutants of ``name == "__all__" or not name.startswith("__")`` survived.)"""
     script = """
@@ -222,6 +223,9 @@ import refimpl
 out = {"numpy_at_import": "numpy" in sys.modules}
 out["dunder"] = hasattr(refimpl, "__wrapped__")
 out["numpy_after_dunder"] = "numpy" in sys.modules
+from refimpl import cli
+out["cli"] = cli.__name__
+out["numpy_after_cli"] = "numpy" in sys.modules
 out["all"] = "selected_pmf" in refimpl.__all__
 out["flat"] = callable(refimpl.selected_pmf)
 try:
@@ -238,6 +242,8 @@ print(json.dumps(out))
         "numpy_at_import": False,
         "dunder": False,
         "numpy_after_dunder": False,
+        "cli": "refimpl.cli",
+        "numpy_after_cli": False,
         "all": True,
         "flat": True,
         "unknown": "module 'refimpl' has no attribute 'no_such_name'",
