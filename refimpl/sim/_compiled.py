@@ -727,9 +727,8 @@ _runner = Kernel(_kernel, "refimpl.sim._compiled:_compile", _compile)
 
 #: Rollouts from which ``simulate(engine="auto")`` compiles the kernel when it is not compiled yet.
 #: Compiling it takes about 30 s (31 s on two cores, numba 0.68, empty cache); the reference engine
-#: runs about 0.2 to 1.3 million rollouts a second there (partial recompute at 10^6 took 4.5-4.7 s,
-#: 6 December 2026): below a few million rollouts a first run compiles for longer than the reference
-#: engine runs, and from 10^7 compiling repays itself in every mode.
+#: runs 0.2 to 1.3 million rollouts a second there (partial recompute 0.22 M/s, 6 December 2026):
+#: from 10^7 rollouts a first run compiles for less time than the reference engine would run.
 COMPILE_ROLLOUTS = 10_000_000
 
 
