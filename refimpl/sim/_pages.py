@@ -2,15 +2,16 @@
 
 A fresh process gets each page of a new array from the operating system when it first writes it:
 at :math:`10^6` rollouts of two tool calls the agent kernel's columns are about 150 MB, some
-38 000 page faults taken one by one by the kernel's own thread. Linux (5.14 and later) maps a range of pages
-writable without changing what they hold when asked with ``madvise(MADV_POPULATE_WRITE)``; this
-module asks it on another thread, front to back across the columns in 16 steps, while the kernel
-fills them front to back, so that on an idle machine the faults are taken on the other core. The
-kernel's values are never touched (the pages are mapped, not written), so a trace is the same
-whichever thread maps a page first. Where the kernel runs ahead of time compiled (``ctypes``
-releases the GIL) the two threads run at once; on numba's JIT, which keeps the GIL, the mapping
-runs between the kernel's pauses. Elsewhere than Linux, or where the kernel refuses the request
-(before 5.14), nothing is mapped ahead and the kernel maps its pages as it writes them.
+38 000 page faults taken one by one by the kernel's own thread (the engine mode's loop takes its
+own share). Linux (5.14 and later) maps a range of pages writable without changing what they hold
+when asked with ``madvise(MADV_POPULATE_WRITE)``; this module asks it on another thread, front to
+back across the columns in 16 steps, while the kernel fills them front to back, so that on an idle
+machine the faults are taken on the other core. The kernel's values are never touched (the pages
+are mapped, not written), so a trace is the same whichever thread maps a page first. Where the
+kernel runs ahead of time compiled (``ctypes`` releases the GIL) the two threads run at once; on
+numba's JIT, which keeps the GIL, the mapping runs between the kernel's pauses. Elsewhere than
+Linux, or where the kernel refuses the request (before 5.14), nothing is mapped ahead and the
+kernel maps its pages as it writes them.
 """
 
 from __future__ import annotations
