@@ -75,20 +75,18 @@ def _load_flat() -> None:
     globals()["__all__"] = names
 
 
-#: Subpackages reachable as attributes after ``import refimpl``, imported on first use.
-_SUBPACKAGES = ("testing", "sim", "lab", "sweep")
-
-
 def _is_submodule(name: str) -> bool:
-    """Whether ``refimpl.<name>`` is a module: ``from refimpl import cli`` looks the name up here
-    before it imports the submodule, and must not load the flat API (numpy, scipy) on the way."""
+    """Whether ``refimpl.<name>`` is a module: every submodule (``refimpl.sim``, ``refimpl.cli``,
+    ...) is reachable as an attribute after ``import refimpl``, imported on first use, and
+    ``from refimpl import cli``, which looks the name up here first, does not load the flat API
+    (numpy, scipy) on the way."""
     if name.startswith("__") or not name.isidentifier():
         return False
     return importlib.util.find_spec(f"refimpl.{name}") is not None
 
 
 def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES or _is_submodule(name):
+    if _is_submodule(name):
         return importlib.import_module(f"refimpl.{name}")
     if name == "__all__" or not name.startswith("__"):
         _load_flat()  # imports the submodules, which also binds them as attributes of refimpl

@@ -2,9 +2,9 @@
 
 Mapping must never change what a column holds (the kernel may have written it already), must stay
 inside each column's whole pages, in steps that go front to back across the columns, and must map
-the pages (the process's resident memory grows by them). Rejected wrong variants: a request that
-discards the pages' contents (``MADV_DONTNEED``, which reads back zeros), and ranges rounded out
-to the column's partial pages (they hold other objects' bytes).
+the pages (every whole page of the column is resident after, by ``mincore``). Rejected wrong
+variants: a request that discards the pages' contents (``MADV_DONTNEED``, which reads back
+zeros), and ranges rounded out to the column's partial pages (they hold other objects' bytes).
 """
 
 from __future__ import annotations
