@@ -22,7 +22,7 @@ from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from refimpl.cli import main
-from refimpl.sim import SimConfig, SimTrace, _compiled, _vector_compiled, simulate
+from refimpl.sim import SimConfig, SimTrace, _aot, _compiled, _vector_compiled, simulate
 from refimpl.sim import _trainer_times as trainer_times
 from refimpl.sim._compiled import run_compiled
 from refimpl.sim._event import _Stuck, run_async_fast, run_events
@@ -256,6 +256,36 @@ def test_the_bucket_sort_sorts_as_numpy_does(data: st.DataObject) -> None:
     ours = keys.copy()
     _vector_compiled.sort_keys(ours, np.empty(keys.size, dtype=np.int64))
     np.testing.assert_array_equal(ours, expected)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.integers(-3, 3), max_size=60),
+    st.integers(0, 4),
+    st.integers(0, 4),
+    st.booleans(),
+    st.booleans(),
+)
+def test_the_heap_sort_sorts_as_numpys_stable_sort(
+    values: list[int], sa: int, sb: int, as_floats: bool, paired: bool
+) -> None:
+    """The kernels' own sort (no numba runtime to call numpy's): ``a[sa:sa + m]`` sorted, and
+    paired, ``b[sb:sb + m]`` moved with it in ``(a, b)`` order, which numpy's stable sort of
+    ``a`` gives where ``b`` ascends (the rows of a group of tied times do). Few distinct values:
+    many ties."""
+    m = len(values)
+    a = np.full(m + sa + 2, 99, dtype=np.float64 if as_floats else np.int64)
+    a[sa : sa + m] = values
+    b = np.full(m + sb + 2, -1, dtype=np.int64)
+    b[sb : sb + m] = np.arange(m) * 7
+    want_a, want_b = a.copy(), b.copy()
+    order = np.argsort(a[sa : sa + m], kind="stable")
+    want_a[sa : sa + m] = a[sa : sa + m][order]
+    if paired:
+        want_b[sb : sb + m] = b[sb : sb + m][order]
+    _vector_compiled._compiled("_heap_sort")(a, sa, b, sb, m, paired)
+    np.testing.assert_array_equal(a, want_a)  # the items outside the range untouched too
+    np.testing.assert_array_equal(b, want_b)
 
 
 def test_the_bucket_sort_sorts_a_pile_of_keys_in_one_coarse_bucket() -> None:
@@ -498,8 +528,10 @@ def _ordering_rule_holds(
     worth: Callable[[SimConfig], bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``worth`` (as ``_vector_compiled.worth_compiling``) orders with the kernels only when they
-    are compiled in this process or the run has ``COMPILE_ROWS`` rows, whatever is on disk, in a
-    process that has not imported numba; once numba is imported, kernels on disk count too."""
+    are compiled in this process, built ahead of time, built by this call (the command, from
+    ``COMMAND_BUILD_ROLLOUTS``), or the run has ``COMPILE_ROWS`` rows, whatever numba's cache
+    holds, in a process that has not imported numba; once numba is imported, numba's cache counts
+    too."""
     short = SimConfig(slots=4, batch=4, steps=20)
     long = SimConfig(slots=4, batch=4, steps=_vector_compiled.COMPILE_ROWS // 4)
     first_k = SimConfig(slots=4, batch=4, steps=20, mode="first_k", launch=4, leftovers="drop")
@@ -508,9 +540,20 @@ def _ordering_rule_holds(
     monkeypatch.setattr(_compiled, "cached_on_disk", lambda dispatcher: True)  # all on disk
     monkeypatch.setattr(_vector_compiled, "_numba_loaded", lambda: False)  # a fresh process
     monkeypatch.setattr(_vector_compiled, "_jit", {})  # nothing compiled in this process
+    monkeypatch.setattr(_vector_compiled, "_built", lambda: False)  # no entry built
     assert not worth(short)
     assert not worth(first_k)
     assert worth(long)
+    assert _vector_compiled._jit == {}, "deciding compiled (or built) a kernel"
+    monkeypatch.setattr(_vector_compiled, "_built", lambda: True)  # entries, loaded without numba
+    assert worth(short)
+    assert worth(first_k)
+    monkeypatch.setattr(_vector_compiled, "_built", lambda: False)
+    command = SimConfig(slots=4, batch=4, steps=_aot.COMMAND_BUILD_ROLLOUTS // 4)
+    assert not worth(command)  # the Python API: numpy, nothing built
+    with _aot.building_when_cached():  # the command: builds the entries once, then loads them
+        assert worth(command)
+        assert not worth(short)
     assert _vector_compiled._jit == {}, "deciding compiled (or built) a kernel"
     monkeypatch.setattr(_vector_compiled, "_jit", dict.fromkeys(names, _Cold()))
     assert not worth(short)  # built in this process but not compiled (on disk only)
@@ -538,34 +581,62 @@ def _ordering_rule_holds(
     assert not worth(short)
 
 
+def _wrong_rule(
+    cfg: SimConfig, *, disk: bool = True, built: bool = True, command: bool = True
+) -> bool:
+    """The rule with one of its ways to say yes dropped: numba's cache on disk once numba is
+    imported (``disk``), the built entries (``built``), the command's build (``command``)."""
+    if not _vector_compiled.AVAILABLE:
+        return False
+    rows = cfg.trained_target
+    if rows >= _vector_compiled.COMPILE_ROWS or _vector_compiled._compiled_here():
+        return True
+    if (built and _vector_compiled._built()) or (command and _aot.command_builds(rows)):
+        return True
+    if not (disk and _vector_compiled._numba_loaded()):
+        return False
+    kernels = [_vector_compiled._compiled(name) for name in _vector_compiled._ORDER_KERNELS]
+    return all(_compiled.kernel_ready(k) for k in kernels)
+
+
 def _never_from_disk(cfg: SimConfig) -> bool:
     """Wrong: kernels on disk never count, even where numba is imported already (a warmed
     process that ran another engine then orders at half speed)."""
-    if not _vector_compiled.AVAILABLE:
-        return False
-    if cfg.trained_target >= _vector_compiled.COMPILE_ROWS:
-        return True
-    return _vector_compiled._compiled_here()
+    return _wrong_rule(cfg, disk=False)
+
+
+def _entries_ignored(cfg: SimConfig) -> bool:
+    """Wrong: built entries do not count (a fresh call orders with numpy, a warmed process with
+    numba's cached kernels: the two rates differ by half)."""
+    return _wrong_rule(cfg, built=False)
+
+
+def _command_ignored(cfg: SimConfig) -> bool:
+    """Wrong: the command does not build the entries (they are never built)."""
+    return _wrong_rule(cfg, command=False)
 
 
 def _disk_counts(cfg: SimConfig) -> bool:
-    """Wrong: kernels in numba's cache on disk count as ready (loading them costs ~0.4 s)."""
-    if not _vector_compiled.AVAILABLE:
-        return False
-    if cfg.trained_target >= _vector_compiled.COMPILE_ROWS:
+    """Wrong: kernels in numba's cache on disk count as ready, numba imported or not (loading
+    them costs ~0.4 s)."""
+    if _wrong_rule(cfg):
         return True
     kernels = [_vector_compiled._jit.get(name) for name in _vector_compiled._ORDER_KERNELS]
-    return all(k is not None and _compiled.kernel_ready(k) for k in kernels)
+    ready = all(k is not None and _compiled.kernel_ready(k) for k in kernels)
+    return _vector_compiled.AVAILABLE and ready
 
 
 def test_auto_orders_with_kernels_compiled_in_this_process_or_for_a_long_run_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Kernels held by numba's cache on disk do not count for the vectorized ordering: loading
-    them costs more than they save a run shorter than ``COMPILE_ROWS``."""
+    """Kernels held by numba's cache on disk do not count for the vectorized ordering in a process
+    without numba: loading them costs more than they save a run shorter than ``COMPILE_ROWS``.
+    Their ahead-of-time entries, loaded without numba, do."""
     _ordering_rule_holds(_vector_compiled.worth_compiling, monkeypatch)
     rejects(_ordering_rule_holds, _disk_counts, monkeypatch)
     rejects(_ordering_rule_holds, _never_from_disk, monkeypatch)
+    rejects(_ordering_rule_holds, _entries_ignored, monkeypatch)
+    rejects(_ordering_rule_holds, _command_ignored, monkeypatch)
 
 
 def test_the_ordering_kernels_count_as_ready_once_a_run_compiled_them() -> None:

@@ -215,6 +215,13 @@ with _aot.building_when_cached():
     ra, rb = simulate_agent(acfg, engine="compiled"), simulate_agent(acfg, engine="event")
     out["agent"] = all(eq(getattr(ra.rollouts, f), getattr(rb.rollouts, f))
                        for f in ra.rollouts._fields)
+    # the vectorized engine's ordering kernels (made worth it at this size), on tied times too
+    from refimpl.sim import _vector_compiled
+    _vector_compiled.worth_compiling = lambda config: True
+    ties = np.ceil(np.random.default_rng(3).lognormal(2.0, 1.0, size=(16, 200)))
+    for name, opts in {"vector": {"seed": 3}, "vector-ties": {"lengths": ties}}.items():
+        cfg = SimConfig(slots=16, batch=32, steps=40, **opts)
+        out[name] = same(simulate(cfg, engine="auto"), simulate(cfg, engine="event"))
     out["paths"] = sorted(set(_aot.PATHS.values()))
     out["kernels"] = len(_aot.PATHS)
 out["numba"] = "numba" in sys.modules or "llvmlite" in sys.modules
@@ -226,7 +233,8 @@ def check_runs_without_numba(got: dict[str, Any]) -> None:
     """The property: every mode ran ahead of time, imported no numba, gave the reference trace."""
     assert not got.pop("numba")
     assert set(got.pop("paths")) <= {"aot", "aot-built"}
-    assert got.pop("kernels") == 4  # the event kernel, its scatter, the engine loop, the agent's
+    # the event kernel, its scatter, the engine loop, the agent's, the three ordering kernels
+    assert got.pop("kernels") == 7
     assert all(got.values()), got
 
 
@@ -251,15 +259,15 @@ def test_every_compiled_mode_runs_ahead_of_time_without_numba_and_gives_the_refe
     check_runs_without_numba(dict(got))
     # The wrong variants, one for each way a run can miss the property: numba imported (what the
     # JIT's path does, run for real on the small kernel above: running every mode on it again
-    # would compile the four kernels from scratch, about 100 s of CPU), a kernel left to the JIT,
+    # would compile the seven kernels from scratch, about 100 s of CPU), a kernel left to the JIT,
     # a kernel missing, a mode whose trace differs from the reference engine's.
-    wrong = ({"numba": True}, {"paths": ["aot", "jit"]}, {"kernels": 3}, {"engine": False})
+    wrong = ({"numba": True}, {"paths": ["aot", "jit"]}, {"kernels": 6}, {"engine": False})
     for change in wrong:
         rejects(check_runs_without_numba, {**got, **change})
 
 
 def test_each_simulator_kernel_is_keyed_by_numbas_closure_stamp() -> None:
-    from refimpl.sim import _compiled
+    from refimpl.sim import _compiled, _vector_compiled
     from refimpl.sim._compiled_cache import closure_stamp
     from refimpl.sim.agent import _compiled as _agent_compiled
     from refimpl.sim.engine import _kernel as _engine_kernel
@@ -270,6 +278,7 @@ def test_each_simulator_kernel_is_keyed_by_numbas_closure_stamp() -> None:
         _compiled._scatter_kernel: _compiled._scatter_rows,
         _engine_kernel.runner: _loop.run_loop,
         _agent_compiled._runner: _agent_compiled._kernel,
+        **{k: getattr(_vector_compiled, name) for name, k in _vector_compiled._ENTRIES.items()},
     }
     for runner, found in runners.items():
         # A process that has compiled the JIT kernel holds its dispatcher under the same name.

@@ -22,7 +22,8 @@ loads with ``ctypes`` in about 2 ms, importing neither numba nor llvmlite.
   where nothing is built or cached yet (:func:`command_builds`), and says on standard error that
   it is compiling.
 - **Otherwise numba's JIT**, as before: where no C compiler is found, where the build or the load
-  fails, for arrays of other types or layouts, or with ``REFIMPL_AOT=0`` in the environment.
+  fails, for arrays of other types or layouts, or with ``REFIMPL_AOT=0`` (or numba's
+  ``NUMBA_DISABLE_JIT=1``: the kernels as plain Python) in the environment.
   :data:`PATHS` records which path each kernel took in this process and :data:`NOTES` why the
   ahead-of-time one was not taken.
 
@@ -127,8 +128,11 @@ def command_builds(rollouts: int) -> bool:
 
 
 def enabled() -> bool:
-    """Whether the ahead-of-time path may be taken (``REFIMPL_AOT`` is not ``0``)."""
-    return os.environ.get(ENV, "1") != "0"
+    """Whether the ahead-of-time path may be taken: ``REFIMPL_AOT`` is not ``0``, and numba's JIT
+    is not switched off (``NUMBA_DISABLE_JIT``: whoever asks for the kernels as plain Python, to
+    debug them or to check what they mean, gets them, not machine code built earlier)."""
+    jit_off = os.environ.get("NUMBA_DISABLE_JIT", "0").strip() not in ("", "0")
+    return os.environ.get(ENV, "1") != "0" and not jit_off
 
 
 def array_spec(arrays: tuple[Any, ...]) -> Spec | None:

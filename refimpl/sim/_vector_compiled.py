@@ -45,7 +45,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from refimpl.sim import _aot
 from refimpl.sim import _compiled as _sim_compiled
+from refimpl.sim._aot import Kernel
 from refimpl.sim._compiled_cache import njit
 from refimpl.sim._config import SimConfig
 
@@ -74,6 +76,58 @@ def _insertion_sort(a: Any, s: int, e: int) -> None:  # pragma: no cover - compi
         a[j + 1] = k
 
 
+def _before(
+    a: Any, sa: int, b: Any, sb: int, i: int, j: int, paired: bool
+) -> bool:  # pragma: no cover - compiled
+    """Whether item ``i`` of :func:`_heap_sort`'s range sorts before item ``j``."""
+    x, y = a[sa + i], a[sa + j]
+    if x != y or not paired:
+        return bool(x < y)
+    return bool(b[sb + i] < b[sb + j])
+
+
+def _swap(
+    a: Any, sa: int, b: Any, sb: int, i: int, j: int, paired: bool
+) -> None:  # pragma: no cover - compiled
+    """Swap items ``i`` and ``j`` of :func:`_heap_sort`'s range (and of ``b``'s, ``paired``)."""
+    a[sa + i], a[sa + j] = a[sa + j], a[sa + i]
+    if paired:
+        b[sb + i], b[sb + j] = b[sb + j], b[sb + i]
+
+
+def _sift(
+    a: Any, sa: int, b: Any, sb: int, root: int, end: int, paired: bool
+) -> None:  # pragma: no cover - compiled
+    """Move item ``root`` down the heap of items ``[0, end)`` until it is no smaller than its
+    children (a heap: every item no smaller than its children ``2i + 1`` and ``2i + 2``)."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and _before(a, sa, b, sb, child, child + 1, paired):
+            child += 1
+        if not _before(a, sa, b, sb, root, child, paired):
+            return
+        _swap(a, sa, b, sb, root, child, paired)
+        root = child
+
+
+def _heap_sort(
+    a: Any, sa: int, b: Any, sb: int, m: int, paired: bool
+) -> None:  # pragma: no cover - compiled
+    """Sort ``a[sa:sa + m]`` in place; ``paired``: by ``(a, b)`` pairs, ``b[sb:sb + m]`` moving
+    with ``a`` (pairs that differ: a stable sort of ``a`` moving ``b``, when ``b`` ascends).
+
+    ``O(m log m)`` in the worst case, with no memory of its own: numpy's sorts in a kernel need
+    numba's runtime, which the kernels' ahead-of-time entries leave out (:mod:`refimpl.sim._aot`).
+    """
+    for root in range(m // 2 - 1, -1, -1):
+        _sift(a, sa, b, sb, root, m, paired)
+    for end in range(m - 1, 0, -1):
+        _swap(a, sa, b, sb, 0, end, paired)
+        _sift(a, sa, b, sb, 0, end, paired)
+
+
 def _bucket(value: float, scale: float, m: int) -> int:  # pragma: no cover - compiled
     """The bucket of a value in ``[0, m / scale]`` (a larger one goes to the last)."""
     b = int(value * scale)
@@ -92,7 +146,7 @@ def _place(
 ) -> None:  # pragma: no cover - compiled
     """Sort ``keys`` into ``out``, by the coarse buckets ``_count`` counted in ``starts``
     (``values``: ``keys`` read as float64), then each coarse bucket by finer ones in ``tmp``
-    (``fine``: its counters; a coarse bucket longer than ``tmp`` is sorted with ``np.sort``)."""
+    (``fine``: its counters; a coarse bucket longer than ``tmp`` is heap sorted)."""
     n = keys.size
     m = starts.size - 1
     for b in range(m):
@@ -109,7 +163,7 @@ def _place(
         if k <= _INSERTION_MAX:
             _insertion_sort(out, s, e)
         elif k > tmp.size:
-            out[s:e].sort()
+            _heap_sort(out, s, out, s, k, False)
         else:
             # within bucket b, value * scale - b is in [0, 1) (or above, in the last bucket)
             kf = k // _PER_BUCKET + 1
@@ -126,7 +180,8 @@ def _place(
             for f in range(kf):
                 _insertion_sort(tmp, a, fine[f])
                 a = fine[f]
-            out[s:e] = tmp[:k]
+            for i in range(k):  # (a slice assignment of arrays needs numba's runtime)
+                out[s + i] = tmp[i]
         s = e
 
 
@@ -186,7 +241,8 @@ def _walk(
     key: Any,
     times: Any,
     straddle: Any,
-) -> int:  # pragma: no cover - compiled
+    state: Any,
+) -> None:  # pragma: no cover - compiled
     """Sorted packed keys -> rows in processing order, in place; fill ``rank``.
 
     One pass in time order over the groups of keys that agree above the low bits (one time, or a
@@ -194,18 +250,23 @@ def _walk(
     A group is put in ``(finish, row)`` order (its rows are ascending already, so a stable sort by
     time alone does it), then each run of one time among the completions is settled
     (:func:`_settle`). With ``exact`` (the keys' low bits held nothing of the times, as for
-    integer times) a group is one time, and no time is read. ``key`` and ``times`` are scratch for a group (a new one when it is longer).
-    ``rank`` must hold ``n`` at each slot's last row (in flight, so ranked last) beforehand.
+    integer times) a group is one time, and no time is read. ``rank`` must hold ``n`` at each
+    slot's last row (in flight, so ranked last) beforehand.
+
+    ``key`` and ``times`` are scratch for a group. The pass starts at position ``state[0]`` with
+    ``state[1]`` runs counted (below), and ends with ``state = (n, count, 0)``; where a group is
+    longer than the scratch, it stops before the group with ``state = (p, count, need)``, for the
+    caller to resume with ``need`` items of scratch (a kernel without numba's runtime allocates
+    nothing).
 
     A completion's successor sees ``lo // batch`` versions, ``lo`` the first position of the
     completion's time: ``rank // batch``, unless the run of that time straddles a multiple of
     ``batch``. At most one run straddles each; their ``(start, end)`` go to ``straddle`` (two
-    columns, a row per step), and the count is returned.
+    columns, a row per step), counted in ``state[1]``.
     """
     n = keys.size
     high = ~low
-    count = 0
-    p = 0
+    p, count = state[0], state[1]
     while p < n:
         top = keys[p] & high
         if p + 1 == n or (keys[p + 1] & high) != top:
@@ -217,9 +278,9 @@ def _walk(
         q = p + 2
         while q < n and (keys[q] & high) == top:
             q += 1
-        if q - p > key.size:
-            times = np.empty(2 * (q - p), dtype=np.float64)
-            key = np.empty(2 * (q - p), dtype=np.int64)
+        if q - p > key.size:  # the caller resumes here with more scratch
+            state[0], state[1], state[2] = p, count, 2 * (q - p)
+            return
         if exact:  # the keys held the whole times: the group is one time, ordered by row
             for i in range(p, q):
                 r = keys[i] & low
@@ -241,13 +302,8 @@ def _walk(
             times[i - p] = finish[r]
             if i > p and times[i - p] < times[i - p - 1]:
                 in_order = False
-        if not in_order:
-            perm = np.argsort(times[: q - p], kind="mergesort")  # stable: rows stay ascending
-            rows = keys[p:q].copy()
-            sorted_times = times[: q - p].copy()
-            for g in range(q - p):
-                keys[p + g] = rows[perm[g]]
-                times[g] = sorted_times[perm[g]]
+        if not in_order:  # by (time, row): the rows ascend, so a stable sort by time
+            _heap_sort(times, 0, keys, p, q - p, True)
         for i in range(p, q):
             rank[keys[i]] = i
         i = p
@@ -264,7 +320,7 @@ def _walk(
                     count += 1
             i = j
         p = q
-    return count
+    state[0], state[1], state[2] = n, count, 0
 
 
 def _settle(
@@ -293,11 +349,8 @@ def _settle(
                 in_order = False
         if in_order:
             return
-        if q - p > _INSERTION_MAX:
-            perm = np.argsort(key[: q - p], kind="mergesort")
-            rows = keys[p:q].copy()
-            for i in range(q - p):
-                keys[p + i] = rows[perm[i]]
+        if q - p > _INSERTION_MAX:  # the keys differ (each row's predecessor is its own)
+            _heap_sort(key, 0, keys, p, q - p, True)
         else:  # by insertion, the rows moving with their keys
             for i in range(1, q - p):
                 k, r = key[i], keys[p + i]
@@ -314,20 +367,78 @@ def _settle(
             return
 
 
-_KERNELS = ("_insertion_sort", "_bucket", "_count", "_place", "_rows", "_settle", "_walk")
+# The entries :func:`processing_order` calls: arrays in, nothing returned (an ahead-of-time
+# entry's calling convention); the scalars travel in ``ints`` and ``floats``.
+
+
+def _rows_entry(
+    lengths: Any, fin: Any, fin_bits: Any, counts: Any, length: Any, finish: Any, launch: Any,
+    keys: Any, starts: Any, cell: Any, cell_value: Any, ints: Any, floats: Any,
+) -> None:  # fmt: skip  # pragma: no cover - compiled
+    """:func:`_rows` with ``low = ints[0]`` and ``scale = floats[0]``; its result in ``ints[1]``."""
+    ints[1] = _rows(
+        lengths, fin, fin_bits, counts, ints[0], length, finish, launch, keys, starts,
+        floats[0], cell, cell_value,
+    )  # fmt: skip
+
+
+def _place_entry(
+    keys: Any, values: Any, out: Any, starts: Any, tmp: Any, fine: Any, floats: Any
+) -> None:  # pragma: no cover - compiled
+    """:func:`_place` with ``scale = floats[0]``."""
+    _place(keys, values, out, starts, floats[0], tmp, fine)
+
+
+def _walk_entry(
+    keys: Any, finish: Any, slot: Any, rank: Any, key: Any, times: Any, straddle: Any,
+    ints: Any, state: Any,
+) -> None:  # fmt: skip  # pragma: no cover - compiled
+    """:func:`_walk` with ``(low, exact, n_comp, batch) = ints``."""
+    _walk(
+        keys, finish, slot, ints[0], ints[1] != 0, ints[2], ints[3], rank, key, times, straddle,
+        state,
+    )  # fmt: skip
+
+
+_KERNELS = (
+    "_insertion_sort", "_before", "_swap", "_sift", "_heap_sort", "_bucket", "_count", "_place",
+    "_rows", "_settle", "_walk", "_rows_entry", "_place_entry", "_walk_entry",
+)  # fmt: skip
 _jit: dict[str, Any] = {}
 
 
 def _compiled(name: str) -> Any:
     """The named kernel, compiled once per process (numba's cache keeps it on disk, keyed by
-    every file it holds: :mod:`refimpl.sim._compiled_cache`)."""
+    every file it holds: :mod:`refimpl.sim._compiled_cache`). Without numba's runtime, as its
+    ahead-of-time entry is built: the kernels allocate nothing."""
     if name not in _jit:
         for helper in _KERNELS:
             if helper not in _jit:
                 fn = globals()[helper]
-                _jit[helper] = njit(fn, error_model="numpy")
+                _jit[helper] = njit(fn, error_model="numpy", _nrt=False)
                 globals()[helper] = _jit[helper]
     return _jit[name]
+
+
+def _rows_jit() -> Any:
+    return _compiled("_rows_entry")
+
+
+def _place_jit() -> Any:
+    return _compiled("_place_entry")
+
+
+def _walk_jit() -> Any:
+    return _compiled("_walk_entry")
+
+
+#: The entries, ahead of time where they can be (:mod:`refimpl.sim._aot`: no numba imported),
+#: else on numba's JIT.
+_ENTRIES = {
+    "_rows_entry": Kernel(_rows_entry, "refimpl.sim._vector_compiled:_rows_jit", _rows_jit),
+    "_place_entry": Kernel(_place_entry, "refimpl.sim._vector_compiled:_place_jit", _place_jit),
+    "_walk_entry": Kernel(_walk_entry, "refimpl.sim._vector_compiled:_walk_jit", _walk_jit),
+}
 
 
 #: Rows from which ``simulate(engine="auto")`` orders with these kernels even when this process has
@@ -338,7 +449,7 @@ def _compiled(name: str) -> Any:
 COMPILE_ROWS = 10_000_000
 
 #: The kernels :func:`processing_order` calls (the others are compiled into them or unused there).
-_ORDER_KERNELS = ("_rows", "_place", "_walk")
+_ORDER_KERNELS = tuple(_ENTRIES)
 
 
 def _compiled_here() -> bool:
@@ -351,6 +462,12 @@ def _compiled_here() -> bool:
     )
 
 
+def _built() -> bool:
+    """Whether every ordering kernel's ahead-of-time entry is built (loaded in milliseconds,
+    without numba). Compiles and imports nothing."""
+    return all(kernel.ready() for kernel in _ENTRIES.values())
+
+
 def _numba_loaded() -> bool:
     """Whether this process has imported numba already (another engine of the run used it)."""
     return "numba" in sys.modules
@@ -360,17 +477,20 @@ def worth_compiling(cfg: SimConfig) -> bool:
     """Whether ``simulate(engine="auto")`` should order the vectorized engine's rows with these
     kernels rather than with numpy.
 
-    True when numba is installed and the run has at least :data:`COMPILE_ROWS` rows, or the
-    kernels are compiled in this process already, or this process has imported numba and numba's
-    cache on disk holds the kernels (loading them then costs milliseconds, and they halve the
-    ordering's time). A fresh process that has not imported numba does not import it for a
-    shorter run: numba's import and the modules it pulls in cost far more than the kernels save.
-    The order is the same either way; the choice changes how long a run takes, never its result.
+    True when numba is installed and the run has at least :data:`COMPILE_ROWS` rows; or the
+    kernels are compiled in this process already, or built ahead of time (loaded in milliseconds
+    without numba), or built by this call (``refimpl simulate`` from
+    :data:`~refimpl.sim._aot.COMMAND_BUILD_ROLLOUTS` rollouts, once for the machine); or this
+    process has imported numba and numba's cache on disk holds the kernels (loading them then
+    costs milliseconds, and they halve the ordering's time). Otherwise a fresh process does not
+    import numba for a shorter run: numba's import and the modules it pulls in cost far more than
+    the kernels save. The order is the same either way; the choice changes how long a run takes,
+    never its result.
     """
     if not AVAILABLE:
         return False
     rows = cfg.steps * int(cfg.launch or cfg.slots) if cfg.mode == "first_k" else cfg.trained_target
-    if rows >= COMPILE_ROWS or _compiled_here():
+    if rows >= COMPILE_ROWS or _compiled_here() or _built() or _aot.command_builds(rows):
         return True
     if not _numba_loaded():
         return False
@@ -397,7 +517,8 @@ def _sort_counted(
 ) -> None:
     """Sort ``keys`` in place by the coarse buckets already counted in ``starts``."""
     out = scratch[: keys.size]
-    _compiled("_place")(keys, keys.view(np.float64), out, starts, scale, *_fine_scratch())
+    floats = np.array([scale])
+    _ENTRIES["_place_entry"](keys, keys.view(np.float64), out, starts, *_fine_scratch(), floats)
     keys[:] = out
 
 
@@ -443,6 +564,10 @@ def processing_order(
     run of tied completions across a multiple of ``batch`` (the one place where ``lo // batch``
     is not ``rank // batch``; see :func:`_walk`).
     """
+    # read only here, so presented read-only whatever it is (SimConfig's matrix is, a drawn one
+    # is not): one ahead-of-time entry serves both
+    lengths = lengths.view()
+    lengths.setflags(write=False)
     n = rank.size
     width = max(1, (n - 1).bit_length())
     low = (1 << width) - 1
@@ -453,21 +578,27 @@ def processing_order(
     cell = np.zeros(1, dtype=np.int64)
     length, finish, launch = np.empty(n), np.empty(n), np.empty(n)
     keys = fin.reshape(-1).view(np.int64)[:n]
-    lost = _compiled("_rows")(
-        lengths, fin, fin.view(np.int64), n_launched, low, length, finish, launch, keys, starts,
-        scale or 0.0, cell, cell.view(np.float64),
+    ints, floats = np.array([low, 0], dtype=np.int64), np.array([scale or 0.0])
+    _ENTRIES["_rows_entry"](
+        lengths, fin, fin.view(np.int64), n_launched, length, finish, launch, keys, starts,
+        cell, cell.view(np.float64), ints, floats,
     )  # fmt: skip
+    lost = int(ints[1])
     if scale is None:
         keys.sort()
     else:
         _sort_counted(keys, rank, starts, scale)
     # a group of one time holds at most a row per slot, unless durations add nothing to a time
-    # (then _walk allocates what it needs)
+    # (then the walk stops, and resumes with what it needs)
     room = int(slot[-1]) + 2
     key, times = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.float64)
     straddle = np.empty((n_comp // batch + 1, 2), dtype=np.int64)
     rank[last_row] = n
-    count = _compiled("_walk")(
-        keys, finish, slot, low, lost == 0, n_comp, batch, rank, key, times, straddle
-    )
-    return length, finish, launch, keys, straddle[:count]
+    ints = np.array([low, lost == 0, n_comp, batch], dtype=np.int64)
+    state = np.zeros(3, dtype=np.int64)  # where the walk is, runs counted, scratch it needs
+    while True:
+        _ENTRIES["_walk_entry"](keys, finish, slot, rank, key, times, straddle, ints, state)
+        if state[2] == 0:
+            break
+        key, times = np.empty(state[2], dtype=np.int64), np.empty(state[2], dtype=np.float64)
+    return length, finish, launch, keys, straddle[: state[1]]
