@@ -223,7 +223,7 @@ def test_the_compiled_ordering_gives_the_numpy_engines_trace(cfg: SimConfig) -> 
 def test_the_compiled_ordering_settles_ties_longer_than_an_insertion_sort_takes(
     chained: bool,
 ) -> None:
-    # 40 slots finishing together: runs of 40 tied completions (sorted with argsort, not by
+    # 40 slots finishing together: runs of 40 tied completions (heap sorted, not by
     # insertion); chained, some of a slot's rollouts add nothing to the time, in the same run
     lengths = np.full((40, 60), 2.0)
     if chained:
@@ -290,7 +290,7 @@ def test_the_heap_sort_sorts_as_numpys_stable_sort(
 
 def test_the_bucket_sort_sorts_a_pile_of_keys_in_one_coarse_bucket() -> None:
     # 100k keys spread over [0, 1e6), then 80k of them moved into [5e5, 5e5 + 1): one coarse
-    # bucket holds more than the fine pass takes (2^16), and np.sort sorts it
+    # bucket holds more than the fine pass takes (2^16), and the heap sort sorts it
     rng = np.random.default_rng(11)
     values = rng.uniform(0.0, 1e6, size=100_000)
     values[:80_000] = 5e5 + rng.random(80_000)

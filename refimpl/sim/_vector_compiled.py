@@ -21,8 +21,8 @@ and gives the same keys in the same order (a sort's result does not depend on th
 3. Sort each coarse bucket, now in cache, the same way by finer buckets (four keys each on
    average, bucket ``floor((value * scale - b) * K)`` within coarse bucket ``b``: non-decreasing
    in the value too), and sort those by insertion. A coarse bucket of a few keys is sorted by
-   insertion at once, and one of very many (equal or nearly equal times piled up) with
-   ``np.sort``, so the worst case stays ``O(n log n)``.
+   insertion at once, and one of very many (equal or nearly equal times piled up) by a heap
+   sort, so the worst case stays ``O(n log n)``.
 
 At 10^6 keys laid out as the engine's, this takes 17 ms against ``np.sort``'s 32; at 10^7, 0.22
 against 0.35 s (one pass with fine buckets at once: 0.31 s, its writes all over memory).
@@ -33,6 +33,11 @@ fixed point; here one pass in time order settles each run in turn: a predecessor
 than its row, so it is in an earlier run (settled already) or in the same one. A run is sorted by
 its keys, and sorted again only when it holds its own predecessors (durations that add nothing to
 a time), which moved.
+
+**Loaded without numba.** The kernels allocate nothing and use none of numba's runtime, so that,
+as the event kernels do, they run from ahead-of-time entries (:mod:`refimpl.sim._aot`), which a
+fresh process loads in milliseconds without importing numba; the entries take arrays only (their
+scalars in small arrays beside them). :func:`worth_compiling` says when they are used.
 
 Without numba :data:`AVAILABLE` is ``False`` and the engine uses the numpy version.
 """
@@ -59,9 +64,10 @@ __all__ = ["AVAILABLE", "COMPILE_ROWS", "processing_order", "sort_keys", "worth_
 #: bucket within one, on average, when times are spread evenly.
 _PER_COARSE = 4096
 _PER_BUCKET = 4
-#: The longest coarse bucket sorted by finer buckets (one of more keys is sorted with np.sort).
+#: The longest coarse bucket sorted by finer buckets (one of more keys is heap sorted).
 _FINE_MAX = 1 << 16
-#: A bucket with more keys than this is sorted with ``np.sort`` rather than by insertion.
+#: A bucket (or a tied run) with more keys than this is sorted by finer buckets (or a heap
+#: sort) rather than by insertion.
 _INSERTION_MAX = 24
 
 
