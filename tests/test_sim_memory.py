@@ -127,6 +127,9 @@ def test_the_size_mapped_is_the_traces_columns_within_the_heap() -> None:
     assert run_bytes(1_000_000) == 93_000_000  # 93 bytes a row
     assert run_bytes(4_194_304) == 4_194_304 * 93  # a float64 column of exactly 32 MiB
     assert run_bytes(4_194_305) == 0
+    # with the event kernel's own columns: 65 bytes a row more
+    assert run_bytes(1_000_000, kernel=True) == 158_000_000
+    assert run_bytes(4_194_305, kernel=True) == 0
 
 
 def test_the_size_check_rejects_mapping_past_the_heaps_bound() -> None:

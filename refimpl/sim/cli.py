@@ -722,9 +722,11 @@ def _run(args: argparse.Namespace, *, kept: bool = False) -> int:
     def advance(n: int) -> None:
         bar.update(n)
 
-    # the pages the run's trace will take, touched before it (kept for it) by a thread while the
-    # kernels load and the lengths are drawn: reported apart, as memory_s
-    ahead = MapAhead(run_bytes(cfg.trained_target + cfg.slots)) if kept else None
+    # the pages the run's trace will take, and the event kernel's own columns (the engine mode's
+    # loop maps its own), touched before it (kept for it) by a thread while the kernels load and
+    # the lengths are drawn: reported apart, as memory_s
+    kernel = not cfg.vectorizable and cfg.engine_model is None
+    ahead = MapAhead(run_bytes(cfg.trained_target + cfg.slots, kernel=kernel)) if kept else None
     try:
         kernel_s = _warm_up(cfg, args.engine)
         with numeric_guard():
