@@ -161,6 +161,43 @@ def test_without_a_compiler_or_with_the_path_off_numbas_jit_runs_the_kernel(
     assert _entries(tmp_path) == []
 
 
+def _double(x: Any, out: Any) -> None:  # a kernel's Python function (never compiled here)
+    out[:] = 2 * x
+
+
+def sees_entries_built_later(kernel: Any) -> None:
+    """``kernel.ready()`` answers no until an entry of the kernel exists, then yes: an entry built
+    by another process meanwhile is seen."""
+    assert not kernel.ready()
+    assert not kernel.ready()  # asked again: still looked for
+    entry = _aot.entry_path(kernel.py_func, (("<f8", 1, False),), stamp=kernel.stamp())
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_bytes(b"")  # another process's build (only its name is looked at)
+    assert kernel.ready()
+    assert kernel.ready()
+
+
+class _NegativeKept(_aot.Kernel):
+    """Wrong: the first answer is kept, a no as well as a yes."""
+
+    def ready(self) -> bool:
+        if not hasattr(self, "_first"):
+            self._first = super().ready()
+        return bool(self._first)
+
+
+def test_a_kernel_is_ready_once_an_entry_is_built_and_sees_one_built_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(_aot.ENV, raising=False)
+    monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    sees_entries_built_later(_aot.Kernel(_double, "nowhere:none", lambda: None))
+    for old in (tmp_path / "cache" / "refimpl-aot").glob("*"):
+        old.unlink()
+    rejects(sees_entries_built_later, _NegativeKept(_double, "nowhere:none", lambda: None))
+
+
 def test_array_spec_and_the_report() -> None:
     spec = _aot.array_spec((np.zeros(2, dtype=np.int8), np.zeros((2, 3))))
     assert spec == (("|i1", 1, False), ("<f8", 2, False))

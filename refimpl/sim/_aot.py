@@ -334,6 +334,7 @@ class Kernel:
         self._notes: dict[Spec, str] = {}  # why an entry was not built or loaded
         self._unbuilt: set[Spec] = set()  # not built: numba's cache held the kernel
         self._stamp: str | None = None
+        self._seen_ready = False  # an entry was found: it stays for this process's stamp
         self.name = f"{py_func.__module__}.{py_func.__qualname__}"
 
     def stamp(self) -> str:
@@ -396,13 +397,20 @@ class Kernel:
         return cached_on_disk(dispatcher)
 
     def ready(self) -> bool:
-        """Whether an entry of this kernel, for any arrays, is built for its current closure."""
+        """Whether an entry of this kernel, for any arrays, is built for its current closure.
+
+        Asked before every run of ``simulate(engine="auto")``: scanning the directory for the
+        three ordering kernels took 0.35 of the 0.86 ms of a 20-step plain run. So once an entry
+        is found the answer is kept (a process's stamp does not change); a missing one is looked
+        for again each time (another process may build it)."""
         if not enabled():
             return False
-        probe = entry_path(self.py_func, (), stamp=self.stamp())
-        stem = probe.name.split(".")
-        pattern = ".".join([*stem[:-3], "*", stem[-2], "so"])
-        return any(probe.parent.glob(pattern))
+        if not self._seen_ready:
+            probe = entry_path(self.py_func, (), stamp=self.stamp())
+            stem = probe.name.split(".")
+            pattern = ".".join([*stem[:-3], "*", stem[-2], "so"])
+            self._seen_ready = any(probe.parent.glob(pattern))
+        return self._seen_ready
 
 
 def kernel_report() -> dict[str, str | None]:
