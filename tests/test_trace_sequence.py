@@ -1,9 +1,9 @@
 """Sequence-level trace specs as segment reductions: the same weights as the reference, bit for bit.
 
-``refimpl check`` computes ``tis_sequence`` and the like over a chunk's flat token arrays, one
-reference call per group of sequences of one length. The weights must equal the reference called
-on each sequence alone: exactly (numpy sums a row of a 2-D array in the order it sums the row
-alone), whatever the lengths, the parameters or the chunking of the trace. A sequential segment
+``refimpl check`` computes ``tis_sequence`` and the like over a chunk's flat token arrays: each
+sequence's log-ratio sum in numpy's order, then one reference call on the sums. The weights must
+equal the reference called on each sequence alone, exactly, whatever the lengths, the parameters
+or the chunking of the trace. A sequential segment
 sum (``np.add.reduceat``), the obvious vectorisation, rounds differently and is rejected.
 """
 
@@ -76,7 +76,12 @@ def params_for(fn: str) -> st.SearchStrategy[dict[str, Any]]:
             optional={"lower": st.sampled_from([0.0, 0.5]), "log_ratio_clamp": st.just(20.0)},
         )
     return st.fixed_dictionaries(
-        {"low": st.sampled_from([0.0, 0.5]), "high": st.sampled_from([1.0, 2.0, 1e6])}
+        {"low": st.sampled_from([0.0, 0.5]), "high": st.sampled_from([1.0, 2.0, 1e6])},
+        optional={
+            "band_on": st.sampled_from(["ratio", "reciprocal"]),
+            "weight": st.sampled_from(["ratio", "indicator"]),
+            "log_ratio_clamp": st.just(0.05),
+        },
     )
 
 
@@ -120,6 +125,22 @@ def test_rows_are_grouped_by_length_without_padding() -> None:
     lists = ListColumn.from_rows([np.array([1.0, 2.0]), np.array([3.0]), np.array([4.0, 5.0])])
     groups = [(g.tolist(), v.tolist()) for g, v in by_length(lists)]
     assert groups == [([1], [[3.0]]), ([0, 2], [[1.0, 2.0], [4.0, 5.0]])]
+
+
+@pytest.mark.parametrize("weight", ["token", "geometric"])
+def test_a_weight_per_token_is_refused_with_the_token_level_spec_named(
+    weight: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"logp_target": [-1, -2], "logp_behavior": [-1.1, -2], "weight": 1.1}\n')
+    code = main(
+        [
+            *("check", str(trace), "--spec", "masked_is_sequence", "--no-progress"),
+            *("--param", "low=0.5", "--param", "high=2", "--param", f"weight={weight}"),
+        ]
+    )
+    assert code == 2
+    assert "the token-level spec masked_is" in capsys.readouterr().err
 
 
 def test_lists_of_different_lengths_name_the_row() -> None:

@@ -1,10 +1,10 @@
 """The specs of ``refimpl check`` whose rows are lists: a sequence's tokens, a batch's weights, a
 problem's responses, a trajectory.
 
-Sequence-level importance weights (``tis_sequence`` and the like) are segment reductions: the rows
-of a chunk are grouped by their number of tokens, and each group is one call of the reference on a
-``(rows, tokens)`` array, whose row sums numpy computes exactly as it does for one sequence (the
-same pairwise order), so the weights equal the reference's called row by row, bit for bit. The
+Sequence-level importance weights (``tis_sequence`` and the like) are segment reductions: each
+sequence's log-ratio sum is computed over the chunk's flat tokens in numpy's own order
+(:mod:`~refimpl.testing._trace_pairwise`) and the reference is called once on the sums, so the
+weights equal the reference's called row by row, bit for bit. The
 batch, problem and trajectory specs call the conformance spec's reference per row (their rows are
 few: one per batch or trajectory); the conformance machinery loads only for them.
 """
@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from refimpl.errors import InvalidArgument
+from refimpl.testing._trace_pairwise import numpy_order_holds, segment_sums
 from refimpl.testing._trace_spec import Columns
 from refimpl.testing._traces import ListColumn
 from refimpl.testing.tolerances import summation_factor
@@ -55,14 +56,41 @@ def by_length(lists: ListColumn) -> Iterator[tuple[NDArray[np.intp], NDArray[Any
 def sequence_weights(
     r: Any, cols: Columns, p: dict[str, Any], fn: str, level: str
 ) -> NDArray[np.float64]:
-    """The reference's weight of every sequence (``level`` sequence or geometric), one call per
-    group of sequences of one length."""
+    """The reference's weight of every sequence (``level`` sequence or geometric).
+
+    The weight depends on a sequence's tokens only through the sum of their log-ratios, which the
+    reference computes with numpy: :func:`segment_sums` computes every sequence's sum in numpy's
+    order, and the reference is called once, on those sums as one-token sequences (divided by the
+    lengths for the geometric level, as the reference divides). Where that cannot be the same
+    (numpy sums otherwise, or a sum that is not finite: the reference's message must name the
+    token), the reference is called on each group of sequences of one length, whose row sums numpy
+    computes as for each row alone."""
     d = sequence_log_ratios(cols)
     reference = getattr(r, fn)
+    if numpy_order_holds():
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = segment_sums(d.values, d.offsets)
+        if np.all(np.isfinite(total)):
+            if level == "geometric":
+                total = total / d.sizes()
+            ones = total[:, None]
+            return np.asarray(reference(ones, np.zeros_like(ones), level=level, **p))
     out = np.empty(len(d))
     for group, values in by_length(d):
         out[group] = reference(values, np.zeros_like(values), level=level, **p)
     return out
+
+
+def sequence_band_probe(r: Any, p: dict[str, Any]) -> None:
+    """Refuse the parameters of a sequence-level band the reference refuses, and a weight shaped
+    like the tokens (a row of the trace logs one weight per sequence)."""
+    if p.get("weight") in ("token", "geometric"):
+        raise ValueError(
+            f"weight={p['weight']!r} gives a weight per token, but a row of this spec logs one "
+            "weight per sequence. Check per-token weights with the token-level spec masked_is, or "
+            "pass weight='ratio' or 'indicator'."
+        )
+    r.masked_is_weights([0.0], [0.0], **p)
 
 
 def sequence_condition(
@@ -74,10 +102,13 @@ def sequence_condition(
         cols: Columns, params: dict[str, Any], expected: NDArray[np.float64]
     ) -> NDArray[np.float64]:
         d = sequence_log_ratios(cols)
-        err = np.empty(len(d))
-        for group, values in by_length(d):
-            n = values.shape[1]
-            err[group] = summation_factor(n) * np.abs(values).sum(axis=1) / (n if mean else 1)
+        n = d.sizes()
+        lengths, where = np.unique(n, return_inverse=True)
+        factor = np.array([summation_factor(int(k)) for k in lengths])[where]
+        with np.errstate(over="ignore", invalid="ignore"):
+            err = factor * segment_sums(np.abs(d.values), d.offsets)
+        if mean:
+            err = err / n
         return np.asarray((err + 4.0) * np.abs(expected), dtype=np.float64)
 
     return condition

@@ -12,7 +12,7 @@ import numpy as np
 from refimpl.testing import _trace_batches as batches
 from refimpl.testing import _trace_loss_params as loss_params
 from refimpl.testing import _trace_loss_rows as loss_rows
-from refimpl.testing._trace_lists import sequence_condition, sequence_weights
+from refimpl.testing._trace_lists import sequence_band_probe, sequence_condition, sequence_weights
 from refimpl.testing._trace_spec import (
     _correct,
     _effort_condition,
@@ -153,7 +153,7 @@ SPECS: dict[str, _TraceSpec] = {
             found="weight",
             params={"low": float, "high": float},
             expected=lambda r, c, p: sequence_weights(r, c, p, "masked_is_weights", "sequence"),
-            probe=lambda r, p: r.masked_is_weights([0.0], [0.0], **p),
+            probe=sequence_band_probe,
             options={"band_on": str, "weight": str, "log_ratio_clamp": float},
             condition=sequence_condition(mean=False),
             notes="one row per sequence; a ratio at a band edge (to rounding) may be kept or dropped",
@@ -166,7 +166,7 @@ SPECS: dict[str, _TraceSpec] = {
             found="weight",
             params={"low": float, "high": float},
             expected=lambda r, c, p: sequence_weights(r, c, p, "masked_is_weights", "geometric"),
-            probe=lambda r, p: r.masked_is_weights([0.0], [0.0], **p),
+            probe=sequence_band_probe,
             options={"band_on": str, "weight": str, "log_ratio_clamp": float},
             condition=sequence_condition(mean=True),
             notes="one row per sequence; a ratio at a band edge (to rounding) may be kept or dropped",
