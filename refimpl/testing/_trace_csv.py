@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -180,6 +181,7 @@ def _csv_columns(
         return arr.cast(pa.float64())
 
     columns: dict[str, Any] = {}
+    ahead = _lists_ahead(table, lists, lines, exact)
     for name in wanted:
         col = table.column(name).combine_chunks()
         if col.null_count:
@@ -188,7 +190,9 @@ def _csv_columns(
                 f"line {lines[i]}: column {name!r} is empty. Log a number in every row."
             )
         if name in lists:
-            columns[name] = _csv_list_column(col, name, lines, exact)
+            columns[name] = (
+                ahead[name]() if name in ahead else _csv_list_column(col, name, lines, exact)
+            )
             continue
         try:
             if exact:
@@ -202,6 +206,49 @@ def _csv_columns(
                 "number. Fix the row (numbers like 1, -0.5, 1e-3, nan, inf)."
             ) from None
     return columns
+
+
+#: text bytes of a block's list columns from which all but the last are parsed on threads
+LIST_THREAD_BYTES = 1 << 20
+
+
+def _lists_ahead(
+    table: Any, lists: Sequence[str], lines: NDArray[np.int64], exact: bool
+) -> dict[str, Callable[[], ListColumn]]:
+    """The list columns of a large block, parsed at once: all but the last on threads of their own
+    (pyarrow's kernels release the GIL), the last here meanwhile. For each, a function that
+    returns the column or raises its error: the caller asks for a column when it reaches it, so
+    the first error in column order is the one raised, as without threads."""
+    if len(lists) < 2 or table.nbytes < LIST_THREAD_BYTES:
+        return {}
+    out: dict[str, Callable[[], ListColumn]] = {}
+    threads: list[threading.Thread] = []
+    for name in lists:
+        box: dict[str, Any] = {}
+
+        def work(name: str = name, box: dict[str, Any] = box) -> None:
+            try:
+                col = table.column(name).combine_chunks()
+                box["value"] = _csv_list_column(col, name, lines, exact)
+            except BaseException as exc:  # raised by the caller, in column order
+                box["error"] = exc
+
+        if name == lists[-1]:
+            work()
+        else:
+            threads.append(threading.Thread(target=work, daemon=True))
+            threads[-1].start()
+
+        def result(box: dict[str, Any] = box) -> ListColumn:
+            for thread in threads:
+                thread.join()
+            if "error" in box:
+                raise box["error"]
+            value: ListColumn = box["value"]
+            return value
+
+        out[name] = result
+    return out
 
 
 def _csv_chunks(
