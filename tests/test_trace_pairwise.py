@@ -4,8 +4,8 @@ The sequence-level trace specs rest on it: their weights are the reference's onl
 sequence's log-ratio sum is the one the reference computes, and numpy's pairwise order rounds
 differently from any other. The property draws segments of every regime (fewer than 8 values,
 8 to 128, longer ones split in halves) with values of mixed magnitudes and signed zeros; three
-wrong variants of the order (leaves of 64 values instead of 128, halves not rounded down to a multiple of 8,
-the running sums combined left to right) each fail it.
+wrong variants of the order (leaves of 64 values instead of 128, halves not rounded down to a
+multiple of 8, the running sums combined left to right) each fail it.
 """
 
 from __future__ import annotations
