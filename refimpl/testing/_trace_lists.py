@@ -4,9 +4,9 @@ problem's responses, a trajectory.
 Sequence-level importance weights (``tis_sequence`` and the like) are segment reductions: each
 sequence's log-ratio sum is computed over the chunk's flat tokens in numpy's own order
 (:mod:`~refimpl.testing._trace_pairwise`) and the reference is called once on the sums, so the
-weights equal the reference's called row by row, bit for bit. The
-batch, problem and trajectory specs call the conformance spec's reference per row (their rows are
-few: one per batch or trajectory); the conformance machinery loads only for them.
+weights equal the reference's called row by row, bit for bit. The batch, problem and trajectory
+specs call the conformance spec's reference per row (their rows are few: one per batch or
+trajectory); the conformance machinery loads only for them.
 """
 
 from __future__ import annotations
