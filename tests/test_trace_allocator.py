@@ -2,9 +2,11 @@
 
 Each chunk of a trace allocates its buffers again; with glibc's defaults a block of a few MiB is
 mapped on its own and unmapped when freed, so every chunk's pages were faulted in again. The
-command sets two ``mallopt`` parameters for its own process. What is checked here: the values set,
-that a user's own tuning (``GLIBC_TUNABLES`` naming malloc, any ``MALLOC_*`` variable) is left
-alone, and, in a child process, that the blocks of a CSV trace then fault in far fewer pages.
+command sets two ``mallopt`` parameters, and pyarrow's memory pool, for its own process only: a
+program that calls ``refimpl.cli.main`` keeps its own. What is checked here: the values set, that a
+user's own tuning (``GLIBC_TUNABLES`` naming malloc, any ``MALLOC_*`` variable) is left alone, that
+the command's own process sets them and a caller of ``main`` does not, and, in a child process,
+that the blocks of a CSV trace then fault in far fewer pages.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
+from refimpl import cli
+from refimpl.cli import main
 from refimpl.testing import check_cli
 
 _LINUX = pytest.mark.skipif(sys.platform != "linux", reason="glibc's mallopt: Linux only")
@@ -67,6 +72,44 @@ def test_a_users_own_tuning_is_left_alone(
 
 def test_other_tunables_do_not_stop_it(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(_run(monkeypatch, {"GLIBC_TUNABLES": "glibc.rtld.optional_static_tls=512"})) == 2
+
+
+def _check_in_process(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("staleness,weight\n0,1\n3,0\n")
+    code = main(["check", str(trace), "--spec", "staleness_mask", "--param", "eta=1"])
+    assert code == 0
+
+
+def test_a_caller_of_main_keeps_its_own_allocators(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = _Recorder()
+    monkeypatch.setattr(ctypes, "CDLL", lambda _name: recorder)
+    monkeypatch.setattr(sys, "platform", "linux")
+    pool = pa.default_memory_pool().backend_name
+    _check_in_process(tmp_path)
+    assert recorder.calls == []
+    assert pa.default_memory_pool().backend_name == pool
+
+
+def test_the_commands_own_process_sets_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("MALLOC_") or name in ("GLIBC_TUNABLES", "ARROW_DEFAULT_MEMORY_POOL"):
+            monkeypatch.delenv(name)
+    recorder = _Recorder()
+    monkeypatch.setattr(ctypes, "CDLL", lambda _name: recorder)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(cli, "_OWN_PROCESS", True)
+    original = pa.default_memory_pool()
+    try:
+        _check_in_process(tmp_path)
+        assert recorder.calls == [(-3, 32 << 20), (-1, 512 << 20)]
+        assert pa.default_memory_pool().backend_name == "system"
+    finally:
+        pa.set_memory_pool(original)
 
 
 _FAULTS = """

@@ -490,8 +490,11 @@ def _check_here(
     args: argparse.Namespace, plan: Plan, spec: _TraceSpec, trace: Path, fmt: str
 ) -> _Tally:
     """The trace checked on this machine, with a progress bar on stderr (a terminal's)."""
-    _system_memory_pool()
-    _reuse_freed_memory()
+    from refimpl.cli import own_process
+
+    if own_process():  # the allocators of a program that calls main() are its own
+        _system_memory_pool()
+        _reuse_freed_memory()
     shown = sys.stderr.isatty() if args.progress is None else args.progress
     if not shown:  # no bar: tqdm is not even imported (0.05 s of CPU, a tenth of a start-up)
         return check_local(plan, spec, trace, fmt, lambda done: None)
@@ -521,7 +524,8 @@ def _system_memory_pool() -> None:
     """pyarrow's buffers from the C library's allocator, unless ``ARROW_DEFAULT_MEMORY_POOL``
     chooses: pyarrow's default (mimalloc) returns the pages of each chunk to the system and
     faults them in again for the next, which cost a Parquet check a third of its CPU time in
-    system time (the C allocator reuses them). Set in the command's own process only."""
+    system time (the C allocator reuses them). Set in the command's own process only
+    (:func:`refimpl.cli.own_process`)."""
     if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
         return
     import pyarrow as pa
@@ -544,8 +548,8 @@ def _reuse_freed_memory() -> None:
     is freed, or trims the heap's top, so each chunk's pages were faulted in and zeroed again:
     123,000 page faults and 0.34 s of system time for the blocks of a 10^7-row CSV alone, 0.09 s
     with the blocks kept. Peak memory changes little, since the blocks kept are the next chunk's
-    (CSV checks of 10^7 rows: within 25 MiB). Set in the command's own process only; a C library
-    without ``mallopt`` is left as it is."""
+    (CSV checks of 10^7 rows: within 25 MiB). Set in the command's own process only
+    (:func:`refimpl.cli.own_process`); a C library without ``mallopt`` is left as it is."""
     if sys.platform != "linux" or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return
     if any(name.startswith("MALLOC_") for name in os.environ):
