@@ -32,6 +32,8 @@ import threading
 from collections.abc import Sequence
 from typing import NamedTuple, NoReturn
 
+from refimpl import _process
+
 __all__ = ["console", "full_parser", "main"]
 
 
@@ -217,17 +219,6 @@ def one_blas_thread() -> None:
         os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
 
 
-#: whether this process is the ``refimpl`` command itself (set by :func:`console`)
-_OWN_PROCESS = False
-
-
-def own_process() -> bool:
-    """Whether this process is the ``refimpl`` command itself, run by :func:`console`, whose
-    process-wide settings (BLAS threads, pyarrow's memory pool, glibc's allocator) are the
-    command's to choose. A program that calls :func:`main` keeps its own."""
-    return _OWN_PROCESS
-
-
 def console() -> NoReturn:
     """The ``refimpl`` console command: :func:`main`, then leave without tearing the interpreter down.
 
@@ -240,8 +231,7 @@ def console() -> NoReturn:
 
     Before anything imports numpy, the process asks for one BLAS thread (:func:`one_blas_thread`).
     """
-    global _OWN_PROCESS
-    _OWN_PROCESS = True
+    _process.claim()  # its process-wide settings (the allocators of `refimpl check`) are its own
     one_blas_thread()
     code = main()
     if threading.active_count() > 1:

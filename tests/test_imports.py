@@ -325,7 +325,7 @@ def test_the_api_check_finds_a_removed_and_an_added_name() -> None:
 #: below, never above (at the top of the module or inside a function). ``""`` is the root package
 #: ``refimpl`` itself: the flat API, which flattens only the formula modules.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundation", ("errors", "_imports", "_validation", "_io")),
+    ("foundation", ("errors", "_imports", "_validation", "_io", "_process")),
     ("formulas", ("", "dispatch", "staleness", "effort", "penalties", "losses")),
     ("simulator", ("sim",)),
     ("learning", ("learning", "learning_async")),

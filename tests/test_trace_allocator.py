@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from refimpl import cli
+from refimpl import _process
 from refimpl.cli import main
 from refimpl.testing import check_cli
 
@@ -102,7 +102,7 @@ def test_the_commands_own_process_sets_them(
     recorder = _Recorder()
     monkeypatch.setattr(ctypes, "CDLL", lambda _name: recorder)
     monkeypatch.setattr(sys, "platform", "linux")
-    monkeypatch.setattr(cli, "_OWN_PROCESS", True)
+    monkeypatch.setattr(_process, "_OWN_PROCESS", True)
     original = pa.default_memory_pool()
     try:
         _check_in_process(tmp_path)

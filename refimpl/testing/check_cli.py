@@ -83,6 +83,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from refimpl import _process
 from refimpl.errors import RefimplError
 from refimpl.testing._trace_compare import _json_value, _Tally
 from refimpl.testing._trace_compare import _show_value as _show_value  # used by tests
@@ -490,9 +491,7 @@ def _check_here(
     args: argparse.Namespace, plan: Plan, spec: _TraceSpec, trace: Path, fmt: str
 ) -> _Tally:
     """The trace checked on this machine, with a progress bar on stderr (a terminal's)."""
-    from refimpl.cli import own_process
-
-    if own_process():  # the allocators of a program that calls main() are its own
+    if _process.own_process():  # the allocators of a program that calls main() are its own
         _system_memory_pool()
         _reuse_freed_memory()
     shown = sys.stderr.isatty() if args.progress is None else args.progress
@@ -525,7 +524,7 @@ def _system_memory_pool() -> None:
     chooses: pyarrow's default (mimalloc) returns the pages of each chunk to the system and
     faults them in again for the next, which cost a Parquet check a third of its CPU time in
     system time (the C allocator reuses them). Set in the command's own process only
-    (:func:`refimpl.cli.own_process`)."""
+    (:func:`refimpl._process.own_process`)."""
     if "ARROW_DEFAULT_MEMORY_POOL" in os.environ:
         return
     import pyarrow as pa
@@ -549,7 +548,7 @@ def _reuse_freed_memory() -> None:
     123,000 page faults and 0.34 s of system time for the blocks of a 10^7-row CSV alone, 0.09 s
     with the blocks kept. Peak memory changes little, since the blocks kept are the next chunk's
     (CSV checks of 10^7 rows: within 25 MiB). Set in the command's own process only
-    (:func:`refimpl.cli.own_process`); a C library without ``mallopt`` is left as it is."""
+    (:func:`refimpl._process.own_process`); a C library without ``mallopt`` is left as it is."""
     if sys.platform != "linux" or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return
     if any(name.startswith("MALLOC_") for name in os.environ):
