@@ -16,14 +16,15 @@ those pages in a thread (:class:`MapAhead`) while it loads the kernels and draws
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 
+from refimpl._process import HEAP_BLOCK_MAX as _HEAP_BLOCK_MAX
+from refimpl._process import M_MMAP_THRESHOLD as _M_MMAP_THRESHOLD
+from refimpl._process import M_TRIM_THRESHOLD as _M_TRIM_THRESHOLD
+from refimpl._process import glibc as _glibc
 from refimpl.sim._background import in_background
 
 __all__ = [
@@ -35,10 +36,6 @@ __all__ = [
     "run_bytes",
 ]
 
-_M_TRIM_THRESHOLD = -1  # glibc's malloc.h
-_M_MMAP_THRESHOLD = -3
-#: glibc's upper bound on M_MMAP_THRESHOLD (64-bit): larger blocks are always mapped apart.
-_HEAP_BLOCK_MAX = 32 << 20
 _KEEP = 1 << 30  # freed memory kept at the top of the heap, up to 1 GiB
 _BLOCK = 8 << 20  # map_ahead's blocks (below _HEAP_BLOCK_MAX: they come from the heap)
 _PAGE = 4096
@@ -56,18 +53,6 @@ TRACE_BYTES_PER_ROW = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 + 4 + 1 + 8 + 8 + 8 + 8 + 8 
 #: 0.235-0.242 and partial recompute's 0.188-0.195 instead of 0.222-0.227, while the whole call
 #: took about as long (0.46-0.49 s either way; 6 December 2026).
 KERNEL_BYTES_PER_ROW = 8 * 4 + 2 * 8 + 2 * 8 + 1
-
-
-def _glibc() -> Any:
-    """glibc's C library, or ``None`` elsewhere (another C library, another system)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 - glibc's, and not musl's
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-    except (OSError, AttributeError):
-        return None
 
 
 @contextlib.contextmanager

@@ -532,10 +532,9 @@ def _system_memory_pool() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-#: glibc's ``mallopt`` parameters and the values the command sets: blocks of any size up to 32
-#: MiB come from the heap instead of their own mapping, and up to 512 MiB freed at its top stay
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 << 20, 512 << 20
+#: freed memory glibc keeps at the top of its heap during a check (blocks of up to
+#: ``HEAP_BLOCK_MAX``, 32 MiB, come from the heap instead of their own mapping)
+_TRIM_THRESHOLD = 512 << 20
 
 
 def _reuse_freed_memory() -> None:
@@ -548,19 +547,15 @@ def _reuse_freed_memory() -> None:
     123,000 page faults and 0.34 s of system time for the blocks of a 10^7-row CSV alone, 0.09 s
     with the blocks kept. Peak memory changes little, since the blocks kept are the next chunk's
     (CSV checks of 10^7 rows: within 25 MiB). Set in the command's own process only
-    (:func:`refimpl._process.own_process`); a C library without ``mallopt`` is left as it is."""
-    if sys.platform != "linux" or "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+    (:func:`refimpl._process.own_process`); a C library other than glibc is left as it is."""
+    if "malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return
     if any(name.startswith("MALLOC_") for name in os.environ):
         return
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-    mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    libc = _process.glibc()
+    if libc is not None:
+        libc.mallopt(_process.M_MMAP_THRESHOLD, _process.HEAP_BLOCK_MAX)
+        libc.mallopt(_process.M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
 
 
 def _dataset_format(trace: Path, given: str | None) -> str | None:
