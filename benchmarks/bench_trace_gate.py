@@ -7,7 +7,13 @@ of a thousand), then runs, each in its own subprocess, one after the other:
 - a **polars** lazy query and a **duckdb** SQL query that compute the *same* predicate (the
   reference value from the inputs, ``|found - expected| <= atol + rtol·|expected|`` with the spec's
   tolerance, the count of rows that fail) on the same file;
-- **pyarrow** reading the columns the check needs (the floor: a check cannot read faster).
+- **pyarrow** reading the whole file (what a check that does not stream holds in memory).
+
+With ``--floors`` it also times, per cell, each reader decoding the columns the check needs into
+numpy arrays with nothing checked: refimpl's own reading (its allocator settings included),
+pyarrow's, polars' and duckdb's streams. The fastest of them over the faster engine's whole query
+is the least ratio a check can reach that computes its expected values from decoded arrays, as
+refimpl's reference functions do (``decode only`` under the cell's line).
 
 It prints wall time, CPU time (user + system, all threads) and peak RSS of each (from
 ``resource.getrusage(RUSAGE_CHILDREN)`` of a wrapper process around each run), checks that every
@@ -19,8 +25,8 @@ for the sequence spec (one row per sequence, ``--tokens`` per sequence on averag
     python benchmarks/bench_trace_gate.py --rows 1e5,1e6 --specs tis --formats csv,parquet
     python benchmarks/bench_trace_gate.py --json out.json --plot docs/_static/trace-gate.png
 
-Fairness: each trace is first read whole by pyarrow (the floor, and it puts the file in the page
-cache for every tool); refimpl runs from compiled bytecode, as an installed package does (a
+Fairness: each trace is first read whole by pyarrow (it puts the file in the page cache for every
+tool); refimpl runs from compiled bytecode, as an installed package does (a
 ``PYTHONPYCACHEPREFIX`` in the run's folder, filled by a warm-up check of each spec and format),
 even where the environment sets ``PYTHONDONTWRITEBYTECODE``. With ``--rerun-above R`` a cell whose
 ratio exceeds ``R`` is measured a second time at once and each tool keeps its faster run. The
@@ -227,6 +233,131 @@ def pyarrow_script(fmt: str, path: Path) -> str:
     return f"{read}({str(path)!r})\nprint(t.num_rows, '-')\n"
 
 
+#: the columns each spec's check reads (the list columns of the sequence spec last)
+COLUMNS = {
+    "tis": (["logp_target", "logp_behavior", "weight"], []),
+    "staleness_mask": (["staleness", "weight"], []),
+    "tis_sequence": (["weight"], ["logp_target", "logp_behavior"]),
+}
+#: rows of each batch a decode floor takes (refimpl's default chunk)
+FLOOR_BATCH = 262144
+
+
+#: a view of an Arrow column's numbers, as refimpl takes it (pyarrow's own ``to_numpy`` would
+#: import pandas, a quarter of a second that no reader needs)
+_VIEW = (
+    "import numpy as np\n"
+    "def view(a):\n"
+    "    kind = {'double': np.float64, 'int64': np.int64}[str(a.type)]\n"
+    "    return np.frombuffer(a.buffers()[1], kind, count=len(a), offset=a.offset * 8)\n"
+)
+
+
+#: the allocator settings refimpl check makes in its own process (pyarrow's buffers from the C
+#: library, glibc keeping freed blocks), so that pyarrow's floor does not pay page faults it avoids
+_ALLOCATORS = (
+    "import ctypes, pyarrow as pa\n"
+    "pa.set_memory_pool(pa.system_memory_pool())\n"
+    "try:\n"
+    "    libc = ctypes.CDLL('libc.so.6')\n"
+    "    libc.mallopt(-3, 32 << 20)\n"  # M_MMAP_THRESHOLD
+    "    libc.mallopt(-1, 512 << 20)\n"  # M_TRIM_THRESHOLD
+    "except (OSError, AttributeError):\n"  # not glibc: its allocator as it is
+    "    pass\n"
+)
+
+
+def _floor_sink(numbers: str, lists: str) -> str:
+    """Python that turns a batch's columns into numpy arrays and counts its rows."""
+    return (
+        f"    for c in {numbers}: view(b.column(c))\n"
+        f"    for c in {lists}: view(b.column(c).flatten())\n"
+        "    n += b.num_rows\n"
+    )
+
+
+def floor_scripts(spec: str, fmt: str, path: Path) -> dict[str, str]:
+    """The decode floors: each engine streaming the columns the check reads into numpy arrays
+    (list columns: their values), nothing checked. A check that computes its expected values
+    from decoded arrays, as refimpl's reference functions do, cannot take less."""
+    numbers, lists = COLUMNS[spec]
+    cols = [*numbers, *lists]
+    p = str(path)
+    sink = _floor_sink(repr(numbers), repr(lists))
+    if fmt == "parquet":
+        pa_read = (
+            "import pyarrow.parquet as pq\n"
+            f"f = pq.ParquetFile({p!r}, pre_buffer=False, buffer_size=1 << 20)\n"
+            f"it = f.iter_batches(batch_size={FLOOR_BATCH}, columns={cols!r}, use_threads=False)\n"
+        )
+    elif fmt == "jsonl":
+        pa_read = (
+            "import pyarrow as pa, pyarrow.json as pj\n"
+            f"types = dict.fromkeys({numbers!r}, pa.float64())\n"
+            f"types.update(dict.fromkeys({lists!r}, pa.list_(pa.float64())))\n"
+            "opts = pj.ParseOptions(explicit_schema=pa.schema(list(types.items())))\n"
+            f"it = pj.open_json({p!r}, parse_options=opts)\n"
+        )
+    else:
+        pa_read = (
+            "import pyarrow as pa, pyarrow.csv as pc, pyarrow.compute as cc\n"
+            f"types = dict.fromkeys({numbers!r}, pa.float64())\n"
+            f"types.update(dict.fromkeys({lists!r}, pa.string()))\n"
+            f"it = pc.open_csv({p!r}, convert_options=pc.ConvertOptions(column_types=types))\n"
+        )
+    if fmt == "csv" and lists:  # the list cells split and cast, as every reader must
+        split = (
+            "    b = pa.RecordBatch.from_pydict({c: cc.cast(cc.split_pattern(cc.utf8_trim("
+            "b.column(c), characters='[]'), pattern=','), pa.list_(pa.float64())) if c in "
+            f"{lists!r} else b.column(c) for c in b.schema.names}})\n"
+        )
+    else:
+        split = ""
+    pyarrow_floor = (
+        _VIEW + _ALLOCATORS + pa_read + "n = 0\nfor b in it:\n" + split + sink + "print(n, '-')\n"
+    )
+    scan = {"csv": "scan_csv", "jsonl": "scan_ndjson", "parquet": "scan_parquet"}[fmt]
+    if fmt == "csv":
+        exprs = [f'pl.col("{c}")' for c in numbers] + [
+            f'pl.col("{c}").str.strip_chars("[]").str.split(",").cast(pl.List(pl.Float64))'
+            for c in lists
+        ]
+    else:
+        exprs = [f'pl.col("{c}")' for c in cols]
+    polars_floor = (
+        "import polars as pl\nn = 0\n"
+        f"q = pl.{scan}({p!r}).select({', '.join(exprs)})\n"
+        f"for b in q.collect_batches(chunk_size={FLOOR_BATCH}):\n"
+        + "".join(f"    b[{c!r}].to_numpy()\n" for c in numbers)
+        + "".join(f"    b[{c!r}].explode().to_numpy()\n" for c in lists)
+        + "    n += b.height\nprint(n, '-')\n"
+    )
+    select = ", ".join(cols)
+    source = _duckdb_source(fmt, spec, path)
+    duckdb_floor = (
+        _VIEW + "import duckdb\ncon = duckdb.connect()\n"
+        "con.execute('SET enable_progress_bar = false')\nn = 0\n"
+        f"for b in con.sql('SELECT {select} FROM ' + {source!r}).to_arrow_reader({FLOOR_BATCH}):\n"
+        + sink
+        + "print(n, '-')\n"
+    )
+    refimpl_read = (  # refimpl check's own reading, its allocator settings included
+        "import pathlib\n"
+        "from refimpl.testing import check_cli\n"
+        "from refimpl.testing._traces import read_chunks\n"
+        "check_cli._system_memory_pool()\ncheck_cli._reuse_freed_memory()\nn = 0\n"
+        f"for c in read_chunks(pathlib.Path({p!r}), {fmt!r}, {numbers!r}, {lists!r}, "
+        f"chunk_rows={FLOOR_BATCH}, on_progress=lambda _: None):\n"
+        "    n += c.size\nprint(n, '-')\n"
+    )
+    return {
+        "refimpl": refimpl_read,
+        "pyarrow": pyarrow_floor,
+        "polars": polars_floor,
+        "duckdb": duckdb_floor,
+    }
+
+
 def refimpl_command(spec: str, path: Path) -> list[str]:
     param = f"eta={ETA}" if spec == "staleness_mask" else f"cap={CAP}"
     return [
@@ -288,7 +419,7 @@ def _counts(tool: str, run: dict[str, Any]) -> tuple[int, int] | None:
         return None
     try:
         rows, bad = run["stdout"].strip().splitlines()[-1].split()
-        return int(rows), int(bad)
+        return int(rows), 0 if tool.startswith("floor ") else int(bad)  # a floor reads, no more
     except (IndexError, ValueError):
         return None
 
@@ -312,10 +443,19 @@ def _ratios(result: dict[str, Any]) -> None:
     for key, what in (("ratio", "seconds"), ("cpu_ratio", "cpu")):
         peers = [result[p][what] for p in ("polars", "duckdb") if result[p]["code"] == 0]
         result[key] = result["refimpl"][what] / min(peers) if peers else math.nan
+        floors = [v[what] for k, v in result.items() if k.startswith("floor ") and v["code"] == 0]
+        if floors and peers:
+            result[f"floor_{key}"] = min(floors) / min(peers)
 
 
 def bench_one(
-    spec: str, fmt: str, rows: int, tokens: int, folder: Path, rerun_above: float = math.inf
+    spec: str,
+    fmt: str,
+    rows: int,
+    tokens: int,
+    folder: Path,
+    rerun_above: float = math.inf,
+    floors: bool = False,
 ) -> dict[str, Any]:
     path = folder / f"{spec}.{fmt}"
     trace_rows = write_trace(path, spec, fmt, rows, tokens)
@@ -325,6 +465,9 @@ def bench_one(
         "polars": [sys.executable, "-c", polars_script(spec, fmt, path)],
         "duckdb": [sys.executable, "-c", duckdb_script(spec, fmt, path)],
     }
+    if floors:
+        for tool, script in floor_scripts(spec, fmt, path).items():
+            tools[f"floor {tool}"] = [sys.executable, "-c", script]
     result: dict[str, Any] = {
         "spec": spec,
         "format": fmt,
@@ -344,6 +487,8 @@ def bench_one(
     result["agree"] = len({c for c in counts.values() if c is not None}) == 1 and None not in (
         counts.values()
     )
+    for tool in (t for t in tools if t.startswith("floor ")):  # each floor read every row
+        result["agree"] &= result[tool]["counts"] == (trace_rows, 0)
     return result
 
 
@@ -359,7 +504,15 @@ def show(r: dict[str, Any]) -> str:
     cells.append(f"{r['ratio']:5.2f}x")
     cells.append(f"{r['cpu_ratio']:5.2f}x" + ("*" if r.get("measured") == 2 else " "))
     cells.append("same counts" if r["agree"] else f"COUNTS DIFFER {r['refimpl']['counts']}")
-    return "  ".join(cells)
+    line = "  ".join(cells)
+    floors = [k for k in r if k.startswith("floor ")]
+    if floors:
+        each = ", ".join(f"{k[6:]} {r[k]['seconds']:.2f}s {r[k]['cpu']:.2f}c" for k in floors)
+        line += (
+            f"\n{'':>34}decode only: {each}; fastest / faster engine "
+            f"{r.get('floor_ratio', math.nan):.2f}x wall, {r.get('floor_cpu_ratio', math.nan):.2f}x CPU"
+        )
+    return line
 
 
 HEADER = (
@@ -437,6 +590,12 @@ def main(argv: list[str] | None = None) -> int:
         help="measure a cell whose ratio exceeds R a second time, each tool keeping its faster "
         "run (default: never)",
     )
+    parser.add_argument(
+        "--floors",
+        action="store_true",
+        help="also time each engine decoding the checked columns into numpy arrays, nothing "
+        "checked: the least a check that computes from decoded arrays can take",
+    )
     args = parser.parse_args(argv)
     sizes = [int(float(x)) for x in args.rows.split(",")]
     specs, formats = args.specs.split(","), args.formats.split(",")
@@ -450,7 +609,9 @@ def main(argv: list[str] | None = None) -> int:
             for spec in specs:
                 for fmt in formats:
                     results.append(
-                        bench_one(spec, fmt, size, args.tokens, folder, args.rerun_above)
+                        bench_one(
+                            spec, fmt, size, args.tokens, folder, args.rerun_above, args.floors
+                        )
                     )
                     print(show(results[-1]), flush=True)
     finally:
