@@ -510,7 +510,8 @@ def show(r: dict[str, Any]) -> str:
         each = ", ".join(f"{k[6:]} {r[k]['seconds']:.2f}s {r[k]['cpu']:.2f}c" for k in floors)
         line += (
             f"\n{'':>34}decode only: {each}; fastest / faster engine "
-            f"{r.get('floor_ratio', math.nan):.2f}x wall, {r.get('floor_cpu_ratio', math.nan):.2f}x CPU"
+            f"{r.get('floor_ratio', math.nan):.2f}x wall, "
+            f"{r.get('floor_cpu_ratio', math.nan):.2f}x CPU"
         )
     return line
 
