@@ -8,10 +8,11 @@ vendored copy equals the shared one wherever both exist.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
+
+from _scripts import load_script
 
 _HERE = Path(__file__).resolve()
 VENDORED = _HERE.parent / "peers" / "simpy_queue.py"
@@ -39,9 +40,4 @@ def load_simpy_peer() -> ModuleType:
             f"the SimPy peer is missing: looked in {[str(p) for p in shared_candidates()]} and "
             f"{VENDORED}. Restore tests/peers/simpy_queue.py or set REFIMPL_PEERS."
         )
-    spec = importlib.util.spec_from_file_location("simpy_queue_peer", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("simpy_queue_peer", path)

@@ -10,27 +10,18 @@ traces read in many small batches.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-_ROOT = Path(__file__).resolve().parent.parent
+from _scripts import ROOT, load_script
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_trace_gate", _ROOT / "benchmarks" / "bench_trace_gate.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_trace_gate", ROOT / "benchmarks" / "bench_trace_gate.py")
 
 
 def _read(script: str) -> str:

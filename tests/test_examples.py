@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _scripts import load_script
 
 from refimpl.cli import main
 
@@ -16,12 +16,7 @@ FOLDER = Path(__file__).resolve().parent.parent / "examples" / "traces"
 
 
 def _maker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_traces", FOLDER / "make_traces.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_traces", FOLDER / "make_traces.py")
 
 
 def _sessions() -> list[tuple[str, list[str], int]]:

@@ -7,28 +7,19 @@ as they are now: a change to either that moves a printed digit fails this test.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "concepts" / "length-bias.md"
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "fluid_error_table", ROOT / "tools" / "fluid_error_table.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("fluid_error_table", ROOT / "tools" / "fluid_error_table.py")
 
 
 def _published_rows() -> dict[tuple[int, int, int], str]:

@@ -11,29 +11,22 @@ each), never the suite itself.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _scripts import load_script
 from _wrong_variants import rejects
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mutate", ROOT / "tools" / "mutate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("mutate", ROOT / "tools" / "mutate.py")
 
 
 mutate = _tool()

@@ -10,7 +10,6 @@ towards the highest shard index.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.stats as st
+from _scripts import load_script
 from hypothesis import given, note, settings
 from hypothesis import strategies as hst
 
@@ -201,14 +201,7 @@ def test_auto_uses_the_compiled_engine_and_falls_back_without_numba(
 
 @pytest.fixture(scope="module")
 def simpy_modes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "simpy_modes", _ROOT / "benchmarks" / "simpy_modes.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("simpy_modes", _ROOT / "benchmarks" / "simpy_modes.py")
 
 
 def _training_order(res: AgentResult) -> tuple[np.ndarray, np.ndarray]:
