@@ -55,6 +55,9 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from refimpl import _process
+from refimpl.testing.check_cli import _TRIM_THRESHOLD
+
 CAP = 2.0
 ETA = 2
 RTOL, ATOL = 1e-5, 1e-8  # tolerances.TRACE for tis and tis_sequence (staleness_mask: exact)
@@ -260,8 +263,8 @@ _ALLOCATORS = (
     "pa.set_memory_pool(pa.system_memory_pool())\n"
     "try:\n"
     "    libc = ctypes.CDLL('libc.so.6')\n"
-    "    libc.mallopt(-3, 32 << 20)\n"  # M_MMAP_THRESHOLD
-    "    libc.mallopt(-1, 512 << 20)\n"  # M_TRIM_THRESHOLD
+    f"    libc.mallopt({_process.M_MMAP_THRESHOLD}, {_process.HEAP_BLOCK_MAX})\n"
+    f"    libc.mallopt({_process.M_TRIM_THRESHOLD}, {_TRIM_THRESHOLD})\n"
     "except (OSError, AttributeError):\n"  # not glibc: its allocator as it is
     "    pass\n"
 )
